@@ -1,0 +1,692 @@
+package registrar
+
+import (
+	"strconv"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
+)
+
+// Outcome is what a command answers. Err is set on rejection, and then the
+// command changed nothing (besides expiries due at its tick, which every
+// command applies first).
+type Outcome struct {
+	Err error
+	// Lease is the granted, renewed, released or revoked lease.
+	Lease *Lease
+	// Released is the old lease of a transfer.
+	Released *Lease
+	// WaiterID is set when an acquire joined the wait queue.
+	WaiterID uint64
+	// AlreadyTerminal is set when a release found the lease already ended.
+	AlreadyTerminal bool
+	// Leases and Failures answer batch commands (renew, expire, restart).
+	Leases   []Lease
+	Failures []Failure
+	// Epoch is the new guarded-state epoch of a write.
+	Epoch uint64
+}
+
+// Failure is one rejected item of a batch.
+type Failure struct {
+	LeaseID string
+	Err     error
+}
+
+func fail(err error) Outcome { return Outcome{Err: err} }
+
+func (r *Registrar) lookup(id string) *lease {
+	wall, tag, seq, err := ParseLeaseID(id)
+	if err != nil || tag != r.tag {
+		return nil
+	}
+	if l := r.leases[seq]; l != nil && l.issuedWall == wall {
+		return l
+	}
+	return nil
+}
+
+// pruned reports whether id is well formed and names a lease this
+// registrar issued and has since pruned.
+func (r *Registrar) pruned(id string) bool {
+	_, tag, seq, err := ParseLeaseID(id)
+	return err == nil && tag == r.tag && seq > 0 && seq < r.nextSeq && r.leases[seq] == nil
+}
+
+func notFound(id string) error {
+	return newError(ReasonLeaseNotFound, map[string]string{"lease_id": id}, "no lease %s", id)
+}
+
+func (r *Registrar) ref(l *lease) *logpb.LeaseRef {
+	return &logpb.LeaseRef{
+		Seq:       l.seq,
+		LeaseId:   FormatLeaseID(l.issuedWall, r.tag, l.seq),
+		Namespace: l.res.ns.name,
+		Resource:  l.res.name,
+		Holder:    l.holder.name,
+	}
+}
+
+// Advance applies everything due by the transaction's tick, in time order:
+// leases past their deadline expire (handing their resource to waiters)
+// and waiters whose wait ran out leave their queue. Every command starts
+// with it, so expiry is exact even when the leader's expirer is late.
+func (r *Registrar) Advance(tx *Tx) {
+	for tx.err == nil {
+		l, lok := r.expiry.peek()
+		w, wok := r.deadlines.peek()
+		lDue := lok && l.deadline() <= tx.Tick
+		wDue := wok && w.deadline <= tx.Tick
+		switch {
+		case wDue && (!lDue || w.deadline <= l.deadline()):
+			tx.Emit(&logpb.Record{Body: &logpb.Record_WaitEnded{WaitEnded: &logpb.WaiterEnded{
+				WaiterId: w.id, Namespace: w.res.ns.name, Resource: w.res.name, Holder: w.holder,
+			}}})
+		case lDue:
+			r.end(tx, l, &logpb.LeaseEnded{State: tenurev1.State_STATE_EXPIRED}, true)
+		default:
+			return
+		}
+	}
+}
+
+// end emits the record that ends l, tells the sibling domains, and, when
+// handoff is set, grants the resource to its waiters in the same step.
+func (r *Registrar) end(tx *Tx, l *lease, e *logpb.LeaseEnded, handoff bool) {
+	e.Lease = r.ref(l)
+	tx.Emit(&logpb.Record{Body: &logpb.Record_Ended{Ended: e}})
+	if len(r.onEnd) > 0 {
+		v := r.view(l, tx.Tick)
+		for _, f := range r.onEnd {
+			f(tx, v)
+		}
+	}
+	if handoff {
+		r.handoff(tx, l.res)
+	}
+}
+
+// compatible reports whether a lease of mode m can be granted next to the
+// resource's active leases.
+func compatible(res *resource, m Mode) bool {
+	if m == Shared {
+		return res.excl == nil
+	}
+	return res.excl == nil && len(res.shared) == 0
+}
+
+// handoff grants the head of the resource's queue while it is compatible:
+// one exclusive waiter, or a run of shared ones.
+func (r *Registrar) handoff(tx *Tx, res *resource) {
+	for tx.err == nil && len(res.waiters) > 0 {
+		w := res.waiters[0]
+		if !compatible(res, w.mode) {
+			return
+		}
+		r.issue(tx, issueArgs{
+			ns: res.ns.name, resource: res.name, holder: w.holder, mode: w.mode, ttl: w.ttl,
+			maxRenewals: w.maxRenewals, maxLifetime: w.maxLifetime, waiterID: w.id,
+		})
+	}
+}
+
+type issueArgs struct {
+	ns, resource, holder string
+	mode                 Mode
+	ttl                  int64
+	maxRenewals          uint32
+	maxLifetime          int64
+	waiterID             uint64
+	transferredFrom      uint64
+}
+
+// issue emits a new lease and returns it.
+func (r *Registrar) issue(tx *Tx, a issueArgs) *lease {
+	seq := r.nextSeq
+	exp := tx.Tick + Tick(a.ttl)
+	if a.maxLifetime > 0 && a.ttl > a.maxLifetime {
+		exp = tx.Tick + Tick(a.maxLifetime)
+	}
+	tx.Emit(&logpb.Record{Body: &logpb.Record_Issued{Issued: &logpb.LeaseIssued{
+		Seq:             seq,
+		LeaseId:         FormatLeaseID(tx.Wall, r.tag, seq),
+		Namespace:       a.ns,
+		Resource:        a.resource,
+		Holder:          a.holder,
+		Mode:            tenurev1.Mode(a.mode),
+		TtlMs:           a.ttl,
+		ExpiresTick:     int64(exp),
+		ExpiresWall:     tx.Wall + int64(exp-tx.Tick),
+		MaxRenewals:     a.maxRenewals,
+		MaxLifetimeMs:   a.maxLifetime,
+		WaiterId:        a.waiterID,
+		TransferredFrom: a.transferredFrom,
+	}}})
+	return r.leases[seq]
+}
+
+// ttlFor resolves a requested ttl against the policy.
+func ttlFor(p Policy, field string, req *int64) (int64, error) {
+	if req == nil {
+		return p.DefaultTTL, nil
+	}
+	if *req < p.MinTTL || *req > p.MaxTTL {
+		return 0, newError(ReasonTTLOutOfRange, map[string]string{
+			"field": field, "ttl_ms": strconv.FormatInt(*req, 10),
+			"min_ttl_ms": strconv.FormatInt(p.MinTTL, 10), "max_ttl_ms": strconv.FormatInt(p.MaxTTL, 10),
+		}, "%s %s is outside [%s, %s]", field, Dur(*req), Dur(p.MinTTL), Dur(p.MaxTTL))
+	}
+	return *req, nil
+}
+
+func quota(what string, limit uint64, format string, args ...any) error {
+	return newError(ReasonQuotaExceeded, map[string]string{"quota": what, "limit": strconv.FormatUint(limit, 10)}, format, args...)
+}
+
+// checkQuota enforces the per-holder and per-namespace active-lease quotas.
+func (r *Registrar) checkQuota(ns *namespace, holder string) error {
+	if ns == nil {
+		return nil
+	}
+	p := ns.policy
+	if h := ns.holders[holder]; h != nil && h.active >= p.MaxActivePerHolder {
+		return quota("max_active_per_holder", p.MaxActivePerHolder,
+			"holder %s has %d active leases in namespace %s; the limit is %d", holder, h.active, ns.name, p.MaxActivePerHolder)
+	}
+	if ns.counts[Active] >= p.MaxActivePerNamespace {
+		return quota("max_active_per_namespace", p.MaxActivePerNamespace,
+			"namespace %s has %d active leases; the limit is %d", ns.name, ns.counts[Active], p.MaxActivePerNamespace)
+	}
+	return nil
+}
+
+// ValidateAcquire checks an acquire's fields without looking at state.
+func ValidateAcquire(c *logpb.Acquire) error {
+	if err := CheckIdentifier("namespace", c.Namespace, false); err != nil {
+		return err
+	}
+	if err := CheckResource("resource", c.Resource); err != nil {
+		return err
+	}
+	if err := CheckIdentifier("holder", c.Holder, true); err != nil {
+		return err
+	}
+	if c.Mode != tenurev1.Mode_MODE_UNSPECIFIED {
+		if err := checkMode("mode", Mode(c.Mode)); err != nil {
+			return err
+		}
+	}
+	if c.TtlMs != nil && *c.TtlMs <= 0 {
+		return newError(ReasonTTLOutOfRange, map[string]string{"field": "ttl", "ttl_ms": strconv.FormatInt(*c.TtlMs, 10)},
+			"ttl must be positive, got %s", Dur(*c.TtlMs))
+	}
+	if c.TtlMs != nil && *c.TtlMs > maxDurationMs {
+		return invalid("ttl", "is too long")
+	}
+	return checkDurationMs("wait", c.WaitMs, true)
+}
+
+// Acquire grants a lease on a resource, queues the request when it waits,
+// or answers a *HeldError naming the lease in the way.
+func (r *Registrar) Acquire(tx *Tx, c *logpb.Acquire) Outcome {
+	if err := ValidateAcquire(c); err != nil {
+		return fail(err)
+	}
+	nsName := orDefault(c.Namespace)
+	p := r.Policy(nsName)
+	ttl, err := ttlFor(p, "ttl", c.TtlMs)
+	if err != nil {
+		return fail(err)
+	}
+	mode := Mode(c.Mode)
+	if mode == 0 {
+		mode = Exclusive
+	}
+	ns := r.namespaces[nsName]
+	if err := r.checkQuota(ns, c.Holder); err != nil {
+		return fail(err)
+	}
+	var res *resource
+	if ns != nil {
+		res = ns.resources[c.Resource]
+	}
+	if res == nil || (len(res.waiters) == 0 && compatible(res, mode)) {
+		l := r.issue(tx, issueArgs{
+			ns: nsName, resource: c.Resource, holder: c.Holder, mode: mode, ttl: ttl,
+			maxRenewals: p.MaxRenewals, maxLifetime: p.MaxLifetime,
+		})
+		if tx.err != nil {
+			return fail(tx.err)
+		}
+		v := r.view(l, tx.Tick)
+		return Outcome{Lease: &v}
+	}
+	if c.WaitMs > 0 {
+		if uint64(len(res.waiters)) >= p.MaxWaitersPerResource {
+			return fail(quota("max_waiters_per_resource", p.MaxWaitersPerResource,
+				"%s has %d waiters; the limit is %d", c.Resource, len(res.waiters), p.MaxWaitersPerResource))
+		}
+		id := r.nextWaiter
+		tx.Emit(&logpb.Record{Body: &logpb.Record_Waiting{Waiting: &logpb.WaiterQueued{
+			WaiterId: id, Namespace: nsName, Resource: c.Resource, Holder: c.Holder,
+			Mode: tenurev1.Mode(mode), TtlMs: ttl, DeadlineTick: int64(tx.Tick) + c.WaitMs,
+			MaxRenewals: p.MaxRenewals, MaxLifetimeMs: p.MaxLifetime,
+		}}})
+		return Outcome{WaiterID: id, Err: tx.err}
+	}
+	return fail(r.held(res, tx.Tick, false))
+}
+
+// held describes what holds res.
+func (r *Registrar) held(res *resource, t Tick, waitEnded bool) *HeldError {
+	e := &HeldError{Namespace: res.ns.name, Resource: res.name, Waiters: len(res.waiters), WaitEnded: waitEnded}
+	l := res.excl
+	if l == nil && len(res.shared) > 0 {
+		l = res.shared[0]
+	}
+	if l != nil {
+		v := r.view(l, t)
+		e.LeaseID, e.Holder, e.Fence, e.Mode, e.Remaining = v.ID, v.Holder, v.Fence, v.Mode, v.Remaining
+	}
+	return e
+}
+
+// WaitEnded builds the error a waiter gets when its wait runs out.
+func (r *Registrar) WaitEnded(ns, resource string, t Tick) error {
+	if n := r.namespaces[ns]; n != nil {
+		if res := n.resources[resource]; res != nil {
+			return r.held(res, t, true)
+		}
+	}
+	return &HeldError{Namespace: ns, Resource: resource, WaitEnded: true}
+}
+
+// Renew extends leases: the listed ids, or every active lease of a holder.
+// A single-id renew reports its failure as Err; a batch lists failures.
+func (r *Registrar) Renew(tx *Tx, c *logpb.Renew) Outcome {
+	if err := checkBatch("lease_ids", len(c.LeaseIds)); err != nil {
+		return fail(err)
+	}
+	if err := CheckIdentifier("holder", c.Holder, c.AllOfHolder); err != nil {
+		return fail(err)
+	}
+	if err := CheckIdentifier("namespace", c.Namespace, false); err != nil {
+		return fail(err)
+	}
+	if c.TtlMs != nil && *c.TtlMs <= 0 {
+		return fail(newError(ReasonTTLOutOfRange, map[string]string{"field": "ttl"}, "ttl must be positive, got %s", Dur(*c.TtlMs)))
+	}
+	if len(c.LeaseIds) == 0 && !c.AllOfHolder {
+		return fail(invalid("lease_ids", "name at least one lease, or set all_of_holder"))
+	}
+	for _, id := range c.LeaseIds {
+		if err := CheckLeaseIDText("lease_ids", id); err != nil {
+			return fail(err)
+		}
+	}
+	var out Outcome
+	renew := func(id string, l *lease) {
+		v, err := r.renewOne(tx, id, l, c.Holder, c.TtlMs)
+		if err != nil {
+			out.Failures = append(out.Failures, Failure{LeaseID: id, Err: err})
+		} else {
+			out.Leases = append(out.Leases, v)
+		}
+	}
+	for _, id := range c.LeaseIds {
+		renew(id, r.lookup(id))
+	}
+	if c.AllOfHolder {
+		for _, ns := range r.namespacesFor(c.Namespace) {
+			if h := ns.holders[c.Holder]; h != nil {
+				for l := h.head; l != nil; l = l.hNext {
+					renew("", l)
+				}
+			}
+		}
+	}
+	if tx.err != nil {
+		return fail(tx.err)
+	}
+	if len(c.LeaseIds) == 1 && !c.AllOfHolder {
+		if len(out.Failures) == 1 {
+			return fail(out.Failures[0].Err)
+		}
+		out.Lease = &out.Leases[0]
+	}
+	return out
+}
+
+// namespacesFor returns the named namespace, or all of them (sorted, so
+// batch results are deterministic) for "".
+func (r *Registrar) namespacesFor(name string) []*namespace {
+	if name != "" {
+		if ns := r.namespaces[name]; ns != nil {
+			return []*namespace{ns}
+		}
+		return nil
+	}
+	out := make([]*namespace, 0, len(r.namespaces))
+	for _, ns := range r.namespaces {
+		out = append(out, ns)
+	}
+	sortNamespaces(out)
+	return out
+}
+
+// checkLive answers why a lease cannot be renewed or transferred at t.
+func (r *Registrar) checkLive(id string, l *lease, holder string, t Tick) error {
+	if l == nil {
+		return notFound(id)
+	}
+	if holder != "" && l.holder.name != holder {
+		return newError(ReasonNotHolder, map[string]string{"lease_id": id, "holder": l.holder.name},
+			"lease %s is held by %s, not %s", id, l.holder.name, holder)
+	}
+	switch {
+	case l.state == Expired || l.state == Active && !l.activeAt(t):
+		return newError(ReasonLeaseExpired, map[string]string{"lease_id": id},
+			"lease %s expired at %s", id, WallTime(l.expiresWall).Format("2006-01-02T15:04:05.000Z07:00"))
+	case l.state.Terminal():
+		return newError(ReasonLeaseTerminal, map[string]string{"lease_id": id, "state": l.state.String()},
+			"lease %s is %s", id, l.state)
+	}
+	return nil
+}
+
+func (r *Registrar) renewOne(tx *Tx, id string, l *lease, holder string, ttlReq *int64) (Lease, error) {
+	if l != nil && id == "" {
+		id = FormatLeaseID(l.issuedWall, r.tag, l.seq)
+	}
+	if err := r.checkLive(id, l, holder, tx.Tick); err != nil {
+		return Lease{}, err
+	}
+	ttl := l.ttl
+	if ttlReq != nil {
+		var err error
+		if ttl, err = ttlFor(l.res.ns.policy, "ttl", ttlReq); err != nil {
+			return Lease{}, err
+		}
+	}
+	if l.maxRenewals > 0 && l.renewals >= l.maxRenewals {
+		return Lease{}, newError(ReasonRenewalLimitExceeded, map[string]string{
+			"lease_id": id, "renewal_count": strconv.FormatUint(uint64(l.renewals), 10),
+			"max_renewals": strconv.FormatUint(uint64(l.maxRenewals), 10),
+		}, "lease %s on %s has reached maximum renewals (%d/%d). Release and reclaim to continue.",
+			id, l.res.name, l.renewals, l.maxRenewals)
+	}
+	limit := l.lifetimeCap()
+	if tx.Tick >= limit {
+		lived := int64(tx.Tick - l.issuedTick)
+		return Lease{}, newError(ReasonLifetimeExceeded, map[string]string{
+			"lease_id": id, "lifetime_ms": strconv.FormatInt(lived, 10), "max_lifetime_ms": strconv.FormatInt(l.maxLifetime, 10),
+			"lifetime_seconds": strconv.FormatInt(lived/1000, 10), "max_lifetime": strconv.FormatInt(l.maxLifetime/1000, 10),
+		}, "lease %s on %s has exceeded maximum lifetime (%ds/%ds). Release and reclaim to continue.",
+			id, l.res.name, lived/1000, l.maxLifetime/1000)
+	}
+	exp := tx.Tick + Tick(ttl)
+	if exp > limit {
+		exp = limit // never extended past max_lifetime
+	}
+	switch {
+	case exp < l.expiresTick:
+		return Lease{}, newError(ReasonRenewalDoesNotExtend, map[string]string{
+			"lease_id": id, "expires_tick": strconv.FormatInt(int64(l.expiresTick), 10), "requested_tick": strconv.FormatInt(int64(exp), 10),
+		}, "renewing lease %s would move its expiry earlier (%s left, asked for %s)", id, Dur(int64(l.expiresTick-tx.Tick)), Dur(int64(exp-tx.Tick)))
+	case exp == l.expiresTick && ttl == l.ttl:
+		// A retry within the same tick: a successful no-op (API.md).
+		return r.view(l, tx.Tick), nil
+	}
+	tx.Emit(&logpb.Record{Body: &logpb.Record_Renewed{Renewed: &logpb.LeaseRenewed{
+		Lease: r.ref(l), ExpiresTick: int64(exp), ExpiresWall: tx.Wall + int64(exp-tx.Tick), TtlMs: ttl,
+	}}})
+	return r.view(l, tx.Tick), tx.err
+}
+
+func checkReleaseReason(rr tenurev1.ReleaseReason) (tenurev1.ReleaseReason, error) {
+	switch rr {
+	case tenurev1.ReleaseReason_RELEASE_REASON_UNSPECIFIED:
+		return tenurev1.ReleaseReason_RELEASE_REASON_VOLUNTARY, nil
+	case tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED, tenurev1.ReleaseReason_RELEASE_REASON_ABORTED,
+		tenurev1.ReleaseReason_RELEASE_REASON_VOLUNTARY:
+		return rr, nil
+	}
+	return 0, invalid("reason", "unknown or reserved release reason %d", rr)
+}
+
+// Release ends a lease at its holder's request (CTR-0505). Releasing a
+// lease that already ended, or was pruned, succeeds and says so.
+func (r *Registrar) Release(tx *Tx, c *logpb.Release) Outcome {
+	if err := CheckLeaseIDText("lease_id", c.LeaseId); err != nil {
+		return fail(err)
+	}
+	if err := CheckIdentifier("holder", c.Holder, true); err != nil {
+		return fail(err)
+	}
+	reason, err := checkReleaseReason(c.Reason)
+	if err != nil {
+		return fail(err)
+	}
+	l := r.lookup(c.LeaseId)
+	if l == nil {
+		if r.pruned(c.LeaseId) {
+			return Outcome{AlreadyTerminal: true}
+		}
+		return fail(notFound(c.LeaseId))
+	}
+	if l.holder.name != c.Holder {
+		return fail(newError(ReasonNotHolder, map[string]string{"lease_id": c.LeaseId, "holder": l.holder.name},
+			"lease %s is held by %s, not %s", c.LeaseId, l.holder.name, c.Holder))
+	}
+	if l.state.Terminal() {
+		v := r.view(l, tx.Tick)
+		return Outcome{Lease: &v, AlreadyTerminal: true}
+	}
+	r.end(tx, l, &logpb.LeaseEnded{State: tenurev1.State_STATE_RELEASED, Reason: reason}, true)
+	v := r.view(l, tx.Tick)
+	return Outcome{Lease: &v, Err: tx.err}
+}
+
+// Revoke ends a lease by an administrator's decision. Revoking a revoked
+// lease is a no-op; other ended leases answer why they cannot be revoked.
+func (r *Registrar) Revoke(tx *Tx, c *logpb.Revoke) Outcome {
+	if err := CheckLeaseIDText("lease_id", c.LeaseId); err != nil {
+		return fail(err)
+	}
+	if err := CheckReason("reason", c.Reason); err != nil {
+		return fail(err)
+	}
+	l := r.lookup(c.LeaseId)
+	if l != nil && l.state == Revoked {
+		v := r.view(l, tx.Tick)
+		return Outcome{Lease: &v}
+	}
+	if err := r.checkLive(c.LeaseId, l, "", tx.Tick); err != nil {
+		return fail(err)
+	}
+	r.end(tx, l, &logpb.LeaseEnded{State: tenurev1.State_STATE_REVOKED, RevokeReason: c.Reason}, true)
+	v := r.view(l, tx.Tick)
+	return Outcome{Lease: &v, Err: tx.err}
+}
+
+// Transfer hands a lease to a new holder in one step: the old lease ends
+// RELEASED/TRANSFERRED and a new lease, with a new id and a higher fence,
+// is issued before any waiter can slip in.
+func (r *Registrar) Transfer(tx *Tx, c *logpb.Transfer) Outcome {
+	if err := CheckLeaseIDText("lease_id", c.LeaseId); err != nil {
+		return fail(err)
+	}
+	if err := CheckIdentifier("holder", c.Holder, true); err != nil {
+		return fail(err)
+	}
+	if err := CheckIdentifier("new_holder", c.NewHolder, true); err != nil {
+		return fail(err)
+	}
+	if c.TtlMs != nil && *c.TtlMs <= 0 {
+		return fail(newError(ReasonTTLOutOfRange, map[string]string{"field": "ttl"}, "ttl must be positive, got %s", Dur(*c.TtlMs)))
+	}
+	l := r.lookup(c.LeaseId)
+	if err := r.checkLive(c.LeaseId, l, c.Holder, tx.Tick); err != nil {
+		return fail(err)
+	}
+	ns := l.res.ns
+	ttl := l.ttl
+	if c.TtlMs != nil {
+		var err error
+		if ttl, err = ttlFor(ns.policy, "ttl", c.TtlMs); err != nil {
+			return fail(err)
+		}
+	}
+	if c.NewHolder != c.Holder {
+		if err := r.checkQuota(ns, c.NewHolder); err != nil {
+			return fail(err)
+		}
+	}
+	r.end(tx, l, &logpb.LeaseEnded{
+		State: tenurev1.State_STATE_RELEASED, Reason: tenurev1.ReleaseReason_RELEASE_REASON_TRANSFERRED, TransferredTo: r.nextSeq,
+	}, false)
+	nl := r.issue(tx, issueArgs{
+		ns: ns.name, resource: l.res.name, holder: c.NewHolder, mode: l.mode, ttl: ttl,
+		maxRenewals: ns.policy.MaxRenewals, maxLifetime: ns.policy.MaxLifetime, transferredFrom: l.seq,
+	})
+	if tx.err != nil {
+		return fail(tx.err)
+	}
+	old, nv := r.view(l, tx.Tick), r.view(nl, tx.Tick)
+	return Outcome{Lease: &nv, Released: &old}
+}
+
+// Expire is the leader's expirer asking for due leases to be expired. The
+// due ones already expired in Advance; an id that is not yet due is
+// refused (an expire earlier than the lease's expiry is rejected).
+func (r *Registrar) Expire(tx *Tx, c *logpb.Expire) Outcome {
+	if err := checkBatch("lease_ids", len(c.LeaseIds)); err != nil {
+		return fail(err)
+	}
+	var out Outcome
+	for _, id := range c.LeaseIds {
+		l := r.lookup(id)
+		switch {
+		case l == nil:
+			if !r.pruned(id) {
+				out.Failures = append(out.Failures, Failure{LeaseID: id, Err: notFound(id)})
+			}
+		case l.activeAt(tx.Tick):
+			out.Failures = append(out.Failures, Failure{LeaseID: id, Err: newError(ReasonExpiryTooEarly,
+				map[string]string{"lease_id": id, "expires_tick": strconv.FormatInt(int64(l.deadline()), 10)},
+				"lease %s is not due until tick %d (now %d)", id, l.deadline(), tx.Tick)})
+		default:
+			out.Leases = append(out.Leases, r.view(l, tx.Tick))
+		}
+	}
+	return out
+}
+
+// DeclareRestart gives a restarting holder's active leases a grace period
+// past their expiry, once per lease and never past max_lifetime, so that it
+// can verify and renew them.
+func (r *Registrar) DeclareRestart(tx *Tx, c *logpb.DeclareRestart) Outcome {
+	if err := CheckIdentifier("holder", c.Holder, true); err != nil {
+		return fail(err)
+	}
+	if err := CheckIdentifier("namespace", c.Namespace, false); err != nil {
+		return fail(err)
+	}
+	if c.GraceMs != nil {
+		if err := checkDurationMs("grace", *c.GraceMs, false); err != nil {
+			return fail(err)
+		}
+	}
+	var out Outcome
+	for _, ns := range r.namespacesFor(c.Namespace) {
+		h := ns.holders[c.Holder]
+		if h == nil {
+			continue
+		}
+		grace := ns.policy.MaxGrace
+		if c.GraceMs != nil && *c.GraceMs < grace {
+			grace = *c.GraceMs
+		}
+		for l := h.head; l != nil && tx.err == nil; l = l.hNext {
+			if l.graceUsed || grace == 0 {
+				continue
+			}
+			until := l.expiresTick + Tick(grace)
+			if cp := l.lifetimeCap(); until > cp {
+				until = cp
+			}
+			if until <= l.expiresTick {
+				continue
+			}
+			tx.Emit(&logpb.Record{Body: &logpb.Record_Grace{Grace: &logpb.LeaseGrace{
+				Lease: r.ref(l), UntilTick: int64(until), UntilWall: l.expiresWall + int64(until-l.expiresTick),
+			}}})
+			out.Leases = append(out.Leases, r.view(l, tx.Tick))
+		}
+	}
+	out.Err = tx.err
+	return out
+}
+
+// WriteState writes a resource's guarded state: only its active exclusive
+// lease may, and only at the current epoch.
+func (r *Registrar) WriteState(tx *Tx, c *logpb.WriteState) Outcome {
+	if err := CheckIdentifier("namespace", c.Namespace, false); err != nil {
+		return fail(err)
+	}
+	if err := CheckResource("resource", c.Resource); err != nil {
+		return fail(err)
+	}
+	if err := CheckLeaseIDText("lease_id", c.LeaseId); err != nil {
+		return fail(err)
+	}
+	if len(c.Data) > MaxStateBytes {
+		return fail(invalid("data", "is %d bytes; the limit is %d", len(c.Data), MaxStateBytes))
+	}
+	nsName := orDefault(c.Namespace)
+	var res *resource
+	if ns := r.namespaces[nsName]; ns != nil {
+		res = ns.resources[c.Resource]
+	}
+	l := r.lookup(c.LeaseId)
+	if l == nil || res == nil || l.res != res || l.mode != Exclusive || res.excl != l || !l.activeAt(tx.Tick) {
+		meta := map[string]string{"lease_id": c.LeaseId, "resource": c.Resource}
+		active := "none"
+		if res != nil && res.excl != nil && res.excl.activeAt(tx.Tick) {
+			active = FormatLeaseID(res.excl.issuedWall, r.tag, res.excl.seq)
+		}
+		meta["active_lease_id"] = active
+		return fail(newError(ReasonLeaseViolation, meta,
+			"lease %s is not the active exclusive lease of %s (active: %s)", c.LeaseId, c.Resource, active))
+	}
+	var cur uint64
+	if res.guarded != nil {
+		cur = res.guarded.epoch
+	}
+	meta := map[string]string{"expected_epoch": strconv.FormatUint(c.ExpectedEpoch, 10), "current_epoch": strconv.FormatUint(cur, 10)}
+	switch {
+	case c.ExpectedEpoch < cur:
+		return fail(newError(ReasonStaleEpoch, meta, "expected epoch %d < current %d", c.ExpectedEpoch, cur))
+	case c.ExpectedEpoch > cur:
+		return fail(newError(ReasonFutureEpoch, meta, "expected epoch %d > current %d", c.ExpectedEpoch, cur))
+	}
+	tx.Emit(&logpb.Record{Body: &logpb.Record_StateWritten{StateWritten: &logpb.StateWritten{
+		Namespace: nsName, Resource: c.Resource, Seq: l.seq, Epoch: cur + 1, Data: c.Data,
+	}}})
+	return Outcome{Epoch: cur + 1, Err: tx.err}
+}
+
+// SetPolicy replaces a namespace's policy (or, for "*", the defaults).
+func (r *Registrar) SetPolicy(tx *Tx, c *logpb.SetPolicy) Outcome {
+	if c.Namespace != DefaultsNamespace {
+		if err := CheckIdentifier("namespace", c.Namespace, true); err != nil {
+			return fail(err)
+		}
+	}
+	p := PolicyFromProto(r.defaults, c.Policy)
+	if err := p.Validate(); err != nil {
+		return fail(err)
+	}
+	tx.Emit(&logpb.Record{Body: &logpb.Record_PolicySet{PolicySet: &logpb.PolicySet{Namespace: c.Namespace, Policy: p.Proto()}}})
+	return Outcome{Err: tx.err}
+}

@@ -1,0 +1,132 @@
+package registrar
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// Policy is one namespace's limits. Durations are milliseconds.
+type Policy struct {
+	// DefaultTTL applies when a request names no ttl.
+	DefaultTTL int64
+	// MinTTL and MaxTTL bound every requested ttl (TTL_OUT_OF_RANGE).
+	MinTTL, MaxTTL int64
+	// MaxRenewals caps renewals per lease; 0 = unlimited.
+	MaxRenewals uint32
+	// MaxLifetime caps a lease's life from its grant; 0 = unlimited.
+	MaxLifetime int64
+	// MaxGrace caps (and is the default of) a restart grace.
+	MaxGrace int64
+	// MaxActivePerHolder and MaxActivePerNamespace are active-lease quotas.
+	MaxActivePerHolder, MaxActivePerNamespace uint64
+	// MaxWaitersPerResource bounds a resource's wait queue.
+	MaxWaitersPerResource uint64
+	// LeaseRetention is how long terminal leases are kept before pruning.
+	LeaseRetention int64
+	// HistoryRetention is how long per-resource history is kept.
+	HistoryRetention int64
+	// AlwaysCertify signs every grant and renewal.
+	AlwaysCertify bool
+}
+
+// DefaultPolicy returns the defaults of API.md "Conventions settled".
+func DefaultPolicy() Policy {
+	return Policy{
+		DefaultTTL:            60_000,
+		MinTTL:                1_000,
+		MaxTTL:                300_000,
+		MaxGrace:              15_000,
+		MaxActivePerHolder:    10_000,
+		MaxActivePerNamespace: 1_000_000,
+		MaxWaitersPerResource: 1_000,
+		LeaseRetention:        3_600_000,
+		HistoryRetention:      86_400_000,
+	}
+}
+
+// Validate reports the first inconsistent field, by name.
+func (p Policy) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return newError(ReasonPolicyInvalid, map[string]string{"field": field}, "%s: "+format, append([]any{field}, args...)...)
+	}
+	switch {
+	case p.MinTTL <= 0:
+		return bad("min_ttl", "must be positive")
+	case p.MaxTTL < p.MinTTL:
+		return bad("max_ttl", "must be at least min_ttl")
+	case p.DefaultTTL < p.MinTTL || p.DefaultTTL > p.MaxTTL:
+		return bad("default_ttl", "must lie within [min_ttl, max_ttl]")
+	case p.MaxTTL > maxDurationMs:
+		return bad("max_ttl", "is too long")
+	case p.MaxLifetime < 0 || p.MaxLifetime > maxDurationMs:
+		return bad("max_lifetime", "must be between 0 (unlimited) and 10 years")
+	case p.MaxGrace < 0 || p.MaxGrace > 15_000:
+		return bad("max_grace", "must be between 0 and 15s")
+	case p.MaxActivePerHolder == 0:
+		return bad("max_active_per_holder", "must be positive")
+	case p.MaxActivePerNamespace == 0:
+		return bad("max_active_per_namespace", "must be positive")
+	case p.MaxWaitersPerResource == 0:
+		return bad("max_waiters_per_resource", "must be positive")
+	case p.LeaseRetention <= 0 || p.LeaseRetention > maxDurationMs:
+		return bad("lease_retention", "must be positive")
+	case p.HistoryRetention <= 0 || p.HistoryRetention > maxDurationMs:
+		return bad("history_retention", "must be positive")
+	}
+	return nil
+}
+
+// PolicyFromProto overlays the set fields of pb on base.
+func PolicyFromProto(base Policy, pb *tenurev1.NamespacePolicy) Policy {
+	if pb == nil {
+		return base
+	}
+	ms := func(d *durationpb.Duration, into *int64) {
+		if d != nil {
+			*into = Ms(d.AsDuration())
+		}
+	}
+	ms(pb.DefaultTtl, &base.DefaultTTL)
+	ms(pb.MinTtl, &base.MinTTL)
+	ms(pb.MaxTtl, &base.MaxTTL)
+	ms(pb.MaxLifetime, &base.MaxLifetime)
+	ms(pb.MaxGrace, &base.MaxGrace)
+	ms(pb.LeaseRetention, &base.LeaseRetention)
+	ms(pb.HistoryRetention, &base.HistoryRetention)
+	if pb.MaxRenewals != 0 {
+		base.MaxRenewals = pb.MaxRenewals
+	}
+	if pb.MaxActivePerHolder != 0 {
+		base.MaxActivePerHolder = pb.MaxActivePerHolder
+	}
+	if pb.MaxActivePerNamespace != 0 {
+		base.MaxActivePerNamespace = pb.MaxActivePerNamespace
+	}
+	if pb.MaxWaitersPerResource != 0 {
+		base.MaxWaitersPerResource = pb.MaxWaitersPerResource
+	}
+	base.AlwaysCertify = pb.AlwaysCertify
+	return base
+}
+
+// Proto renders the policy with every field explicit.
+func (p Policy) Proto() *tenurev1.NamespacePolicy {
+	d := func(ms int64) *durationpb.Duration { return durationpb.New(time.Duration(ms) * time.Millisecond) }
+	return &tenurev1.NamespacePolicy{
+		DefaultTtl:            d(p.DefaultTTL),
+		MinTtl:                d(p.MinTTL),
+		MaxTtl:                d(p.MaxTTL),
+		MaxRenewals:           p.MaxRenewals,
+		MaxLifetime:           d(p.MaxLifetime),
+		MaxGrace:              d(p.MaxGrace),
+		MaxActivePerHolder:    p.MaxActivePerHolder,
+		MaxActivePerNamespace: p.MaxActivePerNamespace,
+		MaxWaitersPerResource: p.MaxWaitersPerResource,
+		LeaseRetention:        d(p.LeaseRetention),
+		HistoryRetention:      d(p.HistoryRetention),
+		AlwaysCertify:         p.AlwaysCertify,
+	}
+}

@@ -1,0 +1,319 @@
+package registrar
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"slices"
+	"strings"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// Queries read the state as of tick t (the registrar's current time, which
+// may be past the last applied record): a lease past its deadline reads
+// Expired even before its expiry record is applied.
+
+func sortNamespaces(ns []*namespace) {
+	slices.SortFunc(ns, func(a, b *namespace) int { return strings.Compare(a.name, b.name) })
+}
+
+// Get returns the lease with the given id.
+func (r *Registrar) Get(id string, t Tick) (Lease, error) {
+	if err := CheckLeaseIDText("lease_id", id); err != nil {
+		return Lease{}, err
+	}
+	l := r.lookup(id)
+	if l == nil {
+		return Lease{}, notFound(id)
+	}
+	return r.view(l, t), nil
+}
+
+// VerifyResult is the authoritative state of one requested id.
+type VerifyResult struct {
+	LeaseID string
+	Found   bool
+	Lease   Lease
+}
+
+// Verify answers the reality check a restarting holder makes: one result
+// per id, in request order.
+func (r *Registrar) Verify(ids []string, t Tick) ([]VerifyResult, error) {
+	if err := checkBatch("lease_ids", len(ids)); err != nil {
+		return nil, err
+	}
+	out := make([]VerifyResult, len(ids))
+	for i, id := range ids {
+		if err := CheckLeaseIDText("lease_ids", id); err != nil {
+			return nil, err
+		}
+		out[i].LeaseID = id
+		if l := r.lookup(id); l != nil {
+			out[i].Found = true
+			out[i].Lease = r.view(l, t)
+		}
+	}
+	return out, nil
+}
+
+// Active returns the leases of a resource honoured at t, by fence.
+func (r *Registrar) Active(ns, resource string, t Tick) []Lease {
+	res := r.res(ns, resource)
+	if res == nil {
+		return nil
+	}
+	var out []Lease
+	if res.excl != nil && res.excl.activeAt(t) {
+		out = append(out, r.view(res.excl, t))
+	}
+	for _, l := range res.shared {
+		if l.activeAt(t) {
+			out = append(out, r.view(l, t))
+		}
+	}
+	return out
+}
+
+func (r *Registrar) res(ns, resource string) *resource {
+	if n := r.namespaces[orDefault(ns)]; n != nil {
+		return n.resources[resource]
+	}
+	return nil
+}
+
+// ByHolder returns a holder's active leases in a namespace ("" = all).
+func (r *Registrar) ByHolder(holder, ns string, t Tick) []Lease {
+	var out []Lease
+	for _, n := range r.namespacesFor(ns) {
+		if h := n.holders[holder]; h != nil {
+			for l := h.head; l != nil; l = l.hNext {
+				if l.activeAt(t) {
+					out = append(out, r.view(l, t))
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return cmpUint(a.Fence, b.Fence) })
+	return out
+}
+
+// Fence answers CheckFence: whether fence belongs to an active lease of the
+// resource, and the resource's highest active fence.
+func (r *Registrar) Fence(ns, resource string, fence uint64, t Tick) (current bool, active uint64, err error) {
+	if err := CheckIdentifier("namespace", ns, false); err != nil {
+		return false, 0, err
+	}
+	if err := CheckResource("resource", resource); err != nil {
+		return false, 0, err
+	}
+	for _, l := range r.Active(ns, resource, t) {
+		if l.Fence == fence {
+			current = true
+		}
+		active = max(active, l.Fence)
+	}
+	return current, active, nil
+}
+
+// ReadState returns a resource's guarded state and epoch.
+func (r *Registrar) ReadState(ns, resource string) ([]byte, uint64, error) {
+	if err := CheckIdentifier("namespace", ns, false); err != nil {
+		return nil, 0, err
+	}
+	if err := CheckResource("resource", resource); err != nil {
+		return nil, 0, err
+	}
+	if res := r.res(ns, resource); res != nil && res.guarded != nil {
+		return slices.Clone(res.guarded.data), res.guarded.epoch, nil
+	}
+	return nil, 0, nil
+}
+
+// Due returns up to limit leases still marked active whose deadline is at
+// or before t, earliest first; it costs O(k log n) for k due leases and
+// does not change the heap. The leader's expirer proposes these.
+func (r *Registrar) Due(t Tick, limit int) []Lease {
+	var out []Lease
+	// Walk the heap as a tree, visiting only due nodes.
+	stack := []int{0}
+	items := r.expiry.items
+	for len(stack) > 0 && len(out) < limit {
+		i := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if i >= len(items) || items[i].deadline() > t {
+			continue
+		}
+		out = append(out, r.view(items[i], t))
+		stack = append(stack, 2*i+2, 2*i+1)
+	}
+	slices.SortFunc(out, func(a, b Lease) int {
+		if c := cmpInt(int64(a.Deadline()), int64(b.Deadline())); c != 0 {
+			return c
+		}
+		return cmpUint(a.Fence, b.Fence)
+	})
+	return out
+}
+
+// NextDeadline returns the earliest deadline of an active lease or waiter,
+// and false when there is none. The expirer sleeps until it.
+func (r *Registrar) NextDeadline() (Tick, bool) {
+	next, ok := Tick(0), false
+	if l, lok := r.expiry.peek(); lok {
+		next, ok = l.deadline(), true
+	}
+	if w, wok := r.deadlines.peek(); wok && (!ok || w.deadline < next) {
+		next, ok = w.deadline, true
+	}
+	return next, ok
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Counts returns a namespace's leases by state and its waiters (as of the
+// last applied record).
+func (r *Registrar) Counts(ns string) (active, released, expired, revoked, waiters uint64) {
+	n := r.namespaces[orDefault(ns)]
+	if n == nil {
+		return
+	}
+	return n.counts[Active], n.counts[Released], n.counts[Expired], n.counts[Revoked], n.waiters
+}
+
+// Waiter is a queued acquire as seen by queries.
+type Waiter struct {
+	ID       uint64
+	Holder   string
+	Mode     Mode
+	TTL      int64
+	Deadline Tick
+}
+
+// Waiters returns a resource's wait queue, head first.
+func (r *Registrar) Waiters(ns, resource string) []Waiter {
+	res := r.res(ns, resource)
+	if res == nil {
+		return nil
+	}
+	out := make([]Waiter, len(res.waiters))
+	for i, w := range res.waiters {
+		out[i] = Waiter{ID: w.id, Holder: w.holder, Mode: w.mode, TTL: w.ttl, Deadline: w.deadline}
+	}
+	return out
+}
+
+// WaiterPending reports whether a waiter is still queued.
+func (r *Registrar) WaiterPending(id uint64) bool { return r.waiters[id] != nil }
+
+// ListQuery filters List.
+type ListQuery struct {
+	Namespace string
+	Prefix    string
+	Holder    string
+	States    []State // empty = all
+	PageSize  int
+	PageToken string
+}
+
+// MaxPageSize bounds a List page; DefaultPageSize is used for 0.
+const (
+	MaxPageSize     = 1000
+	DefaultPageSize = 100
+)
+
+// List returns leases ordered by (resource, fence) with stable paging: the
+// token names the last (resource, fence) returned, so pages neither skip
+// nor repeat leases that exist across calls.
+func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err error) {
+	if err := CheckIdentifier("namespace", q.Namespace, false); err != nil {
+		return nil, "", err
+	}
+	if err := checkText("prefix", q.Prefix, MaxResourceBytes, false); err != nil {
+		return nil, "", err
+	}
+	if err := CheckIdentifier("holder", q.Holder, false); err != nil {
+		return nil, "", err
+	}
+	for _, s := range q.States {
+		if s < Active || s > Revoked {
+			return nil, "", invalid("states", "unknown state %d", s)
+		}
+	}
+	if q.PageSize < 0 || q.PageSize > MaxPageSize {
+		return nil, "", invalid("page_size", "must be between 0 and %d", MaxPageSize)
+	}
+	size := q.PageSize
+	if size == 0 {
+		size = DefaultPageSize
+	}
+	startRes, startSeq, err := decodePageToken(q.PageToken)
+	if err != nil {
+		return nil, "", err
+	}
+	ns := r.namespaces[orDefault(q.Namespace)]
+	if ns == nil {
+		return nil, "", nil
+	}
+	want := func(s State) bool { return len(q.States) == 0 || slices.Contains(q.States, s) }
+	from := q.Prefix
+	if startRes > from {
+		from = startRes
+	}
+	ns.ordered.AscendGreaterOrEqual(&resource{name: from}, func(res *resource) bool {
+		if !strings.HasPrefix(res.name, q.Prefix) {
+			return false
+		}
+		for _, l := range res.leases {
+			if res.name == startRes && l.seq <= startSeq {
+				continue
+			}
+			if q.Holder != "" && l.holder.name != q.Holder {
+				continue
+			}
+			v := r.view(l, t)
+			if !want(v.State) {
+				continue
+			}
+			if len(leases) == size {
+				last := leases[len(leases)-1]
+				next = encodePageToken(last.Resource, last.Fence)
+				return false
+			}
+			leases = append(leases, v)
+		}
+		return true
+	})
+	return leases, next, nil
+}
+
+func encodePageToken(res string, seq uint64) string {
+	b := binary.AppendUvarint(nil, seq)
+	b = append(b, res...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodePageToken(tok string) (string, uint64, error) {
+	if tok == "" {
+		return "", 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return "", 0, invalid("page_token", "is not a token this server issued")
+	}
+	seq, n := binary.Uvarint(b)
+	if n <= 0 {
+		return "", 0, invalid("page_token", "is not a token this server issued")
+	}
+	return string(b[n:]), seq, nil
+}
+
+// StateFromProto converts a wire state filter.
+func StateFromProto(s tenurev1.State) State { return State(s) }

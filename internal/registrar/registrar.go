@@ -1,0 +1,367 @@
+package registrar
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/tenurehq/tenure/internal/logpb"
+)
+
+// DefaultsNamespace names the server-wide default policy in SetPolicy.
+const DefaultsNamespace = "*"
+
+// Registrar is the lease domain of the state machine. It is not safe for
+// concurrent use; the state machine serialises commands and queries.
+//
+// Commands (Acquire, Renew, …) decide and emit records through a Tx; every
+// state change happens in Apply, which replays a record. So the state is a
+// pure function of the record sequence (INV-0502).
+type Registrar struct {
+	defaults   Policy
+	namespaces map[string]*namespace
+	leases     map[uint64]*lease
+	waiters    map[uint64]*waiter
+	expiry     timerHeap[*lease]
+	deadlines  timerHeap[*waiter]
+	nextSeq    uint64
+	nextWaiter uint64
+	tick       Tick  // of the last applied record
+	wall       int64 // of the last applied record
+	tag        uint16
+	// nextPrune is the earliest tick at which some terminal lease is due
+	// for pruning (derived, not snapshotted).
+	nextPrune Tick
+	// LeaseEnded, when set, is told of every lease that ends, inside the
+	// same apply step (sibling domains hook task requeue and piece return
+	// here).
+	onEnd []func(tx *Tx, l Lease)
+}
+
+// New returns an empty registrar with the given default policy.
+func New(defaults Policy) *Registrar {
+	return &Registrar{
+		defaults:   defaults,
+		namespaces: make(map[string]*namespace),
+		leases:     make(map[uint64]*lease),
+		waiters:    make(map[uint64]*waiter),
+		expiry:     newLeaseHeap(),
+		deadlines:  newWaiterHeap(),
+		nextSeq:    1,
+		nextWaiter: 1,
+		nextPrune:  noPrune,
+	}
+}
+
+const noPrune = Tick(1<<63 - 1)
+
+// SetIDTag sets the cluster tag mixed into lease ids.
+func (r *Registrar) SetIDTag(tag uint16) { r.tag = tag }
+
+// IDTag returns the cluster tag mixed into lease ids.
+func (r *Registrar) IDTag() uint16 { return r.tag }
+
+// Tick returns the tick of the last applied record.
+func (r *Registrar) Tick() Tick { return r.tick }
+
+// Defaults returns the server-wide default policy.
+func (r *Registrar) Defaults() Policy { return r.defaults }
+
+// SetDefaults replaces the default policy (bootstrap and restore only).
+func (r *Registrar) SetDefaults(p Policy) {
+	r.defaults = p
+	for _, ns := range r.namespaces {
+		if !ns.hasPolicy {
+			ns.policy = p
+		}
+	}
+}
+
+// Policy returns the policy in force for a namespace.
+func (r *Registrar) Policy(ns string) Policy {
+	if n := r.namespaces[orDefault(ns)]; n != nil {
+		return n.policy
+	}
+	return r.defaults
+}
+
+func (r *Registrar) namespace(name string, create bool) *namespace {
+	if n := r.namespaces[name]; n != nil || !create {
+		return n
+	}
+	n := newNamespace(name, r.defaults)
+	r.namespaces[n.name] = n
+	return n
+}
+
+// Apply applies one sealed record. It fails only on a record that cannot
+// follow the current state (a corrupt or reordered ledger).
+func (r *Registrar) Apply(rec *logpb.Record) error {
+	r.advanceTo(Tick(rec.Tick), rec.Wall)
+	switch b := rec.Body.(type) {
+	case *logpb.Record_Issued:
+		return r.applyIssued(rec, b.Issued)
+	case *logpb.Record_Renewed:
+		l, err := r.recordLease(b.Renewed.GetLease())
+		if err != nil {
+			return err
+		}
+		l.expiresTick = Tick(b.Renewed.ExpiresTick)
+		l.expiresWall = b.Renewed.ExpiresWall
+		l.ttl = b.Renewed.TtlMs
+		l.lastRenewedWall = rec.Wall
+		if l.renewals < ^uint32(0) { // saturate (INV-0303)
+			l.renewals++
+		}
+		l.graceTick, l.graceWall = 0, 0
+		r.expiry.fix(l)
+	case *logpb.Record_Ended:
+		l, err := r.recordLease(b.Ended.GetLease())
+		if err != nil {
+			return err
+		}
+		r.applyEnded(rec, l, b.Ended)
+	case *logpb.Record_Grace:
+		l, err := r.recordLease(b.Grace.GetLease())
+		if err != nil {
+			return err
+		}
+		l.graceTick = Tick(b.Grace.UntilTick)
+		l.graceWall = b.Grace.UntilWall
+		l.graceUsed = true
+		r.expiry.fix(l)
+	case *logpb.Record_Waiting:
+		return r.applyWaiting(b.Waiting)
+	case *logpb.Record_WaitEnded:
+		w := r.waiters[b.WaitEnded.WaiterId]
+		if w == nil {
+			return fmt.Errorf("record %d: unknown waiter %d", rec.Index, b.WaitEnded.WaiterId)
+		}
+		r.removeWaiter(w)
+	case *logpb.Record_StateWritten:
+		sw := b.StateWritten
+		res := r.namespace(sw.Namespace, true).resource(sw.Resource, true)
+		if res.guarded == nil {
+			res.guarded = &guarded{}
+		}
+		res.guarded.epoch = sw.Epoch
+		res.guarded.data = sw.Data
+	case *logpb.Record_PolicySet:
+		p := PolicyFromProto(r.defaults, b.PolicySet.Policy)
+		if b.PolicySet.Namespace == DefaultsNamespace {
+			r.SetDefaults(p)
+		} else {
+			n := r.namespace(b.PolicySet.Namespace, true)
+			n.policy, n.hasPolicy = p, true
+		}
+		r.schedulePrune()
+	case *logpb.Record_Initialized:
+		r.SetDefaults(PolicyFromProto(DefaultPolicy(), b.Initialized.DefaultPolicy))
+	case *logpb.Record_Checkpoint:
+		// The chain is the state machine's business.
+	default:
+		return fmt.Errorf("record %d: unknown body %T", rec.Index, rec.Body)
+	}
+	return nil
+}
+
+func (r *Registrar) recordLease(ref *logpb.LeaseRef) (*lease, error) {
+	l := r.leases[ref.GetSeq()]
+	if l == nil {
+		return nil, fmt.Errorf("record names unknown lease %d", ref.GetSeq())
+	}
+	return l, nil
+}
+
+func (r *Registrar) applyIssued(rec *logpb.Record, is *logpb.LeaseIssued) error {
+	if is.Seq == 0 || r.leases[is.Seq] != nil || is.Seq < r.nextSeq {
+		return fmt.Errorf("record %d: lease sequence %d reused", rec.Index, is.Seq)
+	}
+	if is.WaiterId != 0 {
+		w := r.waiters[is.WaiterId]
+		if w == nil {
+			return fmt.Errorf("record %d: grants unknown waiter %d", rec.Index, is.WaiterId)
+		}
+		r.removeWaiter(w)
+	}
+	ns := r.namespace(is.Namespace, true)
+	res := ns.resource(is.Resource, true)
+	h := ns.holder(is.Holder)
+	l := &lease{
+		seq:         is.Seq,
+		res:         res,
+		holder:      h,
+		issuedTick:  Tick(rec.Tick),
+		expiresTick: Tick(is.ExpiresTick),
+		issuedWall:  rec.Wall,
+		expiresWall: is.ExpiresWall,
+		ttl:         is.TtlMs,
+		maxLifetime: is.MaxLifetimeMs,
+		maxRenewals: is.MaxRenewals,
+		state:       Active,
+		mode:        Mode(is.Mode),
+		heapIdx:     -1,
+	}
+	r.nextSeq = is.Seq + 1
+	r.leases[l.seq] = l
+	res.leases = append(res.leases, l)
+	if l.mode == Shared {
+		res.shared = append(res.shared, l)
+	} else {
+		res.excl = l
+	}
+	l.hNext = h.head
+	if h.head != nil {
+		h.head.hPrev = l
+	}
+	h.head = l
+	h.active++
+	ns.counts[Active]++
+	r.expiry.push(l)
+	return nil
+}
+
+func (r *Registrar) applyEnded(rec *logpb.Record, l *lease, e *logpb.LeaseEnded) {
+	if l.state.Terminal() {
+		return // INV-0101: terminal states never change
+	}
+	ns := l.res.ns
+	l.state = State(e.State)
+	l.reason = uint8(e.Reason)
+	l.revokeReason = e.RevokeReason
+	l.endedTick = Tick(rec.Tick)
+	if l.state == Expired {
+		// INV-0304: an expired lease terminates at its own expiry, never
+		// at a time supplied by a request.
+		l.terminatedWall = l.expiresWall
+		if l.graceTick > l.expiresTick {
+			l.terminatedWall = l.graceWall
+		}
+	} else {
+		l.terminatedWall = rec.Wall
+	}
+	r.expiry.remove(l)
+	res := l.res
+	if res.excl == l {
+		res.excl = nil
+	} else if i := slices.Index(res.shared, l); i >= 0 {
+		res.shared = slices.Delete(res.shared, i, i+1)
+	}
+	h := l.holder
+	if l.hPrev != nil {
+		l.hPrev.hNext = l.hNext
+	} else {
+		h.head = l.hNext
+	}
+	if l.hNext != nil {
+		l.hNext.hPrev = l.hPrev
+	}
+	l.hPrev, l.hNext = nil, nil
+	h.active--
+	if h.active == 0 {
+		delete(ns.holders, h.name)
+	}
+	ns.counts[Active]--
+	ns.counts[l.state]++
+	ns.retired.push(l)
+	if due := l.endedTick + Tick(ns.policy.LeaseRetention); due < r.nextPrune {
+		r.nextPrune = due
+	}
+}
+
+func (r *Registrar) applyWaiting(wq *logpb.WaiterQueued) error {
+	if wq.WaiterId == 0 || r.waiters[wq.WaiterId] != nil || wq.WaiterId < r.nextWaiter {
+		return fmt.Errorf("waiter id %d reused", wq.WaiterId)
+	}
+	ns := r.namespace(wq.Namespace, true)
+	res := ns.resource(wq.Resource, true)
+	w := &waiter{
+		id:          wq.WaiterId,
+		res:         res,
+		holder:      wq.Holder,
+		mode:        Mode(wq.Mode),
+		ttl:         wq.TtlMs,
+		deadline:    Tick(wq.DeadlineTick),
+		maxRenewals: wq.MaxRenewals,
+		maxLifetime: wq.MaxLifetimeMs,
+		heapIdx:     -1,
+	}
+	r.nextWaiter = w.id + 1
+	r.waiters[w.id] = w
+	res.waiters = append(res.waiters, w)
+	ns.waiters++
+	r.deadlines.push(w)
+	return nil
+}
+
+func (r *Registrar) removeWaiter(w *waiter) {
+	delete(r.waiters, w.id)
+	r.deadlines.remove(w)
+	res := w.res
+	if i := slices.Index(res.waiters, w); i >= 0 {
+		res.waiters = slices.Delete(res.waiters, i, i+1)
+	}
+	res.ns.waiters--
+	res.ns.dropIfEmpty(res)
+}
+
+// advanceTo moves registrar time forward to t and prunes terminal leases
+// whose retention has passed. Pruning is a pure function of the state and
+// the tick, so replay prunes exactly alike.
+func (r *Registrar) advanceTo(t Tick, wall int64) {
+	if t > r.tick {
+		r.tick = t
+	}
+	if wall > r.wall {
+		r.wall = wall
+	}
+	if r.tick < r.nextPrune {
+		return
+	}
+	for _, ns := range r.namespaces {
+		ret := Tick(ns.policy.LeaseRetention)
+		for l := ns.retired.peek(); l != nil && l.endedTick+ret <= r.tick; l = ns.retired.peek() {
+			ns.retired.pop()
+			r.prune(l)
+		}
+	}
+	r.schedulePrune()
+}
+
+func (r *Registrar) schedulePrune() {
+	r.nextPrune = noPrune
+	for _, ns := range r.namespaces {
+		if l := ns.retired.peek(); l != nil {
+			if due := l.endedTick + Tick(ns.policy.LeaseRetention); due < r.nextPrune {
+				r.nextPrune = due
+			}
+		}
+	}
+}
+
+func (r *Registrar) prune(l *lease) {
+	delete(r.leases, l.seq)
+	res := l.res
+	ns := res.ns
+	ns.counts[l.state]--
+	if i, ok := slices.BinarySearchFunc(res.leases, l.seq, func(x *lease, s uint64) int {
+		return cmpUint(x.seq, s)
+	}); ok {
+		if i == 0 {
+			res.leases[0] = nil
+			res.leases = res.leases[1:]
+		} else {
+			res.leases = slices.Delete(res.leases, i, i+1)
+		}
+	}
+	ns.dropIfEmpty(res)
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

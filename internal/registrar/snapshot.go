@@ -1,0 +1,144 @@
+package registrar
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
+)
+
+// SnapshotInto writes the registrar's state into s in a canonical order
+// (leases and waiters by sequence, states and policies by name), so that
+// equal states give equal bytes.
+func (r *Registrar) SnapshotInto(s *logpb.Snapshot) {
+	s.Tick, s.Wall = int64(r.tick), r.wall
+	s.NextSeq, s.NextWaiter = r.nextSeq, r.nextWaiter
+	s.IdTag = uint32(r.tag)
+	s.DefaultPolicy = r.defaults.Proto()
+	s.Leases = make([]*logpb.LeaseSnap, 0, len(r.leases))
+	for _, l := range r.leases {
+		s.Leases = append(s.Leases, &logpb.LeaseSnap{
+			Seq: l.seq, Namespace: l.res.ns.name, Resource: l.res.name, Holder: l.holder.name,
+			Mode: tenurev1.Mode(l.mode), State: tenurev1.State(l.state), TtlMs: l.ttl,
+			IssuedTick: int64(l.issuedTick), IssuedWall: l.issuedWall,
+			ExpiresTick: int64(l.expiresTick), ExpiresWall: l.expiresWall,
+			LastRenewedWall: l.lastRenewedWall, RenewalCount: l.renewals,
+			Reason: tenurev1.ReleaseReason(l.reason), TerminatedWall: l.terminatedWall,
+			GraceUntilTick: int64(l.graceTick), GraceUntilWall: l.graceWall, GraceUsed: l.graceUsed,
+			MaxRenewals: l.maxRenewals, MaxLifetimeMs: l.maxLifetime, RevokeReason: l.revokeReason,
+			EndedTick: int64(l.endedTick),
+		})
+	}
+	slices.SortFunc(s.Leases, func(a, b *logpb.LeaseSnap) int { return cmp.Compare(a.Seq, b.Seq) })
+	s.Waiters = make([]*logpb.WaiterQueued, 0, len(r.waiters))
+	for _, w := range r.waiters {
+		s.Waiters = append(s.Waiters, &logpb.WaiterQueued{
+			WaiterId: w.id, Namespace: w.res.ns.name, Resource: w.res.name, Holder: w.holder,
+			Mode: tenurev1.Mode(w.mode), TtlMs: w.ttl, DeadlineTick: int64(w.deadline),
+			MaxRenewals: w.maxRenewals, MaxLifetimeMs: w.maxLifetime,
+		})
+	}
+	slices.SortFunc(s.Waiters, func(a, b *logpb.WaiterQueued) int { return cmp.Compare(a.WaiterId, b.WaiterId) })
+	s.States, s.Policies = nil, nil
+	for _, ns := range r.namespacesFor("") {
+		if ns.hasPolicy {
+			s.Policies = append(s.Policies, &logpb.PolicySet{Namespace: ns.name, Policy: ns.policy.Proto()})
+		}
+		ns.ordered.Ascend(func(res *resource) bool {
+			if res.guarded != nil {
+				s.States = append(s.States, &logpb.GuardedStateSnap{
+					Namespace: ns.name, Resource: res.name, Epoch: res.guarded.epoch, Data: res.guarded.data,
+				})
+			}
+			return true
+		})
+	}
+}
+
+// Restore builds a registrar from a snapshot.
+func Restore(s *logpb.Snapshot) (*Registrar, error) {
+	r := New(PolicyFromProto(DefaultPolicy(), s.DefaultPolicy))
+	r.tick, r.wall = Tick(s.Tick), s.Wall
+	r.nextSeq, r.nextWaiter = s.NextSeq, s.NextWaiter
+	r.tag = uint16(s.IdTag)
+	for _, p := range s.Policies {
+		n := r.namespace(p.Namespace, true)
+		n.policy, n.hasPolicy = PolicyFromProto(r.defaults, p.Policy), true
+	}
+	var retired []*lease
+	for _, ls := range s.Leases {
+		if ls.Seq == 0 || ls.Seq >= r.nextSeq || r.leases[ls.Seq] != nil {
+			return nil, fmt.Errorf("snapshot: bad lease sequence %d", ls.Seq)
+		}
+		if ls.State < tenurev1.State_STATE_ACTIVE || ls.State > tenurev1.State_STATE_REVOKED {
+			return nil, fmt.Errorf("snapshot: lease %d has bad state %d", ls.Seq, ls.State)
+		}
+		ns := r.namespace(ls.Namespace, true)
+		res := ns.resource(ls.Resource, true)
+		l := &lease{
+			seq: ls.Seq, res: res, holder: ns.holder(ls.Holder),
+			issuedTick: Tick(ls.IssuedTick), expiresTick: Tick(ls.ExpiresTick),
+			issuedWall: ls.IssuedWall, expiresWall: ls.ExpiresWall, lastRenewedWall: ls.LastRenewedWall,
+			terminatedWall: ls.TerminatedWall, endedTick: Tick(ls.EndedTick),
+			graceTick: Tick(ls.GraceUntilTick), graceWall: ls.GraceUntilWall, graceUsed: ls.GraceUsed,
+			ttl: ls.TtlMs, maxLifetime: ls.MaxLifetimeMs, maxRenewals: ls.MaxRenewals, renewals: ls.RenewalCount,
+			state: State(ls.State), mode: Mode(ls.Mode), reason: uint8(ls.Reason), revokeReason: ls.RevokeReason,
+			heapIdx: -1,
+		}
+		if l.mode != Exclusive && l.mode != Shared {
+			return nil, fmt.Errorf("snapshot: lease %d has bad mode %d", ls.Seq, ls.Mode)
+		}
+		r.leases[l.seq] = l
+		res.leases = append(res.leases, l) // snapshot order is by seq
+		ns.counts[l.state]++
+		if l.state != Active {
+			retired = append(retired, l)
+			continue
+		}
+		if l.mode == Shared {
+			res.shared = append(res.shared, l)
+		} else {
+			if res.excl != nil {
+				return nil, fmt.Errorf("snapshot: two exclusive leases on %s", res.name)
+			}
+			res.excl = l
+		}
+		h := l.holder
+		l.hNext = h.head
+		if h.head != nil {
+			h.head.hPrev = l
+		}
+		h.head = l
+		h.active++
+		r.expiry.push(l)
+	}
+	// Holders whose leases all ended exist only while active.
+	for _, ns := range r.namespaces {
+		for name, h := range ns.holders {
+			if h.active == 0 {
+				delete(ns.holders, name)
+			}
+		}
+	}
+	// Pruning pops by ended tick; equal ticks prune together, so their
+	// order does not matter.
+	slices.SortStableFunc(retired, func(a, b *lease) int { return cmp.Compare(a.endedTick, b.endedTick) })
+	for _, l := range retired {
+		l.res.ns.retired.push(l)
+	}
+	for _, wq := range s.Waiters {
+		if err := r.applyWaiting(wq); err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+	}
+	r.nextWaiter = s.NextWaiter
+	for _, st := range s.States {
+		res := r.namespace(st.Namespace, true).resource(st.Resource, true)
+		res.guarded = &guarded{epoch: st.Epoch, data: st.Data}
+	}
+	r.schedulePrune()
+	return r, nil
+}
+

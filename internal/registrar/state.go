@@ -1,0 +1,176 @@
+package registrar
+
+import (
+	"strings"
+
+	"github.com/google/btree"
+)
+
+// lease is the registrar's record of one lease. It is kept small: a
+// million active leases should cost a few hundred bytes each.
+type lease struct {
+	seq    uint64 // also the fence
+	res    *resource
+	holder *holderEntry
+	// hPrev, hNext link the holder's active leases.
+	hPrev, hNext *lease
+
+	issuedTick, expiresTick Tick
+	issuedWall, expiresWall int64
+	lastRenewedWall         int64
+	terminatedWall          int64
+	endedTick               Tick // tick of the record that ended it (pruning clock)
+	graceTick               Tick
+	graceWall               int64
+	ttl                     int64 // ms
+	maxLifetime             int64 // ms, 0 = unlimited
+	maxRenewals             uint32
+	renewals                uint32
+	heapIdx                 int32 // index in the expiry heap, -1 when not in it
+	state                   State
+	mode                    Mode
+	reason                  uint8 // tenurev1.ReleaseReason
+	graceUsed               bool
+	revokeReason            string
+}
+
+// deadline is the tick at which the lease stops being honoured: its
+// expiry, or the end of a restart grace.
+func (l *lease) deadline() Tick {
+	if l.graceTick > l.expiresTick {
+		return l.graceTick
+	}
+	return l.expiresTick
+}
+
+// activeAt reports whether the lease is honoured at tick t (strict: not at
+// or after its deadline; CTR-0301).
+func (l *lease) activeAt(t Tick) bool { return l.state == Active && t < l.deadline() }
+
+// lifetimeCap is the tick past which the lease may never be extended.
+func (l *lease) lifetimeCap() Tick {
+	if l.maxLifetime == 0 {
+		return Tick(1<<62 - 1)
+	}
+	return l.issuedTick + Tick(l.maxLifetime)
+}
+
+// resource is a claimed name in a namespace: its leases (active and
+// terminal until pruned, by sequence), its FIFO wait queue and its
+// guarded state. It exists while any of those does.
+type resource struct {
+	ns      *namespace
+	name    string
+	leases  []*lease // by seq; terminal ones until pruned
+	excl    *lease   // the active exclusive lease, if any
+	shared  []*lease // the active shared leases
+	waiters []*waiter
+	guarded *guarded
+}
+
+type guarded struct {
+	epoch uint64
+	data  []byte
+}
+
+func (r *resource) empty() bool {
+	return len(r.leases) == 0 && len(r.waiters) == 0 && r.guarded == nil
+}
+
+// waiter is a queued acquire. Waiters are granted in FIFO order; a queued
+// exclusive request blocks later shared ones.
+type waiter struct {
+	id          uint64
+	res         *resource
+	holder      string
+	mode        Mode
+	ttl         int64
+	deadline    Tick
+	maxRenewals uint32
+	maxLifetime int64
+	heapIdx     int32
+}
+
+// holderEntry is one holder's active leases in one namespace.
+type holderEntry struct {
+	name   string
+	ns     *namespace
+	head   *lease
+	active uint64
+}
+
+// namespace holds the resources, holders, policy and counters of one tenant.
+type namespace struct {
+	name      string
+	policy    Policy
+	hasPolicy bool // set explicitly (replicated), not just the defaults
+	resources map[string]*resource
+	ordered   *btree.BTreeG[*resource]
+	holders   map[string]*holderEntry
+	retired   leaseFIFO // terminal leases in the order they ended
+	counts    [5]uint64 // by State
+	waiters   uint64
+}
+
+func lessResource(a, b *resource) bool { return a.name < b.name }
+
+func newNamespace(name string, p Policy) *namespace {
+	return &namespace{
+		name:      name,
+		policy:    p,
+		resources: make(map[string]*resource),
+		ordered:   btree.NewG(32, lessResource),
+		holders:   make(map[string]*holderEntry),
+	}
+}
+
+func (ns *namespace) resource(name string, create bool) *resource {
+	if r := ns.resources[name]; r != nil || !create {
+		return r
+	}
+	r := &resource{ns: ns, name: strings.Clone(name)}
+	ns.resources[r.name] = r
+	ns.ordered.ReplaceOrInsert(r)
+	return r
+}
+
+func (ns *namespace) dropIfEmpty(r *resource) {
+	if r.empty() {
+		delete(ns.resources, r.name)
+		ns.ordered.Delete(r)
+	}
+}
+
+func (ns *namespace) holder(name string) *holderEntry {
+	if h := ns.holders[name]; h != nil {
+		return h
+	}
+	h := &holderEntry{name: strings.Clone(name), ns: ns}
+	ns.holders[h.name] = h
+	return h
+}
+
+// leaseFIFO is a queue of leases in the order they ended.
+type leaseFIFO struct {
+	items []*lease
+	head  int
+}
+
+func (q *leaseFIFO) push(l *lease) { q.items = append(q.items, l) }
+func (q *leaseFIFO) len() int      { return len(q.items) - q.head }
+func (q *leaseFIFO) peek() *lease {
+	if q.head == len(q.items) {
+		return nil
+	}
+	return q.items[q.head]
+}
+func (q *leaseFIFO) pop() {
+	q.items[q.head] = nil
+	q.head++
+	if q.head > 1024 && q.head*2 > len(q.items) {
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items = q.items[:n]
+		q.head = 0
+	}
+}

@@ -1,0 +1,107 @@
+package registrar
+
+import (
+	"strconv"
+	"unicode/utf8"
+)
+
+// Input limits (DESIGN §1.5).
+const (
+	MaxIdentifierBytes = 128
+	MaxResourceBytes   = 512
+	MaxStateBytes      = 64 << 10
+	MaxReasonBytes     = 1024
+	MaxBatchIDs        = 10_000
+	DefaultNamespace   = "default"
+)
+
+// checkText validates a name: valid UTF-8, no control characters, at most
+// max bytes and, when required, not empty.
+func checkText(field, v string, max int, required bool) error {
+	if v == "" {
+		if required {
+			return invalid(field, "is required")
+		}
+		return nil
+	}
+	if len(v) > max {
+		return invalid(field, "is %d bytes; the limit is %d", len(v), max)
+	}
+	for i := 0; i < len(v); {
+		c := v[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == 0x7f {
+				return invalid(field, "contains a control character at byte %d", i)
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(v[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return invalid(field, "is not valid UTF-8 (byte %d)", i)
+		}
+		if r >= 0x80 && r <= 0x9f || r == 0x2028 || r == 0x2029 {
+			return invalid(field, "contains a control character at byte %d", i)
+		}
+		i += n
+	}
+	return nil
+}
+
+// CheckIdentifier validates a holder, namespace, queue or id field.
+func CheckIdentifier(field, v string, required bool) error {
+	return checkText(field, v, MaxIdentifierBytes, required)
+}
+
+// CheckResource validates a resource name.
+func CheckResource(field, v string) error {
+	return checkText(field, v, MaxResourceBytes, true)
+}
+
+// CheckLeaseIDText validates the shape of a lease id argument: non-empty,
+// at most 128 bytes, printable. Unknown but well-formed ids are
+// LEASE_NOT_FOUND, not INVALID_ARGUMENT (API.md).
+func CheckLeaseIDText(field, v string) error {
+	return checkText(field, v, MaxIdentifierBytes, true)
+}
+
+// CheckReason validates free text such as a revoke reason.
+func CheckReason(field, v string) error {
+	return checkText(field, v, MaxReasonBytes, false)
+}
+
+func checkMode(field string, m Mode) error {
+	if m != Exclusive && m != Shared {
+		return invalid(field, "unknown mode %d", m)
+	}
+	return nil
+}
+
+func checkDurationMs(field string, ms int64, allowZero bool) error {
+	if ms < 0 || (!allowZero && ms == 0) {
+		return invalid(field, "must be positive, got %dms", ms)
+	}
+	if ms > maxDurationMs {
+		return invalid(field, "is longer than %d days", maxDurationMs/86_400_000)
+	}
+	return nil
+}
+
+// maxDurationMs bounds every duration argument (about 10 years) so that tick
+// arithmetic can never overflow.
+const maxDurationMs = 10 * 365 * 86_400_000
+
+func checkBatch(field string, n int) error {
+	if n > MaxBatchIDs {
+		return invalid(field, "lists %d ids; the limit is %s", n, strconv.Itoa(MaxBatchIDs))
+	}
+	return nil
+}
+
+// orDefault returns the default namespace for an empty one.
+func orDefault(ns string) string {
+	if ns == "" {
+		return DefaultNamespace
+	}
+	return ns
+}

@@ -1,0 +1,121 @@
+package registrar
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// Lease is a copy of a lease as seen at one tick. Reads evaluate expiry at
+// that tick: a lease past its deadline reads Expired even before its expiry
+// record is applied.
+type Lease struct {
+	ID            string
+	Fence         uint64 // also the lease's sequence number
+	Namespace     string
+	Resource      string
+	Holder        string
+	Mode          Mode
+	State         State
+	TTL           time.Duration
+	IssuedTick    Tick
+	ExpiresTick   Tick
+	IssuedAt      time.Time
+	ExpiresAt     time.Time
+	TerminatedAt  time.Time
+	LastRenewedAt time.Time
+	RenewalCount  uint32
+	ReleaseReason tenurev1.ReleaseReason
+	RevokeReason  string
+	GraceUntil    time.Time
+	GraceTick     Tick
+	MaxRenewals   uint32
+	MaxLifetime   time.Duration
+	// Remaining is the time left at the tick of the view.
+	Remaining time.Duration
+}
+
+// Deadline is the tick at which the lease stops being honoured.
+func (l Lease) Deadline() Tick {
+	if l.GraceTick > l.ExpiresTick {
+		return l.GraceTick
+	}
+	return l.ExpiresTick
+}
+
+func (r *Registrar) view(l *lease, t Tick) Lease {
+	v := Lease{
+		ID:            FormatLeaseID(l.issuedWall, r.tag, l.seq),
+		Fence:         l.seq,
+		Namespace:     l.res.ns.name,
+		Resource:      l.res.name,
+		Holder:        l.holder.name,
+		Mode:          l.mode,
+		State:         l.state,
+		TTL:           Dur(l.ttl),
+		IssuedTick:    l.issuedTick,
+		ExpiresTick:   l.expiresTick,
+		IssuedAt:      WallTime(l.issuedWall),
+		ExpiresAt:     WallTime(l.expiresWall),
+		TerminatedAt:  WallTime(l.terminatedWall),
+		LastRenewedAt: WallTime(l.lastRenewedWall),
+		RenewalCount:  l.renewals,
+		ReleaseReason: tenurev1.ReleaseReason(l.reason),
+		RevokeReason:  l.revokeReason,
+		GraceTick:     l.graceTick,
+		GraceUntil:    WallTime(l.graceWall),
+		MaxRenewals:   l.maxRenewals,
+		MaxLifetime:   Dur(l.maxLifetime),
+	}
+	if l.state == Active {
+		if d := l.deadline(); t < d {
+			v.Remaining = Dur(int64(d - t))
+		} else {
+			v.State = Expired
+			v.TerminatedAt = v.ExpiresAt
+			if l.graceTick > l.expiresTick {
+				v.TerminatedAt = v.GraceUntil
+			}
+		}
+	}
+	return v
+}
+
+// Proto renders the lease in the wire form (without a certificate).
+func (l Lease) Proto() *tenurev1.Lease {
+	ts := func(t time.Time) *timestamppb.Timestamp {
+		if t.IsZero() {
+			return nil
+		}
+		return timestamppb.New(t)
+	}
+	pb := &tenurev1.Lease{
+		LeaseId:       l.ID,
+		Namespace:     l.Namespace,
+		Resource:      l.Resource,
+		Holder:        l.Holder,
+		Mode:          tenurev1.Mode(l.Mode),
+		State:         tenurev1.State(l.State),
+		Fence:         l.Fence,
+		Ttl:           durationpb.New(l.TTL),
+		IssuedAt:      ts(l.IssuedAt),
+		ExpiresAt:     ts(l.ExpiresAt),
+		TerminatedAt:  ts(l.TerminatedAt),
+		LastRenewedAt: ts(l.LastRenewedAt),
+		RenewalCount:  l.RenewalCount,
+		ReleaseReason: l.ReleaseReason,
+		TimeRemaining: durationpb.New(l.Remaining),
+		IssuedTick:    int64(l.IssuedTick),
+		ExpiresTick:   int64(l.ExpiresTick),
+		AcquiredTick:  int64(l.IssuedTick),
+		AcquiredAt:    ts(l.IssuedAt),
+		GraceUntil:    ts(l.GraceUntil),
+		MaxRenewals:   l.MaxRenewals,
+		MaxLifetime:   durationpb.New(l.MaxLifetime),
+		RevokeReason:  l.RevokeReason,
+	}
+	return pb
+}

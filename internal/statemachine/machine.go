@@ -1,0 +1,288 @@
+// Package statemachine is Tenure's replicated state machine: it decodes
+// commands, stamps them into a transaction, lets the domains (the lease
+// registrar; later the queue and the piece pool) decide, seals every
+// emitted record into the ledger's hash chain and applies it. It is pure:
+// no I/O, no clocks, no goroutines; the same commands give the same
+// records and the same snapshot bytes on every replica.
+package statemachine
+
+import (
+	"crypto/ed25519"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenurehq/tenure/internal/ledger"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// SnapshotVersion is the version of the snapshot encoding this code writes.
+const SnapshotVersion = 1
+
+// SystemActor is the actor of commands the registrar issues itself.
+const SystemActor = "registrar"
+
+// Config configures a machine.
+type Config struct {
+	// Defaults is the default policy until a Bootstrap command sets one.
+	Defaults registrar.Policy
+	// CheckpointEvery signs the chain head after this many records.
+	CheckpointEvery uint64
+}
+
+// DefaultConfig returns the defaults of API.md.
+func DefaultConfig() Config {
+	return Config{Defaults: registrar.DefaultPolicy(), CheckpointEvery: 1024}
+}
+
+// Sealed is one record as applied: the record, its canonical bytes and its
+// chain hash.
+type Sealed struct {
+	Record *logpb.Record
+	Bytes  []byte
+	Hash   ledger.Hash
+}
+
+// Result is what applying one command produced.
+type Result struct {
+	Outcome registrar.Outcome
+	// Records are the records the command emitted, in order.
+	Records []Sealed
+}
+
+// Machine is the state machine. It is not safe for concurrent use.
+type Machine struct {
+	cfg            Config
+	reg            *registrar.Registrar
+	chain          ledger.Chain
+	seed           []byte
+	priv           ed25519.PrivateKey
+	pub            ed25519.PublicKey
+	lastCheckpoint uint64
+	tx             *registrar.Tx
+	out            []Sealed
+}
+
+// New returns an empty machine.
+func New(cfg Config) *Machine {
+	if cfg.CheckpointEvery == 0 {
+		cfg.CheckpointEvery = DefaultConfig().CheckpointEvery
+	}
+	return &Machine{cfg: cfg, reg: registrar.New(cfg.Defaults), chain: ledger.NewChain()}
+}
+
+// Registrar gives read access to the lease domain for queries. Callers
+// must not call its command methods directly.
+func (m *Machine) Registrar() *registrar.Registrar { return m.reg }
+
+// Chain returns the ledger chain head.
+func (m *Machine) Chain() ledger.Chain { return m.chain }
+
+// PublicKey returns the registrar's public key (nil before bootstrap).
+func (m *Machine) PublicKey() ed25519.PublicKey { return m.pub }
+
+// PrivateKey returns the registrar's signing key (nil before bootstrap).
+func (m *Machine) PrivateKey() ed25519.PrivateKey { return m.priv }
+
+// Bootstrapped reports whether the registrar has its key.
+func (m *Machine) Bootstrapped() bool { return m.pub != nil }
+
+var errNotBootstrapped = &registrar.Error{Reason: registrar.ReasonNotBootstrapped,
+	Message: "NOT_BOOTSTRAPPED: the registrar has no key yet"}
+
+// Apply applies one command and returns its outcome and records. A
+// rejected command changes nothing beyond the expiries due at its tick.
+func (m *Machine) Apply(cmd *logpb.Command) Result {
+	tick := registrar.Tick(cmd.Tick)
+	if t := m.reg.Tick(); tick < t {
+		tick = t // ticks never go backwards
+	}
+	actor := cmd.Actor
+	if actor == "" {
+		actor = SystemActor
+	}
+	tx := registrar.NewTx(tick, cmd.Wall, actor, m)
+	m.tx, m.out = tx, nil
+	defer func() { m.tx = nil }()
+
+	var out registrar.Outcome
+	if b, ok := cmd.Op.(*logpb.Command_Bootstrap); ok {
+		out = m.bootstrap(tx, b.Bootstrap)
+	} else {
+		m.reg.Advance(tx)
+		out = m.dispatch(tx, cmd)
+	}
+	if m.priv != nil && m.chain.Next-1-m.lastCheckpoint >= m.cfg.CheckpointEvery {
+		tx.Emit(&logpb.Record{Body: &logpb.Record_Checkpoint{Checkpoint: m.chain.SignCheckpoint(m.priv)}})
+	}
+	if err := tx.Err(); err != nil {
+		// An emitted record failed to apply: a bug. Say so loudly rather
+		// than carry on with a state that may differ between replicas.
+		panic(fmt.Sprintf("statemachine: applying command at tick %d: %v", tick, err))
+	}
+	return Result{Outcome: out, Records: m.out}
+}
+
+func (m *Machine) dispatch(tx *registrar.Tx, cmd *logpb.Command) registrar.Outcome {
+	switch op := cmd.Op.(type) {
+	case *logpb.Command_Acquire:
+		return m.reg.Acquire(tx, op.Acquire)
+	case *logpb.Command_Renew:
+		return m.reg.Renew(tx, op.Renew)
+	case *logpb.Command_Release:
+		return m.reg.Release(tx, op.Release)
+	case *logpb.Command_Revoke:
+		return m.reg.Revoke(tx, op.Revoke)
+	case *logpb.Command_Transfer:
+		return m.reg.Transfer(tx, op.Transfer)
+	case *logpb.Command_Expire:
+		return m.reg.Expire(tx, op.Expire)
+	case *logpb.Command_DeclareRestart:
+		return m.reg.DeclareRestart(tx, op.DeclareRestart)
+	case *logpb.Command_WriteState:
+		return m.reg.WriteState(tx, op.WriteState)
+	case *logpb.Command_SetPolicy:
+		return m.reg.SetPolicy(tx, op.SetPolicy)
+	case *logpb.Command_Advance:
+		return registrar.Outcome{}
+	case nil:
+		return registrar.Outcome{Err: &registrar.Error{Reason: registrar.ReasonInvalidArgument,
+			Message: "INVALID_ARGUMENT: command has no operation", Metadata: map[string]string{"field": "op"}}}
+	}
+	return registrar.Outcome{Err: &registrar.Error{Reason: registrar.ReasonInvalidArgument,
+		Message: fmt.Sprintf("INVALID_ARGUMENT: unknown operation %T", cmd.Op), Metadata: map[string]string{"field": "op"}}}
+}
+
+func (m *Machine) bootstrap(tx *registrar.Tx, b *logpb.Bootstrap) registrar.Outcome {
+	if m.pub != nil {
+		return registrar.Outcome{Err: &registrar.Error{Reason: registrar.ReasonAlreadyBootstrapped,
+			Message: "ALREADY_BOOTSTRAPPED: the registrar already has its key"}}
+	}
+	if len(b.KeySeed) != ed25519.SeedSize {
+		return registrar.Outcome{Err: &registrar.Error{Reason: registrar.ReasonInvalidArgument,
+			Message: "INVALID_ARGUMENT: key_seed must be 32 bytes", Metadata: map[string]string{"field": "key_seed"}}}
+	}
+	p := registrar.PolicyFromProto(registrar.DefaultPolicy(), b.DefaultPolicy)
+	if b.DefaultPolicy == nil {
+		p = m.cfg.Defaults
+	}
+	if err := p.Validate(); err != nil {
+		return registrar.Outcome{Err: err}
+	}
+	m.SetKeySeed(b.KeySeed)
+	tx.Emit(&logpb.Record{Body: &logpb.Record_Initialized{Initialized: &logpb.Initialized{
+		PublicKey: m.pub, DefaultPolicy: p.Proto(),
+	}}})
+	return registrar.Outcome{Err: tx.Err()}
+}
+
+// SetKeySeed installs the registrar's private key (a replica replaying a
+// ledger gets it from its snapshot; records carry only the public key).
+func (m *Machine) SetKeySeed(seed []byte) {
+	m.seed = append([]byte(nil), seed...)
+	m.priv = ed25519.NewKeyFromSeed(seed)
+	m.pub = m.priv.Public().(ed25519.PublicKey)
+}
+
+// Emit seals and applies one record of the current command (registrar.Sink).
+func (m *Machine) Emit(rec *logpb.Record) error {
+	rec.Tick, rec.Wall, rec.Actor = int64(m.tx.Tick), m.tx.Wall, m.tx.Actor
+	b, h, err := m.chain.Seal(rec)
+	if err != nil {
+		return err
+	}
+	if err := m.applyRecord(rec); err != nil {
+		return err
+	}
+	m.out = append(m.out, Sealed{Record: rec, Bytes: b, Hash: h})
+	return nil
+}
+
+func (m *Machine) applyRecord(rec *logpb.Record) error {
+	switch b := rec.Body.(type) {
+	case *logpb.Record_Initialized:
+		if len(b.Initialized.PublicKey) != ed25519.PublicKeySize {
+			return fmt.Errorf("record %d: bad public key", rec.Index)
+		}
+		m.pub = append(ed25519.PublicKey(nil), b.Initialized.PublicKey...)
+		m.reg.SetIDTag(IDTag(m.pub))
+	case *logpb.Record_Checkpoint:
+		m.lastCheckpoint = rec.Index
+	}
+	return m.reg.Apply(rec)
+}
+
+// IDTag derives the lease-id tag of a cluster from its public key.
+func IDTag(pub ed25519.PublicKey) uint16 { return binary.BigEndian.Uint16(pub[:2]) }
+
+// Replay applies one encoded record from a ledger, checking that it
+// continues the chain (and, for checkpoints, that the signature holds).
+func (m *Machine) Replay(b []byte) (*logpb.Record, error) {
+	rec := &logpb.Record{}
+	if err := proto.Unmarshal(b, rec); err != nil {
+		return nil, &ledger.BrokenError{Index: m.chain.Next, Reason: "undecodable record: " + err.Error()}
+	}
+	pub := m.pub
+	if ini := rec.GetInitialized(); ini != nil {
+		pub = ini.PublicKey
+	}
+	if _, err := m.chain.Follow(rec, b, pub); err != nil {
+		return nil, err
+	}
+	if err := m.applyRecord(rec); err != nil {
+		return nil, &ledger.BrokenError{Index: rec.Index, Reason: err.Error()}
+	}
+	return rec, nil
+}
+
+// Snapshot encodes the whole state, canonically.
+func (m *Machine) Snapshot() ([]byte, error) {
+	s := &logpb.Snapshot{
+		Version:        SnapshotVersion,
+		KeySeed:        m.seed,
+		NextIndex:      m.chain.Next,
+		ChainHead:      m.chain.Head[:],
+		LastCheckpoint: m.lastCheckpoint,
+	}
+	m.reg.SnapshotInto(s)
+	return proto.MarshalOptions{Deterministic: true}.Marshal(s)
+}
+
+// ErrUnsupportedSnapshot reports a snapshot this code cannot read.
+var ErrUnsupportedSnapshot = errors.New("UNSUPPORTED_SNAPSHOT")
+
+// Restore rebuilds a machine from snapshot bytes.
+func Restore(cfg Config, b []byte) (*Machine, error) {
+	s := &logpb.Snapshot{}
+	if err := proto.Unmarshal(b, s); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if s.Version != SnapshotVersion {
+		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrUnsupportedSnapshot, s.Version, SnapshotVersion)
+	}
+	if len(s.ChainHead) != len(ledger.Hash{}) || s.NextIndex == 0 {
+		return nil, fmt.Errorf("snapshot: bad chain head")
+	}
+	if len(s.KeySeed) != 0 && len(s.KeySeed) != ed25519.SeedSize {
+		return nil, fmt.Errorf("snapshot: bad key seed")
+	}
+	reg, err := registrar.Restore(s)
+	if err != nil {
+		return nil, err
+	}
+	m := New(cfg)
+	m.reg = reg
+	m.chain.Next = s.NextIndex
+	copy(m.chain.Head[:], s.ChainHead)
+	m.lastCheckpoint = s.LastCheckpoint
+	if len(s.KeySeed) != 0 {
+		m.SetKeySeed(s.KeySeed)
+		if IDTag(m.pub) != reg.IDTag() {
+			return nil, fmt.Errorf("snapshot: key does not match lease-id tag")
+		}
+	}
+	return m, nil
+}
