@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/fencing"
 )
 
 // Lease is a copy of a lease as seen at one tick. Reads evaluate expiry at
@@ -118,4 +119,19 @@ func (l Lease) Proto() *tenurev1.Lease {
 		RevokeReason:  l.RevokeReason,
 	}
 	return pb
+}
+
+// Claim is what a lease certificate attests for this lease.
+func (l Lease) Claim() fencing.Claim {
+	return fencing.Claim{
+		LeaseID:      l.ID,
+		Namespace:    l.Namespace,
+		Resource:     l.Resource,
+		Holder:       l.Holder,
+		Mode:         fencing.Mode(l.Mode),
+		Fence:        l.Fence,
+		IssuedAt:     l.IssuedAt,
+		ExpiresAt:    l.ExpiresAt,
+		RenewalCount: l.RenewalCount,
+	}
 }

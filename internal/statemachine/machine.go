@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenurehq/tenure/fencing"
 	"github.com/tenurehq/tenure/internal/ledger"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
@@ -285,4 +286,13 @@ func Restore(cfg Config, b []byte) (*Machine, error) {
 		}
 	}
 	return m, nil
+}
+
+// Certify signs a lease certificate for l and returns the signature and
+// the key id. Ed25519 is deterministic, so every replica signs alike.
+func (m *Machine) Certify(l registrar.Lease) ([]byte, string, error) {
+	if m.priv == nil {
+		return nil, "", errNotBootstrapped
+	}
+	return fencing.Sign(m.priv, l.Claim()), fencing.KeyID(m.pub), nil
 }
