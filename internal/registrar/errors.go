@@ -13,38 +13,38 @@ type Reason string
 
 // Reasons answered by the registrar.
 const (
-	ReasonInvalidArgument       Reason = "INVALID_ARGUMENT"
-	ReasonTTLOutOfRange         Reason = "TTL_OUT_OF_RANGE"
-	ReasonLeaseHeld             Reason = "LEASE_HELD"
-	ReasonLeaseNotFound         Reason = "LEASE_NOT_FOUND"
-	ReasonLeaseExpired          Reason = "LEASE_EXPIRED"
-	ReasonLeaseTerminal         Reason = "LEASE_TERMINAL"
-	ReasonNotHolder             Reason = "NOT_HOLDER"
-	ReasonRenewalDoesNotExtend  Reason = "RENEWAL_DOES_NOT_EXTEND"
-	ReasonRenewalLimitExceeded  Reason = "RENEWAL_LIMIT_EXCEEDED"
-	ReasonLifetimeExceeded      Reason = "LIFETIME_EXCEEDED"
-	ReasonLeaseViolation        Reason = "LEASE_VIOLATION"
-	ReasonStaleEpoch            Reason = "STALE_EPOCH"
-	ReasonFutureEpoch           Reason = "FUTURE_EPOCH"
-	ReasonQuotaExceeded         Reason = "QUOTA_EXCEEDED"
-	ReasonExpiryTooEarly        Reason = "EXPIRY_TOO_EARLY"
-	ReasonNotBootstrapped       Reason = "NOT_BOOTSTRAPPED"
-	ReasonPermissionDenied      Reason = "PERMISSION_DENIED"
-	ReasonUnauthenticated       Reason = "UNAUTHENTICATED"
-	ReasonNotLeader             Reason = "NOT_LEADER"
-	ReasonOutcomeUnknown        Reason = "OUTCOME_UNKNOWN"
-	ReasonBudgetExhausted       Reason = "BUDGET_EXHAUSTED"
-	ReasonScopeViolation        Reason = "SCOPE_VIOLATION"
-	ReasonTaskNotFound          Reason = "TASK_NOT_FOUND"
-	ReasonTaskNotLeased         Reason = "TASK_NOT_LEASED"
-	ReasonPieceNotLeased        Reason = "PIECE_NOT_LEASED"
-	ReasonInternal              Reason = "INTERNAL"
-	ReasonUnavailable           Reason = "UNAVAILABLE"
-	ReasonCertificateInvalid    Reason = "CERTIFICATE_INVALID"
-	ReasonLedgerCorrupt         Reason = "LEDGER_CORRUPT"
-	ReasonUnsupportedSnapshot   Reason = "UNSUPPORTED_SNAPSHOT"
-	ReasonAlreadyBootstrapped   Reason = "ALREADY_BOOTSTRAPPED"
-	ReasonPolicyInvalid         Reason = "POLICY_INVALID"
+	ReasonInvalidArgument      Reason = "INVALID_ARGUMENT"
+	ReasonTTLOutOfRange        Reason = "TTL_OUT_OF_RANGE"
+	ReasonLeaseHeld            Reason = "LEASE_HELD"
+	ReasonLeaseNotFound        Reason = "LEASE_NOT_FOUND"
+	ReasonLeaseExpired         Reason = "LEASE_EXPIRED"
+	ReasonLeaseTerminal        Reason = "LEASE_TERMINAL"
+	ReasonNotHolder            Reason = "NOT_HOLDER"
+	ReasonRenewalDoesNotExtend Reason = "RENEWAL_DOES_NOT_EXTEND"
+	ReasonRenewalLimitExceeded Reason = "RENEWAL_LIMIT_EXCEEDED"
+	ReasonLifetimeExceeded     Reason = "LIFETIME_EXCEEDED"
+	ReasonLeaseViolation       Reason = "LEASE_VIOLATION"
+	ReasonStaleEpoch           Reason = "STALE_EPOCH"
+	ReasonFutureEpoch          Reason = "FUTURE_EPOCH"
+	ReasonQuotaExceeded        Reason = "QUOTA_EXCEEDED"
+	ReasonExpiryTooEarly       Reason = "EXPIRY_TOO_EARLY"
+	ReasonNotBootstrapped      Reason = "NOT_BOOTSTRAPPED"
+	ReasonPermissionDenied     Reason = "PERMISSION_DENIED"
+	ReasonUnauthenticated      Reason = "UNAUTHENTICATED"
+	ReasonNotLeader            Reason = "NOT_LEADER"
+	ReasonOutcomeUnknown       Reason = "OUTCOME_UNKNOWN"
+	ReasonBudgetExhausted      Reason = "BUDGET_EXHAUSTED"
+	ReasonScopeViolation       Reason = "SCOPE_VIOLATION"
+	ReasonTaskNotFound         Reason = "TASK_NOT_FOUND"
+	ReasonTaskNotLeased        Reason = "TASK_NOT_LEASED"
+	ReasonPieceNotLeased       Reason = "PIECE_NOT_LEASED"
+	ReasonInternal             Reason = "INTERNAL"
+	ReasonUnavailable          Reason = "UNAVAILABLE"
+	ReasonCertificateInvalid   Reason = "CERTIFICATE_INVALID"
+	ReasonLedgerCorrupt        Reason = "LEDGER_CORRUPT"
+	ReasonUnsupportedSnapshot  Reason = "UNSUPPORTED_SNAPSHOT"
+	ReasonAlreadyBootstrapped  Reason = "ALREADY_BOOTSTRAPPED"
+	ReasonPolicyInvalid        Reason = "POLICY_INVALID"
 )
 
 // Error is a typed rejection: a reason, a message that starts with the
@@ -129,16 +129,16 @@ func (e *HeldError) Is(target error) bool { return target == ErrLeaseHeld }
 // AsError converts the held error to the generic form with metadata.
 func (e *HeldError) AsError() *Error {
 	return &Error{Reason: ReasonLeaseHeld, Message: e.Error(), Metadata: map[string]string{
-		"namespace":         e.Namespace,
-		"resource":          e.Resource,
-		"lease_id":          e.LeaseID,
-		"holder":            e.Holder,
-		"fence":             strconv.FormatUint(e.Fence, 10),
-		"mode":              e.Mode.String(),
-		"remaining_ms":      strconv.FormatInt(e.Remaining.Milliseconds(), 10),
-		"time_remaining":    e.Remaining.String(),
-		"waiters":           strconv.Itoa(e.Waiters),
-		"wait_ended":        strconv.FormatBool(e.WaitEnded),
+		"namespace":      e.Namespace,
+		"resource":       e.Resource,
+		"lease_id":       e.LeaseID,
+		"holder":         e.Holder,
+		"fence":          strconv.FormatUint(e.Fence, 10),
+		"mode":           e.Mode.String(),
+		"remaining_ms":   strconv.FormatInt(e.Remaining.Milliseconds(), 10),
+		"time_remaining": e.Remaining.String(),
+		"waiters":        strconv.Itoa(e.Waiters),
+		"wait_ended":     strconv.FormatBool(e.WaitEnded),
 	}}
 }
 

@@ -141,4 +141,3 @@ func Restore(s *logpb.Snapshot) (*Registrar, error) {
 	r.schedulePrune()
 	return r, nil
 }
-
