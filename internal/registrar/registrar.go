@@ -215,6 +215,7 @@ func (r *Registrar) applyIssued(rec *logpb.Record, is *logpb.LeaseIssued) error 
 	}
 	h.head = l
 	h.active++
+	h.refs++
 	ns.counts[Active]++
 	r.expiry.push(l)
 	return nil
@@ -257,9 +258,6 @@ func (r *Registrar) applyEnded(rec *logpb.Record, l *lease, e *logpb.LeaseEnded)
 	}
 	l.hPrev, l.hNext = nil, nil
 	h.active--
-	if h.active == 0 {
-		delete(ns.holders, h.name)
-	}
 	ns.counts[Active]--
 	ns.counts[l.state]++
 	ns.retired.push(l)
@@ -343,6 +341,12 @@ func (r *Registrar) prune(l *lease) {
 	res := l.res
 	ns := res.ns
 	ns.counts[l.state]--
+	if h := l.holder; h.refs > 0 {
+		h.refs--
+		if h.refs == 0 {
+			delete(ns.holders, h.name)
+		}
+	}
 	if i, ok := slices.BinarySearchFunc(res.leases, l.seq, func(x *lease, s uint64) int {
 		return cmpUint(x.seq, s)
 	}); ok {

@@ -91,6 +91,7 @@ func Restore(s *logpb.Snapshot) (*Registrar, error) {
 			return nil, fmt.Errorf("snapshot: lease %d has bad mode %d", ls.Seq, ls.Mode)
 		}
 		r.leases[l.seq] = l
+		l.holder.refs++
 		res.leases = append(res.leases, l) // snapshot order is by seq
 		ns.counts[l.state]++
 		if l.state != Active {
@@ -113,14 +114,6 @@ func Restore(s *logpb.Snapshot) (*Registrar, error) {
 		h.head = l
 		h.active++
 		r.expiry.push(l)
-	}
-	// Holders whose leases all ended exist only while active.
-	for _, ns := range r.namespaces {
-		for name, h := range ns.holders {
-			if h.active == 0 {
-				delete(ns.holders, name)
-			}
-		}
 	}
 	// Pruning pops by ended tick; equal ticks prune together, so their
 	// order does not matter.

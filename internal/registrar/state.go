@@ -97,6 +97,10 @@ type holderEntry struct {
 	ns     *namespace
 	head   *lease
 	active uint64
+	// refs counts the leases naming this entry, active or not yet pruned;
+	// the entry lives as long as they do, so a holder cycling one lease
+	// does not churn it.
+	refs uint64
 }
 
 // namespace holds the resources, holders, policy and counters of one tenant.
