@@ -92,11 +92,12 @@ func (r *Registrar) Advance(tx *Tx) {
 
 // end emits the record that ends l, tells the sibling domains, and, when
 // handoff is set, grants the resource to its waiters in the same step.
-func (r *Registrar) end(tx *Tx, l *lease, e *logpb.LeaseEnded, handoff bool) {
+// It returns the lease's id.
+func (r *Registrar) end(tx *Tx, l *lease, e *logpb.LeaseEnded, handoff bool) string {
 	e.Lease = r.ref(l)
 	tx.Emit(&logpb.Record{Body: &logpb.Record_Ended{Ended: e}})
 	if len(r.onEnd) > 0 {
-		v := r.view(l, tx.Tick)
+		v := r.viewID(l, tx.Tick, e.Lease.LeaseId)
 		for _, f := range r.onEnd {
 			f(tx, v)
 		}
@@ -104,6 +105,7 @@ func (r *Registrar) end(tx *Tx, l *lease, e *logpb.LeaseEnded, handoff bool) {
 	if handoff {
 		r.handoff(tx, l.res)
 	}
+	return e.Lease.LeaseId
 }
 
 // compatible reports whether a lease of mode m can be granted next to the
@@ -140,16 +142,17 @@ type issueArgs struct {
 	transferredFrom      uint64
 }
 
-// issue emits a new lease and returns it.
-func (r *Registrar) issue(tx *Tx, a issueArgs) *lease {
+// issue emits a new lease and returns it with its id.
+func (r *Registrar) issue(tx *Tx, a issueArgs) (*lease, string) {
 	seq := r.nextSeq
 	exp := tx.Tick + Tick(a.ttl)
 	if a.maxLifetime > 0 && a.ttl > a.maxLifetime {
 		exp = tx.Tick + Tick(a.maxLifetime)
 	}
+	id := FormatLeaseID(tx.Wall, r.tag, seq)
 	tx.Emit(&logpb.Record{Body: &logpb.Record_Issued{Issued: &logpb.LeaseIssued{
 		Seq:             seq,
-		LeaseId:         FormatLeaseID(tx.Wall, r.tag, seq),
+		LeaseId:         id,
 		Namespace:       a.ns,
 		Resource:        a.resource,
 		Holder:          a.holder,
@@ -162,7 +165,7 @@ func (r *Registrar) issue(tx *Tx, a issueArgs) *lease {
 		WaiterId:        a.waiterID,
 		TransferredFrom: a.transferredFrom,
 	}}})
-	return r.leases[seq]
+	return r.leases[seq], id
 }
 
 // ttlFor resolves a requested ttl against the policy.
@@ -251,14 +254,14 @@ func (r *Registrar) Acquire(tx *Tx, c *logpb.Acquire) Outcome {
 		res = ns.resources[c.Resource]
 	}
 	if res == nil || (len(res.waiters) == 0 && compatible(res, mode)) {
-		l := r.issue(tx, issueArgs{
+		l, id := r.issue(tx, issueArgs{
 			ns: nsName, resource: c.Resource, holder: c.Holder, mode: mode, ttl: ttl,
 			maxRenewals: p.MaxRenewals, maxLifetime: p.MaxLifetime,
 		})
 		if tx.err != nil {
 			return fail(tx.err)
 		}
-		v := r.view(l, tx.Tick)
+		v := r.viewID(l, tx.Tick, id)
 		return Outcome{Lease: &v}
 	}
 	if c.WaitMs > 0 {
@@ -482,8 +485,8 @@ func (r *Registrar) Release(tx *Tx, c *logpb.Release) Outcome {
 		v := r.view(l, tx.Tick)
 		return Outcome{Lease: &v, AlreadyTerminal: true}
 	}
-	r.end(tx, l, &logpb.LeaseEnded{State: tenurev1.State_STATE_RELEASED, Reason: reason}, true)
-	v := r.view(l, tx.Tick)
+	id := r.end(tx, l, &logpb.LeaseEnded{State: tenurev1.State_STATE_RELEASED, Reason: reason}, true)
+	v := r.viewID(l, tx.Tick, id)
 	return Outcome{Lease: &v, Err: tx.err}
 }
 
@@ -545,7 +548,7 @@ func (r *Registrar) Transfer(tx *Tx, c *logpb.Transfer) Outcome {
 	r.end(tx, l, &logpb.LeaseEnded{
 		State: tenurev1.State_STATE_RELEASED, Reason: tenurev1.ReleaseReason_RELEASE_REASON_TRANSFERRED, TransferredTo: r.nextSeq,
 	}, false)
-	nl := r.issue(tx, issueArgs{
+	nl, _ := r.issue(tx, issueArgs{
 		ns: ns.name, resource: l.res.name, holder: c.NewHolder, mode: l.mode, ttl: ttl,
 		maxRenewals: ns.policy.MaxRenewals, maxLifetime: ns.policy.MaxLifetime, transferredFrom: l.seq,
 	})

@@ -22,7 +22,14 @@ type Tx struct {
 
 // NewTx starts applying a command stamped with tick and wall.
 func NewTx(tick Tick, wall int64, actor string, sink Sink) *Tx {
-	return &Tx{Tick: tick, Wall: wall, Actor: actor, sink: sink}
+	tx := &Tx{}
+	tx.Reset(tick, wall, actor, sink)
+	return tx
+}
+
+// Reset reuses tx for a new command.
+func (tx *Tx) Reset(tick Tick, wall int64, actor string, sink Sink) {
+	*tx = Tx{Tick: tick, Wall: wall, Actor: actor, sink: sink}
 }
 
 // Emit records one change. A failure here means the state can no longer be

@@ -48,8 +48,13 @@ func (l Lease) Deadline() Tick {
 }
 
 func (r *Registrar) view(l *lease, t Tick) Lease {
+	return r.viewID(l, t, FormatLeaseID(l.issuedWall, r.tag, l.seq))
+}
+
+// viewID is view with the lease's id already formatted.
+func (r *Registrar) viewID(l *lease, t Tick, id string) Lease {
 	v := Lease{
-		ID:            FormatLeaseID(l.issuedWall, r.tag, l.seq),
+		ID:            id,
 		Fence:         l.seq,
 		Namespace:     l.res.ns.name,
 		Resource:      l.res.name,

@@ -64,6 +64,7 @@ type Machine struct {
 	pub            ed25519.PublicKey
 	lastCheckpoint uint64
 	tx             *registrar.Tx
+	txv            registrar.Tx // reused for every command
 	out            []Sealed
 }
 
@@ -105,7 +106,8 @@ func (m *Machine) Apply(cmd *logpb.Command) Result {
 	if actor == "" {
 		actor = SystemActor
 	}
-	tx := registrar.NewTx(tick, cmd.Wall, actor, m)
+	tx := &m.txv
+	tx.Reset(tick, cmd.Wall, actor, m)
 	m.tx, m.out = tx, nil
 	defer func() { m.tx = nil }()
 
