@@ -79,9 +79,13 @@ func (r *Registrar) Advance(tx *Tx) {
 		wDue := wok && w.deadline <= tx.Tick
 		switch {
 		case wDue && (!lDue || w.deadline <= l.deadline()):
+			res := w.res
 			tx.Emit(&logpb.Record{Body: &logpb.Record_WaitEnded{WaitEnded: &logpb.WaiterEnded{
 				WaiterId: w.id, Namespace: w.res.ns.name, Resource: w.res.name, Holder: w.holder,
 			}}})
+			// A departed exclusive head may have been all that kept the
+			// shared waiters behind it from joining the active shared leases.
+			r.handoff(tx, res)
 		case lDue:
 			r.end(tx, l, &logpb.LeaseEnded{State: tenurev1.State_STATE_EXPIRED}, true)
 		default:
@@ -114,14 +118,14 @@ func compatible(res *resource, m Mode) bool {
 	if m == Shared {
 		return res.excl == nil
 	}
-	return res.excl == nil && len(res.shared) == 0
+	return res.excl == nil && len(res.shared()) == 0
 }
 
 // handoff grants the head of the resource's queue while it is compatible:
 // one exclusive waiter, or a run of shared ones.
 func (r *Registrar) handoff(tx *Tx, res *resource) {
-	for tx.err == nil && len(res.waiters) > 0 {
-		w := res.waiters[0]
+	for tx.err == nil && len(res.waiters()) > 0 {
+		w := res.waiters()[0]
 		if !compatible(res, w.mode) {
 			return
 		}
@@ -224,7 +228,9 @@ func ValidateAcquire(c *logpb.Acquire) error {
 			"ttl must be positive, got %s", Dur(*c.TtlMs))
 	}
 	if c.TtlMs != nil && *c.TtlMs > maxDurationMs {
-		return invalid("ttl", "is too long")
+		// Above any policy max: the same answer as any other ttl above it (API.md).
+		return newError(ReasonTTLOutOfRange, map[string]string{"field": "ttl", "ttl_ms": strconv.FormatInt(*c.TtlMs, 10)},
+			"ttl %dms is longer than any policy allows", *c.TtlMs)
 	}
 	return checkDurationMs("wait", c.WaitMs, true)
 }
@@ -253,7 +259,7 @@ func (r *Registrar) Acquire(tx *Tx, c *logpb.Acquire) Outcome {
 	if ns != nil {
 		res = ns.resources[c.Resource]
 	}
-	if res == nil || (len(res.waiters) == 0 && compatible(res, mode)) {
+	if res == nil || (len(res.waiters()) == 0 && compatible(res, mode)) {
 		l, id := r.issue(tx, issueArgs{
 			ns: nsName, resource: c.Resource, holder: c.Holder, mode: mode, ttl: ttl,
 			maxRenewals: p.MaxRenewals, maxLifetime: p.MaxLifetime,
@@ -265,9 +271,9 @@ func (r *Registrar) Acquire(tx *Tx, c *logpb.Acquire) Outcome {
 		return Outcome{Lease: &v}
 	}
 	if c.WaitMs > 0 {
-		if uint64(len(res.waiters)) >= p.MaxWaitersPerResource {
+		if uint64(len(res.waiters())) >= p.MaxWaitersPerResource {
 			return fail(quota("max_waiters_per_resource", p.MaxWaitersPerResource,
-				"%s has %d waiters; the limit is %d", c.Resource, len(res.waiters), p.MaxWaitersPerResource))
+				"%s has %d waiters; the limit is %d", c.Resource, len(res.waiters()), p.MaxWaitersPerResource))
 		}
 		id := r.nextWaiter
 		tx.Emit(&logpb.Record{Body: &logpb.Record_Waiting{Waiting: &logpb.WaiterQueued{
@@ -282,10 +288,10 @@ func (r *Registrar) Acquire(tx *Tx, c *logpb.Acquire) Outcome {
 
 // held describes what holds res.
 func (r *Registrar) held(res *resource, t Tick, waitEnded bool) *HeldError {
-	e := &HeldError{Namespace: res.ns.name, Resource: res.name, Waiters: len(res.waiters), WaitEnded: waitEnded}
+	e := &HeldError{Namespace: res.ns.name, Resource: res.name, Waiters: len(res.waiters()), WaitEnded: waitEnded}
 	l := res.excl
-	if l == nil && len(res.shared) > 0 {
-		l = res.shared[0]
+	if l == nil && len(res.shared()) > 0 {
+		l = res.shared()[0]
 	}
 	if l != nil {
 		v := r.view(l, t)
@@ -411,6 +417,12 @@ func (r *Registrar) renewOne(tx *Tx, id string, l *lease, holder string, ttlReq 
 			return Lease{}, err
 		}
 	}
+	want := tx.Tick + Tick(ttl)
+	if want == l.expiresTick {
+		// A retry within the same tick: a successful no-op that does not
+		// count as a renewal (API.md), even after the last allowed one.
+		return r.view(l, tx.Tick), nil
+	}
 	if l.maxRenewals > 0 && l.renewals >= l.maxRenewals {
 		return Lease{}, newError(ReasonRenewalLimitExceeded, map[string]string{
 			"lease_id": id, "renewal_count": strconv.FormatUint(uint64(l.renewals), 10),
@@ -419,26 +431,22 @@ func (r *Registrar) renewOne(tx *Tx, id string, l *lease, holder string, ttlReq 
 			id, l.res.name, l.renewals, l.maxRenewals)
 	}
 	limit := l.lifetimeCap()
-	if tx.Tick >= limit {
-		lived := int64(tx.Tick - l.issuedTick)
+	// Expiry never passes the cap and strict expiry ends the lease there,
+	// so the limit bites when the lease already lives as long as it may and
+	// the renewal asks for more; lifetime is what the renewal asks for.
+	if tx.Tick >= limit || want > limit && l.expiresTick >= limit {
+		lived := int64(want - l.issuedTick)
 		return Lease{}, newError(ReasonLifetimeExceeded, map[string]string{
 			"lease_id": id, "lifetime_ms": strconv.FormatInt(lived, 10), "max_lifetime_ms": strconv.FormatInt(l.maxLifetime, 10),
 			"lifetime_seconds": strconv.FormatInt(lived/1000, 10), "max_lifetime": strconv.FormatInt(l.maxLifetime/1000, 10),
 		}, "lease %s on %s has exceeded maximum lifetime (%ds/%ds). Release and reclaim to continue.",
 			id, l.res.name, lived/1000, l.maxLifetime/1000)
 	}
-	exp := tx.Tick + Tick(ttl)
-	if exp > limit {
-		exp = limit // never extended past max_lifetime
-	}
-	switch {
-	case exp < l.expiresTick:
+	exp := min(want, limit) // never extended past max_lifetime
+	if exp < l.expiresTick {
 		return Lease{}, newError(ReasonRenewalDoesNotExtend, map[string]string{
 			"lease_id": id, "expires_tick": strconv.FormatInt(int64(l.expiresTick), 10), "requested_tick": strconv.FormatInt(int64(exp), 10),
 		}, "renewing lease %s would move its expiry earlier (%s left, asked for %s)", id, Dur(int64(l.expiresTick-tx.Tick)), Dur(int64(exp-tx.Tick)))
-	case exp == l.expiresTick && ttl == l.ttl:
-		// A retry within the same tick: a successful no-op (API.md).
-		return r.view(l, tx.Tick), nil
 	}
 	tx.Emit(&logpb.Record{Body: &logpb.Record_Renewed{Renewed: &logpb.LeaseRenewed{
 		Lease: r.ref(l), ExpiresTick: int64(exp), ExpiresWall: tx.Wall + int64(exp-tx.Tick), TtlMs: ttl,
@@ -611,7 +619,7 @@ func (r *Registrar) DeclareRestart(tx *Tx, c *logpb.DeclareRestart) Outcome {
 			grace = *c.GraceMs
 		}
 		for l := h.head; l != nil && tx.err == nil; l = l.hNext {
-			if l.graceUsed || grace == 0 {
+			if (l.extra != nil && l.extra.graceUsed) || grace == 0 {
 				continue
 			}
 			until := l.expiresTick + Tick(grace)

@@ -66,7 +66,7 @@ func (r *Registrar) Active(ns, resource string, t Tick) []Lease {
 	if res.excl != nil && res.excl.activeAt(t) {
 		out = append(out, r.view(res.excl, t))
 	}
-	for _, l := range res.shared {
+	for _, l := range res.shared() {
 		if l.activeAt(t) {
 			out = append(out, r.view(l, t))
 		}
@@ -203,8 +203,8 @@ func (r *Registrar) Waiters(ns, resource string) []Waiter {
 	if res == nil {
 		return nil
 	}
-	out := make([]Waiter, len(res.waiters))
-	for i, w := range res.waiters {
+	out := make([]Waiter, len(res.waiters()))
+	for i, w := range res.waiters() {
 		out[i] = Waiter{ID: w.id, Holder: w.holder, Mode: w.mode, TTL: w.ttl, Deadline: w.deadline}
 	}
 	return out

@@ -112,7 +112,9 @@ func (r *Registrar) Apply(rec *logpb.Record) error {
 		if l.renewals < ^uint32(0) { // saturate (INV-0303)
 			l.renewals++
 		}
-		l.graceTick, l.graceWall = 0, 0
+		if l.extra != nil {
+			l.extra.graceTick, l.extra.graceWall = 0, 0
+		}
 		r.expiry.fix(l)
 	case *logpb.Record_Ended:
 		l, err := r.recordLease(b.Ended.GetLease())
@@ -125,9 +127,10 @@ func (r *Registrar) Apply(rec *logpb.Record) error {
 		if err != nil {
 			return err
 		}
-		l.graceTick = Tick(b.Grace.UntilTick)
-		l.graceWall = b.Grace.UntilWall
-		l.graceUsed = true
+		x := l.ext()
+		x.graceTick = Tick(b.Grace.UntilTick)
+		x.graceWall = b.Grace.UntilWall
+		x.graceUsed = true
 		r.expiry.fix(l)
 	case *logpb.Record_Waiting:
 		return r.applyWaiting(b.Waiting)
@@ -205,7 +208,8 @@ func (r *Registrar) applyIssued(rec *logpb.Record, is *logpb.LeaseIssued) error 
 	r.leases[l.seq] = l
 	res.leases = append(res.leases, l)
 	if l.mode == Shared {
-		res.shared = append(res.shared, l)
+		c := res.contention()
+		c.shared = append(c.shared, l)
 	} else {
 		res.excl = l
 	}
@@ -228,14 +232,16 @@ func (r *Registrar) applyEnded(rec *logpb.Record, l *lease, e *logpb.LeaseEnded)
 	ns := l.res.ns
 	l.state = State(e.State)
 	l.reason = uint8(e.Reason)
-	l.revokeReason = e.RevokeReason
+	if e.RevokeReason != "" {
+		l.ext().revokeReason = e.RevokeReason
+	}
 	l.endedTick = Tick(rec.Tick)
 	if l.state == Expired {
 		// INV-0304: an expired lease terminates at its own expiry, never
 		// at a time supplied by a request.
 		l.terminatedWall = l.expiresWall
-		if l.graceTick > l.expiresTick {
-			l.terminatedWall = l.graceWall
+		if gt, gw := l.grace(); gt > l.expiresTick {
+			l.terminatedWall = gw
 		}
 	} else {
 		l.terminatedWall = rec.Wall
@@ -244,8 +250,9 @@ func (r *Registrar) applyEnded(rec *logpb.Record, l *lease, e *logpb.LeaseEnded)
 	res := l.res
 	if res.excl == l {
 		res.excl = nil
-	} else if i := slices.Index(res.shared, l); i >= 0 {
-		res.shared = slices.Delete(res.shared, i, i+1)
+	} else if i := slices.Index(res.shared(), l); i >= 0 {
+		res.cont.shared = slices.Delete(res.cont.shared, i, i+1)
+		res.settle()
 	}
 	h := l.holder
 	if l.hPrev != nil {
@@ -285,7 +292,8 @@ func (r *Registrar) applyWaiting(wq *logpb.WaiterQueued) error {
 	}
 	r.nextWaiter = w.id + 1
 	r.waiters[w.id] = w
-	res.waiters = append(res.waiters, w)
+	c := res.contention()
+	c.waiters = append(c.waiters, w)
 	ns.waiters++
 	r.deadlines.push(w)
 	return nil
@@ -295,8 +303,9 @@ func (r *Registrar) removeWaiter(w *waiter) {
 	delete(r.waiters, w.id)
 	r.deadlines.remove(w)
 	res := w.res
-	if i := slices.Index(res.waiters, w); i >= 0 {
-		res.waiters = slices.Delete(res.waiters, i, i+1)
+	if i := slices.Index(res.waiters(), w); i >= 0 {
+		res.cont.waiters = slices.Delete(res.cont.waiters, i, i+1)
+		res.settle()
 	}
 	res.ns.waiters--
 	res.ns.dropIfEmpty(res)

@@ -19,6 +19,10 @@ func (r *Registrar) SnapshotInto(s *logpb.Snapshot) {
 	s.DefaultPolicy = r.defaults.Proto()
 	s.Leases = make([]*logpb.LeaseSnap, 0, len(r.leases))
 	for _, l := range r.leases {
+		var x leaseExtra
+		if l.extra != nil {
+			x = *l.extra
+		}
 		s.Leases = append(s.Leases, &logpb.LeaseSnap{
 			Seq: l.seq, Namespace: l.res.ns.name, Resource: l.res.name, Holder: l.holder.name,
 			Mode: tenurev1.Mode(l.mode), State: tenurev1.State(l.state), TtlMs: l.ttl,
@@ -26,8 +30,8 @@ func (r *Registrar) SnapshotInto(s *logpb.Snapshot) {
 			ExpiresTick: int64(l.expiresTick), ExpiresWall: l.expiresWall,
 			LastRenewedWall: l.lastRenewedWall, RenewalCount: l.renewals,
 			Reason: tenurev1.ReleaseReason(l.reason), TerminatedWall: l.terminatedWall,
-			GraceUntilTick: int64(l.graceTick), GraceUntilWall: l.graceWall, GraceUsed: l.graceUsed,
-			MaxRenewals: l.maxRenewals, MaxLifetimeMs: l.maxLifetime, RevokeReason: l.revokeReason,
+			GraceUntilTick: int64(x.graceTick), GraceUntilWall: x.graceWall, GraceUsed: x.graceUsed,
+			MaxRenewals: l.maxRenewals, MaxLifetimeMs: l.maxLifetime, RevokeReason: x.revokeReason,
 			EndedTick: int64(l.endedTick),
 		})
 	}
@@ -82,10 +86,13 @@ func Restore(s *logpb.Snapshot) (*Registrar, error) {
 			issuedTick: Tick(ls.IssuedTick), expiresTick: Tick(ls.ExpiresTick),
 			issuedWall: ls.IssuedWall, expiresWall: ls.ExpiresWall, lastRenewedWall: ls.LastRenewedWall,
 			terminatedWall: ls.TerminatedWall, endedTick: Tick(ls.EndedTick),
-			graceTick: Tick(ls.GraceUntilTick), graceWall: ls.GraceUntilWall, graceUsed: ls.GraceUsed,
 			ttl: ls.TtlMs, maxLifetime: ls.MaxLifetimeMs, maxRenewals: ls.MaxRenewals, renewals: ls.RenewalCount,
-			state: State(ls.State), mode: Mode(ls.Mode), reason: uint8(ls.Reason), revokeReason: ls.RevokeReason,
+			state: State(ls.State), mode: Mode(ls.Mode), reason: uint8(ls.Reason),
 			heapIdx: -1,
+		}
+		if ls.GraceUntilTick != 0 || ls.GraceUntilWall != 0 || ls.GraceUsed || ls.RevokeReason != "" {
+			l.extra = &leaseExtra{graceTick: Tick(ls.GraceUntilTick), graceWall: ls.GraceUntilWall,
+				graceUsed: ls.GraceUsed, revokeReason: ls.RevokeReason}
 		}
 		if l.mode != Exclusive && l.mode != Shared {
 			return nil, fmt.Errorf("snapshot: lease %d has bad mode %d", ls.Seq, ls.Mode)
@@ -99,7 +106,8 @@ func Restore(s *logpb.Snapshot) (*Registrar, error) {
 			continue
 		}
 		if l.mode == Shared {
-			res.shared = append(res.shared, l)
+			c := res.contention()
+			c.shared = append(c.shared, l)
 		} else {
 			if res.excl != nil {
 				return nil, fmt.Errorf("snapshot: two exclusive leases on %s", res.name)

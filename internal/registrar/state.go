@@ -19,9 +19,7 @@ type lease struct {
 	issuedWall, expiresWall int64
 	lastRenewedWall         int64
 	terminatedWall          int64
-	endedTick               Tick // tick of the record that ended it (pruning clock)
-	graceTick               Tick
-	graceWall               int64
+	endedTick               Tick  // tick of the record that ended it (pruning clock)
 	ttl                     int64 // ms
 	maxLifetime             int64 // ms, 0 = unlimited
 	maxRenewals             uint32
@@ -30,15 +28,38 @@ type lease struct {
 	state                   State
 	mode                    Mode
 	reason                  uint8 // tenurev1.ReleaseReason
-	graceUsed               bool
-	revokeReason            string
+	// extra holds what few leases need (grace, revoke reason), to keep
+	// the common lease small.
+	extra *leaseExtra
+}
+
+type leaseExtra struct {
+	graceTick    Tick
+	graceWall    int64
+	graceUsed    bool
+	revokeReason string
+}
+
+func (l *lease) ext() *leaseExtra {
+	if l.extra == nil {
+		l.extra = &leaseExtra{}
+	}
+	return l.extra
+}
+
+// grace returns the end of the lease's restart grace (0 if none).
+func (l *lease) grace() (Tick, int64) {
+	if l.extra == nil {
+		return 0, 0
+	}
+	return l.extra.graceTick, l.extra.graceWall
 }
 
 // deadline is the tick at which the lease stops being honoured: its
 // expiry, or the end of a restart grace.
 func (l *lease) deadline() Tick {
-	if l.graceTick > l.expiresTick {
-		return l.graceTick
+	if l.extra != nil && l.extra.graceTick > l.expiresTick {
+		return l.extra.graceTick
 	}
 	return l.expiresTick
 }
@@ -63,9 +84,43 @@ type resource struct {
 	name    string
 	leases  []*lease // by seq; terminal ones until pruned
 	excl    *lease   // the active exclusive lease, if any
-	shared  []*lease // the active shared leases
-	waiters []*waiter
+	cont    *contention
 	guarded *guarded
+}
+
+// contention holds what only some resources have: active shared leases
+// and a wait queue. Most resources have neither, so it is kept apart.
+type contention struct {
+	shared  []*lease // the active shared leases, by fence
+	waiters []*waiter
+}
+
+func (r *resource) shared() []*lease {
+	if r.cont == nil {
+		return nil
+	}
+	return r.cont.shared
+}
+
+func (r *resource) waiters() []*waiter {
+	if r.cont == nil {
+		return nil
+	}
+	return r.cont.waiters
+}
+
+func (r *resource) contention() *contention {
+	if r.cont == nil {
+		r.cont = &contention{}
+	}
+	return r.cont
+}
+
+// settle drops the contention record once it is empty.
+func (r *resource) settle() {
+	if r.cont != nil && len(r.cont.shared) == 0 && len(r.cont.waiters) == 0 {
+		r.cont = nil
+	}
 }
 
 type guarded struct {
@@ -74,7 +129,7 @@ type guarded struct {
 }
 
 func (r *resource) empty() bool {
-	return len(r.leases) == 0 && len(r.waiters) == 0 && r.guarded == nil
+	return len(r.leases) == 0 && r.cont == nil && r.guarded == nil
 }
 
 // waiter is a queued acquire. Waiters are granted in FIFO order; a queued

@@ -53,6 +53,10 @@ func (r *Registrar) view(l *lease, t Tick) Lease {
 
 // viewID is view with the lease's id already formatted.
 func (r *Registrar) viewID(l *lease, t Tick, id string) Lease {
+	var x leaseExtra
+	if l.extra != nil {
+		x = *l.extra
+	}
 	v := Lease{
 		ID:            id,
 		Fence:         l.seq,
@@ -70,9 +74,9 @@ func (r *Registrar) viewID(l *lease, t Tick, id string) Lease {
 		LastRenewedAt: WallTime(l.lastRenewedWall),
 		RenewalCount:  l.renewals,
 		ReleaseReason: tenurev1.ReleaseReason(l.reason),
-		RevokeReason:  l.revokeReason,
-		GraceTick:     l.graceTick,
-		GraceUntil:    WallTime(l.graceWall),
+		RevokeReason:  x.revokeReason,
+		GraceTick:     x.graceTick,
+		GraceUntil:    WallTime(x.graceWall),
 		MaxRenewals:   l.maxRenewals,
 		MaxLifetime:   Dur(l.maxLifetime),
 	}
@@ -82,7 +86,7 @@ func (r *Registrar) viewID(l *lease, t Tick, id string) Lease {
 		} else {
 			v.State = Expired
 			v.TerminatedAt = v.ExpiresAt
-			if l.graceTick > l.expiresTick {
+			if x.graceTick > l.expiresTick {
 				v.TerminatedAt = v.GraceUntil
 			}
 		}
