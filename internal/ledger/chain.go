@@ -25,6 +25,7 @@ type Hash = [sha256.Size]byte
 type Chain struct {
 	Next uint64
 	Head Hash
+	buf  scratch
 }
 
 // NewChain starts an empty chain whose first record has index 1.
@@ -38,9 +39,12 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 func (c *Chain) Seal(rec *logpb.Record) ([]byte, Hash, error) {
 	rec.Index = c.Next
 	rec.PrevHash = append(rec.PrevHash[:0], c.Head[:]...)
-	b, err := marshal.Marshal(rec)
-	if err != nil {
-		return nil, Hash{}, err
+	b, ok := appendRecord(make([]byte, 0, 192), &c.buf, rec)
+	if !ok {
+		var err error
+		if b, err = marshal.Marshal(rec); err != nil {
+			return nil, Hash{}, err
+		}
 	}
 	h := sha256.Sum256(b)
 	c.Next++
