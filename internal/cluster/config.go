@@ -1,0 +1,76 @@
+package cluster
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// Config configures a node.
+type Config struct {
+	// DataDir holds the Raft log (raft.db), snapshots and the node identity.
+	DataDir string
+	// NodeID is the member id. Empty takes the id stored in DataDir, or
+	// DefaultNodeID on first start; a different stored id is an error.
+	NodeID string
+	// RaftAddr is the Raft transport's listen address (host:port; port 0
+	// picks one, see Node.RaftAddr).
+	RaftAddr string
+	// APIAddr is this node's API address, published in Status.
+	APIAddr string
+	// Machine configures the state machine.
+	Machine statemachine.Config
+	// FeedSize is how many recent records Watch and History can reach.
+	FeedSize int
+	// MaxBatch bounds the commands proposed in one Raft log entry.
+	MaxBatch int
+	// ApplyTimeout bounds how long a proposal may wait to enter Raft.
+	ApplyTimeout time.Duration
+	// HeartbeatTimeout and ElectionTimeout tune Raft (zero: Raft's defaults).
+	HeartbeatTimeout, ElectionTimeout time.Duration
+	// SnapshotThreshold is how many log entries trigger a snapshot (zero:
+	// Raft's default, 8192).
+	SnapshotThreshold uint64
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+	// RaftLogOutput receives hashicorp/raft's own logs (nil: discarded).
+	RaftLogOutput io.Writer
+	// Registerer receives the node's metrics; nil skips registration.
+	Registerer prometheus.Registerer
+}
+
+// DefaultNodeID is the member id of a node started without one.
+const DefaultNodeID = "node1"
+
+// DefaultConfig returns the defaults of API.md's command line contract.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:      "./tenure-data",
+		RaftAddr:     "127.0.0.1:7071",
+		APIAddr:      "127.0.0.1:7070",
+		Machine:      statemachine.DefaultConfig(),
+		FeedSize:     DefaultFeedSize,
+		MaxBatch:     1024,
+		ApplyTimeout: 5 * time.Second,
+	}
+}
+
+// Validate reports the first unusable field, by name.
+func (c Config) Validate() error {
+	switch {
+	case c.DataDir == "":
+		return errors.New("cluster: DataDir is required")
+	case c.RaftAddr == "":
+		return errors.New("cluster: RaftAddr is required")
+	case c.MaxBatch < 0:
+		return errors.New("cluster: MaxBatch must not be negative")
+	case c.FeedSize < 0:
+		return errors.New("cluster: FeedSize must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,53 @@
+// Package cluster is Tenure's Raft wiring: it replicates logpb commands
+// with hashicorp/raft and applies them to the pure statemachine.Machine.
+//
+// # Writes
+//
+// Callers hand commands to Node.Propose. One proposer goroutine on the
+// leader drains whatever commands have arrived, stamps them all with the
+// same tick and wall time, and proposes them as one logpb.Batch in one
+// Raft log entry; Raft in turn groups entries into one disk write. So many
+// concurrent requests share one fsync. The FSM applies each command of the
+// batch in order and the per-command statemachine.Result travels back to
+// its caller through the Raft apply future.
+//
+// # Time (DESIGN §2)
+//
+// Registrar ticks are milliseconds. When a node becomes leader it first
+// issues a Raft barrier, so everything committed before its term is
+// applied, and then anchors its clock: tick = highest applied tick +
+// monotonic time since that moment, rounded up to the next millisecond so
+// that an expiry is never earlier than receipt + ttl. Stamped ticks never
+// go backwards (the proposer also takes the max with the last stamped and
+// the last applied tick), and time stands still while there is no leader.
+// Replicas never read their clocks while applying.
+//
+// # Reads
+//
+// Reads are linearizable by default: note the commit index, confirm
+// leadership with Raft (VerifyLeader), wait until the FSM has applied up
+// to the noted index, then query the machine under its read lock at the
+// leader's current tick. A stale read skips the first three steps.
+//
+// # Expiry
+//
+// Expiry is exact without any background help: the state machine expires
+// everything due at the tick of each command before applying it. The
+// expirer goroutine on the leader only makes expiry events and waiter
+// hand-offs prompt: it sleeps until the registrar's next deadline (re-armed
+// after every apply) and then proposes an Advance command.
+//
+// # Waiters and events
+//
+// An Acquire that joins a wait queue answers a waiter id; Node.AwaitWaiter
+// then blocks until the FSM applies the grant or the end of the wait. The
+// FSM records resolutions under its lock, so a resolution applied before
+// the caller starts waiting is not lost. Every applied record also enters
+// an in-memory ring (Feed) that Watch and History read.
+//
+// # Failure handling
+//
+// A proposal that Raft refuses before appending answers NOT_LEADER; one
+// whose commit broke off (leadership lost, shutdown, caller gone) answers
+// OUTCOME_UNKNOWN, because it may or may not have been applied.
+package cluster

@@ -1,0 +1,115 @@
+package cluster
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// DefaultFeedSize is how many recent records the feed keeps.
+const DefaultFeedSize = 100_000
+
+// Feed is an in-memory ring of the most recently applied ledger records,
+// in index order, with a broadcast of changes. Watch resumes from it and
+// History reads it; records older than the ring are gone from memory
+// (they remain in the Raft log and snapshots only as state).
+type Feed struct {
+	mu      sync.RWMutex
+	ring    []statemachine.Sealed
+	start   int    // position of the oldest record in ring
+	n       int    // records held
+	next    uint64 // ledger index of the next record to arrive (0 = none seen yet)
+	changed chan struct{}
+}
+
+// NewFeed returns a feed keeping up to size records.
+func NewFeed(size int) *Feed {
+	if size <= 0 {
+		size = DefaultFeedSize
+	}
+	return &Feed{ring: make([]statemachine.Sealed, size), changed: make(chan struct{})}
+}
+
+func (f *Feed) append(recs []statemachine.Sealed) {
+	if len(recs) == 0 {
+		return
+	}
+	f.mu.Lock()
+	for _, s := range recs {
+		if f.n > 0 && s.Record.Index != f.next {
+			// A gap (after a snapshot restore): the ring restarts.
+			f.start, f.n = 0, 0
+		}
+		pos := (f.start + f.n) % len(f.ring)
+		if f.n == len(f.ring) {
+			f.start = (f.start + 1) % len(f.ring)
+		} else {
+			f.n++
+		}
+		f.ring[pos] = s
+		f.next = s.Record.Index + 1
+	}
+	close(f.changed)
+	f.changed = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// ErrCompacted reports an afterIndex older than the feed keeps.
+func compacted(after, oldest uint64) error {
+	return &registrar.Error{Reason: registrar.ReasonInvalidArgument,
+		Message: fmt.Sprintf("%s: after_index %d was compacted; the oldest event kept in memory is %d",
+			registrar.ReasonInvalidArgument, after, oldest),
+		Metadata: map[string]string{"field": "after_index", "oldest_index": fmt.Sprint(oldest)}}
+}
+
+// Head returns the index of the last record appended (0 if none).
+func (f *Feed) Head() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.next == 0 {
+		return 0
+	}
+	return f.next - 1
+}
+
+// Read returns up to limit records with index > after, and a channel that
+// is closed when more records arrive. It fails with INVALID_ARGUMENT when
+// records after `after` have already left the ring.
+func (f *Feed) Read(after uint64, limit int) ([]statemachine.Sealed, <-chan struct{}, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.n == 0 {
+		if f.next != 0 && after+1 < f.next {
+			return nil, nil, compacted(after, f.next)
+		}
+		return nil, f.changed, nil
+	}
+	oldest := f.ring[f.start].Record.Index
+	if after+1 < oldest {
+		return nil, nil, compacted(after, oldest)
+	}
+	skip := int(after + 1 - oldest)
+	var out []statemachine.Sealed
+	for i := skip; i < f.n && len(out) < limit; i++ {
+		out = append(out, f.ring[(f.start+i)%len(f.ring)])
+	}
+	return out, f.changed, nil
+}
+
+// Scan calls fn for each record with index > after, oldest first, until
+// fn returns false. Records older than the ring are skipped silently.
+func (f *Feed) Scan(after uint64, fn func(statemachine.Sealed) bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for i := 0; i < f.n; i++ {
+		s := f.ring[(f.start+i)%len(f.ring)]
+		if s.Record.Index <= after {
+			continue
+		}
+		if !fn(s) {
+			return
+		}
+	}
+}

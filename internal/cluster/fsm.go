@@ -1,0 +1,213 @@
+package cluster
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// WaitResult is how a queued acquire ended: granted (Lease set) or its
+// wait ran out (Err is a *registrar.HeldError with WaitEnded set).
+type WaitResult struct {
+	Lease registrar.Lease
+	Err   error
+}
+
+// maxResolved bounds the resolutions kept for waiters nobody awaits yet.
+const maxResolved = 1 << 16
+
+// fsm adapts the state machine to raft.BatchingFSM. Every field below mu
+// is guarded by it; queries take the read lock.
+type fsm struct {
+	cfg statemachine.Config
+
+	mu sync.RWMutex
+	m  *statemachine.Machine
+	// maxTick is the highest tick of any applied command (a command that
+	// emits no record still moved time forward for its caller).
+	maxTick registrar.Tick
+	// applied is the highest Raft index the FSM has seen (see Node.Read).
+	applied atomic.Uint64
+	// waits holds a channel for each waiter somebody awaits.
+	waits map[uint64]chan WaitResult
+	// resolved holds resolutions that arrived before anybody awaited them,
+	// bounded by resolvedOrder (oldest evicted first).
+	resolved      map[uint64]WaitResult
+	resolvedOrder []uint64
+	// changed is closed (and replaced) after every applied batch.
+	changed chan struct{}
+
+	feed *Feed
+	// observe, when set, sees every applied command's result (metrics).
+	observe func(m *statemachine.Machine, cmd *logpb.Command, res statemachine.Result)
+}
+
+func newFSM(cfg statemachine.Config, feed *Feed) *fsm {
+	return &fsm{
+		cfg:      cfg,
+		m:        statemachine.New(cfg),
+		waits:    make(map[uint64]chan WaitResult),
+		resolved: make(map[uint64]WaitResult),
+		changed:  make(chan struct{}),
+		feed:     feed,
+	}
+}
+
+// Apply applies a single entry (raft.FSM); Raft calls ApplyBatch instead.
+func (f *fsm) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch decodes each command entry as a logpb.Batch and applies its
+// commands in order. The response of an entry is []statemachine.Result
+// (one per command) or an error for an undecodable entry.
+func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	f.mu.Lock()
+	var sealed []statemachine.Sealed
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			f.applied.Store(max(f.applied.Load(), l.Index))
+			continue
+		}
+		b := &logpb.Batch{}
+		if err := proto.Unmarshal(l.Data, b); err != nil {
+			// Every replica refuses the entry alike, so state stays equal.
+			out[i] = fmt.Errorf("cluster: undecodable log entry %d: %w", l.Index, err)
+			f.applied.Store(max(f.applied.Load(), l.Index))
+			continue
+		}
+		results := make([]statemachine.Result, len(b.Commands))
+		for j, cmd := range b.Commands {
+			f.maxTick = max(f.maxTick, registrar.Tick(cmd.Tick))
+			res := f.m.Apply(cmd)
+			results[j] = res
+			for _, s := range res.Records {
+				f.resolveWaiter(s.Record)
+			}
+			sealed = append(sealed, res.Records...)
+			if f.observe != nil {
+				f.observe(f.m, cmd, res)
+			}
+		}
+		out[i] = results
+		f.applied.Store(max(f.applied.Load(), l.Index))
+	}
+	f.feed.append(sealed)
+	close(f.changed)
+	f.changed = make(chan struct{})
+	f.mu.Unlock()
+	return out
+}
+
+// resolveWaiter delivers a waiter's grant or end. Called under mu.
+func (f *fsm) resolveWaiter(rec *logpb.Record) {
+	var id uint64
+	var res WaitResult
+	reg := f.m.Registrar()
+	switch b := rec.Body.(type) {
+	case *logpb.Record_Issued:
+		if b.Issued.WaiterId == 0 {
+			return
+		}
+		id = b.Issued.WaiterId
+		l, err := reg.Get(b.Issued.LeaseId, registrar.Tick(rec.Tick))
+		res = WaitResult{Lease: l, Err: err}
+	case *logpb.Record_WaitEnded:
+		id = b.WaitEnded.WaiterId
+		res = WaitResult{Err: reg.WaitEnded(b.WaitEnded.Namespace, b.WaitEnded.Resource, registrar.Tick(rec.Tick))}
+	default:
+		return
+	}
+	if ch, ok := f.waits[id]; ok {
+		delete(f.waits, id)
+		ch <- res // buffered, never blocks
+		return
+	}
+	f.resolved[id] = res
+	f.resolvedOrder = append(f.resolvedOrder, id)
+	if len(f.resolvedOrder) > maxResolved {
+		delete(f.resolved, f.resolvedOrder[0])
+		f.resolvedOrder = f.resolvedOrder[1:]
+	}
+}
+
+// await registers interest in a waiter. It returns a channel that receives
+// the resolution exactly once, and a cancel func to drop the interest.
+func (f *fsm) await(id uint64) (<-chan WaitResult, func(), error) {
+	ch := make(chan WaitResult, 1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if res, ok := f.resolved[id]; ok {
+		delete(f.resolved, id)
+		ch <- res
+		return ch, func() {}, nil
+	}
+	if !f.m.Registrar().WaiterPending(id) {
+		return nil, nil, &registrar.Error{Reason: registrar.ReasonOutcomeUnknown,
+			Message: fmt.Sprintf("%s: waiter %d is no longer queued and its outcome was not kept", registrar.ReasonOutcomeUnknown, id)}
+	}
+	f.waits[id] = ch
+	return ch, func() {
+		f.mu.Lock()
+		delete(f.waits, id)
+		f.mu.Unlock()
+	}, nil
+}
+
+// changes returns a channel closed after the next applied batch.
+func (f *fsm) changes() <-chan struct{} {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.changed
+}
+
+// Snapshot captures the machine's state (raft.FSM). The encoding happens
+// here, under the read lock; Persist only writes the bytes.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	b, err := f.m.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return fsmSnapshot(b), nil
+}
+
+// Restore replaces the machine with a snapshot's (raft.FSM).
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return err
+	}
+	m, err := statemachine.Restore(f.cfg, b)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.m = m
+	f.maxTick = max(f.maxTick, m.Registrar().Tick())
+	close(f.changed)
+	f.changed = make(chan struct{})
+	f.mu.Unlock()
+	return nil
+}
+
+type fsmSnapshot []byte
+
+func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s fsmSnapshot) Release() {}

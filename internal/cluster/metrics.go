@@ -1,0 +1,98 @@
+package cluster
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// metrics are the node's Prometheus instruments. Counters move as records
+// are applied, so every member reports the same lease counts.
+type metrics struct {
+	active        prometheus.Gauge
+	ended         *prometheus.CounterVec // by state
+	grants        prometheus.Counter
+	renewals      prometheus.Counter
+	waiters       prometheus.Gauge
+	lateness      prometheus.Histogram
+	applyLatency  prometheus.Histogram
+	batchSize     prometheus.Histogram
+	leaderChanges prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
+	m := &metrics{
+		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tenure_leases_active",
+			Help: "Leases currently active (as of the last applied record)."}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tenure_leases_ended_total",
+			Help: "Leases that ended, by terminal state (released, expired, revoked)."}, []string{"state"}),
+		grants: prometheus.NewCounter(prometheus.CounterOpts{Name: "tenure_grants_total",
+			Help: "Leases granted (acquires, waiter hand-offs, transfers)."}),
+		renewals: prometheus.NewCounter(prometheus.CounterOpts{Name: "tenure_renewals_total",
+			Help: "Lease renewals applied."}),
+		waiters: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tenure_waiters",
+			Help: "Acquires waiting in resource queues."}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tenure_expiry_lateness_seconds",
+			Help:    "Apply tick of an expiry minus the lease's deadline.",
+			Buckets: []float64{0, .001, .005, .01, .025, .05, .1, .25, .5, 1, 5}}),
+		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tenure_raft_apply_seconds",
+			Help:    "Time from proposing a batch to Raft until its results are back.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tenure_raft_batch_commands",
+			Help:    "Commands per proposed Raft log entry.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "tenure_leader_changes_total",
+			Help: "Times this node gained or lost leadership."}),
+	}
+	if reg == nil {
+		return m
+	}
+	reg.MustRegister(m.active, m.ended, m.grants, m.renewals, m.waiters, m.lateness,
+		m.applyLatency, m.batchSize, m.leaderChanges,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_raft_commit_index",
+			Help: "Raft commit index."}, func() float64 { return float64(n.raft.CommitIndex()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_raft_applied_index",
+			Help: "Highest Raft index applied to the state machine."}, func() float64 { return float64(n.fsm.applied.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_is_leader",
+			Help: "1 when this node is the leader."}, func() float64 {
+			if n.leader.Load() != nil {
+				return 1
+			}
+			return 0
+		}),
+	)
+	return m
+}
+
+// observe updates the counters from one applied command. Called under the
+// FSM's write lock.
+func (m *metrics) observe(sm *statemachine.Machine, _ *logpb.Command, res statemachine.Result) {
+	for _, s := range res.Records {
+		switch b := s.Record.Body.(type) {
+		case *logpb.Record_Issued:
+			m.grants.Inc()
+			m.active.Inc()
+			if b.Issued.WaiterId != 0 {
+				m.waiters.Dec()
+			}
+		case *logpb.Record_Renewed:
+			m.renewals.Inc()
+		case *logpb.Record_Ended:
+			m.active.Dec()
+			st := registrar.State(b.Ended.State)
+			m.ended.WithLabelValues(st.String()).Inc()
+			if st == registrar.Expired {
+				if l, err := sm.Registrar().Get(b.Ended.GetLease().GetLeaseId(), registrar.Tick(s.Record.Tick)); err == nil {
+					late := registrar.Tick(s.Record.Tick) - l.Deadline()
+					m.lateness.Observe(registrar.Dur(int64(late)).Seconds())
+				}
+			}
+		case *logpb.Record_Waiting:
+			m.waiters.Inc()
+		case *logpb.Record_WaitEnded:
+			m.waiters.Dec()
+		}
+	}
+}

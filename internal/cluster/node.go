@@ -1,0 +1,326 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// Node is one member of a Tenure cluster: Raft, its stores and transport,
+// the FSM, the proposer and (while leader) the expirer.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	id      string
+	raft    *raft.Raft
+	trans   *raft.NetworkTransport
+	store   *raftboltdb.BoltStore
+	fsm     *fsm
+	feed    *Feed
+	metrics *metrics
+
+	// leader is set while this node leads and has anchored its clock.
+	leader atomic.Pointer[term]
+
+	in       chan *proposal
+	inflight chan *inflight
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closed   sync.Once
+	closeErr error
+}
+
+// term is one leadership term of this node: its clock anchor and a context
+// that ends when leadership does.
+type term struct {
+	start  time.Time
+	base   registrar.Tick
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// now is the leader's registrar time: the anchor plus monotonic time since
+// it, rounded up to the next millisecond.
+func (t *term) now() registrar.Tick {
+	return t.base + registrar.Tick(registrar.Ms(time.Since(t.start)))
+}
+
+const nodeIDFile = "node-id"
+
+// Open starts a node on cfg.DataDir. With an empty data dir it bootstraps
+// a one-voter cluster of itself; otherwise it resumes from the directory.
+func Open(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	def := DefaultConfig()
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = def.MaxBatch
+	}
+	if cfg.ApplyTimeout == 0 {
+		cfg.ApplyTimeout = def.ApplyTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("cluster: data dir: %w", err)
+	}
+	id, err := nodeID(cfg.DataDir, cfg.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	raftOut := cfg.RaftLogOutput
+	if raftOut == nil {
+		raftOut = io.Discard
+	}
+
+	n := &Node{
+		cfg:      cfg,
+		log:      log.With("node", id),
+		id:       id,
+		feed:     NewFeed(cfg.FeedSize),
+		in:       make(chan *proposal, 4*cfg.MaxBatch),
+		inflight: make(chan *inflight, 256),
+		stop:     make(chan struct{}),
+	}
+	n.fsm = newFSM(cfg.Machine, n.feed)
+	n.metrics = newMetrics(cfg.Registerer, n)
+	n.fsm.observe = n.metrics.observe
+
+	ok := false
+	defer func() {
+		if !ok {
+			n.closeStores()
+		}
+	}()
+	n.store, err = raftboltdb.NewBoltStore(filepath.Join(cfg.DataDir, "raft.db"))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: raft log store: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStore(cfg.DataDir, 2, raftOut)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: snapshot store: %w", err)
+	}
+	n.trans, err = raft.NewTCPTransport(cfg.RaftAddr, nil, 3, 10*time.Second, raftOut)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftAddr, err)
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(id)
+	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Output: raftOut, Level: hclog.Info})
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
+	if cfg.HeartbeatTimeout > 0 {
+		rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+		rc.LeaderLeaseTimeout = min(rc.LeaderLeaseTimeout, cfg.HeartbeatTimeout)
+	}
+	if cfg.ElectionTimeout > 0 {
+		rc.ElectionTimeout = cfg.ElectionTimeout
+	}
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+
+	existing, err := raft.HasExistingState(n.store, n.store, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: reading raft state: %w", err)
+	}
+	n.raft, err = raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: starting raft: %w", err)
+	}
+	if !existing {
+		n.log.Info("bootstrapping a one-node cluster", "raft_addr", n.trans.LocalAddr())
+		f := n.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{
+			{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: n.trans.LocalAddr()},
+		}})
+		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			_ = n.raft.Shutdown().Error()
+			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
+		}
+	}
+	ok = true
+	n.wg.Add(3)
+	go n.watchLeadership()
+	go n.propose()
+	go n.complete()
+	return n, nil
+}
+
+// nodeID resolves the member id against the one stored in dir.
+func nodeID(dir, want string) (string, error) {
+	path := filepath.Join(dir, nodeIDFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		stored := strings.TrimSpace(string(b))
+		if want != "" && want != stored {
+			return "", fmt.Errorf("cluster: data dir %s belongs to node %q, not %q", dir, stored, want)
+		}
+		return stored, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("cluster: reading node id: %w", err)
+	}
+	if want == "" {
+		want = DefaultNodeID
+	}
+	if err := registrar.CheckIdentifier("node_id", want, true); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(want+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("cluster: storing node id: %w", err)
+	}
+	return want, nil
+}
+
+// ID returns the member id.
+func (n *Node) ID() string { return n.id }
+
+// RaftAddr returns the Raft transport's bound address.
+func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
+
+// Feed returns the in-memory ring of recent records.
+func (n *Node) Feed() *Feed { return n.feed }
+
+// Close shuts the node down: Raft first (pending proposals answer
+// OUTCOME_UNKNOWN), then the goroutines, the transport and the stores.
+func (n *Node) Close() error {
+	n.closed.Do(func() {
+		close(n.stop)
+		if t := n.leader.Swap(nil); t != nil {
+			t.cancel()
+		}
+		err := n.raft.Shutdown().Error()
+		n.wg.Wait()
+		n.closeErr = errors.Join(err, n.closeStores())
+	})
+	return n.closeErr
+}
+
+func (n *Node) closeStores() error {
+	var errs []error
+	if n.trans != nil {
+		errs = append(errs, n.trans.Close())
+	}
+	if n.store != nil {
+		errs = append(errs, n.store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// watchLeadership anchors the clock when this node becomes leader and
+// drops it when leadership ends.
+func (n *Node) watchLeadership() {
+	defer n.wg.Done()
+	ch := n.raft.LeaderCh()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case isLeader := <-ch:
+			n.metrics.leaderChanges.Inc()
+			if old := n.leader.Swap(nil); old != nil {
+				old.cancel()
+			}
+			if isLeader {
+				n.wg.Add(1)
+				go n.lead()
+			} else {
+				n.log.Info("lost leadership")
+			}
+		}
+	}
+}
+
+// lead runs one leadership term: barrier, clock anchor, bootstrap of the
+// registrar key (first leader only), then the expirer until the term ends.
+func (n *Node) lead() {
+	defer n.wg.Done()
+	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+		n.log.Warn("leadership barrier failed", "err", err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := n.fsm
+	f.mu.RLock()
+	base := max(f.maxTick, f.m.Registrar().Tick())
+	bootstrapped := f.m.Bootstrapped()
+	f.mu.RUnlock()
+	// Everything up to the barrier is applied; the entries the FSM never
+	// sees (no-ops, barriers) count as applied too.
+	f.applied.Store(max(f.applied.Load(), n.raft.AppliedIndex()))
+	t := &term{start: time.Now(), base: base, ctx: ctx, cancel: cancel}
+	if n.raft.State() != raft.Leader {
+		cancel()
+		return
+	}
+	n.leader.Store(t)
+	n.log.Info("leading", "tick", base)
+	if !bootstrapped {
+		seed := make([]byte, 32)
+		if _, err := rand.Read(seed); err != nil {
+			n.log.Error("drawing registrar key seed", "err", err)
+			return
+		}
+		res, err := n.Propose(ctx, &logpb.Command{Op: &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: seed}}})
+		if err == nil {
+			err = res.Outcome.Err
+		}
+		if err != nil && registrar.ReasonOf(err) != registrar.ReasonAlreadyBootstrapped {
+			n.log.Error("bootstrapping the registrar", "err", err)
+		} else {
+			n.log.Info("registrar initialized")
+		}
+	}
+	n.expire(t)
+}
+
+// notLeader is the NOT_LEADER answer, naming the leader when known.
+func (n *Node) notLeader() error {
+	addr, id := n.raft.LeaderWithID()
+	meta := map[string]string{"leader_id": string(id), "leader": ""}
+	if id == raft.ServerID(n.id) {
+		meta["leader"] = n.cfg.APIAddr
+	}
+	msg := "this node is not the leader"
+	if id != "" {
+		msg += fmt.Sprintf(" (leader %s at %s)", id, addr)
+	} else {
+		msg += " and no leader is known"
+	}
+	return &registrar.Error{Reason: registrar.ReasonNotLeader, Message: string(registrar.ReasonNotLeader) + ": " + msg, Metadata: meta}
+}
+
+func outcomeUnknown(why string) error {
+	return &registrar.Error{Reason: registrar.ReasonOutcomeUnknown,
+		Message: string(registrar.ReasonOutcomeUnknown) + ": " + why + "; the write may or may not have been applied"}
+}
+
+// IsLeader reports whether this node leads and serves writes.
+func (n *Node) IsLeader() bool { return n.leader.Load() != nil }
+
+// Ready reports whether a leader is known and this node has applied
+// everything committed.
+func (n *Node) Ready() bool {
+	addr, _ := n.raft.LeaderWithID()
+	return addr != "" && n.fsm.applied.Load() >= n.raft.CommitIndex()
+}

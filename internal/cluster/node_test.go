@@ -1,0 +1,198 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// open starts a node on dir with fast Raft timings and waits until it leads.
+func open(t *testing.T, dir string) *Node {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.DataDir = dir
+	cfg.RaftAddr = "127.0.0.1:0"
+	cfg.HeartbeatTimeout = 50 * time.Millisecond
+	cfg.ElectionTimeout = 50 * time.Millisecond
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.WaitLeader(ctx); err != nil {
+		n.Close()
+		t.Fatalf("WaitLeader: %v", err)
+	}
+	return n
+}
+
+func ms(d time.Duration) *int64 { v := registrar.Ms(d); return &v }
+
+func acquire(t *testing.T, n *Node, resource, holder string, ttl, wait time.Duration) registrar.Outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := n.Propose(ctx, &logpb.Command{Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{
+		Resource: resource, Holder: holder, TtlMs: ms(ttl), WaitMs: registrar.Ms(wait),
+	}}})
+	if err != nil {
+		t.Fatalf("Propose acquire: %v", err)
+	}
+	return res.Outcome
+}
+
+func get(t *testing.T, n *Node, id string) (registrar.Lease, error) {
+	t.Helper()
+	var l registrar.Lease
+	err := n.Read(context.Background(), false, func(m *statemachine.Machine, tk registrar.Tick) error {
+		var err error
+		l, err = m.Registrar().Get(id, tk)
+		return err
+	})
+	return l, err
+}
+
+func TestNodeGrantsAndSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, dir)
+	out := acquire(t, n, "orders/1", "w1", time.Minute, 0)
+	if out.Err != nil {
+		t.Fatalf("acquire: %v", out.Err)
+	}
+	first := *out.Lease
+	if out := acquire(t, n, "orders/1", "w2", time.Minute, 0); !errors.Is(out.Err, registrar.ErrLeaseHeld) {
+		t.Fatalf("second acquire: got %v, want LEASE_HELD", out.Err)
+	}
+	if _, _, err := n.Snapshot(); err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	out = acquire(t, n, "orders/2", "w1", time.Minute, 0) // after the snapshot: replayed from the log
+	if out.Err != nil {
+		t.Fatalf("acquire 2: %v", out.Err)
+	}
+	second := *out.Lease
+	if err := n.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	n = open(t, dir)
+	defer n.Close()
+	for _, want := range []registrar.Lease{first, second} {
+		l, err := get(t, n, want.ID)
+		if err != nil {
+			t.Fatalf("Get %s after restart: %v", want.ID, err)
+		}
+		if l.State != registrar.Active || l.Fence != want.Fence {
+			t.Fatalf("after restart: %+v, want active with fence %d", l, want.Fence)
+		}
+	}
+	out = acquire(t, n, "orders/3", "w1", time.Minute, 0)
+	if out.Err != nil || out.Lease.Fence <= second.Fence {
+		t.Fatalf("acquire after restart: %+v, want fence > %d", out, second.Fence)
+	}
+	if out.Lease.IssuedTick < second.IssuedTick {
+		t.Fatalf("tick went backwards across restart: %d < %d", out.Lease.IssuedTick, second.IssuedTick)
+	}
+}
+
+func TestWaiterGrantedOnExpiry(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	held := acquire(t, n, "r", "w1", time.Second, 0)
+	if held.Err != nil {
+		t.Fatal(held.Err)
+	}
+	out := acquire(t, n, "r", "w2", time.Second, 10*time.Second)
+	if out.WaiterID == 0 {
+		t.Fatalf("want a waiter, got %+v", out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// No request arrives: only the expirer can expire the lease and hand it over.
+	res, err := n.AwaitWaiter(ctx, out.WaiterID)
+	if err != nil || res.Err != nil {
+		t.Fatalf("AwaitWaiter: %v / %v", err, res.Err)
+	}
+	if res.Lease.Holder != "w2" || res.Lease.Fence <= held.Lease.Fence {
+		t.Fatalf("granted %+v", res.Lease)
+	}
+	if res.Lease.IssuedTick < held.Lease.ExpiresTick {
+		t.Fatalf("granted at tick %d before the holder's expiry %d", res.Lease.IssuedTick, held.Lease.ExpiresTick)
+	}
+}
+
+func TestWaitEnds(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	if out := acquire(t, n, "r", "w1", time.Minute, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	out := acquire(t, n, "r", "w2", time.Second, 50*time.Millisecond)
+	if out.WaiterID == 0 {
+		t.Fatalf("want a waiter, got %+v", out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := n.AwaitWaiter(ctx, out.WaiterID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var he *registrar.HeldError
+	if !errors.As(res.Err, &he) || !he.WaitEnded || he.Holder != "w1" {
+		t.Fatalf("want a wait-ended LEASE_HELD naming w1, got %v", res.Err)
+	}
+}
+
+func TestConcurrentProposalsShareBatches(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	const clients = 64
+	errs := make(chan error, clients)
+	for i := range clients {
+		go func() {
+			out := acquire(t, n, "res/"+string(rune('a'+i%26))+string(rune('a'+i/26)), "w", time.Minute, 0)
+			errs <- out.Err
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var leases []registrar.Lease
+	n.Read(context.Background(), false, func(m *statemachine.Machine, tk registrar.Tick) error {
+		leases = m.Registrar().ByHolder("w", "", tk)
+		return nil
+	})
+	if len(leases) != clients {
+		t.Fatalf("%d active leases, want %d", len(leases), clients)
+	}
+}
+
+func TestFeedReadsAndCompacts(t *testing.T) {
+	f := NewFeed(3)
+	if _, ch, err := f.Read(0, 10); err != nil || ch == nil {
+		t.Fatalf("empty feed: %v", err)
+	}
+	var recs []statemachine.Sealed
+	for i := uint64(1); i <= 5; i++ {
+		recs = append(recs, statemachine.Sealed{Record: &logpb.Record{Index: i}})
+	}
+	f.append(recs)
+	got, _, err := f.Read(2, 10)
+	if err != nil || len(got) != 3 || got[0].Record.Index != 3 {
+		t.Fatalf("Read(2): %v %v", got, err)
+	}
+	if _, _, err := f.Read(1, 10); registrar.ReasonOf(err) != registrar.ReasonInvalidArgument {
+		t.Fatalf("Read(1) of a compacted index: %v", err)
+	}
+	if f.Head() != 5 {
+		t.Fatalf("Head = %d", f.Head())
+	}
+}

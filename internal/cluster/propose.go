@@ -1,0 +1,177 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// proposal is one command waiting for its result.
+type proposal struct {
+	cmd  *logpb.Command
+	done chan proposalResult
+}
+
+type proposalResult struct {
+	res statemachine.Result
+	err error
+}
+
+// inflight is one proposed Raft entry and the proposals it carries.
+type inflight struct {
+	future raft.ApplyFuture
+	batch  []*proposal
+	start  time.Time
+}
+
+// Propose replicates one command and returns what applying it produced.
+// The command's tick and wall are stamped by the leader. Errors are
+// *registrar.Error with reason NOT_LEADER (nothing was proposed),
+// OUTCOME_UNKNOWN (it may have been applied) or UNAVAILABLE, or the
+// context's error when ctx ends before the command was handed over. A
+// rejection by the registrar is in Result.Outcome.Err, not in the error.
+func (n *Node) Propose(ctx context.Context, cmd *logpb.Command) (statemachine.Result, error) {
+	if n.leader.Load() == nil {
+		return statemachine.Result{}, n.notLeader()
+	}
+	p := &proposal{cmd: cmd, done: make(chan proposalResult, 1)}
+	select {
+	case n.in <- p:
+	case <-ctx.Done():
+		return statemachine.Result{}, ctx.Err()
+	case <-n.stop:
+		return statemachine.Result{}, unavailable("the node is shutting down")
+	}
+	select {
+	case r := <-p.done:
+		return r.res, r.err
+	case <-ctx.Done():
+		return statemachine.Result{}, outcomeUnknown("the request ended before its commit was confirmed")
+	}
+}
+
+func unavailable(why string) error {
+	return &registrar.Error{Reason: registrar.ReasonUnavailable,
+		Message: string(registrar.ReasonUnavailable) + ": " + why + "; nothing was proposed"}
+}
+
+// propose is the proposer loop: it drains arrived commands into one batch,
+// stamps them with one tick and proposes the batch as one Raft entry.
+// It never waits for a commit, so the next batch forms while the previous
+// one is being written; Raft groups queued entries into one disk write.
+func (n *Node) propose() {
+	defer n.wg.Done()
+	defer close(n.inflight)
+	var last registrar.Tick
+	batch := make([]*proposal, 0, n.cfg.MaxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case <-n.stop:
+			n.drainProposals()
+			return
+		case p := <-n.in:
+			batch = append(batch, p)
+		}
+	fill:
+		for len(batch) < n.cfg.MaxBatch {
+			select {
+			case p := <-n.in:
+				batch = append(batch, p)
+			default:
+				break fill
+			}
+		}
+		t := n.leader.Load()
+		if t == nil {
+			err := n.notLeader()
+			for _, p := range batch {
+				p.done <- proposalResult{err: err}
+			}
+			continue
+		}
+		n.fsm.mu.RLock()
+		applied := n.fsm.maxTick
+		n.fsm.mu.RUnlock()
+		tick := max(t.now(), last, applied)
+		last = tick
+		wall := time.Now().UTC().UnixMilli()
+		b := &logpb.Batch{Commands: make([]*logpb.Command, len(batch))}
+		for i, p := range batch {
+			p.cmd.Tick, p.cmd.Wall = int64(tick), wall
+			b.Commands[i] = p.cmd
+		}
+		data, err := proto.Marshal(b)
+		if err != nil {
+			for _, p := range batch {
+				p.done <- proposalResult{err: unavailable("encoding the command: " + err.Error())}
+			}
+			continue
+		}
+		n.metrics.batchSize.Observe(float64(len(batch)))
+		f := n.raft.Apply(data, n.cfg.ApplyTimeout)
+		n.inflight <- &inflight{future: f, batch: append([]*proposal(nil), batch...), start: time.Now()}
+	}
+}
+
+func (n *Node) drainProposals() {
+	for {
+		select {
+		case p := <-n.in:
+			p.done <- proposalResult{err: unavailable("the node is shutting down")}
+		default:
+			return
+		}
+	}
+}
+
+// complete waits for proposed entries, in order, and routes each command's
+// result to its caller.
+func (n *Node) complete() {
+	defer n.wg.Done()
+	for in := range n.inflight {
+		err := in.future.Error()
+		var results []statemachine.Result
+		if err == nil {
+			switch r := in.future.Response().(type) {
+			case []statemachine.Result:
+				results = r
+			case error:
+				err = r
+			}
+		}
+		n.metrics.applyLatency.Observe(time.Since(in.start).Seconds())
+		if err == nil && len(results) != len(in.batch) {
+			err = errors.New("result count does not match the batch")
+		}
+		if err != nil {
+			err = n.raftError(err)
+		}
+		for i, p := range in.batch {
+			if err != nil {
+				p.done <- proposalResult{err: err}
+			} else {
+				p.done <- proposalResult{res: results[i]}
+			}
+		}
+	}
+}
+
+// raftError classifies a failed apply: refused before appending (nothing
+// proposed) or broken off after (outcome unknown).
+func (n *Node) raftError(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader):
+		return n.notLeader()
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return unavailable("raft did not accept the command in time")
+	}
+	return outcomeUnknown(err.Error())
+}

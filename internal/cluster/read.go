@@ -1,0 +1,279 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// Read runs fn against the state machine under its read lock, at the
+// registrar's current tick. Unless stale, the read is linearizable: this
+// node confirms it leads and waits until it has applied everything
+// committed when the read began (else NOT_LEADER). fn must not keep m.
+func (n *Node) Read(ctx context.Context, stale bool, fn func(m *statemachine.Machine, t registrar.Tick) error) error {
+	t := n.leader.Load()
+	if !stale {
+		if t == nil {
+			return n.notLeader()
+		}
+		idx := n.raft.CommitIndex()
+		if err := n.raft.VerifyLeader().Error(); err != nil {
+			return n.notLeader()
+		}
+		if err := n.waitApplied(ctx, idx); err != nil {
+			return err
+		}
+	}
+	f := n.fsm
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	tick := max(f.maxTick, f.m.Registrar().Tick())
+	if t != nil {
+		tick = max(tick, t.now())
+	}
+	return fn(f.m, tick)
+}
+
+func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
+	for {
+		ch := n.fsm.changes()
+		if n.fsm.applied.Load() >= idx {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.stop:
+			return unavailable("the node is shutting down")
+		}
+	}
+}
+
+// AwaitWaiter blocks until the queued acquire with this waiter id is
+// granted or its wait ends. Call it after Propose answered the id.
+func (n *Node) AwaitWaiter(ctx context.Context, id uint64) (WaitResult, error) {
+	ch, cancel, err := n.fsm.await(id)
+	if err != nil {
+		return WaitResult{}, err
+	}
+	defer cancel()
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-ctx.Done():
+		return WaitResult{}, ctx.Err()
+	case <-n.stop:
+		return WaitResult{}, unavailable("the node is shutting down")
+	}
+}
+
+// expire is the leader's expirer: it sleeps until the registrar's next
+// deadline (re-armed whenever something is applied) and proposes an
+// Advance, which expires every due lease and ends every due wait.
+func (n *Node) expire(t *term) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		changed := n.fsm.changes()
+		n.fsm.mu.RLock()
+		next, ok := n.fsm.m.Registrar().NextDeadline()
+		n.fsm.mu.RUnlock()
+		timer.Stop()
+		if ok {
+			if now := t.now(); next <= now {
+				_, err := n.Propose(t.ctx, &logpb.Command{Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}})
+				if err == nil {
+					continue
+				}
+				if t.ctx.Err() != nil {
+					return
+				}
+				n.log.Warn("expirer: proposing advance", "err", err)
+				timer.Reset(50 * time.Millisecond) // retry soon
+			} else {
+				timer.Reset(registrar.Dur(int64(next - now)))
+			}
+		}
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-changed:
+		case <-timer.C:
+		}
+	}
+}
+
+// Certify signs a lease certificate with the registrar's key.
+func (n *Node) Certify(l registrar.Lease) ([]byte, string, error) {
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	return n.fsm.m.Certify(l)
+}
+
+// Role is a member's role in Status.
+type Role int
+
+// Roles.
+const (
+	RoleFollower Role = iota
+	RoleLeader
+	RoleCandidate
+	RoleNonvoter
+)
+
+// Member is one member of the Raft configuration.
+type Member struct {
+	ID, RaftAddress, APIAddress string
+	Role                        Role
+}
+
+// Status is the node's view of the cluster.
+type Status struct {
+	NodeID                    string
+	LeaderID, LeaderRaftAddr  string
+	LeaderAPIAddr             string
+	Term                      uint64
+	CommitIndex, AppliedIndex uint64
+	LedgerIndex               uint64
+	Tick                      registrar.Tick
+	Members                   []Member
+}
+
+// Status reports the node's view of the cluster (a local, stale read).
+func (n *Node) Status() (Status, error) {
+	addr, id := n.raft.LeaderWithID()
+	s := Status{
+		NodeID: n.id, LeaderID: string(id), LeaderRaftAddr: string(addr),
+		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.fsm.applied.Load(),
+	}
+	if string(id) == n.id {
+		s.LeaderAPIAddr = n.cfg.APIAddr
+	}
+	_ = n.Read(context.Background(), true, func(m *statemachine.Machine, t registrar.Tick) error {
+		s.Tick = t
+		s.LedgerIndex = m.Chain().Next - 1
+		return nil
+	})
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return s, unavailable("reading the raft configuration: " + err.Error())
+	}
+	for _, srv := range cf.Configuration().Servers {
+		m := Member{ID: string(srv.ID), RaftAddress: string(srv.Address), Role: RoleFollower}
+		switch {
+		case srv.ID == id:
+			m.Role = RoleLeader
+		case srv.Suffrage != raft.Voter:
+			m.Role = RoleNonvoter
+		case string(srv.ID) == n.id && n.raft.State() == raft.Candidate:
+			m.Role = RoleCandidate
+		}
+		if string(srv.ID) == n.id {
+			m.APIAddress = n.cfg.APIAddr
+		}
+		s.Members = append(s.Members, m)
+	}
+	return s, nil
+}
+
+// AddVoter adds (or promotes) a voting member.
+func (n *Node) AddVoter(id, raftAddr string) error {
+	return n.membership(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout))
+}
+
+// RemoveServer removes a member.
+func (n *Node) RemoveServer(id string) error {
+	return n.membership(n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout))
+}
+
+func (n *Node) membership(f raft.IndexFuture) error {
+	if err := f.Error(); err != nil {
+		return n.raftError(err)
+	}
+	return nil
+}
+
+// TransferLeadership asks Raft to hand leadership to id ("" lets Raft pick).
+func (n *Node) TransferLeadership(id string) error {
+	var f raft.Future
+	if id == "" {
+		f = n.raft.LeadershipTransfer()
+	} else {
+		cf := n.raft.GetConfiguration()
+		if err := cf.Error(); err != nil {
+			return n.raftError(err)
+		}
+		var addr raft.ServerAddress
+		for _, s := range cf.Configuration().Servers {
+			if string(s.ID) == id {
+				addr = s.Address
+			}
+		}
+		if addr == "" {
+			return &registrar.Error{Reason: registrar.ReasonInvalidArgument,
+				Message:  fmt.Sprintf("%s: id: %q is not a member", registrar.ReasonInvalidArgument, id),
+				Metadata: map[string]string{"field": "id"}}
+		}
+		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
+	}
+	if err := f.Error(); err != nil {
+		return n.raftError(err)
+	}
+	return nil
+}
+
+// Snapshot takes a Raft snapshot now (truncating the log behind it) and
+// returns its index and term.
+func (n *Node) Snapshot() (index, term uint64, err error) {
+	f := n.raft.Snapshot()
+	if err := f.Error(); err != nil {
+		if err == raft.ErrNothingNewToSnapshot {
+			stats := n.raft.Stats()
+			i, _ := strconv.ParseUint(stats["last_snapshot_index"], 10, 64)
+			t, _ := strconv.ParseUint(stats["last_snapshot_term"], 10, 64)
+			return i, t, nil
+		}
+		return 0, 0, unavailable("snapshot: " + err.Error())
+	}
+	meta, rc, err := f.Open()
+	if err != nil {
+		return 0, 0, unavailable("snapshot: " + err.Error())
+	}
+	_ = rc.Close()
+	return meta.Index, meta.Term, nil
+}
+
+// WaitLeader blocks until this node leads with an initialized registrar
+// (a fresh single node: after its election and the bootstrap command), or
+// ctx ends.
+func (n *Node) WaitLeader(ctx context.Context) error {
+	tick := time.NewTicker(10 * time.Millisecond) // leadership changes are not broadcast
+	defer tick.Stop()
+	for {
+		ch := n.fsm.changes()
+		if n.leader.Load() != nil {
+			n.fsm.mu.RLock()
+			ok := n.fsm.m.Bootstrapped()
+			n.fsm.mu.RUnlock()
+			if ok {
+				return nil
+			}
+		}
+		select {
+		case <-ch:
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.stop:
+			return unavailable("the node is shutting down")
+		}
+	}
+}

@@ -1,0 +1,461 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/fencing"
+)
+
+// postJSON sends a Connect JSON unary request the way curl would.
+func (b *bundle) postJSON(t *testing.T, method, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := b.http.Post(b.base+"/tenure.v1."+method, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST %s: %v", method, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("POST %s: response is not JSON: %q", method, raw)
+	}
+	return resp.StatusCode, out
+}
+
+func errorReason(t *testing.T, body map[string]any) string {
+	t.Helper()
+	details, _ := body["details"].([]any)
+	for _, d := range details {
+		dm := d.(map[string]any)
+		if dm["type"] == "google.rpc.ErrorInfo" {
+			if dm["value"] == nil {
+				t.Errorf("ErrorInfo detail has no binary value: %v", dm)
+			}
+			dbg, _ := dm["debug"].(map[string]any)
+			if dbg == nil {
+				t.Fatalf("ErrorInfo detail has no debug JSON: %v", dm)
+			}
+			return dbg["reason"].(string)
+		}
+	}
+	t.Fatalf("no ErrorInfo detail in %v", body)
+	return ""
+}
+
+func TestConnectJSONShapes(t *testing.T) {
+	b := setup(t)
+	code, out := b.postJSON(t, "LeaseService/Acquire",
+		`{"resource":"orders/42","holder":"w1","ttl":"60s","mode":"MODE_EXCLUSIVE"}`)
+	if code != http.StatusOK {
+		t.Fatalf("status %d: %v", code, out)
+	}
+	l := out["lease"].(map[string]any)
+	if id, _ := l["leaseId"].(string); id == "" {
+		t.Errorf("leaseId = %v", l["leaseId"])
+	}
+	if f, ok := l["fence"].(string); !ok || f == "" || f == "0" {
+		t.Errorf("fence should be a non-zero uint64 string, got %#v", l["fence"])
+	}
+	if l["ttl"] != "60s" {
+		t.Errorf("ttl = %v, want \"60s\"", l["ttl"])
+	}
+	for _, k := range []string{"issuedAt", "expiresAt"} {
+		if s, _ := l[k].(string); !strings.HasSuffix(s, "Z") {
+			t.Errorf("%s = %v, want RFC 3339 UTC", k, l[k])
+		}
+	}
+	if l["mode"] != "MODE_EXCLUSIVE" || l["state"] != "STATE_ACTIVE" || l["namespace"] != "default" {
+		t.Errorf("mode/state/namespace = %v/%v/%v", l["mode"], l["state"], l["namespace"])
+	}
+
+	code, out = b.postJSON(t, "LeaseService/Acquire", `{"resource":"orders/42","holder":"w2"}`)
+	if code == http.StatusOK || out["code"] != "failed_precondition" {
+		t.Fatalf("second acquire: %d %v", code, out)
+	}
+	if r := errorReason(t, out); r != "LEASE_HELD" {
+		t.Errorf("reason = %s", r)
+	}
+	if msg, _ := out["message"].(string); !strings.HasPrefix(msg, "LEASE_HELD: orders/42 is held by lease "+l["leaseId"].(string)) {
+		t.Errorf("message = %q", msg)
+	}
+
+	code, out = b.postJSON(t, "LeaseService/Release", fmt.Sprintf(`{"leaseId":%q,"holder":"w1"}`, l["leaseId"]))
+	if code != http.StatusOK {
+		t.Fatalf("release: %d %v", code, out)
+	}
+	if rl := out["lease"].(map[string]any); rl["state"] != "STATE_RELEASED" || rl["releaseReason"] != "RELEASE_REASON_VOLUNTARY" {
+		t.Errorf("released lease: %v", rl)
+	}
+}
+
+// TestBadInputChangesNothing sends malformed requests; each must answer
+// invalid_argument, propose nothing and leave the server healthy.
+func TestBadInputChangesNothing(t *testing.T) {
+	b := setup(t)
+	before := b.status(t)
+	cases := []struct {
+		name, method, body string
+		reason             string // "" when the transport rejects it before Tenure
+	}{
+		{"malformed JSON", "LeaseService/Acquire", `{"resource":"r","holder":`, ""},
+		{"unknown enum", "LeaseService/Acquire", `{"resource":"r","holder":"w","mode":"MODE_BOGUS"}`, ""},
+		{"invalid UTF-8", "LeaseService/Acquire", "{\"resource\":\"r\xff\xfe\",\"holder\":\"w\"}", ""},
+		{"control character", "LeaseService/Acquire", `{"resource":"r\u0001","holder":"w"}`, "INVALID_ARGUMENT"},
+		{"missing resource", "LeaseService/Acquire", `{"holder":"w"}`, "INVALID_ARGUMENT"},
+		{"missing holder", "LeaseService/Acquire", `{"resource":"r"}`, "INVALID_ARGUMENT"},
+		{"oversized holder", "LeaseService/Acquire", `{"resource":"r","holder":"` + strings.Repeat("h", 129) + `"}`, "INVALID_ARGUMENT"},
+		{"zero ttl", "LeaseService/Acquire", `{"resource":"r","holder":"w","ttl":"0s"}`, "TTL_OUT_OF_RANGE"},
+		{"negative ttl", "LeaseService/Acquire", `{"resource":"r","holder":"w","ttl":"-5s"}`, "TTL_OUT_OF_RANGE"},
+		{"ttl above max", "LeaseService/Acquire", `{"resource":"r","holder":"w","ttl":"301s"}`, "TTL_OUT_OF_RANGE"},
+		{"ttl below floor", "LeaseService/Acquire", `{"resource":"r","holder":"w","ttl":"0.5s"}`, "TTL_OUT_OF_RANGE"},
+		{"numeric unknown mode", "LeaseService/Acquire", `{"resource":"r","holder":"w","mode":7}`, "INVALID_ARGUMENT"},
+		{"scope not supported", "LeaseService/Acquire", `{"resource":"r","holder":"w","scope":{"actions":["x"]}}`, "INVALID_ARGUMENT"},
+		{"empty lease id", "LeaseService/Release", `{"leaseId":"","holder":"w"}`, "INVALID_ARGUMENT"},
+		{"oversized lease id", "LeaseService/Renew", `{"leaseIds":["` + strings.Repeat("x", 129) + `"]}`, "INVALID_ARGUMENT"},
+		{"renew nothing", "LeaseService/Renew", `{}`, "INVALID_ARGUMENT"},
+		{"reserved release reason", "LeaseService/Release", `{"leaseId":"x","holder":"w","reason":"RELEASE_REASON_TRANSFERRED"}`, "INVALID_ARGUMENT"},
+		{"state too big", "LeaseService/WriteState", fmt.Sprintf(`{"resource":"r","leaseId":"x","data":%q}`, strings.Repeat("QUFB", 22000)), "INVALID_ARGUMENT"},
+		{"oversized body", "LeaseService/Acquire", `{"resource":"r","holder":"w","namespace":"` + strings.Repeat("n", 2<<20) + `"}`, "INVALID_ARGUMENT"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := b.postJSON(t, tc.method, tc.body)
+			if code == http.StatusOK || out["code"] != "invalid_argument" {
+				t.Fatalf("got %d %v, want invalid_argument", code, out)
+			}
+			if tc.reason != "" {
+				if r := errorReason(t, out); r != tc.reason {
+					t.Errorf("reason = %s, want %s", r, tc.reason)
+				}
+				if msg, _ := out["message"].(string); !strings.HasPrefix(msg, tc.reason) {
+					t.Errorf("message %q does not start with the reason", msg)
+				}
+			}
+		})
+	}
+	after := b.status(t)
+	if after.CommitIndex != before.CommitIndex || after.LedgerIndex != before.LedgerIndex {
+		t.Errorf("bad input changed the log: commit %d→%d, ledger %d→%d",
+			before.CommitIndex, after.CommitIndex, before.LedgerIndex, after.LedgerIndex)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := b.http.Get(b.base + path)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s after bad input: %v %v", path, err, resp)
+		}
+		resp.Body.Close()
+	}
+	b.acquire(t, &tenurev1.AcquireRequest{Resource: "r", Holder: "w"})
+}
+
+func TestLeaseLifecycleOverH2C(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	l := b.acquire(t, &tenurev1.AcquireRequest{Resource: "jobs/1", Holder: "w1", Ttl: durationpb.New(30 * time.Second), Certificate: true})
+	if l.Fence == 0 || l.LeaseId == "" || l.Ttl.AsDuration() != 30*time.Second {
+		t.Fatalf("lease: %v", l)
+	}
+	pk, err := b.cluster.PublicKey(ctx, connect.NewRequest(&tenurev1.PublicKeyRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := fencing.Claim{LeaseID: l.LeaseId, Namespace: l.Namespace, Resource: l.Resource, Holder: l.Holder,
+		Mode: fencing.Mode(l.Mode), Fence: l.Fence, IssuedAt: l.IssuedAt.AsTime(), ExpiresAt: l.ExpiresAt.AsTime()}
+	if err := fencing.VerifyCertificate(ed25519.PublicKey(pk.Msg.PublicKey), claim, l.Signature, time.Now(), time.Second); err != nil {
+		t.Errorf("certificate does not verify: %v", err)
+	}
+	if l.KeyId != pk.Msg.KeyId {
+		t.Errorf("key id %q, want %q", l.KeyId, pk.Msg.KeyId)
+	}
+
+	renewed, err := b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{l.LeaseId}, Ttl: durationpb.New(60 * time.Second)}))
+	if err != nil || len(renewed.Msg.Leases) != 1 || renewed.Msg.Leases[0].RenewalCount != 1 {
+		t.Fatalf("Renew: %v %v", renewed, err)
+	}
+	got, err := b.leases.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: l.LeaseId}))
+	if err != nil || got.Msg.Lease.State != tenurev1.State_STATE_ACTIVE || got.Msg.Lease.Ttl.AsDuration() != time.Minute {
+		t.Fatalf("Get: %v %v", got, err)
+	}
+	fence, err := b.leases.CheckFence(ctx, connect.NewRequest(&tenurev1.CheckFenceRequest{Resource: "jobs/1", Fence: l.Fence}))
+	if err != nil || !fence.Msg.Current || fence.Msg.ActiveFence != l.Fence {
+		t.Fatalf("CheckFence: %v %v", fence, err)
+	}
+	ws, err := b.leases.WriteState(ctx, connect.NewRequest(&tenurev1.WriteStateRequest{Resource: "jobs/1", LeaseId: l.LeaseId, Data: []byte("step 1")}))
+	if err != nil || ws.Msg.Epoch != 1 {
+		t.Fatalf("WriteState: %v %v", ws, err)
+	}
+	rs, err := b.leases.ReadState(ctx, connect.NewRequest(&tenurev1.ReadStateRequest{Resource: "jobs/1"}))
+	if err != nil || string(rs.Msg.Data) != "step 1" || rs.Msg.Epoch != 1 {
+		t.Fatalf("ReadState: %v %v", rs, err)
+	}
+	tr, err := b.leases.Transfer(ctx, connect.NewRequest(&tenurev1.TransferRequest{LeaseId: l.LeaseId, Holder: "w1", NewHolder: "w2"}))
+	if err != nil || tr.Msg.Lease.Holder != "w2" || tr.Msg.Lease.Fence <= l.Fence ||
+		tr.Msg.Released.ReleaseReason != tenurev1.ReleaseReason_RELEASE_REASON_TRANSFERRED {
+		t.Fatalf("Transfer: %v %v", tr, err)
+	}
+	v, err := b.leases.Verify(ctx, connect.NewRequest(&tenurev1.VerifyRequest{LeaseIds: []string{tr.Msg.Lease.LeaseId, "nope"}}))
+	if err != nil || len(v.Msg.Results) != 2 || !v.Msg.Results[0].Found || v.Msg.Results[1].Found || v.Msg.Results[1].LeaseId != "nope" {
+		t.Fatalf("Verify: %v %v", v, err)
+	}
+	list, err := b.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{Prefix: "jobs/"}))
+	if err != nil || len(list.Msg.Leases) != 2 || list.Msg.Counts.Active != 1 || list.Msg.Counts.Released != 1 {
+		t.Fatalf("List: %v %v", list, err)
+	}
+	dr, err := b.leases.DeclareRestart(ctx, connect.NewRequest(&tenurev1.DeclareRestartRequest{Holder: "w2"}))
+	if err != nil || len(dr.Msg.Leases) != 1 {
+		t.Fatalf("DeclareRestart: %v %v", dr, err)
+	}
+	rv, err := b.leases.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{LeaseId: tr.Msg.Lease.LeaseId, Reason: "maintenance"}))
+	if err != nil || rv.Msg.Lease.State != tenurev1.State_STATE_REVOKED {
+		t.Fatalf("Revoke: %v %v", rv, err)
+	}
+	rel, err := b.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: tr.Msg.Lease.LeaseId, Holder: "w2"}))
+	if err != nil || !rel.Msg.AlreadyTerminal {
+		t.Fatalf("Release of a revoked lease: %v %v", rel, err)
+	}
+	hist, err := b.leases.History(ctx, connect.NewRequest(&tenurev1.HistoryRequest{Resource: "jobs/1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, e := range hist.Msg.Events {
+		types = append(types, e.Type)
+	}
+	want := "lease.issued lease.renewed state.written lease.transferred lease.issued lease.grace lease.revoked"
+	if strings.Join(types, " ") != want {
+		t.Errorf("history = %v, want %s", types, want)
+	}
+}
+
+// TestErrorReasons drives each error reason reachable on a single node
+// through the generated gRPC client.
+func TestErrorReasons(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	// A namespace with short ttls and tight limits.
+	_, err := b.cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "tight", Policy: &tenurev1.NamespacePolicy{
+		MinTtl: durationpb.New(10 * time.Millisecond), DefaultTtl: durationpb.New(time.Second), MaxTtl: durationpb.New(time.Minute),
+		MaxRenewals: 1, MaxActivePerHolder: 2,
+	}}))
+	if err != nil {
+		t.Fatalf("SetPolicy: %v", err)
+	}
+	held := b.acquire(t, &tenurev1.AcquireRequest{Resource: "r", Holder: "w1"})
+
+	_, err = b.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "r", Holder: "w2"}))
+	wantReason(t, err, connect.CodeFailedPrecondition, "LEASE_HELD")
+	_, err = b.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "r", Holder: "w2", Ttl: durationpb.New(time.Hour)}))
+	wantReason(t, err, connect.CodeInvalidArgument, "TTL_OUT_OF_RANGE")
+	_, err = b.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "", Holder: "w2"}))
+	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+	_, err = b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{"no-such-lease"}}))
+	wantReason(t, err, connect.CodeNotFound, "LEASE_NOT_FOUND")
+	_, err = b.leases.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: "no-such-lease"}))
+	wantReason(t, err, connect.CodeNotFound, "LEASE_NOT_FOUND")
+	_, err = b.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: held.LeaseId, Holder: "w2"}))
+	wantReason(t, err, connect.CodePermissionDenied, "NOT_HOLDER")
+	_, err = b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{held.LeaseId}, Ttl: durationpb.New(time.Second)}))
+	wantReason(t, err, connect.CodeFailedPrecondition, "RENEWAL_DOES_NOT_EXTEND")
+	_, err = b.leases.WriteState(ctx, connect.NewRequest(&tenurev1.WriteStateRequest{Resource: "r", LeaseId: held.LeaseId, ExpectedEpoch: 1}))
+	wantReason(t, err, connect.CodeAborted, "FUTURE_EPOCH")
+	if _, err := b.leases.WriteState(ctx, connect.NewRequest(&tenurev1.WriteStateRequest{Resource: "r", LeaseId: held.LeaseId})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.leases.WriteState(ctx, connect.NewRequest(&tenurev1.WriteStateRequest{Resource: "r", LeaseId: held.LeaseId}))
+	wantReason(t, err, connect.CodeAborted, "STALE_EPOCH")
+
+	if _, err := b.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: held.LeaseId, Holder: "w1"})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{held.LeaseId}}))
+	wantReason(t, err, connect.CodeFailedPrecondition, "LEASE_TERMINAL")
+	_, err = b.leases.WriteState(ctx, connect.NewRequest(&tenurev1.WriteStateRequest{Resource: "r", LeaseId: held.LeaseId, ExpectedEpoch: 1}))
+	wantReason(t, err, connect.CodeFailedPrecondition, "LEASE_VIOLATION")
+
+	// Policy-driven reasons in the tight namespace.
+	a := b.acquire(t, &tenurev1.AcquireRequest{Namespace: "tight", Resource: "a", Holder: "w1", Ttl: durationpb.New(30 * time.Second)})
+	if _, err := b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{a.LeaseId}, Ttl: durationpb.New(40 * time.Second)})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{a.LeaseId}, Ttl: durationpb.New(50 * time.Second)}))
+	wantReason(t, err, connect.CodeFailedPrecondition, "RENEWAL_LIMIT_EXCEEDED")
+	b.acquire(t, &tenurev1.AcquireRequest{Namespace: "tight", Resource: "b", Holder: "w1"})
+	_, err = b.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Namespace: "tight", Resource: "c", Holder: "w1"}))
+	wantReason(t, err, connect.CodeResourceExhausted, "QUOTA_EXCEEDED")
+
+	short := b.acquire(t, &tenurev1.AcquireRequest{Namespace: "tight", Resource: "short", Holder: "w2", Ttl: durationpb.New(20 * time.Millisecond)})
+	waitFor(t, "the short lease to expire", 5*time.Second, func() bool {
+		g, err := b.leases.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: short.LeaseId}))
+		return err == nil && g.Msg.Lease.State == tenurev1.State_STATE_EXPIRED
+	})
+	_, err = b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{short.LeaseId}}))
+	wantReason(t, err, connect.CodeFailedPrecondition, "LEASE_EXPIRED")
+
+	// A batch renew succeeds and lists each failure.
+	resp, err := b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{short.LeaseId, "no-such-lease"}}))
+	if err != nil || len(resp.Msg.Failures) != 2 || resp.Msg.Failures[0].Reason != "LEASE_EXPIRED" || resp.Msg.Failures[1].Reason != "LEASE_NOT_FOUND" {
+		t.Fatalf("batch renew: %v %v", resp, err)
+	}
+}
+
+func TestAcquireWaitGrantedOnRelease(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	first := b.acquire(t, &tenurev1.AcquireRequest{Resource: "queue/head", Holder: "w1"})
+	type result struct {
+		l   *tenurev1.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := b.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{
+			Resource: "queue/head", Holder: "w2", Wait: durationpb.New(30 * time.Second)}))
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		done <- result{l: resp.Msg.Lease}
+	}()
+	waitFor(t, "the waiter to queue", 5*time.Second, func() bool {
+		l, err := b.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{}))
+		return err == nil && l.Msg.Counts.Waiters == 1
+	})
+	if _, err := b.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: first.LeaseId, Holder: "w1"})); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.l.Holder != "w2" || r.l.Fence <= first.Fence || r.l.State != tenurev1.State_STATE_ACTIVE {
+			t.Fatalf("waiter got %v %v", r.l, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter was not granted")
+	}
+
+	// A wait that runs out answers LEASE_HELD.
+	_, err := b.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{
+		Resource: "queue/head", Holder: "w3", Wait: durationpb.New(30 * time.Millisecond)}))
+	wantReason(t, err, connect.CodeFailedPrecondition, "LEASE_HELD")
+}
+
+func TestWatchReceivesEvents(t *testing.T) {
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	from := b.status(t).LedgerIndex
+	stream, err := b.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Prefix: "watched/", AfterIndex: from}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	b.acquire(t, &tenurev1.AcquireRequest{Resource: "other", Holder: "w1"})
+	l := b.acquire(t, &tenurev1.AcquireRequest{Resource: "watched/1", Holder: "w1"})
+	if !stream.Receive() {
+		t.Fatalf("stream ended: %v", stream.Err())
+	}
+	ev := stream.Msg().Event
+	if ev.Type != "lease.issued" || ev.LeaseId != l.LeaseId || ev.Fence != l.Fence || ev.Resource != "watched/1" ||
+		ev.Index <= from || ev.Time == nil || len(ev.Hash) != 32 || ev.Details["mode"] != "MODE_EXCLUSIVE" {
+		t.Fatalf("event: %v", ev)
+	}
+	if _, err := b.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: l.LeaseId, Holder: "w1"})); err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() || stream.Msg().Event.Type != "lease.released" {
+		t.Fatalf("want lease.released, got %v %v", stream.Msg(), stream.Err())
+	}
+
+	// A live watch (no afterIndex) over Connect JSON flushes its headers at once.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.base+"/tenure.v1.LeaseService/Watch",
+		bytes.NewReader(connectEnvelope([]byte(`{}`))))
+	req.Header.Set("Content-Type", "application/connect+json")
+	resp, err := b.http.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("live watch: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
+// connectEnvelope frames one Connect streaming message.
+func connectEnvelope(msg []byte) []byte {
+	return append([]byte{0, byte(len(msg) >> 24), byte(len(msg) >> 16), byte(len(msg) >> 8), byte(len(msg))}, msg...)
+}
+
+func TestKeepAlive(t *testing.T) {
+	b := setup(t)
+	l := b.acquire(t, &tenurev1.AcquireRequest{Resource: "ka", Holder: "w1", Ttl: durationpb.New(10 * time.Second)})
+	stream := b.leases.KeepAlive(context.Background())
+	if err := stream.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{l.LeaseId, "gone"}, RequestId: 7, Ttl: durationpb.New(20 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.RequestId != 7 || len(resp.Leases) != 1 || resp.Leases[0].RenewalCount != 1 || len(resp.Failures) != 1 || resp.Failures[0].Reason != "LEASE_NOT_FOUND" {
+		t.Fatalf("keepalive: %v", resp)
+	}
+	if err := stream.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{"gone"}, RequestId: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = stream.Receive(); err != nil || resp.RequestId != 8 || len(resp.Failures) != 1 {
+		t.Fatalf("keepalive single failure: %v %v", resp, err)
+	}
+	stream.CloseRequest()
+	stream.CloseResponse()
+}
+
+func TestRestartKeepsLeases(t *testing.T) {
+	b := setup(t)
+	l := b.acquire(t, &tenurev1.AcquireRequest{Resource: "durable", Holder: "w1", Ttl: durationpb.New(time.Minute)})
+	dir := b.dir
+	b.stop(t)
+
+	b = setup(t, dir)
+	got, err := b.leases.Get(context.Background(), connect.NewRequest(&tenurev1.GetRequest{LeaseId: l.LeaseId}))
+	if err != nil || got.Msg.Lease.State != tenurev1.State_STATE_ACTIVE || got.Msg.Lease.Fence != l.Fence {
+		t.Fatalf("after restart: %v %v", got, err)
+	}
+	next := b.acquire(t, &tenurev1.AcquireRequest{Resource: "durable2", Holder: "w1"})
+	if next.Fence <= l.Fence {
+		t.Fatalf("fence after restart %d, want > %d", next.Fence, l.Fence)
+	}
+}
+
+func TestOpsEndpoints(t *testing.T) {
+	b := setup(t)
+	b.acquire(t, &tenurev1.AcquireRequest{Resource: "m", Holder: "w"})
+	resp, err := b.http.Get(b.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{"tenure_grants_total 1", "tenure_leases_active 1", "tenure_raft_commit_index", "tenure_raft_apply_seconds", "tenure_is_leader 1"} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("/metrics lacks %q", m)
+		}
+	}
+	st := b.status(t)
+	if st.LeaderId != "node1" || st.NodeId != "node1" || len(st.Members) != 1 || st.Members[0].Role != tenurev1.Role_ROLE_LEADER ||
+		st.LeaderApiAddress != b.srv.Addr() || st.AppliedIndex < st.CommitIndex-1 {
+		t.Errorf("status: %v", st)
+	}
+	snap, err := b.cluster.Snapshot(context.Background(), connect.NewRequest(&tenurev1.SnapshotRequest{}))
+	if err != nil || snap.Msg.Index == 0 {
+		t.Errorf("Snapshot: %v %v", snap, err)
+	}
+}

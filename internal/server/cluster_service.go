@@ -1,0 +1,147 @@
+package server
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/fencing"
+	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// clusterService implements tenure.v1.ClusterService.
+type clusterService struct{ s *Server }
+
+var roles = map[cluster.Role]tenurev1.Role{
+	cluster.RoleLeader:    tenurev1.Role_ROLE_LEADER,
+	cluster.RoleFollower:  tenurev1.Role_ROLE_FOLLOWER,
+	cluster.RoleCandidate: tenurev1.Role_ROLE_CANDIDATE,
+	cluster.RoleNonvoter:  tenurev1.Role_ROLE_NONVOTER,
+}
+
+func (h *clusterService) Status(_ context.Context, _ *connect.Request[tenurev1.StatusRequest]) (*connect.Response[tenurev1.StatusResponse], error) {
+	st, err := h.s.node.Status()
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	resp := &tenurev1.StatusResponse{
+		LeaderId: st.LeaderID, LeaderApiAddress: st.LeaderAPIAddr, Term: st.Term,
+		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Tick: int64(st.Tick),
+		NodeId: st.NodeID, Version: h.s.cfg.Version, LedgerIndex: st.LedgerIndex,
+	}
+	for _, m := range st.Members {
+		resp.Members = append(resp.Members, &tenurev1.Member{Id: m.ID, ApiAddress: m.APIAddress, RaftAddress: m.RaftAddress, Role: roles[m.Role]})
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (h *clusterService) AddVoter(_ context.Context, req *connect.Request[tenurev1.AddVoterRequest]) (*connect.Response[tenurev1.AddVoterResponse], error) {
+	m := req.Msg
+	if err := registrar.CheckIdentifier("id", m.Id, true); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	if err := registrar.CheckIdentifier("raft_address", m.RaftAddress, true); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	if err := h.s.node.AddVoter(m.Id, m.RaftAddress); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.AddVoterResponse{}), nil
+}
+
+func (h *clusterService) RemoveServer(_ context.Context, req *connect.Request[tenurev1.RemoveServerRequest]) (*connect.Response[tenurev1.RemoveServerResponse], error) {
+	if err := registrar.CheckIdentifier("id", req.Msg.Id, true); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	if err := h.s.node.RemoveServer(req.Msg.Id); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.RemoveServerResponse{}), nil
+}
+
+func (h *clusterService) TransferLeadership(_ context.Context, req *connect.Request[tenurev1.TransferLeadershipRequest]) (*connect.Response[tenurev1.TransferLeadershipResponse], error) {
+	if err := registrar.CheckIdentifier("id", req.Msg.Id, false); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	if err := h.s.node.TransferLeadership(req.Msg.Id); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	st, _ := h.s.node.Status()
+	return connect.NewResponse(&tenurev1.TransferLeadershipResponse{LeaderId: st.LeaderID}), nil
+}
+
+func (h *clusterService) Snapshot(_ context.Context, _ *connect.Request[tenurev1.SnapshotRequest]) (*connect.Response[tenurev1.SnapshotResponse], error) {
+	idx, term, err := h.s.node.Snapshot()
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.SnapshotResponse{Index: idx, Term: term}), nil
+}
+
+func (h *clusterService) PublicKey(ctx context.Context, _ *connect.Request[tenurev1.PublicKeyRequest]) (*connect.Response[tenurev1.PublicKeyResponse], error) {
+	resp := &tenurev1.PublicKeyResponse{}
+	err := h.s.node.Read(ctx, true, func(m *statemachine.Machine, _ registrar.Tick) error {
+		if !m.Bootstrapped() {
+			return &registrar.Error{Reason: registrar.ReasonNotBootstrapped, Message: "NOT_BOOTSTRAPPED: the registrar has no key yet"}
+		}
+		resp.PublicKey = append([]byte(nil), m.PublicKey()...)
+		resp.KeyId = fencing.KeyID(m.PublicKey())
+		return nil
+	})
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (h *clusterService) GetPolicy(ctx context.Context, req *connect.Request[tenurev1.GetPolicyRequest]) (*connect.Response[tenurev1.GetPolicyResponse], error) {
+	ns := req.Msg.Namespace
+	if ns != registrar.DefaultsNamespace {
+		if err := registrar.CheckIdentifier("namespace", ns, false); err != nil {
+			return nil, h.s.toConnect(err)
+		}
+	}
+	var p registrar.Policy
+	err := h.s.read(ctx, func(r *registrar.Registrar, _ registrar.Tick) error {
+		if ns == registrar.DefaultsNamespace {
+			p = r.Defaults()
+		} else {
+			p = r.Policy(orDefault(ns))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.GetPolicyResponse{Policy: p.Proto()}), nil
+}
+
+func (h *clusterService) SetPolicy(ctx context.Context, req *connect.Request[tenurev1.SetPolicyRequest]) (*connect.Response[tenurev1.SetPolicyResponse], error) {
+	s, m := h.s, req.Msg
+	ns := m.Namespace
+	if ns == "" {
+		ns = registrar.DefaultNamespace
+	}
+	if ns != registrar.DefaultsNamespace {
+		if err := registrar.CheckIdentifier("namespace", ns, true); err != nil {
+			return nil, s.toConnect(err)
+		}
+	}
+	var base registrar.Policy
+	_ = s.node.Read(ctx, true, func(mc *statemachine.Machine, _ registrar.Tick) error {
+		base = mc.Registrar().Defaults()
+		return nil
+	})
+	p := registrar.PolicyFromProto(base, m.Policy)
+	if err := p.Validate(); err != nil {
+		return nil, s.toConnect(err)
+	}
+	if _, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: ns, Policy: m.Policy}}}); err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.SetPolicyResponse{Policy: p.Proto()}), nil
+}

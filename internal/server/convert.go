@@ -1,0 +1,189 @@
+package server
+
+import (
+	"encoding/hex"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// durationMs converts an optional wire duration to milliseconds, rounding
+// up so that a deadline is never earlier than asked. Absent stays nil so
+// that the policy default applies. Zero and negative values pass through
+// for the registrar to answer TTL_OUT_OF_RANGE / INVALID_ARGUMENT.
+func durationMs(field string, d *durationpb.Duration) (*int64, error) {
+	if d == nil {
+		return nil, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return nil, invalidArg(field, err.Error())
+	}
+	ms := registrar.Ms(d.AsDuration())
+	return &ms, nil
+}
+
+// Event type names (API.md).
+const (
+	EventRegistrarInitialized = "registrar.initialized"
+	EventLeaseIssued          = "lease.issued"
+	EventLeaseRenewed         = "lease.renewed"
+	EventLeaseReleased        = "lease.released"
+	EventLeaseExpired         = "lease.expired"
+	EventLeaseRevoked         = "lease.revoked"
+	EventLeaseTransferred     = "lease.transferred"
+	EventLeaseGrace           = "lease.grace"
+	EventLeaseWaiting         = "lease.waiting"
+	EventLeaseWaitEnded       = "lease.wait_ended"
+	EventStateWritten         = "state.written"
+	EventPolicySet            = "policy.set"
+	EventLedgerCheckpoint     = "ledger.checkpoint"
+)
+
+func itoa(v int64) string  { return strconv.FormatInt(v, 10) }
+func utoa(v uint64) string { return strconv.FormatUint(v, 10) }
+func wallString(ms int64) string {
+	return registrar.WallTime(ms).Format(time.RFC3339Nano)
+}
+
+// renderEvent turns a sealed ledger record into the wire event.
+func renderEvent(s statemachine.Sealed) *tenurev1.Event {
+	rec := s.Record
+	ev := &tenurev1.Event{
+		Index: rec.Index,
+		Tick:  rec.Tick,
+		Actor: rec.Actor,
+		Hash:  append([]byte(nil), s.Hash[:]...),
+	}
+	if rec.Wall != 0 {
+		ev.Time = timestamppb.New(registrar.WallTime(rec.Wall))
+	}
+	d := map[string]string{}
+	ref := func(r *logpb.LeaseRef) {
+		ev.Namespace, ev.Resource, ev.LeaseId, ev.Holder, ev.Fence = r.GetNamespace(), r.GetResource(), r.GetLeaseId(), r.GetHolder(), r.GetSeq()
+	}
+	switch b := rec.Body.(type) {
+	case *logpb.Record_Initialized:
+		ev.Type = EventRegistrarInitialized
+		d["public_key"] = hex.EncodeToString(b.Initialized.PublicKey)
+	case *logpb.Record_Issued:
+		is := b.Issued
+		ev.Type = EventLeaseIssued
+		ev.Namespace, ev.Resource, ev.LeaseId, ev.Holder, ev.Fence = is.Namespace, is.Resource, is.LeaseId, is.Holder, is.Seq
+		d["mode"] = is.Mode.String()
+		d["ttl"] = registrar.Dur(is.TtlMs).String()
+		d["expires_tick"] = itoa(is.ExpiresTick)
+		d["expires_at"] = wallString(is.ExpiresWall)
+		if is.MaxRenewals != 0 {
+			d["max_renewals"] = utoa(uint64(is.MaxRenewals))
+		}
+		if is.MaxLifetimeMs != 0 {
+			d["max_lifetime"] = registrar.Dur(is.MaxLifetimeMs).String()
+		}
+		if is.WaiterId != 0 {
+			d["waiter_id"] = utoa(is.WaiterId)
+		}
+		if is.TransferredFrom != 0 {
+			d["transferred_from_fence"] = utoa(is.TransferredFrom)
+		}
+	case *logpb.Record_Renewed:
+		ev.Type = EventLeaseRenewed
+		ref(b.Renewed.Lease)
+		d["ttl"] = registrar.Dur(b.Renewed.TtlMs).String()
+		d["expires_tick"] = itoa(b.Renewed.ExpiresTick)
+		d["expires_at"] = wallString(b.Renewed.ExpiresWall)
+	case *logpb.Record_Ended:
+		e := b.Ended
+		ref(e.Lease)
+		switch {
+		case e.State == tenurev1.State_STATE_RELEASED && e.Reason == tenurev1.ReleaseReason_RELEASE_REASON_TRANSFERRED:
+			ev.Type = EventLeaseTransferred
+			d["transferred_to_fence"] = utoa(e.TransferredTo)
+		case e.State == tenurev1.State_STATE_RELEASED:
+			ev.Type = EventLeaseReleased
+		case e.State == tenurev1.State_STATE_EXPIRED:
+			ev.Type = EventLeaseExpired
+		case e.State == tenurev1.State_STATE_REVOKED:
+			ev.Type = EventLeaseRevoked
+		}
+		d["state"] = e.State.String()
+		if e.Reason != tenurev1.ReleaseReason_RELEASE_REASON_UNSPECIFIED {
+			d["reason"] = e.Reason.String()
+		}
+		if e.RevokeReason != "" {
+			d["revoke_reason"] = e.RevokeReason
+		}
+	case *logpb.Record_Grace:
+		ev.Type = EventLeaseGrace
+		ref(b.Grace.Lease)
+		d["until_tick"] = itoa(b.Grace.UntilTick)
+		d["until"] = wallString(b.Grace.UntilWall)
+	case *logpb.Record_Waiting:
+		w := b.Waiting
+		ev.Type = EventLeaseWaiting
+		ev.Namespace, ev.Resource, ev.Holder = w.Namespace, w.Resource, w.Holder
+		d["waiter_id"] = utoa(w.WaiterId)
+		d["mode"] = w.Mode.String()
+		d["ttl"] = registrar.Dur(w.TtlMs).String()
+		d["deadline_tick"] = itoa(w.DeadlineTick)
+	case *logpb.Record_WaitEnded:
+		w := b.WaitEnded
+		ev.Type = EventLeaseWaitEnded
+		ev.Namespace, ev.Resource, ev.Holder = w.Namespace, w.Resource, w.Holder
+		d["waiter_id"] = utoa(w.WaiterId)
+	case *logpb.Record_StateWritten:
+		sw := b.StateWritten
+		ev.Type = EventStateWritten
+		ev.Namespace, ev.Resource, ev.Fence = sw.Namespace, sw.Resource, sw.Seq
+		d["epoch"] = utoa(sw.Epoch)
+		d["bytes"] = strconv.Itoa(len(sw.Data))
+	case *logpb.Record_PolicySet:
+		ev.Type = EventPolicySet
+		ev.Namespace = b.PolicySet.Namespace
+	case *logpb.Record_Checkpoint:
+		ev.Type = EventLedgerCheckpoint
+		d["covers_index"] = utoa(b.Checkpoint.CoversIndex)
+		d["head"] = hex.EncodeToString(b.Checkpoint.Head)
+	}
+	if len(d) > 0 {
+		ev.Details = d
+	}
+	return ev
+}
+
+// eventScope returns the namespace and resource a record concerns ("" for
+// registrar-wide records), for filtering Watch and History.
+func eventScope(rec *logpb.Record) (ns, resource string) {
+	switch b := rec.Body.(type) {
+	case *logpb.Record_Issued:
+		return b.Issued.Namespace, b.Issued.Resource
+	case *logpb.Record_Renewed:
+		return b.Renewed.GetLease().GetNamespace(), b.Renewed.GetLease().GetResource()
+	case *logpb.Record_Ended:
+		return b.Ended.GetLease().GetNamespace(), b.Ended.GetLease().GetResource()
+	case *logpb.Record_Grace:
+		return b.Grace.GetLease().GetNamespace(), b.Grace.GetLease().GetResource()
+	case *logpb.Record_Waiting:
+		return b.Waiting.Namespace, b.Waiting.Resource
+	case *logpb.Record_WaitEnded:
+		return b.WaitEnded.Namespace, b.WaitEnded.Resource
+	case *logpb.Record_StateWritten:
+		return b.StateWritten.Namespace, b.StateWritten.Resource
+	case *logpb.Record_PolicySet:
+		return b.PolicySet.Namespace, ""
+	}
+	return "", ""
+}
+
+func orDefault(ns string) string {
+	if ns == "" {
+		return registrar.DefaultNamespace
+	}
+	return ns
+}

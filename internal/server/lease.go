@@ -1,0 +1,455 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// leaseService implements tenure.v1.LeaseService.
+type leaseService struct{ s *Server }
+
+// propose replicates a command and returns its outcome; a registrar
+// rejection comes back as the error too.
+func (s *Server) propose(ctx context.Context, cmd *logpb.Command) (registrar.Outcome, error) {
+	res, err := s.node.Propose(ctx, cmd)
+	if err != nil {
+		logUnexpected(s.log, "proposal broke off", err)
+		return registrar.Outcome{}, err
+	}
+	return res.Outcome, res.Outcome.Err
+}
+
+// read runs a linearizable query.
+func (s *Server) read(ctx context.Context, fn func(r *registrar.Registrar, t registrar.Tick) error) error {
+	return s.node.Read(ctx, false, func(m *statemachine.Machine, t registrar.Tick) error {
+		return fn(m.Registrar(), t)
+	})
+}
+
+// policy returns a namespace's policy from local state (for validation
+// before proposing; the state machine decides again on apply).
+func (s *Server) policy(ns string) registrar.Policy {
+	var p registrar.Policy
+	_ = s.node.Read(context.Background(), true, func(m *statemachine.Machine, _ registrar.Tick) error {
+		p = m.Registrar().Policy(ns)
+		return nil
+	})
+	return p
+}
+
+// leaseProto renders a lease, signing a certificate when asked or when
+// the namespace's policy says so. Signing happens here, outside the FSM.
+func (s *Server) leaseProto(l registrar.Lease, certificate bool) (*tenurev1.Lease, error) {
+	pb := l.Proto()
+	if certificate || s.policy(l.Namespace).AlwaysCertify {
+		sig, keyID, err := s.node.Certify(l)
+		if err != nil {
+			return nil, err
+		}
+		pb.Signature, pb.KeyId = sig, keyID
+	}
+	return pb, nil
+}
+
+func (s *Server) leaseProtos(ls []registrar.Lease, certificate bool) ([]*tenurev1.Lease, error) {
+	out := make([]*tenurev1.Lease, len(ls))
+	for i, l := range ls {
+		var err error
+		if out[i], err = s.leaseProto(l, certificate); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// checkTTL answers TTL_OUT_OF_RANGE before proposing when a ttl lies
+// outside the namespace's policy.
+func (s *Server) checkTTL(ns string, ttl *int64) error {
+	if ttl == nil {
+		return nil
+	}
+	p := s.policy(orDefault(ns))
+	if *ttl >= p.MinTTL && *ttl <= p.MaxTTL {
+		return nil
+	}
+	return ttlOutOfRange(*ttl, p.MinTTL, p.MaxTTL)
+}
+
+func ttlOutOfRange(ttl, lo, hi int64) error {
+	return &registrar.Error{Reason: registrar.ReasonTTLOutOfRange,
+		Message: fmt.Sprintf("%s: ttl %s is outside [%s, %s]", registrar.ReasonTTLOutOfRange,
+			registrar.Dur(ttl), registrar.Dur(lo), registrar.Dur(hi)),
+		Metadata: map[string]string{"field": "ttl", "ttl_ms": strconv.FormatInt(ttl, 10),
+			"min_ttl_ms": strconv.FormatInt(lo, 10), "max_ttl_ms": strconv.FormatInt(hi, 10)}}
+}
+
+func positiveTTL(ttl *int64) error {
+	if ttl != nil && *ttl <= 0 {
+		return &registrar.Error{Reason: registrar.ReasonTTLOutOfRange,
+			Message:  fmt.Sprintf("%s: ttl must be positive, got %s", registrar.ReasonTTLOutOfRange, registrar.Dur(*ttl)),
+			Metadata: map[string]string{"field": "ttl", "ttl_ms": strconv.FormatInt(*ttl, 10)}}
+	}
+	return nil
+}
+
+func (h *leaseService) Acquire(ctx context.Context, req *connect.Request[tenurev1.AcquireRequest]) (*connect.Response[tenurev1.AcquireResponse], error) {
+	s, m := h.s, req.Msg
+	out, err := s.acquire(ctx, m)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.AcquireResponse{Lease: out}), nil
+}
+
+func (s *Server) acquire(ctx context.Context, m *tenurev1.AcquireRequest) (*tenurev1.Lease, error) {
+	ttl, err := durationMs("ttl", m.Ttl)
+	if err != nil {
+		return nil, err
+	}
+	wait, err := durationMs("wait", m.Wait)
+	if err != nil {
+		return nil, err
+	}
+	if wait != nil && *wait < 0 {
+		return nil, invalidArg("wait", "must not be negative")
+	}
+	if len(m.GetScope().GetNamespaces())+len(m.GetScope().GetResourcePrefixes())+len(m.GetScope().GetActions()) > 0 ||
+		len(m.GetBudget().GetLimits()) > 0 {
+		return nil, invalidArg("scope", "scoped and budgeted leases are not supported by this server yet")
+	}
+	c := &logpb.Acquire{Namespace: m.Namespace, Resource: m.Resource, Holder: m.Holder, TtlMs: ttl, Mode: m.Mode}
+	if wait != nil {
+		c.WaitMs = *wait
+	}
+	if err := registrar.ValidateAcquire(c); err != nil {
+		return nil, err
+	}
+	if err := s.checkTTL(m.Namespace, ttl); err != nil {
+		return nil, err
+	}
+	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_Acquire{Acquire: c}})
+	if err != nil {
+		return nil, err
+	}
+	l := out.Lease
+	if out.WaiterID != 0 {
+		res, err := s.node.AwaitWaiter(ctx, out.WaiterID)
+		if err != nil {
+			return nil, err
+		}
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		l = &res.Lease
+	}
+	if l == nil {
+		return nil, fmt.Errorf("acquire answered neither a lease nor a waiter")
+	}
+	return s.leaseProto(*l, m.Certificate)
+}
+
+func validateRenew(c *logpb.Renew) error {
+	if len(c.LeaseIds) > registrar.MaxBatchIDs {
+		return invalidArg("lease_ids", fmt.Sprintf("lists %d ids; the limit is %d", len(c.LeaseIds), registrar.MaxBatchIDs))
+	}
+	if err := registrar.CheckIdentifier("holder", c.Holder, c.AllOfHolder); err != nil {
+		return err
+	}
+	if err := registrar.CheckIdentifier("namespace", c.Namespace, false); err != nil {
+		return err
+	}
+	if err := positiveTTL(c.TtlMs); err != nil {
+		return err
+	}
+	if len(c.LeaseIds) == 0 && !c.AllOfHolder {
+		return invalidArg("lease_ids", "name at least one lease, or set all_of_holder")
+	}
+	for _, id := range c.LeaseIds {
+		if err := registrar.CheckLeaseIDText("lease_ids", id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func failures(fs []registrar.Failure) []*tenurev1.RenewFailure {
+	out := make([]*tenurev1.RenewFailure, len(fs))
+	for i, f := range fs {
+		e := registrar.ToError(f.Err)
+		out[i] = &tenurev1.RenewFailure{LeaseId: f.LeaseID, Reason: string(e.Reason), Message: e.Message}
+	}
+	return out
+}
+
+func (h *leaseService) Renew(ctx context.Context, req *connect.Request[tenurev1.RenewRequest]) (*connect.Response[tenurev1.RenewResponse], error) {
+	s, m := h.s, req.Msg
+	ttl, err := durationMs("ttl", m.Ttl)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	c := &logpb.Renew{LeaseIds: m.LeaseIds, Holder: m.Holder, AllOfHolder: m.AllOfHolder, Namespace: m.Namespace, TtlMs: ttl}
+	if err := validateRenew(c); err != nil {
+		return nil, s.toConnect(err)
+	}
+	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: c}})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	leases, err := s.leaseProtos(out.Leases, m.Certificate)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.RenewResponse{Leases: leases, Failures: failures(out.Failures)}), nil
+}
+
+func (h *leaseService) Release(ctx context.Context, req *connect.Request[tenurev1.ReleaseRequest]) (*connect.Response[tenurev1.ReleaseResponse], error) {
+	s, m := h.s, req.Msg
+	if err := registrar.CheckLeaseIDText("lease_id", m.LeaseId); err != nil {
+		return nil, s.toConnect(err)
+	}
+	if err := registrar.CheckIdentifier("holder", m.Holder, true); err != nil {
+		return nil, s.toConnect(err)
+	}
+	switch m.Reason {
+	case tenurev1.ReleaseReason_RELEASE_REASON_UNSPECIFIED, tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED,
+		tenurev1.ReleaseReason_RELEASE_REASON_ABORTED, tenurev1.ReleaseReason_RELEASE_REASON_VOLUNTARY:
+	default:
+		return nil, s.toConnect(invalidArg("reason", fmt.Sprintf("unknown or reserved release reason %d", m.Reason)))
+	}
+	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_Release{Release: &logpb.Release{
+		LeaseId: m.LeaseId, Holder: m.Holder, Reason: m.Reason,
+	}}})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	resp := &tenurev1.ReleaseResponse{AlreadyTerminal: out.AlreadyTerminal}
+	if out.Lease != nil {
+		resp.Lease = out.Lease.Proto()
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (h *leaseService) Revoke(ctx context.Context, req *connect.Request[tenurev1.RevokeRequest]) (*connect.Response[tenurev1.RevokeResponse], error) {
+	s, m := h.s, req.Msg
+	if err := registrar.CheckLeaseIDText("lease_id", m.LeaseId); err != nil {
+		return nil, s.toConnect(err)
+	}
+	if err := registrar.CheckReason("reason", m.Reason); err != nil {
+		return nil, s.toConnect(err)
+	}
+	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_Revoke{Revoke: &logpb.Revoke{LeaseId: m.LeaseId, Reason: m.Reason}}})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.RevokeResponse{Lease: out.Lease.Proto()}), nil
+}
+
+func (h *leaseService) Transfer(ctx context.Context, req *connect.Request[tenurev1.TransferRequest]) (*connect.Response[tenurev1.TransferResponse], error) {
+	s, m := h.s, req.Msg
+	ttl, err := durationMs("ttl", m.Ttl)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	for _, check := range []error{
+		registrar.CheckLeaseIDText("lease_id", m.LeaseId),
+		registrar.CheckIdentifier("holder", m.Holder, true),
+		registrar.CheckIdentifier("new_holder", m.NewHolder, true),
+		positiveTTL(ttl),
+	} {
+		if check != nil {
+			return nil, s.toConnect(check)
+		}
+	}
+	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_Transfer{Transfer: &logpb.Transfer{
+		LeaseId: m.LeaseId, Holder: m.Holder, NewHolder: m.NewHolder, TtlMs: ttl,
+	}}})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	nl, err := s.leaseProto(*out.Lease, m.Certificate)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.TransferResponse{Released: out.Released.Proto(), Lease: nl}), nil
+}
+
+func (h *leaseService) Verify(ctx context.Context, req *connect.Request[tenurev1.VerifyRequest]) (*connect.Response[tenurev1.VerifyResponse], error) {
+	s := h.s
+	var results []registrar.VerifyResult
+	err := s.read(ctx, func(r *registrar.Registrar, t registrar.Tick) error {
+		var err error
+		results, err = r.Verify(req.Msg.LeaseIds, t)
+		return err
+	})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	resp := &tenurev1.VerifyResponse{Results: make([]*tenurev1.VerifyResult, len(results))}
+	for i, v := range results {
+		resp.Results[i] = &tenurev1.VerifyResult{LeaseId: v.LeaseID, Found: v.Found}
+		if v.Found {
+			resp.Results[i].Lease = v.Lease.Proto()
+		}
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (h *leaseService) DeclareRestart(ctx context.Context, req *connect.Request[tenurev1.DeclareRestartRequest]) (*connect.Response[tenurev1.DeclareRestartResponse], error) {
+	s, m := h.s, req.Msg
+	grace, err := durationMs("grace", m.Grace)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	if grace != nil && *grace <= 0 {
+		return nil, s.toConnect(invalidArg("grace", "must be positive"))
+	}
+	if err := registrar.CheckIdentifier("holder", m.Holder, true); err != nil {
+		return nil, s.toConnect(err)
+	}
+	if err := registrar.CheckIdentifier("namespace", m.Namespace, false); err != nil {
+		return nil, s.toConnect(err)
+	}
+	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_DeclareRestart{DeclareRestart: &logpb.DeclareRestart{
+		Holder: m.Holder, Namespace: m.Namespace, GraceMs: grace,
+	}}})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	leases, err := s.leaseProtos(out.Leases, false)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.DeclareRestartResponse{Leases: leases}), nil
+}
+
+func (h *leaseService) Get(ctx context.Context, req *connect.Request[tenurev1.GetRequest]) (*connect.Response[tenurev1.GetResponse], error) {
+	s := h.s
+	var l registrar.Lease
+	err := s.read(ctx, func(r *registrar.Registrar, t registrar.Tick) error {
+		var err error
+		l, err = r.Get(req.Msg.LeaseId, t)
+		return err
+	})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	pb, err := s.leaseProto(l, req.Msg.Certificate && l.State == registrar.Active)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.GetResponse{Lease: pb}), nil
+}
+
+func (h *leaseService) List(ctx context.Context, req *connect.Request[tenurev1.ListRequest]) (*connect.Response[tenurev1.ListResponse], error) {
+	s, m := h.s, req.Msg
+	q := registrar.ListQuery{Namespace: m.Namespace, Prefix: m.Prefix, Holder: m.Holder,
+		PageSize: int(m.PageSize), PageToken: m.PageToken}
+	for _, st := range m.States {
+		q.States = append(q.States, registrar.StateFromProto(st))
+	}
+	resp := &tenurev1.ListResponse{Counts: &tenurev1.LeaseCounts{}}
+	err := s.read(ctx, func(r *registrar.Registrar, t registrar.Tick) error {
+		leases, next, err := r.List(q, t)
+		if err != nil {
+			return err
+		}
+		resp.NextPageToken = next
+		for _, l := range leases {
+			resp.Leases = append(resp.Leases, l.Proto())
+		}
+		c := resp.Counts
+		c.Active, c.Released, c.Expired, c.Revoked, c.Waiters = r.Counts(orDefault(m.Namespace))
+		return nil
+	})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (h *leaseService) CheckFence(ctx context.Context, req *connect.Request[tenurev1.CheckFenceRequest]) (*connect.Response[tenurev1.CheckFenceResponse], error) {
+	s, m := h.s, req.Msg
+	resp := &tenurev1.CheckFenceResponse{}
+	err := s.read(ctx, func(r *registrar.Registrar, t registrar.Tick) error {
+		var err error
+		resp.Current, resp.ActiveFence, err = r.Fence(m.Namespace, m.Resource, m.Fence, t)
+		return err
+	})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (h *leaseService) ReadState(ctx context.Context, req *connect.Request[tenurev1.ReadStateRequest]) (*connect.Response[tenurev1.ReadStateResponse], error) {
+	s, m := h.s, req.Msg
+	resp := &tenurev1.ReadStateResponse{}
+	err := s.read(ctx, func(r *registrar.Registrar, _ registrar.Tick) error {
+		var err error
+		resp.Data, resp.Epoch, err = r.ReadState(m.Namespace, m.Resource)
+		return err
+	})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (h *leaseService) WriteState(ctx context.Context, req *connect.Request[tenurev1.WriteStateRequest]) (*connect.Response[tenurev1.WriteStateResponse], error) {
+	s, m := h.s, req.Msg
+	for _, check := range []error{
+		registrar.CheckIdentifier("namespace", m.Namespace, false),
+		registrar.CheckResource("resource", m.Resource),
+		registrar.CheckLeaseIDText("lease_id", m.LeaseId),
+	} {
+		if check != nil {
+			return nil, s.toConnect(check)
+		}
+	}
+	if len(m.Data) > registrar.MaxStateBytes {
+		return nil, s.toConnect(invalidArg("data", fmt.Sprintf("is %d bytes; the limit is %d", len(m.Data), registrar.MaxStateBytes)))
+	}
+	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_WriteState{WriteState: &logpb.WriteState{
+		Namespace: m.Namespace, Resource: m.Resource, LeaseId: m.LeaseId, ExpectedEpoch: m.ExpectedEpoch, Data: m.Data,
+	}}})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.WriteStateResponse{Epoch: out.Epoch}), nil
+}
+
+// History answers a resource's events from the in-memory feed (the most
+// recent cluster.DefaultFeedSize records of the whole registrar).
+func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev1.HistoryRequest]) (*connect.Response[tenurev1.HistoryResponse], error) {
+	s, m := h.s, req.Msg
+	if err := registrar.CheckIdentifier("namespace", m.Namespace, false); err != nil {
+		return nil, s.toConnect(err)
+	}
+	if err := registrar.CheckResource("resource", m.Resource); err != nil {
+		return nil, s.toConnect(err)
+	}
+	limit := int(m.Limit)
+	switch {
+	case limit < 0 || limit > registrar.MaxPageSize:
+		return nil, s.toConnect(invalidArg("limit", fmt.Sprintf("must be between 0 and %d", registrar.MaxPageSize)))
+	case limit == 0:
+		limit = registrar.DefaultPageSize
+	}
+	ns := orDefault(m.Namespace)
+	resp := &tenurev1.HistoryResponse{}
+	s.node.Feed().Scan(m.AfterIndex, func(sl statemachine.Sealed) bool {
+		if rns, res := eventScope(sl.Record); rns == ns && res == m.Resource {
+			resp.Events = append(resp.Events, renderEvent(sl))
+		}
+		return len(resp.Events) < limit
+	})
+	return connect.NewResponse(resp), nil
+}

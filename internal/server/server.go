@@ -1,0 +1,172 @@
+// Package server serves Tenure's API (API.md) over Connect: gRPC, gRPC-Web
+// and Connect JSON on one port (h2c on loopback), plus /healthz, /readyz
+// and /metrics. Handlers validate requests, convert them to logpb commands
+// for the cluster package, and map every domain error through one table
+// (errors.go) to a Connect code with a google.rpc.ErrorInfo detail.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/cluster"
+)
+
+// DefaultMaxRequestBytes bounds a request body (a guarded state blob is at
+// most 64 KiB, so 1 MiB leaves room for any legitimate request).
+const DefaultMaxRequestBytes = 1 << 20
+
+// Config configures a server.
+type Config struct {
+	// Listen is the API address (host:port; port 0 picks one, see Addr).
+	Listen string
+	// Cluster configures the node; its APIAddr is filled from Listen.
+	Cluster cluster.Config
+	// MaxRequestBytes bounds request bodies (0: DefaultMaxRequestBytes).
+	MaxRequestBytes int
+	// Version is reported by Status.
+	Version string
+	// Logger receives structured logs (nil: discarded).
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults of API.md's command line contract.
+func DefaultConfig() Config {
+	return Config{Listen: "127.0.0.1:7070", Cluster: cluster.DefaultConfig(), Version: "dev"}
+}
+
+// Server is a running Tenure server: a cluster node and its API.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	node    *cluster.Node
+	reg     *prometheus.Registry
+	metrics *metrics
+	ln      net.Listener
+	http    *http.Server
+	served  chan error
+	// closing ends streams (Watch, KeepAlive) when the server shuts down.
+	closing chan struct{}
+}
+
+type metrics struct {
+	rejections *prometheus.CounterVec
+}
+
+// Start listens on cfg.Listen, opens the node and serves until Close.
+func Start(cfg Config) (*Server, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
+	}
+	s := &Server{cfg: cfg, log: log, ln: ln, reg: prometheus.NewRegistry(), served: make(chan error, 1), closing: make(chan struct{})}
+	s.metrics = &metrics{rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tenure_rejections_total", Help: "Requests answered with an error, by reason.",
+	}, []string{"reason"})}
+	s.reg.MustRegister(s.metrics.rejections, collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	cc := cfg.Cluster
+	cc.APIAddr = ln.Addr().String()
+	cc.Registerer = s.reg
+	if cc.Logger == nil {
+		cc.Logger = log
+	}
+	s.node, err = cluster.Open(cc)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCodec(jsonCodec{})}
+	mux := http.NewServeMux()
+	mux.Handle(tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, opts...))
+	mux.Handle(tenurev1connect.NewClusterServiceHandler(&clusterService{s: s}, opts...))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.node.Ready() {
+			http.Error(w, "not ready: no leader known or log not applied up to commit", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	s.http = &http.Server{
+		Handler:           limitBody(mux, int64(cfg.MaxRequestBytes)),
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() { s.served <- s.http.Serve(ln) }()
+	log.Info("serving", "listen", ln.Addr().String(), "raft", s.node.RaftAddr(), "node", s.node.ID())
+	return s, nil
+}
+
+// Addr returns the API's bound address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Node returns the cluster node.
+func (s *Server) Node() *cluster.Node { return s.node }
+
+// WaitReady blocks until the node leads with an initialized registrar.
+// A single node gets there on its own; a follower never does (use /readyz).
+func (s *Server) WaitReady(ctx context.Context) error { return s.node.WaitLeader(ctx) }
+
+// Close stops accepting requests, lets unary calls finish until ctx ends
+// (then cuts streams), and shuts the node down.
+func (s *Server) Close(ctx context.Context) error {
+	close(s.closing)
+	err := s.http.Shutdown(ctx)
+	if err != nil {
+		err = s.http.Close()
+	}
+	if serr := <-s.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return errors.Join(err, s.node.Close())
+}
+
+// limitBody answers an oversized request body with INVALID_ARGUMENT in the
+// request's own protocol (API.md), before anything decodes it. Bodies of
+// unknown length (streams) are bounded by connect.WithReadMaxBytes instead.
+func limitBody(next http.Handler, max int64) http.Handler {
+	ew := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max && ew.IsSupported(r) {
+			err := connect.NewError(connect.CodeInvalidArgument,
+				fmt.Errorf("INVALID_ARGUMENT: request body is %d bytes; the limit is %d", r.ContentLength, max))
+			if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "INVALID_ARGUMENT", Domain: ErrorDomain,
+				Metadata: map[string]string{"field": "body", "limit_bytes": fmt.Sprint(max)}}); derr == nil {
+				err.AddDetail(d)
+			}
+			_ = ew.Write(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

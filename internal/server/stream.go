@@ -1,0 +1,122 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// watchBatch bounds the records read from the feed per wake-up.
+const watchBatch = 512
+
+// Watch streams events matching the namespace ("" = every namespace) and
+// resource prefix. With after_index it resumes after that index (from the
+// in-memory feed; an index that has left it is INVALID_ARGUMENT); without,
+// it starts live. Headers are flushed as soon as the stream is open.
+func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchRequest], stream *connect.ServerStream[tenurev1.WatchResponse]) error {
+	s, m := h.s, req.Msg
+	if err := registrar.CheckIdentifier("namespace", m.Namespace, false); err != nil {
+		return s.toConnect(err)
+	}
+	if len(m.Prefix) > registrar.MaxResourceBytes {
+		return s.toConnect(invalidArg("prefix", "is too long"))
+	}
+	feed := s.node.Feed()
+	after := m.AfterIndex
+	if after == 0 {
+		after = feed.Head()
+	} else if _, _, err := feed.Read(after, 0); err != nil {
+		return s.toConnect(err)
+	}
+	if err := stream.Send(nil); err != nil { // flush headers
+		return err
+	}
+	for {
+		recs, changed, err := feed.Read(after, watchBatch)
+		if err != nil {
+			// The watcher fell behind the ring: it must resume from a newer index.
+			return s.toConnect(err)
+		}
+		for _, sl := range recs {
+			after = sl.Record.Index
+			ns, res := eventScope(sl.Record)
+			if m.Namespace != "" && ns != m.Namespace {
+				continue
+			}
+			if m.Prefix != "" && !strings.HasPrefix(res, m.Prefix) {
+				continue
+			}
+			if err := stream.Send(&tenurev1.WatchResponse{Event: renderEvent(sl)}); err != nil {
+				return err
+			}
+		}
+		if len(recs) == watchBatch {
+			continue
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil
+		case <-s.closing:
+			return connect.NewError(connect.CodeUnavailable, errors.New("UNAVAILABLE: the server is shutting down"))
+		}
+	}
+}
+
+// KeepAlive renews the leases named in each message and answers each with
+// the renewed leases and per-lease failures, echoing request_id. Invalid
+// input or a cluster error ends the stream with that error.
+func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream[tenurev1.KeepAliveRequest, tenurev1.KeepAliveResponse]) error {
+	s := h.s
+	for {
+		m, err := stream.Receive()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ttl, err := durationMs("ttl", m.Ttl)
+		if err != nil {
+			return s.toConnect(err)
+		}
+		c := &logpb.Renew{LeaseIds: m.LeaseIds, TtlMs: ttl}
+		if err := validateRenew(c); err != nil {
+			return s.toConnect(err)
+		}
+		resp := &tenurev1.KeepAliveResponse{RequestId: m.RequestId}
+		res, err := s.node.Propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: c}})
+		if err != nil {
+			return s.toConnect(err)
+		}
+		out := res.Outcome
+		if out.Err != nil {
+			// A single-id renew answers its failure as Err; list it instead.
+			id := ""
+			if len(c.LeaseIds) == 1 {
+				id = c.LeaseIds[0]
+			}
+			out.Failures = append(out.Failures, registrar.Failure{LeaseID: id, Err: out.Err})
+			s.metrics.rejections.WithLabelValues(string(registrar.ReasonOf(out.Err))).Inc()
+		}
+		if resp.Leases, err = s.leaseProtos(out.Leases, false); err != nil {
+			return s.toConnect(err)
+		}
+		resp.Failures = failures(out.Failures)
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		select {
+		case <-s.closing:
+			return connect.NewError(connect.CodeUnavailable, errors.New("UNAVAILABLE: the server is shutting down"))
+		default:
+		}
+	}
+}
