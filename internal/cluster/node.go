@@ -16,7 +16,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
 
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
@@ -30,7 +31,8 @@ type Node struct {
 	id      string
 	raft    *raft.Raft
 	trans   *raft.NetworkTransport
-	store   *raftboltdb.BoltStore
+	store   *wal.WAL
+	meta    *metadb.BoltMetaDB // closed by us: WAL.Close leaves it open
 	fsm     *fsm
 	feed    *Feed
 	metrics *metrics
@@ -111,7 +113,14 @@ func Open(cfg Config) (*Node, error) {
 			n.closeStores()
 		}
 	}()
-	n.store, err = raftboltdb.NewBoltStore(filepath.Join(cfg.DataDir, "raft.db"))
+	// raft-wal appends each batch of entries to a segment file with one
+	// fsync, about twice as fast here as BoltDB's two.
+	walDir := filepath.Join(cfg.DataDir, "wal")
+	if err := os.MkdirAll(walDir, 0o700); err != nil {
+		return nil, fmt.Errorf("cluster: raft log dir: %w", err)
+	}
+	n.meta = &metadb.BoltMetaDB{}
+	n.store, err = wal.Open(walDir, wal.WithMetaStore(n.meta), wal.WithLogger(hclog.New(&hclog.LoggerOptions{Name: "wal", Output: raftOut, Level: hclog.Info})))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: raft log store: %w", err)
 	}
@@ -223,6 +232,9 @@ func (n *Node) closeStores() error {
 	}
 	if n.store != nil {
 		errs = append(errs, n.store.Close())
+	}
+	if n.meta != nil {
+		errs = append(errs, n.meta.Close())
 	}
 	return errors.Join(errs...)
 }
