@@ -49,3 +49,116 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	}
 }
+
+// pipeliner multiplexes operations over one Pipeline stream, matching
+// results by id and batching whatever operations are waiting into one
+// message, the way the Go client does.
+type pipeliner struct {
+	mu      sync.Mutex
+	stream  *connect.BidiStreamForClient[tenurev1.PipelineRequest, tenurev1.PipelineResponse]
+	next    uint64
+	waiting map[uint64]chan *tenurev1.PipelineResult
+	ops     chan *tenurev1.PipelineOp
+}
+
+func newPipeliner(ctx context.Context, b testing.TB, bd *bundle) *pipeliner {
+	p := &pipeliner{
+		stream:  bd.leases.Pipeline(ctx),
+		waiting: make(map[uint64]chan *tenurev1.PipelineResult),
+		ops:     make(chan *tenurev1.PipelineOp, 1024),
+	}
+	go func() {
+		for {
+			resp, err := p.stream.Receive()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			for _, r := range resp.Results {
+				p.waiting[r.Id] <- r
+				delete(p.waiting, r.Id)
+			}
+			p.mu.Unlock()
+		}
+	}()
+	go func() {
+		for {
+			var op *tenurev1.PipelineOp
+			select {
+			case op = <-p.ops:
+			case <-ctx.Done():
+				return
+			}
+			req := &tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{op}}
+		fill:
+			for {
+				select {
+				case op := <-p.ops:
+					req.Ops = append(req.Ops, op)
+				default:
+					break fill
+				}
+			}
+			if err := p.stream.Send(req); err != nil {
+				return
+			}
+		}
+	}()
+	return p
+}
+
+func (p *pipeliner) do(op *tenurev1.PipelineOp) (*tenurev1.PipelineResult, error) {
+	ch := make(chan *tenurev1.PipelineResult, 1)
+	p.mu.Lock()
+	p.next++
+	op.Id = p.next
+	p.waiting[op.Id] = ch
+	p.mu.Unlock()
+	p.ops <- op
+	r := <-ch
+	if e := r.GetError(); e != nil {
+		return nil, fmt.Errorf("%s", e.Message)
+	}
+	return r, nil
+}
+
+// BenchmarkPipelineAcquireRelease measures acquire+release cycles from
+// concurrent callers sharing one Pipeline stream (as the Go client does).
+func BenchmarkPipelineAcquireRelease(b *testing.B) {
+	for _, clients := range []int{1, 64} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			bd := setup(b)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			p := newPipeliner(ctx, b, bd)
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for c := range clients {
+				n := b.N / clients
+				if c < b.N%clients {
+					n++
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res := fmt.Sprintf("bench/%d", c)
+					holder := fmt.Sprintf("w%d", c)
+					for range n {
+						a, err := p.do(&tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Acquire{Acquire: &tenurev1.AcquireRequest{Resource: res, Holder: holder}}})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if _, err := p.do(&tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Release{Release: &tenurev1.ReleaseRequest{
+							LeaseId: a.GetAcquire().Lease.LeaseId, Holder: holder}}}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+		})
+	}
+}

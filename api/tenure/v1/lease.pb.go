@@ -2787,6 +2787,589 @@ func (x *KeepAliveResponse) GetRequestId() uint64 {
 	return 0
 }
 
+// PipelineOp is one operation on a Pipeline stream; id (chosen by the
+// client, unique among its operations in flight) matches it to its result.
+type PipelineOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*PipelineOp_Acquire
+	//	*PipelineOp_Renew
+	//	*PipelineOp_Release
+	//	*PipelineOp_Transfer
+	//	*PipelineOp_WriteState
+	//	*PipelineOp_Get
+	//	*PipelineOp_Verify
+	//	*PipelineOp_CheckFence
+	//	*PipelineOp_Revoke
+	Op            isPipelineOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineOp) Reset() {
+	*x = PipelineOp{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineOp) ProtoMessage() {}
+
+func (x *PipelineOp) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineOp.ProtoReflect.Descriptor instead.
+func (*PipelineOp) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PipelineOp) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipelineOp) GetOp() isPipelineOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *PipelineOp) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineOp_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *PipelineOp) GetRenew() *RenewRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineOp_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *PipelineOp) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineOp_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *PipelineOp) GetTransfer() *TransferRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineOp_Transfer); ok {
+			return x.Transfer
+		}
+	}
+	return nil
+}
+
+func (x *PipelineOp) GetWriteState() *WriteStateRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineOp_WriteState); ok {
+			return x.WriteState
+		}
+	}
+	return nil
+}
+
+func (x *PipelineOp) GetGet() *GetRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineOp_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *PipelineOp) GetVerify() *VerifyRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineOp_Verify); ok {
+			return x.Verify
+		}
+	}
+	return nil
+}
+
+func (x *PipelineOp) GetCheckFence() *CheckFenceRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineOp_CheckFence); ok {
+			return x.CheckFence
+		}
+	}
+	return nil
+}
+
+func (x *PipelineOp) GetRevoke() *RevokeRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineOp_Revoke); ok {
+			return x.Revoke
+		}
+	}
+	return nil
+}
+
+type isPipelineOp_Op interface {
+	isPipelineOp_Op()
+}
+
+type PipelineOp_Acquire struct {
+	Acquire *AcquireRequest `protobuf:"bytes,10,opt,name=acquire,proto3,oneof"`
+}
+
+type PipelineOp_Renew struct {
+	Renew *RenewRequest `protobuf:"bytes,11,opt,name=renew,proto3,oneof"`
+}
+
+type PipelineOp_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,12,opt,name=release,proto3,oneof"`
+}
+
+type PipelineOp_Transfer struct {
+	Transfer *TransferRequest `protobuf:"bytes,13,opt,name=transfer,proto3,oneof"`
+}
+
+type PipelineOp_WriteState struct {
+	WriteState *WriteStateRequest `protobuf:"bytes,14,opt,name=write_state,json=writeState,proto3,oneof"`
+}
+
+type PipelineOp_Get struct {
+	Get *GetRequest `protobuf:"bytes,15,opt,name=get,proto3,oneof"`
+}
+
+type PipelineOp_Verify struct {
+	Verify *VerifyRequest `protobuf:"bytes,16,opt,name=verify,proto3,oneof"`
+}
+
+type PipelineOp_CheckFence struct {
+	CheckFence *CheckFenceRequest `protobuf:"bytes,17,opt,name=check_fence,json=checkFence,proto3,oneof"`
+}
+
+type PipelineOp_Revoke struct {
+	Revoke *RevokeRequest `protobuf:"bytes,18,opt,name=revoke,proto3,oneof"`
+}
+
+func (*PipelineOp_Acquire) isPipelineOp_Op() {}
+
+func (*PipelineOp_Renew) isPipelineOp_Op() {}
+
+func (*PipelineOp_Release) isPipelineOp_Op() {}
+
+func (*PipelineOp_Transfer) isPipelineOp_Op() {}
+
+func (*PipelineOp_WriteState) isPipelineOp_Op() {}
+
+func (*PipelineOp_Get) isPipelineOp_Op() {}
+
+func (*PipelineOp_Verify) isPipelineOp_Op() {}
+
+func (*PipelineOp_CheckFence) isPipelineOp_Op() {}
+
+func (*PipelineOp_Revoke) isPipelineOp_Op() {}
+
+// PipelineError is a failed operation: the Connect code name (e.g.
+// "failed_precondition"), the reason, a message starting with the reason
+// and the reason's metadata, as in a unary call's error.
+type PipelineError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Metadata      map[string]string      `protobuf:"bytes,4,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineError) Reset() {
+	*x = PipelineError{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineError) ProtoMessage() {}
+
+func (x *PipelineError) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineError.ProtoReflect.Descriptor instead.
+func (*PipelineError) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *PipelineError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *PipelineError) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PipelineError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PipelineError) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+type PipelineResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*PipelineResult_Acquire
+	//	*PipelineResult_Renew
+	//	*PipelineResult_Release
+	//	*PipelineResult_Transfer
+	//	*PipelineResult_WriteState
+	//	*PipelineResult_Get
+	//	*PipelineResult_Verify
+	//	*PipelineResult_CheckFence
+	//	*PipelineResult_Revoke
+	//	*PipelineResult_Error
+	Result        isPipelineResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineResult) Reset() {
+	*x = PipelineResult{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineResult) ProtoMessage() {}
+
+func (x *PipelineResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineResult.ProtoReflect.Descriptor instead.
+func (*PipelineResult) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *PipelineResult) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipelineResult) GetResult() isPipelineResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *PipelineResult) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResult_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResult) GetRenew() *RenewResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResult_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResult) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResult_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResult) GetTransfer() *TransferResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResult_Transfer); ok {
+			return x.Transfer
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResult) GetWriteState() *WriteStateResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResult_WriteState); ok {
+			return x.WriteState
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResult) GetGet() *GetResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResult_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResult) GetVerify() *VerifyResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResult_Verify); ok {
+			return x.Verify
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResult) GetCheckFence() *CheckFenceResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResult_CheckFence); ok {
+			return x.CheckFence
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResult) GetRevoke() *RevokeResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResult_Revoke); ok {
+			return x.Revoke
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResult) GetError() *PipelineError {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isPipelineResult_Result interface {
+	isPipelineResult_Result()
+}
+
+type PipelineResult_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,10,opt,name=acquire,proto3,oneof"`
+}
+
+type PipelineResult_Renew struct {
+	Renew *RenewResponse `protobuf:"bytes,11,opt,name=renew,proto3,oneof"`
+}
+
+type PipelineResult_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,12,opt,name=release,proto3,oneof"`
+}
+
+type PipelineResult_Transfer struct {
+	Transfer *TransferResponse `protobuf:"bytes,13,opt,name=transfer,proto3,oneof"`
+}
+
+type PipelineResult_WriteState struct {
+	WriteState *WriteStateResponse `protobuf:"bytes,14,opt,name=write_state,json=writeState,proto3,oneof"`
+}
+
+type PipelineResult_Get struct {
+	Get *GetResponse `protobuf:"bytes,15,opt,name=get,proto3,oneof"`
+}
+
+type PipelineResult_Verify struct {
+	Verify *VerifyResponse `protobuf:"bytes,16,opt,name=verify,proto3,oneof"`
+}
+
+type PipelineResult_CheckFence struct {
+	CheckFence *CheckFenceResponse `protobuf:"bytes,17,opt,name=check_fence,json=checkFence,proto3,oneof"`
+}
+
+type PipelineResult_Revoke struct {
+	Revoke *RevokeResponse `protobuf:"bytes,18,opt,name=revoke,proto3,oneof"`
+}
+
+type PipelineResult_Error struct {
+	Error *PipelineError `protobuf:"bytes,30,opt,name=error,proto3,oneof"`
+}
+
+func (*PipelineResult_Acquire) isPipelineResult_Result() {}
+
+func (*PipelineResult_Renew) isPipelineResult_Result() {}
+
+func (*PipelineResult_Release) isPipelineResult_Result() {}
+
+func (*PipelineResult_Transfer) isPipelineResult_Result() {}
+
+func (*PipelineResult_WriteState) isPipelineResult_Result() {}
+
+func (*PipelineResult_Get) isPipelineResult_Result() {}
+
+func (*PipelineResult_Verify) isPipelineResult_Result() {}
+
+func (*PipelineResult_CheckFence) isPipelineResult_Result() {}
+
+func (*PipelineResult_Revoke) isPipelineResult_Result() {}
+
+func (*PipelineResult_Error) isPipelineResult_Result() {}
+
+// PipelineRequest carries a batch of operations.
+type PipelineRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ops           []*PipelineOp          `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineRequest) Reset() {
+	*x = PipelineRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineRequest) ProtoMessage() {}
+
+func (x *PipelineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineRequest.ProtoReflect.Descriptor instead.
+func (*PipelineRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *PipelineRequest) GetOps() []*PipelineOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// PipelineResponse carries a batch of results, in completion order.
+type PipelineResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*PipelineResult      `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineResponse) Reset() {
+	*x = PipelineResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineResponse) ProtoMessage() {}
+
+func (x *PipelineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineResponse.ProtoReflect.Descriptor instead.
+func (*PipelineResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PipelineResponse) GetResults() []*PipelineResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_tenure_v1_lease_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_lease_proto_rawDesc = "" +
@@ -3008,7 +3591,51 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06leases\x18\x01 \x03(\v2\x10.tenure.v1.LeaseR\x06leases\x123\n" +
 	"\bfailures\x18\x02 \x03(\v2\x17.tenure.v1.RenewFailureR\bfailures\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\x04R\trequestId*A\n" +
+	"request_id\x18\x03 \x01(\x04R\trequestId\"\x90\x04\n" +
+	"\n" +
+	"PipelineOp\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
+	"\aacquire\x18\n" +
+	" \x01(\v2\x19.tenure.v1.AcquireRequestH\x00R\aacquire\x12/\n" +
+	"\x05renew\x18\v \x01(\v2\x17.tenure.v1.RenewRequestH\x00R\x05renew\x125\n" +
+	"\arelease\x18\f \x01(\v2\x19.tenure.v1.ReleaseRequestH\x00R\arelease\x128\n" +
+	"\btransfer\x18\r \x01(\v2\x1a.tenure.v1.TransferRequestH\x00R\btransfer\x12?\n" +
+	"\vwrite_state\x18\x0e \x01(\v2\x1c.tenure.v1.WriteStateRequestH\x00R\n" +
+	"writeState\x12)\n" +
+	"\x03get\x18\x0f \x01(\v2\x15.tenure.v1.GetRequestH\x00R\x03get\x122\n" +
+	"\x06verify\x18\x10 \x01(\v2\x18.tenure.v1.VerifyRequestH\x00R\x06verify\x12?\n" +
+	"\vcheck_fence\x18\x11 \x01(\v2\x1c.tenure.v1.CheckFenceRequestH\x00R\n" +
+	"checkFence\x122\n" +
+	"\x06revoke\x18\x12 \x01(\v2\x18.tenure.v1.RevokeRequestH\x00R\x06revokeB\x04\n" +
+	"\x02op\"\xd6\x01\n" +
+	"\rPipelineError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12B\n" +
+	"\bmetadata\x18\x04 \x03(\v2&.tenure.v1.PipelineError.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\x04\n" +
+	"\x0ePipelineResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
+	"\aacquire\x18\n" +
+	" \x01(\v2\x1a.tenure.v1.AcquireResponseH\x00R\aacquire\x120\n" +
+	"\x05renew\x18\v \x01(\v2\x18.tenure.v1.RenewResponseH\x00R\x05renew\x126\n" +
+	"\arelease\x18\f \x01(\v2\x1a.tenure.v1.ReleaseResponseH\x00R\arelease\x129\n" +
+	"\btransfer\x18\r \x01(\v2\x1b.tenure.v1.TransferResponseH\x00R\btransfer\x12@\n" +
+	"\vwrite_state\x18\x0e \x01(\v2\x1d.tenure.v1.WriteStateResponseH\x00R\n" +
+	"writeState\x12*\n" +
+	"\x03get\x18\x0f \x01(\v2\x16.tenure.v1.GetResponseH\x00R\x03get\x123\n" +
+	"\x06verify\x18\x10 \x01(\v2\x19.tenure.v1.VerifyResponseH\x00R\x06verify\x12@\n" +
+	"\vcheck_fence\x18\x11 \x01(\v2\x1d.tenure.v1.CheckFenceResponseH\x00R\n" +
+	"checkFence\x123\n" +
+	"\x06revoke\x18\x12 \x01(\v2\x19.tenure.v1.RevokeResponseH\x00R\x06revoke\x120\n" +
+	"\x05error\x18\x1e \x01(\v2\x18.tenure.v1.PipelineErrorH\x00R\x05errorB\b\n" +
+	"\x06result\":\n" +
+	"\x0fPipelineRequest\x12'\n" +
+	"\x03ops\x18\x01 \x03(\v2\x15.tenure.v1.PipelineOpR\x03ops\"G\n" +
+	"\x10PipelineResponse\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.tenure.v1.PipelineResultR\aresults*A\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_EXCLUSIVE\x10\x01\x12\x0f\n" +
@@ -3024,7 +3651,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x18RELEASE_REASON_COMPLETED\x10\x01\x12\x1a\n" +
 	"\x16RELEASE_REASON_ABORTED\x10\x02\x12\x1c\n" +
 	"\x18RELEASE_REASON_VOLUNTARY\x10\x03\x12\x1e\n" +
-	"\x1aRELEASE_REASON_TRANSFERRED\x10\x042\x81\b\n" +
+	"\x1aRELEASE_REASON_TRANSFERRED\x10\x042\xca\b\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.tenure.v1.AcquireRequest\x1a\x1a.tenure.v1.AcquireResponse\x12:\n" +
 	"\x05Renew\x12\x17.tenure.v1.RenewRequest\x1a\x18.tenure.v1.RenewResponse\x12@\n" +
@@ -3042,7 +3669,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"WriteState\x12\x1c.tenure.v1.WriteStateRequest\x1a\x1d.tenure.v1.WriteStateResponse\x12@\n" +
 	"\aHistory\x12\x19.tenure.v1.HistoryRequest\x1a\x1a.tenure.v1.HistoryResponse\x12<\n" +
 	"\x05Watch\x12\x17.tenure.v1.WatchRequest\x1a\x18.tenure.v1.WatchResponse0\x01\x12J\n" +
-	"\tKeepAlive\x12\x1b.tenure.v1.KeepAliveRequest\x1a\x1c.tenure.v1.KeepAliveResponse(\x010\x01B3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
+	"\tKeepAlive\x12\x1b.tenure.v1.KeepAliveRequest\x1a\x1c.tenure.v1.KeepAliveResponse(\x010\x01\x12G\n" +
+	"\bPipeline\x12\x1a.tenure.v1.PipelineRequest\x1a\x1b.tenure.v1.PipelineResponse(\x010\x01B3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_lease_proto_rawDescOnce sync.Once
@@ -3057,7 +3685,7 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_tenure_v1_lease_proto_goTypes = []any{
 	(Mode)(0),                      // 0: tenure.v1.Mode
 	(State)(0),                     // 1: tenure.v1.State
@@ -3100,58 +3728,64 @@ var file_tenure_v1_lease_proto_goTypes = []any{
 	(*WatchResponse)(nil),          // 38: tenure.v1.WatchResponse
 	(*KeepAliveRequest)(nil),       // 39: tenure.v1.KeepAliveRequest
 	(*KeepAliveResponse)(nil),      // 40: tenure.v1.KeepAliveResponse
-	nil,                            // 41: tenure.v1.Budget.LimitsEntry
-	nil,                            // 42: tenure.v1.Lease.UsedEntry
-	nil,                            // 43: tenure.v1.Lease.ReservedEntry
-	nil,                            // 44: tenure.v1.Event.DetailsEntry
-	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
+	(*PipelineOp)(nil),             // 41: tenure.v1.PipelineOp
+	(*PipelineError)(nil),          // 42: tenure.v1.PipelineError
+	(*PipelineResult)(nil),         // 43: tenure.v1.PipelineResult
+	(*PipelineRequest)(nil),        // 44: tenure.v1.PipelineRequest
+	(*PipelineResponse)(nil),       // 45: tenure.v1.PipelineResponse
+	nil,                            // 46: tenure.v1.Budget.LimitsEntry
+	nil,                            // 47: tenure.v1.Lease.UsedEntry
+	nil,                            // 48: tenure.v1.Lease.ReservedEntry
+	nil,                            // 49: tenure.v1.Event.DetailsEntry
+	nil,                            // 50: tenure.v1.PipelineError.MetadataEntry
+	(*durationpb.Duration)(nil),    // 51: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 52: google.protobuf.Timestamp
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	41, // 0: tenure.v1.Budget.limits:type_name -> tenure.v1.Budget.LimitsEntry
+	46, // 0: tenure.v1.Budget.limits:type_name -> tenure.v1.Budget.LimitsEntry
 	0,  // 1: tenure.v1.Lease.mode:type_name -> tenure.v1.Mode
 	1,  // 2: tenure.v1.Lease.state:type_name -> tenure.v1.State
-	45, // 3: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	46, // 4: tenure.v1.Lease.issued_at:type_name -> google.protobuf.Timestamp
-	46, // 5: tenure.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	46, // 6: tenure.v1.Lease.terminated_at:type_name -> google.protobuf.Timestamp
-	46, // 7: tenure.v1.Lease.last_renewed_at:type_name -> google.protobuf.Timestamp
+	51, // 3: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	52, // 4: tenure.v1.Lease.issued_at:type_name -> google.protobuf.Timestamp
+	52, // 5: tenure.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	52, // 6: tenure.v1.Lease.terminated_at:type_name -> google.protobuf.Timestamp
+	52, // 7: tenure.v1.Lease.last_renewed_at:type_name -> google.protobuf.Timestamp
 	2,  // 8: tenure.v1.Lease.release_reason:type_name -> tenure.v1.ReleaseReason
-	45, // 9: tenure.v1.Lease.time_remaining:type_name -> google.protobuf.Duration
-	46, // 10: tenure.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
-	46, // 11: tenure.v1.Lease.grace_until:type_name -> google.protobuf.Timestamp
-	45, // 12: tenure.v1.Lease.max_lifetime:type_name -> google.protobuf.Duration
+	51, // 9: tenure.v1.Lease.time_remaining:type_name -> google.protobuf.Duration
+	52, // 10: tenure.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
+	52, // 11: tenure.v1.Lease.grace_until:type_name -> google.protobuf.Timestamp
+	51, // 12: tenure.v1.Lease.max_lifetime:type_name -> google.protobuf.Duration
 	3,  // 13: tenure.v1.Lease.scope:type_name -> tenure.v1.Scope
 	4,  // 14: tenure.v1.Lease.budget:type_name -> tenure.v1.Budget
-	42, // 15: tenure.v1.Lease.used:type_name -> tenure.v1.Lease.UsedEntry
-	43, // 16: tenure.v1.Lease.reserved:type_name -> tenure.v1.Lease.ReservedEntry
-	46, // 17: tenure.v1.Event.time:type_name -> google.protobuf.Timestamp
-	44, // 18: tenure.v1.Event.details:type_name -> tenure.v1.Event.DetailsEntry
-	45, // 19: tenure.v1.NamespacePolicy.default_ttl:type_name -> google.protobuf.Duration
-	45, // 20: tenure.v1.NamespacePolicy.min_ttl:type_name -> google.protobuf.Duration
-	45, // 21: tenure.v1.NamespacePolicy.max_ttl:type_name -> google.protobuf.Duration
-	45, // 22: tenure.v1.NamespacePolicy.max_lifetime:type_name -> google.protobuf.Duration
-	45, // 23: tenure.v1.NamespacePolicy.max_grace:type_name -> google.protobuf.Duration
-	45, // 24: tenure.v1.NamespacePolicy.lease_retention:type_name -> google.protobuf.Duration
-	45, // 25: tenure.v1.NamespacePolicy.history_retention:type_name -> google.protobuf.Duration
-	45, // 26: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	47, // 15: tenure.v1.Lease.used:type_name -> tenure.v1.Lease.UsedEntry
+	48, // 16: tenure.v1.Lease.reserved:type_name -> tenure.v1.Lease.ReservedEntry
+	52, // 17: tenure.v1.Event.time:type_name -> google.protobuf.Timestamp
+	49, // 18: tenure.v1.Event.details:type_name -> tenure.v1.Event.DetailsEntry
+	51, // 19: tenure.v1.NamespacePolicy.default_ttl:type_name -> google.protobuf.Duration
+	51, // 20: tenure.v1.NamespacePolicy.min_ttl:type_name -> google.protobuf.Duration
+	51, // 21: tenure.v1.NamespacePolicy.max_ttl:type_name -> google.protobuf.Duration
+	51, // 22: tenure.v1.NamespacePolicy.max_lifetime:type_name -> google.protobuf.Duration
+	51, // 23: tenure.v1.NamespacePolicy.max_grace:type_name -> google.protobuf.Duration
+	51, // 24: tenure.v1.NamespacePolicy.lease_retention:type_name -> google.protobuf.Duration
+	51, // 25: tenure.v1.NamespacePolicy.history_retention:type_name -> google.protobuf.Duration
+	51, // 26: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
 	0,  // 27: tenure.v1.AcquireRequest.mode:type_name -> tenure.v1.Mode
-	45, // 28: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	51, // 28: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	3,  // 29: tenure.v1.AcquireRequest.scope:type_name -> tenure.v1.Scope
 	4,  // 30: tenure.v1.AcquireRequest.budget:type_name -> tenure.v1.Budget
 	5,  // 31: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	45, // 32: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	51, // 32: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	5,  // 33: tenure.v1.RenewResponse.leases:type_name -> tenure.v1.Lease
 	11, // 34: tenure.v1.RenewResponse.failures:type_name -> tenure.v1.RenewFailure
 	2,  // 35: tenure.v1.ReleaseRequest.reason:type_name -> tenure.v1.ReleaseReason
 	5,  // 36: tenure.v1.ReleaseResponse.lease:type_name -> tenure.v1.Lease
 	5,  // 37: tenure.v1.RevokeResponse.lease:type_name -> tenure.v1.Lease
-	45, // 38: tenure.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
+	51, // 38: tenure.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
 	5,  // 39: tenure.v1.TransferResponse.released:type_name -> tenure.v1.Lease
 	5,  // 40: tenure.v1.TransferResponse.lease:type_name -> tenure.v1.Lease
 	5,  // 41: tenure.v1.VerifyResult.lease:type_name -> tenure.v1.Lease
 	20, // 42: tenure.v1.VerifyResponse.results:type_name -> tenure.v1.VerifyResult
-	45, // 43: tenure.v1.DeclareRestartRequest.grace:type_name -> google.protobuf.Duration
+	51, // 43: tenure.v1.DeclareRestartRequest.grace:type_name -> google.protobuf.Duration
 	5,  // 44: tenure.v1.DeclareRestartResponse.leases:type_name -> tenure.v1.Lease
 	5,  // 45: tenure.v1.GetResponse.lease:type_name -> tenure.v1.Lease
 	1,  // 46: tenure.v1.ListRequest.states:type_name -> tenure.v1.State
@@ -3159,44 +3793,68 @@ var file_tenure_v1_lease_proto_depIdxs = []int32{
 	27, // 48: tenure.v1.ListResponse.counts:type_name -> tenure.v1.LeaseCounts
 	6,  // 49: tenure.v1.HistoryResponse.events:type_name -> tenure.v1.Event
 	6,  // 50: tenure.v1.WatchResponse.event:type_name -> tenure.v1.Event
-	45, // 51: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	51, // 51: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
 	5,  // 52: tenure.v1.KeepAliveResponse.leases:type_name -> tenure.v1.Lease
 	11, // 53: tenure.v1.KeepAliveResponse.failures:type_name -> tenure.v1.RenewFailure
-	8,  // 54: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	10, // 55: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	13, // 56: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	15, // 57: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	17, // 58: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
-	19, // 59: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
-	22, // 60: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
-	24, // 61: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
-	26, // 62: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
-	29, // 63: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
-	31, // 64: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
-	33, // 65: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
-	35, // 66: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
-	37, // 67: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
-	39, // 68: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	9,  // 69: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	12, // 70: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	14, // 71: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	16, // 72: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	18, // 73: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
-	21, // 74: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
-	23, // 75: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
-	25, // 76: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
-	28, // 77: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
-	30, // 78: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
-	32, // 79: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
-	34, // 80: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
-	36, // 81: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
-	38, // 82: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
-	40, // 83: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	69, // [69:84] is the sub-list for method output_type
-	54, // [54:69] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	8,  // 54: tenure.v1.PipelineOp.acquire:type_name -> tenure.v1.AcquireRequest
+	10, // 55: tenure.v1.PipelineOp.renew:type_name -> tenure.v1.RenewRequest
+	13, // 56: tenure.v1.PipelineOp.release:type_name -> tenure.v1.ReleaseRequest
+	17, // 57: tenure.v1.PipelineOp.transfer:type_name -> tenure.v1.TransferRequest
+	33, // 58: tenure.v1.PipelineOp.write_state:type_name -> tenure.v1.WriteStateRequest
+	24, // 59: tenure.v1.PipelineOp.get:type_name -> tenure.v1.GetRequest
+	19, // 60: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
+	29, // 61: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
+	15, // 62: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
+	50, // 63: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
+	9,  // 64: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
+	12, // 65: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
+	14, // 66: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
+	18, // 67: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
+	34, // 68: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
+	25, // 69: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
+	21, // 70: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
+	30, // 71: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
+	16, // 72: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
+	42, // 73: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
+	41, // 74: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
+	43, // 75: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
+	8,  // 76: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	10, // 77: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	13, // 78: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	15, // 79: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	17, // 80: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
+	19, // 81: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
+	22, // 82: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
+	24, // 83: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
+	26, // 84: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
+	29, // 85: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
+	31, // 86: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
+	33, // 87: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
+	35, // 88: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
+	37, // 89: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
+	39, // 90: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	44, // 91: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
+	9,  // 92: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	12, // 93: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	14, // 94: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	16, // 95: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	18, // 96: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
+	21, // 97: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
+	23, // 98: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
+	25, // 99: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
+	28, // 100: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
+	30, // 101: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
+	32, // 102: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
+	34, // 103: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
+	36, // 104: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
+	38, // 105: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
+	40, // 106: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	45, // 107: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
+	92, // [92:108] is the sub-list for method output_type
+	76, // [76:92] is the sub-list for method input_type
+	76, // [76:76] is the sub-list for extension type_name
+	76, // [76:76] is the sub-list for extension extendee
+	0,  // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -3204,13 +3862,36 @@ func file_tenure_v1_lease_proto_init() {
 	if File_tenure_v1_lease_proto != nil {
 		return
 	}
+	file_tenure_v1_lease_proto_msgTypes[38].OneofWrappers = []any{
+		(*PipelineOp_Acquire)(nil),
+		(*PipelineOp_Renew)(nil),
+		(*PipelineOp_Release)(nil),
+		(*PipelineOp_Transfer)(nil),
+		(*PipelineOp_WriteState)(nil),
+		(*PipelineOp_Get)(nil),
+		(*PipelineOp_Verify)(nil),
+		(*PipelineOp_CheckFence)(nil),
+		(*PipelineOp_Revoke)(nil),
+	}
+	file_tenure_v1_lease_proto_msgTypes[40].OneofWrappers = []any{
+		(*PipelineResult_Acquire)(nil),
+		(*PipelineResult_Renew)(nil),
+		(*PipelineResult_Release)(nil),
+		(*PipelineResult_Transfer)(nil),
+		(*PipelineResult_WriteState)(nil),
+		(*PipelineResult_Get)(nil),
+		(*PipelineResult_Verify)(nil),
+		(*PipelineResult_CheckFence)(nil),
+		(*PipelineResult_Revoke)(nil),
+		(*PipelineResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   42,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -65,6 +65,8 @@ const (
 	LeaseServiceWatchProcedure = "/tenure.v1.LeaseService/Watch"
 	// LeaseServiceKeepAliveProcedure is the fully-qualified name of the LeaseService's KeepAlive RPC.
 	LeaseServiceKeepAliveProcedure = "/tenure.v1.LeaseService/KeepAlive"
+	// LeaseServicePipelineProcedure is the fully-qualified name of the LeaseService's Pipeline RPC.
+	LeaseServicePipelineProcedure = "/tenure.v1.LeaseService/Pipeline"
 )
 
 // LeaseServiceClient is a client for the tenure.v1.LeaseService service.
@@ -84,6 +86,11 @@ type LeaseServiceClient interface {
 	History(context.Context, *connect.Request[v1.HistoryRequest]) (*connect.Response[v1.HistoryResponse], error)
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
 	KeepAlive(context.Context) *connect.BidiStreamForClient[v1.KeepAliveRequest, v1.KeepAliveResponse]
+	// Pipeline carries many operations in flight on one stream, batched on
+	// both ends; each behaves exactly like its unary RPC. This is how the Go
+	// client reaches full speed: a unary HTTP/2 call costs more CPU than
+	// the registrar spends on the operation.
+	Pipeline(context.Context) *connect.BidiStreamForClient[v1.PipelineRequest, v1.PipelineResponse]
 }
 
 // NewLeaseServiceClient constructs a client for the tenure.v1.LeaseService service. By default, it
@@ -187,6 +194,12 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("KeepAlive")),
 			connect.WithClientOptions(opts...),
 		),
+		pipeline: connect.NewClient[v1.PipelineRequest, v1.PipelineResponse](
+			httpClient,
+			baseURL+LeaseServicePipelineProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("Pipeline")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -207,6 +220,7 @@ type leaseServiceClient struct {
 	history        *connect.Client[v1.HistoryRequest, v1.HistoryResponse]
 	watch          *connect.Client[v1.WatchRequest, v1.WatchResponse]
 	keepAlive      *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
+	pipeline       *connect.Client[v1.PipelineRequest, v1.PipelineResponse]
 }
 
 // Acquire calls tenure.v1.LeaseService.Acquire.
@@ -284,6 +298,11 @@ func (c *leaseServiceClient) KeepAlive(ctx context.Context) *connect.BidiStreamF
 	return c.keepAlive.CallBidiStream(ctx)
 }
 
+// Pipeline calls tenure.v1.LeaseService.Pipeline.
+func (c *leaseServiceClient) Pipeline(ctx context.Context) *connect.BidiStreamForClient[v1.PipelineRequest, v1.PipelineResponse] {
+	return c.pipeline.CallBidiStream(ctx)
+}
+
 // LeaseServiceHandler is an implementation of the tenure.v1.LeaseService service.
 type LeaseServiceHandler interface {
 	Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error)
@@ -301,6 +320,11 @@ type LeaseServiceHandler interface {
 	History(context.Context, *connect.Request[v1.HistoryRequest]) (*connect.Response[v1.HistoryResponse], error)
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
 	KeepAlive(context.Context, *connect.BidiStream[v1.KeepAliveRequest, v1.KeepAliveResponse]) error
+	// Pipeline carries many operations in flight on one stream, batched on
+	// both ends; each behaves exactly like its unary RPC. This is how the Go
+	// client reaches full speed: a unary HTTP/2 call costs more CPU than
+	// the registrar spends on the operation.
+	Pipeline(context.Context, *connect.BidiStream[v1.PipelineRequest, v1.PipelineResponse]) error
 }
 
 // NewLeaseServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -400,6 +424,12 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(leaseServiceMethods.ByName("KeepAlive")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServicePipelineHandler := connect.NewBidiStreamHandler(
+		LeaseServicePipelineProcedure,
+		svc.Pipeline,
+		connect.WithSchema(leaseServiceMethods.ByName("Pipeline")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.LeaseService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LeaseServiceAcquireProcedure:
@@ -432,6 +462,8 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceWatchHandler.ServeHTTP(w, r)
 		case LeaseServiceKeepAliveProcedure:
 			leaseServiceKeepAliveHandler.ServeHTTP(w, r)
+		case LeaseServicePipelineProcedure:
+			leaseServicePipelineHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -499,4 +531,8 @@ func (UnimplementedLeaseServiceHandler) Watch(context.Context, *connect.Request[
 
 func (UnimplementedLeaseServiceHandler) KeepAlive(context.Context, *connect.BidiStream[v1.KeepAliveRequest, v1.KeepAliveResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.KeepAlive is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) Pipeline(context.Context, *connect.BidiStream[v1.PipelineRequest, v1.PipelineResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.Pipeline is not implemented"))
 }

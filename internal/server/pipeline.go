@@ -1,0 +1,180 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// maxPipelineInFlight bounds the operations one Pipeline stream may have
+// in flight; a client past it waits (backpressure through the stream).
+const maxPipelineInFlight = 4096
+
+// Pipeline runs many operations in flight on one stream. Each operation
+// goes through the same handler as its unary RPC (same validation, same
+// errors); results are sent as they complete, batched into as few
+// messages as are ready together. Concurrent operations share Raft
+// entries through the proposer, so a pipelined client gets group commit
+// without paying for an HTTP/2 request per operation.
+func (h *leaseService) Pipeline(ctx context.Context, stream *connect.BidiStream[tenurev1.PipelineRequest, tenurev1.PipelineResponse]) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan *tenurev1.PipelineResult, maxPipelineInFlight)
+	slots := make(chan struct{}, maxPipelineInFlight)
+	sendErr := make(chan error, 1)
+	go func() { sendErr <- sendResults(ctx, stream, results) }()
+
+	var recvErr error
+	for recvErr == nil {
+		var req *tenurev1.PipelineRequest
+		req, recvErr = stream.Receive()
+		if recvErr != nil {
+			break
+		}
+		for _, op := range req.Ops {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			case err := <-sendErr:
+				return err
+			}
+			go func() {
+				results <- h.runOp(ctx, op) // never blocks: room for every slot
+				<-slots
+			}()
+		}
+	}
+	// Wait for what is in flight, then let the sender drain.
+	for range maxPipelineInFlight {
+		select {
+		case slots <- struct{}{}:
+		case err := <-sendErr:
+			return err
+		}
+	}
+	close(results)
+	if err := <-sendErr; err != nil {
+		return err
+	}
+	if errors.Is(recvErr, io.EOF) {
+		return nil
+	}
+	return recvErr
+}
+
+// sendResults sends results as they come, each message carrying every
+// result ready at that moment.
+func sendResults(ctx context.Context, stream *connect.BidiStream[tenurev1.PipelineRequest, tenurev1.PipelineResponse], results <-chan *tenurev1.PipelineResult) error {
+	for {
+		var r *tenurev1.PipelineResult
+		var ok bool
+		select {
+		case r, ok = <-results:
+			if !ok {
+				return nil
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		resp := &tenurev1.PipelineResponse{Results: []*tenurev1.PipelineResult{r}}
+	drain:
+		for len(resp.Results) < 1024 {
+			select {
+			case r, ok := <-results:
+				if !ok {
+					break drain
+				}
+				resp.Results = append(resp.Results, r)
+			default:
+				break drain
+			}
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// runOp runs one operation through its unary handler.
+func (h *leaseService) runOp(ctx context.Context, op *tenurev1.PipelineOp) *tenurev1.PipelineResult {
+	r := &tenurev1.PipelineResult{Id: op.Id}
+	var err error
+	switch o := op.Op.(type) {
+	case *tenurev1.PipelineOp_Acquire:
+		var resp *connect.Response[tenurev1.AcquireResponse]
+		if resp, err = h.Acquire(ctx, connect.NewRequest(o.Acquire)); err == nil {
+			r.Result = &tenurev1.PipelineResult_Acquire{Acquire: resp.Msg}
+		}
+	case *tenurev1.PipelineOp_Renew:
+		var resp *connect.Response[tenurev1.RenewResponse]
+		if resp, err = h.Renew(ctx, connect.NewRequest(o.Renew)); err == nil {
+			r.Result = &tenurev1.PipelineResult_Renew{Renew: resp.Msg}
+		}
+	case *tenurev1.PipelineOp_Release:
+		var resp *connect.Response[tenurev1.ReleaseResponse]
+		if resp, err = h.Release(ctx, connect.NewRequest(o.Release)); err == nil {
+			r.Result = &tenurev1.PipelineResult_Release{Release: resp.Msg}
+		}
+	case *tenurev1.PipelineOp_Transfer:
+		var resp *connect.Response[tenurev1.TransferResponse]
+		if resp, err = h.Transfer(ctx, connect.NewRequest(o.Transfer)); err == nil {
+			r.Result = &tenurev1.PipelineResult_Transfer{Transfer: resp.Msg}
+		}
+	case *tenurev1.PipelineOp_WriteState:
+		var resp *connect.Response[tenurev1.WriteStateResponse]
+		if resp, err = h.WriteState(ctx, connect.NewRequest(o.WriteState)); err == nil {
+			r.Result = &tenurev1.PipelineResult_WriteState{WriteState: resp.Msg}
+		}
+	case *tenurev1.PipelineOp_Get:
+		var resp *connect.Response[tenurev1.GetResponse]
+		if resp, err = h.Get(ctx, connect.NewRequest(o.Get)); err == nil {
+			r.Result = &tenurev1.PipelineResult_Get{Get: resp.Msg}
+		}
+	case *tenurev1.PipelineOp_Verify:
+		var resp *connect.Response[tenurev1.VerifyResponse]
+		if resp, err = h.Verify(ctx, connect.NewRequest(o.Verify)); err == nil {
+			r.Result = &tenurev1.PipelineResult_Verify{Verify: resp.Msg}
+		}
+	case *tenurev1.PipelineOp_CheckFence:
+		var resp *connect.Response[tenurev1.CheckFenceResponse]
+		if resp, err = h.CheckFence(ctx, connect.NewRequest(o.CheckFence)); err == nil {
+			r.Result = &tenurev1.PipelineResult_CheckFence{CheckFence: resp.Msg}
+		}
+	case *tenurev1.PipelineOp_Revoke:
+		var resp *connect.Response[tenurev1.RevokeResponse]
+		if resp, err = h.Revoke(ctx, connect.NewRequest(o.Revoke)); err == nil {
+			r.Result = &tenurev1.PipelineResult_Revoke{Revoke: resp.Msg}
+		}
+	default:
+		err = h.s.toConnect(invalidArg("op", fmt.Sprintf("unknown or missing operation %T", op.Op)))
+	}
+	if err != nil {
+		r.Result = &tenurev1.PipelineResult_Error{Error: pipelineError(h.s.toConnect(err))}
+	}
+	return r
+}
+
+// pipelineError renders a Connect error (as the handlers return them) in
+// the pipeline's form.
+func pipelineError(err error) *tenurev1.PipelineError {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return &tenurev1.PipelineError{Code: connect.CodeUnknown.String(), Message: err.Error()}
+	}
+	pe := &tenurev1.PipelineError{Code: ce.Code().String(), Message: ce.Message()}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if info, ok := v.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
+				pe.Reason, pe.Metadata = info.Reason, info.Metadata
+			}
+		}
+	}
+	return pe
+}
