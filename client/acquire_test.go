@@ -1,0 +1,314 @@
+package tenure
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+func TestAcquireHeldReturnsHeldError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c1 := fc.client([]string{"a:1"})
+		c2 := fc.client([]string{"a:1"}, WithHolder("other"))
+		l, err := c1.Acquire(t.Context(), "orders/42", TTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		_, err = c2.Acquire(t.Context(), "orders/42")
+		if !errors.Is(err, ErrLeaseHeld) {
+			t.Fatalf("err = %v, want ErrLeaseHeld", err)
+		}
+		var held *HeldError
+		if !errors.As(err, &held) {
+			t.Fatalf("%T is not a *HeldError", err)
+		}
+		if held.LeaseID != l.ID() || held.Holder != "tester" || held.Fence != l.Fence() ||
+			held.Resource != "orders/42" || held.Remaining != 29*time.Second {
+			t.Errorf("HeldError = %+v", held)
+		}
+	})
+}
+
+func TestAcquireLeaseAccessors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"}, WithNamespace("team-a"))
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(30*time.Second), Shared, Namespace("team-b"), RequestCertificate())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Namespace() != "team-b" || l.Resource() != "orders/42" || l.Holder() != "tester" ||
+			l.Mode() != Shared || l.TTL() != 30*time.Second || l.Fence() != 1 || l.SafetyMargin() != 3*time.Second {
+			t.Errorf("lease = %v %v %v %v %v %v %v", l.Namespace(), l.Resource(), l.Holder(), l.Mode(), l.TTL(), l.Fence(), l.SafetyMargin())
+		}
+		if !l.ExpiresAt().Equal(time.Now().Add(30 * time.Second)) {
+			t.Errorf("ExpiresAt = %v", l.ExpiresAt())
+		}
+		cert := l.Certificate()
+		if cert == nil || cert.KeyID != "k1" || cert.Claim.LeaseID != l.ID() || cert.Claim.Fence != l.Fence() ||
+			!cert.Claim.ExpiresAt.Equal(l.ExpiresAt()) || len(cert.Signature) != 64 {
+			t.Errorf("certificate = %+v", cert)
+		}
+		pb := l.Proto()
+		pb.Holder = "changed"
+		if l.Proto().GetHolder() != "tester" {
+			t.Error("Proto does not return a copy")
+		}
+		if l.Err() != nil || isDone(l) {
+			t.Error("fresh lease is done")
+		}
+	})
+}
+
+func TestAcquireFollowsNotLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1", "d:1")
+		fc.members["a:1"].set(func(m *fakeMember) {
+			m.acquireHook = func(*tenurev1.AcquireRequest) (bool, error) {
+				return false, tenureError(connect.CodeUnavailable, ReasonNotLeader, map[string]string{"leader": "d:1", "leader_id": "n4"}, "not the leader")
+			}
+		})
+		// d is not among the client's endpoints: it learns of it.
+		c := fc.client([]string{"a:1", "b:1"})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fc.members["b:1"].acquireCount() != 0 || fc.members["d:1"].acquireCount() != 1 {
+			t.Errorf("acquires: b=%d d=%d, want the hint followed to d",
+				fc.members["b:1"].acquireCount(), fc.members["d:1"].acquireCount())
+		}
+		if eps := c.Endpoints(); len(eps) != 3 || eps[2] != "http://d:1" {
+			t.Errorf("Endpoints = %v", eps)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if n := len(fc.members["d:1"].keepalives()); n != 2 {
+			t.Errorf("%d renewals on the leader d, want 2", n)
+		}
+		if isDone(l) {
+			t.Error(l.Err())
+		}
+	})
+}
+
+func TestAcquireAdoptsOwnLeaseAfterUnknownOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		// a applies the grant, then loses the answer.
+		fc.members["a:1"].set(func(m *fakeMember) {
+			m.acquireHook = func(*tenurev1.AcquireRequest) (bool, error) {
+				return true, tenureError(connect.CodeUnavailable, ReasonOutcomeUnknown, nil, "commit broke off")
+			}
+		})
+		c := fc.client([]string{"a:1", "b:1"})
+		t0 := time.Now()
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatalf("Acquire = %v, want the lease granted to the lost attempt", err)
+		}
+		if l.ID() != "L001" || l.Fence() != 1 {
+			t.Errorf("adopted lease %s fence %d, want L001 fence 1", l.ID(), l.Fence())
+		}
+		if got, want := l.TrustedUntil(), t0.Add(2500*time.Millisecond); !got.Equal(want) {
+			t.Errorf("trusted until %v, want from the first attempt's send time %v", got, want)
+		}
+		fc.reg.mu.Lock()
+		n := len(fc.reg.leases)
+		fc.reg.mu.Unlock()
+		if n != 1 {
+			t.Errorf("%d leases in the registry, want 1", n)
+		}
+	})
+}
+
+func TestAcquireDoesNotAdoptOthersLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		other := fc.client([]string{"b:1"}, WithHolder("other"))
+		if _, err := other.Acquire(t.Context(), "orders/42", TTL(3*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		fc.members["a:1"].set(func(m *fakeMember) {
+			m.acquireHook = func(*tenurev1.AcquireRequest) (bool, error) {
+				return false, tenureError(connect.CodeUnavailable, ReasonOutcomeUnknown, nil, "commit broke off")
+			}
+		})
+		c := fc.client([]string{"a:1", "b:1"})
+		_, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		var held *HeldError
+		if !errors.As(err, &held) || held.Holder != "other" {
+			t.Fatalf("err = %v, want LEASE_HELD by other", err)
+		}
+	})
+}
+
+func TestAcquireDoesNotAdoptLeaseItAlreadyHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		c := fc.client([]string{"a:1", "b:1"})
+		first, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc.members["a:1"].set(func(m *fakeMember) {
+			m.acquireHook = func(*tenurev1.AcquireRequest) (bool, error) {
+				return false, tenureError(connect.CodeUnavailable, ReasonOutcomeUnknown, nil, "commit broke off")
+			}
+		})
+		_, err = c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		var held *HeldError
+		if !errors.As(err, &held) || held.LeaseID != first.ID() {
+			t.Fatalf("err = %v, want LEASE_HELD naming the lease already held", err)
+		}
+	})
+}
+
+func TestWriteNotRetriedOnUnknownOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		c := fc.client([]string{"a:1", "b:1"})
+		tests := []struct {
+			name string
+			kind callKind
+			err  error
+			want int
+		}{
+			{"write OUTCOME_UNKNOWN", writeCall, tenureError(connect.CodeUnavailable, ReasonOutcomeUnknown, nil, "x"), 1},
+			{"read OUTCOME_UNKNOWN", readCall, tenureError(connect.CodeUnavailable, ReasonOutcomeUnknown, nil, "x"), 0},
+			{"write NOT_LEADER", writeCall, tenureError(connect.CodeUnavailable, ReasonNotLeader, nil, "x"), 0},
+			{"write LEASE_VIOLATION", writeCall, tenureError(connect.CodeFailedPrecondition, ReasonLeaseViolation, nil, "x"), 1},
+		}
+		for _, tt := range tests {
+			n := 0
+			start := time.Now()
+			err := c.call(t.Context(), tt.kind, func(context.Context, *endpoint) error {
+				n++
+				return tt.err
+			})
+			if tt.want == 1 && n != 1 {
+				t.Errorf("%s: %d attempts, want 1", tt.name, n)
+			}
+			if tt.want == 0 && n < 3 {
+				t.Errorf("%s: %d attempts, want retries", tt.name, n)
+			}
+			if tt.want == 0 && time.Since(start) < DefaultRetryBudget {
+				t.Errorf("%s: gave up after %v, before the retry budget", tt.name, time.Since(start))
+			}
+			if err == nil || errors.Is(err, context.Canceled) {
+				t.Errorf("%s: err = %v", tt.name, err)
+			}
+		}
+	})
+}
+
+func TestTrustNotExtendedByUnmatchedResponse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		t0 := time.Now()
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The member renews the lease but answers with a request id the
+		// client never sent: the send time is unknown, so no trust.
+		fc.members["a:1"].set(func(m *fakeMember) { m.kaWrongID = true })
+		time.Sleep(2500*time.Millisecond - time.Millisecond)
+		synctest.Wait()
+		if isDone(l) {
+			t.Fatalf("lost early: %v", l.Err())
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if !isDone(l) || !errors.Is(l.Err(), ErrTrustWindowPassed) {
+			t.Fatalf("Done=%v Err=%v: a response without a known send time extended trust", isDone(l), l.Err())
+		}
+		if !l.TrustedUntil().Equal(t0.Add(2500 * time.Millisecond)) {
+			t.Errorf("TrustedUntil moved to %v", l.TrustedUntil().Sub(t0))
+		}
+	})
+}
+
+func TestMutexTryLockWithFake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c1 := fc.client([]string{"a:1"})
+		c2 := fc.client([]string{"a:1"}, WithHolder("other"))
+		m1 := NewMutex(c1, "locks/x", TTL(3*time.Second))
+		m2 := NewMutex(c2, "locks/x", TTL(3*time.Second))
+		if ok, err := m1.TryLock(t.Context()); !ok || err != nil {
+			t.Fatalf("m1.TryLock = %v, %v", ok, err)
+		}
+		if ok, err := m1.TryLock(t.Context()); ok || err != nil {
+			t.Fatalf("second TryLock on a locked Mutex = %v, %v", ok, err)
+		}
+		if ok, err := m2.TryLock(t.Context()); ok || err != nil {
+			t.Fatalf("m2.TryLock while m1 holds = %v, %v", ok, err)
+		}
+		if m1.Lease() == nil || m2.Lease() != nil {
+			t.Fatal("Lease() wrong")
+		}
+		time.Sleep(10 * time.Second) // held across several ttls by heartbeats
+		if err := m1.Unlock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := m1.Unlock(t.Context()); err == nil {
+			t.Error("Unlock of an unlocked Mutex succeeded")
+		}
+		if ok, err := m2.TryLock(t.Context()); !ok || err != nil {
+			t.Fatalf("m2.TryLock after Unlock = %v, %v", ok, err)
+		}
+	})
+}
+
+func TestBearerTokenOnUnaryAndStream(t *testing.T) {
+	for _, grpc := range []bool{false, true} {
+		name := "connect"
+		if grpc {
+			name = "grpc"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fc := setup(t, "a:1")
+				opts := []Option{WithToken("s3cret")}
+				if grpc {
+					opts = append(opts, WithGRPC())
+				}
+				c := fc.client([]string{"a:1"}, opts...)
+				l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(2 * time.Second)
+				synctest.Wait()
+				if isDone(l) {
+					t.Fatal(l.Err())
+				}
+				got := fc.members["a:1"].auth()
+				if len(got) != 2 || got[0] != "Bearer s3cret" || got[1] != "Bearer s3cret" {
+					t.Errorf("Authorization headers (acquire, keepalive) = %q", got)
+				}
+			})
+		})
+	}
+}
+
+func TestDefaultHolder(t *testing.T) {
+	t.Parallel()
+	h := defaultHolder()
+	if !strings.Contains(h, "@") || !strings.HasSuffix(h, ":"+strconv.Itoa(os.Getpid())) {
+		t.Errorf("default holder %q, want user@host:pid", h)
+	}
+}

@@ -1,0 +1,358 @@
+package tenure
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+)
+
+// Client talks to a Tenure cluster through any of its endpoints. It keeps one
+// KeepAlive stream for the heartbeats of all its leases and fails over
+// between endpoints. A Client is safe for concurrent use; make one per
+// process (per holder identity) and Close it when done.
+type Client struct {
+	cfg        config
+	clock      Clock
+	httpClient *http.Client
+	ownHTTP    bool
+	connOpts   []connect.ClientOption
+
+	mu        sync.Mutex
+	endpoints []*endpoint
+	current   int // index of the endpoint believed to be the leader
+	closed    bool
+	leases    map[string]*Lease // active leases of this client by id
+	acquiring map[string]int    // Acquire calls in flight per namespace + resource
+
+	hb *heartbeat
+}
+
+// endpoint is one member's API address and its service clients.
+type endpoint struct {
+	url     string
+	lease   tenurev1connect.LeaseServiceClient
+	cluster tenurev1connect.ClusterServiceClient
+}
+
+// New returns a client for the cluster reachable at endpoints: API
+// addresses such as "127.0.0.1:7070" (h2c, or https:// with WithTLS) or full
+// URLs ("http://10.0.0.5:7070", "https://tenure.example:443"). Any member
+// will do; the client finds the leader from NOT_LEADER answers. New does not
+// contact the server.
+func New(endpoints []string, opts ...Option) (*Client, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if len(endpoints) == 0 {
+		return nil, errors.New("tenure: New: at least one endpoint is required")
+	}
+	c := &Client{
+		cfg:       cfg,
+		clock:     cfg.clock,
+		leases:    make(map[string]*Lease),
+		acquiring: make(map[string]int),
+	}
+	c.httpClient = cfg.httpClient
+	if c.httpClient == nil {
+		c.httpClient = newHTTPClient(&cfg)
+		c.ownHTTP = true
+	}
+	if cfg.grpc {
+		c.connOpts = append(c.connOpts, connect.WithGRPC())
+	}
+	if cfg.token != "" {
+		c.connOpts = append(c.connOpts, connect.WithInterceptors(bearer(cfg.token)))
+	}
+	seen := make(map[string]bool)
+	for _, e := range endpoints {
+		u, err := c.normalize(e)
+		if err != nil {
+			return nil, err
+		}
+		if !seen[u] {
+			seen[u] = true
+			c.endpoints = append(c.endpoints, c.newEndpoint(u))
+		}
+	}
+	c.hb = newHeartbeat(c)
+	return c, nil
+}
+
+// newHTTPClient speaks HTTP/2 only: cleartext (h2c) by default, TLS with
+// WithTLS. Pings detect a dead connection that TCP alone would keep open.
+func newHTTPClient(cfg *config) *http.Client {
+	var p http.Protocols
+	if cfg.tlsConfig != nil {
+		p.SetHTTP2(true)
+	} else {
+		p.SetUnencryptedHTTP2(true)
+	}
+	return &http.Client{Transport: &http.Transport{
+		Protocols:         &p,
+		TLSClientConfig:   cfg.tlsConfig,
+		ForceAttemptHTTP2: true,
+		IdleConnTimeout:   90 * time.Second,
+		DialContext:       (&net.Dialer{Timeout: cfg.dialTimeout, KeepAlive: 15 * time.Second}).DialContext,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: 10 * time.Second,
+			PingTimeout:     5 * time.Second,
+		},
+	}}
+}
+
+func (c *Client) normalize(addr string) (string, error) {
+	addr = strings.TrimSpace(addr)
+	if addr == "" {
+		return "", errors.New("tenure: empty endpoint")
+	}
+	if !strings.Contains(addr, "://") {
+		if c.cfg.tlsConfig != nil {
+			addr = "https://" + addr
+		} else {
+			addr = "http://" + addr
+		}
+	}
+	return strings.TrimRight(addr, "/"), nil
+}
+
+func (c *Client) newEndpoint(url string) *endpoint {
+	return &endpoint{
+		url:     url,
+		lease:   tenurev1connect.NewLeaseServiceClient(c.httpClient, url, c.connOpts...),
+		cluster: tenurev1connect.NewClusterServiceClient(c.httpClient, url, c.connOpts...),
+	}
+}
+
+// Holder returns the holder identity this client acquires leases as.
+func (c *Client) Holder() string { return c.cfg.holder }
+
+// Namespace returns the client's default namespace.
+func (c *Client) Namespace() string { return c.cfg.namespace }
+
+// Endpoints returns the endpoint URLs the client knows, including leaders it
+// learned about from NOT_LEADER answers.
+func (c *Client) Endpoints() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, len(c.endpoints))
+	for i, e := range c.endpoints {
+		out[i] = e.url
+	}
+	return out
+}
+
+// Close releases every lease the client still holds (their Err becomes
+// ErrReleased; one that cannot be released within the close timeout ends
+// with a LostError whose cause is ErrClientClosed), stops the heartbeats and
+// closes idle connections. Calls made after Close return ErrClientClosed.
+// Close is idempotent; it returns the first release error.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	held := make([]*Lease, 0, len(c.leases))
+	for _, l := range c.leases {
+		held = append(held, l)
+	}
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.closeTimeout)
+	errs := make([]error, len(held))
+	var wg sync.WaitGroup
+	for i, l := range held {
+		if l.Err() != nil {
+			continue
+		}
+		wg.Go(func() { errs[i] = l.Release(ctx, ReleaseVoluntary) })
+	}
+	wg.Wait()
+	cancel()
+	c.hb.stop()
+	if c.ownHTTP {
+		c.httpClient.CloseIdleConnections()
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Client) checkOpen() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClientClosed
+	}
+	return nil
+}
+
+// pick returns the endpoint believed to be the leader and its index.
+func (c *Client) pick() (*endpoint, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.endpoints[c.current], c.current
+}
+
+// failover moves away from endpoint from: to the leader named by hint when
+// there is one, else to the next endpoint (unless another caller already
+// moved). It reports whether it followed a hint to a different endpoint.
+func (c *Client) failover(from int, hint string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if hint != "" {
+		if u, err := c.normalize(hint); err == nil {
+			for i, e := range c.endpoints {
+				if e.url == u {
+					c.current = i
+					return i != from
+				}
+			}
+			c.endpoints = append(c.endpoints, c.newEndpoint(u))
+			c.current = len(c.endpoints) - 1
+			c.cfg.logger.Debug("tenure: learned leader endpoint", "url", u)
+			return true
+		}
+	}
+	if c.current == from {
+		c.current = (from + 1) % len(c.endpoints)
+	}
+	return false
+}
+
+// callKind says when a unary call may be repeated on another endpoint.
+type callKind int
+
+const (
+	// readCall: after any transient failure (a read changes nothing).
+	readCall callKind = iota
+	// writeCall: only when nothing was proposed: NOT_LEADER, or a connection
+	// that was never made. OUTCOME_UNKNOWN is returned to the caller.
+	writeCall
+	// idempotentCall: a write whose repetition is harmless (Release, Renew),
+	// retried like a read.
+	idempotentCall
+)
+
+// call runs fn against the current endpoint and, when kind allows, against
+// others, for up to the retry budget and while ctx lasts. fn's error is
+// returned as parsed by fromConnect.
+func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Context, *endpoint) error) error {
+	start := c.clock.Now()
+	backoff := 25 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ep, idx := c.pick()
+		err := fromConnect(fn(ctx, ep))
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !retryable(kind, err) {
+			return err
+		}
+		followed := c.failover(idx, leaderHint(err))
+		if c.clock.Now().Sub(start) >= c.cfg.retryBudget {
+			return err
+		}
+		c.cfg.logger.Debug("tenure: retrying on another endpoint", "from", ep.url, "err", err)
+		c.mu.Lock()
+		n := len(c.endpoints)
+		c.mu.Unlock()
+		// Go straight to a named leader and through the list once; after
+		// that (an election in progress, everyone down) back off.
+		if followed || attempt < n {
+			continue
+		}
+		if sleep(ctx, c.clock, backoff) != nil {
+			return err // the last attempt's error says more than ctx.Err
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// retryable reports whether err allows repeating a call of kind elsewhere.
+func retryable(kind callKind, err error) bool {
+	switch ReasonOf(err) {
+	case ReasonNotLeader:
+		return true
+	case ReasonOutcomeUnknown:
+		return kind != writeCall
+	case "":
+		if notSent(err) {
+			return true
+		}
+		if kind == writeCall {
+			return false
+		}
+		switch connect.CodeOf(err) {
+		case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeInternal:
+			return true
+		}
+	}
+	return false
+}
+
+// outcomeUnknown reports whether a write that failed with err may have been
+// applied anyway.
+func outcomeUnknown(err error) bool {
+	switch ReasonOf(err) {
+	case ReasonOutcomeUnknown:
+		return true
+	case "":
+		if notSent(err) {
+			return false
+		}
+		switch connect.CodeOf(err) {
+		case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeInternal,
+			connect.CodeDeadlineExceeded, connect.CodeCanceled:
+			return true
+		}
+	}
+	return false
+}
+
+// sleep waits d on clk, or until ctx ends.
+func sleep(ctx context.Context, clk Clock, d time.Duration) error {
+	t := clk.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// bearer adds "Authorization: Bearer <token>" to every request.
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return conn
+	}
+}
+
+func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}

@@ -1,0 +1,108 @@
+// Package tenure is the Go client of Tenure, the lease registrar.
+//
+//	c, err := tenure.New([]string{"10.0.0.1:7070", "10.0.0.2:7070", "10.0.0.3:7070"})
+//	lease, err := c.Acquire(ctx, "orders/42", tenure.TTL(15*time.Second))
+//	defer lease.Release(ctx, tenure.ReleaseCompleted)
+//	select {
+//	case <-lease.Done(): // lost: stop working on orders/42 now
+//	case <-work(ctx, lease.Fence()):
+//	}
+//
+// # Overview
+//
+// A lease is a time-bounded claim by a holder on a resource. The registrar
+// decides: its clock (registrar ticks) is authoritative, and it never honours a
+// lease at or after its expiry, not even by a millisecond. The client's job is
+// to keep the leases it was granted alive for as long as the caller wants them,
+// and to tell the caller, conservatively and on time, when it can no longer
+// prove it holds one.
+//
+// # Trust window
+//
+// The client cannot read the registrar's clock. What it does know is when it
+// sent a request: the registrar received it later, so a grant or renewal
+// confirmed for a request sent at time S expires no earlier than S + ttl on
+// any clock running at the same rate. The client therefore trusts a lease until
+//
+//	trusted_until = S + ttl − safety_margin
+//
+// where S is the send time of the last confirmed grant or renewal, measured on
+// the client's monotonic clock (wall-clock jumps change nothing), and the safety
+// margin absorbs clock-rate differences and scheduling delays. By default the
+// margin is the larger of 500 ms and 10% of the ttl, capped at ttl/2 (see
+// WithSafetyMargin); a 15 s lease is trusted for 13.5 s after each renewal is
+// sent, a 2 s lease for 1.5 s. A response is matched to its request by id, and
+// trust is never extended on a response whose send time is unknown (an answer
+// to an abandoned stream, a duplicate). Lease.TrustedUntil returns the current
+// end of the window.
+//
+// # Heartbeats
+//
+// Every Client keeps one KeepAlive stream open to the cluster and renews all of
+// its leases over it. A lease is due for renewal ttl/3 after the send time of
+// its last confirmed renewal; leases due at about the same time share one
+// request. So a healthy lease is renewed about three times per ttl, and two
+// renewals can be lost before its trust window is in danger. A renewal that
+// gets no answer within max(ttl/6, 100 ms) is presumed lost with its stream.
+//
+// # Done and Err
+//
+// Lease.Done is closed, and Lease.Err set, when the lease ends for this client:
+//   - the registrar refused a renewal for good: the lease expired
+//     (ErrLeaseExpired), was revoked or released elsewhere (ErrLeaseTerminal),
+//     is unknown (ErrLeaseNotFound), or hit a limit (ErrRenewalLimitExceeded,
+//     ErrLifetimeExceeded) — the cause is the registrar's *Error;
+//   - its trust window passed without a confirmed renewal (a partition, a
+//     cluster without a leader for too long, a paused process):
+//     ErrTrustWindowPassed — the registrar may still hold the lease for up to
+//     the safety margin, but nothing proves it;
+//   - it was released (Err is ErrReleased), or the Client was closed.
+//
+// Every loss is a *LostError matching ErrLeaseLost. When Done is closed the
+// caller must stop acting as the holder: stop writing, stop the work, and
+// re-acquire if it still needs the resource (a new lease with a new fence).
+// Done is a local, conservative signal. It cannot protect against a process
+// that is paused between checking Done and writing; downstream storage should
+// check the lease's Fence (see the fencing package, and CheckFence), and
+// guarded state (WriteState) is checked by the registrar itself.
+//
+// # Failover
+//
+// The client knows every endpoint it was given, plus any leader it learns of.
+// When the KeepAlive stream breaks, stops answering, or answers NOT_LEADER, the
+// client moves to another endpoint (the leader named in NOT_LEADER's metadata
+// when there is one), reopens the stream and resends every unconfirmed renewal,
+// all within the trust window; the registrar's time stands still while there is
+// no leader, so a failover that finishes within the trust window loses no
+// lease.
+//
+// Unary calls fail over as far as it is safe. Reads (Get, Verify, ReadState,
+// CheckFence, Status) are retried on another endpoint after any transient
+// failure. Writes are retried only when nothing was proposed: NOT_LEADER, or a
+// connection that was never made. OUTCOME_UNKNOWN (the write may or may not
+// have been applied) is returned to the caller (ErrOutcomeUnknown), except for
+// Release and Renew, which are idempotent and retried, and Acquire, which
+// retries and recognises its own lease in the LEASE_HELD answer (see
+// Client.Acquire). Retries last at most the retry budget (WithRetryBudget).
+//
+// # Errors
+//
+// Errors answered by the registrar are *Error values carrying the reason, the
+// message (which starts with the reason), the metadata and the Connect code;
+// test them with errors.Is against the sentinels (ErrLeaseHeld, ErrStaleEpoch,
+// …). LEASE_HELD is a *HeldError naming the lease in the way, its holder, fence
+// and time left. Transport failures are returned as Connect errors.
+//
+// # Helpers
+//
+// Mutex is a lock over a lease, Election elects a leader and publishes its
+// value in the resource's guarded state, VerifyAll and Resume are the boot-time
+// reality check of a restarting agent, ReadState and WriteState are guarded
+// state with epochs, and CheckFence asks whether a fence is still current.
+//
+// # Closing
+//
+// Close releases every lease the client still holds, stops the heartbeats and
+// closes connections. A process that exits without Close leaves its leases to
+// expire after their ttl.
+package tenure

@@ -1,0 +1,244 @@
+package tenure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+)
+
+func TestErrorMappingEveryReason(t *testing.T) {
+	t.Parallel()
+	all := []*Error{
+		ErrInvalidArgument, ErrTTLOutOfRange, ErrLeaseHeld, ErrLeaseNotFound,
+		ErrLeaseExpired, ErrLeaseTerminal, ErrNotHolder, ErrRenewalDoesNotExtend,
+		ErrRenewalLimitExceeded, ErrLifetimeExceeded, ErrLeaseViolation,
+		ErrStaleEpoch, ErrFutureEpoch, ErrQuotaExceeded, ErrUnauthenticated,
+		ErrPermissionDenied, ErrNotLeader, ErrOutcomeUnknown, ErrBudgetExhausted,
+		ErrScopeViolation, ErrTaskNotFound, ErrTaskNotLeased, ErrPieceNotLeased,
+	}
+	if len(sentinels) != len(all) {
+		t.Fatalf("table has %d reasons, want %d", len(sentinels), len(all))
+	}
+	for _, s := range all {
+		t.Run(string(s.Reason), func(t *testing.T) {
+			t.Parallel()
+			md := map[string]string{"field": "ttl"}
+			ce := tenureError(s.Code, s.Reason, md, "something happened")
+			err := fromConnect(fmt.Errorf("wrapped: %w", ce))
+			if !errors.Is(err, s) {
+				t.Fatalf("errors.Is(%v, %v) = false", err, s)
+			}
+			for _, other := range all {
+				if other != s && errors.Is(err, other) {
+					t.Errorf("also matches %v", other.Reason)
+				}
+			}
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("errors.As *Error failed for %T", err)
+			}
+			if e.Reason != s.Reason || e.Code != s.Code || e.Metadata["field"] != "ttl" {
+				t.Errorf("Error = %+v", e)
+			}
+			if want := string(s.Reason) + ": something happened"; e.Error() != want {
+				t.Errorf("message %q, want %q", e.Error(), want)
+			}
+			var back *connect.Error
+			if !errors.As(err, &back) || back != ce {
+				t.Error("the *connect.Error is not reachable with errors.As")
+			}
+			if ReasonOf(err) != s.Reason {
+				t.Errorf("ReasonOf = %q", ReasonOf(err))
+			}
+			if Sentinel(s.Reason) != s {
+				t.Errorf("Sentinel(%s) = %v", s.Reason, Sentinel(s.Reason))
+			}
+		})
+	}
+}
+
+func TestHeldErrorFromMetadata(t *testing.T) {
+	t.Parallel()
+	ce := tenureError(connect.CodeFailedPrecondition, ReasonLeaseHeld, map[string]string{
+		"namespace":    "team-a",
+		"resource":     "orders/42",
+		"lease_id":     "01JABC",
+		"holder":       "w1",
+		"fence":        "17",
+		"mode":         "SHARED",
+		"remaining_ms": "41200",
+		"waiters":      "3",
+		"wait_ended":   "true",
+	}, "orders/42 is held by lease 01JABC (holder w1, fence 17, 41.2s left)")
+	err := fromConnect(ce)
+	if !errors.Is(err, ErrLeaseHeld) {
+		t.Fatalf("not ErrLeaseHeld: %v", err)
+	}
+	var held *HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("errors.As HeldError failed for %T", err)
+	}
+	want := HeldError{Namespace: "team-a", Resource: "orders/42", LeaseID: "01JABC", Holder: "w1", Fence: 17,
+		Mode: Shared, Remaining: 41200 * time.Millisecond, Waiters: 3, WaitEnded: true}
+	got := *held
+	got.Err = nil
+	if got != want {
+		t.Errorf("HeldError = %+v\nwant        %+v", got, want)
+	}
+	if held.Error() != "LEASE_HELD: orders/42 is held by lease 01JABC (holder w1, fence 17, 41.2s left)" {
+		t.Errorf("message %q", held.Error())
+	}
+	var e *Error
+	if !errors.As(err, &e) || e.Reason != ReasonLeaseHeld {
+		t.Error("the *Error is not reachable from a HeldError")
+	}
+}
+
+func TestFromConnectLeavesOtherErrorsAlone(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"plain", io.ErrUnexpectedEOF},
+		{"connect without detail", connect.NewError(connect.CodeUnavailable, errors.New("no route"))},
+		{"context", context.DeadlineExceeded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := fromConnect(tt.err); got != tt.err {
+				t.Errorf("fromConnect changed %v into %v", tt.err, got)
+			}
+		})
+	}
+	if fromConnect(nil) != nil {
+		t.Error("fromConnect(nil) != nil")
+	}
+	unknown := fromConnect(tenureError(connect.CodeUnknown, "SOMETHING_NEW", nil, "from a newer server"))
+	var e *Error
+	if !errors.As(unknown, &e) || e.Reason != "SOMETHING_NEW" {
+		t.Errorf("an unknown reason should still be an *Error: %v", unknown)
+	}
+}
+
+func TestLostError(t *testing.T) {
+	t.Parallel()
+	cause := fromConnect(tenureError(connect.CodeFailedPrecondition, ReasonLeaseTerminal, nil, "lease L1 was revoked"))
+	err := error(&LostError{LeaseID: "L1", Resource: "orders/42", Cause: cause})
+	if !errors.Is(err, ErrLeaseLost) || !errors.Is(err, ErrLeaseTerminal) || errors.Is(err, ErrReleased) {
+		t.Errorf("LostError matching is wrong: %v", err)
+	}
+	if ReasonOf(err) != ReasonLeaseTerminal {
+		t.Errorf("ReasonOf = %q", ReasonOf(err))
+	}
+}
+
+func TestRetryPolicy(t *testing.T) {
+	t.Parallel()
+	notLeader := fromConnect(tenureError(connect.CodeUnavailable, ReasonNotLeader, map[string]string{"leader": "b:1"}, "x"))
+	unknown := fromConnect(tenureError(connect.CodeUnavailable, ReasonOutcomeUnknown, nil, "x"))
+	held := fromConnect(tenureError(connect.CodeFailedPrecondition, ReasonLeaseHeld, nil, "x"))
+	dial := connect.NewError(connect.CodeUnavailable, &net.OpError{Op: "dial", Err: errors.New("refused")})
+	broke := connect.NewError(connect.CodeUnavailable, io.ErrUnexpectedEOF)
+	tests := []struct {
+		name                   string
+		err                    error
+		read, write, idempoten bool
+		unknownOutcome         bool
+	}{
+		{"NOT_LEADER", notLeader, true, true, true, false},
+		{"OUTCOME_UNKNOWN", unknown, true, false, true, true},
+		{"dial failure", dial, true, true, true, false},
+		{"broken connection", broke, true, false, true, true},
+		{"LEASE_HELD", held, false, false, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := retryable(readCall, tt.err); got != tt.read {
+				t.Errorf("read: %v", got)
+			}
+			if got := retryable(writeCall, tt.err); got != tt.write {
+				t.Errorf("write: %v", got)
+			}
+			if got := retryable(idempotentCall, tt.err); got != tt.idempoten {
+				t.Errorf("idempotent: %v", got)
+			}
+			if got := outcomeUnknown(tt.err); got != tt.unknownOutcome {
+				t.Errorf("outcomeUnknown: %v", got)
+			}
+		})
+	}
+	if leaderHint(notLeader) != "b:1" {
+		t.Errorf("leaderHint = %q", leaderHint(notLeader))
+	}
+}
+
+func TestSafetyMargin(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		fixed time.Duration
+		ttl   time.Duration
+		want  time.Duration
+	}{
+		{"floor", 0, 3 * time.Second, 500 * time.Millisecond},
+		{"ten percent", 0, time.Minute, 6 * time.Second},
+		{"capped at half the ttl", 0, 800 * time.Millisecond, 400 * time.Millisecond},
+		{"fixed", 2 * time.Second, time.Minute, 2 * time.Second},
+		{"fixed capped", 2 * time.Second, 3 * time.Second, 1500 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := defaultConfig()
+			cfg.safetyMargin = tt.fixed
+			if got := cfg.marginFor(tt.ttl); got != tt.want {
+				t.Errorf("marginFor(%v) = %v, want %v", tt.ttl, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		endpoints []string
+		opts      []Option
+	}{
+		{"no endpoints", nil, nil},
+		{"empty endpoint", []string{" "}, nil},
+		{"empty holder", []string{"a:1"}, []Option{WithHolder("")}},
+		{"long holder", []string{"a:1"}, []Option{WithHolder(string(make([]byte, 129)))}},
+		{"negative margin", []string{"a:1"}, []Option{WithSafetyMargin(-time.Second)}},
+		{"empty namespace", []string{"a:1"}, []Option{WithNamespace("")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if c, err := New(tt.endpoints, tt.opts...); err == nil {
+				c.Close()
+				t.Fatal("New accepted it")
+			}
+		})
+	}
+	c, err := New([]string{"10.0.0.1:7070", "http://10.0.0.2:7070/", "10.0.0.1:7070"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := c.Endpoints(); len(got) != 2 || got[0] != "http://10.0.0.1:7070" || got[1] != "http://10.0.0.2:7070" {
+		t.Errorf("Endpoints = %v", got)
+	}
+	if c.Holder() == "" || c.Namespace() != "default" {
+		t.Errorf("holder %q namespace %q", c.Holder(), c.Namespace())
+	}
+}

@@ -1,0 +1,608 @@
+package tenure
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// The tests in this file run the real `tenure server` binary, built once from
+// ./cmd/tenure, on loopback ports with a t.TempDir() data dir. They use real
+// time (short TTLs); -short skips them.
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// tenureBinary builds cmd/tenure once per test run.
+func tenureBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: runs the tenure server binary")
+	}
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "tenure-client-test")
+		if binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "tenure")
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		cmd := exec.Command(goTool, "build", "-o", binPath, "github.com/tenurehq/tenure/cmd/tenure")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			binErr = fmt.Errorf("go build ./cmd/tenure: %v\n%s", err, out.String())
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// realServer is a running `tenure server` process.
+type realServer struct {
+	t       *testing.T
+	bin     string
+	dir     string
+	api     string
+	raft    string
+	cmd     *exec.Cmd
+	log     *bytes.Buffer
+	stopped bool
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startRealServer starts a single node and waits until /readyz answers.
+func startRealServer(t *testing.T) *realServer {
+	t.Helper()
+	s := &realServer{t: t, bin: tenureBinary(t), dir: t.TempDir(), api: freePort(t), raft: freePort(t)}
+	s.start()
+	t.Cleanup(func() {
+		s.kill()
+		if t.Failed() {
+			t.Logf("server log:\n%s", s.log.String())
+		}
+	})
+	return s
+}
+
+func (s *realServer) start() {
+	s.t.Helper()
+	s.log = &bytes.Buffer{}
+	s.cmd = exec.Command(s.bin, "server", "--data-dir", s.dir, "--listen", s.api, "--raft-listen", s.raft, "--log-level", "warn")
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.stopped = false
+	s.waitReady()
+}
+
+func (s *realServer) waitReady() {
+	s.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	hc := &http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		if resp, err := hc.Get("http://" + s.api + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		<-tick.C
+	}
+	s.t.Fatalf("server on %s not ready after 20s; log:\n%s", s.api, s.log.String())
+}
+
+// kill stops the process with SIGKILL and waits for it to exit.
+func (s *realServer) kill() {
+	if s.stopped || s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	_ = s.cmd.Wait()
+	s.stopped = true
+}
+
+func (s *realServer) client(t *testing.T, opts ...Option) *Client {
+	t.Helper()
+	c, err := New([]string{s.api}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// waitRenewals waits until l has been renewed n times.
+func waitRenewals(t *testing.T, l *Lease, n uint32) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for l.Proto().GetRenewalCount() < n {
+		select {
+		case <-l.Done():
+			t.Fatalf("lease lost: %v", l.Err())
+		case <-deadline:
+			t.Fatalf("lease not renewed %d times", n)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestIntegrationRenewsAcrossTTLs(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const ttl = 2 * time.Second
+	l, err := c.Acquire(ctx, "integration/renew", TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := time.NewTimer(3*ttl + ttl/2)
+	defer hold.Stop()
+	select {
+	case <-l.Done():
+		t.Fatalf("lease lost while the server was up: %v", l.Err())
+	case <-hold.C:
+	}
+	pb, err := c.Get(ctx, l.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pb.GetState() != tenurev1.State_STATE_ACTIVE {
+		t.Fatalf("state after 3.5 TTLs = %v, want ACTIVE", pb.GetState())
+	}
+	// Renewed about every ttl/3: 10 renewals in 3.5 TTLs; allow for slack.
+	if n := pb.GetRenewalCount(); n < 8 {
+		t.Errorf("renewal count %d after 3.5 TTLs, want ≥ 8 (every ttl/3)", n)
+	}
+	if !l.TrustedUntil().After(time.Now()) {
+		t.Errorf("trust window ended at %v", l.TrustedUntil())
+	}
+	if err := l.Release(ctx, ReleaseCompleted); err != nil {
+		t.Fatal(err)
+	}
+	if pb, err := c.Get(ctx, l.ID()); err != nil || pb.GetState() != tenurev1.State_STATE_RELEASED {
+		t.Fatalf("after Release: %v %v", pb.GetState(), err)
+	}
+}
+
+func TestIntegrationDoneOnRevoke(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const ttl = 3 * time.Second
+	l, err := c.Acquire(ctx, "integration/revoke", TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Revoke(ctx, l.ID(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	select {
+	case <-l.Done():
+	case <-time.After(ttl):
+		t.Fatalf("Done not closed within a ttl of the revocation")
+	}
+	if d := time.Since(revoked); d > ttl/3+time.Second {
+		t.Errorf("Done %v after the revocation, want by the next heartbeat (ttl/3)", d)
+	}
+	if !errors.Is(l.Err(), ErrLeaseLost) || !errors.Is(l.Err(), ErrLeaseTerminal) {
+		t.Fatalf("Err = %v, want ErrLeaseLost caused by LEASE_TERMINAL", l.Err())
+	}
+}
+
+func TestIntegrationDoneAfterServerStops(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const ttl = 2 * time.Second
+	l, err := c.Acquire(ctx, "integration/stop", TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Let two renewals happen, then kill the server.
+	waitRenewals(t, l, 2)
+	s.kill()
+	// Nothing can confirm a renewal any more: the trust window is final.
+	trusted := l.TrustedUntil()
+	select {
+	case <-l.Done():
+	case <-time.After(ttl + time.Second):
+		t.Fatalf("Done not closed %v after the server died (trusted until %v)", ttl+time.Second, time.Until(trusted))
+	}
+	now := time.Now()
+	if now.Before(trusted) {
+		t.Fatalf("Done closed %v before the end of the trust window", trusted.Sub(now))
+	}
+	if late := now.Sub(trusted); late > 500*time.Millisecond {
+		t.Errorf("Done closed %v after the trust window ended", late)
+	}
+	if !errors.Is(l.Err(), ErrLeaseLost) || !errors.Is(l.Err(), ErrTrustWindowPassed) {
+		t.Fatalf("Err = %v", l.Err())
+	}
+}
+
+func TestIntegrationLeaseSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	const ttl = 10 * time.Second // trust window 9 s: room for a restart
+	l, err := c.Acquire(ctx, "integration/restart", TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.kill()
+	s.start() // same data dir and ports
+	renewed := l.Proto().GetRenewalCount()
+	deadline := time.Now().Add(ttl)
+	for l.Proto().GetRenewalCount() <= renewed+1 && time.Now().Before(deadline) {
+		select {
+		case <-l.Done():
+			t.Fatalf("lease lost across a restart of the server: %v", l.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if l.Err() != nil || l.Proto().GetRenewalCount() <= renewed+1 {
+		t.Fatalf("no renewal after the restart (count %d, err %v)", l.Proto().GetRenewalCount(), l.Err())
+	}
+}
+
+func TestIntegrationMutexExcludes20Goroutines(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	clients := make([]*Client, 4)
+	for i := range clients {
+		clients[i] = s.client(t, WithHolder(fmt.Sprintf("worker-%d", i)))
+	}
+	ctx := ctxTimeout(t, 90*time.Second)
+	var (
+		inside    atomic.Int32
+		maxInside atomic.Int32
+		lastFence atomic.Uint64
+		entries   atomic.Int32
+		wg        sync.WaitGroup
+	)
+	const goroutines, rounds = 20, 3
+	errs := make(chan error, goroutines*rounds)
+	for g := range goroutines {
+		c := clients[g%len(clients)]
+		m := NewMutex(c, "integration/mutex", TTL(5*time.Second))
+		wg.Go(func() {
+			for range rounds {
+				if err := m.Lock(ctx); err != nil {
+					errs <- fmt.Errorf("goroutine %d: Lock: %w", g, err)
+					return
+				}
+				n := inside.Add(1)
+				if n > maxInside.Load() {
+					maxInside.Store(n)
+				}
+				fence := m.Lease().Fence()
+				if prev := lastFence.Swap(fence); prev >= fence {
+					errs <- fmt.Errorf("goroutine %d: fence %d not above the previous holder's %d", g, fence, prev)
+				}
+				entries.Add(1)
+				time.Sleep(2 * time.Millisecond) // the critical section
+				inside.Add(-1)
+				if err := m.Unlock(ctx); err != nil {
+					errs <- fmt.Errorf("goroutine %d: Unlock: %w", g, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if maxInside.Load() != 1 {
+		t.Errorf("%d goroutines inside at once", maxInside.Load())
+	}
+	if entries.Load() != goroutines*rounds {
+		t.Errorf("%d entries, want %d", entries.Load(), goroutines*rounds)
+	}
+}
+
+func TestIntegrationMutexSharedByGoroutines(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	m := NewMutex(c, "integration/shared-mutex", TTL(5*time.Second))
+	ctx := ctxTimeout(t, 60*time.Second)
+	var inside, maxInside atomic.Int32
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if err := m.Lock(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			if n := inside.Add(1); n > maxInside.Load() {
+				maxInside.Store(n)
+			}
+			time.Sleep(time.Millisecond)
+			inside.Add(-1)
+			if err := m.Unlock(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if maxInside.Load() != 1 {
+		t.Errorf("%d goroutines inside at once", maxInside.Load())
+	}
+}
+
+func TestIntegrationElection(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c1 := s.client(t, WithHolder("candidate-1"))
+	c2 := s.client(t, WithHolder("candidate-2"))
+	ctx := ctxTimeout(t, 60*time.Second)
+	e1 := NewElection(c1, "integration/election", TTL(3*time.Second))
+	e2 := NewElection(c2, "integration/election", TTL(3*time.Second))
+
+	if _, err := e1.Leader(ctx); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("Leader before any campaign: %v", err)
+	}
+	obsCtx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	observed := e2.Observe(obsCtx)
+
+	if err := e1.Campaign(ctx, "one"); err != nil {
+		t.Fatal(err)
+	}
+	info, err := e2.Leader(ctx)
+	if err != nil || info.Value != "one" || info.Holder != "candidate-1" || info.LeaseID != e1.Lease().ID() {
+		t.Fatalf("Leader = %+v, %v", info, err)
+	}
+	expectObserved(t, observed, "one")
+
+	won := make(chan error, 1)
+	go func() { won <- e2.Campaign(ctx, "two") }()
+	select {
+	case err := <-won:
+		t.Fatalf("second campaign returned while the first leads: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := e1.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-won; err != nil {
+		t.Fatal(err)
+	}
+	expectObserved(t, observed, "two")
+	if err := e2.Proclaim(ctx, "two-b"); err != nil {
+		t.Fatal(err)
+	}
+	expectObserved(t, observed, "two-b")
+	info, err = e1.Leader(ctx)
+	if err != nil || info.Value != "two-b" || info.Holder != "candidate-2" {
+		t.Fatalf("Leader = %+v, %v", info, err)
+	}
+}
+
+func expectObserved(t *testing.T, ch <-chan string, want string) {
+	t.Helper()
+	select {
+	case got, ok := <-ch:
+		if !ok || got != want {
+			t.Fatalf("observed %q (open %v), want %q", got, ok, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("did not observe %q", want)
+	}
+}
+
+func TestIntegrationStateFenceVerify(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t, WithHolder("agent-7"))
+	ctx := ctxTimeout(t, 30*time.Second)
+	l, err := c.Acquire(ctx, "integration/workflow", TTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.ReadState(ctx, "integration/workflow")
+	if err != nil || st.Epoch != 0 || len(st.Data) != 0 {
+		t.Fatalf("ReadState = %+v, %v", st, err)
+	}
+	epoch, err := c.WriteState(ctx, l, 0, []byte("step-1"))
+	if err != nil || epoch != 1 {
+		t.Fatalf("WriteState = %d, %v", epoch, err)
+	}
+	if _, err := c.WriteState(ctx, l, 0, []byte("again")); !errors.Is(err, ErrStaleEpoch) {
+		t.Errorf("stale write: %v, want ErrStaleEpoch", err)
+	}
+	if _, err := c.WriteState(ctx, l, 5, []byte("ahead")); !errors.Is(err, ErrFutureEpoch) {
+		t.Errorf("future write: %v, want ErrFutureEpoch", err)
+	}
+	if cur, active, err := c.CheckFence(ctx, "integration/workflow", l.Fence()); err != nil || !cur || active != l.Fence() {
+		t.Errorf("CheckFence = %v %d %v", cur, active, err)
+	}
+
+	// A restarting agent: what it remembers, checked against the registrar.
+	res, err := c.VerifyAll(ctx, []string{l.ID(), "no-such-lease"}, RestartGrace(5*time.Second, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || !res[0].Active() || res[0].LeaseID != l.ID() || res[1].Found || res[1].Active() {
+		t.Fatalf("VerifyAll = %+v", res)
+	}
+	if err := l.Release(ctx, ReleaseCompleted); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _, err := c.CheckFence(ctx, "integration/workflow", l.Fence()); err != nil || cur {
+		t.Errorf("CheckFence after release = %v %v", cur, err)
+	}
+	if _, err := c.WriteState(ctx, l, 1, []byte("late")); !errors.Is(err, ErrLeaseViolation) {
+		t.Errorf("write by a released lease: %v, want ErrLeaseViolation", err)
+	}
+	st, err = c.ReadState(ctx, "integration/workflow")
+	if err != nil || st.Epoch != 1 || string(st.Data) != "step-1" {
+		t.Fatalf("ReadState = %+v, %v", st, err)
+	}
+}
+
+func TestIntegrationResume(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	// The first run of the agent acquires and "crashes" (its client stops
+	// heartbeating without releasing).
+	first, err := New([]string{s.api}, WithHolder("agent-9"), WithCloseTimeout(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := first.Acquire(ctx, "integration/resume", TTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.ID()
+	t.Cleanup(func() { _ = first.Close() })
+	first.hb.stop() // heartbeats stop, the lease stays on the registrar
+	second := s.client(t, WithHolder("agent-9"))
+	res, err := second.VerifyAll(ctx, []string{id})
+	if err != nil || len(res) != 1 || !res[0].Active() {
+		t.Fatalf("VerifyAll = %+v, %v", res, err)
+	}
+	r, err := second.Resume(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ID() != id || r.Fence() != l.Fence() || !r.TrustedUntil().After(time.Now()) {
+		t.Fatalf("resumed lease %s fence %d trusted %v", r.ID(), r.Fence(), r.TrustedUntil())
+	}
+	select {
+	case <-r.Done():
+		t.Fatalf("resumed lease lost: %v", r.Err())
+	case <-time.After(6 * time.Second): // longer than the ttl: heartbeats keep it
+	}
+}
+
+func TestIntegrationAcquireHeld(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c1 := s.client(t, WithHolder("w1"))
+	c2 := s.client(t, WithHolder("w2"))
+	ctx := ctxTimeout(t, 30*time.Second)
+	l, err := c1.Acquire(ctx, "integration/held", TTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c2.Acquire(ctx, "integration/held")
+	var held *HeldError
+	if !errors.As(err, &held) || !errors.Is(err, ErrLeaseHeld) {
+		t.Fatalf("err = %v, want a HeldError", err)
+	}
+	if held.LeaseID != l.ID() || held.Holder != "w1" || held.Fence != l.Fence() || held.Remaining <= 20*time.Second || held.Mode != Exclusive {
+		t.Errorf("HeldError = %+v", held)
+	}
+	if _, err := c2.Acquire(ctx, "integration/ttl", TTL(time.Hour)); !errors.Is(err, ErrTTLOutOfRange) {
+		t.Errorf("ttl of an hour: %v, want ErrTTLOutOfRange", err)
+	}
+	// Waiting: granted when the holder releases.
+	got := make(chan *Lease, 1)
+	go func() {
+		l2, err := c2.Acquire(ctx, "integration/held", Wait(10*time.Second), TTL(5*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	// Wait until the waiter is queued behind l.
+	probe := s.client(t, WithHolder("probe"))
+	for {
+		_, err := probe.Acquire(ctx, "integration/held")
+		if errors.As(err, &held) && held.Waiters >= 1 {
+			break
+		}
+		if !errors.Is(err, ErrLeaseHeld) {
+			t.Fatalf("probe: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the waiter never queued")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := l.Release(ctx, ReleaseCompleted); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l2 := <-got:
+		if l2 == nil || l2.Fence() <= l.Fence() || l2.Holder() != "w2" {
+			t.Fatalf("waited lease %+v", l2)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not granted the released resource")
+	}
+}
+
+func TestIntegrationGRPCProtocol(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t, WithGRPC())
+	ctx := ctxTimeout(t, 30*time.Second)
+	l, err := c.Acquire(ctx, "integration/grpc", TTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRenewals(t, l, 3)
+	if _, err := c.Acquire(ctx, "integration/grpc"); !errors.Is(err, ErrLeaseHeld) {
+		t.Errorf("second acquire over gRPC: %v, want ErrLeaseHeld", err)
+	}
+	if err := l.Release(ctx, ReleaseCompleted); err != nil {
+		t.Fatal(err)
+	}
+}

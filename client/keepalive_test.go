@@ -1,0 +1,476 @@
+package tenure
+
+import (
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// The tests in this file run in testing/synctest bubbles: time.Sleep advances
+// the fake clock (it is how a test moves time, never how it synchronises),
+// and synctest.Wait returns once every goroutine — client, transport, fake
+// server — is idle, which is the synchronisation.
+
+func isDone(l *Lease) bool {
+	select {
+	case <-l.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+func TestHeartbeatRenewsAtThirdOfTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		t0 := time.Now()
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := l.TrustedUntil(), t0.Add(3*time.Second-500*time.Millisecond); !got.Equal(want) {
+			t.Fatalf("TrustedUntil after grant = %v, want send time + ttl − margin = %v", got.Sub(t0), want.Sub(t0))
+		}
+		time.Sleep(10*time.Second + time.Millisecond)
+		synctest.Wait()
+		if isDone(l) {
+			t.Fatalf("lease lost while renewals were confirmed: %v", l.Err())
+		}
+		log := fc.members["a:1"].keepalives()
+		if len(log) != 10 {
+			t.Fatalf("got %d renewals in 10s of a 3s lease, want 10 (one per ttl/3): %v", len(log), log)
+		}
+		for i, r := range log {
+			if want := time.Duration(i+1) * time.Second; r.at.Sub(t0) != want {
+				t.Errorf("renewal %d at %v, want %v", i, r.at.Sub(t0), want)
+			}
+			if len(r.ids) != 1 || r.ids[0] != l.ID() {
+				t.Errorf("renewal %d ids = %v, want [%s]", i, r.ids, l.ID())
+			}
+		}
+		last := log[len(log)-1].at
+		if got, want := l.TrustedUntil(), last.Add(2500*time.Millisecond); !got.Equal(want) {
+			t.Errorf("TrustedUntil = %v, want last renewal send + ttl − margin = %v", got.Sub(t0), want.Sub(t0))
+		}
+		if l.Proto().GetRenewalCount() != 10 {
+			t.Errorf("renewal count = %d, want 10", l.Proto().GetRenewalCount())
+		}
+		if streams := fc.members["a:1"].streamCount(); streams != 1 {
+			t.Errorf("%d KeepAlive streams opened, want 1", streams)
+		}
+	})
+}
+
+func TestHeartbeatBatchesLeasesDueTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		var leases []*Lease
+		for _, r := range []string{"r1", "r2", "r3"} {
+			l, err := c.Acquire(t.Context(), r, TTL(3*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			leases = append(leases, l)
+		}
+		// Due 0.4 s later than the others, within the ttl/6 coalescing window.
+		time.Sleep(400 * time.Millisecond)
+		l4, err := c.Acquire(t.Context(), "r4", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l4)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		log := fc.members["a:1"].keepalives()
+		if len(log) != 1 || len(log[0].ids) != 4 {
+			t.Fatalf("keepalive requests = %+v, want one request renewing all 4 leases", log)
+		}
+		for _, l := range leases {
+			if isDone(l) {
+				t.Errorf("lease %s lost: %v", l.ID(), l.Err())
+			}
+		}
+	})
+}
+
+func TestDoneOnlyAfterTrustWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		t0 := time.Now()
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two renewals are confirmed, then the member stops answering.
+		time.Sleep(2*time.Second + time.Millisecond)
+		synctest.Wait()
+		fc.members["a:1"].set(func(m *fakeMember) { m.ka = kaSilent })
+		lastConfirmed := l.TrustedUntil()
+		if want := t0.Add(4500 * time.Millisecond); !lastConfirmed.Equal(want) {
+			t.Fatalf("trusted until %v after the renewal at 2s, want 4.5s", lastConfirmed.Sub(t0))
+		}
+		time.Sleep(lastConfirmed.Sub(time.Now()) - time.Millisecond)
+		synctest.Wait()
+		if isDone(l) {
+			t.Fatalf("Done 1ms before the trust window ended: %v", l.Err())
+		}
+		if len(fc.members["a:1"].keepalives()) <= 2 {
+			t.Fatal("no renewal attempted after the member went silent")
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if !isDone(l) {
+			t.Fatal("Done not closed when the trust window ended")
+		}
+		err = l.Err()
+		if !errors.Is(err, ErrLeaseLost) || !errors.Is(err, ErrTrustWindowPassed) {
+			t.Fatalf("Err = %v, want ErrLeaseLost caused by ErrTrustWindowPassed", err)
+		}
+		var lost *LostError
+		if !errors.As(err, &lost) || lost.LeaseID != l.ID() || !lost.At.Equal(lastConfirmed) {
+			t.Fatalf("LostError = %+v, want lease %s lost at %v", lost, l.ID(), lastConfirmed)
+		}
+	})
+}
+
+func TestDoneNotBeforeTrustWindowWhenServerNeverAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		for _, m := range fc.members {
+			m.set(func(m *fakeMember) { m.ka = kaSilent })
+		}
+		c := fc.client([]string{"a:1", "b:1"})
+		t0 := time.Now()
+		l, err := c.Acquire(t.Context(), "job", TTL(6*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// margin = max(500ms, 600ms) = 600ms.
+		deadline := t0.Add(6*time.Second - 600*time.Millisecond)
+		time.Sleep(deadline.Sub(time.Now()) - time.Millisecond)
+		synctest.Wait()
+		if isDone(l) {
+			t.Fatalf("Done before the trust window ended: %v", l.Err())
+		}
+		// Unanswered renewals are presumed lost after ttl/6 and retried on
+		// the other member.
+		if len(fc.members["a:1"].keepalives()) == 0 || len(fc.members["b:1"].keepalives()) == 0 {
+			t.Errorf("renewals a=%d b=%d, want attempts on both members",
+				len(fc.members["a:1"].keepalives()), len(fc.members["b:1"].keepalives()))
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if !isDone(l) || !errors.Is(l.Err(), ErrTrustWindowPassed) {
+			t.Fatalf("Done=%v Err=%v, want lost at the end of the trust window", isDone(l), l.Err())
+		}
+	})
+}
+
+func TestDoneOnRenewalFailure(t *testing.T) {
+	tests := []struct {
+		reason Reason
+		want   error
+	}{
+		{ReasonLeaseExpired, ErrLeaseExpired},
+		{ReasonLeaseTerminal, ErrLeaseTerminal},
+		{ReasonLeaseNotFound, ErrLeaseNotFound},
+		{ReasonNotHolder, ErrNotHolder},
+		{ReasonRenewalLimitExceeded, ErrRenewalLimitExceeded},
+		{ReasonLifetimeExceeded, ErrLifetimeExceeded},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.reason), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fc := setup(t, "a:1")
+				c := fc.client([]string{"a:1"})
+				t0 := time.Now()
+				l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				fc.members["a:1"].set(func(m *fakeMember) { m.fail[l.ID()] = tt.reason })
+				time.Sleep(time.Second - time.Millisecond)
+				synctest.Wait()
+				if isDone(l) {
+					t.Fatal("Done before the first renewal")
+				}
+				time.Sleep(time.Millisecond)
+				synctest.Wait()
+				if !isDone(l) {
+					t.Fatal("Done not closed by a refused renewal")
+				}
+				err = l.Err()
+				if !errors.Is(err, ErrLeaseLost) || !errors.Is(err, tt.want) {
+					t.Fatalf("Err = %v, want ErrLeaseLost and %v", err, tt.want)
+				}
+				var lost *LostError
+				if errors.As(err, &lost); lost.At.Sub(t0) != time.Second {
+					t.Errorf("lost at %v, want at the renewal (1s)", lost.At.Sub(t0))
+				}
+				if !errors.Is(lost.Cause, tt.want) {
+					t.Errorf("cause = %v", lost.Cause)
+				}
+			})
+		})
+	}
+}
+
+func TestDoneOnRevoke(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		fc.reg.end(l.ID(), tenurev1.State_STATE_REVOKED)
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		if !isDone(l) || !errors.Is(l.Err(), ErrLeaseTerminal) {
+			t.Fatalf("Done=%v Err=%v, want lost with LEASE_TERMINAL at the next renewal", isDone(l), l.Err())
+		}
+	})
+}
+
+func TestTransientRenewalFailureIsRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := fc.members["a:1"]
+		m.set(func(m *fakeMember) { m.fail[l.ID()] = ReasonQuotaExceeded })
+		time.Sleep(time.Second + 300*time.Millisecond)
+		m.set(func(m *fakeMember) { delete(m.fail, l.ID()) })
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if isDone(l) {
+			t.Fatalf("lease lost after a transient renewal failure: %v", l.Err())
+		}
+		if n := len(m.keepalives()); n < 8 {
+			t.Errorf("%d renewals, want retries after the failure", n)
+		}
+	})
+}
+
+func TestFailoverWhenStreamBreaks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		c := fc.client([]string{"a:1", "b:1"})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		synctest.Wait()
+		if n := len(fc.members["a:1"].keepalives()); n != 1 {
+			t.Fatalf("%d renewals on a, want 1", n)
+		}
+		fc.stop("a:1") // the member dies; its connections close
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if isDone(l) {
+			t.Fatalf("lease lost across a failover: %v", l.Err())
+		}
+		if n := len(fc.members["b:1"].keepalives()); n < 9 {
+			t.Fatalf("%d renewals on b after the failover, want ≥ 9", n)
+		}
+		if got := fc.reg.state(l.ID()); got != tenurev1.State_STATE_ACTIVE {
+			t.Fatalf("registry state %v", got)
+		}
+	})
+}
+
+func TestFailoverWhenStreamStopsAnswering(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		c := fc.client([]string{"a:1", "b:1"})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc.members["a:1"].set(func(m *fakeMember) { m.ka = kaSilent }) // hung, not dead
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if isDone(l) {
+			t.Fatalf("lease lost: %v", l.Err())
+		}
+		b := fc.members["b:1"].keepalives()
+		if len(b) == 0 {
+			t.Fatal("no renewal moved to b")
+		}
+		// The renewal sent at 1s went unanswered; it was presumed lost after
+		// ttl/6 = 0.5s and resent on b at once.
+		if got := b[0].at.Sub(l.Proto().GetIssuedAt().AsTime()); got != 1500*time.Millisecond {
+			t.Errorf("first renewal on b at %v, want 1.5s", got)
+		}
+	})
+}
+
+func TestFailoverFollowsNotLeaderHint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1", "c:1")
+		c := fc.client([]string{"a:1", "b:1", "c:1"})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		synctest.Wait()
+		// a loses leadership to c: its stream ends with NOT_LEADER.
+		notLeader := tenureError(connect.CodeUnavailable, ReasonNotLeader, map[string]string{"leader": "c:1", "leader_id": "node3"}, "not the leader")
+		fc.members["a:1"].set(func(m *fakeMember) { m.streamErr = notLeader })
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if isDone(l) {
+			t.Fatalf("lease lost: %v", l.Err())
+		}
+		if n := len(fc.members["b:1"].keepalives()); n != 0 {
+			t.Errorf("%d renewals went to b, want none: the hint named c", n)
+		}
+		if n := len(fc.members["c:1"].keepalives()); n < 4 {
+			t.Errorf("%d renewals on c, want ≥ 4", n)
+		}
+	})
+}
+
+func TestFailoverAllMembersDownLosesLeaseAtTrustWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		c := fc.client([]string{"a:1", "b:1"})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		synctest.Wait()
+		trusted := l.TrustedUntil() // renewal at 1s: 3.5s
+		fc.stop("a:1")
+		fc.stop("b:1")
+		time.Sleep(trusted.Sub(time.Now()) - time.Millisecond)
+		synctest.Wait()
+		if isDone(l) {
+			t.Fatalf("Done before the trust window ended: %v", l.Err())
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if !isDone(l) || !errors.Is(l.Err(), ErrTrustWindowPassed) {
+			t.Fatalf("Done=%v Err=%v", isDone(l), l.Err())
+		}
+	})
+}
+
+func TestReleaseStopsHeartbeats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if err := l.Release(t.Context(), ReleaseCompleted); err != nil {
+			t.Fatal(err)
+		}
+		if !isDone(l) || !errors.Is(l.Err(), ErrReleased) || errors.Is(l.Err(), ErrLeaseLost) {
+			t.Fatalf("after Release: Done=%v Err=%v, want ErrReleased", isDone(l), l.Err())
+		}
+		before := len(fc.members["a:1"].keepalives())
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if after := len(fc.members["a:1"].keepalives()); after != before {
+			t.Errorf("%d renewals after Release", after-before)
+		}
+		if got := fc.reg.state(l.ID()); got != tenurev1.State_STATE_RELEASED {
+			t.Errorf("registry state %v, want released", got)
+		}
+		// Idempotent.
+		if err := l.Release(t.Context(), ReleaseCompleted); err != nil {
+			t.Errorf("second Release: %v", err)
+		}
+	})
+}
+
+func TestCloseReleasesLeases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(l.Err(), ErrReleased) {
+			t.Fatalf("Err after Close = %v", l.Err())
+		}
+		if got := fc.reg.state(l.ID()); got != tenurev1.State_STATE_RELEASED {
+			t.Errorf("registry state %v, want released", got)
+		}
+		if _, err := c.Acquire(t.Context(), "x"); !errors.Is(err, ErrClientClosed) {
+			t.Errorf("Acquire after Close: %v", err)
+		}
+	})
+}
+
+func TestExplicitRenewExtendsTrust(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		fc.members["a:1"].set(func(m *fakeMember) { m.ka = kaSilent })
+		c := fc.client([]string{"a:1"})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		sent := time.Now()
+		if err := l.Renew(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := l.TrustedUntil(), sent.Add(2500*time.Millisecond); !got.Equal(want) {
+			t.Errorf("TrustedUntil after Renew = %v, want %v", got, want)
+		}
+		time.Sleep(2500*time.Millisecond - time.Millisecond)
+		synctest.Wait()
+		if isDone(l) {
+			t.Fatalf("lost before the extended trust window ended: %v", l.Err())
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if !isDone(l) {
+			t.Fatal("not lost at the end of the trust window")
+		}
+	})
+}
+
+func TestGrantAfterTrustWindowIsRenewedFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		// The grant comes 4 s after the request (a wait in the queue), later
+		// than request + ttl − margin = 2.5 s: it must be proven by a renewal.
+		fc.members["a:1"].set(func(m *fakeMember) { m.acquireDelay = 4 * time.Second })
+		c := fc.client([]string{"a:1"})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second), Wait(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := fc.members["a:1"].renewCount(); n != 1 {
+			t.Fatalf("%d unary renewals, want 1 before Acquire returns", n)
+		}
+		if !l.TrustedUntil().After(time.Now()) {
+			t.Fatalf("returned an untrusted lease: trusted until %v", l.TrustedUntil())
+		}
+	})
+}

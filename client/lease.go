@@ -1,0 +1,519 @@
+package tenure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/fencing"
+)
+
+// ReleaseReason is recorded with a release, for audit only.
+type ReleaseReason int32
+
+// Release reasons (API.md).
+const (
+	ReleaseCompleted = ReleaseReason(tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED)
+	ReleaseAborted   = ReleaseReason(tenurev1.ReleaseReason_RELEASE_REASON_ABORTED)
+	ReleaseVoluntary = ReleaseReason(tenurev1.ReleaseReason_RELEASE_REASON_VOLUNTARY)
+)
+
+// Lease is a lease this client holds and keeps alive. Its identity (ID,
+// Fence, Resource, …) never changes; Proto, ExpiresAt, TrustedUntil and
+// Certificate follow its renewals. All methods are safe for concurrent use.
+//
+// Done is closed when the lease ends for this client, for any reason; Err
+// then says why: ErrReleased after Release or Close, otherwise a *LostError
+// (errors.Is(err, ErrLeaseLost)). Once Done is closed the caller must stop
+// acting as the holder.
+type Lease struct {
+	c         *Client
+	id        string
+	namespace string
+	resource  string
+	holder    string
+	mode      Mode
+	fence     uint64
+	ttl       time.Duration
+	margin    time.Duration
+	wantCert  bool
+
+	mu      sync.Mutex
+	pb      *tenurev1.Lease
+	cert    *Certificate
+	trusted time.Time
+	done    chan struct{}
+	err     error
+}
+
+// Certificate is a lease certificate: the registrar's Ed25519 signature over
+// Claim, checked offline with fencing.VerifyCertificate and the registrar's
+// public key (ClusterService.PublicKey, identified by KeyID).
+type Certificate struct {
+	Signature []byte
+	KeyID     string
+	Claim     fencing.Claim
+}
+
+func newLease(c *Client, pb *tenurev1.Lease, wantCert bool) *Lease {
+	ttl := pb.GetTtl().AsDuration()
+	l := &Lease{
+		c:         c,
+		id:        pb.GetLeaseId(),
+		namespace: pb.GetNamespace(),
+		resource:  pb.GetResource(),
+		holder:    pb.GetHolder(),
+		mode:      Mode(pb.GetMode()),
+		fence:     pb.GetFence(),
+		ttl:       ttl,
+		margin:    c.cfg.marginFor(ttl),
+		wantCert:  wantCert,
+		done:      make(chan struct{}),
+	}
+	if l.mode != Shared {
+		l.mode = Exclusive
+	}
+	l.update(pb, time.Time{})
+	return l
+}
+
+// ID returns the lease id.
+func (l *Lease) ID() string { return l.id }
+
+// Fence returns the lease's fencing token, strictly increasing per resource.
+// Pass it with every write to storage that checks fences.
+func (l *Lease) Fence() uint64 { return l.fence }
+
+// Resource returns the leased resource.
+func (l *Lease) Resource() string { return l.resource }
+
+// Namespace returns the lease's namespace.
+func (l *Lease) Namespace() string { return l.namespace }
+
+// Holder returns the holder the lease was granted to.
+func (l *Lease) Holder() string { return l.holder }
+
+// Mode returns Exclusive or Shared.
+func (l *Lease) Mode() Mode { return l.mode }
+
+// TTL returns the lease's ttl as granted.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// SafetyMargin returns the margin subtracted from the ttl in the trust window.
+func (l *Lease) SafetyMargin() time.Duration { return l.margin }
+
+// ExpiresAt returns the registrar's expiry after the last confirmed grant or
+// renewal, in UTC wall time. It is informative: the client trusts the lease
+// only until TrustedUntil, measured on its own clock.
+func (l *Lease) ExpiresAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pb.GetExpiresAt().AsTime()
+}
+
+// TrustedUntil returns the end of the trust window: the send time of the last
+// confirmed grant or renewal + ttl − safety margin, on the client's clock.
+func (l *Lease) TrustedUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.trusted
+}
+
+// Certificate returns the latest lease certificate received (nil if none
+// was asked for with RequestCertificate or given by namespace policy). A
+// renewal by heartbeat brings a new certificate only when the namespace
+// policy certifies every renewal; the previous one stays valid until its own
+// expiry. RefreshCertificate fetches a current one.
+func (l *Lease) Certificate() *Certificate {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cert
+}
+
+// Proto returns a copy of the last lease message received from the registrar.
+func (l *Lease) Proto() *tenurev1.Lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return proto.Clone(l.pb).(*tenurev1.Lease)
+}
+
+// Done is closed when the lease ends for this client: lost (revoked,
+// expired, refused on renewal, trust window passed) or released.
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lease is held, then why it ended: ErrReleased,
+// or a *LostError matching ErrLeaseLost.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// update records a lease message from the registrar and, when trusted is
+// not zero, the new end of the trust window.
+func (l *Lease) update(pb *tenurev1.Lease, trusted time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if pb != nil {
+		l.pb = pb
+		if sig := pb.GetSignature(); len(sig) > 0 {
+			l.cert = &Certificate{Signature: sig, KeyID: pb.GetKeyId(), Claim: claimOf(pb)}
+		}
+	}
+	if trusted.After(l.trusted) {
+		l.trusted = trusted
+	}
+}
+
+// end closes Done with err, once.
+func (l *Lease) end(err error) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return false
+	}
+	l.err = err
+	close(l.done)
+	return true
+}
+
+func (l *Lease) lost(cause error) *LostError {
+	return &LostError{LeaseID: l.id, Resource: l.resource, At: l.c.clock.Now(), Cause: cause}
+}
+
+func claimOf(pb *tenurev1.Lease) fencing.Claim {
+	return fencing.Claim{
+		LeaseID:      pb.GetLeaseId(),
+		Namespace:    pb.GetNamespace(),
+		Resource:     pb.GetResource(),
+		Holder:       pb.GetHolder(),
+		Mode:         fencing.Mode(pb.GetMode()),
+		Fence:        pb.GetFence(),
+		IssuedAt:     pb.GetIssuedAt().AsTime(),
+		ExpiresAt:    pb.GetExpiresAt().AsTime(),
+		RenewalCount: pb.GetRenewalCount(),
+	}
+}
+
+// Acquire claims resource and keeps the lease alive until it is released or
+// lost. Without Wait it fails at once with a *HeldError (ErrLeaseHeld) when
+// the resource is taken; with Wait(d) it queues for up to d.
+//
+// The lease returned is trusted: its trust window (send time of the grant or
+// of a renewal + ttl − safety margin) has not passed. A grant that arrives
+// after its own trust window (a long Wait) is renewed before Acquire returns.
+//
+// Acquire fails over to another endpoint on NOT_LEADER and on connection
+// failures. When an attempt's outcome is unknown (OUTCOME_UNKNOWN, or a
+// connection that broke off after sending), it retries, and if the retry
+// answers LEASE_HELD naming a lease of this client's holder on the same
+// resource and mode, which this Client does not already hold and while no
+// other Acquire of the resource is in flight in this Client, that lease is
+// the one granted to the lost attempt: Acquire adopts it, trusting it from
+// the first attempt's send time. This is safe when the holder identity is
+// unique to this Client (the default user@host:pid is).
+func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lease, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	ac := acquireConfig{namespace: c.cfg.namespace, mode: Exclusive}
+	for _, o := range opts {
+		if o != nil {
+			o.applyAcquire(&ac)
+		}
+	}
+	req := &tenurev1.AcquireRequest{
+		Namespace:   ac.namespace,
+		Resource:    resource,
+		Holder:      c.cfg.holder,
+		Mode:        tenurev1.Mode(ac.mode),
+		Certificate: ac.certificate,
+	}
+	if ac.ttl != 0 {
+		req.Ttl = durationpb.New(ac.ttl)
+	}
+	if ac.wait > 0 {
+		req.Wait = durationpb.New(ac.wait)
+	}
+	key := ac.namespace + "\x00" + resource
+	c.mu.Lock()
+	c.acquiring[key]++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		if c.acquiring[key]--; c.acquiring[key] == 0 {
+			delete(c.acquiring, key)
+		}
+		c.mu.Unlock()
+	}()
+
+	var (
+		granted   *tenurev1.Lease
+		sent      time.Time
+		firstSent time.Time
+		uncertain bool
+	)
+	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
+		now := c.clock.Now()
+		if firstSent.IsZero() {
+			firstSent = now
+		}
+		resp, err := ep.lease.Acquire(ctx, connect.NewRequest(req))
+		if err == nil {
+			granted, sent = resp.Msg.GetLease(), now
+			return nil
+		}
+		err = fromConnect(err)
+		var held *HeldError
+		if uncertain && errors.As(err, &held) {
+			if pb := c.adoptable(ctx, ep, key, req, held); pb != nil {
+				c.cfg.logger.Debug("tenure: adopted own lease after unknown outcome", "lease", pb.GetLeaseId())
+				granted, sent = pb, firstSent
+				return nil
+			}
+		}
+		if outcomeUnknown(err) {
+			uncertain = true
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if granted.GetLeaseId() == "" || granted.GetTtl().AsDuration() <= 0 {
+		return nil, fmt.Errorf("tenure: acquire %q: the registrar answered without a lease id or ttl", resource)
+	}
+	l := newLease(c, granted, ac.certificate)
+	trusted := sent.Add(l.ttl - l.margin)
+	if !c.clock.Now().Before(trusted) {
+		// Granted after its own trust window: only a renewal sent now can
+		// prove the lease is still ours.
+		s, pb, err := c.renewOnce(ctx, l.id, ac.certificate)
+		if err != nil {
+			c.abandon(l)
+			return nil, fmt.Errorf("tenure: lease %s on %q was granted too late to be trusted and could not be renewed: %w", l.id, resource, err)
+		}
+		sent, trusted = s, s.Add(pbTTL(pb, l.ttl)-l.margin)
+		l.update(pb, time.Time{})
+	}
+	l.update(nil, trusted)
+	if err := c.track(l, sent, trusted); err != nil {
+		c.abandon(l)
+		return nil, err
+	}
+	return l, nil
+}
+
+// adoptable returns the lease named by held when it must be the one granted
+// to an earlier attempt of this Acquire whose outcome was unknown.
+func (c *Client) adoptable(ctx context.Context, ep *endpoint, key string, req *tenurev1.AcquireRequest, held *HeldError) *tenurev1.Lease {
+	if held.Holder != c.cfg.holder || held.LeaseID == "" {
+		return nil
+	}
+	c.mu.Lock()
+	_, mine := c.leases[held.LeaseID]
+	others := c.acquiring[key] > 1
+	c.mu.Unlock()
+	if mine || others {
+		return nil
+	}
+	resp, err := ep.lease.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: held.LeaseID, Certificate: req.GetCertificate()}))
+	if err != nil {
+		return nil
+	}
+	pb := resp.Msg.GetLease()
+	wantMode := req.GetMode()
+	if wantMode == tenurev1.Mode_MODE_UNSPECIFIED {
+		wantMode = tenurev1.Mode_MODE_EXCLUSIVE
+	}
+	if pb.GetState() != tenurev1.State_STATE_ACTIVE || pb.GetHolder() != c.cfg.holder ||
+		pb.GetNamespace() != req.GetNamespace() || pb.GetResource() != req.GetResource() ||
+		pb.GetMode() != wantMode {
+		return nil
+	}
+	if req.GetTtl() != nil && pb.GetTtl().AsDuration() != req.GetTtl().AsDuration() {
+		return nil
+	}
+	return pb
+}
+
+// abandon releases, best effort and briefly, a lease Acquire will not return.
+func (c *Client) abandon(l *Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
+		_, err := ep.lease.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{
+			LeaseId: l.id, Holder: c.cfg.holder, Reason: tenurev1.ReleaseReason_RELEASE_REASON_ABORTED,
+		}))
+		return err
+	})
+	l.end(ErrReleased)
+}
+
+// track registers a trusted lease with the client and its heartbeat.
+func (c *Client) track(l *Lease, sent, trusted time.Time) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClientClosed
+	}
+	c.leases[l.id] = l
+	c.mu.Unlock()
+	if err := c.hb.add(l, sent, trusted); err != nil {
+		c.forget(l)
+		return err
+	}
+	return nil
+}
+
+// forget removes a lease that ended from the client's set.
+func (c *Client) forget(l *Lease) {
+	c.mu.Lock()
+	if c.leases[l.id] == l {
+		delete(c.leases, l.id)
+	}
+	c.mu.Unlock()
+}
+
+func pbTTL(pb *tenurev1.Lease, fallback time.Duration) time.Duration {
+	if d := pb.GetTtl().AsDuration(); d > 0 {
+		return d
+	}
+	return fallback
+}
+
+// renewOnce renews one lease by a unary call and returns the send time of
+// the attempt that succeeded.
+func (c *Client) renewOnce(ctx context.Context, id string, cert bool) (time.Time, *tenurev1.Lease, error) {
+	var (
+		sent time.Time
+		pb   *tenurev1.Lease
+	)
+	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
+		now := c.clock.Now()
+		resp, err := ep.lease.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{id}, Certificate: cert}))
+		if err != nil {
+			return err
+		}
+		for _, f := range resp.Msg.GetFailures() {
+			if f.GetLeaseId() == id {
+				return failureError(f)
+			}
+		}
+		for _, l := range resp.Msg.GetLeases() {
+			if l.GetLeaseId() == id {
+				sent, pb = now, l
+				return nil
+			}
+		}
+		return fmt.Errorf("tenure: renew answered without lease %s", id)
+	})
+	return sent, pb, err
+}
+
+// Renew renews the lease now, outside the heartbeat schedule, and extends
+// the trust window from this call's send time. A refusal that ends the lease
+// (expired, revoked, limits reached) also closes Done.
+func (l *Lease) Renew(ctx context.Context) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	sent, pb, err := l.c.renewOnce(ctx, l.id, l.wantCert)
+	if err != nil {
+		if fatalRenewal(ReasonOf(err)) {
+			l.c.hb.lose(l, err)
+		}
+		return err
+	}
+	l.c.hb.confirm(l, sent, pb)
+	return nil
+}
+
+// RefreshCertificate fetches a certificate for the lease's current state.
+func (l *Lease) RefreshCertificate(ctx context.Context) (*Certificate, error) {
+	var pb *tenurev1.Lease
+	err := l.c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.lease.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: l.id, Certificate: true}))
+		if err == nil {
+			pb = resp.Msg.GetLease()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(pb.GetSignature()) == 0 {
+		return nil, fmt.Errorf("tenure: registrar returned no certificate for lease %s", l.id)
+	}
+	l.update(pb, time.Time{})
+	return l.Certificate(), nil
+}
+
+// Release ends the lease. Heartbeats stop first; then the registrar records
+// the release with reason. Release is idempotent on the registrar, so it is
+// retried on another endpoint after any transient failure, and releasing a
+// lease that already ended succeeds. Afterwards Done is closed and Err is
+// ErrReleased; if the release could not be confirmed, Err is a *LostError
+// (the lease ends at its expiry at the latest) and Release returns why.
+func (l *Lease) Release(ctx context.Context, reason ReleaseReason) error {
+	l.c.hb.remove(l)
+	l.c.forget(l)
+	if reason == 0 {
+		reason = ReleaseVoluntary
+	}
+	var pb *tenurev1.Lease
+	err := l.c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.lease.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{
+			LeaseId: l.id, Holder: l.holder, Reason: tenurev1.ReleaseReason(reason),
+		}))
+		if err == nil {
+			pb = resp.Msg.GetLease()
+		}
+		return err
+	})
+	if err != nil {
+		l.end(l.lost(fmt.Errorf("release failed: %w", err)))
+		return err
+	}
+	if pb != nil {
+		l.update(pb, time.Time{})
+	}
+	l.end(ErrReleased)
+	return nil
+}
+
+// Resume takes over an ACTIVE lease of this holder granted to an earlier run
+// of the process (found with VerifyAll after a restart): it renews it now
+// and keeps it alive like an acquired lease.
+func (c *Client) Resume(ctx context.Context, leaseID string) (*Lease, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	l, ok := c.leases[leaseID]
+	c.mu.Unlock()
+	if ok {
+		return l, nil
+	}
+	sent, pb, err := c.renewOnce(ctx, leaseID, false)
+	if err != nil {
+		return nil, err
+	}
+	if pb.GetHolder() != c.cfg.holder {
+		return nil, fmt.Errorf("tenure: resume %s: the lease is held by %q, not by this client's holder %q", leaseID, pb.GetHolder(), c.cfg.holder)
+	}
+	l = newLease(c, pb, false)
+	trusted := sent.Add(l.ttl - l.margin)
+	l.update(nil, trusted)
+	if err := c.track(l, sent, trusted); err != nil {
+		return nil, err
+	}
+	return l, nil
+}

@@ -1,0 +1,240 @@
+package tenure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// State is a resource's guarded state: a small blob and its epoch. The epoch
+// is 0 before the first write and grows by one per write.
+type State struct {
+	Data  []byte
+	Epoch uint64
+}
+
+// ReadState returns the guarded state of resource. It is a read: retried on
+// any endpoint.
+func (c *Client) ReadState(ctx context.Context, resource string, opts ...CallOption) (State, error) {
+	cc := c.callConfig(opts)
+	var st State
+	err := c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.lease.ReadState(ctx, connect.NewRequest(&tenurev1.ReadStateRequest{Namespace: cc.namespace, Resource: resource}))
+		if err == nil {
+			st = State{Data: resp.Msg.GetData(), Epoch: resp.Msg.GetEpoch()}
+		}
+		return err
+	})
+	return st, err
+}
+
+// WriteState writes the guarded state of the lease's resource when the lease
+// is the resource's active exclusive lease and expectedEpoch is the current
+// epoch; it returns the new epoch (expectedEpoch+1). Errors: ErrLeaseViolation
+// (not the active exclusive lease, including an expired one), ErrStaleEpoch
+// (someone wrote since), ErrFutureEpoch. On ErrOutcomeUnknown, ReadState
+// tells whether the write happened (the epoch moved and the data is yours).
+func (c *Client) WriteState(ctx context.Context, l *Lease, expectedEpoch uint64, data []byte) (uint64, error) {
+	var epoch uint64
+	err := c.call(ctx, writeCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.lease.WriteState(ctx, connect.NewRequest(&tenurev1.WriteStateRequest{
+			Namespace: l.namespace, Resource: l.resource, LeaseId: l.id, ExpectedEpoch: expectedEpoch, Data: data,
+		}))
+		if err == nil {
+			epoch = resp.Msg.GetEpoch()
+		}
+		return err
+	})
+	return epoch, err
+}
+
+// CheckFence asks whether fence belongs to an active lease of resource
+// (current) and returns the resource's active fence (0 if none). Storage
+// uses it to refuse a deposed holder's writes; the fencing package does the
+// same check offline.
+func (c *Client) CheckFence(ctx context.Context, resource string, fence uint64, opts ...CallOption) (current bool, activeFence uint64, err error) {
+	cc := c.callConfig(opts)
+	err = c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.lease.CheckFence(ctx, connect.NewRequest(&tenurev1.CheckFenceRequest{Namespace: cc.namespace, Resource: resource, Fence: fence}))
+		if err == nil {
+			current, activeFence = resp.Msg.GetCurrent(), resp.Msg.GetActiveFence()
+		}
+		return err
+	})
+	return current, activeFence, err
+}
+
+// Get returns a lease by id (any state), or ErrLeaseNotFound.
+func (c *Client) Get(ctx context.Context, leaseID string) (*tenurev1.Lease, error) {
+	var pb *tenurev1.Lease
+	err := c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.lease.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: leaseID}))
+		if err == nil {
+			pb = resp.Msg.GetLease()
+		}
+		return err
+	})
+	return pb, err
+}
+
+// Revoke ends any lease (admin role). reason is free text for the audit.
+func (c *Client) Revoke(ctx context.Context, leaseID, reason string) (*tenurev1.Lease, error) {
+	var pb *tenurev1.Lease
+	err := c.call(ctx, writeCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.lease.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{LeaseId: leaseID, Reason: reason}))
+		if err == nil {
+			pb = resp.Msg.GetLease()
+		}
+		return err
+	})
+	return pb, err
+}
+
+// Verified is the registrar's answer about one lease id.
+type Verified struct {
+	LeaseID string
+	// Found is false when the registrar does not know the id (never issued,
+	// or pruned after it ended).
+	Found bool
+	// Lease is the current state (nil when not found).
+	Lease *tenurev1.Lease
+}
+
+// Active reports whether the lease is found and ACTIVE.
+func (v Verified) Active() bool {
+	return v.Found && v.Lease.GetState() == tenurev1.State_STATE_ACTIVE
+}
+
+// VerifyOption configures VerifyAll.
+type VerifyOption func(*verifyConfig)
+
+type verifyConfig struct {
+	grace     time.Duration
+	namespace string
+}
+
+// RestartGrace makes VerifyAll first declare a restart of this holder: its
+// active leases are held up to grace past their expiry (once per lease, at
+// most the policy's cap, 15 s by default) until it verifies and renews them.
+// ns limits the declaration to one namespace; "" means every namespace.
+func RestartGrace(grace time.Duration, ns string) VerifyOption {
+	return func(v *verifyConfig) { v.grace, v.namespace = grace, ns }
+}
+
+// VerifyAll is the reality check of a restarting agent (seed 002,
+// VERIFY_ALL): the registrar's current state of each lease id, in order.
+// With RestartGrace it first calls DeclareRestart so that leases that are
+// still active survive until the agent resumes them (Client.Resume). The
+// answer overrides whatever the agent remembered: an id that is not Active
+// is no longer held.
+func (c *Client) VerifyAll(ctx context.Context, ids []string, opts ...VerifyOption) ([]Verified, error) {
+	var vc verifyConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&vc)
+		}
+	}
+	if vc.grace > 0 {
+		err := c.call(ctx, writeCall, func(ctx context.Context, ep *endpoint) error {
+			_, err := ep.lease.DeclareRestart(ctx, connect.NewRequest(&tenurev1.DeclareRestartRequest{
+				Holder: c.cfg.holder, Grace: durationpb.New(vc.grace), Namespace: vc.namespace,
+			}))
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("tenure: declare restart: %w", err)
+		}
+	}
+	var out []Verified
+	err := c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.lease.Verify(ctx, connect.NewRequest(&tenurev1.VerifyRequest{LeaseIds: ids}))
+		if err != nil {
+			return err
+		}
+		out = out[:0]
+		for _, r := range resp.Msg.GetResults() {
+			v := Verified{LeaseID: r.GetLeaseId(), Found: r.GetFound()}
+			if v.Found {
+				v.Lease = r.GetLease()
+			}
+			out = append(out, v)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Watch calls fn with every ledger event of the namespace whose resource
+// starts with prefix, from afterIndex (exclusive; 0 means from now). It
+// resumes from the last event after a broken stream, on any endpoint, and
+// returns when ctx ends (ctx.Err()), when fn returns an error (that error),
+// or on an error that retrying cannot fix (authentication, permission,
+// invalid argument).
+func (c *Client) Watch(ctx context.Context, prefix string, afterIndex uint64, fn func(*tenurev1.Event) error, opts ...CallOption) error {
+	cc := c.callConfig(opts)
+	last := afterIndex
+	if last == 0 {
+		// Pin "now" to an index so that a reconnect misses nothing.
+		if st, err := c.Status(ctx); err == nil {
+			last = st.GetLedgerIndex()
+		}
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		ep, idx := c.pick()
+		stream, err := ep.lease.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Namespace: cc.namespace, Prefix: prefix, AfterIndex: last}))
+		if err == nil {
+			for stream.Receive() {
+				backoff = 50 * time.Millisecond
+				ev := stream.Msg().GetEvent()
+				if ev == nil {
+					continue
+				}
+				if ev.GetIndex() > last {
+					last = ev.GetIndex()
+				}
+				if ferr := fn(ev); ferr != nil {
+					_ = stream.Close()
+					return ferr
+				}
+			}
+			err = stream.Err()
+			_ = stream.Close()
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		err = fromConnect(err)
+		switch ReasonOf(err) {
+		case ReasonUnauthenticated, ReasonPermissionDenied, ReasonInvalidArgument:
+			return err
+		}
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		c.failover(idx, leaderHint(err))
+		if sleep(ctx, c.clock, backoff) != nil {
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// Status returns the cluster status as seen by the endpoint in use.
+func (c *Client) Status(ctx context.Context) (*tenurev1.StatusResponse, error) {
+	var st *tenurev1.StatusResponse
+	err := c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.cluster.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
+		if err == nil {
+			st = resp.Msg
+		}
+		return err
+	})
+	return st, err
+}
