@@ -177,7 +177,9 @@ func TestIntegrationRenewsAcrossTTLs(t *testing.T) {
 	s := startRealServer(t)
 	c := s.client(t)
 	ctx := ctxTimeout(t, 30*time.Second)
-	const ttl = 2 * time.Second
+	// Long enough that heartbeats stay inside the trust window on a
+	// loaded 2-core CI machine running the whole suite with -race.
+	const ttl = 3 * time.Second
 	l, err := c.Acquire(ctx, "integration/renew", TTL(ttl))
 	if err != nil {
 		t.Fatal(err)
@@ -594,7 +596,7 @@ func TestIntegrationGRPCProtocol(t *testing.T) {
 	s := startRealServer(t)
 	c := s.client(t, WithGRPC())
 	ctx := ctxTimeout(t, 30*time.Second)
-	l, err := c.Acquire(ctx, "integration/grpc", TTL(time.Second))
+	l, err := c.Acquire(ctx, "integration/grpc", TTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

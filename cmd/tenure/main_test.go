@@ -22,8 +22,10 @@ func TestExitCodes(t *testing.T) {
 		{"unknown command", []string{"frobnicate"}, 2, "unknown command"},
 		{"version", []string{"version"}, 0, "tenure dev"},
 		{"bad flag", []string{"server", "--bogus"}, 2, "bogus"},
-		{"peers not yet", []string{"server", "--peers", "a=127.0.0.1:1"}, 2, "not supported yet"},
-		{"join not yet", []string{"server", "--join", "127.0.0.1:7070"}, 2, "not supported yet"},
+		{"malformed peers", []string{"server", "--peers", "a127.0.0.1:1"}, 2, "--peers"},
+		{"peers without node id", []string{"server", "--peers", "a=127.0.0.1:1"}, 2, "--node-id"},
+		{"peers and join", []string{"server", "--node-id", "a", "--peers", "a=127.0.0.1:1", "--join", "127.0.0.1:7070"}, 2, "exclude"},
+		{"malformed join", []string{"server", "--join", "nowhere"}, 2, "--join"},
 		{"public listen without insecure", []string{"server", "--listen", "0.0.0.0:7070"}, 2, "--insecure"},
 		{"unusable data dir", []string{"server", "--data-dir", "", "--listen", "127.0.0.1:0"}, 1, "DataDir"},
 	}
@@ -75,5 +77,78 @@ func TestServerStartsAndStops(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("server did not stop")
+	}
+}
+
+// startServer runs `tenure server args…` until the test ends.
+func startServer(t *testing.T, ready chan *server.Server, args ...string) *server.Server {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var out bytes.Buffer
+	go func() { done <- run(ctx, append([]string{"server"}, args...), &out, &out) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("exit %d", code)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("server did not stop")
+		}
+	})
+	select {
+	case s := <-ready:
+		return s
+	case code := <-done:
+		t.Fatalf("server exited with %d: %s", code, out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("server did not start")
+	}
+	return nil
+}
+
+// TestServerJoin: `tenure server --join` adds a node to a running one as
+// a voter, and TENURE_PEERS is read like --peers.
+func TestServerJoin(t *testing.T) {
+	ready := make(chan *server.Server, 2)
+	onServerReady = func(s *server.Server) { ready <- s }
+	defer func() { onServerReady = nil }()
+	a := startServer(t, ready, "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--raft-listen", "127.0.0.1:0")
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := a.WaitReady(wctx); err != nil {
+		t.Fatal(err)
+	}
+	b := startServer(t, ready, "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--raft-listen", "127.0.0.1:0",
+		"--node-id", "node2", "--join", a.Addr())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := a.Node().Status()
+		if err == nil && len(st.Members) == 2 && st.Members[1].APIAddress == b.Addr() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node2 not a published member: %+v %v", st, err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, not synchronising
+	}
+}
+
+func TestPeersMustListThisNode(t *testing.T) {
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"server", "--data-dir", t.TempDir(), "--node-id", "c",
+		"--peers", "a=127.0.0.1:1,b=127.0.0.1:2", "--listen", "127.0.0.1:0", "--raft-listen", "127.0.0.1:0"}, &out, &out)
+	if code != 1 || !strings.Contains(out.String(), "does not list this node") {
+		t.Fatalf("exit %d: %s", code, out.String())
+	}
+}
+
+func TestPeersFromEnv(t *testing.T) {
+	t.Setenv("TENURE_PEERS", "a=127.0.0.1:1,a=127.0.0.1:2")
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"server", "--node-id", "a"}, &out, &out); code != 2 || !strings.Contains(out.String(), "twice") {
+		t.Fatalf("exit %d: %s", code, out.String())
 	}
 }

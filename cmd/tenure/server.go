@@ -35,8 +35,8 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	listen := fs.String("listen", env("listen", "127.0.0.1:7070"), "API, metrics and health address (env TENURE_LISTEN)")
 	raftListen := fs.String("raft-listen", env("raft-listen", "127.0.0.1:7071"), "Raft transport address (env TENURE_RAFT_LISTEN)")
 	nodeID := fs.String("node-id", env("node-id", ""), "member id; default node1, stored in the data dir after the first start (env TENURE_NODE_ID)")
-	peers := fs.String("peers", env("peers", ""), "initial voters id=raftaddr,… (env TENURE_PEERS; not supported yet)")
-	join := fs.String("join", env("join", ""), "API address of a member to join (env TENURE_JOIN; not supported yet)")
+	peers := fs.String("peers", env("peers", ""), "initial voters id=raftaddr,…, the same list on every initial member (env TENURE_PEERS)")
+	join := fs.String("join", env("join", ""), "API address of any member of a cluster to join as a voter (env TENURE_JOIN)")
 	insecure := fs.Bool("insecure", env("insecure", "") == "true", "allow a non-loopback --listen without authentication (env TENURE_INSECURE)")
 	logLevel := fs.String("log-level", env("log-level", "info"), "debug, info, warn or error (env TENURE_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
@@ -48,8 +48,23 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return usagef("tenure server takes no arguments, got %q", fs.Args())
 	}
-	if *peers != "" || *join != "" {
-		return usagef("--peers and --join are not supported yet: this build runs a single node")
+	var peerList []cluster.Peer
+	if *peers != "" {
+		var err error
+		if peerList, err = cluster.ParsePeers(*peers); err != nil {
+			return usagef("--peers: %v", err)
+		}
+	}
+	if len(peerList) > 0 && *join != "" {
+		return usagef("--peers and --join exclude each other: initial members bootstrap with --peers, later ones --join")
+	}
+	if *join != "" {
+		if _, _, err := net.SplitHostPort(*join); err != nil {
+			return usagef("--join: %v", err)
+		}
+	}
+	if len(peerList) > 0 && *nodeID == "" {
+		return usagef("--peers needs --node-id: this member's id in the list")
 	}
 	if !*insecure && !loopback(*listen) {
 		return usagef("--listen %s is not a loopback address; authentication is not available yet, so pass --insecure to serve it anyway", *listen)
@@ -68,6 +83,8 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Cluster.DataDir = *dataDir
 	cfg.Cluster.RaftAddr = *raftListen
 	cfg.Cluster.NodeID = *nodeID
+	cfg.Cluster.Peers = peerList
+	cfg.Join = *join
 	srv, err := server.Start(cfg)
 	if err != nil {
 		return err

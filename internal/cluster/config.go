@@ -2,8 +2,11 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,8 +24,21 @@ type Config struct {
 	// RaftAddr is the Raft transport's listen address (host:port; port 0
 	// picks one, see Node.RaftAddr).
 	RaftAddr string
-	// APIAddr is this node's API address, published in Status.
+	// RaftListener, when set, is the Raft transport's listener (RaftAddr
+	// is then ignored): tests bind every member's port before starting any.
+	RaftListener net.Listener
+	// APIAddr is this node's API address, published in replicated state
+	// (SetMember) so that followers can forward to the leader.
 	APIAddr string
+	// Peers are the initial voters of a cluster started with --peers:
+	// every initial member is given the same list, which must name this
+	// node, and bootstraps that configuration on a fresh data dir (Raft
+	// accepts the same bootstrap from every member). Empty: a one-node
+	// cluster of this node.
+	Peers []Peer
+	// NoBootstrap starts Raft on a fresh data dir without bootstrapping
+	// anything: the node waits to be added by a leader (--join).
+	NoBootstrap bool
 	// Machine configures the state machine.
 	Machine statemachine.Config
 	// FeedSize is how many recent records Watch and History can reach.
@@ -65,12 +81,47 @@ func (c Config) Validate() error {
 	switch {
 	case c.DataDir == "":
 		return errors.New("cluster: DataDir is required")
-	case c.RaftAddr == "":
+	case c.RaftAddr == "" && c.RaftListener == nil:
 		return errors.New("cluster: RaftAddr is required")
+	case len(c.Peers) > 0 && c.NoBootstrap:
+		return errors.New("cluster: Peers and NoBootstrap (join) exclude each other")
 	case c.MaxBatch < 0:
 		return errors.New("cluster: MaxBatch must not be negative")
 	case c.FeedSize < 0:
 		return errors.New("cluster: FeedSize must not be negative")
 	}
 	return nil
+}
+
+// Peer is one initial voter: its member id and Raft address.
+type Peer struct {
+	ID, RaftAddr string
+}
+
+// ParsePeers parses API.md's --peers form, id=raftaddr,id=raftaddr,…
+func ParsePeers(s string) ([]Peer, error) {
+	var out []Peer
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(part, "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("peer %q: want id=raftaddr", part)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("peer %q: %v", part, err)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("peer id %q listed twice", id)
+		}
+		seen[id] = true
+		out = append(out, Peer{ID: id, RaftAddr: addr})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no peers listed")
+	}
+	return out, nil
 }

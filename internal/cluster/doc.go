@@ -45,6 +45,22 @@
 // the caller starts waiting is not lost. Every applied record also enters
 // an in-memory ring (Feed) that Watch and History read.
 //
+// # Membership
+//
+// A cluster starts either as one node (no Peers) or from Config.Peers,
+// the same list of initial voters on every initial member; each
+// bootstraps that configuration on a fresh data dir (Raft accepts the
+// identical bootstrap from every member) and the first leader proposes
+// the registrar's key (only while the machine is not bootstrapped). A
+// later member opens with NoBootstrap and is added by the leader
+// (AddVoter). Members publish their API addresses in replicated state
+// (SetMember commands, kept in the statemachine's members map and its
+// snapshot): a leader publishes itself when it takes office, and what it
+// adds or removes; it also forgets published members that are no longer
+// in the Raft configuration. Other members ask the leader to publish them
+// (server package) when NeedsPublish says so. Followers find the leader's
+// API address there to forward to it (server package).
+//
 // # Failure handling
 //
 // A proposal that Raft refuses before appending answers NOT_LEADER; one

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +40,9 @@ type Node struct {
 
 	// leader is set while this node leads and has anchored its clock.
 	leader atomic.Pointer[term]
+
+	// existing is whether the data dir held Raft state at Open.
+	existing bool
 
 	in       chan *proposal
 	inflight chan *inflight
@@ -128,10 +132,27 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: snapshot store: %w", err)
 	}
-	n.trans, err = raft.NewTCPTransport(cfg.RaftAddr, nil, 3, 10*time.Second, raftOut)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftAddr, err)
+	var self *Peer
+	for i := range cfg.Peers {
+		if cfg.Peers[i].ID == id {
+			self = &cfg.Peers[i]
+		}
 	}
+	if len(cfg.Peers) > 0 && self == nil {
+		return nil, fmt.Errorf("cluster: --peers does not list this node (%q)", id)
+	}
+	ln := cfg.RaftListener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.RaftAddr); err != nil {
+			return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.RaftAddr, err)
+		}
+	}
+	stream := &streamLayer{Listener: ln, advertise: ln.Addr()}
+	if self != nil {
+		// Members reach this node at the address the peer list gives.
+		stream.advertise = peerAddr(self.RaftAddr)
+	}
+	n.trans = raft.NewNetworkTransport(stream, 3, 10*time.Second, raftOut)
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(id)
@@ -157,11 +178,17 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: starting raft: %w", err)
 	}
-	if !existing {
-		n.log.Info("bootstrapping a one-node cluster", "raft_addr", n.trans.LocalAddr())
-		f := n.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{
-			{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: n.trans.LocalAddr()},
-		}})
+	n.existing = existing
+	if !existing && !cfg.NoBootstrap {
+		servers := []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: n.trans.LocalAddr()}}
+		if len(cfg.Peers) > 0 {
+			servers = servers[:0]
+			for _, p := range cfg.Peers {
+				servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+			}
+		}
+		n.log.Info("bootstrapping the cluster", "raft_addr", n.trans.LocalAddr(), "voters", len(servers))
+		f := n.raft.BootstrapCluster(raft.Configuration{Servers: servers})
 		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 			_ = n.raft.Shutdown().Error()
 			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
@@ -303,7 +330,39 @@ func (n *Node) lead() {
 			n.log.Info("registrar initialized")
 		}
 	}
+	n.publishMembers(ctx)
 	n.expire(t)
+}
+
+// publishMembers runs when this node takes office: it publishes its own
+// addresses and forgets published members that are no longer in the Raft
+// configuration (removed while their removal could not be published).
+func (n *Node) publishMembers(ctx context.Context) {
+	cmds := []*logpb.SetMember{{Id: n.id, ApiAddress: n.cfg.APIAddr, RaftAddress: n.RaftAddr()}}
+	if cf := n.raft.GetConfiguration(); cf.Error() == nil {
+		in := map[string]bool{}
+		for _, s := range cf.Configuration().Servers {
+			in[string(s.ID)] = true
+		}
+		for _, m := range n.Members() {
+			if !in[m.ID] {
+				cmds = append(cmds, &logpb.SetMember{Id: m.ID, Removed: true})
+			}
+		}
+	}
+	for _, c := range cmds {
+		if err := n.proposeMember(ctx, c); err != nil {
+			n.log.Warn("publishing a member", "member", c.Id, "removed", c.Removed, "err", err)
+		}
+	}
+}
+
+func (n *Node) proposeMember(ctx context.Context, c *logpb.SetMember) error {
+	res, err := n.Propose(ctx, &logpb.Command{Op: &logpb.Command_SetMember{SetMember: c}})
+	if err == nil {
+		err = res.Outcome.Err
+	}
+	return err
 }
 
 // notLeader is the NOT_LEADER answer, naming the leader when known.
@@ -312,6 +371,8 @@ func (n *Node) notLeader() error {
 	meta := map[string]string{"leader_id": string(id), "leader": ""}
 	if id == raft.ServerID(n.id) {
 		meta["leader"] = n.cfg.APIAddr
+	} else if id != "" {
+		meta["leader"] = n.memberAPI(string(id))
 	}
 	msg := "this node is not the leader"
 	if id != "" {
@@ -336,3 +397,23 @@ func (n *Node) Ready() bool {
 	addr, _ := n.raft.LeaderWithID()
 	return addr != "" && n.fsm.applied.Load() >= n.raft.CommitIndex()
 }
+
+// streamLayer is Raft's TCP stream layer over a listener we own, so that
+// the advertised address can be the one the peer list names (and tests
+// can bind every member's port before starting any).
+type streamLayer struct {
+	net.Listener
+	advertise net.Addr
+}
+
+func (s *streamLayer) Addr() net.Addr { return s.advertise }
+
+func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", string(addr), timeout)
+}
+
+// peerAddr is a Raft address as given in the peer list.
+type peerAddr string
+
+func (a peerAddr) Network() string { return "tcp" }
+func (a peerAddr) String() string  { return string(a) }

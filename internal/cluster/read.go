@@ -156,6 +156,8 @@ func (n *Node) Status() (Status, error) {
 	}
 	if string(id) == n.id {
 		s.LeaderAPIAddr = n.cfg.APIAddr
+	} else if id != "" {
+		s.LeaderAPIAddr = n.memberAPI(string(id))
 	}
 	_ = n.Read(context.Background(), true, func(m *statemachine.Machine, t registrar.Tick) error {
 		s.Tick = t
@@ -165,6 +167,10 @@ func (n *Node) Status() (Status, error) {
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return s, unavailable("reading the raft configuration: " + err.Error())
+	}
+	published := map[string]string{}
+	for _, m := range n.Members() {
+		published[m.ID] = m.APIAddress
 	}
 	for _, srv := range cf.Configuration().Servers {
 		m := Member{ID: string(srv.ID), RaftAddress: string(srv.Address), Role: RoleFollower}
@@ -178,21 +184,104 @@ func (n *Node) Status() (Status, error) {
 		}
 		if string(srv.ID) == n.id {
 			m.APIAddress = n.cfg.APIAddr
+		} else {
+			m.APIAddress = published[string(srv.ID)]
 		}
 		s.Members = append(s.Members, m)
 	}
 	return s, nil
 }
 
-// AddVoter adds (or promotes) a voting member.
-func (n *Node) AddVoter(id, raftAddr string) error {
-	return n.membership(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout))
+// AddVoter adds (or promotes) a voting member and publishes its API
+// address (when given). Only the leader can; elsewhere it answers
+// NOT_LEADER and changes nothing. Adding a member again is harmless, so a
+// caller may retry after an unknown outcome.
+func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string) error {
+	if !n.IsLeader() {
+		return n.notLeader()
+	}
+	if err := n.membership(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout)); err != nil {
+		return err
+	}
+	if apiAddr == "" {
+		return nil
+	}
+	return n.proposeMember(ctx, &logpb.SetMember{Id: id, ApiAddress: apiAddr, RaftAddress: raftAddr})
 }
 
-// RemoveServer removes a member.
-func (n *Node) RemoveServer(id string) error {
-	return n.membership(n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout))
+// RemoveServer removes a member from the Raft configuration, then from
+// the published members. When that second step cannot be done (a leader
+// that removed itself), the next leader does it when it takes office.
+func (n *Node) RemoveServer(ctx context.Context, id string) error {
+	if !n.IsLeader() {
+		return n.notLeader()
+	}
+	if err := n.membership(n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
+		return err
+	}
+	if err := n.proposeMember(ctx, &logpb.SetMember{Id: id, Removed: true}); err != nil {
+		n.log.Warn("removed member not yet unpublished; the next leader will", "member", id, "err", err)
+	}
+	return nil
 }
+
+// Members returns the published members (replicated state), sorted by id.
+func (n *Node) Members() []statemachine.Member {
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	return n.fsm.m.Members()
+}
+
+func (n *Node) memberAPI(id string) string {
+	n.fsm.mu.RLock()
+	defer n.fsm.mu.RUnlock()
+	m, _ := n.fsm.m.Member(id)
+	return m.APIAddress
+}
+
+// Leader returns the id of the leader Raft knows of and its published API
+// address ("" when unknown).
+func (n *Node) Leader() (id, apiAddr string) {
+	_, lid := n.raft.LeaderWithID()
+	switch {
+	case lid == "":
+		return "", ""
+	case string(lid) == n.id:
+		return n.id, n.cfg.APIAddr
+	}
+	return string(lid), n.memberAPI(string(lid))
+}
+
+// HadState reports whether the data dir held Raft state when the node
+// opened (a restarted member: no bootstrap, no join needed).
+func (n *Node) HadState() bool { return n.existing }
+
+// NeedsPublish reports whether this member should ask the leader to
+// publish its addresses: it is in the Raft configuration (as far as it
+// knows) but the replicated members map lacks it or has other addresses.
+// A member that was removed is not in its own latest configuration once
+// it learned of the removal, and still published until then, so it never
+// asks to be re-added.
+func (n *Node) NeedsPublish() bool {
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return false
+	}
+	var in bool
+	for _, s := range cf.Configuration().Servers {
+		in = in || string(s.ID) == n.id
+	}
+	if !in {
+		return false
+	}
+	n.fsm.mu.RLock()
+	m, ok := n.fsm.m.Member(n.id)
+	n.fsm.mu.RUnlock()
+	return !ok || m.APIAddress != n.cfg.APIAddr || m.RaftAddress != n.RaftAddr()
+}
+
+// APIAddr returns this node's API address.
+func (n *Node) APIAddr() string { return n.cfg.APIAddr }
 
 func (n *Node) membership(f raft.IndexFuture) error {
 	if err := f.Error(); err != nil {
@@ -252,8 +341,8 @@ func (n *Node) Snapshot() (index, term uint64, err error) {
 }
 
 // WaitLeader blocks until this node leads with an initialized registrar
-// (a fresh single node: after its election and the bootstrap command), or
-// ctx ends.
+// and has published its own addresses (a fresh single node: after its
+// election, the bootstrap command and its SetMember), or ctx ends.
 func (n *Node) WaitLeader(ctx context.Context) error {
 	tick := time.NewTicker(10 * time.Millisecond) // leadership changes are not broadcast
 	defer tick.Stop()
@@ -261,7 +350,8 @@ func (n *Node) WaitLeader(ctx context.Context) error {
 		ch := n.fsm.changes()
 		if n.leader.Load() != nil {
 			n.fsm.mu.RLock()
-			ok := n.fsm.m.Bootstrapped()
+			self, published := n.fsm.m.Member(n.id)
+			ok := n.fsm.m.Bootstrapped() && published && self.APIAddress == n.cfg.APIAddr
 			n.fsm.mu.RUnlock()
 			if ok {
 				return nil

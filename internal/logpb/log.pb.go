@@ -91,6 +91,7 @@ type Command struct {
 	//	*Command_WriteState
 	//	*Command_SetPolicy
 	//	*Command_Advance
+	//	*Command_SetMember
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -253,6 +254,15 @@ func (x *Command) GetAdvance() *Advance {
 	return nil
 }
 
+func (x *Command) GetSetMember() *SetMember {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetMember); ok {
+			return x.SetMember
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -301,6 +311,10 @@ type Command_Advance struct {
 	Advance *Advance `protobuf:"bytes,20,opt,name=advance,proto3,oneof"`
 }
 
+type Command_SetMember struct {
+	SetMember *SetMember `protobuf:"bytes,21,opt,name=set_member,json=setMember,proto3,oneof"`
+}
+
 func (*Command_Bootstrap) isCommand_Op() {}
 
 func (*Command_Acquire) isCommand_Op() {}
@@ -323,6 +337,79 @@ func (*Command_SetPolicy) isCommand_Op() {}
 
 func (*Command_Advance) isCommand_Op() {}
 
+func (*Command_SetMember) isCommand_Op() {}
+
+// SetMember publishes a member's addresses in replicated state (or, with
+// removed, forgets the member). Proposed by the leader for itself when it
+// takes office and for a member it adds or removes.
+type SetMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ApiAddress    string                 `protobuf:"bytes,2,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	RaftAddress   string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	Removed       bool                   `protobuf:"varint,4,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMember) Reset() {
+	*x = SetMember{}
+	mi := &file_log_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMember) ProtoMessage() {}
+
+func (x *SetMember) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMember.ProtoReflect.Descriptor instead.
+func (*SetMember) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SetMember) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SetMember) GetApiAddress() string {
+	if x != nil {
+		return x.ApiAddress
+	}
+	return ""
+}
+
+func (x *SetMember) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *SetMember) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
 type Bootstrap struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Ed25519 private key seed (32 bytes), drawn by the bootstrapping node.
@@ -335,7 +422,7 @@ type Bootstrap struct {
 
 func (x *Bootstrap) Reset() {
 	*x = Bootstrap{}
-	mi := &file_log_proto_msgTypes[2]
+	mi := &file_log_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -347,7 +434,7 @@ func (x *Bootstrap) String() string {
 func (*Bootstrap) ProtoMessage() {}
 
 func (x *Bootstrap) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[2]
+	mi := &file_log_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -360,7 +447,7 @@ func (x *Bootstrap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bootstrap.ProtoReflect.Descriptor instead.
 func (*Bootstrap) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{2}
+	return file_log_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Bootstrap) GetKeySeed() []byte {
@@ -392,7 +479,7 @@ type Acquire struct {
 
 func (x *Acquire) Reset() {
 	*x = Acquire{}
-	mi := &file_log_proto_msgTypes[3]
+	mi := &file_log_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +491,7 @@ func (x *Acquire) String() string {
 func (*Acquire) ProtoMessage() {}
 
 func (x *Acquire) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[3]
+	mi := &file_log_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +504,7 @@ func (x *Acquire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Acquire.ProtoReflect.Descriptor instead.
 func (*Acquire) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{3}
+	return file_log_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Acquire) GetNamespace() string {
@@ -475,7 +562,7 @@ type Renew struct {
 
 func (x *Renew) Reset() {
 	*x = Renew{}
-	mi := &file_log_proto_msgTypes[4]
+	mi := &file_log_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +574,7 @@ func (x *Renew) String() string {
 func (*Renew) ProtoMessage() {}
 
 func (x *Renew) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[4]
+	mi := &file_log_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +587,7 @@ func (x *Renew) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Renew.ProtoReflect.Descriptor instead.
 func (*Renew) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{4}
+	return file_log_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Renew) GetLeaseIds() []string {
@@ -549,7 +636,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_log_proto_msgTypes[5]
+	mi := &file_log_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +648,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[5]
+	mi := &file_log_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +661,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{5}
+	return file_log_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Release) GetLeaseId() string {
@@ -608,7 +695,7 @@ type Revoke struct {
 
 func (x *Revoke) Reset() {
 	*x = Revoke{}
-	mi := &file_log_proto_msgTypes[6]
+	mi := &file_log_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +707,7 @@ func (x *Revoke) String() string {
 func (*Revoke) ProtoMessage() {}
 
 func (x *Revoke) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[6]
+	mi := &file_log_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +720,7 @@ func (x *Revoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revoke.ProtoReflect.Descriptor instead.
 func (*Revoke) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{6}
+	return file_log_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Revoke) GetLeaseId() string {
@@ -662,7 +749,7 @@ type Transfer struct {
 
 func (x *Transfer) Reset() {
 	*x = Transfer{}
-	mi := &file_log_proto_msgTypes[7]
+	mi := &file_log_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +761,7 @@ func (x *Transfer) String() string {
 func (*Transfer) ProtoMessage() {}
 
 func (x *Transfer) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[7]
+	mi := &file_log_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +774,7 @@ func (x *Transfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transfer.ProtoReflect.Descriptor instead.
 func (*Transfer) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{7}
+	return file_log_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Transfer) GetLeaseId() string {
@@ -727,7 +814,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_log_proto_msgTypes[8]
+	mi := &file_log_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +826,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[8]
+	mi := &file_log_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +839,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{8}
+	return file_log_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Expire) GetLeaseIds() []string {
@@ -773,7 +860,7 @@ type DeclareRestart struct {
 
 func (x *DeclareRestart) Reset() {
 	*x = DeclareRestart{}
-	mi := &file_log_proto_msgTypes[9]
+	mi := &file_log_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +872,7 @@ func (x *DeclareRestart) String() string {
 func (*DeclareRestart) ProtoMessage() {}
 
 func (x *DeclareRestart) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[9]
+	mi := &file_log_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +885,7 @@ func (x *DeclareRestart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareRestart.ProtoReflect.Descriptor instead.
 func (*DeclareRestart) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{9}
+	return file_log_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeclareRestart) GetHolder() string {
@@ -835,7 +922,7 @@ type WriteState struct {
 
 func (x *WriteState) Reset() {
 	*x = WriteState{}
-	mi := &file_log_proto_msgTypes[10]
+	mi := &file_log_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +934,7 @@ func (x *WriteState) String() string {
 func (*WriteState) ProtoMessage() {}
 
 func (x *WriteState) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[10]
+	mi := &file_log_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +947,7 @@ func (x *WriteState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteState.ProtoReflect.Descriptor instead.
 func (*WriteState) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{10}
+	return file_log_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WriteState) GetNamespace() string {
@@ -908,7 +995,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_log_proto_msgTypes[11]
+	mi := &file_log_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1007,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[11]
+	mi := &file_log_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1020,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{11}
+	return file_log_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetPolicy) GetNamespace() string {
@@ -959,7 +1046,7 @@ type Advance struct {
 
 func (x *Advance) Reset() {
 	*x = Advance{}
-	mi := &file_log_proto_msgTypes[12]
+	mi := &file_log_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1058,7 @@ func (x *Advance) String() string {
 func (*Advance) ProtoMessage() {}
 
 func (x *Advance) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[12]
+	mi := &file_log_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1071,7 @@ func (x *Advance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Advance.ProtoReflect.Descriptor instead.
 func (*Advance) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{12}
+	return file_log_proto_rawDescGZIP(), []int{13}
 }
 
 // Record is one ledger event. Its canonical bytes are its deterministic
@@ -1008,6 +1095,7 @@ type Record struct {
 	//	*Record_StateWritten
 	//	*Record_PolicySet
 	//	*Record_Checkpoint
+	//	*Record_MemberSet
 	Body          isRecord_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1015,7 +1103,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_log_proto_msgTypes[13]
+	mi := &file_log_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1115,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[13]
+	mi := &file_log_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1128,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{13}
+	return file_log_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Record) GetIndex() uint64 {
@@ -1175,6 +1263,15 @@ func (x *Record) GetCheckpoint() *Checkpoint {
 	return nil
 }
 
+func (x *Record) GetMemberSet() *MemberSet {
+	if x != nil {
+		if x, ok := x.Body.(*Record_MemberSet); ok {
+			return x.MemberSet
+		}
+	}
+	return nil
+}
+
 type isRecord_Body interface {
 	isRecord_Body()
 }
@@ -1219,6 +1316,10 @@ type Record_Checkpoint struct {
 	Checkpoint *Checkpoint `protobuf:"bytes,19,opt,name=checkpoint,proto3,oneof"`
 }
 
+type Record_MemberSet struct {
+	MemberSet *MemberSet `protobuf:"bytes,20,opt,name=member_set,json=memberSet,proto3,oneof"`
+}
+
 func (*Record_Initialized) isRecord_Body() {}
 
 func (*Record_Issued) isRecord_Body() {}
@@ -1239,6 +1340,78 @@ func (*Record_PolicySet) isRecord_Body() {}
 
 func (*Record_Checkpoint) isRecord_Body() {}
 
+func (*Record_MemberSet) isRecord_Body() {}
+
+// MemberSet records a member's published addresses; removed forgets it.
+// It belongs to the state machine (membership), not to the registrar.
+type MemberSet struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ApiAddress    string                 `protobuf:"bytes,2,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	RaftAddress   string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	Removed       bool                   `protobuf:"varint,4,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberSet) Reset() {
+	*x = MemberSet{}
+	mi := &file_log_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberSet) ProtoMessage() {}
+
+func (x *MemberSet) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberSet.ProtoReflect.Descriptor instead.
+func (*MemberSet) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *MemberSet) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MemberSet) GetApiAddress() string {
+	if x != nil {
+		return x.ApiAddress
+	}
+	return ""
+}
+
+func (x *MemberSet) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *MemberSet) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
 type Initialized struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PublicKey     []byte                 `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
@@ -1249,7 +1422,7 @@ type Initialized struct {
 
 func (x *Initialized) Reset() {
 	*x = Initialized{}
-	mi := &file_log_proto_msgTypes[14]
+	mi := &file_log_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1434,7 @@ func (x *Initialized) String() string {
 func (*Initialized) ProtoMessage() {}
 
 func (x *Initialized) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[14]
+	mi := &file_log_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1447,7 @@ func (x *Initialized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Initialized.ProtoReflect.Descriptor instead.
 func (*Initialized) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{14}
+	return file_log_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Initialized) GetPublicKey() []byte {
@@ -1315,7 +1488,7 @@ type LeaseIssued struct {
 
 func (x *LeaseIssued) Reset() {
 	*x = LeaseIssued{}
-	mi := &file_log_proto_msgTypes[15]
+	mi := &file_log_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1500,7 @@ func (x *LeaseIssued) String() string {
 func (*LeaseIssued) ProtoMessage() {}
 
 func (x *LeaseIssued) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[15]
+	mi := &file_log_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1513,7 @@ func (x *LeaseIssued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseIssued.ProtoReflect.Descriptor instead.
 func (*LeaseIssued) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{15}
+	return file_log_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LeaseIssued) GetSeq() uint64 {
@@ -1449,7 +1622,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_log_proto_msgTypes[16]
+	mi := &file_log_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1634,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[16]
+	mi := &file_log_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1647,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{16}
+	return file_log_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LeaseRef) GetSeq() uint64 {
@@ -1524,7 +1697,7 @@ type LeaseRenewed struct {
 
 func (x *LeaseRenewed) Reset() {
 	*x = LeaseRenewed{}
-	mi := &file_log_proto_msgTypes[17]
+	mi := &file_log_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1709,7 @@ func (x *LeaseRenewed) String() string {
 func (*LeaseRenewed) ProtoMessage() {}
 
 func (x *LeaseRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[17]
+	mi := &file_log_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1722,7 @@ func (x *LeaseRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRenewed.ProtoReflect.Descriptor instead.
 func (*LeaseRenewed) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{17}
+	return file_log_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseRenewed) GetLease() *LeaseRef {
@@ -1594,7 +1767,7 @@ type LeaseEnded struct {
 
 func (x *LeaseEnded) Reset() {
 	*x = LeaseEnded{}
-	mi := &file_log_proto_msgTypes[18]
+	mi := &file_log_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1779,7 @@ func (x *LeaseEnded) String() string {
 func (*LeaseEnded) ProtoMessage() {}
 
 func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[18]
+	mi := &file_log_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1792,7 @@ func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEnded.ProtoReflect.Descriptor instead.
 func (*LeaseEnded) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{18}
+	return file_log_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaseEnded) GetLease() *LeaseRef {
@@ -1668,7 +1841,7 @@ type LeaseGrace struct {
 
 func (x *LeaseGrace) Reset() {
 	*x = LeaseGrace{}
-	mi := &file_log_proto_msgTypes[19]
+	mi := &file_log_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1853,7 @@ func (x *LeaseGrace) String() string {
 func (*LeaseGrace) ProtoMessage() {}
 
 func (x *LeaseGrace) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[19]
+	mi := &file_log_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1866,7 @@ func (x *LeaseGrace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrace.ProtoReflect.Descriptor instead.
 func (*LeaseGrace) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{19}
+	return file_log_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LeaseGrace) GetLease() *LeaseRef {
@@ -1734,7 +1907,7 @@ type WaiterQueued struct {
 
 func (x *WaiterQueued) Reset() {
 	*x = WaiterQueued{}
-	mi := &file_log_proto_msgTypes[20]
+	mi := &file_log_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1919,7 @@ func (x *WaiterQueued) String() string {
 func (*WaiterQueued) ProtoMessage() {}
 
 func (x *WaiterQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[20]
+	mi := &file_log_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1932,7 @@ func (x *WaiterQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterQueued.ProtoReflect.Descriptor instead.
 func (*WaiterQueued) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{20}
+	return file_log_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WaiterQueued) GetWaiterId() uint64 {
@@ -1837,7 +2010,7 @@ type WaiterEnded struct {
 
 func (x *WaiterEnded) Reset() {
 	*x = WaiterEnded{}
-	mi := &file_log_proto_msgTypes[21]
+	mi := &file_log_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +2022,7 @@ func (x *WaiterEnded) String() string {
 func (*WaiterEnded) ProtoMessage() {}
 
 func (x *WaiterEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[21]
+	mi := &file_log_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +2035,7 @@ func (x *WaiterEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterEnded.ProtoReflect.Descriptor instead.
 func (*WaiterEnded) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{21}
+	return file_log_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WaiterEnded) GetWaiterId() uint64 {
@@ -1907,7 +2080,7 @@ type StateWritten struct {
 
 func (x *StateWritten) Reset() {
 	*x = StateWritten{}
-	mi := &file_log_proto_msgTypes[22]
+	mi := &file_log_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2092,7 @@ func (x *StateWritten) String() string {
 func (*StateWritten) ProtoMessage() {}
 
 func (x *StateWritten) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[22]
+	mi := &file_log_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2105,7 @@ func (x *StateWritten) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateWritten.ProtoReflect.Descriptor instead.
 func (*StateWritten) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{22}
+	return file_log_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StateWritten) GetNamespace() string {
@@ -1980,7 +2153,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_log_proto_msgTypes[23]
+	mi := &file_log_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2165,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[23]
+	mi := &file_log_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2178,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{23}
+	return file_log_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PolicySet) GetNamespace() string {
@@ -2034,7 +2207,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_log_proto_msgTypes[24]
+	mi := &file_log_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2219,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[24]
+	mi := &file_log_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2232,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{24}
+	return file_log_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Checkpoint) GetCoversIndex() uint64 {
@@ -2115,7 +2288,7 @@ type LeaseSnap struct {
 
 func (x *LeaseSnap) Reset() {
 	*x = LeaseSnap{}
-	mi := &file_log_proto_msgTypes[25]
+	mi := &file_log_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2300,7 @@ func (x *LeaseSnap) String() string {
 func (*LeaseSnap) ProtoMessage() {}
 
 func (x *LeaseSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[25]
+	mi := &file_log_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2313,7 @@ func (x *LeaseSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseSnap.ProtoReflect.Descriptor instead.
 func (*LeaseSnap) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{25}
+	return file_log_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LeaseSnap) GetSeq() uint64 {
@@ -2309,7 +2482,7 @@ type GuardedStateSnap struct {
 
 func (x *GuardedStateSnap) Reset() {
 	*x = GuardedStateSnap{}
-	mi := &file_log_proto_msgTypes[26]
+	mi := &file_log_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2494,7 @@ func (x *GuardedStateSnap) String() string {
 func (*GuardedStateSnap) ProtoMessage() {}
 
 func (x *GuardedStateSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[26]
+	mi := &file_log_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2507,7 @@ func (x *GuardedStateSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuardedStateSnap.ProtoReflect.Descriptor instead.
 func (*GuardedStateSnap) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{26}
+	return file_log_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GuardedStateSnap) GetNamespace() string {
@@ -2384,13 +2557,15 @@ type Snapshot struct {
 	// Tag mixed into lease ids so that ids of different clusters differ.
 	IdTag         uint32              `protobuf:"varint,14,opt,name=id_tag,json=idTag,proto3" json:"id_tag,omitempty"`
 	DefaultPolicy *v1.NamespacePolicy `protobuf:"bytes,15,opt,name=default_policy,json=defaultPolicy,proto3" json:"default_policy,omitempty"`
+	// Published members, sorted by id (removed is never set here).
+	Members       []*MemberSet `protobuf:"bytes,16,rep,name=members,proto3" json:"members,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_log_proto_msgTypes[27]
+	mi := &file_log_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2577,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[27]
+	mi := &file_log_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2590,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{27}
+	return file_log_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -2523,13 +2698,20 @@ func (x *Snapshot) GetDefaultPolicy() *v1.NamespacePolicy {
 	return nil
 }
 
+func (x *Snapshot) GetMembers() []*MemberSet {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 var File_log_proto protoreflect.FileDescriptor
 
 const file_log_proto_rawDesc = "" +
 	"\n" +
 	"\tlog.proto\x12\rtenure.log.v1\x1a\x15tenure/v1/lease.proto\";\n" +
 	"\x05Batch\x122\n" +
-	"\bcommands\x18\x01 \x03(\v2\x16.tenure.log.v1.CommandR\bcommands\"\xad\x05\n" +
+	"\bcommands\x18\x01 \x03(\v2\x16.tenure.log.v1.CommandR\bcommands\"\xe8\x05\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04tick\x18\x01 \x01(\x03R\x04tick\x12\x12\n" +
 	"\x04wall\x18\x02 \x01(\x03R\x04wall\x12\x14\n" +
@@ -2547,8 +2729,16 @@ const file_log_proto_rawDesc = "" +
 	"writeState\x129\n" +
 	"\n" +
 	"set_policy\x18\x13 \x01(\v2\x18.tenure.log.v1.SetPolicyH\x00R\tsetPolicy\x122\n" +
-	"\aadvance\x18\x14 \x01(\v2\x16.tenure.log.v1.AdvanceH\x00R\aadvanceB\x04\n" +
-	"\x02op\"i\n" +
+	"\aadvance\x18\x14 \x01(\v2\x16.tenure.log.v1.AdvanceH\x00R\aadvance\x129\n" +
+	"\n" +
+	"set_member\x18\x15 \x01(\v2\x18.tenure.log.v1.SetMemberH\x00R\tsetMemberB\x04\n" +
+	"\x02op\"y\n" +
+	"\tSetMember\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
+	"\vapi_address\x18\x02 \x01(\tR\n" +
+	"apiAddress\x12!\n" +
+	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12\x18\n" +
+	"\aremoved\x18\x04 \x01(\bR\aremoved\"i\n" +
 	"\tBootstrap\x12\x19\n" +
 	"\bkey_seed\x18\x01 \x01(\fR\akeySeed\x12A\n" +
 	"\x0edefault_policy\x18\x02 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\rdefaultPolicy\"\xc0\x01\n" +
@@ -2598,7 +2788,7 @@ const file_log_proto_rawDesc = "" +
 	"\tSetPolicy\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x122\n" +
 	"\x06policy\x18\x02 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\x06policy\"\t\n" +
-	"\aAdvance\"\xc8\x05\n" +
+	"\aAdvance\"\x83\x06\n" +
 	"\x06Record\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04tick\x18\x02 \x01(\x03R\x04tick\x12\x12\n" +
@@ -2619,8 +2809,16 @@ const file_log_proto_rawDesc = "" +
 	"policy_set\x18\x12 \x01(\v2\x18.tenure.log.v1.PolicySetH\x00R\tpolicySet\x12;\n" +
 	"\n" +
 	"checkpoint\x18\x13 \x01(\v2\x19.tenure.log.v1.CheckpointH\x00R\n" +
-	"checkpointB\x06\n" +
-	"\x04body\"o\n" +
+	"checkpoint\x129\n" +
+	"\n" +
+	"member_set\x18\x14 \x01(\v2\x18.tenure.log.v1.MemberSetH\x00R\tmemberSetB\x06\n" +
+	"\x04body\"y\n" +
+	"\tMemberSet\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
+	"\vapi_address\x18\x02 \x01(\tR\n" +
+	"apiAddress\x12!\n" +
+	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12\x18\n" +
+	"\aremoved\x18\x04 \x01(\bR\aremoved\"o\n" +
 	"\vInitialized\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x01 \x01(\fR\tpublicKey\x12A\n" +
@@ -2726,7 +2924,7 @@ const file_log_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"\xbc\x04\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"\xf0\x04\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bkey_seed\x18\x02 \x01(\fR\akeySeed\x12\x1d\n" +
@@ -2746,7 +2944,8 @@ const file_log_proto_rawDesc = "" +
 	"\x06states\x18\f \x03(\v2\x1f.tenure.log.v1.GuardedStateSnapR\x06states\x124\n" +
 	"\bpolicies\x18\r \x03(\v2\x18.tenure.log.v1.PolicySetR\bpolicies\x12\x15\n" +
 	"\x06id_tag\x18\x0e \x01(\rR\x05idTag\x12A\n" +
-	"\x0edefault_policy\x18\x0f \x01(\v2\x1a.tenure.v1.NamespacePolicyR\rdefaultPolicyB+Z)github.com/tenurehq/tenure/internal/logpbb\x06proto3"
+	"\x0edefault_policy\x18\x0f \x01(\v2\x1a.tenure.v1.NamespacePolicyR\rdefaultPolicy\x122\n" +
+	"\amembers\x18\x10 \x03(\v2\x18.tenure.log.v1.MemberSetR\amembersB+Z)github.com/tenurehq/tenure/internal/logpbb\x06proto3"
 
 var (
 	file_log_proto_rawDescOnce sync.Once
@@ -2760,90 +2959,95 @@ func file_log_proto_rawDescGZIP() []byte {
 	return file_log_proto_rawDescData
 }
 
-var file_log_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_log_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_log_proto_goTypes = []any{
 	(*Batch)(nil),              // 0: tenure.log.v1.Batch
 	(*Command)(nil),            // 1: tenure.log.v1.Command
-	(*Bootstrap)(nil),          // 2: tenure.log.v1.Bootstrap
-	(*Acquire)(nil),            // 3: tenure.log.v1.Acquire
-	(*Renew)(nil),              // 4: tenure.log.v1.Renew
-	(*Release)(nil),            // 5: tenure.log.v1.Release
-	(*Revoke)(nil),             // 6: tenure.log.v1.Revoke
-	(*Transfer)(nil),           // 7: tenure.log.v1.Transfer
-	(*Expire)(nil),             // 8: tenure.log.v1.Expire
-	(*DeclareRestart)(nil),     // 9: tenure.log.v1.DeclareRestart
-	(*WriteState)(nil),         // 10: tenure.log.v1.WriteState
-	(*SetPolicy)(nil),          // 11: tenure.log.v1.SetPolicy
-	(*Advance)(nil),            // 12: tenure.log.v1.Advance
-	(*Record)(nil),             // 13: tenure.log.v1.Record
-	(*Initialized)(nil),        // 14: tenure.log.v1.Initialized
-	(*LeaseIssued)(nil),        // 15: tenure.log.v1.LeaseIssued
-	(*LeaseRef)(nil),           // 16: tenure.log.v1.LeaseRef
-	(*LeaseRenewed)(nil),       // 17: tenure.log.v1.LeaseRenewed
-	(*LeaseEnded)(nil),         // 18: tenure.log.v1.LeaseEnded
-	(*LeaseGrace)(nil),         // 19: tenure.log.v1.LeaseGrace
-	(*WaiterQueued)(nil),       // 20: tenure.log.v1.WaiterQueued
-	(*WaiterEnded)(nil),        // 21: tenure.log.v1.WaiterEnded
-	(*StateWritten)(nil),       // 22: tenure.log.v1.StateWritten
-	(*PolicySet)(nil),          // 23: tenure.log.v1.PolicySet
-	(*Checkpoint)(nil),         // 24: tenure.log.v1.Checkpoint
-	(*LeaseSnap)(nil),          // 25: tenure.log.v1.LeaseSnap
-	(*GuardedStateSnap)(nil),   // 26: tenure.log.v1.GuardedStateSnap
-	(*Snapshot)(nil),           // 27: tenure.log.v1.Snapshot
-	(*v1.NamespacePolicy)(nil), // 28: tenure.v1.NamespacePolicy
-	(v1.Mode)(0),               // 29: tenure.v1.Mode
-	(v1.ReleaseReason)(0),      // 30: tenure.v1.ReleaseReason
-	(v1.State)(0),              // 31: tenure.v1.State
+	(*SetMember)(nil),          // 2: tenure.log.v1.SetMember
+	(*Bootstrap)(nil),          // 3: tenure.log.v1.Bootstrap
+	(*Acquire)(nil),            // 4: tenure.log.v1.Acquire
+	(*Renew)(nil),              // 5: tenure.log.v1.Renew
+	(*Release)(nil),            // 6: tenure.log.v1.Release
+	(*Revoke)(nil),             // 7: tenure.log.v1.Revoke
+	(*Transfer)(nil),           // 8: tenure.log.v1.Transfer
+	(*Expire)(nil),             // 9: tenure.log.v1.Expire
+	(*DeclareRestart)(nil),     // 10: tenure.log.v1.DeclareRestart
+	(*WriteState)(nil),         // 11: tenure.log.v1.WriteState
+	(*SetPolicy)(nil),          // 12: tenure.log.v1.SetPolicy
+	(*Advance)(nil),            // 13: tenure.log.v1.Advance
+	(*Record)(nil),             // 14: tenure.log.v1.Record
+	(*MemberSet)(nil),          // 15: tenure.log.v1.MemberSet
+	(*Initialized)(nil),        // 16: tenure.log.v1.Initialized
+	(*LeaseIssued)(nil),        // 17: tenure.log.v1.LeaseIssued
+	(*LeaseRef)(nil),           // 18: tenure.log.v1.LeaseRef
+	(*LeaseRenewed)(nil),       // 19: tenure.log.v1.LeaseRenewed
+	(*LeaseEnded)(nil),         // 20: tenure.log.v1.LeaseEnded
+	(*LeaseGrace)(nil),         // 21: tenure.log.v1.LeaseGrace
+	(*WaiterQueued)(nil),       // 22: tenure.log.v1.WaiterQueued
+	(*WaiterEnded)(nil),        // 23: tenure.log.v1.WaiterEnded
+	(*StateWritten)(nil),       // 24: tenure.log.v1.StateWritten
+	(*PolicySet)(nil),          // 25: tenure.log.v1.PolicySet
+	(*Checkpoint)(nil),         // 26: tenure.log.v1.Checkpoint
+	(*LeaseSnap)(nil),          // 27: tenure.log.v1.LeaseSnap
+	(*GuardedStateSnap)(nil),   // 28: tenure.log.v1.GuardedStateSnap
+	(*Snapshot)(nil),           // 29: tenure.log.v1.Snapshot
+	(*v1.NamespacePolicy)(nil), // 30: tenure.v1.NamespacePolicy
+	(v1.Mode)(0),               // 31: tenure.v1.Mode
+	(v1.ReleaseReason)(0),      // 32: tenure.v1.ReleaseReason
+	(v1.State)(0),              // 33: tenure.v1.State
 }
 var file_log_proto_depIdxs = []int32{
 	1,  // 0: tenure.log.v1.Batch.commands:type_name -> tenure.log.v1.Command
-	2,  // 1: tenure.log.v1.Command.bootstrap:type_name -> tenure.log.v1.Bootstrap
-	3,  // 2: tenure.log.v1.Command.acquire:type_name -> tenure.log.v1.Acquire
-	4,  // 3: tenure.log.v1.Command.renew:type_name -> tenure.log.v1.Renew
-	5,  // 4: tenure.log.v1.Command.release:type_name -> tenure.log.v1.Release
-	6,  // 5: tenure.log.v1.Command.revoke:type_name -> tenure.log.v1.Revoke
-	7,  // 6: tenure.log.v1.Command.transfer:type_name -> tenure.log.v1.Transfer
-	8,  // 7: tenure.log.v1.Command.expire:type_name -> tenure.log.v1.Expire
-	9,  // 8: tenure.log.v1.Command.declare_restart:type_name -> tenure.log.v1.DeclareRestart
-	10, // 9: tenure.log.v1.Command.write_state:type_name -> tenure.log.v1.WriteState
-	11, // 10: tenure.log.v1.Command.set_policy:type_name -> tenure.log.v1.SetPolicy
-	12, // 11: tenure.log.v1.Command.advance:type_name -> tenure.log.v1.Advance
-	28, // 12: tenure.log.v1.Bootstrap.default_policy:type_name -> tenure.v1.NamespacePolicy
-	29, // 13: tenure.log.v1.Acquire.mode:type_name -> tenure.v1.Mode
-	30, // 14: tenure.log.v1.Release.reason:type_name -> tenure.v1.ReleaseReason
-	28, // 15: tenure.log.v1.SetPolicy.policy:type_name -> tenure.v1.NamespacePolicy
-	14, // 16: tenure.log.v1.Record.initialized:type_name -> tenure.log.v1.Initialized
-	15, // 17: tenure.log.v1.Record.issued:type_name -> tenure.log.v1.LeaseIssued
-	17, // 18: tenure.log.v1.Record.renewed:type_name -> tenure.log.v1.LeaseRenewed
-	18, // 19: tenure.log.v1.Record.ended:type_name -> tenure.log.v1.LeaseEnded
-	19, // 20: tenure.log.v1.Record.grace:type_name -> tenure.log.v1.LeaseGrace
-	20, // 21: tenure.log.v1.Record.waiting:type_name -> tenure.log.v1.WaiterQueued
-	21, // 22: tenure.log.v1.Record.wait_ended:type_name -> tenure.log.v1.WaiterEnded
-	22, // 23: tenure.log.v1.Record.state_written:type_name -> tenure.log.v1.StateWritten
-	23, // 24: tenure.log.v1.Record.policy_set:type_name -> tenure.log.v1.PolicySet
-	24, // 25: tenure.log.v1.Record.checkpoint:type_name -> tenure.log.v1.Checkpoint
-	28, // 26: tenure.log.v1.Initialized.default_policy:type_name -> tenure.v1.NamespacePolicy
-	29, // 27: tenure.log.v1.LeaseIssued.mode:type_name -> tenure.v1.Mode
-	16, // 28: tenure.log.v1.LeaseRenewed.lease:type_name -> tenure.log.v1.LeaseRef
-	16, // 29: tenure.log.v1.LeaseEnded.lease:type_name -> tenure.log.v1.LeaseRef
-	31, // 30: tenure.log.v1.LeaseEnded.state:type_name -> tenure.v1.State
-	30, // 31: tenure.log.v1.LeaseEnded.reason:type_name -> tenure.v1.ReleaseReason
-	16, // 32: tenure.log.v1.LeaseGrace.lease:type_name -> tenure.log.v1.LeaseRef
-	29, // 33: tenure.log.v1.WaiterQueued.mode:type_name -> tenure.v1.Mode
-	28, // 34: tenure.log.v1.PolicySet.policy:type_name -> tenure.v1.NamespacePolicy
-	29, // 35: tenure.log.v1.LeaseSnap.mode:type_name -> tenure.v1.Mode
-	31, // 36: tenure.log.v1.LeaseSnap.state:type_name -> tenure.v1.State
-	30, // 37: tenure.log.v1.LeaseSnap.reason:type_name -> tenure.v1.ReleaseReason
-	25, // 38: tenure.log.v1.Snapshot.leases:type_name -> tenure.log.v1.LeaseSnap
-	20, // 39: tenure.log.v1.Snapshot.waiters:type_name -> tenure.log.v1.WaiterQueued
-	26, // 40: tenure.log.v1.Snapshot.states:type_name -> tenure.log.v1.GuardedStateSnap
-	23, // 41: tenure.log.v1.Snapshot.policies:type_name -> tenure.log.v1.PolicySet
-	28, // 42: tenure.log.v1.Snapshot.default_policy:type_name -> tenure.v1.NamespacePolicy
-	43, // [43:43] is the sub-list for method output_type
-	43, // [43:43] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	3,  // 1: tenure.log.v1.Command.bootstrap:type_name -> tenure.log.v1.Bootstrap
+	4,  // 2: tenure.log.v1.Command.acquire:type_name -> tenure.log.v1.Acquire
+	5,  // 3: tenure.log.v1.Command.renew:type_name -> tenure.log.v1.Renew
+	6,  // 4: tenure.log.v1.Command.release:type_name -> tenure.log.v1.Release
+	7,  // 5: tenure.log.v1.Command.revoke:type_name -> tenure.log.v1.Revoke
+	8,  // 6: tenure.log.v1.Command.transfer:type_name -> tenure.log.v1.Transfer
+	9,  // 7: tenure.log.v1.Command.expire:type_name -> tenure.log.v1.Expire
+	10, // 8: tenure.log.v1.Command.declare_restart:type_name -> tenure.log.v1.DeclareRestart
+	11, // 9: tenure.log.v1.Command.write_state:type_name -> tenure.log.v1.WriteState
+	12, // 10: tenure.log.v1.Command.set_policy:type_name -> tenure.log.v1.SetPolicy
+	13, // 11: tenure.log.v1.Command.advance:type_name -> tenure.log.v1.Advance
+	2,  // 12: tenure.log.v1.Command.set_member:type_name -> tenure.log.v1.SetMember
+	30, // 13: tenure.log.v1.Bootstrap.default_policy:type_name -> tenure.v1.NamespacePolicy
+	31, // 14: tenure.log.v1.Acquire.mode:type_name -> tenure.v1.Mode
+	32, // 15: tenure.log.v1.Release.reason:type_name -> tenure.v1.ReleaseReason
+	30, // 16: tenure.log.v1.SetPolicy.policy:type_name -> tenure.v1.NamespacePolicy
+	16, // 17: tenure.log.v1.Record.initialized:type_name -> tenure.log.v1.Initialized
+	17, // 18: tenure.log.v1.Record.issued:type_name -> tenure.log.v1.LeaseIssued
+	19, // 19: tenure.log.v1.Record.renewed:type_name -> tenure.log.v1.LeaseRenewed
+	20, // 20: tenure.log.v1.Record.ended:type_name -> tenure.log.v1.LeaseEnded
+	21, // 21: tenure.log.v1.Record.grace:type_name -> tenure.log.v1.LeaseGrace
+	22, // 22: tenure.log.v1.Record.waiting:type_name -> tenure.log.v1.WaiterQueued
+	23, // 23: tenure.log.v1.Record.wait_ended:type_name -> tenure.log.v1.WaiterEnded
+	24, // 24: tenure.log.v1.Record.state_written:type_name -> tenure.log.v1.StateWritten
+	25, // 25: tenure.log.v1.Record.policy_set:type_name -> tenure.log.v1.PolicySet
+	26, // 26: tenure.log.v1.Record.checkpoint:type_name -> tenure.log.v1.Checkpoint
+	15, // 27: tenure.log.v1.Record.member_set:type_name -> tenure.log.v1.MemberSet
+	30, // 28: tenure.log.v1.Initialized.default_policy:type_name -> tenure.v1.NamespacePolicy
+	31, // 29: tenure.log.v1.LeaseIssued.mode:type_name -> tenure.v1.Mode
+	18, // 30: tenure.log.v1.LeaseRenewed.lease:type_name -> tenure.log.v1.LeaseRef
+	18, // 31: tenure.log.v1.LeaseEnded.lease:type_name -> tenure.log.v1.LeaseRef
+	33, // 32: tenure.log.v1.LeaseEnded.state:type_name -> tenure.v1.State
+	32, // 33: tenure.log.v1.LeaseEnded.reason:type_name -> tenure.v1.ReleaseReason
+	18, // 34: tenure.log.v1.LeaseGrace.lease:type_name -> tenure.log.v1.LeaseRef
+	31, // 35: tenure.log.v1.WaiterQueued.mode:type_name -> tenure.v1.Mode
+	30, // 36: tenure.log.v1.PolicySet.policy:type_name -> tenure.v1.NamespacePolicy
+	31, // 37: tenure.log.v1.LeaseSnap.mode:type_name -> tenure.v1.Mode
+	33, // 38: tenure.log.v1.LeaseSnap.state:type_name -> tenure.v1.State
+	32, // 39: tenure.log.v1.LeaseSnap.reason:type_name -> tenure.v1.ReleaseReason
+	27, // 40: tenure.log.v1.Snapshot.leases:type_name -> tenure.log.v1.LeaseSnap
+	22, // 41: tenure.log.v1.Snapshot.waiters:type_name -> tenure.log.v1.WaiterQueued
+	28, // 42: tenure.log.v1.Snapshot.states:type_name -> tenure.log.v1.GuardedStateSnap
+	25, // 43: tenure.log.v1.Snapshot.policies:type_name -> tenure.log.v1.PolicySet
+	30, // 44: tenure.log.v1.Snapshot.default_policy:type_name -> tenure.v1.NamespacePolicy
+	15, // 45: tenure.log.v1.Snapshot.members:type_name -> tenure.log.v1.MemberSet
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_log_proto_init() }
@@ -2863,12 +3067,13 @@ func file_log_proto_init() {
 		(*Command_WriteState)(nil),
 		(*Command_SetPolicy)(nil),
 		(*Command_Advance)(nil),
+		(*Command_SetMember)(nil),
 	}
-	file_log_proto_msgTypes[3].OneofWrappers = []any{}
 	file_log_proto_msgTypes[4].OneofWrappers = []any{}
-	file_log_proto_msgTypes[7].OneofWrappers = []any{}
-	file_log_proto_msgTypes[9].OneofWrappers = []any{}
-	file_log_proto_msgTypes[13].OneofWrappers = []any{
+	file_log_proto_msgTypes[5].OneofWrappers = []any{}
+	file_log_proto_msgTypes[8].OneofWrappers = []any{}
+	file_log_proto_msgTypes[10].OneofWrappers = []any{}
+	file_log_proto_msgTypes[14].OneofWrappers = []any{
 		(*Record_Initialized)(nil),
 		(*Record_Issued)(nil),
 		(*Record_Renewed)(nil),
@@ -2879,6 +3084,7 @@ func file_log_proto_init() {
 		(*Record_StateWritten)(nil),
 		(*Record_PolicySet)(nil),
 		(*Record_Checkpoint)(nil),
+		(*Record_MemberSet)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2886,7 +3092,7 @@ func file_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_log_proto_rawDesc), len(file_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

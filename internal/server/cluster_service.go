@@ -39,7 +39,7 @@ func (h *clusterService) Status(_ context.Context, _ *connect.Request[tenurev1.S
 	return connect.NewResponse(resp), nil
 }
 
-func (h *clusterService) AddVoter(_ context.Context, req *connect.Request[tenurev1.AddVoterRequest]) (*connect.Response[tenurev1.AddVoterResponse], error) {
+func (h *clusterService) AddVoter(ctx context.Context, req *connect.Request[tenurev1.AddVoterRequest]) (*connect.Response[tenurev1.AddVoterResponse], error) {
 	m := req.Msg
 	if err := registrar.CheckIdentifier("id", m.Id, true); err != nil {
 		return nil, h.s.toConnect(err)
@@ -47,17 +47,20 @@ func (h *clusterService) AddVoter(_ context.Context, req *connect.Request[tenure
 	if err := registrar.CheckIdentifier("raft_address", m.RaftAddress, true); err != nil {
 		return nil, h.s.toConnect(err)
 	}
-	if err := h.s.node.AddVoter(m.Id, m.RaftAddress); err != nil {
+	if err := registrar.CheckIdentifier("api_address", m.ApiAddress, false); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	if err := h.s.node.AddVoter(ctx, m.Id, m.RaftAddress, m.ApiAddress); err != nil {
 		return nil, h.s.toConnect(err)
 	}
 	return connect.NewResponse(&tenurev1.AddVoterResponse{}), nil
 }
 
-func (h *clusterService) RemoveServer(_ context.Context, req *connect.Request[tenurev1.RemoveServerRequest]) (*connect.Response[tenurev1.RemoveServerResponse], error) {
+func (h *clusterService) RemoveServer(ctx context.Context, req *connect.Request[tenurev1.RemoveServerRequest]) (*connect.Response[tenurev1.RemoveServerResponse], error) {
 	if err := registrar.CheckIdentifier("id", req.Msg.Id, true); err != nil {
 		return nil, h.s.toConnect(err)
 	}
-	if err := h.s.node.RemoveServer(req.Msg.Id); err != nil {
+	if err := h.s.node.RemoveServer(ctx, req.Msg.Id); err != nil {
 		return nil, h.s.toConnect(err)
 	}
 	return connect.NewResponse(&tenurev1.RemoveServerResponse{}), nil

@@ -44,6 +44,7 @@ const (
 	EventStateWritten         = "state.written"
 	EventPolicySet            = "policy.set"
 	EventLedgerCheckpoint     = "ledger.checkpoint"
+	EventMemberSet            = "cluster.member_set"
 )
 
 func itoa(v int64) string  { return strconv.FormatInt(v, 10) }
@@ -146,6 +147,14 @@ func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 	case *logpb.Record_PolicySet:
 		ev.Type = EventPolicySet
 		ev.Namespace = b.PolicySet.Namespace
+	case *logpb.Record_MemberSet:
+		ev.Type = EventMemberSet
+		d["id"] = b.MemberSet.Id
+		if b.MemberSet.Removed {
+			d["removed"] = "true"
+		} else {
+			d["api_address"], d["raft_address"] = b.MemberSet.ApiAddress, b.MemberSet.RaftAddress
+		}
 	case *logpb.Record_Checkpoint:
 		ev.Type = EventLedgerCheckpoint
 		d["covers_index"] = utoa(b.Checkpoint.CoversIndex)

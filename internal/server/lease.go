@@ -27,9 +27,10 @@ func (s *Server) propose(ctx context.Context, cmd *logpb.Command) (registrar.Out
 	return res.Outcome, res.Outcome.Err
 }
 
-// read runs a linearizable query.
+// read runs a query: linearizable, unless the caller asked for a stale
+// read (HeaderConsistency).
 func (s *Server) read(ctx context.Context, fn func(r *registrar.Registrar, t registrar.Tick) error) error {
-	return s.node.Read(ctx, false, func(m *statemachine.Machine, t registrar.Tick) error {
+	return s.node.Read(ctx, staleRead(ctx), func(m *statemachine.Machine, t registrar.Tick) error {
 		return fn(m.Registrar(), t)
 	})
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
 
 // maxPipelineInFlight bounds the operations one Pipeline stream may have
@@ -25,6 +27,8 @@ const maxPipelineInFlight = 4096
 func (h *leaseService) Pipeline(ctx context.Context, stream *connect.BidiStream[tenurev1.PipelineRequest, tenurev1.PipelineResponse]) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	hdr := stream.RequestHeader()
+	ctx = withConsistency(ctx, hdr)
 	results := make(chan *tenurev1.PipelineResult, maxPipelineInFlight)
 	slots := make(chan struct{}, maxPipelineInFlight)
 	sendErr := make(chan error, 1)
@@ -46,7 +50,7 @@ func (h *leaseService) Pipeline(ctx context.Context, stream *connect.BidiStream[
 				return err
 			}
 			go func() {
-				results <- h.runOp(ctx, op) // never blocks: room for every slot
+				results <- h.runOp(ctx, hdr, op) // never blocks: room for every slot
 				<-slots
 			}()
 		}
@@ -102,61 +106,63 @@ func sendResults(ctx context.Context, stream *connect.BidiStream[tenurev1.Pipeli
 	}
 }
 
-// runOp runs one operation through its unary handler.
-func (h *leaseService) runOp(ctx context.Context, op *tenurev1.PipelineOp) *tenurev1.PipelineResult {
+// runOp runs one operation through its unary handler, or forwards it to
+// the leader as that unary RPC when this member does not lead.
+func (h *leaseService) runOp(ctx context.Context, hdr http.Header, op *tenurev1.PipelineOp) *tenurev1.PipelineResult {
 	r := &tenurev1.PipelineResult{Id: op.Id}
+	s := h.s
 	var err error
 	switch o := op.Op.(type) {
 	case *tenurev1.PipelineOp_Acquire:
-		var resp *connect.Response[tenurev1.AcquireResponse]
-		if resp, err = h.Acquire(ctx, connect.NewRequest(o.Acquire)); err == nil {
-			r.Result = &tenurev1.PipelineResult_Acquire{Acquire: resp.Msg}
+		var m *tenurev1.AcquireResponse
+		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceAcquireProcedure, o.Acquire, h.Acquire); err == nil {
+			r.Result = &tenurev1.PipelineResult_Acquire{Acquire: m}
 		}
 	case *tenurev1.PipelineOp_Renew:
-		var resp *connect.Response[tenurev1.RenewResponse]
-		if resp, err = h.Renew(ctx, connect.NewRequest(o.Renew)); err == nil {
-			r.Result = &tenurev1.PipelineResult_Renew{Renew: resp.Msg}
+		var m *tenurev1.RenewResponse
+		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceRenewProcedure, o.Renew, h.Renew); err == nil {
+			r.Result = &tenurev1.PipelineResult_Renew{Renew: m}
 		}
 	case *tenurev1.PipelineOp_Release:
-		var resp *connect.Response[tenurev1.ReleaseResponse]
-		if resp, err = h.Release(ctx, connect.NewRequest(o.Release)); err == nil {
-			r.Result = &tenurev1.PipelineResult_Release{Release: resp.Msg}
+		var m *tenurev1.ReleaseResponse
+		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceReleaseProcedure, o.Release, h.Release); err == nil {
+			r.Result = &tenurev1.PipelineResult_Release{Release: m}
 		}
 	case *tenurev1.PipelineOp_Transfer:
-		var resp *connect.Response[tenurev1.TransferResponse]
-		if resp, err = h.Transfer(ctx, connect.NewRequest(o.Transfer)); err == nil {
-			r.Result = &tenurev1.PipelineResult_Transfer{Transfer: resp.Msg}
+		var m *tenurev1.TransferResponse
+		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceTransferProcedure, o.Transfer, h.Transfer); err == nil {
+			r.Result = &tenurev1.PipelineResult_Transfer{Transfer: m}
 		}
 	case *tenurev1.PipelineOp_WriteState:
-		var resp *connect.Response[tenurev1.WriteStateResponse]
-		if resp, err = h.WriteState(ctx, connect.NewRequest(o.WriteState)); err == nil {
-			r.Result = &tenurev1.PipelineResult_WriteState{WriteState: resp.Msg}
+		var m *tenurev1.WriteStateResponse
+		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceWriteStateProcedure, o.WriteState, h.WriteState); err == nil {
+			r.Result = &tenurev1.PipelineResult_WriteState{WriteState: m}
 		}
 	case *tenurev1.PipelineOp_Get:
-		var resp *connect.Response[tenurev1.GetResponse]
-		if resp, err = h.Get(ctx, connect.NewRequest(o.Get)); err == nil {
-			r.Result = &tenurev1.PipelineResult_Get{Get: resp.Msg}
+		var m *tenurev1.GetResponse
+		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceGetProcedure, o.Get, h.Get); err == nil {
+			r.Result = &tenurev1.PipelineResult_Get{Get: m}
 		}
 	case *tenurev1.PipelineOp_Verify:
-		var resp *connect.Response[tenurev1.VerifyResponse]
-		if resp, err = h.Verify(ctx, connect.NewRequest(o.Verify)); err == nil {
-			r.Result = &tenurev1.PipelineResult_Verify{Verify: resp.Msg}
+		var m *tenurev1.VerifyResponse
+		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceVerifyProcedure, o.Verify, h.Verify); err == nil {
+			r.Result = &tenurev1.PipelineResult_Verify{Verify: m}
 		}
 	case *tenurev1.PipelineOp_CheckFence:
-		var resp *connect.Response[tenurev1.CheckFenceResponse]
-		if resp, err = h.CheckFence(ctx, connect.NewRequest(o.CheckFence)); err == nil {
-			r.Result = &tenurev1.PipelineResult_CheckFence{CheckFence: resp.Msg}
+		var m *tenurev1.CheckFenceResponse
+		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceCheckFenceProcedure, o.CheckFence, h.CheckFence); err == nil {
+			r.Result = &tenurev1.PipelineResult_CheckFence{CheckFence: m}
 		}
 	case *tenurev1.PipelineOp_Revoke:
-		var resp *connect.Response[tenurev1.RevokeResponse]
-		if resp, err = h.Revoke(ctx, connect.NewRequest(o.Revoke)); err == nil {
-			r.Result = &tenurev1.PipelineResult_Revoke{Revoke: resp.Msg}
+		var m *tenurev1.RevokeResponse
+		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceRevokeProcedure, o.Revoke, h.Revoke); err == nil {
+			r.Result = &tenurev1.PipelineResult_Revoke{Revoke: m}
 		}
 	default:
-		err = h.s.toConnect(invalidArg("op", fmt.Sprintf("unknown or missing operation %T", op.Op)))
+		err = s.toConnect(invalidArg("op", fmt.Sprintf("unknown or missing operation %T", op.Op)))
 	}
 	if err != nil {
-		r.Result = &tenurev1.PipelineResult_Error{Error: pipelineError(h.s.toConnect(err))}
+		r.Result = &tenurev1.PipelineResult_Error{Error: pipelineError(s.toConnect(err))}
 	}
 	return r
 }

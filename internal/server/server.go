@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -23,6 +24,9 @@ import (
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/cluster"
 )
+
+// DefaultJoinTimeout bounds how long a joining node keeps asking.
+const DefaultJoinTimeout = 60 * time.Second
 
 // DefaultMaxRequestBytes bounds a request body (a guarded state blob is at
 // most 64 KiB, so 1 MiB leaves room for any legitimate request).
@@ -38,6 +42,13 @@ type Config struct {
 	MaxRequestBytes int
 	// Version is reported by Status.
 	Version string
+	// Join is the API address of a member of an existing cluster: a node
+	// starting on a fresh data dir asks it (AddVoter, forwarded to the
+	// leader) to add this node as a voter, retrying with backoff until
+	// added or JoinTimeout passes. The node does not bootstrap.
+	Join string
+	// JoinTimeout bounds joining (0: DefaultJoinTimeout).
+	JoinTimeout time.Duration
 	// Logger receives structured logs (nil: discarded).
 	Logger *slog.Logger
 }
@@ -57,12 +68,18 @@ type Server struct {
 	ln      net.Listener
 	http    *http.Server
 	served  chan error
+	fwd     *forwardClients
+	bg      sync.WaitGroup
+	// ctx ends when Close begins (background work).
+	ctx    context.Context
+	cancel context.CancelFunc
 	// closing ends streams (Watch, KeepAlive) when the server shuts down.
 	closing chan struct{}
 }
 
 type metrics struct {
-	rejections *prometheus.CounterVec
+	rejections    *prometheus.CounterVec
+	forwardErrors prometheus.Counter
 }
 
 // Start listens on cfg.Listen, opens the node and serves until Close.
@@ -78,11 +95,15 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
 	}
-	s := &Server{cfg: cfg, log: log, ln: ln, reg: prometheus.NewRegistry(), served: make(chan error, 1), closing: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, ln: ln, reg: prometheus.NewRegistry(), served: make(chan error, 1),
+		closing: make(chan struct{}), fwd: newForwardClients()}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.metrics = &metrics{rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenure_rejections_total", Help: "Requests answered with an error, by reason.",
-	}, []string{"reason"})}
-	s.reg.MustRegister(s.metrics.rejections, collectors.NewGoCollector(),
+	}, []string{"reason"}), forwardErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tenure_forward_errors_total", Help: "Calls forwarded to the leader that failed in transit.",
+	})}
+	s.reg.MustRegister(s.metrics.rejections, s.metrics.forwardErrors, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	cc := cfg.Cluster
@@ -90,6 +111,13 @@ func Start(cfg Config) (*Server, error) {
 	cc.Registerer = s.reg
 	if cc.Logger == nil {
 		cc.Logger = log
+	}
+	if cfg.Join != "" {
+		if len(cc.Peers) > 0 {
+			ln.Close()
+			return nil, errors.New("server: --join and --peers exclude each other")
+		}
+		cc.NoBootstrap = true
 	}
 	s.node, err = cluster.Open(cc)
 	if err != nil {
@@ -103,6 +131,7 @@ func Start(cfg Config) (*Server, error) {
 		// Compressing a few hundred bytes costs more CPU than it saves on
 		// the wire (gzip was a fifth of the server's CPU for small calls).
 		connect.WithCompressMinBytes(compressMinBytes),
+		connect.WithInterceptors(s.forwardInterceptor()),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, opts...))
@@ -130,6 +159,15 @@ func Start(cfg Config) (*Server, error) {
 	}
 	go func() { s.served <- s.http.Serve(ln) }()
 	log.Info("serving", "listen", ln.Addr().String(), "raft", s.node.RaftAddr(), "node", s.node.ID())
+	if cfg.Join != "" && !s.node.HadState() {
+		if err := s.join(cfg.Join); err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			return nil, errors.Join(err, s.Close(cctx))
+		}
+	}
+	s.bg.Add(1)
+	go s.publishSelf()
 	return s, nil
 }
 
@@ -147,6 +185,8 @@ func (s *Server) WaitReady(ctx context.Context) error { return s.node.WaitLeader
 // (then cuts streams), and shuts the node down.
 func (s *Server) Close(ctx context.Context) error {
 	close(s.closing)
+	s.cancel()
+	s.bg.Wait()
 	err := s.http.Shutdown(ctx)
 	if err != nil {
 		err = s.http.Close()
@@ -154,6 +194,7 @@ func (s *Server) Close(ctx context.Context) error {
 	if serr := <-s.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
+	s.fwd.close()
 	return errors.Join(err, s.node.Close())
 }
 

@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 )
@@ -92,6 +93,16 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 			return s.toConnect(err)
 		}
 		resp := &tenurev1.KeepAliveResponse{RequestId: m.RequestId}
+		if fr, ok, err := s.forward(ctx, v1c.LeaseServiceRenewProcedure,
+			&tenurev1.RenewRequest{LeaseIds: m.LeaseIds, Ttl: m.Ttl}, stream.RequestHeader()); ok {
+			if err := keepAliveForwarded(resp, fr, err, c.LeaseIds); err != nil {
+				return err
+			}
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+			continue
+		}
 		res, err := s.node.Propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: c}})
 		if err != nil {
 			return s.toConnect(err)
@@ -119,4 +130,29 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 		default:
 		}
 	}
+}
+
+// keepAliveForwarded fills a KeepAlive answer from a Renew the leader
+// answered: a single-id renewal's rejection becomes a listed failure, as
+// locally; a cluster error (unavailable, canceled…) ends the stream.
+func keepAliveForwarded(resp *tenurev1.KeepAliveResponse, fr connect.AnyResponse, err error, ids []string) error {
+	if err == nil {
+		rr := fr.Any().(*tenurev1.RenewResponse)
+		resp.Leases, resp.Failures = rr.Leases, rr.Failures
+		return nil
+	}
+	pe := pipelineError(err)
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeCanceled, connect.CodeDeadlineExceeded, connect.CodeUnknown, connect.CodeInternal:
+		return err
+	}
+	if pe.Reason == "" || pe.Reason == string(registrar.ReasonInvalidArgument) {
+		return err
+	}
+	id := ""
+	if len(ids) == 1 {
+		id = ids[0]
+	}
+	resp.Failures = append(resp.Failures, &tenurev1.RenewFailure{LeaseId: id, Reason: pe.Reason, Message: pe.Message})
+	return nil
 }

@@ -7,10 +7,13 @@
 package statemachine
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -63,9 +66,11 @@ type Machine struct {
 	priv           ed25519.PrivateKey
 	pub            ed25519.PublicKey
 	lastCheckpoint uint64
-	tx             *registrar.Tx
-	txv            registrar.Tx // reused for every command
-	out            []Sealed
+	// members are the published cluster members, by id.
+	members map[string]Member
+	tx      *registrar.Tx
+	txv     registrar.Tx // reused for every command
+	out     []Sealed
 }
 
 // New returns an empty machine.
@@ -73,7 +78,28 @@ func New(cfg Config) *Machine {
 	if cfg.CheckpointEvery == 0 {
 		cfg.CheckpointEvery = DefaultConfig().CheckpointEvery
 	}
-	return &Machine{cfg: cfg, reg: registrar.New(cfg.Defaults), chain: ledger.NewChain()}
+	return &Machine{cfg: cfg, reg: registrar.New(cfg.Defaults), chain: ledger.NewChain(), members: map[string]Member{}}
+}
+
+// Member is a cluster member's published addresses (SetMember).
+type Member struct {
+	ID, APIAddress, RaftAddress string
+}
+
+// Members returns the published members, sorted by id.
+func (m *Machine) Members() []Member {
+	out := make([]Member, 0, len(m.members))
+	for _, mb := range m.members {
+		out = append(out, mb)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Member returns one published member.
+func (m *Machine) Member(id string) (Member, bool) {
+	mb, ok := m.members[id]
+	return mb, ok
 }
 
 // Registrar gives read access to the lease domain for queries. Callers
@@ -151,6 +177,8 @@ func (m *Machine) dispatch(tx *registrar.Tx, cmd *logpb.Command) registrar.Outco
 		return m.reg.SetPolicy(tx, op.SetPolicy)
 	case *logpb.Command_Advance:
 		return registrar.Outcome{}
+	case *logpb.Command_SetMember:
+		return m.setMember(tx, op.SetMember)
 	case nil:
 		return registrar.Outcome{Err: &registrar.Error{Reason: registrar.ReasonInvalidArgument,
 			Message: "INVALID_ARGUMENT: command has no operation", Metadata: map[string]string{"field": "op"}}}
@@ -179,6 +207,29 @@ func (m *Machine) bootstrap(tx *registrar.Tx, b *logpb.Bootstrap) registrar.Outc
 	tx.Emit(&logpb.Record{Body: &logpb.Record_Initialized{Initialized: &logpb.Initialized{
 		PublicKey: m.pub, DefaultPolicy: p.Proto(),
 	}}})
+	return registrar.Outcome{Err: tx.Err()}
+}
+
+// setMember publishes (or forgets) a member. A command that changes
+// nothing emits nothing, so a leader may republish itself on every term.
+func (m *Machine) setMember(tx *registrar.Tx, c *logpb.SetMember) registrar.Outcome {
+	for _, f := range []struct{ name, v string }{{"id", c.Id}, {"api_address", c.ApiAddress}, {"raft_address", c.RaftAddress}} {
+		if err := registrar.CheckIdentifier(f.name, f.v, f.name == "id"); err != nil {
+			return registrar.Outcome{Err: err}
+		}
+	}
+	old, ok := m.members[c.Id]
+	switch {
+	case c.Removed && !ok:
+		return registrar.Outcome{}
+	case !c.Removed && ok && old == (Member{ID: c.Id, APIAddress: c.ApiAddress, RaftAddress: c.RaftAddress}):
+		return registrar.Outcome{}
+	}
+	rec := &logpb.MemberSet{Id: c.Id, Removed: c.Removed}
+	if !c.Removed {
+		rec.ApiAddress, rec.RaftAddress = c.ApiAddress, c.RaftAddress
+	}
+	tx.Emit(&logpb.Record{Body: &logpb.Record_MemberSet{MemberSet: rec}})
 	return registrar.Outcome{Err: tx.Err()}
 }
 
@@ -214,6 +265,18 @@ func (m *Machine) applyRecord(rec *logpb.Record) error {
 		m.reg.SetIDTag(IDTag(m.pub))
 	case *logpb.Record_Checkpoint:
 		m.lastCheckpoint = rec.Index
+	case *logpb.Record_MemberSet:
+		// Membership is the machine's own business, not the registrar's.
+		ms := b.MemberSet
+		if ms.Id == "" {
+			return fmt.Errorf("record %d: member without id", rec.Index)
+		}
+		if ms.Removed {
+			delete(m.members, ms.Id)
+		} else {
+			m.members[ms.Id] = Member{ID: ms.Id, APIAddress: ms.ApiAddress, RaftAddress: ms.RaftAddress}
+		}
+		return nil
 	}
 	return m.reg.Apply(rec)
 }
@@ -230,6 +293,11 @@ func (m *Machine) Replay(b []byte) (*logpb.Record, error) {
 	}
 	pub := m.pub
 	if ini := rec.GetInitialized(); ini != nil {
+		// A machine that knows its key must not let the ledger swap it: a
+		// rewritten ledger re-signed under another key would verify.
+		if m.pub != nil && !bytes.Equal(m.pub, ini.PublicKey) {
+			return nil, &ledger.BrokenError{Index: rec.Index, Reason: "initialized with another registrar key"}
+		}
 		pub = ini.PublicKey
 	}
 	if _, err := m.chain.Follow(rec, b, pub); err != nil {
@@ -251,6 +319,9 @@ func (m *Machine) Snapshot() ([]byte, error) {
 		LastCheckpoint: m.lastCheckpoint,
 	}
 	m.reg.SnapshotInto(s)
+	for _, mb := range m.Members() { // sorted by id: canonical bytes
+		s.Members = append(s.Members, &logpb.MemberSet{Id: mb.ID, ApiAddress: mb.APIAddress, RaftAddress: mb.RaftAddress})
+	}
 	return proto.MarshalOptions{Deterministic: true}.Marshal(s)
 }
 
@@ -281,6 +352,15 @@ func Restore(cfg Config, b []byte) (*Machine, error) {
 	m.chain.Next = s.NextIndex
 	copy(m.chain.Head[:], s.ChainHead)
 	m.lastCheckpoint = s.LastCheckpoint
+	for _, mb := range s.Members {
+		if mb.Id == "" || mb.Removed {
+			return nil, fmt.Errorf("snapshot: bad member %q", mb.Id)
+		}
+		if _, dup := m.members[mb.Id]; dup {
+			return nil, fmt.Errorf("snapshot: member %q listed twice", mb.Id)
+		}
+		m.members[mb.Id] = Member{ID: mb.Id, APIAddress: mb.ApiAddress, RaftAddress: mb.RaftAddress}
+	}
 	if len(s.KeySeed) != 0 {
 		m.SetKeySeed(s.KeySeed)
 		if IDTag(m.pub) != reg.IDTag() {

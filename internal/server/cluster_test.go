@@ -1,0 +1,520 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/cluster"
+)
+
+// member is one in-process member of a test cluster.
+type member struct {
+	id      string
+	srv     *Server
+	leases  tenurev1connect.LeaseServiceClient
+	cluster tenurev1connect.ClusterServiceClient
+}
+
+// Raft timings for cluster tests: short, but with room for -race on two
+// cores (a heartbeat missed under load must not depose the leader).
+func clusterTestConfig(dir, id string) Config {
+	cfg := testConfig(dir)
+	cfg.Cluster.NodeID = id
+	cfg.Cluster.HeartbeatTimeout = 200 * time.Millisecond
+	cfg.Cluster.ElectionTimeout = 200 * time.Millisecond
+	return cfg
+}
+
+func newMember(t *testing.T, id string, srv *Server) *member {
+	h2c := h2cClient()
+	base := "http://" + srv.Addr()
+	return &member{id: id, srv: srv,
+		leases:  tenurev1connect.NewLeaseServiceClient(h2c, base, connect.WithGRPC()),
+		cluster: tenurev1connect.NewClusterServiceClient(h2c, base)}
+}
+
+func (m *member) stop(t *testing.T) {
+	if m.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.srv.Close(ctx); err != nil {
+		t.Errorf("Close %s: %v", m.id, err)
+	}
+	m.srv = nil
+}
+
+// startCluster starts n members bootstrapped with the same peer list
+// (--peers), each on its own data dir and pre-bound Raft port.
+func startCluster(t *testing.T, n int) []*member {
+	t.Helper()
+	var peers []cluster.Peer
+	var lns []net.Listener
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		peers = append(peers, cluster.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: ln.Addr().String()})
+	}
+	var ms []*member
+	for i, p := range peers {
+		cfg := clusterTestConfig(t.TempDir(), p.ID)
+		cfg.Cluster.Peers = peers
+		cfg.Cluster.RaftListener = lns[i]
+		srv, err := Start(cfg)
+		if err != nil {
+			t.Fatalf("Start %s: %v", p.ID, err)
+		}
+		m := newMember(t, p.ID, srv)
+		ms = append(ms, m)
+		t.Cleanup(func() { m.stop(t) })
+	}
+	return ms
+}
+
+// leaderOf waits until one running member leads with an initialized
+// registrar and returns it.
+func leaderOf(t *testing.T, ms []*member, timeout time.Duration) *member {
+	t.Helper()
+	var l *member
+	waitFor(t, "a leader", timeout, func() bool {
+		for _, m := range ms {
+			if m.srv != nil && m.srv.Node().IsLeader() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+				ok := m.srv.WaitReady(ctx) == nil
+				cancel()
+				if ok {
+					l = m
+					return true
+				}
+			}
+		}
+		return false
+	})
+	return l
+}
+
+func statusOf(m *member) (*tenurev1.StatusResponse, error) {
+	resp, err := m.cluster.Status(context.Background(), connect.NewRequest(&tenurev1.StatusRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+// published reports whether m's Status lists exactly ids, each with an
+// API address, and names the leader and its API address.
+func published(m *member, ids ...string) bool {
+	st, err := statusOf(m)
+	if err != nil || st.LeaderId == "" || st.LeaderApiAddress == "" || len(st.Members) != len(ids) {
+		return false
+	}
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	leaders := 0
+	for _, mb := range st.Members {
+		if !want[mb.Id] || mb.ApiAddress == "" || mb.RaftAddress == "" {
+			return false
+		}
+		if mb.Role == tenurev1.Role_ROLE_LEADER {
+			leaders++
+		}
+	}
+	return leaders == 1
+}
+
+func followerOf(ms []*member, leader *member) *member {
+	for _, m := range ms {
+		if m != leader && m.srv != nil {
+			return m
+		}
+	}
+	return nil
+}
+
+type acked struct {
+	lease *tenurev1.Lease
+	sent  time.Time
+}
+
+// whileNotLeader retries call as a client would while the member answers
+// NOT_LEADER (nothing was proposed, so a retry is safe): a member may not
+// know the leader yet right after an election.
+func whileNotLeader(call func() error) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := call()
+		var ce *connect.Error
+		if err == nil || !errors.As(err, &ce) || !strings.HasPrefix(ce.Message(), "NOT_LEADER") || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond) // backoff between retries, not synchronisation
+	}
+}
+
+func acquireVia(t *testing.T, m *member, resource string, ttl time.Duration) acked {
+	t.Helper()
+	var sent time.Time
+	var resp *connect.Response[tenurev1.AcquireResponse]
+	err := whileNotLeader(func() error {
+		sent = time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		resp, err = m.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{
+			Resource: resource, Holder: "h-" + resource, Ttl: durationpb.New(ttl)}))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Acquire %s via %s: %v", resource, m.id, err)
+	}
+	return acked{lease: resp.Msg.Lease, sent: sent}
+}
+
+func getVia(m *member, id string, stale bool) (*tenurev1.Lease, error) {
+	req := connect.NewRequest(&tenurev1.GetRequest{LeaseId: id})
+	if stale {
+		req.Header().Set(HeaderConsistency, "stale")
+	}
+	var resp *connect.Response[tenurev1.GetResponse]
+	err := whileNotLeader(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		resp, err = m.leases.Get(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.Lease, nil
+}
+
+// TestCluster runs a three-node cluster through forwarding, failover,
+// join and removal, with real Raft on loopback.
+func TestCluster(t *testing.T) {
+	ms := startCluster(t, 3)
+	leader := leaderOf(t, ms, 10*time.Second)
+	ids := []string{"n1", "n2", "n3"}
+	for _, m := range ms {
+		waitFor(t, m.id+" lists every member with its API address", 10*time.Second, func() bool { return published(m, ids...) })
+	}
+	st, err := statusOf(ms[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LeaderId != leader.id || st.LeaderApiAddress != leader.srv.Addr() {
+		t.Fatalf("Status leader %s at %s, want %s at %s", st.LeaderId, st.LeaderApiAddress, leader.id, leader.srv.Addr())
+	}
+	for _, mb := range st.Members {
+		for _, m := range ms {
+			if m.id == mb.Id && mb.ApiAddress != m.srv.Addr() {
+				t.Errorf("member %s published API address %s, serves on %s", mb.Id, mb.ApiAddress, m.srv.Addr())
+			}
+		}
+	}
+
+	// Writes through a follower are forwarded; the lease is then visible
+	// on every member with a linearizable read, and with a stale read once
+	// the member has applied it.
+	f := followerOf(ms, leader)
+	var all []acked
+	a := acquireVia(t, f, "fwd/1", 30*time.Second)
+	all = append(all, a)
+	for _, m := range ms {
+		l, err := getVia(m, a.lease.LeaseId, false)
+		if err != nil {
+			t.Fatalf("linearizable Get via %s: %v", m.id, err)
+		}
+		if l.Fence != a.lease.Fence || l.State != tenurev1.State_STATE_ACTIVE {
+			t.Fatalf("Get via %s: fence %d state %s, want %d active", m.id, l.Fence, l.State, a.lease.Fence)
+		}
+		waitFor(t, "stale read on "+m.id, 5*time.Second, func() bool {
+			l, err := getVia(m, a.lease.LeaseId, true)
+			return err == nil && l.Fence == a.lease.Fence
+		})
+	}
+	// A rejection by the leader passes through the follower unchanged.
+	_, err = f.leases.Acquire(context.Background(), connect.NewRequest(&tenurev1.AcquireRequest{
+		Resource: "fwd/1", Holder: "someone-else", Ttl: durationpb.New(time.Minute)}))
+	wantReason(t, err, connect.CodeFailedPrecondition, "LEASE_HELD")
+	// Connect JSON through the follower too.
+	jresp, err := http.Post("http://"+f.srv.Addr()+tenurev1connect.LeaseServiceAcquireProcedure, "application/json",
+		strings.NewReader(`{"resource":"fwd/json","holder":"j","ttl":"30s"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(jresp.Body)
+	jresp.Body.Close()
+	if jresp.StatusCode != http.StatusOK || jresp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("JSON acquire via follower: %d %s %s", jresp.StatusCode, jresp.Header.Get("Content-Type"), body)
+	}
+	// Pipeline and KeepAlive operations on a follower are forwarded.
+	pipe := f.leases.Pipeline(context.Background())
+	if err := pipe.Send(&tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{
+		{Id: 1, Op: &tenurev1.PipelineOp_Acquire{Acquire: &tenurev1.AcquireRequest{Resource: "fwd/pipe", Holder: "p", Ttl: durationpb.New(30 * time.Second)}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := pipe.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := pr.Results[0].GetAcquire().GetLease()
+	if pl == nil {
+		t.Fatalf("pipelined acquire via follower: %v", pr.Results[0])
+	}
+	pipe.CloseRequest()
+	pipe.CloseResponse()
+	all = append(all, acked{lease: pl, sent: time.Now()}) // sent before now: a conservative bound is not needed for 30 s
+	ka := f.leases.KeepAlive(context.Background())
+	if err := ka.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{pl.LeaseId, "nope"}, RequestId: 7}); err != nil {
+		t.Fatal(err)
+	}
+	kr, err := ka.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kr.RequestId != 7 || len(kr.Leases) != 1 || len(kr.Failures) != 1 || kr.Failures[0].Reason != "LEASE_NOT_FOUND" {
+		t.Fatalf("KeepAlive via follower: %v", kr)
+	}
+	ka.CloseRequest()
+	ka.CloseResponse()
+
+	// More acknowledged leases, some short-lived, through every member.
+	short := map[string]time.Duration{}
+	for i, m := range ms {
+		all = append(all, acquireVia(t, m, fmt.Sprintf("long/%d", i), 60*time.Second))
+		s := acquireVia(t, m, fmt.Sprintf("short/%d", i), 2*time.Second)
+		short[s.lease.LeaseId] = 2 * time.Second
+		all = append(all, s)
+	}
+	var maxFence uint64
+	var maxTick int64
+	for _, a := range all {
+		maxFence = max(maxFence, a.lease.Fence)
+		maxTick = max(maxTick, a.lease.IssuedTick)
+	}
+
+	// Kill the leader: a new one serves within a few seconds.
+	killed := time.Now()
+	leader.stop(t)
+	alive := []*member{}
+	for _, m := range ms {
+		if m.srv != nil {
+			alive = append(alive, m)
+		}
+	}
+	next := leaderOf(t, alive, 5*time.Second)
+	t.Logf("new leader %s after %v", next.id, time.Since(killed))
+	f = followerOf(alive, next)
+	// Time continues from the highest applied tick (DESIGN §2).
+	if st, err := statusOf(next); err != nil || st.Tick < maxTick {
+		t.Fatalf("new leader's tick %v below the last grant's %d (%v)", st, maxTick, err)
+	}
+
+	// Every acknowledged lease is still there with its fence; none expired
+	// before its ttl measured from the client's send time.
+	for _, a := range all {
+		l, err := getVia(f, a.lease.LeaseId, false)
+		now := time.Now()
+		if err != nil {
+			t.Fatalf("Get %s after failover: %v", a.lease.LeaseId, err)
+		}
+		if l.Fence != a.lease.Fence || l.ExpiresTick < a.lease.ExpiresTick {
+			t.Fatalf("lease %s: fence %d expires_tick %d after failover, was %d %d", l.LeaseId, l.Fence, l.ExpiresTick, a.lease.Fence, a.lease.ExpiresTick)
+		}
+		ttl := a.lease.Ttl.AsDuration()
+		if l.State != tenurev1.State_STATE_ACTIVE && now.Sub(a.sent) < ttl {
+			t.Fatalf("lease %s is %s %v after it was requested with ttl %v", l.LeaseId, l.State, now.Sub(a.sent), ttl)
+		}
+	}
+	// The short leases expire, but never early.
+	for id, ttl := range short {
+		var sent time.Time
+		for _, a := range all {
+			if a.lease.LeaseId == id {
+				sent = a.sent
+			}
+		}
+		waitFor(t, "short lease "+id+" to expire", 10*time.Second, func() bool {
+			l, err := getVia(next, id, false)
+			if err != nil {
+				t.Fatalf("Get %s: %v", id, err)
+			}
+			if l.State == tenurev1.State_STATE_ACTIVE {
+				return false
+			}
+			if el := time.Since(sent); el < ttl {
+				t.Fatalf("lease %s %s after %v; ttl %v", id, l.State, el, ttl)
+			}
+			return true
+		})
+	}
+	// The next grant's fence is higher than every earlier one.
+	n := acquireVia(t, f, "after/failover", 30*time.Second)
+	if n.lease.Fence <= maxFence {
+		t.Fatalf("fence after failover %d, not above %d", n.lease.Fence, maxFence)
+	}
+	if _, err := getVia(f, n.lease.LeaseId, false); err != nil {
+		t.Fatal(err)
+	}
+
+	// A fourth node joins through a follower (AddVoter is forwarded to the
+	// leader) and becomes a voter with its API address published.
+	cfg := clusterTestConfig(t.TempDir(), "n4")
+	cfg.Join = f.srv.Addr()
+	cfg.JoinTimeout = 20 * time.Second
+	srv4, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("join: %v", err)
+	}
+	m4 := newMember(t, "n4", srv4)
+	t.Cleanup(func() { m4.stop(t) })
+	live := []string{next.id, f.id, "n4"}
+	waitFor(t, "n4 published on the leader", 10*time.Second, func() bool { return published(next, append(live, leader.id)...) })
+	cf, err := statusOf(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mb := range cf.Members {
+		if mb.Id == "n4" && (mb.Role != tenurev1.Role_ROLE_FOLLOWER || mb.ApiAddress != srv4.Addr()) {
+			t.Fatalf("n4 in Status: %v", mb)
+		}
+	}
+	// The new member serves (its linearizable reads reach the leader) and
+	// has applied the log (stale reads answer from its own state).
+	if l, err := getVia(m4, n.lease.LeaseId, false); err != nil || l.Fence != n.lease.Fence {
+		t.Fatalf("Get via n4: %v %v", l, err)
+	}
+	waitFor(t, "n4 caught up", 10*time.Second, func() bool {
+		l, err := getVia(m4, n.lease.LeaseId, true)
+		return err == nil && l.Fence == n.lease.Fence
+	})
+	a4 := acquireVia(t, m4, "via/n4", 30*time.Second)
+	if a4.lease.Fence <= n.lease.Fence {
+		t.Fatalf("fence via n4 %d", a4.lease.Fence)
+	}
+
+	// Remove the dead old leader and the new member (through a follower);
+	// Status shows what is left.
+	for _, id := range []string{leader.id, "n4"} {
+		if _, err := f.cluster.RemoveServer(context.Background(), connect.NewRequest(&tenurev1.RemoveServerRequest{Id: id})); err != nil {
+			t.Fatalf("RemoveServer %s: %v", id, err)
+		}
+	}
+	waitFor(t, "removals published", 10*time.Second, func() bool { return published(next, next.id, f.id) && published(f, next.id, f.id) })
+	m4.stop(t)
+	// Two voters left: still serving.
+	acquireVia(t, f, "after/removal", 30*time.Second)
+}
+
+// TestClusterNoLeaderAnswersNotLeader: a member without a leader answers
+// writes and linearizable reads NOT_LEADER (nothing proposed), and stale
+// reads from its own state.
+func TestClusterNoLeaderAnswersNotLeader(t *testing.T) {
+	ms := startCluster(t, 3)
+	leader := leaderOf(t, ms, 10*time.Second)
+	for _, m := range ms {
+		waitFor(t, m.id+" published", 10*time.Second, func() bool { return published(m, "n1", "n2", "n3") })
+	}
+	a := acquireVia(t, leader, "x", time.Minute)
+	var lone *member
+	for _, m := range ms {
+		if m != leader {
+			lone = m
+			waitFor(t, "stale read on "+m.id, 5*time.Second, func() bool {
+				_, err := getVia(m, a.lease.LeaseId, true)
+				return err == nil
+			})
+		}
+	}
+	// Stop everybody else: the lone member has no quorum, so no leader.
+	for _, m := range ms {
+		if m != lone {
+			m.stop(t)
+		}
+	}
+	waitFor(t, "leader lost", 10*time.Second, func() bool {
+		id, _ := lone.srv.Node().Leader()
+		return id == ""
+	})
+	_, err := lone.leases.Acquire(context.Background(), connect.NewRequest(&tenurev1.AcquireRequest{Resource: "y", Holder: "h"}))
+	wantReason(t, err, connect.CodeUnavailable, "NOT_LEADER")
+	_, err = lone.leases.Get(context.Background(), connect.NewRequest(&tenurev1.GetRequest{LeaseId: a.lease.LeaseId}))
+	wantReason(t, err, connect.CodeUnavailable, "NOT_LEADER")
+	if l, err := getVia(lone, a.lease.LeaseId, true); err != nil || l.Fence != a.lease.Fence {
+		t.Fatalf("stale Get without a leader: %v %v", l, err)
+	}
+}
+
+// TestForwardErrorClassification: a forward that cannot be started is
+// NOT_LEADER naming the leader; one that broke off after sending a write
+// is OUTCOME_UNKNOWN; the leader's own answers pass through.
+func TestForwardErrorClassification(t *testing.T) {
+	b := setup(t)
+	s := b.srv
+	ctx := context.Background()
+	// Nobody listens on this port any more.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	_, err = routes[tenurev1connect.LeaseServiceAcquireProcedure].call(ctx, s, "http://"+dead, &tenurev1.AcquireRequest{})
+	werr := s.forwardError(ctx, err, true, "n9", dead)
+	wantReason(t, werr, connect.CodeUnavailable, "NOT_LEADER")
+	var ce *connect.Error
+	if errors.As(werr, &ce) {
+		for _, d := range ce.Details() {
+			v, _ := d.Value()
+			if info, ok := v.(interface{ GetMetadata() map[string]string }); ok {
+				if md := info.GetMetadata(); md["leader"] != dead || md["leader_id"] != "n9" {
+					t.Fatalf("NOT_LEADER metadata %v", md)
+				}
+			}
+		}
+	}
+	// A leader that accepts the request and then hangs up.
+	hang, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hang.Close()
+	go func() {
+		for {
+			c, err := hang.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				buf := make([]byte, 4096)
+				c.Read(buf) // the request arrived…
+				c.Close()   // …and the connection broke off
+			}()
+		}
+	}()
+	_, err = routes[tenurev1connect.LeaseServiceAcquireProcedure].call(ctx, s, "http://"+hang.Addr().String(), &tenurev1.AcquireRequest{})
+	wantReason(t, s.forwardError(ctx, err, true, "n9", hang.Addr().String()), connect.CodeUnavailable, "OUTCOME_UNKNOWN")
+	// The leader's own rejection passes through unchanged.
+	_, err = routes[tenurev1connect.LeaseServiceGetProcedure].call(ctx, s, b.base, &tenurev1.GetRequest{LeaseId: "zzz"})
+	wantReason(t, s.forwardError(ctx, err, false, "n1", s.Addr()), connect.CodeNotFound, "LEASE_NOT_FOUND")
+}

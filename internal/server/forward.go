@@ -1,0 +1,219 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// Forwarding (DESIGN §3: followers forward writes).
+//
+// A member that does not lead calls the same RPC on the leader's API
+// address (from the replicated members map) with a Connect client over
+// h2c, passing the original request message; the leader's answer, error
+// or not, goes back unchanged. Writes and linearizable reads are
+// forwarded; reads that ask for stale consistency (request header
+// Tenure-Consistency: stale) are answered from local state. Watch and
+// History read the member's own feed; KeepAlive and Pipeline forward each
+// operation through the same unary path; Status, Snapshot and PublicKey
+// are answered locally.
+//
+// Failure answers: no leader known (or its API address not yet
+// published), or the forward could not be started (the leader could not
+// be dialled): NOT_LEADER, metadata leader (API address, when known) and
+// leader_id — nothing was proposed. A write whose forward broke off after
+// it was sent: OUTCOME_UNKNOWN. A request that was itself forwarded is
+// never forwarded again (no loops while leadership moves): a member that
+// lost leadership in between answers NOT_LEADER, which travels back.
+const (
+	// HeaderForwardedBy names the member that forwarded a request.
+	HeaderForwardedBy = "Tenure-Forwarded-By"
+	// HeaderConsistency set to "stale" lets a read answer from the local
+	// state of whichever member receives it.
+	HeaderConsistency = "Tenure-Consistency"
+)
+
+// forwarder calls one procedure on base (http://leader) with msg.
+type forwarder func(ctx context.Context, s *Server, base string, msg any) (connect.AnyResponse, error)
+
+type route struct {
+	write bool
+	call  forwarder
+}
+
+// routes lists the procedures a follower forwards to the leader.
+var routes = map[string]route{
+	v1c.LeaseServiceAcquireProcedure:        {true, via[tenurev1.AcquireRequest, tenurev1.AcquireResponse](v1c.LeaseServiceAcquireProcedure)},
+	v1c.LeaseServiceRenewProcedure:          {true, via[tenurev1.RenewRequest, tenurev1.RenewResponse](v1c.LeaseServiceRenewProcedure)},
+	v1c.LeaseServiceReleaseProcedure:        {true, via[tenurev1.ReleaseRequest, tenurev1.ReleaseResponse](v1c.LeaseServiceReleaseProcedure)},
+	v1c.LeaseServiceRevokeProcedure:         {true, via[tenurev1.RevokeRequest, tenurev1.RevokeResponse](v1c.LeaseServiceRevokeProcedure)},
+	v1c.LeaseServiceTransferProcedure:       {true, via[tenurev1.TransferRequest, tenurev1.TransferResponse](v1c.LeaseServiceTransferProcedure)},
+	v1c.LeaseServiceDeclareRestartProcedure: {true, via[tenurev1.DeclareRestartRequest, tenurev1.DeclareRestartResponse](v1c.LeaseServiceDeclareRestartProcedure)},
+	v1c.LeaseServiceWriteStateProcedure:     {true, via[tenurev1.WriteStateRequest, tenurev1.WriteStateResponse](v1c.LeaseServiceWriteStateProcedure)},
+	v1c.LeaseServiceVerifyProcedure:         {false, via[tenurev1.VerifyRequest, tenurev1.VerifyResponse](v1c.LeaseServiceVerifyProcedure)},
+	v1c.LeaseServiceGetProcedure:            {false, via[tenurev1.GetRequest, tenurev1.GetResponse](v1c.LeaseServiceGetProcedure)},
+	v1c.LeaseServiceListProcedure:           {false, via[tenurev1.ListRequest, tenurev1.ListResponse](v1c.LeaseServiceListProcedure)},
+	v1c.LeaseServiceCheckFenceProcedure:     {false, via[tenurev1.CheckFenceRequest, tenurev1.CheckFenceResponse](v1c.LeaseServiceCheckFenceProcedure)},
+	v1c.LeaseServiceReadStateProcedure:      {false, via[tenurev1.ReadStateRequest, tenurev1.ReadStateResponse](v1c.LeaseServiceReadStateProcedure)},
+	v1c.ClusterServiceGetPolicyProcedure:    {false, via[tenurev1.GetPolicyRequest, tenurev1.GetPolicyResponse](v1c.ClusterServiceGetPolicyProcedure)},
+	v1c.ClusterServiceSetPolicyProcedure:    {true, via[tenurev1.SetPolicyRequest, tenurev1.SetPolicyResponse](v1c.ClusterServiceSetPolicyProcedure)},
+	v1c.ClusterServiceAddVoterProcedure:     {true, via[tenurev1.AddVoterRequest, tenurev1.AddVoterResponse](v1c.ClusterServiceAddVoterProcedure)},
+	v1c.ClusterServiceRemoveServerProcedure: {true, via[tenurev1.RemoveServerRequest, tenurev1.RemoveServerResponse](v1c.ClusterServiceRemoveServerProcedure)},
+	v1c.ClusterServiceTransferLeadershipProcedure: {true,
+		via[tenurev1.TransferLeadershipRequest, tenurev1.TransferLeadershipResponse](v1c.ClusterServiceTransferLeadershipProcedure)},
+}
+
+// forwardClients caches one Connect client per leader address and procedure.
+type forwardClients struct {
+	http *http.Client
+	mu   sync.Mutex
+	m    map[string]any
+}
+
+func newForwardClients() *forwardClients {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &forwardClients{
+		http: &http.Client{Transport: &http.Transport{Protocols: &p, MaxIdleConnsPerHost: 64}},
+		m:    map[string]any{},
+	}
+}
+
+func (f *forwardClients) get(url string, mk func(connect.HTTPClient, string) any) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.m[url]
+	if !ok {
+		c = mk(f.http, url)
+		f.m[url] = c
+	}
+	return c
+}
+
+func (f *forwardClients) close() { f.http.CloseIdleConnections() }
+
+// via builds the forwarder of one procedure.
+func via[Req, Res any](proc string) forwarder {
+	mk := func(hc connect.HTTPClient, url string) any { return connect.NewClient[Req, Res](hc, url) }
+	return func(ctx context.Context, s *Server, base string, msg any) (connect.AnyResponse, error) {
+		c := s.fwd.get(base+proc, mk).(*connect.Client[Req, Res])
+		req := connect.NewRequest(msg.(*Req))
+		req.Header().Set(HeaderForwardedBy, s.node.ID())
+		resp, err := c.CallUnary(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		// A fresh response: the leader's HTTP headers (content type,
+		// length) must not leak into this member's answer.
+		return connect.NewResponse(resp.Msg), nil
+	}
+}
+
+type staleKey struct{}
+
+// withConsistency notes in ctx that the caller accepts a stale read.
+func withConsistency(ctx context.Context, hdr http.Header) context.Context {
+	if strings.EqualFold(hdr.Get(HeaderConsistency), "stale") {
+		return context.WithValue(ctx, staleKey{}, true)
+	}
+	return ctx
+}
+
+func staleRead(ctx context.Context) bool { v, _ := ctx.Value(staleKey{}).(bool); return v }
+
+// forwardInterceptor forwards unary calls to the leader (see routes).
+func (s *Server) forwardInterceptor() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			ctx = withConsistency(ctx, req.Header())
+			if resp, ok, err := s.forward(ctx, req.Spec().Procedure, req.Any(), req.Header()); ok {
+				return resp, err
+			}
+			return next(ctx, req)
+		}
+	}
+}
+
+// forward sends one call to the leader when this member should not answer
+// it itself; ok is false when the caller should run it locally (this node
+// leads, the read may be stale, the call was already forwarded, or no
+// leader is known — then the local path answers NOT_LEADER).
+func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Header) (resp connect.AnyResponse, ok bool, err error) {
+	r, found := routes[proc]
+	if !found || s.node.IsLeader() || hdr.Get(HeaderForwardedBy) != "" || (!r.write && staleRead(ctx)) {
+		return nil, false, nil
+	}
+	id, addr := s.node.Leader()
+	if id == "" || id == s.node.ID() {
+		// No leader, or this node was just elected and is not serving yet.
+		return nil, false, nil
+	}
+	if addr == "" {
+		return nil, true, s.toConnect(notLeader(id, "", "the leader's API address is not published yet"))
+	}
+	resp, err = r.call(ctx, s, "http://"+addr, msg)
+	if err != nil {
+		s.metrics.forwardErrors.Inc()
+		return nil, true, s.forwardError(ctx, err, r.write, id, addr)
+	}
+	return resp, true, nil
+}
+
+// forwardError classifies a failed forward (see the package comment above).
+func (s *Server) forwardError(ctx context.Context, err error, write bool, id, addr string) error {
+	var ce *connect.Error
+	if errors.As(err, &ce) && connect.IsWireError(ce) {
+		// The leader's own answer: same code, message and details, without
+		// the leader's transport headers.
+		out := connect.NewError(ce.Code(), errors.New(ce.Message()))
+		for _, d := range ce.Details() {
+			out.AddDetail(d)
+		}
+		return out
+	}
+	var op *net.OpError
+	switch {
+	case errors.As(err, &op) && op.Op == "dial":
+		return s.toConnect(notLeader(id, addr, "the leader could not be reached"))
+	case !write && ctx.Err() != nil:
+		return s.toConnect(ctx.Err())
+	case !write:
+		return s.toConnect(notLeader(id, addr, "the forwarded read broke off: "+err.Error()))
+	}
+	return s.toConnect(&registrar.Error{Reason: registrar.ReasonOutcomeUnknown,
+		Message: fmt.Sprintf("%s: the write forwarded to the leader %s broke off (%v); it may or may not have been applied",
+			registrar.ReasonOutcomeUnknown, id, err)})
+}
+
+func notLeader(id, addr, why string) error {
+	return &registrar.Error{Reason: registrar.ReasonNotLeader,
+		Message:  fmt.Sprintf("%s: this node is not the leader and cannot forward to leader %q: %s", registrar.ReasonNotLeader, id, why),
+		Metadata: map[string]string{"leader": addr, "leader_id": id}}
+}
+
+// callOp runs one operation of a stream: forwarded to the leader like its
+// unary RPC, or through the local handler.
+func callOp[Req, Res any](ctx context.Context, s *Server, hdr http.Header, proc string, req *Req,
+	local func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) (*Res, error) {
+	if resp, ok, err := s.forward(ctx, proc, req, hdr); ok {
+		if err != nil {
+			return nil, err
+		}
+		return resp.Any().(*Res), nil
+	}
+	r, err := local(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	return r.Msg, nil
+}
