@@ -252,14 +252,20 @@ func (r *Registrar) Acquire(tx *Tx, c *logpb.Acquire) Outcome {
 		mode = Exclusive
 	}
 	ns := r.namespaces[nsName]
-	if err := r.checkQuota(ns, c.Holder); err != nil {
-		return fail(err)
-	}
 	var res *resource
 	if ns != nil {
 		res = ns.resources[c.Resource]
 	}
-	if res == nil || (len(res.waiters()) == 0 && compatible(res, mode)) {
+	free := res == nil || (len(res.waiters()) == 0 && compatible(res, mode))
+	if !free && c.WaitMs <= 0 {
+		// LEASE_HELD before the quota: a holder at its quota retrying an
+		// acquire whose outcome it did not learn must still find its lease.
+		return fail(r.held(res, tx.Tick, false))
+	}
+	if err := r.checkQuota(ns, c.Holder); err != nil {
+		return fail(err)
+	}
+	if free {
 		l, id := r.issue(tx, issueArgs{
 			ns: nsName, resource: c.Resource, holder: c.Holder, mode: mode, ttl: ttl,
 			maxRenewals: p.MaxRenewals, maxLifetime: p.MaxLifetime,
@@ -349,7 +355,8 @@ func (r *Registrar) Renew(tx *Tx, c *logpb.Renew) Outcome {
 		for _, ns := range r.namespacesFor(c.Namespace) {
 			if h := ns.holders[c.Holder]; h != nil {
 				for l := h.head; l != nil; l = l.hNext {
-					renew("", l)
+					// Named, so that a failure says which lease it is about.
+					renew(FormatLeaseID(l.issuedWall, r.tag, l.seq), l)
 				}
 			}
 		}

@@ -134,24 +134,32 @@ func (r *Registrar) ReadState(ns, resource string) ([]byte, uint64, error) {
 // does not change the heap. The leader's expirer proposes these.
 func (r *Registrar) Due(t Tick, limit int) []Lease {
 	var out []Lease
-	// Walk the heap as a tree, visiting only due nodes.
-	stack := []int{0}
-	items := r.expiry.items
-	for len(stack) > 0 && len(out) < limit {
-		i := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if i >= len(items) || items[i].deadline() > t {
-			continue
-		}
-		out = append(out, r.view(items[i], t))
-		stack = append(stack, 2*i+2, 2*i+1)
+	// Walk the heap as a tree, visiting only due nodes, best first: the
+	// frontier is itself a min-heap of node indices, so with a limit the
+	// result is the earliest due leases, not whichever a depth-first walk
+	// met first.
+	type node struct {
+		i   int   // index in the expiry heap
+		pos int32 // index in the frontier
 	}
-	slices.SortFunc(out, func(a, b Lease) int {
-		if c := cmpInt(int64(a.Deadline()), int64(b.Deadline())); c != 0 {
-			return c
+	items := r.expiry.items
+	frontier := timerHeap[*node]{
+		less:  func(a, b *node) bool { return r.expiry.less(items[a.i], items[b.i]) },
+		index: func(n *node) *int32 { return &n.pos },
+	}
+	visit := func(i int) {
+		if i < len(items) && items[i].deadline() <= t {
+			frontier.push(&node{i: i})
 		}
-		return cmpUint(a.Fence, b.Fence)
-	})
+	}
+	visit(0)
+	for frontier.Len() > 0 && len(out) < limit {
+		n, _ := frontier.peek()
+		frontier.remove(n)
+		out = append(out, r.view(items[n.i], t))
+		visit(2*n.i + 1)
+		visit(2*n.i + 2)
+	}
 	return out
 }
 
@@ -166,16 +174,6 @@ func (r *Registrar) NextDeadline() (Tick, bool) {
 		next, ok = w.deadline, true
 	}
 	return next, ok
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Counts returns a namespace's leases by state and its waiters (as of the

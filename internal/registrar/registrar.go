@@ -101,7 +101,7 @@ func (r *Registrar) Apply(rec *logpb.Record) error {
 	case *logpb.Record_Issued:
 		return r.applyIssued(rec, b.Issued)
 	case *logpb.Record_Renewed:
-		l, err := r.recordLease(b.Renewed.GetLease())
+		l, err := r.liveLease(b.Renewed.GetLease())
 		if err != nil {
 			return err
 		}
@@ -121,9 +121,12 @@ func (r *Registrar) Apply(rec *logpb.Record) error {
 		if err != nil {
 			return err
 		}
+		if s := State(b.Ended.State); s != Released && s != Expired && s != Revoked {
+			return fmt.Errorf("record %d: lease %d ends in state %d", rec.Index, l.seq, b.Ended.State)
+		}
 		r.applyEnded(rec, l, b.Ended)
 	case *logpb.Record_Grace:
-		l, err := r.recordLease(b.Grace.GetLease())
+		l, err := r.liveLease(b.Grace.GetLease())
 		if err != nil {
 			return err
 		}
@@ -175,9 +178,29 @@ func (r *Registrar) recordLease(ref *logpb.LeaseRef) (*lease, error) {
 	return l, nil
 }
 
+// liveLease is recordLease for records that only an active lease can take
+// (a renewal or grace of an ended lease would put it back in the expiry
+// heap, where expiring it again would never remove it).
+func (r *Registrar) liveLease(ref *logpb.LeaseRef) (*lease, error) {
+	l, err := r.recordLease(ref)
+	if err == nil && l.state.Terminal() {
+		return nil, fmt.Errorf("record names lease %d, which already ended", l.seq)
+	}
+	return l, err
+}
+
 func (r *Registrar) applyIssued(rec *logpb.Record, is *logpb.LeaseIssued) error {
 	if is.Seq == 0 || r.leases[is.Seq] != nil || is.Seq < r.nextSeq {
 		return fmt.Errorf("record %d: lease sequence %d reused", rec.Index, is.Seq)
+	}
+	if m := Mode(is.Mode); m != Exclusive && m != Shared {
+		return fmt.Errorf("record %d: lease %d has mode %d", rec.Index, is.Seq, is.Mode)
+	}
+	if ns := r.namespaces[is.Namespace]; ns != nil {
+		if res := ns.resources[is.Resource]; res != nil && !compatible(res, Mode(is.Mode)) {
+			// CTR-0501: a grant for an already-leased resource.
+			return fmt.Errorf("record %d: lease %d on %s, which is already leased", rec.Index, is.Seq, is.Resource)
+		}
 	}
 	if is.WaiterId != 0 {
 		w := r.waiters[is.WaiterId]
@@ -276,6 +299,9 @@ func (r *Registrar) applyEnded(rec *logpb.Record, l *lease, e *logpb.LeaseEnded)
 func (r *Registrar) applyWaiting(wq *logpb.WaiterQueued) error {
 	if wq.WaiterId == 0 || r.waiters[wq.WaiterId] != nil || wq.WaiterId < r.nextWaiter {
 		return fmt.Errorf("waiter id %d reused", wq.WaiterId)
+	}
+	if m := Mode(wq.Mode); m != Exclusive && m != Shared {
+		return fmt.Errorf("waiter %d has mode %d", wq.WaiterId, wq.Mode)
 	}
 	ns := r.namespace(wq.Namespace, true)
 	res := ns.resource(wq.Resource, true)

@@ -164,3 +164,8 @@ func (e *env) since(mark int) []*logpb.Record {
 	}
 	return out
 }
+
+func (e *env) declareRestartIn(holder, ns string, graceMs *int64) registrar.Outcome {
+	return e.do(&logpb.Command{Actor: holder, Op: &logpb.Command_DeclareRestart{DeclareRestart: &logpb.DeclareRestart{
+		Holder: holder, Namespace: ns, GraceMs: graceMs}}})
+}

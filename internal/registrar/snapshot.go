@@ -63,13 +63,21 @@ func (r *Registrar) SnapshotInto(s *logpb.Snapshot) {
 
 // Restore builds a registrar from a snapshot.
 func Restore(s *logpb.Snapshot) (*Registrar, error) {
+	if s.NextSeq == 0 || s.NextWaiter == 0 {
+		// Both start at 1; 0 would be issued and refused by the next grant.
+		return nil, fmt.Errorf("snapshot: next lease or waiter id is 0")
+	}
 	r := New(PolicyFromProto(DefaultPolicy(), s.DefaultPolicy))
 	r.tick, r.wall = Tick(s.Tick), s.Wall
-	r.nextSeq, r.nextWaiter = s.NextSeq, s.NextWaiter
+	// nextWaiter is set after the waiters are queued: applyWaiting refuses
+	// ids below it.
+	r.nextSeq = s.NextSeq
 	r.tag = uint16(s.IdTag)
 	for _, p := range s.Policies {
 		n := r.namespace(p.Namespace, true)
-		n.policy, n.hasPolicy = PolicyFromProto(r.defaults, p.Policy), true
+		// Proto writes every field, and max_renewals 0 means unlimited
+		// here: overlaying on r.defaults would turn it into the defaults'.
+		n.policy, n.hasPolicy = PolicyFromProto(DefaultPolicy(), p.Policy), true
 	}
 	var retired []*lease
 	for _, ls := range s.Leases {
@@ -133,6 +141,9 @@ func Restore(s *logpb.Snapshot) (*Registrar, error) {
 		if err := r.applyWaiting(wq); err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
 		}
+	}
+	if s.NextWaiter < r.nextWaiter {
+		return nil, fmt.Errorf("snapshot: next waiter id %d is not above the queued ones", s.NextWaiter)
 	}
 	r.nextWaiter = s.NextWaiter
 	for _, st := range s.States {

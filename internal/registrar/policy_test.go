@@ -1,0 +1,188 @@
+package registrar_test
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+func TestPolicy_Defaults(t *testing.T) {
+	t.Parallel()
+	p := registrar.DefaultPolicy()
+	want := registrar.Policy{
+		DefaultTTL: 60_000, MinTTL: 1000, MaxTTL: 300_000, MaxGrace: 15_000,
+		MaxActivePerHolder: 10_000, MaxActivePerNamespace: 1_000_000, MaxWaitersPerResource: 1000,
+		LeaseRetention: 3_600_000, HistoryRetention: 86_400_000,
+	}
+	if p != want {
+		t.Fatalf("defaults %+v\nwant     %+v", p, want)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e := setup(t)
+	if got := e.m.Registrar().Policy("anything"); got != want {
+		t.Fatalf("policy of a fresh namespace %+v", got)
+	}
+}
+
+// Quotas (seed 002 §7 lease squatting): max_active_per_holder and
+// max_active_per_namespace → QUOTA_EXCEEDED naming the quota and limit.
+func TestPolicy_Quotas(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		policy  *tenurev1.NamespacePolicy
+		holders []string // one acquire each, on distinct resources; the last is refused
+		quota   string
+		limit   string
+	}{
+		{"per_holder", &tenurev1.NamespacePolicy{MaxActivePerHolder: 2}, strs("w1", "w1", "w1"), "max_active_per_holder", "2"},
+		{"per_namespace", &tenurev1.NamespacePolicy{MaxActivePerNamespace: 3}, strs("w1", "w2", "w3", "w4"), "max_active_per_namespace", "3"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			e.setPolicy("tight", c.policy)
+			var last registrar.Lease
+			n := len(c.holders)
+			for i, h := range c.holders[:n-1] {
+				last = e.mustAcquire("r/"+string(rune('a'+i)), h, inNS("tight"))
+			}
+			var out registrar.Outcome
+			e.unchanged(func() { out = e.acquire("r/z", c.holders[n-1], inNS("tight")) })
+			wantReason(t, out.Err, registrar.ReasonQuotaExceeded)
+			wantErrIs(t, out.Err, registrar.ErrQuotaExceeded)
+			wantMeta(t, out.Err, "quota", c.quota, "limit", c.limit)
+			wantMessagePrefix(t, out.Err)
+			// Waiting does not get around it either.
+			e.unchanged(func() { out = e.acquire("r/z", c.holders[n-1], inNS("tight"), wait(1000)) })
+			wantReason(t, out.Err, registrar.ReasonQuotaExceeded)
+			// Other namespaces are not affected.
+			e.mustAcquire("r/z", c.holders[n-1])
+			// Ending a lease frees quota.
+			e.release(last.ID, last.Holder)
+			e.mustAcquire("r/z", c.holders[n-1], inNS("tight"))
+		})
+	}
+}
+
+// A holder at its quota that retries an acquire whose outcome it did not
+// learn still gets LEASE_HELD naming its own lease, so that it can adopt it
+// (API.md conventions); only a grant or a queued wait is refused.
+func TestPolicy_QuotaDoesNotHideOwnLease(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.setPolicy("default", &tenurev1.NamespacePolicy{MaxActivePerHolder: 1})
+	l := e.mustAcquire("orders/42", "w1")
+	out := e.acquire("orders/42", "w1")
+	wantReason(t, out.Err, registrar.ReasonLeaseHeld)
+	wantMeta(t, out.Err, "lease_id", l.ID, "holder", "w1")
+	wantReason(t, e.acquire("orders/43", "w1").Err, registrar.ReasonQuotaExceeded)
+	wantReason(t, e.acquire("orders/42", "w1", wait(1000)).Err, registrar.ReasonQuotaExceeded)
+}
+
+// Pruning: terminal leases are removed lease_retention after the record
+// that ended them; ids and fences are never reused afterwards.
+func TestPolicy_PruneAfterRetention(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.setPolicy("default", &tenurev1.NamespacePolicy{LeaseRetention: durationpb.New(10 * time.Second)})
+	rel := e.mustAcquire("orders/42", "w1", ttl(5000))
+	e.after(100).release(rel.ID, "w1")
+	releasedAt := e.tick
+	exp := e.mustAcquire("orders/43", "w1", ttl(2000))
+	// The expirer is 5 s late: pruning counts from the expiry record.
+	expiredRecordAt := exp.ExpiresTick + 5000
+	e.at(expiredRecordAt).advance()
+	active := e.mustAcquire("orders/44", "w1", ttl(300_000))
+
+	poke := func(at registrar.Tick) { // any command that emits a record
+		e.at(at).mustAcquire("poke", "p")
+		for _, l := range e.m.Registrar().Active("", "poke", e.tick) {
+			e.release(l.ID, "p")
+		}
+	}
+	poke(releasedAt + 9999)
+	if _, err := e.m.Registrar().Get(rel.ID, e.tick); err != nil {
+		t.Fatalf("pruned before its retention: %v", err)
+	}
+	poke(releasedAt + 10_000)
+	if _, err := e.m.Registrar().Get(rel.ID, e.tick); registrar.ReasonOf(err) != registrar.ReasonLeaseNotFound {
+		t.Fatalf("released lease not pruned: %v", err)
+	}
+	if _, err := e.m.Registrar().Get(exp.ID, e.tick); err != nil {
+		t.Fatalf("expired lease pruned before its retention from the expiry record: %v", err)
+	}
+	poke(expiredRecordAt + 10_000)
+	if _, err := e.m.Registrar().Get(exp.ID, e.tick); registrar.ReasonOf(err) != registrar.ReasonLeaseNotFound {
+		t.Fatalf("expired lease not pruned: %v", err)
+	}
+	// Active leases are never pruned (CTR-0402).
+	if got := e.get(active.ID); got.State != registrar.Active {
+		t.Fatalf("active lease %+v", got)
+	}
+	// Pruned: verify says not found, release says already terminal.
+	vr, _ := e.m.Registrar().Verify([]string{rel.ID, exp.ID}, e.tick)
+	if vr[0].Found || vr[1].Found {
+		t.Fatalf("verify pruned: %+v", vr)
+	}
+	if out := e.release(rel.ID, "w1"); out.Err != nil || !out.AlreadyTerminal {
+		t.Fatalf("release pruned: %+v", out)
+	}
+	wantReason(t, e.renew(rel.ID, nil).Err, registrar.ReasonLeaseNotFound)
+	list, _, _ := e.m.Registrar().List(registrar.ListQuery{Prefix: "orders/"}, e.tick)
+	if len(list) != 1 || list[0].ID != active.ID {
+		t.Fatalf("list after pruning %q", describe(list))
+	}
+	_, released, expired, _, _ := e.m.Registrar().Counts("")
+	if expired != 0 || released != 3 { // the three poke leases are still retained
+		t.Fatalf("counts released %d expired %d", released, expired)
+	}
+	// Never reused: a new lease on the pruned resource gets a higher fence
+	// and an id no earlier lease had.
+	n := e.mustAcquire("orders/42", "w2")
+	if n.Fence <= exp.Fence || n.Fence <= rel.Fence || n.ID == rel.ID || n.ID == exp.ID {
+		t.Fatalf("reused: %+v", n)
+	}
+	if _, _, seq, _ := registrar.ParseLeaseID(n.ID); seq != n.Fence {
+		t.Fatalf("id sequence %d, fence %d", seq, n.Fence)
+	}
+}
+
+// Policy limits are validated and the ones copied into a lease at grant
+// do not change under it.
+func TestPolicy_SetPolicyValidationAndSnapshotAtGrant(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	bad := []struct {
+		name  string
+		p     *tenurev1.NamespacePolicy
+		field string
+	}{
+		{"max_below_min", &tenurev1.NamespacePolicy{MinTtl: durationpb.New(10 * time.Second), MaxTtl: durationpb.New(5 * time.Second)}, "max_ttl"},
+		{"default_outside", &tenurev1.NamespacePolicy{DefaultTtl: durationpb.New(time.Hour)}, "default_ttl"},
+		{"grace_over_15s", &tenurev1.NamespacePolicy{MaxGrace: durationpb.New(16 * time.Second)}, "max_grace"},
+	}
+	for _, c := range bad {
+		t.Run(c.name, func(t *testing.T) {
+			var out registrar.Outcome
+			e.unchanged(func() {
+				out = e.do(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "x", Policy: c.p}}})
+			})
+			wantReason(t, out.Err, registrar.ReasonPolicyInvalid)
+			wantMeta(t, out.Err, "field", c.field)
+		})
+	}
+	e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: 1})
+	l := e.mustAcquire("r", "w1", ttl(10_000))
+	e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: 5})
+	e.after(1000).renew(l.ID, nil)
+	wantReason(t, e.after(1000).renew(l.ID, nil).Err, registrar.ReasonRenewalLimitExceeded)
+}
