@@ -196,13 +196,15 @@ func (r *Registrar) checkQuota(ns *namespace, holder string) error {
 		return nil
 	}
 	p := ns.policy
-	if h := ns.holders[holder]; h != nil && h.active >= p.MaxActivePerHolder {
+	// Queued acquires count: each will become an active lease when granted.
+	if h := ns.holders[holder]; h != nil && h.active+h.waiting >= p.MaxActivePerHolder {
 		return quota("max_active_per_holder", p.MaxActivePerHolder,
-			"holder %s has %d active leases in namespace %s; the limit is %d", holder, h.active, ns.name, p.MaxActivePerHolder)
+			"holder %s has %d active and %d queued leases in namespace %s; the limit is %d",
+			holder, h.active, h.waiting, ns.name, p.MaxActivePerHolder)
 	}
-	if ns.counts[Active] >= p.MaxActivePerNamespace {
+	if n := ns.counts[Active] + ns.waiters; n >= p.MaxActivePerNamespace {
 		return quota("max_active_per_namespace", p.MaxActivePerNamespace,
-			"namespace %s has %d active leases; the limit is %d", ns.name, ns.counts[Active], p.MaxActivePerNamespace)
+			"namespace %s has %d active and %d queued leases; the limit is %d", ns.name, ns.counts[Active], ns.waiters, p.MaxActivePerNamespace)
 	}
 	return nil
 }

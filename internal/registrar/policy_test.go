@@ -88,6 +88,34 @@ func TestPolicy_QuotaDoesNotHideOwnLease(t *testing.T) {
 	wantReason(t, e.acquire("orders/42", "w1", wait(1000)).Err, registrar.ReasonQuotaExceeded)
 }
 
+// Queued acquires count against the holder's and the namespace's quota, so
+// that grants from wait queues never take a holder past its limit.
+func TestPolicy_WaitersCountAgainstQuota(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.setPolicy("default", &tenurev1.NamespacePolicy{MaxActivePerHolder: 1})
+	a := e.mustAcquire("r1", "other")
+	b := e.mustAcquire("r2", "other2")
+	if out := e.acquire("r1", "w1", wait(60_000)); out.Err != nil || out.WaiterID == 0 {
+		t.Fatalf("first wait: %+v", out)
+	}
+	out := e.acquire("r2", "w1", wait(60_000))
+	wantReason(t, out.Err, registrar.ReasonQuotaExceeded)
+	wantMeta(t, out.Err, "quota", "max_active_per_holder", "limit", "1")
+	e.after(10).release(a.ID, "other")
+	e.release(b.ID, "other2")
+	if act, queued := e.m.Registrar().HolderLoad("w1", "default"); act != 1 || queued != 0 {
+		t.Fatalf("w1 holds %d and waits for %d; want 1 and 0", act, queued)
+	}
+
+	e.setPolicy("ns2", &tenurev1.NamespacePolicy{MaxActivePerNamespace: 2})
+	e.mustAcquire("x", "h1", inNS("ns2"))
+	if out := e.acquire("x", "h2", inNS("ns2"), wait(60_000)); out.Err != nil {
+		t.Fatalf("namespace wait: %v", out.Err)
+	}
+	wantReason(t, e.acquire("y", "h3", inNS("ns2")).Err, registrar.ReasonQuotaExceeded)
+}
+
 // Pruning: terminal leases are removed lease_retention after the record
 // that ended them; ids and fences are never reused afterwards.
 func TestPolicy_PruneAfterRetention(t *testing.T) {

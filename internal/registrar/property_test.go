@@ -623,6 +623,7 @@ func (p *propRun) expect(adv *statemachine.Machine, cmd *logpb.Command) func(sta
 		act := r.Active(ns, a.Resource, T)
 		waiting := r.Waiters(ns, a.Resource)
 		held := len(r.ByHolder(a.Holder, ns, T))
+		_, queued := r.HolderLoad(a.Holder, ns)
 		compatible := len(act) == 0 || mode == registrar.Shared && act[0].Mode == registrar.Shared
 		return func(res statemachine.Result, own []statemachine.Sealed) {
 			out := res.Outcome
@@ -639,7 +640,7 @@ func (p *propRun) expect(adv *statemachine.Machine, cmd *logpb.Command) func(sta
 					t.Fatalf("step %d: LEASE_HELD names %+v, active %v", step, he, act)
 				}
 				noOwn(own)
-			case uint64(held) >= pol.MaxActivePerHolder:
+			case uint64(held)+queued >= pol.MaxActivePerHolder:
 				want(res, registrar.ReasonQuotaExceeded)
 			case free:
 				want(res, "")

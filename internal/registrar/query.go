@@ -208,6 +208,17 @@ func (r *Registrar) Waiters(ns, resource string) []Waiter {
 	return out
 }
 
+// HolderLoad returns a holder's active leases and queued acquires in a
+// namespace: what its quota counts.
+func (r *Registrar) HolderLoad(holder, ns string) (active, waiting uint64) {
+	if n := r.namespaces[orDefault(ns)]; n != nil {
+		if h := n.holders[holder]; h != nil {
+			return h.active, h.waiting
+		}
+	}
+	return 0, 0
+}
+
 // WaiterPending reports whether a waiter is still queued.
 func (r *Registrar) WaiterPending(id uint64) bool { return r.waiters[id] != nil }
 

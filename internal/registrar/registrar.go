@@ -318,6 +318,9 @@ func (r *Registrar) applyWaiting(wq *logpb.WaiterQueued) error {
 	}
 	r.nextWaiter = w.id + 1
 	r.waiters[w.id] = w
+	h := ns.holder(w.holder)
+	h.waiting++
+	h.refs++
 	c := res.contention()
 	c.waiters = append(c.waiters, w)
 	ns.waiters++
@@ -334,6 +337,13 @@ func (r *Registrar) removeWaiter(w *waiter) {
 		res.settle()
 	}
 	res.ns.waiters--
+	if h := res.ns.holders[w.holder]; h != nil {
+		h.waiting--
+		h.refs--
+		if h.refs == 0 {
+			delete(res.ns.holders, h.name)
+		}
+	}
 	res.ns.dropIfEmpty(res)
 }
 

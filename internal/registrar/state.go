@@ -152,7 +152,11 @@ type holderEntry struct {
 	ns     *namespace
 	head   *lease
 	active uint64
-	// refs counts the leases naming this entry, active or not yet pruned;
+	// waiting counts the holder's queued acquires; they count against its
+	// quota, so a grant from the queue never takes it over.
+	waiting uint64
+	// refs counts the leases naming this entry, active or not yet pruned,
+	// and its queued acquires;
 	// the entry lives as long as they do, so a holder cycling one lease
 	// does not churn it.
 	refs uint64

@@ -26,6 +26,13 @@ import (
 // SnapshotVersion is the version of the snapshot encoding this code writes.
 const SnapshotVersion = 1
 
+// MaxTick and MaxWall bound the times a command may carry: ticks leave
+// room for any ttl without overflow; walls fit the 48 bits of a lease id.
+const (
+	MaxTick = 1 << 52
+	MaxWall = 1 << 48
+)
+
 // SystemActor is the actor of commands the registrar issues itself.
 const SystemActor = "registrar"
 
@@ -124,6 +131,13 @@ var errNotBootstrapped = &registrar.Error{Reason: registrar.ReasonNotBootstrappe
 // Apply applies one command and returns its outcome and records. A
 // rejected command changes nothing beyond the expiries due at its tick.
 func (m *Machine) Apply(cmd *logpb.Command) Result {
+	if cmd.Tick < 0 || cmd.Tick > MaxTick || cmd.Wall < 0 || cmd.Wall >= MaxWall {
+		// Only a broken leader stamps such times; refusing them keeps tick
+		// arithmetic from overflowing and lease ids parseable.
+		return Result{Outcome: registrar.Outcome{Err: &registrar.Error{Reason: registrar.ReasonInvalidArgument,
+			Message:  fmt.Sprintf("INVALID_ARGUMENT: tick %d or wall %d out of range", cmd.Tick, cmd.Wall),
+			Metadata: map[string]string{"field": "tick"}}}}
+	}
 	tick := registrar.Tick(cmd.Tick)
 	if t := m.reg.Tick(); tick < t {
 		tick = t // ticks never go backwards
