@@ -69,6 +69,13 @@ func (n *Node) AwaitWaiter(ctx context.Context, id uint64) (WaitResult, error) {
 	case r := <-ch:
 		return r, nil
 	case <-ctx.Done():
+		// A result that raced the end of ctx is still handed back (with
+		// ctx's error), so the caller can undo a grant nobody will use.
+		select {
+		case r := <-ch:
+			return r, ctx.Err()
+		default:
+		}
 		return WaitResult{}, ctx.Err()
 	case <-n.stop:
 		return WaitResult{}, unavailable("the node is shutting down")

@@ -92,6 +92,7 @@ type Command struct {
 	//	*Command_SetPolicy
 	//	*Command_Advance
 	//	*Command_SetMember
+	//	*Command_CancelWait
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -263,6 +264,15 @@ func (x *Command) GetSetMember() *SetMember {
 	return nil
 }
 
+func (x *Command) GetCancelWait() *CancelWait {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CancelWait); ok {
+			return x.CancelWait
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -315,6 +325,10 @@ type Command_SetMember struct {
 	SetMember *SetMember `protobuf:"bytes,21,opt,name=set_member,json=setMember,proto3,oneof"`
 }
 
+type Command_CancelWait struct {
+	CancelWait *CancelWait `protobuf:"bytes,22,opt,name=cancel_wait,json=cancelWait,proto3,oneof"`
+}
+
 func (*Command_Bootstrap) isCommand_Op() {}
 
 func (*Command_Acquire) isCommand_Op() {}
@@ -338,6 +352,8 @@ func (*Command_SetPolicy) isCommand_Op() {}
 func (*Command_Advance) isCommand_Op() {}
 
 func (*Command_SetMember) isCommand_Op() {}
+
+func (*Command_CancelWait) isCommand_Op() {}
 
 // SetMember publishes a member's addresses in replicated state (or, with
 // removed, forgets the member). Proposed by the leader for itself when it
@@ -1037,6 +1053,60 @@ func (x *SetPolicy) GetPolicy() *v1.NamespacePolicy {
 	return nil
 }
 
+// CancelWait withdraws a queued acquire whose caller went away, so that it
+// is not granted a lease nobody will use.
+type CancelWait struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WaiterId      uint64                 `protobuf:"varint,1,opt,name=waiter_id,json=waiterId,proto3" json:"waiter_id,omitempty"`
+	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelWait) Reset() {
+	*x = CancelWait{}
+	mi := &file_log_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelWait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelWait) ProtoMessage() {}
+
+func (x *CancelWait) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelWait.ProtoReflect.Descriptor instead.
+func (*CancelWait) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CancelWait) GetWaiterId() uint64 {
+	if x != nil {
+		return x.WaiterId
+	}
+	return 0
+}
+
+func (x *CancelWait) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
 // Advance only moves registrar time forward (expiring what is due).
 type Advance struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1046,7 +1116,7 @@ type Advance struct {
 
 func (x *Advance) Reset() {
 	*x = Advance{}
-	mi := &file_log_proto_msgTypes[13]
+	mi := &file_log_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1128,7 @@ func (x *Advance) String() string {
 func (*Advance) ProtoMessage() {}
 
 func (x *Advance) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[13]
+	mi := &file_log_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1141,7 @@ func (x *Advance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Advance.ProtoReflect.Descriptor instead.
 func (*Advance) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{13}
+	return file_log_proto_rawDescGZIP(), []int{14}
 }
 
 // Record is one ledger event. Its canonical bytes are its deterministic
@@ -1103,7 +1173,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_log_proto_msgTypes[14]
+	mi := &file_log_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1185,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[14]
+	mi := &file_log_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1198,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{14}
+	return file_log_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Record) GetIndex() uint64 {
@@ -1356,7 +1426,7 @@ type MemberSet struct {
 
 func (x *MemberSet) Reset() {
 	*x = MemberSet{}
-	mi := &file_log_proto_msgTypes[15]
+	mi := &file_log_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1438,7 @@ func (x *MemberSet) String() string {
 func (*MemberSet) ProtoMessage() {}
 
 func (x *MemberSet) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[15]
+	mi := &file_log_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1451,7 @@ func (x *MemberSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSet.ProtoReflect.Descriptor instead.
 func (*MemberSet) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{15}
+	return file_log_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MemberSet) GetId() string {
@@ -1422,7 +1492,7 @@ type Initialized struct {
 
 func (x *Initialized) Reset() {
 	*x = Initialized{}
-	mi := &file_log_proto_msgTypes[16]
+	mi := &file_log_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1504,7 @@ func (x *Initialized) String() string {
 func (*Initialized) ProtoMessage() {}
 
 func (x *Initialized) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[16]
+	mi := &file_log_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1517,7 @@ func (x *Initialized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Initialized.ProtoReflect.Descriptor instead.
 func (*Initialized) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{16}
+	return file_log_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Initialized) GetPublicKey() []byte {
@@ -1488,7 +1558,7 @@ type LeaseIssued struct {
 
 func (x *LeaseIssued) Reset() {
 	*x = LeaseIssued{}
-	mi := &file_log_proto_msgTypes[17]
+	mi := &file_log_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1570,7 @@ func (x *LeaseIssued) String() string {
 func (*LeaseIssued) ProtoMessage() {}
 
 func (x *LeaseIssued) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[17]
+	mi := &file_log_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1583,7 @@ func (x *LeaseIssued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseIssued.ProtoReflect.Descriptor instead.
 func (*LeaseIssued) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{17}
+	return file_log_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LeaseIssued) GetSeq() uint64 {
@@ -1622,7 +1692,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_log_proto_msgTypes[18]
+	mi := &file_log_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1704,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[18]
+	mi := &file_log_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1717,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{18}
+	return file_log_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseRef) GetSeq() uint64 {
@@ -1697,7 +1767,7 @@ type LeaseRenewed struct {
 
 func (x *LeaseRenewed) Reset() {
 	*x = LeaseRenewed{}
-	mi := &file_log_proto_msgTypes[19]
+	mi := &file_log_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1779,7 @@ func (x *LeaseRenewed) String() string {
 func (*LeaseRenewed) ProtoMessage() {}
 
 func (x *LeaseRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[19]
+	mi := &file_log_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1792,7 @@ func (x *LeaseRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRenewed.ProtoReflect.Descriptor instead.
 func (*LeaseRenewed) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{19}
+	return file_log_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaseRenewed) GetLease() *LeaseRef {
@@ -1767,7 +1837,7 @@ type LeaseEnded struct {
 
 func (x *LeaseEnded) Reset() {
 	*x = LeaseEnded{}
-	mi := &file_log_proto_msgTypes[20]
+	mi := &file_log_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1849,7 @@ func (x *LeaseEnded) String() string {
 func (*LeaseEnded) ProtoMessage() {}
 
 func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[20]
+	mi := &file_log_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1862,7 @@ func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEnded.ProtoReflect.Descriptor instead.
 func (*LeaseEnded) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{20}
+	return file_log_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LeaseEnded) GetLease() *LeaseRef {
@@ -1841,7 +1911,7 @@ type LeaseGrace struct {
 
 func (x *LeaseGrace) Reset() {
 	*x = LeaseGrace{}
-	mi := &file_log_proto_msgTypes[21]
+	mi := &file_log_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +1923,7 @@ func (x *LeaseGrace) String() string {
 func (*LeaseGrace) ProtoMessage() {}
 
 func (x *LeaseGrace) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[21]
+	mi := &file_log_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +1936,7 @@ func (x *LeaseGrace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrace.ProtoReflect.Descriptor instead.
 func (*LeaseGrace) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{21}
+	return file_log_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LeaseGrace) GetLease() *LeaseRef {
@@ -1907,7 +1977,7 @@ type WaiterQueued struct {
 
 func (x *WaiterQueued) Reset() {
 	*x = WaiterQueued{}
-	mi := &file_log_proto_msgTypes[22]
+	mi := &file_log_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +1989,7 @@ func (x *WaiterQueued) String() string {
 func (*WaiterQueued) ProtoMessage() {}
 
 func (x *WaiterQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[22]
+	mi := &file_log_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2002,7 @@ func (x *WaiterQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterQueued.ProtoReflect.Descriptor instead.
 func (*WaiterQueued) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{22}
+	return file_log_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WaiterQueued) GetWaiterId() uint64 {
@@ -2010,7 +2080,7 @@ type WaiterEnded struct {
 
 func (x *WaiterEnded) Reset() {
 	*x = WaiterEnded{}
-	mi := &file_log_proto_msgTypes[23]
+	mi := &file_log_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2092,7 @@ func (x *WaiterEnded) String() string {
 func (*WaiterEnded) ProtoMessage() {}
 
 func (x *WaiterEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[23]
+	mi := &file_log_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2105,7 @@ func (x *WaiterEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterEnded.ProtoReflect.Descriptor instead.
 func (*WaiterEnded) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{23}
+	return file_log_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WaiterEnded) GetWaiterId() uint64 {
@@ -2080,7 +2150,7 @@ type StateWritten struct {
 
 func (x *StateWritten) Reset() {
 	*x = StateWritten{}
-	mi := &file_log_proto_msgTypes[24]
+	mi := &file_log_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2162,7 @@ func (x *StateWritten) String() string {
 func (*StateWritten) ProtoMessage() {}
 
 func (x *StateWritten) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[24]
+	mi := &file_log_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2175,7 @@ func (x *StateWritten) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateWritten.ProtoReflect.Descriptor instead.
 func (*StateWritten) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{24}
+	return file_log_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StateWritten) GetNamespace() string {
@@ -2153,7 +2223,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_log_proto_msgTypes[25]
+	mi := &file_log_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2235,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[25]
+	mi := &file_log_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2248,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{25}
+	return file_log_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PolicySet) GetNamespace() string {
@@ -2207,7 +2277,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_log_proto_msgTypes[26]
+	mi := &file_log_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2289,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[26]
+	mi := &file_log_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2302,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{26}
+	return file_log_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Checkpoint) GetCoversIndex() uint64 {
@@ -2288,7 +2358,7 @@ type LeaseSnap struct {
 
 func (x *LeaseSnap) Reset() {
 	*x = LeaseSnap{}
-	mi := &file_log_proto_msgTypes[27]
+	mi := &file_log_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2370,7 @@ func (x *LeaseSnap) String() string {
 func (*LeaseSnap) ProtoMessage() {}
 
 func (x *LeaseSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[27]
+	mi := &file_log_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2383,7 @@ func (x *LeaseSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseSnap.ProtoReflect.Descriptor instead.
 func (*LeaseSnap) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{27}
+	return file_log_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaseSnap) GetSeq() uint64 {
@@ -2482,7 +2552,7 @@ type GuardedStateSnap struct {
 
 func (x *GuardedStateSnap) Reset() {
 	*x = GuardedStateSnap{}
-	mi := &file_log_proto_msgTypes[28]
+	mi := &file_log_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2564,7 @@ func (x *GuardedStateSnap) String() string {
 func (*GuardedStateSnap) ProtoMessage() {}
 
 func (x *GuardedStateSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[28]
+	mi := &file_log_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2577,7 @@ func (x *GuardedStateSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuardedStateSnap.ProtoReflect.Descriptor instead.
 func (*GuardedStateSnap) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{28}
+	return file_log_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GuardedStateSnap) GetNamespace() string {
@@ -2565,7 +2635,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_log_proto_msgTypes[29]
+	mi := &file_log_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2647,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[29]
+	mi := &file_log_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2660,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{29}
+	return file_log_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -2711,7 +2781,7 @@ const file_log_proto_rawDesc = "" +
 	"\n" +
 	"\tlog.proto\x12\rtenure.log.v1\x1a\x15tenure/v1/lease.proto\";\n" +
 	"\x05Batch\x122\n" +
-	"\bcommands\x18\x01 \x03(\v2\x16.tenure.log.v1.CommandR\bcommands\"\xe8\x05\n" +
+	"\bcommands\x18\x01 \x03(\v2\x16.tenure.log.v1.CommandR\bcommands\"\xa6\x06\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04tick\x18\x01 \x01(\x03R\x04tick\x12\x12\n" +
 	"\x04wall\x18\x02 \x01(\x03R\x04wall\x12\x14\n" +
@@ -2731,7 +2801,9 @@ const file_log_proto_rawDesc = "" +
 	"set_policy\x18\x13 \x01(\v2\x18.tenure.log.v1.SetPolicyH\x00R\tsetPolicy\x122\n" +
 	"\aadvance\x18\x14 \x01(\v2\x16.tenure.log.v1.AdvanceH\x00R\aadvance\x129\n" +
 	"\n" +
-	"set_member\x18\x15 \x01(\v2\x18.tenure.log.v1.SetMemberH\x00R\tsetMemberB\x04\n" +
+	"set_member\x18\x15 \x01(\v2\x18.tenure.log.v1.SetMemberH\x00R\tsetMember\x12<\n" +
+	"\vcancel_wait\x18\x16 \x01(\v2\x19.tenure.log.v1.CancelWaitH\x00R\n" +
+	"cancelWaitB\x04\n" +
 	"\x02op\"y\n" +
 	"\tSetMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
@@ -2787,7 +2859,11 @@ const file_log_proto_rawDesc = "" +
 	"\x04data\x18\x05 \x01(\fR\x04data\"]\n" +
 	"\tSetPolicy\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x122\n" +
-	"\x06policy\x18\x02 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\x06policy\"\t\n" +
+	"\x06policy\x18\x02 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\x06policy\"A\n" +
+	"\n" +
+	"CancelWait\x12\x1b\n" +
+	"\twaiter_id\x18\x01 \x01(\x04R\bwaiterId\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\"\t\n" +
 	"\aAdvance\"\x83\x06\n" +
 	"\x06Record\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
@@ -2959,7 +3035,7 @@ func file_log_proto_rawDescGZIP() []byte {
 	return file_log_proto_rawDescData
 }
 
-var file_log_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_log_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_log_proto_goTypes = []any{
 	(*Batch)(nil),              // 0: tenure.log.v1.Batch
 	(*Command)(nil),            // 1: tenure.log.v1.Command
@@ -2974,27 +3050,28 @@ var file_log_proto_goTypes = []any{
 	(*DeclareRestart)(nil),     // 10: tenure.log.v1.DeclareRestart
 	(*WriteState)(nil),         // 11: tenure.log.v1.WriteState
 	(*SetPolicy)(nil),          // 12: tenure.log.v1.SetPolicy
-	(*Advance)(nil),            // 13: tenure.log.v1.Advance
-	(*Record)(nil),             // 14: tenure.log.v1.Record
-	(*MemberSet)(nil),          // 15: tenure.log.v1.MemberSet
-	(*Initialized)(nil),        // 16: tenure.log.v1.Initialized
-	(*LeaseIssued)(nil),        // 17: tenure.log.v1.LeaseIssued
-	(*LeaseRef)(nil),           // 18: tenure.log.v1.LeaseRef
-	(*LeaseRenewed)(nil),       // 19: tenure.log.v1.LeaseRenewed
-	(*LeaseEnded)(nil),         // 20: tenure.log.v1.LeaseEnded
-	(*LeaseGrace)(nil),         // 21: tenure.log.v1.LeaseGrace
-	(*WaiterQueued)(nil),       // 22: tenure.log.v1.WaiterQueued
-	(*WaiterEnded)(nil),        // 23: tenure.log.v1.WaiterEnded
-	(*StateWritten)(nil),       // 24: tenure.log.v1.StateWritten
-	(*PolicySet)(nil),          // 25: tenure.log.v1.PolicySet
-	(*Checkpoint)(nil),         // 26: tenure.log.v1.Checkpoint
-	(*LeaseSnap)(nil),          // 27: tenure.log.v1.LeaseSnap
-	(*GuardedStateSnap)(nil),   // 28: tenure.log.v1.GuardedStateSnap
-	(*Snapshot)(nil),           // 29: tenure.log.v1.Snapshot
-	(*v1.NamespacePolicy)(nil), // 30: tenure.v1.NamespacePolicy
-	(v1.Mode)(0),               // 31: tenure.v1.Mode
-	(v1.ReleaseReason)(0),      // 32: tenure.v1.ReleaseReason
-	(v1.State)(0),              // 33: tenure.v1.State
+	(*CancelWait)(nil),         // 13: tenure.log.v1.CancelWait
+	(*Advance)(nil),            // 14: tenure.log.v1.Advance
+	(*Record)(nil),             // 15: tenure.log.v1.Record
+	(*MemberSet)(nil),          // 16: tenure.log.v1.MemberSet
+	(*Initialized)(nil),        // 17: tenure.log.v1.Initialized
+	(*LeaseIssued)(nil),        // 18: tenure.log.v1.LeaseIssued
+	(*LeaseRef)(nil),           // 19: tenure.log.v1.LeaseRef
+	(*LeaseRenewed)(nil),       // 20: tenure.log.v1.LeaseRenewed
+	(*LeaseEnded)(nil),         // 21: tenure.log.v1.LeaseEnded
+	(*LeaseGrace)(nil),         // 22: tenure.log.v1.LeaseGrace
+	(*WaiterQueued)(nil),       // 23: tenure.log.v1.WaiterQueued
+	(*WaiterEnded)(nil),        // 24: tenure.log.v1.WaiterEnded
+	(*StateWritten)(nil),       // 25: tenure.log.v1.StateWritten
+	(*PolicySet)(nil),          // 26: tenure.log.v1.PolicySet
+	(*Checkpoint)(nil),         // 27: tenure.log.v1.Checkpoint
+	(*LeaseSnap)(nil),          // 28: tenure.log.v1.LeaseSnap
+	(*GuardedStateSnap)(nil),   // 29: tenure.log.v1.GuardedStateSnap
+	(*Snapshot)(nil),           // 30: tenure.log.v1.Snapshot
+	(*v1.NamespacePolicy)(nil), // 31: tenure.v1.NamespacePolicy
+	(v1.Mode)(0),               // 32: tenure.v1.Mode
+	(v1.ReleaseReason)(0),      // 33: tenure.v1.ReleaseReason
+	(v1.State)(0),              // 34: tenure.v1.State
 }
 var file_log_proto_depIdxs = []int32{
 	1,  // 0: tenure.log.v1.Batch.commands:type_name -> tenure.log.v1.Command
@@ -3008,46 +3085,47 @@ var file_log_proto_depIdxs = []int32{
 	10, // 8: tenure.log.v1.Command.declare_restart:type_name -> tenure.log.v1.DeclareRestart
 	11, // 9: tenure.log.v1.Command.write_state:type_name -> tenure.log.v1.WriteState
 	12, // 10: tenure.log.v1.Command.set_policy:type_name -> tenure.log.v1.SetPolicy
-	13, // 11: tenure.log.v1.Command.advance:type_name -> tenure.log.v1.Advance
+	14, // 11: tenure.log.v1.Command.advance:type_name -> tenure.log.v1.Advance
 	2,  // 12: tenure.log.v1.Command.set_member:type_name -> tenure.log.v1.SetMember
-	30, // 13: tenure.log.v1.Bootstrap.default_policy:type_name -> tenure.v1.NamespacePolicy
-	31, // 14: tenure.log.v1.Acquire.mode:type_name -> tenure.v1.Mode
-	32, // 15: tenure.log.v1.Release.reason:type_name -> tenure.v1.ReleaseReason
-	30, // 16: tenure.log.v1.SetPolicy.policy:type_name -> tenure.v1.NamespacePolicy
-	16, // 17: tenure.log.v1.Record.initialized:type_name -> tenure.log.v1.Initialized
-	17, // 18: tenure.log.v1.Record.issued:type_name -> tenure.log.v1.LeaseIssued
-	19, // 19: tenure.log.v1.Record.renewed:type_name -> tenure.log.v1.LeaseRenewed
-	20, // 20: tenure.log.v1.Record.ended:type_name -> tenure.log.v1.LeaseEnded
-	21, // 21: tenure.log.v1.Record.grace:type_name -> tenure.log.v1.LeaseGrace
-	22, // 22: tenure.log.v1.Record.waiting:type_name -> tenure.log.v1.WaiterQueued
-	23, // 23: tenure.log.v1.Record.wait_ended:type_name -> tenure.log.v1.WaiterEnded
-	24, // 24: tenure.log.v1.Record.state_written:type_name -> tenure.log.v1.StateWritten
-	25, // 25: tenure.log.v1.Record.policy_set:type_name -> tenure.log.v1.PolicySet
-	26, // 26: tenure.log.v1.Record.checkpoint:type_name -> tenure.log.v1.Checkpoint
-	15, // 27: tenure.log.v1.Record.member_set:type_name -> tenure.log.v1.MemberSet
-	30, // 28: tenure.log.v1.Initialized.default_policy:type_name -> tenure.v1.NamespacePolicy
-	31, // 29: tenure.log.v1.LeaseIssued.mode:type_name -> tenure.v1.Mode
-	18, // 30: tenure.log.v1.LeaseRenewed.lease:type_name -> tenure.log.v1.LeaseRef
-	18, // 31: tenure.log.v1.LeaseEnded.lease:type_name -> tenure.log.v1.LeaseRef
-	33, // 32: tenure.log.v1.LeaseEnded.state:type_name -> tenure.v1.State
-	32, // 33: tenure.log.v1.LeaseEnded.reason:type_name -> tenure.v1.ReleaseReason
-	18, // 34: tenure.log.v1.LeaseGrace.lease:type_name -> tenure.log.v1.LeaseRef
-	31, // 35: tenure.log.v1.WaiterQueued.mode:type_name -> tenure.v1.Mode
-	30, // 36: tenure.log.v1.PolicySet.policy:type_name -> tenure.v1.NamespacePolicy
-	31, // 37: tenure.log.v1.LeaseSnap.mode:type_name -> tenure.v1.Mode
-	33, // 38: tenure.log.v1.LeaseSnap.state:type_name -> tenure.v1.State
-	32, // 39: tenure.log.v1.LeaseSnap.reason:type_name -> tenure.v1.ReleaseReason
-	27, // 40: tenure.log.v1.Snapshot.leases:type_name -> tenure.log.v1.LeaseSnap
-	22, // 41: tenure.log.v1.Snapshot.waiters:type_name -> tenure.log.v1.WaiterQueued
-	28, // 42: tenure.log.v1.Snapshot.states:type_name -> tenure.log.v1.GuardedStateSnap
-	25, // 43: tenure.log.v1.Snapshot.policies:type_name -> tenure.log.v1.PolicySet
-	30, // 44: tenure.log.v1.Snapshot.default_policy:type_name -> tenure.v1.NamespacePolicy
-	15, // 45: tenure.log.v1.Snapshot.members:type_name -> tenure.log.v1.MemberSet
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	13, // 13: tenure.log.v1.Command.cancel_wait:type_name -> tenure.log.v1.CancelWait
+	31, // 14: tenure.log.v1.Bootstrap.default_policy:type_name -> tenure.v1.NamespacePolicy
+	32, // 15: tenure.log.v1.Acquire.mode:type_name -> tenure.v1.Mode
+	33, // 16: tenure.log.v1.Release.reason:type_name -> tenure.v1.ReleaseReason
+	31, // 17: tenure.log.v1.SetPolicy.policy:type_name -> tenure.v1.NamespacePolicy
+	17, // 18: tenure.log.v1.Record.initialized:type_name -> tenure.log.v1.Initialized
+	18, // 19: tenure.log.v1.Record.issued:type_name -> tenure.log.v1.LeaseIssued
+	20, // 20: tenure.log.v1.Record.renewed:type_name -> tenure.log.v1.LeaseRenewed
+	21, // 21: tenure.log.v1.Record.ended:type_name -> tenure.log.v1.LeaseEnded
+	22, // 22: tenure.log.v1.Record.grace:type_name -> tenure.log.v1.LeaseGrace
+	23, // 23: tenure.log.v1.Record.waiting:type_name -> tenure.log.v1.WaiterQueued
+	24, // 24: tenure.log.v1.Record.wait_ended:type_name -> tenure.log.v1.WaiterEnded
+	25, // 25: tenure.log.v1.Record.state_written:type_name -> tenure.log.v1.StateWritten
+	26, // 26: tenure.log.v1.Record.policy_set:type_name -> tenure.log.v1.PolicySet
+	27, // 27: tenure.log.v1.Record.checkpoint:type_name -> tenure.log.v1.Checkpoint
+	16, // 28: tenure.log.v1.Record.member_set:type_name -> tenure.log.v1.MemberSet
+	31, // 29: tenure.log.v1.Initialized.default_policy:type_name -> tenure.v1.NamespacePolicy
+	32, // 30: tenure.log.v1.LeaseIssued.mode:type_name -> tenure.v1.Mode
+	19, // 31: tenure.log.v1.LeaseRenewed.lease:type_name -> tenure.log.v1.LeaseRef
+	19, // 32: tenure.log.v1.LeaseEnded.lease:type_name -> tenure.log.v1.LeaseRef
+	34, // 33: tenure.log.v1.LeaseEnded.state:type_name -> tenure.v1.State
+	33, // 34: tenure.log.v1.LeaseEnded.reason:type_name -> tenure.v1.ReleaseReason
+	19, // 35: tenure.log.v1.LeaseGrace.lease:type_name -> tenure.log.v1.LeaseRef
+	32, // 36: tenure.log.v1.WaiterQueued.mode:type_name -> tenure.v1.Mode
+	31, // 37: tenure.log.v1.PolicySet.policy:type_name -> tenure.v1.NamespacePolicy
+	32, // 38: tenure.log.v1.LeaseSnap.mode:type_name -> tenure.v1.Mode
+	34, // 39: tenure.log.v1.LeaseSnap.state:type_name -> tenure.v1.State
+	33, // 40: tenure.log.v1.LeaseSnap.reason:type_name -> tenure.v1.ReleaseReason
+	28, // 41: tenure.log.v1.Snapshot.leases:type_name -> tenure.log.v1.LeaseSnap
+	23, // 42: tenure.log.v1.Snapshot.waiters:type_name -> tenure.log.v1.WaiterQueued
+	29, // 43: tenure.log.v1.Snapshot.states:type_name -> tenure.log.v1.GuardedStateSnap
+	26, // 44: tenure.log.v1.Snapshot.policies:type_name -> tenure.log.v1.PolicySet
+	31, // 45: tenure.log.v1.Snapshot.default_policy:type_name -> tenure.v1.NamespacePolicy
+	16, // 46: tenure.log.v1.Snapshot.members:type_name -> tenure.log.v1.MemberSet
+	47, // [47:47] is the sub-list for method output_type
+	47, // [47:47] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_log_proto_init() }
@@ -3068,12 +3146,13 @@ func file_log_proto_init() {
 		(*Command_SetPolicy)(nil),
 		(*Command_Advance)(nil),
 		(*Command_SetMember)(nil),
+		(*Command_CancelWait)(nil),
 	}
 	file_log_proto_msgTypes[4].OneofWrappers = []any{}
 	file_log_proto_msgTypes[5].OneofWrappers = []any{}
 	file_log_proto_msgTypes[8].OneofWrappers = []any{}
 	file_log_proto_msgTypes[10].OneofWrappers = []any{}
-	file_log_proto_msgTypes[14].OneofWrappers = []any{
+	file_log_proto_msgTypes[15].OneofWrappers = []any{
 		(*Record_Initialized)(nil),
 		(*Record_Issued)(nil),
 		(*Record_Renewed)(nil),
@@ -3092,7 +3171,7 @@ func file_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_log_proto_rawDesc), len(file_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

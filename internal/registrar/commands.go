@@ -318,6 +318,30 @@ func (r *Registrar) WaitEnded(ns, resource string, t Tick) error {
 	return &HeldError{Namespace: ns, Resource: resource, WaitEnded: true}
 }
 
+// CancelWait withdraws a queued acquire of holder (its caller went away).
+// A waiter already granted or ended is a successful no-op; the caller
+// then releases any lease the wait produced.
+func (r *Registrar) CancelWait(tx *Tx, c *logpb.CancelWait) Outcome {
+	if err := CheckIdentifier("holder", c.Holder, true); err != nil {
+		return fail(err)
+	}
+	w := r.waiters[c.WaiterId]
+	if w == nil {
+		return Outcome{}
+	}
+	if w.holder != c.Holder {
+		return fail(newError(ReasonNotHolder, map[string]string{"waiter_id": strconv.FormatUint(c.WaiterId, 10)},
+			"waiter %d belongs to %s, not %s", c.WaiterId, w.holder, c.Holder))
+	}
+	res := w.res
+	tx.Emit(&logpb.Record{Body: &logpb.Record_WaitEnded{WaitEnded: &logpb.WaiterEnded{
+		WaiterId: w.id, Namespace: res.ns.name, Resource: res.name, Holder: w.holder,
+	}}})
+	// The waiter may have been all that kept later waiters back.
+	r.handoff(tx, res)
+	return Outcome{Err: tx.err}
+}
+
 // Renew extends leases: the listed ids, or every active lease of a holder.
 // A single-id renew reports its failure as Err; a batch lists failures.
 func (r *Registrar) Renew(tx *Tx, c *logpb.Renew) Outcome {

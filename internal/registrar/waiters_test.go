@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 )
 
@@ -264,5 +265,36 @@ func TestWaiters_PerResourceAndTTL(t *testing.T) {
 	}
 	if got := e.queue("", "b"); !slices.Equal(got, strs("w3")) {
 		t.Fatalf("queue of b %v", got)
+	}
+}
+
+// A queued acquire whose caller went away is withdrawn: the resource goes
+// to the next waiter (or stays free) instead of to a lease nobody holds.
+func TestWaiters_CancelWait(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	l := e.mustAcquire("r", "w1")
+	ghost := e.acquire("r", "w2", wait(60_000))
+	next := e.acquire("r", "w3", wait(60_000))
+	if ghost.WaiterID == 0 || next.WaiterID == 0 {
+		t.Fatalf("waits: %+v %+v", ghost, next)
+	}
+	cancel := func(id uint64, holder string) registrar.Outcome {
+		return e.do(&logpb.Command{Op: &logpb.Command_CancelWait{CancelWait: &logpb.CancelWait{WaiterId: id, Holder: holder}}})
+	}
+	wantReason(t, cancel(ghost.WaiterID, "w3").Err, registrar.ReasonNotHolder)
+	if out := cancel(ghost.WaiterID, "w2"); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	if e.m.Registrar().WaiterPending(ghost.WaiterID) {
+		t.Fatal("cancelled waiter still queued")
+	}
+	if out := cancel(ghost.WaiterID, "w2"); out.Err != nil {
+		t.Fatalf("second cancel is a no-op, got %v", out.Err)
+	}
+	e.after(10).release(l.ID, "w1")
+	act := e.m.Registrar().Active("default", "r", e.tick)
+	if len(act) != 1 || act[0].Holder != "w3" {
+		t.Fatalf("after release the resource went to %+v, want w3", act)
 	}
 }

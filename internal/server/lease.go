@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"connectrpc.com/connect"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
@@ -143,6 +145,10 @@ func (s *Server) acquire(ctx context.Context, m *tenurev1.AcquireRequest) (*tenu
 	l := out.Lease
 	if out.WaiterID != 0 {
 		res, err := s.node.AwaitWaiter(ctx, out.WaiterID)
+		if ctx.Err() != nil {
+			go s.abandonWait(out.WaiterID, c.Holder, res)
+			return nil, ctx.Err()
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -155,6 +161,31 @@ func (s *Server) acquire(ctx context.Context, m *tenurev1.AcquireRequest) (*tenu
 		return nil, fmt.Errorf("acquire answered neither a lease nor a waiter")
 	}
 	return s.leaseProto(*l, m.Certificate)
+}
+
+// abandonWait withdraws the queued acquire of a caller that went away, and
+// releases the lease it was granted if the grant won the race, so that no
+// resource stays blocked by a lease nobody holds.
+func (s *Server) abandonWait(id uint64, holder string, res cluster.WaitResult) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if res.Lease.ID == "" {
+		if _, err := s.propose(ctx, &logpb.Command{Actor: holder, Op: &logpb.Command_CancelWait{CancelWait: &logpb.CancelWait{
+			WaiterId: id, Holder: holder,
+		}}}); err != nil {
+			s.log.Warn("withdrawing an abandoned wait", "waiter", id, "err", err)
+			return
+		}
+		// The wait is resolved now, one way or the other.
+		if res, _ = s.node.AwaitWaiter(ctx, id); res.Lease.ID == "" {
+			return
+		}
+	}
+	if _, err := s.propose(ctx, &logpb.Command{Actor: holder, Op: &logpb.Command_Release{Release: &logpb.Release{
+		LeaseId: res.Lease.ID, Holder: holder, Reason: tenurev1.ReleaseReason_RELEASE_REASON_ABORTED,
+	}}}); err != nil {
+		s.log.Warn("releasing the lease of an abandoned wait", "lease", res.Lease.ID, "err", err)
+	}
 }
 
 func validateRenew(c *logpb.Renew) error {

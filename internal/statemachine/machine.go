@@ -191,6 +191,8 @@ func (m *Machine) dispatch(tx *registrar.Tx, cmd *logpb.Command) registrar.Outco
 		return m.reg.SetPolicy(tx, op.SetPolicy)
 	case *logpb.Command_Advance:
 		return registrar.Outcome{}
+	case *logpb.Command_CancelWait:
+		return m.reg.CancelWait(tx, op.CancelWait)
 	case *logpb.Command_SetMember:
 		return m.setMember(tx, op.SetMember)
 	case nil:

@@ -1,0 +1,50 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// A waiting Acquire whose caller goes away withdraws its wait, so that
+// the resource is not later granted to a lease nobody holds.
+func TestAbandonedWaitIsWithdrawn(t *testing.T) {
+	t.Parallel()
+	bd := setup(t)
+	ctx := context.Background()
+	held, err := bd.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "r", Holder: "w1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := bd.leases.Acquire(gone, connect.NewRequest(&tenurev1.AcquireRequest{
+			Resource: "r", Holder: "ghost", Wait: durationpb.New(time.Minute)}))
+		errc <- err
+	}()
+	waiters := func() uint64 {
+		resp, err := bd.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg.Counts.GetWaiters()
+	}
+	waitFor(t, "the ghost to queue", 10*time.Second, func() bool { return waiters() == 1 })
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("abandoned acquire succeeded")
+	}
+	waitFor(t, "the abandoned wait to be withdrawn", 10*time.Second, func() bool { return waiters() == 0 })
+	if _, err := bd.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: held.Msg.Lease.LeaseId, Holder: "w1"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bd.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "r", Holder: "w3"})); err != nil {
+		t.Fatalf("resource not free after the holder released and the ghost left: %v", err)
+	}
+}
