@@ -279,3 +279,10 @@ func leaderHint(err error) string {
 	}
 	return ""
 }
+
+// ParseError returns err as this package's typed error when it is a Connect
+// error carrying Tenure's ErrorInfo: an *Error, or a *HeldError for
+// LEASE_HELD. Any other error (a transport failure, a context error, nil) is
+// returned unchanged. It is for programs that also call the generated
+// tenurev1connect clients directly, as the tenure command line does.
+func ParseError(err error) error { return fromConnect(err) }

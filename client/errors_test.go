@@ -242,3 +242,24 @@ func TestNewValidates(t *testing.T) {
 		t.Errorf("holder %q namespace %q", c.Holder(), c.Namespace())
 	}
 }
+
+func TestParseError(t *testing.T) {
+	t.Parallel()
+	ce := tenureError(connect.CodeNotFound, ReasonLeaseNotFound, nil, "lease x is unknown")
+	err := ParseError(ce)
+	if !errors.Is(err, ErrLeaseNotFound) || err.Error() != "LEASE_NOT_FOUND: lease x is unknown" {
+		t.Fatalf("ParseError = %v", err)
+	}
+	held := ParseError(tenureError(connect.CodeFailedPrecondition, ReasonLeaseHeld, map[string]string{"holder": "w1"}, "r is held"))
+	var he *HeldError
+	if !errors.As(held, &he) || he.Holder != "w1" {
+		t.Fatalf("ParseError(LEASE_HELD) = %#v", held)
+	}
+	plain := connect.NewError(connect.CodeUnavailable, errors.New("connection refused"))
+	if got := ParseError(plain); got != error(plain) {
+		t.Fatalf("ParseError of a plain connect error = %v", got)
+	}
+	if ParseError(nil) != nil {
+		t.Fatal("ParseError(nil) != nil")
+	}
+}

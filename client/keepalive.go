@@ -331,6 +331,11 @@ func (h *heartbeat) openStream() {
 	})
 	h.wg.Go(func() {
 		defer func() { _ = bidi.CloseResponse() }()
+		// Closing the response unblocks Receive once the stream is
+		// abandoned: a cancelled context alone was seen to leave it blocked
+		// (and Client.Close waiting for it) when the server kept the
+		// response open.
+		defer context.AfterFunc(ctx, func() { _ = bidi.CloseResponse() })()
 		for {
 			resp, err := bidi.Receive()
 			if err != nil {

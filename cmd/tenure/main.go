@@ -1,6 +1,7 @@
-// Command tenure is Tenure's single binary: the server and (later) the
-// client commands. main only turns errors into exit codes: 0 on success,
-// 1 on a Tenure error, 2 on a usage error.
+// Command tenure is Tenure's single binary: the server and the client
+// commands, one file each. main only turns errors into exit codes: 0 on
+// success, 1 on a Tenure error (its message, which starts with the reason,
+// goes to stderr), 2 on a usage error; tenure exec passes on its command's.
 package main
 
 import (
@@ -11,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"syscall"
 )
 
@@ -24,12 +26,64 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
 
-const usage = `usage: tenure <command> [flags]
+const usage = `usage: tenure <command> [flags]   (tenure <command> --help for more)
 
 commands:
-  server    run a Tenure server (see tenure server -h)
-  version   print the version
+  server      run a Tenure server
+  acquire     acquire a lease (--hold: keep it until Ctrl-C)
+  renew       renew leases
+  release     release a lease
+  get         print a lease
+  ls          list leases
+  watch       follow the ledger's events
+  history     print a resource's events
+  verify      check the current state of lease ids
+  revoke      revoke a lease (admin)
+  transfer    hand a lease over to another holder
+  state       read or write a resource's guarded state (get, put)
+  fence       check a fence (check)
+  cert        verify a lease certificate offline (verify)
+  cluster     status, join, remove, transfer-leader, public-key
+  exec        run a command while holding a lease
+  bench       the load generator
+  version     print the version
+
+global flags of client commands:
+  --endpoints ADDR,…   API addresses (env TENURE_ENDPOINTS, default 127.0.0.1:7070)
+  --namespace NS       (env TENURE_NAMESPACE, default "default")
+  --token TOKEN        bearer token (env TENURE_TOKEN)
+  -o table|json        output format
 `
+
+// commands are the client subcommands, each in its own file.
+var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"acquire":  runAcquire,
+	"renew":    runRenew,
+	"release":  runRelease,
+	"get":      runGet,
+	"ls":       runLs,
+	"watch":    runWatch,
+	"history":  runHistory,
+	"verify":   runVerify,
+	"revoke":   runRevoke,
+	"transfer": runTransfer,
+	"fence":    runFence,
+	"cluster":  runCluster,
+	"exec":     runExec,
+	"bench":    runBench,
+	"version":  runVersion,
+	"state": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return runState(ctx, args, os.Stdin, stdout, stderr)
+	},
+	"cert": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return runCert(ctx, args, os.Stdin, stdout, stderr)
+	},
+}
+
+// reasonFirst matches a message that starts with a reason ("LEASE_HELD: …"),
+// which is printed as is; other errors get a "tenure: " prefix. This only
+// decides presentation, never behaviour.
+var reasonFirst = regexp.MustCompile(`^[A-Z][A-Z_]+: `)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -42,12 +96,21 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	err := dispatch(ctx, args, stdout, stderr)
 	var ue *usageError
+	var es *exitStatus
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "tenure: %v\n", err)
 		return 2
+	case errors.As(err, &es):
+		if es.msg != "" {
+			fmt.Fprintln(stderr, es.msg)
+		}
+		return es.code
+	case reasonFirst.MatchString(err.Error()):
+		fmt.Fprintln(stderr, err) // a Tenure error: its message starts with the reason
+		return 1
 	default:
 		fmt.Fprintf(stderr, "tenure: %v\n", err)
 		return 1
@@ -62,12 +125,12 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch args[0] {
 	case "server":
 		return runServer(ctx, args[1:], stderr)
-	case "version":
-		fmt.Fprintf(stdout, "tenure %s\n", version)
-		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
+	}
+	if cmd, ok := commands[args[0]]; ok {
+		return cmd(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return usagef("unknown command %q", args[0])

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	tenure "github.com/tenurehq/tenure/client"
+)
+
+const acquireHelp = `Acquire a lease on RESOURCE and print it.
+
+Without --hold the lease is left to its ttl: renew it with tenure renew and end
+it with tenure release (the default holder, user@host, is the same for every
+invocation so that this works). With --hold the command keeps the lease alive
+with heartbeats until Ctrl-C or SIGTERM, then releases it; it exits 1 if the
+lease is lost meanwhile (and the default holder is user@host:pid).`
+
+const acquireExamples = `  tenure acquire orders/42 --ttl 30s
+  tenure acquire orders/42 --wait 1m -o json
+  tenure acquire reports/daily --hold --ttl 15s
+  tenure acquire orders/42 --certificate -o json > lease.json`
+
+// runAcquire is `tenure acquire`.
+func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure acquire", "RESOURCE [flags]", acquireHelp, acquireExamples, stdout, stderr)
+	ttl := c.fs.Duration("ttl", 0, "lease ttl (default: the namespace policy's, 60s)")
+	mode := c.fs.String("mode", "exclusive", "exclusive or shared")
+	wait := c.fs.Duration("wait", 0, "queue for up to this long when the resource is held (0: fail at once with LEASE_HELD)")
+	hold := c.fs.Bool("hold", false, "keep the lease alive until interrupted, then release it")
+	cert := c.fs.Bool("certificate", false, "ask for a signed lease certificate (see tenure cert verify)")
+	c.holderFlag("", "user@host, or user@host:pid with --hold")
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	m, err := parseMode(*mode)
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+	if *hold {
+		return holdLease(ctx, c, pos[0], *ttl, m, *wait, *cert)
+	}
+	if c.holder == "" {
+		c.holder = stableHolder()
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	req := &tenurev1.AcquireRequest{
+		Namespace: c.namespace, Resource: pos[0], Holder: c.holder,
+		Mode: tenurev1.Mode(m), Certificate: *cert,
+	}
+	if *ttl != 0 {
+		req.Ttl = durationpb.New(*ttl)
+	}
+	if *wait > 0 {
+		req.Wait = durationpb.New(*wait)
+	}
+	var lease *tenurev1.Lease
+	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
+		resp, err := l.Acquire(ctx, connect.NewRequest(req))
+		if err == nil {
+			lease = resp.Msg.GetLease()
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, lease)
+	}
+	return writeLeaseDetail(stdout, lease)
+}
+
+// holdLease is `tenure acquire --hold`: acquire through the Go client, print
+// the lease, keep it alive until ctx ends (SIGINT/SIGTERM) and release it.
+func holdLease(ctx context.Context, c *cliCommand, resource string, ttl time.Duration, mode tenure.Mode, wait time.Duration, cert bool) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	opts := []tenure.AcquireOption{mode}
+	if ttl != 0 {
+		opts = append(opts, tenure.TTL(ttl))
+	}
+	if wait > 0 {
+		opts = append(opts, tenure.Wait(wait))
+	}
+	if cert {
+		opts = append(opts, tenure.RequestCertificate())
+	}
+	l, err := cl.Acquire(ctx, resource, opts...)
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		err = writeJSON(c.stdout, l.Proto())
+	} else {
+		err = writeLeaseDetail(c.stdout, l.Proto())
+		fmt.Fprintf(c.stderr, "holding lease %s on %s; Ctrl-C to release\n", l.ID(), resource)
+	}
+	if err != nil {
+		return err
+	}
+	select {
+	case <-l.Done():
+		return lostError(l)
+	case <-ctx.Done():
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Release(rctx, tenure.ReleaseCompleted); err != nil {
+		return err
+	}
+	if !c.json() {
+		fmt.Fprintf(c.stderr, "released lease %s\n", l.ID())
+	}
+	return nil
+}
+
+// lostError says why a held lease was lost, starting with the registrar's
+// reason when there is one.
+func lostError(l *tenure.Lease) error {
+	err := l.Err()
+	var te *tenure.Error
+	if errors.As(err, &te) {
+		return fmt.Errorf("%w (lease %s on %s lost)", te, l.ID(), l.Resource())
+	}
+	return fmt.Errorf("LEASE_LOST: lease %s on %s: %w", l.ID(), l.Resource(), err)
+}

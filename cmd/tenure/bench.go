@@ -1,0 +1,469 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	tenure "github.com/tenurehq/tenure/client"
+)
+
+const benchHelp = `The built-in load generator: measure Tenure on your own hardware.
+
+Workloads:
+  cycle      acquire + release, each worker on its own resource (one op = one cycle)
+  contended  --concurrency workers on --resources resources: acquire + release,
+             failing with LEASE_HELD, or with --wait queueing for the lease
+  renew      --leases held leases renewed one Renew call at a time
+  keepalive  --leases leases kept alive by the Go client's batched KeepAlive
+             stream (one client per 5,000 leases); reports the leases kept alive
+             per second (leases / (ttl/3)) and the renewals confirmed per second
+
+cycle, contended and renew send their operations over LeaseService.Pipeline
+streams (operations from all workers batched into one message, results matched
+by id), so that the measurement is not one HTTP/2 request per operation;
+--unary sends one unary call per operation instead, for comparison.
+
+Progress goes to stderr (a live line on a terminal), the result table (or
+-o json) to stdout. Resources are named bench/<run id>/…; leases are released
+at the end.`
+
+const benchExamples = `  tenure bench --workload cycle --concurrency 64 --duration 10s
+  tenure bench --workload contended --resources 4 --concurrency 32 --wait 5s
+  tenure bench --workload renew --leases 1000 --unary
+  tenure bench --workload keepalive --leases 10000 --ttl 10s --duration 30s -o json`
+
+// benchConfig is what `tenure bench` was asked to do.
+type benchConfig struct {
+	workload    string
+	concurrency int
+	duration    time.Duration
+	leases      int
+	resources   int
+	ttl         time.Duration
+	wait        time.Duration
+	unary       bool
+	streams     int
+	prefix      string // bench/<run id>
+	holder      string // holder prefix
+}
+
+// benchResult is the outcome, printed as a table or JSON.
+type benchResult struct {
+	Workload    string           `json:"workload"`
+	Transport   string           `json:"transport"`
+	Concurrency int              `json:"concurrency"`
+	Seconds     float64          `json:"seconds"`
+	Ops         int64            `json:"ops"`
+	OpsPerSec   float64          `json:"opsPerSecond"`
+	Errors      map[string]int64 `json:"errors"`
+	Latency     *benchLatency    `json:"latency,omitempty"`
+	// keepalive only
+	Leases          int     `json:"leases,omitempty"`
+	LeasesAlive     int     `json:"leasesAlive,omitempty"`
+	LeasesLost      int     `json:"leasesLost,omitempty"`
+	KeptAlivePerSec float64 `json:"keptAlivePerSecond,omitempty"`
+}
+
+// benchLatency is in milliseconds.
+type benchLatency struct {
+	P50 float64 `json:"p50Ms"`
+	P90 float64 `json:"p90Ms"`
+	P99 float64 `json:"p99Ms"`
+	Max float64 `json:"maxMs"`
+}
+
+// runBench is `tenure bench`.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure bench", "[flags]", benchHelp, benchExamples, stdout, stderr)
+	var cfg benchConfig
+	c.fs.StringVar(&cfg.workload, "workload", "cycle", "cycle, contended, renew or keepalive")
+	c.fs.IntVar(&cfg.concurrency, "concurrency", 16, "concurrent workers (operations in flight)")
+	c.fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long to measure")
+	c.fs.IntVar(&cfg.leases, "leases", 1000, "renew, keepalive: number of leases held")
+	c.fs.IntVar(&cfg.resources, "resources", 4, "contended: number of resources")
+	c.fs.DurationVar(&cfg.ttl, "ttl", 10*time.Second, "lease ttl")
+	c.fs.DurationVar(&cfg.wait, "wait", 0, "contended: queue up to this long instead of failing with LEASE_HELD")
+	c.fs.BoolVar(&cfg.unary, "unary", false, "one unary call per operation instead of Pipeline streams")
+	c.fs.IntVar(&cfg.streams, "streams", 1, "number of Pipeline streams")
+	if _, err := c.parse(args, 0, 0); err != nil {
+		return err
+	}
+	switch {
+	case !slices.Contains([]string{"cycle", "contended", "renew", "keepalive"}, cfg.workload):
+		return c.usageError("--workload must be cycle, contended, renew or keepalive, got %q", cfg.workload)
+	case cfg.concurrency < 1, cfg.duration <= 0, cfg.leases < 1, cfg.resources < 1, cfg.streams < 1:
+		return c.usageError("--concurrency, --duration, --leases, --resources and --streams must be positive")
+	}
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	run := hex.EncodeToString(id[:])
+	cfg.prefix, cfg.holder = "bench/"+run, "bench-"+run
+
+	var res *benchResult
+	var err error
+	if cfg.workload == "keepalive" {
+		res, err = benchKeepAlive(ctx, c, cfg)
+	} else {
+		res, err = benchOps(ctx, c, cfg)
+	}
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	}
+	return writeBench(stdout, res)
+}
+
+// benchStats counts operations as they complete.
+type benchStats struct {
+	ops, errs atomic.Int64
+	mu        sync.Mutex
+	lat       []time.Duration
+	reasons   map[string]int64
+}
+
+func (s *benchStats) record(lat []time.Duration, reasons map[string]int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lat = append(s.lat, lat...)
+	for r, n := range reasons {
+		s.reasons[r] += n
+	}
+}
+
+// benchOps runs cycle, contended or renew.
+func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult, error) {
+	r, err := c.remote()
+	if err != nil {
+		return nil, err
+	}
+	var ops benchTransport
+	if cfg.unary {
+		ops = &unaryOps{r: r}
+	} else {
+		p, err := newPipelineOps(ctx, r, cfg.streams)
+		if err != nil {
+			return nil, err
+		}
+		defer p.close()
+		ops = p
+	}
+	ttl := durationpb.New(cfg.ttl)
+
+	// renew: acquire the leases first, spread over the workers.
+	held := make([][]string, cfg.concurrency)
+	if cfg.workload == "renew" {
+		fmt.Fprintf(c.stderr, "acquiring %d leases…\n", cfg.leases)
+		var wg sync.WaitGroup
+		errs := make([]error, cfg.concurrency)
+		for w := range cfg.concurrency {
+			wg.Go(func() {
+				for i := w; i < cfg.leases; i += cfg.concurrency {
+					l, err := ops.acquire(ctx, &tenurev1.AcquireRequest{Namespace: c.namespace, Resource: fmt.Sprintf("%s/l%d", cfg.prefix, i), Holder: fmt.Sprintf("%s-w%d", cfg.holder, w), Ttl: ttl})
+					if err != nil {
+						errs[w] = err
+						return
+					}
+					held[w] = append(held[w], l.GetLeaseId())
+				}
+			})
+		}
+		wg.Wait()
+		defer func() { // release them all
+			var wg sync.WaitGroup
+			rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for w, ids := range held {
+				wg.Go(func() {
+					for _, id := range ids {
+						_ = ops.release(rctx, &tenurev1.ReleaseRequest{LeaseId: id, Holder: fmt.Sprintf("%s-w%d", cfg.holder, w)})
+					}
+				})
+			}
+			wg.Wait()
+		}()
+		for _, err := range errs {
+			if err != nil {
+				return nil, fmt.Errorf("%w (while acquiring the leases to renew)", err)
+			}
+		}
+	}
+
+	stats := &benchStats{reasons: make(map[string]int64)}
+	runCtx, cancel := context.WithTimeout(ctx, cfg.duration)
+	defer cancel()
+	stopProgress := startProgress(c.stderr, func(elapsed time.Duration) string {
+		n, e := stats.ops.Load(), stats.errs.Load()
+		return fmt.Sprintf("%s %s: %d ops, %.0f ops/s, %d errors", cfg.workload, fmtDuration(elapsed), n, float64(n)/elapsed.Seconds(), e)
+	})
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range cfg.concurrency {
+		wg.Go(func() {
+			holder := fmt.Sprintf("%s-w%d", cfg.holder, w)
+			resource := fmt.Sprintf("%s/c%d", cfg.prefix, w)
+			if cfg.workload == "contended" {
+				resource = fmt.Sprintf("%s/r%d", cfg.prefix, w%cfg.resources)
+			}
+			var lat []time.Duration
+			reasons := make(map[string]int64)
+			fail := func(err error) {
+				if ctx.Err() == nil {
+					reasons[benchReason(err)]++
+					stats.errs.Add(1)
+				}
+			}
+			for i := 0; runCtx.Err() == nil; i++ {
+				t0 := time.Now()
+				switch cfg.workload {
+				case "renew":
+					ids := held[w]
+					if len(ids) == 0 {
+						return
+					}
+					if err := ops.renew(ctx, &tenurev1.RenewRequest{LeaseIds: []string{ids[i%len(ids)]}}); err != nil {
+						fail(err)
+						continue
+					}
+				default: // cycle, contended
+					req := &tenurev1.AcquireRequest{Namespace: c.namespace, Resource: resource, Holder: holder, Ttl: ttl}
+					if cfg.wait > 0 {
+						req.Wait = durationpb.New(cfg.wait)
+					}
+					l, err := ops.acquire(ctx, req)
+					if err != nil {
+						fail(err)
+						continue
+					}
+					if err := ops.release(ctx, &tenurev1.ReleaseRequest{LeaseId: l.GetLeaseId(), Holder: holder}); err != nil {
+						fail(err)
+						continue
+					}
+				}
+				lat = append(lat, time.Since(t0))
+				stats.ops.Add(1)
+			}
+			stats.record(lat, reasons)
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stopProgress()
+	transport := "pipeline"
+	if cfg.unary {
+		transport = "unary"
+	}
+	n := int64(len(stats.lat))
+	return &benchResult{
+		Workload: cfg.workload, Transport: transport, Concurrency: cfg.concurrency,
+		Seconds: elapsed.Seconds(), Ops: n, OpsPerSec: float64(n) / elapsed.Seconds(),
+		Errors: stats.reasons, Latency: percentiles(stats.lat),
+	}, nil
+}
+
+// benchKeepAlive holds cfg.leases leases through Go clients' KeepAlive
+// streams for the duration and counts the renewals they confirm.
+func benchKeepAlive(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult, error) {
+	const perClient = 5000 // under the default quota of 10,000 per holder
+	clients := make([]*tenure.Client, (cfg.leases+perClient-1)/perClient)
+	for i := range clients {
+		c.holder = fmt.Sprintf("%s-k%d", cfg.holder, i)
+		cl, err := c.client()
+		if err != nil {
+			return nil, err
+		}
+		defer cl.Close() // releases the leases
+		clients[i] = cl
+	}
+	fmt.Fprintf(c.stderr, "acquiring %d leases with %d client(s)…\n", cfg.leases, len(clients))
+	leases := make([]*tenure.Lease, cfg.leases)
+	errs := make([]error, cfg.concurrency)
+	var wg sync.WaitGroup
+	for w := range cfg.concurrency {
+		wg.Go(func() {
+			for i := w; i < cfg.leases && errs[w] == nil; i += cfg.concurrency {
+				leases[i], errs[w] = clients[i/perClient].Acquire(ctx, fmt.Sprintf("%s/k%d", cfg.prefix, i), tenure.TTL(cfg.ttl))
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("%w (while acquiring the leases to keep alive)", err)
+		}
+	}
+	renewals := func() (total int64, alive int) {
+		for _, l := range leases {
+			if l.Err() == nil {
+				alive++
+			}
+			total += int64(l.Proto().GetRenewalCount())
+		}
+		return total, alive
+	}
+	base, _ := renewals()
+	stopProgress := startProgress(c.stderr, func(elapsed time.Duration) string {
+		n, alive := renewals()
+		return fmt.Sprintf("keepalive %s: %d of %d leases alive, %d renewals confirmed, %.0f/s", fmtDuration(elapsed), alive, cfg.leases, n-base, float64(n-base)/elapsed.Seconds())
+	})
+	start := time.Now()
+	t := time.NewTimer(cfg.duration)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+	elapsed := time.Since(start)
+	stopProgress()
+	n, alive := renewals()
+	res := &benchResult{
+		Workload: "keepalive", Transport: "KeepAlive stream", Concurrency: len(clients),
+		Seconds: elapsed.Seconds(), Ops: n - base, OpsPerSec: float64(n-base) / elapsed.Seconds(),
+		Errors: map[string]int64{}, Leases: cfg.leases, LeasesAlive: alive, LeasesLost: cfg.leases - alive,
+		KeptAlivePerSec: float64(alive) / (cfg.ttl.Seconds() / 3),
+	}
+	for _, l := range leases {
+		if err := l.Err(); err != nil {
+			res.Errors[benchReason(err)]++
+		}
+	}
+	return res, nil
+}
+
+// startProgress reports progress on w until the returned stop is called: a
+// line rewritten four times a second on a terminal, else a line every 2 s.
+func startProgress(w io.Writer, line func(elapsed time.Duration) string) (stop func()) {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			tty = true
+		}
+	}
+	every := 2 * time.Second
+	if tty {
+		every = 250 * time.Millisecond
+	}
+	start := time.Now()
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				if tty {
+					fmt.Fprint(w, "\r\033[K")
+				}
+				return
+			case <-tick.C:
+				if tty {
+					fmt.Fprintf(w, "\r\033[K%s", line(time.Since(start)))
+				} else {
+					fmt.Fprintln(w, line(time.Since(start)))
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
+
+func percentiles(lat []time.Duration) *benchLatency {
+	if len(lat) == 0 {
+		return nil
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	at := func(q float64) float64 {
+		i := int(q * float64(len(lat)-1))
+		return float64(lat[i]) / float64(time.Millisecond)
+	}
+	return &benchLatency{P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: at(1)}
+}
+
+// benchReason names an error for the error counts: its Tenure reason, else
+// its Connect code, else "other".
+func benchReason(err error) string {
+	if r := tenure.ReasonOf(err); r != "" {
+		return string(r)
+	}
+	var pe *pipelineError
+	if errors.As(err, &pe) {
+		return pe.reason
+	}
+	if code := connect.CodeOf(err); code != connect.CodeUnknown {
+		return strings.ToUpper(code.String())
+	}
+	return "other"
+}
+
+func writeBench(w io.Writer, r *benchResult) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "workload\t%s (%s)\n", r.Workload, r.Transport)
+	if r.Workload == "keepalive" {
+		fmt.Fprintf(tw, "clients\t%d\n", r.Concurrency)
+	} else {
+		fmt.Fprintf(tw, "concurrency\t%d\n", r.Concurrency)
+	}
+	fmt.Fprintf(tw, "duration\t%s\n", fmtDuration(time.Duration(r.Seconds*float64(time.Second))))
+	if r.Workload == "keepalive" {
+		fmt.Fprintf(tw, "leases\t%d (%d alive, %d lost)\n", r.Leases, r.LeasesAlive, r.LeasesLost)
+		fmt.Fprintf(tw, "kept alive/s\t%.0f (leases / (ttl/3))\n", r.KeptAlivePerSec)
+		fmt.Fprintf(tw, "renewals\t%d confirmed, %.0f/s\n", r.Ops, r.OpsPerSec)
+	} else {
+		fmt.Fprintf(tw, "ops\t%d\n", r.Ops)
+		fmt.Fprintf(tw, "ops/s\t%.0f\n", r.OpsPerSec)
+	}
+	if l := r.Latency; l != nil {
+		fmt.Fprintf(tw, "latency\tp50 %s  p90 %s  p99 %s  max %s\n", fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99), fmtMs(l.Max))
+	}
+	if len(r.Errors) == 0 {
+		fmt.Fprintf(tw, "errors\tnone\n")
+	} else {
+		reasons := make([]string, 0, len(r.Errors))
+		for k := range r.Errors {
+			reasons = append(reasons, k)
+		}
+		sort.Strings(reasons)
+		for i, k := range reasons {
+			label := ""
+			if i == 0 {
+				label = "errors"
+			}
+			fmt.Fprintf(tw, "%s\t%s %d\n", label, k, r.Errors[k])
+		}
+	}
+	return tw.Flush()
+}
+
+func fmtMs(ms float64) string {
+	if ms < 1 {
+		return fmt.Sprintf("%.0fµs", ms*1000)
+	}
+	return fmt.Sprintf("%.2fms", ms)
+}

@@ -1,0 +1,656 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// The tests in this file run the compiled binary against a real server,
+// both started once in TestMain.
+var (
+	tenureBin string // the compiled binary
+	apiAddr   string // the test server's API address
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "tenure-cli-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	tenureBin = filepath.Join(dir, "tenure")
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if out, err := exec.Command(goBin, "build", "-o", tenureBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building tenure: %v\n%s", err, out)
+		return 1
+	}
+	stop, err := startTestServer(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer stop()
+	return m.Run()
+}
+
+// startTestServer starts `tenure server` on free loopback ports and waits for
+// /readyz.
+func startTestServer(dir string) (stop func(), err error) {
+	api, raft := freePort(), freePort()
+	apiAddr = api
+	logFile, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(tenureBin, "server", "--data-dir", filepath.Join(dir, "data"), "--listen", api, "--raft-listen", raft, "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+		logFile.Close()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + api + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return stop, nil
+			}
+		}
+		select {
+		case err := <-exited:
+			b, _ := os.ReadFile(logFile.Name())
+			return nil, fmt.Errorf("server exited: %v\n%s", err, b)
+		case <-tick.C:
+		}
+	}
+	stop()
+	return nil, fmt.Errorf("server at %s not ready after 20s", api)
+}
+
+func freePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// result is one run of the binary.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// tenureCmd returns a command running the binary against the test server.
+func tenureCmd(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, tenureBin, args...)
+	cmd.Env = append(os.Environ(), "TENURE_ENDPOINTS="+apiAddr, "TENURE_HOLDER=", "TENURE_NAMESPACE=default")
+	cmd.Env = append(cmd.Env, "TENURE_BIN="+tenureBin)
+	return cmd
+}
+
+// runTenure runs the binary to completion (30 s at most).
+func runTenure(t *testing.T, args ...string) result {
+	t.Helper()
+	return tenureStdin(t, "", args...)
+}
+
+func tenureStdin(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := tenureCmd(ctx, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("tenure %v: %v", args, err)
+	}
+	return r
+}
+
+// ok runs the binary and fails the test unless it exits 0.
+func ok(t *testing.T, args ...string) string {
+	t.Helper()
+	r := runTenure(t, args...)
+	if r.code != 0 {
+		t.Fatalf("tenure %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// fails runs the binary and checks it exits 1 with stderr starting with reason.
+func fails(t *testing.T, reason string, args ...string) {
+	t.Helper()
+	r := runTenure(t, args...)
+	if r.code != 1 || !strings.HasPrefix(r.stderr, reason+": ") {
+		t.Fatalf("tenure %s: exit %d, stderr %q; want exit 1 and stderr starting with %s", strings.Join(args, " "), r.code, r.stderr, reason)
+	}
+}
+
+// parse unmarshals protobuf JSON output.
+func parse[M proto.Message](t *testing.T, out string, m M) M {
+	t.Helper()
+	if err := protojson.Unmarshal([]byte(out), m); err != nil {
+		t.Fatalf("output is not %T JSON: %v\n%s", m, err, out)
+	}
+	return m
+}
+
+// acquire acquires resource and returns the lease.
+func acquire(t *testing.T, resource string, args ...string) *tenurev1.Lease {
+	t.Helper()
+	out := ok(t, append([]string{"acquire", resource, "-o", "json"}, args...)...)
+	return parse(t, out, &tenurev1.Lease{})
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
+
+func TestCLIUsageErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		args []string
+	}{
+		{"unknown command", []string{"frobnicate"}},
+		{"missing argument", []string{"acquire"}},
+		{"unknown flag", []string{"acquire", "r", "--bogus"}},
+		{"extra argument", []string{"get", "a", "b"}},
+		{"bad output", []string{"ls", "-o", "yaml"}},
+		{"bad mode", []string{"acquire", "r", "--mode", "sometimes"}},
+		{"bad release reason", []string{"release", "id", "--reason", "tired"}},
+		{"bad state", []string{"ls", "--state", "sleeping"}},
+		{"fence not a number", []string{"fence", "check", "r", "seventeen"}},
+		{"state put without epoch", []string{"state", "put", "r", "--lease", "x"}},
+		{"unknown cluster subcommand", []string{"cluster", "explode"}},
+		{"exec without command", []string{"exec", "r"}},
+		{"bench unknown workload", []string{"bench", "--workload", "sprint"}},
+		{"renew ids and --all", []string{"renew", "a", "--all"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := runTenure(t, tc.args...)
+			if r.code != 2 || !strings.Contains(r.stderr, "usage") {
+				t.Fatalf("exit %d, stderr %q; want 2 and a usage line", r.code, r.stderr)
+			}
+		})
+	}
+}
+
+func TestCLIHelp(t *testing.T) {
+	t.Parallel()
+	for _, c := range []string{"acquire", "renew", "release", "get", "ls", "watch", "history", "verify", "revoke", "transfer", "state", "fence", "cert", "cluster", "exec", "bench", "version"} {
+		t.Run(c, func(t *testing.T) {
+			t.Parallel()
+			out := ok(t, c, "--help")
+			if !strings.HasPrefix(out, "usage: tenure "+c) || !strings.Contains(out, "examples:") || !strings.Contains(out, "-endpoints") {
+				t.Fatalf("help of %s:\n%s", c, out)
+			}
+		})
+	}
+}
+
+func TestCLILeaseLifecycle(t *testing.T) {
+	t.Parallel()
+	res := "life/" + uniq(t)
+	l := acquire(t, res, "--ttl", "30s", "--holder", "w1")
+	if l.GetState() != tenurev1.State_STATE_ACTIVE || l.GetHolder() != "w1" || l.GetTtl().AsDuration() != 30*time.Second {
+		t.Fatalf("acquired %v", l)
+	}
+	id := l.GetLeaseId()
+	fails(t, "LEASE_HELD", "acquire", res, "--holder", "w2")
+	fails(t, "TTL_OUT_OF_RANGE", "acquire", res+"/short", "--ttl", "100ms")
+
+	if out := ok(t, "get", id); !strings.Contains(out, "active") || !strings.Contains(out, res) {
+		t.Fatalf("get:\n%s", out)
+	}
+	fails(t, "LEASE_NOT_FOUND", "get", "no-such-lease")
+
+	renewed := parse(t, ok(t, "renew", id, "--ttl", "40s", "-o", "json"), &tenurev1.RenewResponse{})
+	if len(renewed.GetLeases()) != 1 || renewed.GetLeases()[0].GetRenewalCount() != 1 {
+		t.Fatalf("renew: %v", renewed)
+	}
+	fails(t, "LEASE_NOT_FOUND", "renew", "no-such-lease")
+	fails(t, "LEASE_NOT_FOUND", "renew", id, "no-such-lease") // several ids: failures listed, exit 1
+
+	list := parse(t, ok(t, "ls", "--prefix", res, "--state", "active", "-o", "json"), &tenurev1.ListResponse{})
+	if len(list.GetLeases()) != 1 || list.GetLeases()[0].GetLeaseId() != id {
+		t.Fatalf("ls: %v", list)
+	}
+	if out := ok(t, "ls", "--prefix", res); !strings.Contains(out, "LEASE ID") || !strings.Contains(out, id) {
+		t.Fatalf("ls table:\n%s", out)
+	}
+	fails(t, "INVALID_ARGUMENT", "ls", "--namespace", strings.Repeat("n", 200))
+
+	v := parse(t, ok(t, "verify", id, "no-such-lease", "-o", "json"), &tenurev1.VerifyResponse{})
+	if len(v.GetResults()) != 2 || !v.GetResults()[0].GetFound() || v.GetResults()[1].GetFound() {
+		t.Fatalf("verify: %v", v)
+	}
+	fails(t, "INVALID_ARGUMENT", "verify", strings.Repeat("x", 200))
+
+	fails(t, "NOT_HOLDER", "transfer", id, "w2", "--holder", "w3")
+	tr := parse(t, ok(t, "transfer", id, "w2", "--holder", "w1", "-o", "json"), &tenurev1.TransferResponse{})
+	if tr.GetLease().GetHolder() != "w2" || tr.GetLease().GetFence() <= l.GetFence() {
+		t.Fatalf("transfer: %v", tr)
+	}
+	id2 := tr.GetLease().GetLeaseId()
+
+	fails(t, "NOT_HOLDER", "release", id2, "--holder", "w1")
+	rel := parse(t, ok(t, "release", id2, "--holder", "w2", "--reason", "completed", "-o", "json"), &tenurev1.ReleaseResponse{})
+	if rel.GetLease().GetState() != tenurev1.State_STATE_RELEASED || rel.GetLease().GetReleaseReason() != tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED {
+		t.Fatalf("release: %v", rel)
+	}
+
+	h := parse(t, ok(t, "history", res, "-o", "json"), &tenurev1.HistoryResponse{})
+	var types []string
+	for _, e := range h.GetEvents() {
+		types = append(types, e.GetType())
+	}
+	if got := strings.Join(types, ","); !strings.HasPrefix(got, "lease.issued,lease.renewed,") || !strings.Contains(got, "lease.released") {
+		t.Fatalf("history: %s", got)
+	}
+	if out := ok(t, "history", res); !strings.Contains(out, "lease.issued") {
+		t.Fatalf("history table:\n%s", out)
+	}
+	fails(t, "INVALID_ARGUMENT", "history", res, "--namespace", strings.Repeat("n", 200))
+
+	l3 := acquire(t, res)
+	rv := parse(t, ok(t, "revoke", l3.GetLeaseId(), "--reason", "test", "-o", "json"), &tenurev1.Lease{})
+	if rv.GetState() != tenurev1.State_STATE_REVOKED {
+		t.Fatalf("revoke: %v", rv)
+	}
+	fails(t, "LEASE_NOT_FOUND", "revoke", "no-such-lease")
+}
+
+func TestCLIStateFenceCert(t *testing.T) {
+	t.Parallel()
+	res := "state/" + uniq(t)
+	l := acquire(t, res, "--certificate")
+	id := l.GetLeaseId()
+	if out := ok(t, "state", "put", res, "--lease", id, "--epoch", "0", "--data", "one"); !strings.Contains(out, "epoch  1") {
+		t.Fatalf("state put: %s", out)
+	}
+	if r := tenureStdin(t, "two", "state", "put", res, "--lease", id, "--epoch", "1"); r.code != 0 {
+		t.Fatalf("state put from stdin: %+v", r)
+	}
+	fails(t, "STALE_EPOCH", "state", "put", res, "--lease", id, "--epoch", "1", "--data", "three")
+	st := parse(t, ok(t, "state", "get", res, "-o", "json"), &tenurev1.ReadStateResponse{})
+	if st.GetEpoch() != 2 || string(st.GetData()) != "two" {
+		t.Fatalf("state get: %v", st)
+	}
+	if out := ok(t, "state", "get", res, "--raw"); out != "two" {
+		t.Fatalf("state get --raw: %q", out)
+	}
+
+	fence := fmt.Sprint(l.GetFence())
+	fc := parse(t, ok(t, "fence", "check", res, fence, "-o", "json"), &tenurev1.CheckFenceResponse{})
+	if !fc.GetCurrent() {
+		t.Fatalf("fence check: %v", fc)
+	}
+	fails(t, "FENCE_STALE", "fence", "check", res, fmt.Sprint(l.GetFence()-1))
+
+	// cert verify: with the key fetched from the cluster, with --public-key,
+	// and a tampered lease.
+	leaseJSON := ok(t, "get", id, "--certificate", "-o", "json")
+	if r := tenureStdin(t, leaseJSON, "cert", "verify"); r.code != 0 || !strings.HasPrefix(r.stdout, "VALID") {
+		t.Fatalf("cert verify: %+v", r)
+	}
+	key := strings.TrimSpace(ok(t, "cluster", "public-key"))
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leaseFile := filepath.Join(t.TempDir(), "lease.json")
+	if err := os.WriteFile(leaseFile, []byte(leaseJSON), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := ok(t, "cert", "verify", "--file", leaseFile, "--public-key", "@"+keyFile, "--skew", "2s", "-o", "json")
+	var cv struct {
+		Valid   bool   `json:"valid"`
+		LeaseID string `json:"leaseId"`
+	}
+	if err := json.Unmarshal([]byte(out), &cv); err != nil || !cv.Valid || cv.LeaseID != id {
+		t.Fatalf("cert verify -o json: %s (%v)", out, err)
+	}
+	tampered := strings.Replace(leaseJSON, `"fence":"`+fence+`"`, `"fence":"999999"`, 1)
+	if r := tenureStdin(t, tampered, "cert", "verify", "--public-key", key); r.code != 1 || !strings.HasPrefix(r.stderr, "CERTIFICATE_INVALID: ") {
+		t.Fatalf("tampered cert: %+v", r)
+	}
+	if r := tenureStdin(t, leaseJSON, "cert", "verify", "--skew", "1h"); r.code != 1 || !strings.HasPrefix(r.stderr, "LEASE_EXPIRED: ") {
+		t.Fatalf("cert within skew of expiry: %+v", r)
+	}
+}
+
+func TestCLIClusterAndVersion(t *testing.T) {
+	t.Parallel()
+	st := parse(t, ok(t, "cluster", "status", "-o", "json"), &tenurev1.StatusResponse{})
+	if len(st.GetMembers()) != 1 || st.GetMembers()[0].GetRole() != tenurev1.Role_ROLE_LEADER || st.GetLeaderApiAddress() != apiAddr {
+		t.Fatalf("cluster status: %v", st)
+	}
+	if out := ok(t, "cluster", "status"); !strings.Contains(out, "leader") {
+		t.Fatalf("cluster status:\n%s", out)
+	}
+	if out := ok(t, "version", "--server"); !strings.Contains(out, "tenure dev") || !strings.Contains(out, "server") {
+		t.Fatalf("version:\n%s", out)
+	}
+	// A member that does not answer is an error (exit 1), not a usage error.
+	r := runTenure(t, "cluster", "status", "--endpoints", freePort())
+	if r.code != 1 || !strings.Contains(r.stderr, "unavailable") {
+		t.Fatalf("cluster status on a closed port: %+v", r)
+	}
+}
+
+func TestCLIWatch(t *testing.T) {
+	t.Parallel()
+	res := "watch/" + uniq(t)
+	st := parse(t, ok(t, "cluster", "status", "-o", "json"), &tenurev1.StatusResponse{})
+	l := acquire(t, res)
+	ok(t, "release", l.GetLeaseId())
+	out := ok(t, "watch", "--prefix", res, "--after", fmt.Sprint(st.GetLedgerIndex()), "--count", "2", "-o", "json")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("watch: want 2 NDJSON lines, got:\n%s", out)
+	}
+	for i, want := range []string{"lease.issued", "lease.released"} {
+		e := parse(t, lines[i], &tenurev1.Event{})
+		if e.GetType() != want || e.GetLeaseId() != l.GetLeaseId() {
+			t.Fatalf("event %d: %v, want %s", i, e, want)
+		}
+	}
+	fails(t, "INVALID_ARGUMENT", "watch", "--namespace", strings.Repeat("n", 200))
+}
+
+// startTenure starts the binary and returns its stdout lines as they come.
+func startTenure(t *testing.T, args ...string) (*exec.Cmd, <-chan string, *bytes.Buffer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	cmd := tenureCmd(ctx, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return cmd, lines, &stderr
+}
+
+func nextLine(t *testing.T, lines <-chan string) string {
+	t.Helper()
+	select {
+	case l, ok := <-lines:
+		if !ok {
+			t.Fatal("output ended")
+		}
+		return l
+	case <-time.After(20 * time.Second):
+		t.Fatal("no output within 20s")
+	}
+	return ""
+}
+
+// waitExit waits for cmd and returns its exit status and how long after
+// since it exited.
+func waitExit(t *testing.T, cmd *exec.Cmd, since time.Time) (int, time.Duration) {
+	t.Helper()
+	err := cmd.Wait()
+	took := time.Since(since)
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), took
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, took
+}
+
+func TestCLIAcquireHold(t *testing.T) {
+	t.Parallel()
+	t.Run("released on SIGTERM", func(t *testing.T) {
+		t.Parallel()
+		cmd, lines, stderr := startTenure(t, "acquire", "hold/"+t.Name(), "--hold", "--ttl", "3s", "-o", "json")
+		l := parse(t, nextLine(t, lines), &tenurev1.Lease{})
+		if g := parse(t, ok(t, "get", l.GetLeaseId(), "-o", "json"), &tenurev1.Lease{}); g.GetState() != tenurev1.State_STATE_ACTIVE {
+			t.Fatalf("held lease: %v", g)
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if code, _ := waitExit(t, cmd, time.Now()); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		if g := parse(t, ok(t, "get", l.GetLeaseId(), "-o", "json"), &tenurev1.Lease{}); g.GetState() != tenurev1.State_STATE_RELEASED {
+			t.Fatalf("after SIGTERM: %v", g)
+		}
+	})
+	t.Run("exit 1 when lost", func(t *testing.T) {
+		t.Parallel()
+		cmd, lines, stderr := startTenure(t, "acquire", "hold/"+t.Name(), "--hold", "--ttl", "3s", "-o", "json")
+		l := parse(t, nextLine(t, lines), &tenurev1.Lease{})
+		ok(t, "revoke", l.GetLeaseId())
+		if code, _ := waitExit(t, cmd, time.Now()); code != 1 || !strings.HasPrefix(stderr.String(), "LEASE_TERMINAL: ") {
+			t.Fatalf("exit %d, stderr %q; want 1 and LEASE_TERMINAL", code, stderr)
+		}
+	})
+}
+
+func TestCLIExec(t *testing.T) {
+	t.Parallel()
+	t.Run("runs while holding and passes on the exit status", func(t *testing.T) {
+		t.Parallel()
+		res := "exec/" + uniq(t)
+		dir := t.TempDir()
+		// The child records the lease's state as the registrar sees it.
+		script := `"$TENURE_BIN" get "$TENURE_LEASE_ID" -o json > ` + filepath.Join(dir, "seen.json") + `; exit 7`
+		r := runTenure(t, "exec", res, "--ttl", "5s", "--", "sh", "-c", script)
+		if r.code != 7 {
+			t.Fatalf("exit %d, want the child's 7: %+v", r.code, r)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "seen.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := parse(t, string(b), &tenurev1.Lease{})
+		if seen.GetState() != tenurev1.State_STATE_ACTIVE || seen.GetResource() != res {
+			t.Fatalf("the child saw %v; want the active lease on %s", seen, res)
+		}
+		if g := parse(t, ok(t, "get", seen.GetLeaseId(), "-o", "json"), &tenurev1.Lease{}); g.GetState() != tenurev1.State_STATE_RELEASED {
+			t.Fatalf("after the command: %v", g)
+		}
+	})
+	t.Run("does not start the command when the lease is held", func(t *testing.T) {
+		t.Parallel()
+		res := "exec/" + uniq(t)
+		acquire(t, res)
+		marker := filepath.Join(t.TempDir(), "ran")
+		r := runTenure(t, "exec", res, "--", "touch", marker)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, "LEASE_HELD: ") {
+			t.Fatalf("%+v; want exit 1 with LEASE_HELD", r)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatal("the command ran without the lease")
+		}
+	})
+	t.Run("waits for the lease", func(t *testing.T) {
+		t.Parallel()
+		res := "exec/" + uniq(t)
+		l := acquire(t, res, "--ttl", "30s")
+		marker := filepath.Join(t.TempDir(), "ran")
+		cmd, _, stderr := startTenure(t, "exec", res, "--wait", "20s", "--", "sh", "-c", "date +%s%N > "+marker)
+		// The command must not run before the lease is free.
+		hist := func() int {
+			return len(parse(t, ok(t, "history", res, "-o", "json"), &tenurev1.HistoryResponse{}).GetEvents())
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatal("the command ran while the resource was held")
+		}
+		n := hist()
+		released := time.Now()
+		ok(t, "release", l.GetLeaseId())
+		if code, _ := waitExit(t, cmd, released); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		b, err := os.ReadFile(marker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ns int64
+		fmt.Sscan(string(b), &ns)
+		if ran := time.Unix(0, ns); ran.Before(released) {
+			t.Fatalf("the command ran at %v, before the lease was released at %v", ran, released)
+		}
+		if hist() <= n {
+			t.Fatal("no new lease in the history")
+		}
+	})
+	t.Run("stops the command when the lease is lost", func(t *testing.T) {
+		t.Parallel()
+		res := "exec/" + uniq(t)
+		// The child ignores SIGTERM, so only SIGKILL after the grace ends it,
+		// and its own child (sleep) must be killed with it.
+		cmd, lines, stderr := startTenure(t, "exec", res, "--ttl", "5s", "--grace", "1s", "-o", "json", "--",
+			"sh", "-c", `trap "" TERM; echo "$TENURE_LEASE_ID"; sleep 60; echo survived`)
+		id := nextLine(t, lines)
+		revoked := time.Now()
+		ok(t, "revoke", id, "--reason", "test")
+		code, took := waitExit(t, cmd, revoked)
+		if code != 128+int(syscall.SIGKILL) {
+			t.Fatalf("exit %d, want %d (killed); stderr: %s", code, 128+int(syscall.SIGKILL), stderr)
+		}
+		if took < time.Second || took > 6*time.Second {
+			t.Fatalf("the command ended %v after the revoke; want after the 1s grace, within a few seconds", took)
+		}
+		if !strings.Contains(stderr.String(), "LEASE_TERMINAL") {
+			t.Fatalf("stderr does not say why: %s", stderr)
+		}
+		for l := range lines {
+			if l == "survived" {
+				t.Fatal("the command's child survived")
+			}
+		}
+	})
+	t.Run("forwards SIGTERM", func(t *testing.T) {
+		t.Parallel()
+		res := "exec/" + uniq(t)
+		cmd, lines, stderr := startTenure(t, "exec", res, "--ttl", "5s", "--",
+			"sh", "-c", `trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.05; done`)
+		if l := nextLine(t, lines); l != "ready" {
+			t.Fatalf("first line %q", l)
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if l := nextLine(t, lines); l != "got TERM" {
+			t.Fatalf("after SIGTERM: %q", l)
+		}
+		if code, _ := waitExit(t, cmd, time.Now()); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		list := parse(t, ok(t, "ls", "--prefix", res, "--state", "active", "-o", "json"), &tenurev1.ListResponse{})
+		if len(list.GetLeases()) != 0 {
+			t.Fatalf("lease still active after the command ended: %v", list)
+		}
+	})
+}
+
+func TestCLIBench(t *testing.T) {
+	t.Parallel()
+	r := runTenure(t, "bench", "--workload", "cycle", "--concurrency", "4", "--duration", "2s")
+	if r.code != 0 {
+		t.Fatalf("bench: %+v", r)
+	}
+	for _, want := range []string{"cycle (pipeline)", "ops/s", "p50", "p99", "errors"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("bench table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stderr, "ops/s") {
+		t.Fatalf("no progress line on stderr: %q", r.stderr)
+	}
+	for _, args := range [][]string{
+		{"--workload", "renew", "--leases", "20", "--concurrency", "4", "--duration", "1s"},
+		{"--workload", "contended", "--resources", "1", "--concurrency", "4", "--duration", "1s", "--unary"},
+		{"--workload", "keepalive", "--leases", "50", "--ttl", "1500ms", "--duration", "1500ms"},
+	} {
+		out := ok(t, append([]string{"bench", "-o", "json"}, args...)...)
+		var res benchResult
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("bench %v -o json: %v\n%s", args, err, out)
+		}
+		if res.Ops == 0 || res.OpsPerSec <= 0 {
+			t.Fatalf("bench %v: %+v", args, res)
+		}
+		if res.Workload == "contended" && res.Errors["LEASE_HELD"] == 0 {
+			t.Errorf("contended without --wait: no LEASE_HELD in %+v", res)
+		}
+		if res.Workload == "keepalive" && (res.LeasesLost != 0 || res.KeptAlivePerSec != 100) {
+			t.Errorf("keepalive: %+v", res)
+		}
+	}
+}
+
+// uniq names a resource for this test and run (tests share one server, and
+// -count may run them again).
+func uniq(t *testing.T) string {
+	return fmt.Sprintf("%s/%x", t.Name(), time.Now().UnixNano())
+}

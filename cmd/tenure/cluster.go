@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+)
+
+const clusterHelp = `Inspect and change cluster membership (admin).
+
+  cluster status                            members, roles, leader, term, indexes
+  cluster join ID RAFT_ADDR [--api-address] add a member as a voter
+  cluster remove ID                         remove a member
+  cluster transfer-leader [ID]              hand leadership to ID (or to any voter)
+  cluster public-key                        the registrar's certificate key, in hex`
+
+const clusterExamples = `  tenure cluster status
+  tenure cluster join node4 10.0.0.4:7071 --api-address 10.0.0.4:7070
+  tenure cluster remove node4
+  tenure cluster transfer-leader node2
+  tenure cluster public-key > registrar.key`
+
+// runCluster is `tenure cluster …`.
+func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure cluster", "status|join|remove|transfer-leader|public-key [ARGS] [flags]", clusterHelp, clusterExamples, stdout, stderr)
+	apiAddr := c.fs.String("api-address", "", "join: the new member's API address")
+	pos, err := c.parse(args, 1, 3)
+	if err != nil {
+		return err
+	}
+	sub, rest := pos[0], pos[1:]
+	nargs := map[string][2]int{"status": {0, 0}, "join": {2, 2}, "remove": {1, 1}, "transfer-leader": {0, 1}, "public-key": {0, 0}}
+	n, ok := nargs[sub]
+	switch {
+	case !ok:
+		return c.usageError("unknown subcommand %q", sub)
+	case len(rest) < n[0]:
+		return c.usageError("cluster %s: missing argument", sub)
+	case len(rest) > n[1]:
+		return c.usageError("cluster %s: unexpected argument %q", sub, rest[n[1]])
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "status":
+		var st *tenurev1.StatusResponse
+		err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
+			res, err := cl.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
+			if err == nil {
+				st = res.Msg
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if c.json() {
+			return writeJSON(stdout, st)
+		}
+		tw := newTable(stdout)
+		fmt.Fprintf(tw, "leader\t%s (%s)\nterm\t%d\ncommit index\t%d\napplied index\t%d\nanswered by\t%s (version %s)\n\n",
+			st.GetLeaderId(), st.GetLeaderApiAddress(), st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetNodeId(), st.GetVersion())
+		fmt.Fprintln(tw, "ID\tROLE\tAPI ADDRESS\tRAFT ADDRESS")
+		for _, m := range st.GetMembers() {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.GetId(), enumName(m.GetRole().String(), "ROLE_"), m.GetApiAddress(), m.GetRaftAddress())
+		}
+		return tw.Flush()
+	case "join":
+		err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
+			_, err := cl.AddVoter(ctx, connect.NewRequest(&tenurev1.AddVoterRequest{Id: rest[0], RaftAddress: rest[1], ApiAddress: *apiAddr}))
+			return err
+		})
+		return done(c, err, &tenurev1.AddVoterResponse{}, "added %s as a voter", rest[0])
+	case "remove":
+		err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
+			_, err := cl.RemoveServer(ctx, connect.NewRequest(&tenurev1.RemoveServerRequest{Id: rest[0]}))
+			return err
+		})
+		return done(c, err, &tenurev1.RemoveServerResponse{}, "removed %s", rest[0])
+	case "transfer-leader":
+		req := &tenurev1.TransferLeadershipRequest{}
+		if len(rest) == 1 {
+			req.Id = rest[0]
+		}
+		var resp *tenurev1.TransferLeadershipResponse
+		err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
+			res, err := cl.TransferLeadership(ctx, connect.NewRequest(req))
+			if err == nil {
+				resp = res.Msg
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		return done(c, nil, resp, "leader is now %s", resp.GetLeaderId())
+	default: // public-key
+		var resp *tenurev1.PublicKeyResponse
+		err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
+			res, err := cl.PublicKey(ctx, connect.NewRequest(&tenurev1.PublicKeyRequest{}))
+			if err == nil {
+				resp = res.Msg
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if c.json() {
+			return writeJSON(stdout, resp)
+		}
+		_, err = fmt.Fprintln(stdout, hex.EncodeToString(resp.GetPublicKey()))
+		return err
+	}
+}
+
+// done prints the outcome of a cluster change.
+func done(c *cliCommand, err error, resp proto.Message, format string, args ...any) error {
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(c.stdout, resp)
+	}
+	_, err = fmt.Fprintf(c.stdout, format+"\n", args...)
+	return err
+}

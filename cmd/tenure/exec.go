@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	tenure "github.com/tenurehq/tenure/client"
+)
+
+const execHelp = `Run COMMAND only while holding a lease on RESOURCE (like consul lock or
+etcdctl lock): acquire the lease first (queueing up to --wait if it is held),
+then start the command, keeping the lease alive with heartbeats while it runs.
+
+  - SIGINT, SIGTERM and SIGHUP are forwarded to the command.
+  - If the lease is lost (revoked, expired, or no renewal confirmed within its
+    trust window), the command is sent SIGTERM, then SIGKILL after --grace.
+  - When the command ends the lease is released.
+
+The command runs in its own process group, so signals reach its children too.
+It sees TENURE_LEASE_ID, TENURE_LEASE_FENCE, TENURE_LEASE_RESOURCE and
+TENURE_LEASE_HOLDER in its environment; pass the fence to storage that checks
+fences.
+
+Exit status: the command's (128+N if it was killed by signal N); 1 if the
+lease could not be acquired, or if it was lost and the command still exited 0;
+127 if the command could not be started.`
+
+const execExamples = `  tenure exec backups/nightly --ttl 30s -- ./backup.sh --full
+  tenure exec reports/daily --wait 10m --grace 30s -- make report`
+
+// exitStatus is an error that sets the exit status of tenure, for
+// commands (exec) that pass on another program's. msg, if not empty, is
+// printed to stderr.
+type exitStatus struct {
+	code int
+	msg  string
+}
+
+func (e *exitStatus) Error() string {
+	if e.msg != "" {
+		return e.msg
+	}
+	return "exit status " + strconv.Itoa(e.code)
+}
+
+// runExec is `tenure exec`.
+func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure exec", "RESOURCE [flags] -- COMMAND [ARGS...]", execHelp, execExamples, stdout, stderr)
+	ttl := c.fs.Duration("ttl", 15*time.Second, "lease ttl: how long a crashed tenure blocks the next holder")
+	wait := c.fs.Duration("wait", 0, "queue for up to this long when the resource is held (0: fail at once with LEASE_HELD)")
+	grace := c.fs.Duration("grace", 10*time.Second, "after SIGTERM on a lost lease, wait this long before SIGKILL")
+	mode := c.fs.String("mode", "exclusive", "exclusive or shared")
+	c.holderFlag("", "user@host:pid")
+	pos, err := c.parse(args, 2, -1)
+	if err != nil {
+		return err
+	}
+	m, err := parseMode(*mode)
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	opts := []tenure.AcquireOption{m, tenure.TTL(*ttl)}
+	if *wait > 0 {
+		opts = append(opts, tenure.Wait(*wait))
+	}
+	// SIGINT/SIGTERM cancel ctx (main), which abandons a wait in the queue.
+	l, err := cl.Acquire(ctx, pos[0], opts...)
+	if err != nil {
+		return err
+	}
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	cmd := exec.Command(pos[1], pos[2:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = append(os.Environ(),
+		"TENURE_LEASE_ID="+l.ID(),
+		"TENURE_LEASE_FENCE="+strconv.FormatUint(l.Fence(), 10),
+		"TENURE_LEASE_RESOURCE="+l.Resource(),
+		"TENURE_LEASE_HOLDER="+l.Holder(),
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		release(l)
+		return &exitStatus{code: 127, msg: fmt.Sprintf("tenure exec: %v", err)}
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	pgid := cmd.Process.Pid
+	lostCh := l.Done()
+	var lost error
+	var kill <-chan time.Time
+wait:
+	for {
+		select {
+		case <-exited:
+			break wait
+		case s := <-sigs:
+			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+		case <-lostCh:
+			lostCh = nil
+			lost = lostError(l)
+			fmt.Fprintf(stderr, "tenure exec: %v; stopping the command (SIGTERM, SIGKILL after %v)\n", lost, *grace)
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			t := time.NewTimer(*grace)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}
+	if lost == nil {
+		release(l)
+	}
+	code := exitCode(cmd.ProcessState)
+	if lost != nil && code == 0 {
+		return lost
+	}
+	return &exitStatus{code: code}
+}
+
+// release ends the lease once the command is done.
+func release(l *tenure.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = l.Release(ctx, tenure.ReleaseCompleted) // on failure it ends at its expiry
+}
+
+// exitCode is a process's exit status as a shell reports it.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/fencing"
+)
+
+const fenceHelp = `Ask the registrar whether FENCE belongs to an active lease of RESOURCE.
+Prints the answer and the resource's active fence; exits 1 (FENCE_STALE) when
+the fence is not current.`
+
+const fenceExamples = `  tenure fence check orders/42 17 && write-with-fence 17`
+
+// runFence is `tenure fence check`.
+func runFence(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure fence", "check RESOURCE FENCE [flags]", fenceHelp, fenceExamples, stdout, stderr)
+	pos, err := c.parse(args, 3, 3)
+	if err != nil {
+		return err
+	}
+	if pos[0] != "check" {
+		return c.usageError("unknown subcommand %q (want check)", pos[0])
+	}
+	fence, err := strconv.ParseUint(pos[2], 10, 64)
+	if err != nil {
+		return c.usageError("FENCE must be a number, got %q", pos[2])
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	var resp *tenurev1.CheckFenceResponse
+	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
+		res, err := l.CheckFence(ctx, connect.NewRequest(&tenurev1.CheckFenceRequest{Namespace: c.namespace, Resource: pos[1], Fence: fence}))
+		if err == nil {
+			resp = res.Msg
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		err = writeJSON(stdout, resp)
+	} else {
+		tw := newTable(stdout)
+		fmt.Fprintf(tw, "current\t%v\nactive fence\t%d\n", resp.GetCurrent(), resp.GetActiveFence())
+		err = tw.Flush()
+	}
+	if err != nil {
+		return err
+	}
+	if !resp.GetCurrent() {
+		return fmt.Errorf("%s: fence %d is not current for %s (active fence %d)", fencing.ReasonFenceStale, fence, pos[1], resp.GetActiveFence())
+	}
+	return nil
+}

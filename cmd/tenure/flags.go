@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	tenure "github.com/tenurehq/tenure/client"
+)
+
+// cliCommand is one client subcommand's flag set plus the global client
+// flags (--endpoints, --namespace, --token, -o) every client command takes.
+type cliCommand struct {
+	fs       *flag.FlagSet
+	name     string // "tenure acquire"
+	synopsis string // "RESOURCE [flags]"
+	stdout   io.Writer
+	stderr   io.Writer
+
+	endpoints string
+	namespace string
+	token     string
+	output    string
+	holder    string
+
+	help func() // prints --help to stdout
+}
+
+// newCLICommand returns a command with the global client flags defined.
+// description and examples make up its --help.
+func newCLICommand(name, synopsis, description, examples string, stdout, stderr io.Writer) *cliCommand {
+	c := &cliCommand{fs: flag.NewFlagSet(name, flag.ContinueOnError), name: name, synopsis: synopsis, stdout: stdout, stderr: stderr}
+	c.fs.SetOutput(io.Discard)
+	c.fs.StringVar(&c.endpoints, "endpoints", envOr("TENURE_ENDPOINTS", "127.0.0.1:7070"), "comma-separated API addresses of cluster members (env TENURE_ENDPOINTS)")
+	c.fs.StringVar(&c.namespace, "namespace", envOr("TENURE_NAMESPACE", tenure.DefaultNamespace), "namespace (env TENURE_NAMESPACE)")
+	c.fs.StringVar(&c.token, "token", os.Getenv("TENURE_TOKEN"), "bearer token (env TENURE_TOKEN)")
+	c.fs.StringVar(&c.output, "o", "table", "output format: table or json")
+	c.fs.Usage = func() {} // the flag package calls it on every error; help is printed by parse
+	c.help = func() {
+		fmt.Fprintf(stdout, "usage: %s %s\n\n%s\n", name, synopsis, strings.TrimSpace(description))
+		if examples != "" {
+			fmt.Fprintf(stdout, "\nexamples:\n%s\n", strings.TrimRight(examples, "\n"))
+		}
+		fmt.Fprintf(stdout, "\nflags:\n")
+		c.fs.SetOutput(stdout)
+		c.fs.PrintDefaults()
+		c.fs.SetOutput(io.Discard)
+	}
+	return c
+}
+
+// holderFlag defines --holder. def is the default when neither the flag nor
+// TENURE_HOLDER is given ("" means the Go client's default, user@host:pid);
+// defaultText describes it in --help.
+func (c *cliCommand) holderFlag(def, defaultText string) {
+	c.fs.StringVar(&c.holder, "holder", envOr("TENURE_HOLDER", def), "holder identity (env TENURE_HOLDER; default "+defaultText+")")
+}
+
+// parse parses args, flags and positional arguments in any order ("--" ends
+// the flags: everything after it is positional), and checks that there are
+// between min and max positional arguments (max < 0: no limit).
+func (c *cliCommand) parse(args []string, min, max int) ([]string, error) {
+	var rest []string
+	for i, a := range args {
+		if a == "--" {
+			args, rest = args[:i], args[i+1:]
+			break
+		}
+	}
+	var pos []string
+	for {
+		if err := c.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				c.help()
+				return nil, err
+			}
+			return nil, c.usageError("%v", err)
+		}
+		args = c.fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	pos = append(pos, rest...)
+	switch {
+	case len(pos) < min:
+		return nil, c.usageError("missing argument")
+	case max >= 0 && len(pos) > max:
+		return nil, c.usageError("unexpected argument %q", pos[max])
+	}
+	switch c.output {
+	case "table", "json":
+	default:
+		return nil, c.usageError("-o must be table or json, got %q", c.output)
+	}
+	return pos, nil
+}
+
+// usageError is a usage error followed by the command's usage line.
+func (c *cliCommand) usageError(format string, args ...any) error {
+	return usagef("%s: %s\nusage: %s %s (see %s --help)", strings.TrimPrefix(c.name, "tenure "), fmt.Sprintf(format, args...), c.name, c.synopsis, c.name)
+}
+
+func (c *cliCommand) json() bool { return c.output == "json" }
+
+// endpointList splits --endpoints.
+func (c *cliCommand) endpointList() []string {
+	var out []string
+	for e := range strings.SplitSeq(c.endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// client returns a Go client (heartbeats, Watch, failover) for commands that
+// hold leases or follow streams. The caller closes it.
+func (c *cliCommand) client(opts ...tenure.Option) (*tenure.Client, error) {
+	eps := c.endpointList()
+	if len(eps) == 0 {
+		return nil, c.usageError("--endpoints is empty")
+	}
+	opts = append([]tenure.Option{tenure.WithNamespace(c.namespace)}, opts...)
+	if c.token != "" {
+		opts = append(opts, tenure.WithToken(c.token))
+	}
+	if c.holder != "" {
+		opts = append(opts, tenure.WithHolder(c.holder))
+	}
+	return tenure.New(eps, opts...)
+}
+
+// remote returns raw service clients for the RPCs the Go client does not
+// wrap. Calls go to the first endpoint that answers (see remote.lease).
+func (c *cliCommand) remote() (*remote, error) {
+	eps := c.endpointList()
+	if len(eps) == 0 {
+		return nil, c.usageError("--endpoints is empty")
+	}
+	var p http.Protocols
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	hc := &http.Client{Transport: &http.Transport{
+		Protocols:         &p,
+		ForceAttemptHTTP2: true,
+		DialContext:       (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
+	}}
+	var opts []connect.ClientOption
+	if c.token != "" {
+		opts = append(opts, connect.WithInterceptors(bearerToken(c.token)))
+	}
+	r := &remote{}
+	for _, e := range eps {
+		if !strings.Contains(e, "://") {
+			e = "http://" + e
+		}
+		e = strings.TrimRight(e, "/")
+		r.leases = append(r.leases, tenurev1connect.NewLeaseServiceClient(hc, e, opts...))
+		r.clusters = append(r.clusters, tenurev1connect.NewClusterServiceClient(hc, e, opts...))
+	}
+	return r, nil
+}
+
+// remote is the generated Connect clients, one per endpoint.
+type remote struct {
+	leases   []tenurev1connect.LeaseServiceClient
+	clusters []tenurev1connect.ClusterServiceClient
+}
+
+// lease runs fn against each endpoint in turn until one answers: it moves on
+// only when the request cannot have been processed (the connection could not
+// be made, or NOT_LEADER). The error is parsed into the Go client's typed
+// errors, so its message starts with the reason.
+func (r *remote) lease(fn func(tenurev1connect.LeaseServiceClient) error) error {
+	var err error
+	for _, l := range r.leases {
+		if err = tenure.ParseError(fn(l)); err == nil || !tryNext(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// cluster is lease for the ClusterService.
+func (r *remote) cluster(fn func(tenurev1connect.ClusterServiceClient) error) error {
+	var err error
+	for _, c := range r.clusters {
+		if err = tenure.ParseError(fn(c)); err == nil || !tryNext(err) {
+			return err
+		}
+	}
+	return err
+}
+
+func tryNext(err error) bool {
+	if tenure.ReasonOf(err) == tenure.ReasonNotLeader {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// bearerToken adds "Authorization: Bearer <token>" to every request.
+type bearerToken string
+
+func (b bearerToken) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b bearerToken) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return conn
+	}
+}
+
+func (b bearerToken) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// stableHolder is the default holder of one-shot commands: user@host,
+// without the pid the Go client adds, so that a lease acquired by one
+// invocation can be renewed, released or transferred by the next.
+func stableHolder() string {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if name == "" {
+		name = "unknown"
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return name + "@" + host
+}
+
+// parseMode turns --mode into the API enum.
+func parseMode(s string) (tenure.Mode, error) {
+	switch strings.ToLower(s) {
+	case "", "exclusive":
+		return tenure.Exclusive, nil
+	case "shared":
+		return tenure.Shared, nil
+	}
+	return 0, fmt.Errorf("--mode must be exclusive or shared, got %q", s)
+}

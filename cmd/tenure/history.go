@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+)
+
+const historyHelp = `Print the ledger events of one resource (issued, renewed, released,
+expired, revoked, transferred, …), oldest first, as kept by the history
+retention policy (24 h by default).`
+
+const historyExamples = `  tenure history orders/42
+  tenure history orders/42 --after 1200 --limit 50 -o json`
+
+// runHistory is `tenure history`.
+func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure history", "RESOURCE [flags]", historyHelp, historyExamples, stdout, stderr)
+	after := c.fs.Uint64("after", 0, "only events after this ledger index")
+	limit := c.fs.Int("limit", 0, "at most this many events (default: the server's)")
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	var resp *tenurev1.HistoryResponse
+	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
+		res, err := l.History(ctx, connect.NewRequest(&tenurev1.HistoryRequest{Namespace: c.namespace, Resource: pos[0], AfterIndex: *after, Limit: int32(*limit)}))
+		if err == nil {
+			resp = res.Msg
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, resp)
+	}
+	tw := newTable(stdout)
+	fmt.Fprintln(tw, eventHeader)
+	for _, e := range resp.GetEvents() {
+		fmt.Fprintln(tw, eventRow(e))
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+)
+
+const lsHelp = `List the leases of a namespace, optionally only those whose resource starts
+with --prefix, of one --holder, or in some --state. Prints one page (see
+--page-size and --page-token) or, with --all, every page.`
+
+const lsExamples = `  tenure ls
+  tenure ls --prefix orders/ --state active
+  tenure ls --holder w1 --state active,expired --all -o json`
+
+// runLs is `tenure ls`.
+func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure ls", "[flags]", lsHelp, lsExamples, stdout, stderr)
+	prefix := c.fs.String("prefix", "", "only resources starting with this")
+	holder := c.fs.String("holder", "", "only leases of this holder")
+	states := c.fs.String("state", "", "comma-separated states: active, released, expired, revoked (default: all)")
+	pageSize := c.fs.Int("page-size", 0, "leases per page (default: the server's)")
+	pageToken := c.fs.String("page-token", "", "continue from a previous page")
+	all := c.fs.Bool("all", false, "fetch every page")
+	if _, err := c.parse(args, 0, 0); err != nil {
+		return err
+	}
+	req := &tenurev1.ListRequest{Namespace: c.namespace, Prefix: *prefix, Holder: *holder, PageSize: int32(*pageSize), PageToken: *pageToken}
+	for s := range strings.SplitSeq(*states, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		v, ok := tenurev1.State_value["STATE_"+strings.ToUpper(s)]
+		if !ok || v == 0 {
+			return c.usageError("--state: unknown state %q (want active, released, expired or revoked)", s)
+		}
+		req.States = append(req.States, tenurev1.State(v))
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	out := &tenurev1.ListResponse{}
+	for {
+		var page *tenurev1.ListResponse
+		err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
+			res, err := l.List(ctx, connect.NewRequest(req))
+			if err == nil {
+				page = res.Msg
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		out.Leases = append(out.Leases, page.GetLeases()...)
+		out.Counts, out.NextPageToken = page.GetCounts(), page.GetNextPageToken()
+		if !*all || page.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = page.GetNextPageToken()
+	}
+	if c.json() {
+		return writeJSON(stdout, out)
+	}
+	if err := writeLeases(stdout, out.GetLeases()...); err != nil {
+		return err
+	}
+	if out.GetNextPageToken() != "" {
+		fmt.Fprintf(stderr, "more leases: --page-token %s (or --all)\n", out.GetNextPageToken())
+	}
+	return nil
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// writeJSON writes m in the protobuf JSON mapping (lowerCamelCase, enums by
+// name, RFC 3339 UTC times), one document per line, so that a stream of
+// results is NDJSON.
+func writeJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	// protojson adds random spaces between tokens (on purpose, so that
+	// nobody depends on its layout); compact it into a stable line.
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
+	return err
+}
+
+// newTable returns a tabwriter for human tables.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+// fmtDuration prints a duration for humans: "41.2s" below a minute,
+// "5m30s" above.
+func fmtDuration(d time.Duration) string {
+	if d < 0 {
+		return "-" + fmtDuration(-d)
+	}
+	if d < time.Minute {
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	}
+	return d.Round(time.Second).String()
+}
+
+func fmtPBDuration(d *durationpb.Duration) string {
+	if d == nil {
+		return "-"
+	}
+	return fmtDuration(d.AsDuration())
+}
+
+// fmtTime prints a time in UTC, RFC 3339.
+func fmtTime(t *timestamppb.Timestamp) string {
+	if t == nil || (t.Seconds == 0 && t.Nanos == 0) {
+		return "-"
+	}
+	return t.AsTime().UTC().Format(time.RFC3339)
+}
+
+// enumName turns MODE_EXCLUSIVE into "exclusive".
+func enumName(name, prefix string) string {
+	return strings.ToLower(strings.TrimPrefix(name, prefix))
+}
+
+func leaseMode(l *tenurev1.Lease) string  { return enumName(l.GetMode().String(), "MODE_") }
+func leaseState(l *tenurev1.Lease) string { return enumName(l.GetState().String(), "STATE_") }
+
+// timeLeft is the lease's time left at the registrar, "-" once it ended.
+func timeLeft(l *tenurev1.Lease) string {
+	if l.GetState() != tenurev1.State_STATE_ACTIVE {
+		return "-"
+	}
+	return fmtPBDuration(l.GetTimeRemaining())
+}
+
+const leaseHeader = "LEASE ID\tRESOURCE\tHOLDER\tMODE\tSTATE\tFENCE\tTTL\tEXPIRES\tLEFT"
+
+func leaseRow(l *tenurev1.Lease) string {
+	return strings.Join([]string{
+		l.GetLeaseId(), l.GetResource(), l.GetHolder(), leaseMode(l), leaseState(l),
+		strconv.FormatUint(l.GetFence(), 10), fmtPBDuration(l.GetTtl()), fmtTime(l.GetExpiresAt()), timeLeft(l),
+	}, "\t")
+}
+
+// writeLeases prints leases as a table.
+func writeLeases(w io.Writer, leases ...*tenurev1.Lease) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, leaseHeader)
+	for _, l := range leases {
+		fmt.Fprintln(tw, leaseRow(l))
+	}
+	return tw.Flush()
+}
+
+// writeLeaseDetail prints one lease field by field.
+func writeLeaseDetail(w io.Writer, l *tenurev1.Lease) error {
+	tw := newTable(w)
+	row := func(k, v string) {
+		if v != "" && v != "-" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	row("lease id", l.GetLeaseId())
+	row("namespace", l.GetNamespace())
+	row("resource", l.GetResource())
+	row("holder", l.GetHolder())
+	row("mode", leaseMode(l))
+	row("state", leaseState(l))
+	row("fence", strconv.FormatUint(l.GetFence(), 10))
+	row("ttl", fmtPBDuration(l.GetTtl()))
+	row("issued", fmtTime(l.GetIssuedAt()))
+	row("expires", fmtTime(l.GetExpiresAt()))
+	row("time left", timeLeft(l))
+	if l.GetRenewalCount() > 0 {
+		row("renewals", strconv.FormatUint(uint64(l.GetRenewalCount()), 10))
+		row("last renewed", fmtTime(l.GetLastRenewedAt()))
+	}
+	row("terminated", fmtTime(l.GetTerminatedAt()))
+	if r := l.GetReleaseReason(); r != tenurev1.ReleaseReason_RELEASE_REASON_UNSPECIFIED {
+		row("release reason", enumName(r.String(), "RELEASE_REASON_"))
+	}
+	row("revoke reason", l.GetRevokeReason())
+	row("parent", l.GetParentLeaseId())
+	if len(l.GetSignature()) > 0 {
+		row("certificate", fmt.Sprintf("signed (key %s)", l.GetKeyId()))
+	}
+	return tw.Flush()
+}
+
+const eventHeader = "INDEX\tTIME\tTYPE\tRESOURCE\tLEASE ID\tHOLDER\tFENCE"
+
+func eventRow(e *tenurev1.Event) string {
+	return strings.Join([]string{
+		strconv.FormatUint(e.GetIndex(), 10), fmtTime(e.GetTime()), e.GetType(), e.GetResource(),
+		e.GetLeaseId(), e.GetHolder(), strconv.FormatUint(e.GetFence(), 10),
+	}, "\t")
+}

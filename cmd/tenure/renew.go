@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+)
+
+const renewHelp = `Renew leases by id (or every active lease of a holder with --all) and print
+them. Without --ttl each lease is renewed for its own ttl. With one id a
+refusal is the command's error; with several, every refusal is printed to
+stderr and the command exits 1 if there was any.`
+
+const renewExamples = `  tenure renew 01JD3…
+  tenure renew 01JD3… 01JD4… --ttl 2m
+  tenure renew --all --holder w1`
+
+// runRenew is `tenure renew`.
+func runRenew(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure renew", "ID... [flags]", renewHelp, renewExamples, stdout, stderr)
+	ttl := c.fs.Duration("ttl", 0, "new ttl (default: each lease's own)")
+	all := c.fs.Bool("all", false, "renew every active lease of --holder instead of ids")
+	cert := c.fs.Bool("certificate", false, "ask for new lease certificates")
+	c.holderFlag(stableHolder(), "user@host")
+	ids, err := c.parse(args, 0, -1)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *all && len(ids) > 0:
+		return c.usageError("give lease ids or --all, not both")
+	case !*all && len(ids) == 0:
+		return c.usageError("missing argument")
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	req := &tenurev1.RenewRequest{LeaseIds: ids, Certificate: *cert, Namespace: c.namespace}
+	if *all {
+		req.Holder, req.AllOfHolder = c.holder, true
+	}
+	if *ttl != 0 {
+		req.Ttl = durationpb.New(*ttl)
+	}
+	var resp *tenurev1.RenewResponse
+	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
+		res, err := l.Renew(ctx, connect.NewRequest(req))
+		if err == nil {
+			resp = res.Msg
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		err = writeJSON(stdout, resp)
+	} else {
+		err = writeLeases(stdout, resp.GetLeases()...)
+	}
+	if err != nil {
+		return err
+	}
+	fs := resp.GetFailures()
+	if len(fs) == 0 {
+		return nil
+	}
+	for _, f := range fs[1:] { // each message starts with its reason and names the lease
+		fmt.Fprintln(stderr, f.GetMessage())
+	}
+	return fmt.Errorf("%s (%d of %d renewals refused)", fs[0].GetMessage(), len(fs), len(fs)+len(resp.GetLeases()))
+}
