@@ -52,14 +52,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	switch sub {
 	case "status":
-		var st *tenurev1.StatusResponse
-		err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
-			res, err := cl.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
-			if err == nil {
-				st = res.Msg
-			}
-			return err
-		})
+		st, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.Status, &tenurev1.StatusRequest{})
 		if err != nil {
 			return err
 		}
@@ -91,27 +84,13 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if len(rest) == 1 {
 			req.Id = rest[0]
 		}
-		var resp *tenurev1.TransferLeadershipResponse
-		err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
-			res, err := cl.TransferLeadership(ctx, connect.NewRequest(req))
-			if err == nil {
-				resp = res.Msg
-			}
-			return err
-		})
+		resp, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.TransferLeadership, req)
 		if err != nil {
 			return err
 		}
 		return done(c, nil, resp, "leader is now %s", resp.GetLeaderId())
 	default: // public-key
-		var resp *tenurev1.PublicKeyResponse
-		err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
-			res, err := cl.PublicKey(ctx, connect.NewRequest(&tenurev1.PublicKeyRequest{}))
-			if err == nil {
-				resp = res.Msg
-			}
-			return err
-		})
+		resp, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.PublicKey, &tenurev1.PublicKeyRequest{})
 		if err != nil {
 			return err
 		}

@@ -6,8 +6,6 @@ import (
 	"io"
 	"strconv"
 
-	"connectrpc.com/connect"
-
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/fencing"
@@ -37,14 +35,7 @@ func runFence(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	var resp *tenurev1.CheckFenceResponse
-	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
-		res, err := l.CheckFence(ctx, connect.NewRequest(&tenurev1.CheckFenceRequest{Namespace: c.namespace, Resource: pos[1], Fence: fence}))
-		if err == nil {
-			resp = res.Msg
-		}
-		return err
-	})
+	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.CheckFence, &tenurev1.CheckFenceRequest{Namespace: c.namespace, Resource: pos[1], Fence: fence})
 	if err != nil {
 		return err
 	}

@@ -206,6 +206,37 @@ func (r *remote) cluster(fn func(tenurev1connect.ClusterServiceClient) error) er
 	return err
 }
 
+// leaseCall makes one unary LeaseService call (a method expression such as
+// tenurev1connect.LeaseServiceClient.Get) through r.lease's failover.
+func leaseCall[Req, Resp any](ctx context.Context, r *remote,
+	method func(tenurev1connect.LeaseServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
+	req *Req) (*Resp, error) {
+	var out *Resp
+	err := r.lease(func(l tenurev1connect.LeaseServiceClient) error {
+		res, err := method(l, ctx, connect.NewRequest(req))
+		if err == nil {
+			out = res.Msg
+		}
+		return err
+	})
+	return out, err
+}
+
+// clusterCall is leaseCall for the ClusterService.
+func clusterCall[Req, Resp any](ctx context.Context, r *remote,
+	method func(tenurev1connect.ClusterServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
+	req *Req) (*Resp, error) {
+	var out *Resp
+	err := r.cluster(func(c tenurev1connect.ClusterServiceClient) error {
+		res, err := method(c, ctx, connect.NewRequest(req))
+		if err == nil {
+			out = res.Msg
+		}
+		return err
+	})
+	return out, err
+}
+
 func tryNext(err error) bool {
 	if tenure.ReasonOf(err) == tenure.ReasonNotLeader {
 		return true

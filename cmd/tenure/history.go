@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"connectrpc.com/connect"
-
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
@@ -31,14 +29,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	var resp *tenurev1.HistoryResponse
-	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
-		res, err := l.History(ctx, connect.NewRequest(&tenurev1.HistoryRequest{Namespace: c.namespace, Resource: pos[0], AfterIndex: *after, Limit: int32(*limit)}))
-		if err == nil {
-			resp = res.Msg
-		}
-		return err
-	})
+	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.History, &tenurev1.HistoryRequest{Namespace: c.namespace, Resource: pos[0], AfterIndex: *after, Limit: int32(*limit)})
 	if err != nil {
 		return err
 	}

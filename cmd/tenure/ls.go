@@ -6,8 +6,6 @@ import (
 	"io"
 	"strings"
 
-	"connectrpc.com/connect"
-
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
@@ -49,14 +47,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	out := &tenurev1.ListResponse{}
 	for {
-		var page *tenurev1.ListResponse
-		err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
-			res, err := l.List(ctx, connect.NewRequest(req))
-			if err == nil {
-				page = res.Msg
-			}
-			return err
-		})
+		page, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.List, req)
 		if err != nil {
 			return err
 		}

@@ -6,8 +6,6 @@ import (
 	"io"
 	"strings"
 
-	"connectrpc.com/connect"
-
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
@@ -35,14 +33,7 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	var resp *tenurev1.ReleaseResponse
-	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
-		res, err := l.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: pos[0], Holder: c.holder, Reason: tenurev1.ReleaseReason(rr)}))
-		if err == nil {
-			resp = res.Msg
-		}
-		return err
-	})
+	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.Release, &tenurev1.ReleaseRequest{LeaseId: pos[0], Holder: c.holder, Reason: tenurev1.ReleaseReason(rr)})
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -49,14 +48,7 @@ func runRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *ttl != 0 {
 		req.Ttl = durationpb.New(*ttl)
 	}
-	var resp *tenurev1.RenewResponse
-	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
-		res, err := l.Renew(ctx, connect.NewRequest(req))
-		if err == nil {
-			resp = res.Msg
-		}
-		return err
-	})
+	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.Renew, req)
 	if err != nil {
 		return err
 	}

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"connectrpc.com/connect"
-
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
@@ -78,14 +76,7 @@ func stateGet(ctx context.Context, c *cliCommand, resource string, raw bool) err
 	if err != nil {
 		return err
 	}
-	var resp *tenurev1.ReadStateResponse
-	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
-		res, err := l.ReadState(ctx, connect.NewRequest(&tenurev1.ReadStateRequest{Namespace: c.namespace, Resource: resource}))
-		if err == nil {
-			resp = res.Msg
-		}
-		return err
-	})
+	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.ReadState, &tenurev1.ReadStateRequest{Namespace: c.namespace, Resource: resource})
 	switch {
 	case err != nil:
 		return err
@@ -110,15 +101,8 @@ func statePut(ctx context.Context, c *cliCommand, resource, leaseID string, epoc
 	if err != nil {
 		return err
 	}
-	var resp *tenurev1.WriteStateResponse
-	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
-		res, err := l.WriteState(ctx, connect.NewRequest(&tenurev1.WriteStateRequest{
-			Namespace: c.namespace, Resource: resource, LeaseId: leaseID, ExpectedEpoch: epoch, Data: data,
-		}))
-		if err == nil {
-			resp = res.Msg
-		}
-		return err
+	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.WriteState, &tenurev1.WriteStateRequest{
+		Namespace: c.namespace, Resource: resource, LeaseId: leaseID, ExpectedEpoch: epoch, Data: data,
 	})
 	if err != nil {
 		return err

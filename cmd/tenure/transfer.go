@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -36,14 +35,7 @@ func runTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *ttl != 0 {
 		req.Ttl = durationpb.New(*ttl)
 	}
-	var resp *tenurev1.TransferResponse
-	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
-		res, err := l.Transfer(ctx, connect.NewRequest(req))
-		if err == nil {
-			resp = res.Msg
-		}
-		return err
-	})
+	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.Transfer, req)
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"connectrpc.com/connect"
-
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
@@ -30,14 +28,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	var resp *tenurev1.VerifyResponse
-	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
-		res, err := l.Verify(ctx, connect.NewRequest(&tenurev1.VerifyRequest{LeaseIds: ids}))
-		if err == nil {
-			resp = res.Msg
-		}
-		return err
-	})
+	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.Verify, &tenurev1.VerifyRequest{LeaseIds: ids})
 	if err != nil {
 		return err
 	}
