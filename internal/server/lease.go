@@ -476,8 +476,19 @@ func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev
 		limit = registrar.DefaultPageSize
 	}
 	ns := orDefault(m.Namespace)
+	// History older than the namespace's history retention is not shown.
+	var cutoff registrar.Tick
+	if err := s.node.Read(ctx, true, func(mc *statemachine.Machine, t registrar.Tick) error {
+		cutoff = t - registrar.Tick(mc.Registrar().Policy(ns).HistoryRetention)
+		return nil
+	}); err != nil {
+		return nil, s.toConnect(err)
+	}
 	resp := &tenurev1.HistoryResponse{}
 	s.node.Feed().Scan(m.AfterIndex, func(sl statemachine.Sealed) bool {
+		if registrar.Tick(sl.Record.Tick) < cutoff {
+			return true
+		}
 		if rns, res := eventScope(sl.Record); rns == ns && res == m.Resource {
 			resp.Events = append(resp.Events, renderEvent(sl))
 		}

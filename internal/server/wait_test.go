@@ -48,3 +48,29 @@ func TestAbandonedWaitIsWithdrawn(t *testing.T) {
 		t.Fatalf("resource not free after the holder released and the ghost left: %v", err)
 	}
 }
+
+// History shows a resource's events only within the namespace's history
+// retention.
+func TestHistoryRetention(t *testing.T) {
+	t.Parallel()
+	bd := setup(t)
+	ctx := context.Background()
+	if _, err := bd.cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{
+		Namespace: "short", Policy: &tenurev1.NamespacePolicy{HistoryRetention: durationpb.New(time.Second)}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bd.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Namespace: "short", Resource: "r", Holder: "w1"})); err != nil {
+		t.Fatal(err)
+	}
+	events := func() int {
+		resp, err := bd.leases.History(ctx, connect.NewRequest(&tenurev1.HistoryRequest{Namespace: "short", Resource: "r"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(resp.Msg.Events)
+	}
+	if n := events(); n != 1 {
+		t.Fatalf("history right after the grant has %d events, want 1", n)
+	}
+	waitFor(t, "the grant to leave the history", 10*time.Second, func() bool { return events() == 0 })
+}
