@@ -75,6 +75,8 @@ type realServer struct {
 	cmd     *exec.Cmd
 	log     *bytes.Buffer
 	stopped bool
+	// extra are more `tenure server` flags (cluster membership).
+	extra []string
 }
 
 func freePort(t *testing.T) string {
@@ -103,14 +105,21 @@ func startRealServer(t *testing.T) *realServer {
 
 func (s *realServer) start() {
 	s.t.Helper()
+	s.startAsync()
+	s.waitReady()
+}
+
+// startAsync starts the process without waiting for it to be ready.
+func (s *realServer) startAsync() {
+	s.t.Helper()
 	s.log = &bytes.Buffer{}
-	s.cmd = exec.Command(s.bin, "server", "--data-dir", s.dir, "--listen", s.api, "--raft-listen", s.raft, "--log-level", "warn")
+	args := append([]string{"server", "--data-dir", s.dir, "--listen", s.api, "--raft-listen", s.raft, "--log-level", "warn"}, s.extra...)
+	s.cmd = exec.Command(s.bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
 	s.stopped = false
-	s.waitReady()
 }
 
 func (s *realServer) waitReady() {

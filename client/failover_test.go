@@ -1,0 +1,93 @@
+package tenure
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startRealCluster starts three `tenure server` processes bootstrapped
+// with --peers and waits until each answers /readyz (a leader is known).
+func startRealCluster(t *testing.T) []*realServer {
+	t.Helper()
+	ms := make([]*realServer, 3)
+	var peers []string
+	for i := range ms {
+		ms[i] = &realServer{t: t, bin: tenureBinary(t), dir: t.TempDir(), api: freePort(t), raft: freePort(t)}
+		peers = append(peers, fmt.Sprintf("n%d=%s", i+1, ms[i].raft))
+	}
+	for i, s := range ms {
+		s.extra = []string{"--node-id", fmt.Sprintf("n%d", i+1), "--peers", strings.Join(peers, ",")}
+		s.log = nil
+		t.Cleanup(func() {
+			s.kill()
+			if t.Failed() && s.log != nil {
+				t.Logf("n%d log:\n%s", i+1, s.log.String())
+			}
+		})
+	}
+	// Start all before waiting: no member is ready until a quorum runs.
+	for _, s := range ms {
+		s.startAsync()
+	}
+	for _, s := range ms {
+		s.waitReady()
+	}
+	return ms
+}
+
+// A lease held through a client that knows every member survives a kill -9
+// of the leader: the client moves to the new leader and keeps renewing
+// within the trust window, so Done never fires.
+func TestIntegrationLeaseSurvivesLeaderFailover(t *testing.T) {
+	ms := startRealCluster(t)
+	var endpoints []string
+	for _, s := range ms {
+		endpoints = append(endpoints, s.api)
+	}
+	c, err := New(endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := ctxTimeout(t, time.Minute)
+	l, err := c.Acquire(ctx, "integration/failover", TTL(6*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRenewals(t, l, 2)
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leader *realServer
+	for _, s := range ms {
+		if s.api == st.GetLeaderApiAddress() {
+			leader = s
+		}
+	}
+	if leader == nil {
+		t.Fatalf("leader %q is none of the members", st.GetLeaderApiAddress())
+	}
+	killed := time.Now()
+	leader.kill()
+	before := l.Proto().GetRenewalCount()
+	waitRenewals(t, l, before+3)
+	t.Logf("renewed %d times through the new leader within %v of the kill", l.Proto().GetRenewalCount()-before, time.Since(killed))
+	select {
+	case <-l.Done():
+		t.Fatalf("lease lost across the failover: %v", l.Err())
+	default:
+	}
+	pb, err := c.Get(ctx, l.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pb.GetFence() != l.Fence() || pb.GetState().String() != "STATE_ACTIVE" {
+		t.Fatalf("after failover the lease reads %v", pb)
+	}
+	if err := l.Release(ctx, ReleaseCompleted); err != nil {
+		t.Fatal(err)
+	}
+}
