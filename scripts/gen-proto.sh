@@ -12,4 +12,4 @@ protoc -I api -I /usr/include \
   api/tenure/v1/*.proto
 protoc -I api -I internal/logpb -I /usr/include \
   --go_out=. --go_opt=module=github.com/tenurehq/tenure \
-  internal/logpb/log.proto
+  internal/logpb/*.proto

@@ -93,6 +93,12 @@ type Command struct {
 	//	*Command_Advance
 	//	*Command_SetMember
 	//	*Command_CancelWait
+	//	*Command_Pool
+	//	*Command_Enqueue
+	//	*Command_Claim
+	//	*Command_CompleteTask
+	//	*Command_FailTask
+	//	*Command_CancelTask
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -273,6 +279,60 @@ func (x *Command) GetCancelWait() *CancelWait {
 	return nil
 }
 
+func (x *Command) GetPool() *PoolCommand {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Pool); ok {
+			return x.Pool
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetEnqueue() *Enqueue {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Enqueue); ok {
+			return x.Enqueue
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetClaim() *Claim {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Claim); ok {
+			return x.Claim
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCompleteTask() *CompleteTask {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CompleteTask); ok {
+			return x.CompleteTask
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFailTask() *FailTask {
+	if x != nil {
+		if x, ok := x.Op.(*Command_FailTask); ok {
+			return x.FailTask
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCancelTask() *CancelTask {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CancelTask); ok {
+			return x.CancelTask
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -329,6 +389,32 @@ type Command_CancelWait struct {
 	CancelWait *CancelWait `protobuf:"bytes,22,opt,name=cancel_wait,json=cancelWait,proto3,oneof"`
 }
 
+type Command_Pool struct {
+	// Piece pool (internal/pool; pool.proto): 50–59.
+	Pool *PoolCommand `protobuf:"bytes,50,opt,name=pool,proto3,oneof"`
+}
+
+type Command_Enqueue struct {
+	// Work queue (internal/queue): 40–49.
+	Enqueue *Enqueue `protobuf:"bytes,40,opt,name=enqueue,proto3,oneof"`
+}
+
+type Command_Claim struct {
+	Claim *Claim `protobuf:"bytes,41,opt,name=claim,proto3,oneof"`
+}
+
+type Command_CompleteTask struct {
+	CompleteTask *CompleteTask `protobuf:"bytes,42,opt,name=complete_task,json=completeTask,proto3,oneof"`
+}
+
+type Command_FailTask struct {
+	FailTask *FailTask `protobuf:"bytes,43,opt,name=fail_task,json=failTask,proto3,oneof"`
+}
+
+type Command_CancelTask struct {
+	CancelTask *CancelTask `protobuf:"bytes,44,opt,name=cancel_task,json=cancelTask,proto3,oneof"`
+}
+
 func (*Command_Bootstrap) isCommand_Op() {}
 
 func (*Command_Acquire) isCommand_Op() {}
@@ -354,6 +440,18 @@ func (*Command_Advance) isCommand_Op() {}
 func (*Command_SetMember) isCommand_Op() {}
 
 func (*Command_CancelWait) isCommand_Op() {}
+
+func (*Command_Pool) isCommand_Op() {}
+
+func (*Command_Enqueue) isCommand_Op() {}
+
+func (*Command_Claim) isCommand_Op() {}
+
+func (*Command_CompleteTask) isCommand_Op() {}
+
+func (*Command_FailTask) isCommand_Op() {}
+
+func (*Command_CancelTask) isCommand_Op() {}
 
 // SetMember publishes a member's addresses in replicated state (or, with
 // removed, forgets the member). Proposed by the leader for itself when it
@@ -1166,6 +1264,14 @@ type Record struct {
 	//	*Record_PolicySet
 	//	*Record_Checkpoint
 	//	*Record_MemberSet
+	//	*Record_TaskEnqueued
+	//	*Record_TaskClaimed
+	//	*Record_TaskCompleted
+	//	*Record_TaskFailed
+	//	*Record_TaskRequeued
+	//	*Record_TaskDead
+	//	*Record_TaskCancelled
+	//	*Record_Pool
 	Body          isRecord_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1342,6 +1448,78 @@ func (x *Record) GetMemberSet() *MemberSet {
 	return nil
 }
 
+func (x *Record) GetTaskEnqueued() *TaskEnqueued {
+	if x != nil {
+		if x, ok := x.Body.(*Record_TaskEnqueued); ok {
+			return x.TaskEnqueued
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetTaskClaimed() *TaskClaimed {
+	if x != nil {
+		if x, ok := x.Body.(*Record_TaskClaimed); ok {
+			return x.TaskClaimed
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetTaskCompleted() *TaskCompleted {
+	if x != nil {
+		if x, ok := x.Body.(*Record_TaskCompleted); ok {
+			return x.TaskCompleted
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetTaskFailed() *TaskFailed {
+	if x != nil {
+		if x, ok := x.Body.(*Record_TaskFailed); ok {
+			return x.TaskFailed
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetTaskRequeued() *TaskRequeued {
+	if x != nil {
+		if x, ok := x.Body.(*Record_TaskRequeued); ok {
+			return x.TaskRequeued
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetTaskDead() *TaskDead {
+	if x != nil {
+		if x, ok := x.Body.(*Record_TaskDead); ok {
+			return x.TaskDead
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetTaskCancelled() *TaskCancelled {
+	if x != nil {
+		if x, ok := x.Body.(*Record_TaskCancelled); ok {
+			return x.TaskCancelled
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetPool() *PoolRecord {
+	if x != nil {
+		if x, ok := x.Body.(*Record_Pool); ok {
+			return x.Pool
+		}
+	}
+	return nil
+}
+
 type isRecord_Body interface {
 	isRecord_Body()
 }
@@ -1390,6 +1568,40 @@ type Record_MemberSet struct {
 	MemberSet *MemberSet `protobuf:"bytes,20,opt,name=member_set,json=memberSet,proto3,oneof"`
 }
 
+type Record_TaskEnqueued struct {
+	// Work queue (internal/queue): 40–49.
+	TaskEnqueued *TaskEnqueued `protobuf:"bytes,40,opt,name=task_enqueued,json=taskEnqueued,proto3,oneof"`
+}
+
+type Record_TaskClaimed struct {
+	TaskClaimed *TaskClaimed `protobuf:"bytes,41,opt,name=task_claimed,json=taskClaimed,proto3,oneof"`
+}
+
+type Record_TaskCompleted struct {
+	TaskCompleted *TaskCompleted `protobuf:"bytes,42,opt,name=task_completed,json=taskCompleted,proto3,oneof"`
+}
+
+type Record_TaskFailed struct {
+	TaskFailed *TaskFailed `protobuf:"bytes,43,opt,name=task_failed,json=taskFailed,proto3,oneof"`
+}
+
+type Record_TaskRequeued struct {
+	TaskRequeued *TaskRequeued `protobuf:"bytes,44,opt,name=task_requeued,json=taskRequeued,proto3,oneof"`
+}
+
+type Record_TaskDead struct {
+	TaskDead *TaskDead `protobuf:"bytes,45,opt,name=task_dead,json=taskDead,proto3,oneof"`
+}
+
+type Record_TaskCancelled struct {
+	TaskCancelled *TaskCancelled `protobuf:"bytes,46,opt,name=task_cancelled,json=taskCancelled,proto3,oneof"`
+}
+
+type Record_Pool struct {
+	// Piece pool (internal/pool; pool.proto): 50–59.
+	Pool *PoolRecord `protobuf:"bytes,50,opt,name=pool,proto3,oneof"`
+}
+
 func (*Record_Initialized) isRecord_Body() {}
 
 func (*Record_Issued) isRecord_Body() {}
@@ -1411,6 +1623,22 @@ func (*Record_PolicySet) isRecord_Body() {}
 func (*Record_Checkpoint) isRecord_Body() {}
 
 func (*Record_MemberSet) isRecord_Body() {}
+
+func (*Record_TaskEnqueued) isRecord_Body() {}
+
+func (*Record_TaskClaimed) isRecord_Body() {}
+
+func (*Record_TaskCompleted) isRecord_Body() {}
+
+func (*Record_TaskFailed) isRecord_Body() {}
+
+func (*Record_TaskRequeued) isRecord_Body() {}
+
+func (*Record_TaskDead) isRecord_Body() {}
+
+func (*Record_TaskCancelled) isRecord_Body() {}
+
+func (*Record_Pool) isRecord_Body() {}
 
 // MemberSet records a member's published addresses; removed forgets it.
 // It belongs to the state machine (membership), not to the registrar.
@@ -2628,7 +2856,12 @@ type Snapshot struct {
 	IdTag         uint32              `protobuf:"varint,14,opt,name=id_tag,json=idTag,proto3" json:"id_tag,omitempty"`
 	DefaultPolicy *v1.NamespacePolicy `protobuf:"bytes,15,opt,name=default_policy,json=defaultPolicy,proto3" json:"default_policy,omitempty"`
 	// Published members, sorted by id (removed is never set here).
-	Members       []*MemberSet `protobuf:"bytes,16,rep,name=members,proto3" json:"members,omitempty"`
+	Members []*MemberSet `protobuf:"bytes,16,rep,name=members,proto3" json:"members,omitempty"`
+	// Work queue (internal/queue): 40–49. Tasks by seq.
+	Tasks       []*TaskSnap `protobuf:"bytes,40,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	NextTaskSeq uint64      `protobuf:"varint,41,opt,name=next_task_seq,json=nextTaskSeq,proto3" json:"next_task_seq,omitempty"`
+	// Piece pool (internal/pool): 50–59. Pools by (namespace, pool).
+	Pools         []*PoolSnap `protobuf:"bytes,50,rep,name=pools,proto3" json:"pools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2775,13 +3008,1202 @@ func (x *Snapshot) GetMembers() []*MemberSet {
 	return nil
 }
 
+func (x *Snapshot) GetTasks() []*TaskSnap {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *Snapshot) GetNextTaskSeq() uint64 {
+	if x != nil {
+		return x.NextTaskSeq
+	}
+	return 0
+}
+
+func (x *Snapshot) GetPools() []*PoolSnap {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+type NewTask struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TaskId   string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Payload  []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	Priority int32                  `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Unix ms (UTC); 0: claimable at once.
+	NotBefore int64 `protobuf:"varint,4,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	// 0: the queue default.
+	MaxAttempts   uint32 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NewTask) Reset() {
+	*x = NewTask{}
+	mi := &file_log_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NewTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NewTask) ProtoMessage() {}
+
+func (x *NewTask) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NewTask.ProtoReflect.Descriptor instead.
+func (*NewTask) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *NewTask) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *NewTask) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *NewTask) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *NewTask) GetNotBefore() int64 {
+	if x != nil {
+		return x.NotBefore
+	}
+	return 0
+}
+
+func (x *NewTask) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+type Enqueue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Queue         string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	Tasks         []*NewTask             `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Enqueue) Reset() {
+	*x = Enqueue{}
+	mi := &file_log_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Enqueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Enqueue) ProtoMessage() {}
+
+func (x *Enqueue) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Enqueue.ProtoReflect.Descriptor instead.
+func (*Enqueue) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Enqueue) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Enqueue) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *Enqueue) GetTasks() []*NewTask {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+type Claim struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Queue     string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	Worker    string                 `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
+	Max       uint32                 `protobuf:"varint,4,opt,name=max,proto3" json:"max,omitempty"`
+	// Absent: the namespace default ttl.
+	LeaseTtlMs    *int64 `protobuf:"varint,5,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3,oneof" json:"lease_ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Claim) Reset() {
+	*x = Claim{}
+	mi := &file_log_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Claim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Claim) ProtoMessage() {}
+
+func (x *Claim) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Claim.ProtoReflect.Descriptor instead.
+func (*Claim) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *Claim) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Claim) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *Claim) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *Claim) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *Claim) GetLeaseTtlMs() int64 {
+	if x != nil && x.LeaseTtlMs != nil {
+		return *x.LeaseTtlMs
+	}
+	return 0
+}
+
+type CompleteTask struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Queue         string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	TaskId        string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	LeaseId       string                 `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Result        []byte                 `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteTask) Reset() {
+	*x = CompleteTask{}
+	mi := &file_log_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteTask) ProtoMessage() {}
+
+func (x *CompleteTask) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteTask.ProtoReflect.Descriptor instead.
+func (*CompleteTask) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CompleteTask) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CompleteTask) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *CompleteTask) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *CompleteTask) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *CompleteTask) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+type FailTask struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Queue     string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	TaskId    string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	LeaseId   string                 `protobuf:"bytes,4,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Error     string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// Absent: exponential backoff with deterministic jitter.
+	RetryAfterMs  *int64 `protobuf:"varint,6,opt,name=retry_after_ms,json=retryAfterMs,proto3,oneof" json:"retry_after_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailTask) Reset() {
+	*x = FailTask{}
+	mi := &file_log_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailTask) ProtoMessage() {}
+
+func (x *FailTask) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailTask.ProtoReflect.Descriptor instead.
+func (*FailTask) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *FailTask) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *FailTask) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *FailTask) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *FailTask) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *FailTask) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *FailTask) GetRetryAfterMs() int64 {
+	if x != nil && x.RetryAfterMs != nil {
+		return *x.RetryAfterMs
+	}
+	return 0
+}
+
+type CancelTask struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Queue         string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	TaskId        string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTask) Reset() {
+	*x = CancelTask{}
+	mi := &file_log_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTask) ProtoMessage() {}
+
+func (x *CancelTask) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTask.ProtoReflect.Descriptor instead.
+func (*CancelTask) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *CancelTask) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CancelTask) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *CancelTask) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+// TaskRef names a task in a record.
+type TaskRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Queue         string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	TaskId        string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskRef) Reset() {
+	*x = TaskRef{}
+	mi := &file_log_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskRef) ProtoMessage() {}
+
+func (x *TaskRef) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskRef.ProtoReflect.Descriptor instead.
+func (*TaskRef) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *TaskRef) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *TaskRef) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *TaskRef) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TaskRef) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type TaskEnqueued struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *TaskRef               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	Priority      int32                  `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
+	NotBefore     int64                  `protobuf:"varint,4,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	MaxAttempts   uint32                 `protobuf:"varint,5,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskEnqueued) Reset() {
+	*x = TaskEnqueued{}
+	mi := &file_log_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskEnqueued) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskEnqueued) ProtoMessage() {}
+
+func (x *TaskEnqueued) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskEnqueued.ProtoReflect.Descriptor instead.
+func (*TaskEnqueued) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *TaskEnqueued) GetTask() *TaskRef {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *TaskEnqueued) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *TaskEnqueued) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *TaskEnqueued) GetNotBefore() int64 {
+	if x != nil {
+		return x.NotBefore
+	}
+	return 0
+}
+
+func (x *TaskEnqueued) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+type TaskClaimed struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Task     *TaskRef               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	LeaseSeq uint64                 `protobuf:"varint,2,opt,name=lease_seq,json=leaseSeq,proto3" json:"lease_seq,omitempty"`
+	LeaseId  string                 `protobuf:"bytes,3,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Worker   string                 `protobuf:"bytes,4,opt,name=worker,proto3" json:"worker,omitempty"`
+	// The attempt this claim starts (attempts after the claim).
+	Attempt       uint32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskClaimed) Reset() {
+	*x = TaskClaimed{}
+	mi := &file_log_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskClaimed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskClaimed) ProtoMessage() {}
+
+func (x *TaskClaimed) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskClaimed.ProtoReflect.Descriptor instead.
+func (*TaskClaimed) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *TaskClaimed) GetTask() *TaskRef {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *TaskClaimed) GetLeaseSeq() uint64 {
+	if x != nil {
+		return x.LeaseSeq
+	}
+	return 0
+}
+
+func (x *TaskClaimed) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *TaskClaimed) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *TaskClaimed) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+type TaskCompleted struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Task   *TaskRef               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Result []byte                 `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	// Tick at which the finished task is pruned.
+	PruneTick     int64 `protobuf:"varint,3,opt,name=prune_tick,json=pruneTick,proto3" json:"prune_tick,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskCompleted) Reset() {
+	*x = TaskCompleted{}
+	mi := &file_log_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskCompleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskCompleted) ProtoMessage() {}
+
+func (x *TaskCompleted) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskCompleted.ProtoReflect.Descriptor instead.
+func (*TaskCompleted) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *TaskCompleted) GetTask() *TaskRef {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *TaskCompleted) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *TaskCompleted) GetPruneTick() int64 {
+	if x != nil {
+		return x.PruneTick
+	}
+	return 0
+}
+
+type TaskFailed struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Task  *TaskRef               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Error string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// Unix ms at which the task is claimable again.
+	ReadyAt       int64 `protobuf:"varint,3,opt,name=ready_at,json=readyAt,proto3" json:"ready_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskFailed) Reset() {
+	*x = TaskFailed{}
+	mi := &file_log_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskFailed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskFailed) ProtoMessage() {}
+
+func (x *TaskFailed) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskFailed.ProtoReflect.Descriptor instead.
+func (*TaskFailed) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *TaskFailed) GetTask() *TaskRef {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *TaskFailed) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *TaskFailed) GetReadyAt() int64 {
+	if x != nil {
+		return x.ReadyAt
+	}
+	return 0
+}
+
+// TaskRequeued: the task's lease ended without a completion.
+type TaskRequeued struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *TaskRef               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	ReadyAt       int64                  `protobuf:"varint,3,opt,name=ready_at,json=readyAt,proto3" json:"ready_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskRequeued) Reset() {
+	*x = TaskRequeued{}
+	mi := &file_log_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskRequeued) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskRequeued) ProtoMessage() {}
+
+func (x *TaskRequeued) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskRequeued.ProtoReflect.Descriptor instead.
+func (*TaskRequeued) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *TaskRequeued) GetTask() *TaskRef {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *TaskRequeued) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TaskRequeued) GetReadyAt() int64 {
+	if x != nil {
+		return x.ReadyAt
+	}
+	return 0
+}
+
+type TaskDead struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Task      *TaskRef               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Error     string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	PruneTick int64                  `protobuf:"varint,3,opt,name=prune_tick,json=pruneTick,proto3" json:"prune_tick,omitempty"`
+	// Set when a Fail (not a lease ending) used up the last attempt.
+	ByFail        bool `protobuf:"varint,4,opt,name=by_fail,json=byFail,proto3" json:"by_fail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskDead) Reset() {
+	*x = TaskDead{}
+	mi := &file_log_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskDead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskDead) ProtoMessage() {}
+
+func (x *TaskDead) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskDead.ProtoReflect.Descriptor instead.
+func (*TaskDead) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *TaskDead) GetTask() *TaskRef {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *TaskDead) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *TaskDead) GetPruneTick() int64 {
+	if x != nil {
+		return x.PruneTick
+	}
+	return 0
+}
+
+func (x *TaskDead) GetByFail() bool {
+	if x != nil {
+		return x.ByFail
+	}
+	return false
+}
+
+type TaskCancelled struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *TaskRef               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	PruneTick     int64                  `protobuf:"varint,2,opt,name=prune_tick,json=pruneTick,proto3" json:"prune_tick,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskCancelled) Reset() {
+	*x = TaskCancelled{}
+	mi := &file_log_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskCancelled) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskCancelled) ProtoMessage() {}
+
+func (x *TaskCancelled) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskCancelled.ProtoReflect.Descriptor instead.
+func (*TaskCancelled) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *TaskCancelled) GetTask() *TaskRef {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *TaskCancelled) GetPruneTick() int64 {
+	if x != nil {
+		return x.PruneTick
+	}
+	return 0
+}
+
+type TaskSnap struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Queue         string                 `protobuf:"bytes,3,opt,name=queue,proto3" json:"queue,omitempty"`
+	TaskId        string                 `protobuf:"bytes,4,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
+	Priority      int32                  `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	State         int32                  `protobuf:"varint,7,opt,name=state,proto3" json:"state,omitempty"`
+	Attempts      uint32                 `protobuf:"varint,8,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	MaxAttempts   uint32                 `protobuf:"varint,9,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	NotBefore     int64                  `protobuf:"varint,10,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	ReadyAt       int64                  `protobuf:"varint,11,opt,name=ready_at,json=readyAt,proto3" json:"ready_at,omitempty"`
+	CreatedWall   int64                  `protobuf:"varint,12,opt,name=created_wall,json=createdWall,proto3" json:"created_wall,omitempty"`
+	ClaimedWall   int64                  `protobuf:"varint,13,opt,name=claimed_wall,json=claimedWall,proto3" json:"claimed_wall,omitempty"`
+	CompletedWall int64                  `protobuf:"varint,14,opt,name=completed_wall,json=completedWall,proto3" json:"completed_wall,omitempty"`
+	LastError     string                 `protobuf:"bytes,15,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	Result        []byte                 `protobuf:"bytes,16,opt,name=result,proto3" json:"result,omitempty"`
+	LeaseSeq      uint64                 `protobuf:"varint,17,opt,name=lease_seq,json=leaseSeq,proto3" json:"lease_seq,omitempty"`
+	LeaseId       string                 `protobuf:"bytes,18,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Worker        string                 `protobuf:"bytes,19,opt,name=worker,proto3" json:"worker,omitempty"`
+	PruneTick     int64                  `protobuf:"varint,20,opt,name=prune_tick,json=pruneTick,proto3" json:"prune_tick,omitempty"`
+	// 1: finished by Complete, 2: by Fail.
+	Outcome       int32 `protobuf:"varint,21,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskSnap) Reset() {
+	*x = TaskSnap{}
+	mi := &file_log_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskSnap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskSnap) ProtoMessage() {}
+
+func (x *TaskSnap) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskSnap.ProtoReflect.Descriptor instead.
+func (*TaskSnap) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *TaskSnap) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *TaskSnap) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *TaskSnap) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *TaskSnap) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *TaskSnap) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *TaskSnap) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *TaskSnap) GetState() int32 {
+	if x != nil {
+		return x.State
+	}
+	return 0
+}
+
+func (x *TaskSnap) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *TaskSnap) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *TaskSnap) GetNotBefore() int64 {
+	if x != nil {
+		return x.NotBefore
+	}
+	return 0
+}
+
+func (x *TaskSnap) GetReadyAt() int64 {
+	if x != nil {
+		return x.ReadyAt
+	}
+	return 0
+}
+
+func (x *TaskSnap) GetCreatedWall() int64 {
+	if x != nil {
+		return x.CreatedWall
+	}
+	return 0
+}
+
+func (x *TaskSnap) GetClaimedWall() int64 {
+	if x != nil {
+		return x.ClaimedWall
+	}
+	return 0
+}
+
+func (x *TaskSnap) GetCompletedWall() int64 {
+	if x != nil {
+		return x.CompletedWall
+	}
+	return 0
+}
+
+func (x *TaskSnap) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *TaskSnap) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *TaskSnap) GetLeaseSeq() uint64 {
+	if x != nil {
+		return x.LeaseSeq
+	}
+	return 0
+}
+
+func (x *TaskSnap) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *TaskSnap) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *TaskSnap) GetPruneTick() int64 {
+	if x != nil {
+		return x.PruneTick
+	}
+	return 0
+}
+
+func (x *TaskSnap) GetOutcome() int32 {
+	if x != nil {
+		return x.Outcome
+	}
+	return 0
+}
+
 var File_log_proto protoreflect.FileDescriptor
 
 const file_log_proto_rawDesc = "" +
 	"\n" +
-	"\tlog.proto\x12\rtenure.log.v1\x1a\x15tenure/v1/lease.proto\";\n" +
+	"\tlog.proto\x12\rtenure.log.v1\x1a\x15tenure/v1/lease.proto\x1a\n" +
+	"pool.proto\";\n" +
 	"\x05Batch\x122\n" +
-	"\bcommands\x18\x01 \x03(\v2\x16.tenure.log.v1.CommandR\bcommands\"\xa6\x06\n" +
+	"\bcommands\x18\x01 \x03(\v2\x16.tenure.log.v1.CommandR\bcommands\"\xf4\b\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04tick\x18\x01 \x01(\x03R\x04tick\x12\x12\n" +
 	"\x04wall\x18\x02 \x01(\x03R\x04wall\x12\x14\n" +
@@ -2803,7 +4225,14 @@ const file_log_proto_rawDesc = "" +
 	"\n" +
 	"set_member\x18\x15 \x01(\v2\x18.tenure.log.v1.SetMemberH\x00R\tsetMember\x12<\n" +
 	"\vcancel_wait\x18\x16 \x01(\v2\x19.tenure.log.v1.CancelWaitH\x00R\n" +
-	"cancelWaitB\x04\n" +
+	"cancelWait\x120\n" +
+	"\x04pool\x182 \x01(\v2\x1a.tenure.log.v1.PoolCommandH\x00R\x04pool\x122\n" +
+	"\aenqueue\x18( \x01(\v2\x16.tenure.log.v1.EnqueueH\x00R\aenqueue\x12,\n" +
+	"\x05claim\x18) \x01(\v2\x14.tenure.log.v1.ClaimH\x00R\x05claim\x12B\n" +
+	"\rcomplete_task\x18* \x01(\v2\x1b.tenure.log.v1.CompleteTaskH\x00R\fcompleteTask\x126\n" +
+	"\tfail_task\x18+ \x01(\v2\x17.tenure.log.v1.FailTaskH\x00R\bfailTask\x12<\n" +
+	"\vcancel_task\x18, \x01(\v2\x19.tenure.log.v1.CancelTaskH\x00R\n" +
+	"cancelTaskB\x04\n" +
 	"\x02op\"y\n" +
 	"\tSetMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
@@ -2864,7 +4293,8 @@ const file_log_proto_rawDesc = "" +
 	"CancelWait\x12\x1b\n" +
 	"\twaiter_id\x18\x01 \x01(\x04R\bwaiterId\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\"\t\n" +
-	"\aAdvance\"\x83\x06\n" +
+	"\aAdvance\"\x81\n" +
+	"\n" +
 	"\x06Record\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04tick\x18\x02 \x01(\x03R\x04tick\x12\x12\n" +
@@ -2887,7 +4317,16 @@ const file_log_proto_rawDesc = "" +
 	"checkpoint\x18\x13 \x01(\v2\x19.tenure.log.v1.CheckpointH\x00R\n" +
 	"checkpoint\x129\n" +
 	"\n" +
-	"member_set\x18\x14 \x01(\v2\x18.tenure.log.v1.MemberSetH\x00R\tmemberSetB\x06\n" +
+	"member_set\x18\x14 \x01(\v2\x18.tenure.log.v1.MemberSetH\x00R\tmemberSet\x12B\n" +
+	"\rtask_enqueued\x18( \x01(\v2\x1b.tenure.log.v1.TaskEnqueuedH\x00R\ftaskEnqueued\x12?\n" +
+	"\ftask_claimed\x18) \x01(\v2\x1a.tenure.log.v1.TaskClaimedH\x00R\vtaskClaimed\x12E\n" +
+	"\x0etask_completed\x18* \x01(\v2\x1c.tenure.log.v1.TaskCompletedH\x00R\rtaskCompleted\x12<\n" +
+	"\vtask_failed\x18+ \x01(\v2\x19.tenure.log.v1.TaskFailedH\x00R\n" +
+	"taskFailed\x12B\n" +
+	"\rtask_requeued\x18, \x01(\v2\x1b.tenure.log.v1.TaskRequeuedH\x00R\ftaskRequeued\x126\n" +
+	"\ttask_dead\x18- \x01(\v2\x17.tenure.log.v1.TaskDeadH\x00R\btaskDead\x12E\n" +
+	"\x0etask_cancelled\x18. \x01(\v2\x1c.tenure.log.v1.TaskCancelledH\x00R\rtaskCancelled\x12/\n" +
+	"\x04pool\x182 \x01(\v2\x19.tenure.log.v1.PoolRecordH\x00R\x04poolB\x06\n" +
 	"\x04body\"y\n" +
 	"\tMemberSet\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
@@ -3000,7 +4439,7 @@ const file_log_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"\xf0\x04\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"\xf2\x05\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bkey_seed\x18\x02 \x01(\fR\akeySeed\x12\x1d\n" +
@@ -3021,7 +4460,116 @@ const file_log_proto_rawDesc = "" +
 	"\bpolicies\x18\r \x03(\v2\x18.tenure.log.v1.PolicySetR\bpolicies\x12\x15\n" +
 	"\x06id_tag\x18\x0e \x01(\rR\x05idTag\x12A\n" +
 	"\x0edefault_policy\x18\x0f \x01(\v2\x1a.tenure.v1.NamespacePolicyR\rdefaultPolicy\x122\n" +
-	"\amembers\x18\x10 \x03(\v2\x18.tenure.log.v1.MemberSetR\amembersB+Z)github.com/tenurehq/tenure/internal/logpbb\x06proto3"
+	"\amembers\x18\x10 \x03(\v2\x18.tenure.log.v1.MemberSetR\amembers\x12-\n" +
+	"\x05tasks\x18( \x03(\v2\x17.tenure.log.v1.TaskSnapR\x05tasks\x12\"\n" +
+	"\rnext_task_seq\x18) \x01(\x04R\vnextTaskSeq\x12-\n" +
+	"\x05pools\x182 \x03(\v2\x17.tenure.log.v1.PoolSnapR\x05pools\"\x9a\x01\n" +
+	"\aNewTask\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
+	"\bpriority\x18\x03 \x01(\x05R\bpriority\x12\x1d\n" +
+	"\n" +
+	"not_before\x18\x04 \x01(\x03R\tnotBefore\x12!\n" +
+	"\fmax_attempts\x18\x05 \x01(\rR\vmaxAttempts\"k\n" +
+	"\aEnqueue\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12,\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x16.tenure.log.v1.NewTaskR\x05tasks\"\x9d\x01\n" +
+	"\x05Claim\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x16\n" +
+	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x10\n" +
+	"\x03max\x18\x04 \x01(\rR\x03max\x12%\n" +
+	"\flease_ttl_ms\x18\x05 \x01(\x03H\x00R\n" +
+	"leaseTtlMs\x88\x01\x01B\x0f\n" +
+	"\r_lease_ttl_ms\"\x8e\x01\n" +
+	"\fCompleteTask\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x19\n" +
+	"\blease_id\x18\x04 \x01(\tR\aleaseId\x12\x16\n" +
+	"\x06result\x18\x05 \x01(\fR\x06result\"\xc6\x01\n" +
+	"\bFailTask\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x19\n" +
+	"\blease_id\x18\x04 \x01(\tR\aleaseId\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12)\n" +
+	"\x0eretry_after_ms\x18\x06 \x01(\x03H\x00R\fretryAfterMs\x88\x01\x01B\x11\n" +
+	"\x0f_retry_after_ms\"Y\n" +
+	"\n" +
+	"CancelTask\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\"h\n" +
+	"\aTaskRef\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\"\xb2\x01\n" +
+	"\fTaskEnqueued\x12*\n" +
+	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
+	"\bpriority\x18\x03 \x01(\x05R\bpriority\x12\x1d\n" +
+	"\n" +
+	"not_before\x18\x04 \x01(\x03R\tnotBefore\x12!\n" +
+	"\fmax_attempts\x18\x05 \x01(\rR\vmaxAttempts\"\xa3\x01\n" +
+	"\vTaskClaimed\x12*\n" +
+	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x1b\n" +
+	"\tlease_seq\x18\x02 \x01(\x04R\bleaseSeq\x12\x19\n" +
+	"\blease_id\x18\x03 \x01(\tR\aleaseId\x12\x16\n" +
+	"\x06worker\x18\x04 \x01(\tR\x06worker\x12\x18\n" +
+	"\aattempt\x18\x05 \x01(\rR\aattempt\"r\n" +
+	"\rTaskCompleted\x12*\n" +
+	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x16\n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\x12\x1d\n" +
+	"\n" +
+	"prune_tick\x18\x03 \x01(\x03R\tpruneTick\"i\n" +
+	"\n" +
+	"TaskFailed\x12*\n" +
+	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x19\n" +
+	"\bready_at\x18\x03 \x01(\x03R\areadyAt\"m\n" +
+	"\fTaskRequeued\x12*\n" +
+	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x19\n" +
+	"\bready_at\x18\x03 \x01(\x03R\areadyAt\"\x84\x01\n" +
+	"\bTaskDead\x12*\n" +
+	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"prune_tick\x18\x03 \x01(\x03R\tpruneTick\x12\x17\n" +
+	"\aby_fail\x18\x04 \x01(\bR\x06byFail\"Z\n" +
+	"\rTaskCancelled\x12*\n" +
+	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x1d\n" +
+	"\n" +
+	"prune_tick\x18\x02 \x01(\x03R\tpruneTick\"\xdb\x04\n" +
+	"\bTaskSnap\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05queue\x18\x03 \x01(\tR\x05queue\x12\x17\n" +
+	"\atask_id\x18\x04 \x01(\tR\x06taskId\x12\x18\n" +
+	"\apayload\x18\x05 \x01(\fR\apayload\x12\x1a\n" +
+	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12\x14\n" +
+	"\x05state\x18\a \x01(\x05R\x05state\x12\x1a\n" +
+	"\battempts\x18\b \x01(\rR\battempts\x12!\n" +
+	"\fmax_attempts\x18\t \x01(\rR\vmaxAttempts\x12\x1d\n" +
+	"\n" +
+	"not_before\x18\n" +
+	" \x01(\x03R\tnotBefore\x12\x19\n" +
+	"\bready_at\x18\v \x01(\x03R\areadyAt\x12!\n" +
+	"\fcreated_wall\x18\f \x01(\x03R\vcreatedWall\x12!\n" +
+	"\fclaimed_wall\x18\r \x01(\x03R\vclaimedWall\x12%\n" +
+	"\x0ecompleted_wall\x18\x0e \x01(\x03R\rcompletedWall\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x0f \x01(\tR\tlastError\x12\x16\n" +
+	"\x06result\x18\x10 \x01(\fR\x06result\x12\x1b\n" +
+	"\tlease_seq\x18\x11 \x01(\x04R\bleaseSeq\x12\x19\n" +
+	"\blease_id\x18\x12 \x01(\tR\aleaseId\x12\x16\n" +
+	"\x06worker\x18\x13 \x01(\tR\x06worker\x12\x1d\n" +
+	"\n" +
+	"prune_tick\x18\x14 \x01(\x03R\tpruneTick\x12\x18\n" +
+	"\aoutcome\x18\x15 \x01(\x05R\aoutcomeB+Z)github.com/tenurehq/tenure/internal/logpbb\x06proto3"
 
 var (
 	file_log_proto_rawDescOnce sync.Once
@@ -3035,7 +4583,7 @@ func file_log_proto_rawDescGZIP() []byte {
 	return file_log_proto_rawDescData
 }
 
-var file_log_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_log_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_log_proto_goTypes = []any{
 	(*Batch)(nil),              // 0: tenure.log.v1.Batch
 	(*Command)(nil),            // 1: tenure.log.v1.Command
@@ -3068,10 +4616,28 @@ var file_log_proto_goTypes = []any{
 	(*LeaseSnap)(nil),          // 28: tenure.log.v1.LeaseSnap
 	(*GuardedStateSnap)(nil),   // 29: tenure.log.v1.GuardedStateSnap
 	(*Snapshot)(nil),           // 30: tenure.log.v1.Snapshot
-	(*v1.NamespacePolicy)(nil), // 31: tenure.v1.NamespacePolicy
-	(v1.Mode)(0),               // 32: tenure.v1.Mode
-	(v1.ReleaseReason)(0),      // 33: tenure.v1.ReleaseReason
-	(v1.State)(0),              // 34: tenure.v1.State
+	(*NewTask)(nil),            // 31: tenure.log.v1.NewTask
+	(*Enqueue)(nil),            // 32: tenure.log.v1.Enqueue
+	(*Claim)(nil),              // 33: tenure.log.v1.Claim
+	(*CompleteTask)(nil),       // 34: tenure.log.v1.CompleteTask
+	(*FailTask)(nil),           // 35: tenure.log.v1.FailTask
+	(*CancelTask)(nil),         // 36: tenure.log.v1.CancelTask
+	(*TaskRef)(nil),            // 37: tenure.log.v1.TaskRef
+	(*TaskEnqueued)(nil),       // 38: tenure.log.v1.TaskEnqueued
+	(*TaskClaimed)(nil),        // 39: tenure.log.v1.TaskClaimed
+	(*TaskCompleted)(nil),      // 40: tenure.log.v1.TaskCompleted
+	(*TaskFailed)(nil),         // 41: tenure.log.v1.TaskFailed
+	(*TaskRequeued)(nil),       // 42: tenure.log.v1.TaskRequeued
+	(*TaskDead)(nil),           // 43: tenure.log.v1.TaskDead
+	(*TaskCancelled)(nil),      // 44: tenure.log.v1.TaskCancelled
+	(*TaskSnap)(nil),           // 45: tenure.log.v1.TaskSnap
+	(*PoolCommand)(nil),        // 46: tenure.log.v1.PoolCommand
+	(*v1.NamespacePolicy)(nil), // 47: tenure.v1.NamespacePolicy
+	(v1.Mode)(0),               // 48: tenure.v1.Mode
+	(v1.ReleaseReason)(0),      // 49: tenure.v1.ReleaseReason
+	(*PoolRecord)(nil),         // 50: tenure.log.v1.PoolRecord
+	(v1.State)(0),              // 51: tenure.v1.State
+	(*PoolSnap)(nil),           // 52: tenure.log.v1.PoolSnap
 }
 var file_log_proto_depIdxs = []int32{
 	1,  // 0: tenure.log.v1.Batch.commands:type_name -> tenure.log.v1.Command
@@ -3088,44 +4654,68 @@ var file_log_proto_depIdxs = []int32{
 	14, // 11: tenure.log.v1.Command.advance:type_name -> tenure.log.v1.Advance
 	2,  // 12: tenure.log.v1.Command.set_member:type_name -> tenure.log.v1.SetMember
 	13, // 13: tenure.log.v1.Command.cancel_wait:type_name -> tenure.log.v1.CancelWait
-	31, // 14: tenure.log.v1.Bootstrap.default_policy:type_name -> tenure.v1.NamespacePolicy
-	32, // 15: tenure.log.v1.Acquire.mode:type_name -> tenure.v1.Mode
-	33, // 16: tenure.log.v1.Release.reason:type_name -> tenure.v1.ReleaseReason
-	31, // 17: tenure.log.v1.SetPolicy.policy:type_name -> tenure.v1.NamespacePolicy
-	17, // 18: tenure.log.v1.Record.initialized:type_name -> tenure.log.v1.Initialized
-	18, // 19: tenure.log.v1.Record.issued:type_name -> tenure.log.v1.LeaseIssued
-	20, // 20: tenure.log.v1.Record.renewed:type_name -> tenure.log.v1.LeaseRenewed
-	21, // 21: tenure.log.v1.Record.ended:type_name -> tenure.log.v1.LeaseEnded
-	22, // 22: tenure.log.v1.Record.grace:type_name -> tenure.log.v1.LeaseGrace
-	23, // 23: tenure.log.v1.Record.waiting:type_name -> tenure.log.v1.WaiterQueued
-	24, // 24: tenure.log.v1.Record.wait_ended:type_name -> tenure.log.v1.WaiterEnded
-	25, // 25: tenure.log.v1.Record.state_written:type_name -> tenure.log.v1.StateWritten
-	26, // 26: tenure.log.v1.Record.policy_set:type_name -> tenure.log.v1.PolicySet
-	27, // 27: tenure.log.v1.Record.checkpoint:type_name -> tenure.log.v1.Checkpoint
-	16, // 28: tenure.log.v1.Record.member_set:type_name -> tenure.log.v1.MemberSet
-	31, // 29: tenure.log.v1.Initialized.default_policy:type_name -> tenure.v1.NamespacePolicy
-	32, // 30: tenure.log.v1.LeaseIssued.mode:type_name -> tenure.v1.Mode
-	19, // 31: tenure.log.v1.LeaseRenewed.lease:type_name -> tenure.log.v1.LeaseRef
-	19, // 32: tenure.log.v1.LeaseEnded.lease:type_name -> tenure.log.v1.LeaseRef
-	34, // 33: tenure.log.v1.LeaseEnded.state:type_name -> tenure.v1.State
-	33, // 34: tenure.log.v1.LeaseEnded.reason:type_name -> tenure.v1.ReleaseReason
-	19, // 35: tenure.log.v1.LeaseGrace.lease:type_name -> tenure.log.v1.LeaseRef
-	32, // 36: tenure.log.v1.WaiterQueued.mode:type_name -> tenure.v1.Mode
-	31, // 37: tenure.log.v1.PolicySet.policy:type_name -> tenure.v1.NamespacePolicy
-	32, // 38: tenure.log.v1.LeaseSnap.mode:type_name -> tenure.v1.Mode
-	34, // 39: tenure.log.v1.LeaseSnap.state:type_name -> tenure.v1.State
-	33, // 40: tenure.log.v1.LeaseSnap.reason:type_name -> tenure.v1.ReleaseReason
-	28, // 41: tenure.log.v1.Snapshot.leases:type_name -> tenure.log.v1.LeaseSnap
-	23, // 42: tenure.log.v1.Snapshot.waiters:type_name -> tenure.log.v1.WaiterQueued
-	29, // 43: tenure.log.v1.Snapshot.states:type_name -> tenure.log.v1.GuardedStateSnap
-	26, // 44: tenure.log.v1.Snapshot.policies:type_name -> tenure.log.v1.PolicySet
-	31, // 45: tenure.log.v1.Snapshot.default_policy:type_name -> tenure.v1.NamespacePolicy
-	16, // 46: tenure.log.v1.Snapshot.members:type_name -> tenure.log.v1.MemberSet
-	47, // [47:47] is the sub-list for method output_type
-	47, // [47:47] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	46, // 14: tenure.log.v1.Command.pool:type_name -> tenure.log.v1.PoolCommand
+	32, // 15: tenure.log.v1.Command.enqueue:type_name -> tenure.log.v1.Enqueue
+	33, // 16: tenure.log.v1.Command.claim:type_name -> tenure.log.v1.Claim
+	34, // 17: tenure.log.v1.Command.complete_task:type_name -> tenure.log.v1.CompleteTask
+	35, // 18: tenure.log.v1.Command.fail_task:type_name -> tenure.log.v1.FailTask
+	36, // 19: tenure.log.v1.Command.cancel_task:type_name -> tenure.log.v1.CancelTask
+	47, // 20: tenure.log.v1.Bootstrap.default_policy:type_name -> tenure.v1.NamespacePolicy
+	48, // 21: tenure.log.v1.Acquire.mode:type_name -> tenure.v1.Mode
+	49, // 22: tenure.log.v1.Release.reason:type_name -> tenure.v1.ReleaseReason
+	47, // 23: tenure.log.v1.SetPolicy.policy:type_name -> tenure.v1.NamespacePolicy
+	17, // 24: tenure.log.v1.Record.initialized:type_name -> tenure.log.v1.Initialized
+	18, // 25: tenure.log.v1.Record.issued:type_name -> tenure.log.v1.LeaseIssued
+	20, // 26: tenure.log.v1.Record.renewed:type_name -> tenure.log.v1.LeaseRenewed
+	21, // 27: tenure.log.v1.Record.ended:type_name -> tenure.log.v1.LeaseEnded
+	22, // 28: tenure.log.v1.Record.grace:type_name -> tenure.log.v1.LeaseGrace
+	23, // 29: tenure.log.v1.Record.waiting:type_name -> tenure.log.v1.WaiterQueued
+	24, // 30: tenure.log.v1.Record.wait_ended:type_name -> tenure.log.v1.WaiterEnded
+	25, // 31: tenure.log.v1.Record.state_written:type_name -> tenure.log.v1.StateWritten
+	26, // 32: tenure.log.v1.Record.policy_set:type_name -> tenure.log.v1.PolicySet
+	27, // 33: tenure.log.v1.Record.checkpoint:type_name -> tenure.log.v1.Checkpoint
+	16, // 34: tenure.log.v1.Record.member_set:type_name -> tenure.log.v1.MemberSet
+	38, // 35: tenure.log.v1.Record.task_enqueued:type_name -> tenure.log.v1.TaskEnqueued
+	39, // 36: tenure.log.v1.Record.task_claimed:type_name -> tenure.log.v1.TaskClaimed
+	40, // 37: tenure.log.v1.Record.task_completed:type_name -> tenure.log.v1.TaskCompleted
+	41, // 38: tenure.log.v1.Record.task_failed:type_name -> tenure.log.v1.TaskFailed
+	42, // 39: tenure.log.v1.Record.task_requeued:type_name -> tenure.log.v1.TaskRequeued
+	43, // 40: tenure.log.v1.Record.task_dead:type_name -> tenure.log.v1.TaskDead
+	44, // 41: tenure.log.v1.Record.task_cancelled:type_name -> tenure.log.v1.TaskCancelled
+	50, // 42: tenure.log.v1.Record.pool:type_name -> tenure.log.v1.PoolRecord
+	47, // 43: tenure.log.v1.Initialized.default_policy:type_name -> tenure.v1.NamespacePolicy
+	48, // 44: tenure.log.v1.LeaseIssued.mode:type_name -> tenure.v1.Mode
+	19, // 45: tenure.log.v1.LeaseRenewed.lease:type_name -> tenure.log.v1.LeaseRef
+	19, // 46: tenure.log.v1.LeaseEnded.lease:type_name -> tenure.log.v1.LeaseRef
+	51, // 47: tenure.log.v1.LeaseEnded.state:type_name -> tenure.v1.State
+	49, // 48: tenure.log.v1.LeaseEnded.reason:type_name -> tenure.v1.ReleaseReason
+	19, // 49: tenure.log.v1.LeaseGrace.lease:type_name -> tenure.log.v1.LeaseRef
+	48, // 50: tenure.log.v1.WaiterQueued.mode:type_name -> tenure.v1.Mode
+	47, // 51: tenure.log.v1.PolicySet.policy:type_name -> tenure.v1.NamespacePolicy
+	48, // 52: tenure.log.v1.LeaseSnap.mode:type_name -> tenure.v1.Mode
+	51, // 53: tenure.log.v1.LeaseSnap.state:type_name -> tenure.v1.State
+	49, // 54: tenure.log.v1.LeaseSnap.reason:type_name -> tenure.v1.ReleaseReason
+	28, // 55: tenure.log.v1.Snapshot.leases:type_name -> tenure.log.v1.LeaseSnap
+	23, // 56: tenure.log.v1.Snapshot.waiters:type_name -> tenure.log.v1.WaiterQueued
+	29, // 57: tenure.log.v1.Snapshot.states:type_name -> tenure.log.v1.GuardedStateSnap
+	26, // 58: tenure.log.v1.Snapshot.policies:type_name -> tenure.log.v1.PolicySet
+	47, // 59: tenure.log.v1.Snapshot.default_policy:type_name -> tenure.v1.NamespacePolicy
+	16, // 60: tenure.log.v1.Snapshot.members:type_name -> tenure.log.v1.MemberSet
+	45, // 61: tenure.log.v1.Snapshot.tasks:type_name -> tenure.log.v1.TaskSnap
+	52, // 62: tenure.log.v1.Snapshot.pools:type_name -> tenure.log.v1.PoolSnap
+	31, // 63: tenure.log.v1.Enqueue.tasks:type_name -> tenure.log.v1.NewTask
+	37, // 64: tenure.log.v1.TaskEnqueued.task:type_name -> tenure.log.v1.TaskRef
+	37, // 65: tenure.log.v1.TaskClaimed.task:type_name -> tenure.log.v1.TaskRef
+	37, // 66: tenure.log.v1.TaskCompleted.task:type_name -> tenure.log.v1.TaskRef
+	37, // 67: tenure.log.v1.TaskFailed.task:type_name -> tenure.log.v1.TaskRef
+	37, // 68: tenure.log.v1.TaskRequeued.task:type_name -> tenure.log.v1.TaskRef
+	37, // 69: tenure.log.v1.TaskDead.task:type_name -> tenure.log.v1.TaskRef
+	37, // 70: tenure.log.v1.TaskCancelled.task:type_name -> tenure.log.v1.TaskRef
+	71, // [71:71] is the sub-list for method output_type
+	71, // [71:71] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_log_proto_init() }
@@ -3133,6 +4723,7 @@ func file_log_proto_init() {
 	if File_log_proto != nil {
 		return
 	}
+	file_pool_proto_init()
 	file_log_proto_msgTypes[1].OneofWrappers = []any{
 		(*Command_Bootstrap)(nil),
 		(*Command_Acquire)(nil),
@@ -3147,6 +4738,12 @@ func file_log_proto_init() {
 		(*Command_Advance)(nil),
 		(*Command_SetMember)(nil),
 		(*Command_CancelWait)(nil),
+		(*Command_Pool)(nil),
+		(*Command_Enqueue)(nil),
+		(*Command_Claim)(nil),
+		(*Command_CompleteTask)(nil),
+		(*Command_FailTask)(nil),
+		(*Command_CancelTask)(nil),
 	}
 	file_log_proto_msgTypes[4].OneofWrappers = []any{}
 	file_log_proto_msgTypes[5].OneofWrappers = []any{}
@@ -3164,14 +4761,24 @@ func file_log_proto_init() {
 		(*Record_PolicySet)(nil),
 		(*Record_Checkpoint)(nil),
 		(*Record_MemberSet)(nil),
+		(*Record_TaskEnqueued)(nil),
+		(*Record_TaskClaimed)(nil),
+		(*Record_TaskCompleted)(nil),
+		(*Record_TaskFailed)(nil),
+		(*Record_TaskRequeued)(nil),
+		(*Record_TaskDead)(nil),
+		(*Record_TaskCancelled)(nil),
+		(*Record_Pool)(nil),
 	}
+	file_log_proto_msgTypes[33].OneofWrappers = []any{}
+	file_log_proto_msgTypes[35].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_log_proto_rawDesc), len(file_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

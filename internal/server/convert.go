@@ -10,6 +10,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/queue"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
@@ -159,6 +160,11 @@ func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 		ev.Type = EventLedgerCheckpoint
 		d["covers_index"] = utoa(b.Checkpoint.CoversIndex)
 		d["head"] = hex.EncodeToString(b.Checkpoint.Head)
+	case *logpb.Record_TaskEnqueued, *logpb.Record_TaskClaimed, *logpb.Record_TaskCompleted, *logpb.Record_TaskFailed,
+		*logpb.Record_TaskRequeued, *logpb.Record_TaskDead, *logpb.Record_TaskCancelled:
+		renderTaskEvent(ev, d, rec)
+	case *logpb.Record_Pool:
+		renderPoolEvent(ev, d, b.Pool)
 	}
 	if len(d) > 0 {
 		ev.Details = d
@@ -186,6 +192,12 @@ func eventScope(rec *logpb.Record) (ns, resource string) {
 		return b.StateWritten.Namespace, b.StateWritten.Resource
 	case *logpb.Record_PolicySet:
 		return b.PolicySet.Namespace, ""
+	}
+	if pr := rec.GetPool(); pr != nil {
+		return poolEventScope(pr)
+	}
+	if ref := taskRefOf(rec); ref != nil {
+		return ref.Namespace, queue.Resource(ref.Queue, ref.TaskId)
 	}
 	return "", ""
 }

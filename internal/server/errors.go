@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
+	"github.com/tenurehq/tenure/internal/pool"
 	"github.com/tenurehq/tenure/internal/registrar"
 )
 
@@ -36,6 +37,7 @@ var codes = map[registrar.Reason]connect.Code{
 	registrar.ReasonAlreadyBootstrapped:  connect.CodeFailedPrecondition,
 	registrar.ReasonLeaseNotFound:        connect.CodeNotFound,
 	registrar.ReasonTaskNotFound:         connect.CodeNotFound,
+	pool.ReasonPoolNotFound:              connect.CodeNotFound,
 	registrar.ReasonNotHolder:            connect.CodePermissionDenied,
 	registrar.ReasonPermissionDenied:     connect.CodePermissionDenied,
 	registrar.ReasonScopeViolation:       connect.CodePermissionDenied,

@@ -136,6 +136,8 @@ func Start(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle(tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, opts...))
 	mux.Handle(tenurev1connect.NewClusterServiceHandler(&clusterService{s: s}, opts...))
+	mux.Handle(tenurev1connect.NewQueueServiceHandler(&queueService{s: s}, opts...))
+	mux.Handle(tenurev1connect.NewPoolServiceHandler(&poolService{s: s}, opts...))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})

@@ -20,6 +20,8 @@ import (
 	"github.com/tenurehq/tenure/fencing"
 	"github.com/tenurehq/tenure/internal/ledger"
 	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/pool"
+	"github.com/tenurehq/tenure/internal/queue"
 	"github.com/tenurehq/tenure/internal/registrar"
 )
 
@@ -62,12 +64,20 @@ type Result struct {
 	Outcome registrar.Outcome
 	// Records are the records the command emitted, in order.
 	Records []Sealed
+	// Queue is the answer of a work-queue command (nil for others).
+	Queue *queue.Outcome
+	// Pool is the answer of a piece-pool command (nil for others).
+	Pool *pool.Outcome
 }
 
 // Machine is the state machine. It is not safe for concurrent use.
 type Machine struct {
 	cfg            Config
 	reg            *registrar.Registrar
+	q              *queue.Queues
+	qout           *queue.Outcome // answer of the current queue command
+	pools          *pool.Pools
+	pout           *pool.Outcome // answer of the current pool command
 	chain          ledger.Chain
 	seed           []byte
 	priv           ed25519.PrivateKey
@@ -85,7 +95,10 @@ func New(cfg Config) *Machine {
 	if cfg.CheckpointEvery == 0 {
 		cfg.CheckpointEvery = DefaultConfig().CheckpointEvery
 	}
-	return &Machine{cfg: cfg, reg: registrar.New(cfg.Defaults), chain: ledger.NewChain(), members: map[string]Member{}}
+	m := &Machine{cfg: cfg, reg: registrar.New(cfg.Defaults), chain: ledger.NewChain(), members: map[string]Member{}}
+	m.q = queue.New(m.reg)
+	m.pools = pool.New(m.reg)
+	return m
 }
 
 // Member is a cluster member's published addresses (SetMember).
@@ -148,7 +161,7 @@ func (m *Machine) Apply(cmd *logpb.Command) Result {
 	}
 	tx := &m.txv
 	tx.Reset(tick, cmd.Wall, actor, m)
-	m.tx, m.out = tx, nil
+	m.tx, m.out, m.qout, m.pout = tx, nil, nil, nil
 	defer func() { m.tx = nil }()
 
 	var out registrar.Outcome
@@ -166,7 +179,7 @@ func (m *Machine) Apply(cmd *logpb.Command) Result {
 		// than carry on with a state that may differ between replicas.
 		panic(fmt.Sprintf("statemachine: applying command at tick %d: %v", tick, err))
 	}
-	return Result{Outcome: out, Records: m.out}
+	return Result{Outcome: out, Records: m.out, Queue: m.qout, Pool: m.pout}
 }
 
 func (m *Machine) dispatch(tx *registrar.Tx, cmd *logpb.Command) registrar.Outcome {
@@ -195,6 +208,10 @@ func (m *Machine) dispatch(tx *registrar.Tx, cmd *logpb.Command) registrar.Outco
 		return m.reg.CancelWait(tx, op.CancelWait)
 	case *logpb.Command_SetMember:
 		return m.setMember(tx, op.SetMember)
+	case *logpb.Command_Enqueue, *logpb.Command_Claim, *logpb.Command_CompleteTask, *logpb.Command_FailTask, *logpb.Command_CancelTask:
+		return m.dispatchQueue(tx, cmd)
+	case *logpb.Command_Pool:
+		return m.dispatchPool(tx, op.Pool)
 	case nil:
 		return registrar.Outcome{Err: &registrar.Error{Reason: registrar.ReasonInvalidArgument,
 			Message: "INVALID_ARGUMENT: command has no operation", Metadata: map[string]string{"field": "op"}}}
@@ -294,6 +311,14 @@ func (m *Machine) applyRecord(rec *logpb.Record) error {
 		}
 		return nil
 	}
+	if rec.GetPool() != nil {
+		m.reg.Observe(rec) // registrar time moves with every record
+		return m.pools.Apply(rec)
+	}
+	if queue.Owns(rec) {
+		m.reg.Observe(rec) // registrar time moves with every record
+		return m.q.Apply(rec)
+	}
 	return m.reg.Apply(rec)
 }
 
@@ -335,6 +360,8 @@ func (m *Machine) Snapshot() ([]byte, error) {
 		LastCheckpoint: m.lastCheckpoint,
 	}
 	m.reg.SnapshotInto(s)
+	m.q.SnapshotInto(s)
+	m.pools.SnapshotInto(s)
 	for _, mb := range m.Members() { // sorted by id: canonical bytes
 		s.Members = append(s.Members, &logpb.MemberSet{Id: mb.ID, ApiAddress: mb.APIAddress, RaftAddress: mb.RaftAddress})
 	}
@@ -365,6 +392,12 @@ func Restore(cfg Config, b []byte) (*Machine, error) {
 	}
 	m := New(cfg)
 	m.reg = reg
+	if m.q, err = queue.Restore(reg, s); err != nil {
+		return nil, err
+	}
+	if m.pools, err = pool.Restore(s, reg); err != nil {
+		return nil, err
+	}
 	m.chain.Next = s.NextIndex
 	copy(m.chain.Head[:], s.ChainHead)
 	m.lastCheckpoint = s.LastCheckpoint

@@ -1,0 +1,499 @@
+package pool
+
+import (
+	"bytes"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// Grant is one piece leased to a peer.
+type Grant struct {
+	File, Piece uint32
+	LeaseID     string
+	Fence       uint64
+	ExpiresAt   time.Time
+	ExpiresTick registrar.Tick
+}
+
+// Ranking is a peer's standing in a pool.
+type Ranking struct {
+	Peer                string
+	Score               float64
+	Successes, Failures uint64
+	CurrentLeases       uint32
+}
+
+// FileStatus counts a file's pieces by set.
+type FileStatus struct {
+	Index, Pieces        uint32
+	Wanted, Leased, Done uint64
+}
+
+// Outcome is what a pool command answers. Err is set on an error (and the
+// command changed nothing); a RequestLeases rejection is Rejected, not Err.
+type Outcome struct {
+	Err error
+	// CreatePool.
+	Created bool
+	Config  Config
+	// Want.
+	Added uint64
+	File  FileStatus
+	// RequestLeases.
+	Leases   []Grant
+	Rejected tenurev1.RejectedReason
+	Message  string
+	// CompletePiece.
+	Ranking Ranking
+}
+
+func fail(err error) Outcome { return Outcome{Err: err} }
+
+func reject(r tenurev1.RejectedReason, msg string) Outcome {
+	return Outcome{Rejected: r, Message: r.String() + ": " + msg}
+}
+
+// ValidateCommand checks a command's identifiers without looking at state.
+func ValidateCommand(c *logpb.PoolCommand) error {
+	if err := registrar.CheckIdentifier("namespace", c.Namespace, false); err != nil {
+		return err
+	}
+	if err := registrar.CheckIdentifier("pool", c.Pool, true); err != nil {
+		return err
+	}
+	switch op := c.Op.(type) {
+	case *logpb.PoolCommand_Request:
+		return registrar.CheckIdentifier("peer", op.Request.GetPeer(), true)
+	case *logpb.PoolCommand_Complete:
+		return registrar.CheckIdentifier("peer", op.Complete.GetPeer(), true)
+	case nil:
+		return invalid("op", "pool command has no operation")
+	}
+	return nil
+}
+
+// Do applies one pool command.
+func (ps *Pools) Do(tx *registrar.Tx, c *logpb.PoolCommand) Outcome {
+	if err := ValidateCommand(c); err != nil {
+		return fail(err)
+	}
+	k := key{orDefault(c.Namespace), c.Pool}
+	switch op := c.Op.(type) {
+	case *logpb.PoolCommand_Create:
+		return ps.create(tx, k, op.Create)
+	case *logpb.PoolCommand_Want:
+		return ps.want(tx, k, op.Want)
+	case *logpb.PoolCommand_Request:
+		return ps.request(tx, k, op.Request)
+	case *logpb.PoolCommand_Complete:
+		return ps.complete(tx, k, op.Complete)
+	}
+	return fail(invalid("op", "unknown pool operation %T", c.Op))
+}
+
+func (ps *Pools) emit(tx *registrar.Tx, k key, pr *logpb.PoolRecord) {
+	pr.Namespace, pr.Pool = k.ns, k.name
+	tx.Emit(&logpb.Record{Body: &logpb.Record_Pool{Pool: pr}})
+}
+
+func (ps *Pools) create(tx *registrar.Tx, k key, c *logpb.PoolCreate) Outcome {
+	cfg, err := ConfigFromAPI(c.GetConfig())
+	if err != nil {
+		return fail(err)
+	}
+	if p := ps.pools[k]; p != nil {
+		if p.cfg != cfg {
+			return fail(invalid("config", "pool %s already exists with another configuration", k.name))
+		}
+		return Outcome{Config: cfg}
+	}
+	ps.emit(tx, k, &logpb.PoolRecord{Event: &logpb.PoolRecord_Created{Created: &logpb.PoolCreated{Config: cfg.proto()}}})
+	return Outcome{Created: true, Config: cfg, Err: tx.Err()}
+}
+
+func (ps *Pools) want(tx *registrar.Tx, k key, w *logpb.PoolWant) Outcome {
+	if w.FileIndex > MaxFileIndex {
+		return fail(invalid("file_index", "must be at most %d, got %d", MaxFileIndex, w.FileIndex))
+	}
+	if w.PieceCount > MaxPiecesPerFile {
+		return fail(invalid("piece_count", "must be at most %d, got %d", MaxPiecesPerFile, w.PieceCount))
+	}
+	if len(w.Ranges) > MaxRanges {
+		return fail(invalid("ranges", "at most %d ranges, got %d", MaxRanges, len(w.Ranges)))
+	}
+	p := ps.pools[k]
+	var f *file
+	if p != nil {
+		f = p.files[w.FileIndex]
+	}
+	count := w.PieceCount
+	switch {
+	case f == nil && count == 0:
+		return fail(invalid("piece_count", "is required the first time file %d is named", w.FileIndex))
+	case f != nil && count != 0 && count != f.count:
+		return fail(invalid("piece_count", "file %d has %d pieces, not %d", w.FileIndex, f.count, count))
+	case f != nil:
+		count = f.count
+	}
+	if err := checkBits(w.Bits, count); err != nil {
+		return fail(invalid("bits", "%v", err))
+	}
+	set := fromBits(w.Bits)
+	for i, r := range w.Ranges {
+		if r.Start >= r.End || r.End > count {
+			return fail(invalid("ranges", "range %d [%d, %d) is empty or beyond %d pieces", i, r.Start, r.End, count))
+		}
+		set.AddRange(uint64(r.Start), uint64(r.End))
+	}
+	added := set.Clone()
+	if f != nil {
+		added.AndNot(f.wanted)
+		added.AndNot(f.leased)
+		added.AndNot(f.done)
+	}
+	n := added.GetCardinality()
+	if p == nil {
+		ps.emit(tx, k, &logpb.PoolRecord{Event: &logpb.PoolRecord_Created{Created: &logpb.PoolCreated{Config: DefaultConfig().proto()}}})
+	}
+	if f == nil || n > 0 {
+		ps.emit(tx, k, &logpb.PoolRecord{Event: &logpb.PoolRecord_Wanted{Wanted: &logpb.PoolWanted{
+			FileIndex: w.FileIndex, PieceCount: count, Pieces: encodeSet(added),
+		}}})
+	}
+	if err := tx.Err(); err != nil {
+		return fail(err)
+	}
+	p = ps.pools[k]
+	return Outcome{Added: n, File: p.files[w.FileIndex].status(), Config: p.cfg}
+}
+
+func (f *file) status() FileStatus {
+	return FileStatus{Index: f.index, Pieces: f.count, Wanted: f.wanted.GetCardinality(),
+		Leased: f.leased.GetCardinality(), Done: f.done.GetCardinality()}
+}
+
+// haveIn is one have-map of a request.
+type haveIn struct {
+	f     *file
+	words []uint64
+	raw   []byte
+	bm    *roaring.Bitmap
+}
+
+// emptySet stands for a missing have-map; never modified.
+var emptySet = roaring.New()
+
+func (pe *peer) haveOf(file uint32) *roaring.Bitmap {
+	if pe == nil || pe.have[file] == nil {
+		return emptySet
+	}
+	return pe.have[file]
+}
+
+func (h *haveIn) has(x uint32) bool {
+	i := x / 64
+	return int(i) < len(h.words) && h.words[i]>>(x%64)&1 != 0
+}
+
+func sameSet(a, b *roaring.Bitmap) bool {
+	if a == nil {
+		return b.IsEmpty()
+	}
+	n := a.GetCardinality()
+	return n == b.GetCardinality() && a.AndCardinality(b) == n
+}
+
+func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome {
+	p := ps.pools[k]
+	if p == nil {
+		return reject(tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST, "no pool "+k.name+" in namespace "+k.ns)
+	}
+	if r.Max == 0 {
+		return reject(tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST, "max must be positive")
+	}
+	if len(r.Have) > MaxHaveMaps {
+		return reject(tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST, "too many have-maps")
+	}
+	haves := make([]haveIn, 0, len(r.Have))
+	for _, h := range r.Have {
+		f := p.files[h.FileIndex]
+		if f == nil {
+			return reject(tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST,
+				"pool "+k.name+" has no file "+strconv.FormatUint(uint64(h.FileIndex), 10))
+		}
+		if err := checkBits(h.Bits, f.count); err != nil {
+			return reject(tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST,
+				"have-map of file "+strconv.FormatUint(uint64(h.FileIndex), 10)+" "+err.Error())
+		}
+		haves = append(haves, haveIn{f: f, words: denseWords(h.Bits), raw: h.Bits})
+	}
+	slices.SortFunc(haves, func(a, b haveIn) int { return int(a.f.index) - int(b.f.index) })
+	for i := 1; i < len(haves); i++ {
+		if haves[i].f == haves[i-1].f {
+			return reject(tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST,
+				"file "+strconv.FormatUint(uint64(haves[i].f.index), 10)+" has two have-maps")
+		}
+	}
+	// The pool has seen these have-maps, whatever the answer. The set
+	// operations below use the recorded (compact) have-map.
+	for i := range haves {
+		h := &haves[i]
+		var old *roaring.Bitmap
+		if pe := p.peers[r.Peer]; pe != nil {
+			old = pe.have[h.f.index]
+		}
+		ck := cacheKey{r.Peer, h.f.index}
+		if c, ok := p.seen[ck]; ok && c.set == old && old != nil && bytes.Equal(c.raw, h.raw) {
+			h.bm = old
+			continue
+		}
+		bm := roaring.FromDense(h.words, false)
+		if !sameSet(old, bm) {
+			ps.emit(tx, k, &logpb.PoolRecord{Event: &logpb.PoolRecord_Have{Have: &logpb.PeerHave{
+				Peer: r.Peer, FileIndex: h.f.index, Pieces: encodeSet(bm),
+			}}})
+			if err := tx.Err(); err != nil {
+				return fail(err)
+			}
+		}
+		h.bm = p.peers[r.Peer].haveOf(h.f.index)
+		if h.bm != emptySet {
+			p.seen[ck] = seenHave{raw: bytes.Clone(h.raw), set: h.bm}
+		}
+	}
+	score, current := StartScore, uint32(0)
+	if pe := p.peers[r.Peer]; pe != nil {
+		score, current = pe.score, pe.current
+	}
+	if score < p.cfg.MinScore {
+		return reject(tenurev1.RejectedReason_REJECTED_REASON_PEER_RANKING_TOO_LOW,
+			"peer "+r.Peer+" scores "+strconv.FormatFloat(score, 'g', -1, 64)+", below the minimum "+strconv.FormatFloat(p.cfg.MinScore, 'g', -1, 64))
+	}
+	if current >= p.cfg.MaxLeasesPerPeer {
+		return reject(tenurev1.RejectedReason_REJECTED_REASON_PEER_AT_CAPACITY,
+			"peer "+r.Peer+" holds "+strconv.FormatUint(uint64(current), 10)+" leases; the limit is "+strconv.FormatUint(uint64(p.cfg.MaxLeasesPerPeer), 10))
+	}
+	need := int(min(r.Max, p.cfg.MaxLeasesPerPeer-current))
+	pol := ps.reg.Policy(k.ns)
+	var out Outcome
+	var skip map[pieceKey]bool
+	for len(out.Leases) < need {
+		chosen := p.choose(haves, need-len(out.Leases), skip)
+		if len(chosen) == 0 {
+			break
+		}
+		for _, pk := range chosen {
+			l, err := ps.reg.IssueFor(tx, registrar.Grant{
+				Namespace: k.ns, Resource: Resource(k.name, pk.file, pk.piece), Holder: r.Peer,
+				TTL: p.cfg.LeaseMs, MaxRenewals: pol.MaxRenewals, MaxLifetime: pol.MaxLifetime,
+			})
+			if registrar.ReasonOf(err) == registrar.ReasonLeaseHeld {
+				// Held outside the pool: skip this piece.
+				if skip == nil {
+					skip = map[pieceKey]bool{}
+				}
+				skip[pk] = true
+				continue
+			}
+			if err != nil {
+				if len(out.Leases) == 0 {
+					return fail(err)
+				}
+				return out
+			}
+			ps.emit(tx, k, &logpb.PoolRecord{Event: &logpb.PoolRecord_Leased{Leased: &logpb.PieceLeased{
+				Peer: r.Peer, FileIndex: pk.file, PieceIndex: pk.piece, LeaseSeq: l.Fence, LeaseId: l.ID,
+			}}})
+			if err := tx.Err(); err != nil {
+				return fail(err)
+			}
+			out.Leases = append(out.Leases, Grant{File: pk.file, Piece: pk.piece, LeaseID: l.ID, Fence: l.Fence,
+				ExpiresAt: l.ExpiresAt, ExpiresTick: l.ExpiresTick})
+		}
+	}
+	if len(out.Leases) == 0 {
+		return reject(tenurev1.RejectedReason_REJECTED_REASON_NO_AVAILABLE_PIECES,
+			"none of the pieces peer "+r.Peer+" has are wanted and free")
+	}
+	return out
+}
+
+// scanLimit bounds how many members of an availability bucket are tested
+// one by one against a have-map before intersecting the bitmaps instead.
+const scanLimit = 1024
+
+// choose picks up to need wanted pieces from the have-maps: lowest
+// availability first; within one availability, round robin across files
+// (ascending index), lowest piece first.
+func (p *pool) choose(haves []haveIn, need int, skip map[pieceKey]bool) []pieceKey {
+	active := make([]*haveIn, 0, len(haves))
+	for i := range haves {
+		if haves[i].f.wanted.Intersects(haves[i].bm) {
+			active = append(active, &haves[i])
+		}
+	}
+	if len(active) == 0 {
+		return nil
+	}
+	out := make([]pieceKey, 0, need)
+	per := make([][]uint32, len(active))
+	for _, lv := range p.levels {
+		found := false
+		for i, h := range active {
+			per[i] = per[i][:0]
+			if b := h.f.byLevel[lv]; b != nil {
+				per[i] = collect(per[i], b, h, need, skip)
+				found = found || len(per[i]) > 0
+			}
+		}
+		if !found {
+			continue
+		}
+		for round := 0; len(out) < need; round++ {
+			took := false
+			for i, h := range active {
+				if round < len(per[i]) {
+					out = append(out, pieceKey{h.f.index, per[i][round]})
+					took = true
+					if len(out) == need {
+						break
+					}
+				}
+			}
+			if !took {
+				break
+			}
+		}
+		if len(out) == need {
+			break
+		}
+	}
+	return out
+}
+
+func collect(dst []uint32, b *roaring.Bitmap, h *haveIn, need int, skip map[pieceKey]bool) []uint32 {
+	if !b.Intersects(h.bm) {
+		return dst
+	}
+	// Test members against the request's bits; after scanLimit misses,
+	// intersect the bitmaps instead.
+	visited := 0
+	it := b.Iterator()
+	for it.HasNext() && len(dst) < need {
+		if visited++; visited > scanLimit {
+			for it2 := roaring.And(b, h.bm).Iterator(); it2.HasNext() && len(dst) < need; {
+				if x := it2.Next(); !slices.Contains(dst, x) && !skip[pieceKey{h.f.index, x}] {
+					dst = append(dst, x)
+				}
+			}
+			return dst
+		}
+		x := it.Next()
+		if h.has(x) && !skip[pieceKey{h.f.index, x}] {
+			dst = append(dst, x)
+		}
+	}
+	return dst
+}
+
+func (ps *Pools) complete(tx *registrar.Tx, k key, c *logpb.PoolComplete) Outcome {
+	p := ps.pools[k]
+	if p == nil {
+		return fail(notFound(k))
+	}
+	f := p.files[c.FileIndex]
+	if f == nil || c.PieceIndex >= f.count {
+		return fail(invalid("piece_index", "pool %s has no piece %d of file %d", k.name, c.PieceIndex, c.FileIndex))
+	}
+	success := false
+	switch c.Result {
+	case tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS:
+		success = true
+		if c.FailureReason != tenurev1.FailureReason_FAILURE_REASON_UNSPECIFIED {
+			return fail(invalid("failure_reason", "only a failure has a reason"))
+		}
+	case tenurev1.CompletionResult_COMPLETION_RESULT_FAILURE:
+		switch c.FailureReason {
+		case tenurev1.FailureReason_FAILURE_REASON_VERIFICATION_FAILED, tenurev1.FailureReason_FAILURE_REASON_NETWORK_ERROR,
+			tenurev1.FailureReason_FAILURE_REASON_TIMEOUT, tenurev1.FailureReason_FAILURE_REASON_INVALID_DATA:
+		default:
+			return fail(invalid("failure_reason", "a failure needs a reason (FAILURE_REASON_…), got %d", c.FailureReason))
+		}
+	default:
+		return fail(invalid("result", "must be COMPLETION_RESULT_SUCCESS or COMPLETION_RESULT_FAILURE, got %d", c.Result))
+	}
+	pk := pieceKey{c.FileIndex, c.PieceIndex}
+	pl := p.held[pk]
+	if pl == nil || pl.peer.name != c.Peer {
+		meta := map[string]string{"pool": k.name, "file_index": strconv.FormatUint(uint64(c.FileIndex), 10),
+			"piece_index": strconv.FormatUint(uint64(c.PieceIndex), 10), "peer": c.Peer}
+		msg := "piece %d of file %d is not leased"
+		if pl != nil {
+			meta["holder"] = pl.peer.name
+			msg = "piece %d of file %d is leased to another peer"
+		}
+		return fail(registrar.NewError(registrar.ReasonPieceNotLeased, meta, msg+" to %s", c.PieceIndex, c.FileIndex, c.Peer))
+	}
+	ps.done(tx, pl, success, c.FailureReason, 0, true)
+	reason := tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED
+	if !success {
+		reason = tenurev1.ReleaseReason_RELEASE_REASON_ABORTED
+	}
+	if _, err := ps.reg.EndFor(tx, pl.seq, reason); err != nil {
+		return fail(err)
+	}
+	if err := tx.Err(); err != nil {
+		return fail(err)
+	}
+	return Outcome{Ranking: pl.peer.ranking()}
+}
+
+// done emits the record that ends a piece lease, ranking the outcome.
+func (ps *Pools) done(tx *registrar.Tx, pl *pieceLease, success bool, fr tenurev1.FailureReason, st registrar.State, ranked bool) {
+	d := &logpb.PieceDone{Peer: pl.peer.name, FileIndex: pl.file, PieceIndex: pl.piece, LeaseSeq: pl.seq,
+		FailureReason: fr, Ranked: ranked}
+	if st != 0 {
+		d.LeaseState = tenurev1.State(st)
+	} else if success {
+		d.Result = tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS
+	} else {
+		d.Result = tenurev1.CompletionResult_COMPLETION_RESULT_FAILURE
+	}
+	if ranked {
+		pe := pl.peer
+		d.Successes, d.Failures = pe.successes, pe.failures
+		if success {
+			d.Successes++
+		} else {
+			d.Failures++
+		}
+		d.Score = NextScore(pl.pool.cfg, pe.score, int64(tx.Tick)-pe.lastTick, d.Successes, d.Failures)
+	}
+	ps.emit(tx, pl.pool.key, &logpb.PoolRecord{Event: &logpb.PoolRecord_Done{Done: d}})
+}
+
+// leaseEnded returns the piece of a pool lease that ended outside a
+// completion; an expiry counts as a failure (OnLeaseEnd hook).
+func (ps *Pools) leaseEnded(tx *registrar.Tx, l registrar.Lease) {
+	pl := ps.byLease[l.Fence]
+	if pl == nil {
+		return
+	}
+	ps.done(tx, pl, false, tenurev1.FailureReason_FAILURE_REASON_UNSPECIFIED, l.State, l.State == registrar.Expired)
+}
+
+func (pe *peer) ranking() Ranking {
+	return Ranking{Peer: pe.name, Score: pe.score, Successes: pe.successes, Failures: pe.failures, CurrentLeases: pe.current}
+}
+
+func notFound(k key) error {
+	return registrar.NewError(ReasonPoolNotFound, map[string]string{"pool": k.name, "namespace": k.ns},
+		"no pool %s in namespace %s", k.name, k.ns)
+}

@@ -1,0 +1,139 @@
+package pool
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// Config is a pool's configuration.
+type Config struct {
+	LeaseMs          int64
+	MaxLeasesPerPeer uint32
+	Decay            float64 // per hour
+	Bonus            float64
+	Penalty          float64
+	MinScore         float64
+}
+
+// Score bounds (seed 004).
+const (
+	MinScoreClamp = 0.1
+	MaxScoreClamp = 10.0
+	// StartScore is a new peer's score.
+	StartScore = 1.0
+)
+
+// Limits.
+const (
+	MaxFileIndex     = 1<<16 - 1
+	MaxPiecesPerFile = 1 << 22
+	MaxLeaseMs       = 24 * 3600 * 1000
+	MaxLeasesCap     = 1024
+	MaxHaveMaps      = 1024
+	MaxRanges        = 4096
+)
+
+// DefaultConfig is seed 004's default.
+func DefaultConfig() Config {
+	return Config{LeaseMs: 300_000, MaxLeasesPerPeer: 4, Decay: 0.95, Bonus: 0.5, Penalty: 1.0, MinScore: 0.2}
+}
+
+// ConfigFromAPI resolves a wire configuration over the defaults.
+func ConfigFromAPI(pb *tenurev1.PoolConfig) (Config, error) {
+	c := DefaultConfig()
+	if pb == nil {
+		return c, nil
+	}
+	if pb.LeaseDuration != nil {
+		if err := pb.LeaseDuration.CheckValid(); err != nil {
+			return c, invalid("config.lease_duration", "%v", err)
+		}
+		c.LeaseMs = registrar.Ms(pb.LeaseDuration.AsDuration())
+	}
+	if pb.MaxLeasesPerPeer != 0 {
+		c.MaxLeasesPerPeer = pb.MaxLeasesPerPeer
+	}
+	if pb.PeerRankingDecay != nil {
+		c.Decay = *pb.PeerRankingDecay
+	}
+	if pb.SuccessBonus != nil {
+		c.Bonus = *pb.SuccessBonus
+	}
+	if pb.FailurePenalty != nil {
+		c.Penalty = *pb.FailurePenalty
+	}
+	if pb.MinPeerScore != nil {
+		c.MinScore = *pb.MinPeerScore
+	}
+	return c, c.Validate()
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// Validate checks the configuration's ranges.
+func (c Config) Validate() error {
+	switch {
+	case c.LeaseMs < 1000 || c.LeaseMs > MaxLeaseMs:
+		return invalid("config.lease_duration", "must be within [1s, 24h], got %s", registrar.Dur(c.LeaseMs))
+	case c.MaxLeasesPerPeer < 1 || c.MaxLeasesPerPeer > MaxLeasesCap:
+		return invalid("config.max_leases_per_peer", "must be within [1, %d], got %d", MaxLeasesCap, c.MaxLeasesPerPeer)
+	case !finite(c.Decay) || c.Decay <= 0 || c.Decay > 1:
+		return invalid("config.peer_ranking_decay", "must be within (0, 1], got %v", c.Decay)
+	case !finite(c.Bonus) || c.Bonus < 0 || c.Bonus > MaxScoreClamp:
+		return invalid("config.success_bonus", "must be within [0, 10], got %v", c.Bonus)
+	case !finite(c.Penalty) || c.Penalty < 0 || c.Penalty > MaxScoreClamp:
+		return invalid("config.failure_penalty", "must be within [0, 10], got %v", c.Penalty)
+	case !finite(c.MinScore) || c.MinScore < 0 || c.MinScore > MaxScoreClamp:
+		return invalid("config.min_peer_score", "must be within [0, 10], got %v", c.MinScore)
+	}
+	return nil
+}
+
+// API renders the configuration in wire form.
+func (c Config) API() *tenurev1.PoolConfig {
+	return &tenurev1.PoolConfig{
+		LeaseDuration:    durationpb.New(time.Duration(c.LeaseMs) * time.Millisecond),
+		MaxLeasesPerPeer: c.MaxLeasesPerPeer,
+		PeerRankingDecay: &c.Decay, SuccessBonus: &c.Bonus, FailurePenalty: &c.Penalty, MinPeerScore: &c.MinScore,
+	}
+}
+
+func (c Config) proto() *logpb.PoolConfig {
+	return &logpb.PoolConfig{LeaseMs: c.LeaseMs, MaxLeasesPerPeer: c.MaxLeasesPerPeer,
+		Decay: c.Decay, Bonus: c.Bonus, Penalty: c.Penalty, MinScore: c.MinScore}
+}
+
+func configFromProto(p *logpb.PoolConfig) Config {
+	return Config{LeaseMs: p.GetLeaseMs(), MaxLeasesPerPeer: p.GetMaxLeasesPerPeer(),
+		Decay: p.GetDecay(), Bonus: p.GetBonus(), Penalty: p.GetPenalty(), MinScore: p.GetMinScore()}
+}
+
+// NextScore is seed 004's ranking update: the score after one more
+// outcome (successes and failures already counting it), hoursMs after the
+// last update. Explicit conversions keep the compiler from fusing
+// operations, so every platform computes the same bits.
+func NextScore(c Config, score float64, elapsedMs int64, successes, failures uint64) float64 {
+	if elapsedMs < 0 {
+		elapsedMs = 0
+	}
+	hours := float64(elapsedMs) / 3_600_000
+	tf := math.Pow(c.Decay, hours)
+	rate := 1.0
+	if n := successes + failures; n > 0 {
+		rate = float64(successes) / float64(n)
+	}
+	s := float64(score*tf) + float64(rate*c.Bonus) - float64((1-rate)*c.Penalty)
+	return min(max(s, MinScoreClamp), MaxScoreClamp)
+}
+
+func invalid(field, format string, args ...any) error {
+	return registrar.NewError(registrar.ReasonInvalidArgument, map[string]string{"field": field},
+		"%s: %s", field, fmt.Sprintf(format, args...))
+}

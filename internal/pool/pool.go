@@ -1,0 +1,341 @@
+package pool
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// ReasonPoolNotFound answers a query or completion naming an unknown pool.
+const ReasonPoolNotFound registrar.Reason = "POOL_NOT_FOUND"
+
+// Pools is the piece-pool domain of the state machine. Not safe for
+// concurrent use; the state machine serialises commands and queries.
+type Pools struct {
+	reg   *registrar.Registrar
+	pools map[key]*pool
+	// byLease finds the piece of a pool lease (by fence/seq).
+	byLease map[uint64]*pieceLease
+}
+
+type key struct{ ns, name string }
+
+type pool struct {
+	key
+	cfg   Config
+	files map[uint32]*file
+	peers map[string]*peer
+	held  map[pieceKey]*pieceLease
+	// levels are the distinct availabilities of wanted pieces, ascending;
+	// levelN counts wanted pieces per availability (all files).
+	levels []uint32
+	levelN map[uint32]int
+	// seen caches the raw bytes of each peer's last have-map per file and
+	// the recorded set they gave, so an unchanged have-map is recognised
+	// without decoding it. Not replicated: it only saves work, the answer
+	// is the same without it.
+	seen map[cacheKey]seenHave
+}
+
+type cacheKey struct {
+	peer string
+	file uint32
+}
+
+type seenHave struct {
+	raw []byte
+	set *roaring.Bitmap
+}
+
+type pieceKey struct{ file, piece uint32 }
+
+type pieceLease struct {
+	pool *pool
+	seq  uint64
+	peer *peer
+	pieceKey
+}
+
+type file struct {
+	index  uint32
+	count  uint32
+	wanted *roaring.Bitmap
+	leased *roaring.Bitmap
+	done   *roaring.Bitmap
+	// avail[i] is how many peers' latest have-maps contain piece i.
+	avail []uint32
+	// byLevel holds the wanted pieces by availability.
+	byLevel map[uint32]*roaring.Bitmap
+}
+
+type peer struct {
+	name                string
+	score               float64
+	successes, failures uint64
+	lastTick            int64
+	current             uint32
+	have                map[uint32]*roaring.Bitmap
+}
+
+// New returns an empty pool domain hooked to reg's lease ends.
+func New(reg *registrar.Registrar) *Pools {
+	ps := &Pools{reg: reg, pools: map[key]*pool{}, byLease: map[uint64]*pieceLease{}}
+	reg.OnLeaseEnd(ps.leaseEnded)
+	return ps
+}
+
+func orDefault(ns string) string {
+	if ns == "" {
+		return registrar.DefaultNamespace
+	}
+	return ns
+}
+
+func newPool(k key, cfg Config) *pool {
+	return &pool{key: k, cfg: cfg, files: map[uint32]*file{}, peers: map[string]*peer{},
+		held: map[pieceKey]*pieceLease{}, levelN: map[uint32]int{}, seen: map[cacheKey]seenHave{}}
+}
+
+func newFile(index, count uint32) *file {
+	return &file{index: index, count: count, wanted: roaring.New(), leased: roaring.New(), done: roaring.New(),
+		avail: make([]uint32, count), byLevel: map[uint32]*roaring.Bitmap{}}
+}
+
+func (p *pool) peer(name string, tick int64) *peer {
+	pe := p.peers[name]
+	if pe == nil {
+		pe = &peer{name: name, score: StartScore, lastTick: tick, have: map[uint32]*roaring.Bitmap{}}
+		p.peers[name] = pe
+	}
+	return pe
+}
+
+func (p *pool) incLevel(lv uint32) {
+	if p.levelN[lv] == 0 {
+		i, _ := slices.BinarySearch(p.levels, lv)
+		p.levels = slices.Insert(p.levels, i, lv)
+	}
+	p.levelN[lv]++
+}
+
+func (p *pool) decLevel(lv uint32) {
+	p.levelN[lv]--
+	if p.levelN[lv] == 0 {
+		delete(p.levelN, lv)
+		if i, ok := slices.BinarySearch(p.levels, lv); ok {
+			p.levels = slices.Delete(p.levels, i, i+1)
+		}
+	}
+}
+
+// addWanted puts a piece in wanted (and its availability bucket).
+func (p *pool) addWanted(f *file, x uint32) {
+	if !f.wanted.CheckedAdd(x) {
+		return
+	}
+	lv := f.avail[x]
+	b := f.byLevel[lv]
+	if b == nil {
+		b = roaring.New()
+		f.byLevel[lv] = b
+	}
+	b.Add(x)
+	p.incLevel(lv)
+}
+
+// removeWanted takes a piece out of wanted.
+func (p *pool) removeWanted(f *file, x uint32) {
+	if !f.wanted.CheckedRemove(x) {
+		return
+	}
+	lv := f.avail[x]
+	if b := f.byLevel[lv]; b != nil {
+		b.Remove(x)
+		if b.IsEmpty() {
+			delete(f.byLevel, lv)
+		}
+	}
+	p.decLevel(lv)
+}
+
+// setAvail changes a piece's availability, moving it between buckets.
+func (p *pool) setAvail(f *file, x, v uint32) {
+	if f.wanted.Contains(x) {
+		p.removeWanted(f, x)
+		f.avail[x] = v
+		p.addWanted(f, x)
+		return
+	}
+	f.avail[x] = v
+}
+
+// Apply applies one sealed pool record.
+func (ps *Pools) Apply(rec *logpb.Record) error {
+	pr := rec.GetPool()
+	if pr == nil {
+		return fmt.Errorf("record %d: not a pool record", rec.Index)
+	}
+	k := key{pr.Namespace, pr.Pool}
+	if c := pr.GetCreated(); c != nil {
+		if ps.pools[k] != nil {
+			return fmt.Errorf("record %d: pool %s/%s created twice", rec.Index, k.ns, k.name)
+		}
+		ps.pools[k] = newPool(k, configFromProto(c.Config))
+		return nil
+	}
+	p := ps.pools[k]
+	if p == nil {
+		return fmt.Errorf("record %d: unknown pool %s/%s", rec.Index, k.ns, k.name)
+	}
+	switch ev := pr.Event.(type) {
+	case *logpb.PoolRecord_Wanted:
+		w := ev.Wanted
+		f := p.files[w.FileIndex]
+		if f == nil {
+			if w.PieceCount == 0 || w.PieceCount > MaxPiecesPerFile {
+				return fmt.Errorf("record %d: file %d with %d pieces", rec.Index, w.FileIndex, w.PieceCount)
+			}
+			f = newFile(w.FileIndex, w.PieceCount)
+			p.files[w.FileIndex] = f
+		}
+		set, err := decodeSet(w.Pieces, f.count)
+		if err != nil {
+			return fmt.Errorf("record %d: %w", rec.Index, err)
+		}
+		set.AndNot(f.leased)
+		set.AndNot(f.done)
+		set.AndNot(f.wanted)
+		it := set.Iterator()
+		for it.HasNext() {
+			p.addWanted(f, it.Next())
+		}
+	case *logpb.PoolRecord_Have:
+		h := ev.Have
+		f := p.files[h.FileIndex]
+		if f == nil {
+			return fmt.Errorf("record %d: have-map of unknown file %d", rec.Index, h.FileIndex)
+		}
+		nw, err := decodeSet(h.Pieces, f.count)
+		if err != nil {
+			return fmt.Errorf("record %d: %w", rec.Index, err)
+		}
+		pe := p.peer(h.Peer, rec.Tick)
+		p.replaceHave(f, pe, nw)
+	case *logpb.PoolRecord_Leased:
+		l := ev.Leased
+		f := p.files[l.FileIndex]
+		if f == nil || l.PieceIndex >= f.count {
+			return fmt.Errorf("record %d: lease of unknown piece %d/%d", rec.Index, l.FileIndex, l.PieceIndex)
+		}
+		pk := pieceKey{l.FileIndex, l.PieceIndex}
+		if p.held[pk] != nil || ps.byLease[l.LeaseSeq] != nil || f.done.Contains(l.PieceIndex) {
+			return fmt.Errorf("record %d: piece %d/%d leased twice", rec.Index, l.FileIndex, l.PieceIndex)
+		}
+		pe := p.peer(l.Peer, rec.Tick)
+		ps.addLease(p, &pieceLease{pool: p, seq: l.LeaseSeq, peer: pe, pieceKey: pk})
+	case *logpb.PoolRecord_Done:
+		d := ev.Done
+		pl := ps.byLease[d.LeaseSeq]
+		if pl == nil || pl.pool != p || pl.file != d.FileIndex || pl.piece != d.PieceIndex {
+			return fmt.Errorf("record %d: piece %d/%d is not leased under %d", rec.Index, d.FileIndex, d.PieceIndex, d.LeaseSeq)
+		}
+		ps.dropLease(pl)
+		f := p.files[pl.file]
+		if d.Result == tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS {
+			f.done.Add(pl.piece)
+		} else {
+			p.addWanted(f, pl.piece)
+		}
+		if d.Ranked {
+			pe := pl.peer
+			pe.score, pe.successes, pe.failures, pe.lastTick = d.Score, d.Successes, d.Failures, rec.Tick
+		}
+	default:
+		return fmt.Errorf("record %d: unknown pool event %T", rec.Index, pr.Event)
+	}
+	return nil
+}
+
+func (ps *Pools) addLease(p *pool, pl *pieceLease) {
+	f := p.files[pl.file]
+	p.removeWanted(f, pl.piece)
+	f.leased.Add(pl.piece)
+	p.held[pl.pieceKey] = pl
+	ps.byLease[pl.seq] = pl
+	pl.peer.current++
+}
+
+func (ps *Pools) dropLease(pl *pieceLease) {
+	p := pl.pool
+	p.files[pl.file].leased.Remove(pl.piece)
+	delete(p.held, pl.pieceKey)
+	delete(ps.byLease, pl.seq)
+	pl.peer.current--
+}
+
+// replaceHave installs a peer's new have-map of f, adjusting availability
+// by the difference only.
+func (p *pool) replaceHave(f *file, pe *peer, nw *roaring.Bitmap) {
+	old := pe.have[f.index]
+	if old == nil {
+		old = roaring.New()
+	}
+	added := roaring.AndNot(nw, old)
+	removed := roaring.AndNot(old, nw)
+	for it := added.Iterator(); it.HasNext(); {
+		x := it.Next()
+		p.setAvail(f, x, f.avail[x]+1)
+	}
+	for it := removed.Iterator(); it.HasNext(); {
+		x := it.Next()
+		p.setAvail(f, x, f.avail[x]-1)
+	}
+	if nw.IsEmpty() {
+		delete(pe.have, f.index)
+	} else {
+		pe.have[f.index] = nw
+	}
+}
+
+func (p *pool) sortedFiles() []*file {
+	out := make([]*file, 0, len(p.files))
+	for _, f := range p.files {
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b *file) int { return cmp.Compare(a.index, b.index) })
+	return out
+}
+
+func (p *pool) sortedPeers() []*peer {
+	out := make([]*peer, 0, len(p.peers))
+	for _, pe := range p.peers {
+		out = append(out, pe)
+	}
+	slices.SortFunc(out, func(a, b *peer) int { return cmp.Compare(a.name, b.name) })
+	return out
+}
+
+func (ps *Pools) sortedPools() []*pool {
+	out := make([]*pool, 0, len(ps.pools))
+	for _, p := range ps.pools {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *pool) int {
+		if c := cmp.Compare(a.ns, b.ns); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.name, b.name)
+	})
+	return out
+}
+
+// Resource is the registrar resource of a piece lease.
+func Resource(pool string, file, piece uint32) string {
+	return fmt.Sprintf("pool/%s/%d/%d", pool, file, piece)
+}

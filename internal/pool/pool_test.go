@@ -1,0 +1,248 @@
+package pool_test
+
+import (
+	"math"
+	"testing"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/pool"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+const hour = 3_600_000
+
+func mustGrant(t *testing.T, out pool.Outcome) []pool.Grant {
+	t.Helper()
+	if out.Err != nil || len(out.Leases) == 0 {
+		t.Fatalf("want leases, got err %v rejected %v (%s)", out.Err, out.Rejected, out.Message)
+	}
+	return out.Leases
+}
+
+func TestRankingHandComputed(t *testing.T) {
+	e := setup(t)
+	e.wantRange("p", 0, 16, 0, 16)
+	// One success from 1.0 → 1.5.
+	g := mustGrant(t, e.request("p", "a", 1, have(0, span(0, 16)...)))
+	if out := e.complete("p", "a", g[0].File, g[0].Piece, true, 0); out.Err != nil || out.Ranking.Score != 1.5 {
+		t.Fatalf("after one success: %+v %v", out.Ranking, out.Err)
+	}
+	// Two hours later another success: 1.5·0.95² + 0.5.
+	e.after(2 * hour)
+	g = mustGrant(t, e.request("p", "a", 1, have(0, span(0, 16)...)))
+	out := e.complete("p", "a", g[0].File, g[0].Piece, true, 0)
+	if want := 1.5*0.95*0.95 + 0.5; math.Abs(out.Ranking.Score-want) > 1e-12 || out.Ranking.Successes != 2 {
+		t.Fatalf("after decay: %v, want %v", out.Ranking, want)
+	}
+	// One failure from 1.0 → clamped to 0.1.
+	g = mustGrant(t, e.request("p", "b", 1, have(0, span(0, 16)...)))
+	out = e.complete("p", "b", g[0].File, g[0].Piece, false, tenurev1.FailureReason_FAILURE_REASON_VERIFICATION_FAILED)
+	if out.Err != nil || out.Ranking.Score != 0.1 || out.Ranking.Failures != 1 {
+		t.Fatalf("after one failure: %+v %v", out.Ranking, out.Err)
+	}
+	// Now under the minimum score 0.2.
+	if out := e.request("p", "b", 1, have(0, span(0, 16)...)); out.Rejected != tenurev1.RejectedReason_REJECTED_REASON_PEER_RANKING_TOO_LOW {
+		t.Fatalf("want PEER_RANKING_TOO_LOW, got %+v", out)
+	}
+	rs, _ := e.m.Pools().Rankings("", "p")
+	if len(rs) != 2 || rs[0].Peer != "a" || rs[1].Peer != "b" {
+		t.Fatalf("rankings order: %+v", rs)
+	}
+	st, _ := e.m.Pools().Status("", "p")
+	if f := st.Files[0]; f.Done != 2 || f.Wanted != 14 || f.Leased != 0 {
+		t.Fatalf("status: %+v", f)
+	}
+	if pool.NextScore(pool.DefaultConfig(), 1, 0, 1, 0) != 1.5 {
+		t.Fatal("NextScore")
+	}
+	e.checkReplay()
+}
+
+func TestRarestFirst(t *testing.T) {
+	e := setup(t)
+	e.wantRange("p", 0, 8, 0, 8)
+	// b has 0..5, c has 0..3: availability 0-3 → 3 (with a), 4-5 → 2, 6-7 → 1.
+	e.request("p", "b", 1, have(0, span(0, 6)...))
+	e.request("p", "c", 1, have(0, span(0, 4)...))
+	// b and c each took piece... check who holds what, then a (has all).
+	g := mustGrant(t, e.request("p", "a", 2, have(0, span(0, 8)...)))
+	if len(g) != 2 || g[0].Piece != 6 || g[1].Piece != 7 {
+		t.Fatalf("a got %+v, want pieces 6 and 7 (held by a only)", g)
+	}
+	// b's first request saw only its own map: all equally rare, lowest first.
+	if h, _, ok := e.m.Pools().Holder("", "p", 0, 0); !ok || h != "b" {
+		t.Fatalf("piece 0 held by %q", h)
+	}
+	// Next for a: pieces 4, 5 (availability 2) before 1..3 (3).
+	g = mustGrant(t, e.request("p", "a", 2, have(0, span(0, 8)...)))
+	if g[0].Piece != 4 || g[1].Piece != 5 {
+		t.Fatalf("a got %+v, want 4 and 5", g)
+	}
+	if err := e.m.Pools().Check(); err != nil {
+		t.Fatal(err)
+	}
+	e.checkReplay()
+}
+
+func TestMultiFileSpread(t *testing.T) {
+	e := setup(t)
+	e.wantRange("p", 0, 10, 0, 10)
+	e.wantRange("p", 3, 10, 0, 10)
+	g := mustGrant(t, e.request("p", "a", 4, have(3, span(0, 10)...), have(0, span(0, 10)...)))
+	want := [][2]uint32{{0, 0}, {3, 0}, {0, 1}, {3, 1}}
+	if len(g) != 4 {
+		t.Fatalf("got %d grants", len(g))
+	}
+	for i, w := range want {
+		if g[i].File != w[0] || g[i].Piece != w[1] {
+			t.Fatalf("grant %d = %d/%d, want %v", i, g[i].File, g[i].Piece, w)
+		}
+		l, err := e.m.Registrar().Get(g[i].LeaseID, registrar.Tick(e.tick))
+		if err != nil || l.Resource != pool.Resource("p", w[0], w[1]) || l.Holder != "a" || l.TTL.Milliseconds() != 300_000 {
+			t.Fatalf("lease %+v %v", l, err)
+		}
+	}
+	e.checkReplay()
+}
+
+func TestExpiryPenalty(t *testing.T) {
+	e := setup(t)
+	e.wantRange("p", 0, 4, 0, 4)
+	g := mustGrant(t, e.request("p", "a", 4, have(0, 0, 1, 2, 3)))
+	if len(g) != 4 {
+		t.Fatalf("got %d", len(g))
+	}
+	e.after(299_999).advance()
+	if r := e.ranking("p", "a"); r.CurrentLeases != 4 || r.Failures != 0 {
+		t.Fatalf("before expiry: %+v", r)
+	}
+	e.after(1).advance()
+	r := e.ranking("p", "a")
+	if r.CurrentLeases != 0 || r.Failures != 4 || r.Score != 0.1 {
+		t.Fatalf("after expiry: %+v", r)
+	}
+	st, _ := e.m.Pools().Status("", "p")
+	if f := st.Files[0]; f.Wanted != 4 || f.Leased != 0 {
+		t.Fatalf("pieces not returned: %+v", f)
+	}
+	// Completing an expired piece: not leased.
+	if out := e.complete("p", "a", 0, 0, true, 0); registrar.ReasonOf(out.Err) != registrar.ReasonPieceNotLeased {
+		t.Fatalf("complete after expiry: %v", out.Err)
+	}
+	// Another peer can take them now.
+	mustGrant(t, e.request("p", "b", 4, have(0, 0, 1, 2, 3)))
+	e.checkReplay()
+}
+
+func TestRejections(t *testing.T) {
+	e := setup(t)
+	cap2 := &tenurev1.PoolConfig{MaxLeasesPerPeer: 2}
+	if out := e.create("p", cap2); out.Err != nil || !out.Created {
+		t.Fatalf("create: %+v", out)
+	}
+	if out := e.create("p", cap2); out.Err != nil || out.Created {
+		t.Fatalf("create again: %+v", out)
+	}
+	if out := e.create("p", nil); registrar.ReasonOf(out.Err) != registrar.ReasonInvalidArgument {
+		t.Fatalf("create with another config: %+v", out)
+	}
+	e.wantRange("p", 0, 10, 0, 10)
+	inv := tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST
+	for name, out := range map[string]pool.Outcome{
+		"unknown pool":  e.request("nope", "a", 1, have(0, 1)),
+		"max 0":         e.request("p", "a", 0, have(0, 1)),
+		"unknown file":  e.request("p", "a", 1, have(1, 1)),
+		"bits too long": e.request("p", "a", 1, &logpb.PoolHave{FileIndex: 0, Bits: []byte{1, 0, 0}}),
+		"bit past end":  e.request("p", "a", 1, &logpb.PoolHave{FileIndex: 0, Bits: []byte{1, 4}}),
+		"file twice":    e.request("p", "a", 1, have(0, 1), have(0, 2)),
+	} {
+		if out.Rejected != inv || out.Err != nil || len(out.Leases) != 0 {
+			t.Errorf("%s: %+v", name, out)
+		}
+	}
+	if _, ok := e.m.Pools().Status("", "p"); ok == nil {
+		st, _ := e.m.Pools().Status("", "p")
+		if len(st.Peers) != 0 {
+			t.Fatalf("invalid requests recorded a peer: %+v", st.Peers)
+		}
+	}
+	if out := e.request("p", "a", 1, have(0)); out.Rejected != tenurev1.RejectedReason_REJECTED_REASON_NO_AVAILABLE_PIECES {
+		t.Fatalf("empty have: %+v", out)
+	}
+	mustGrant(t, e.request("p", "a", 5, have(0, span(0, 10)...)))
+	if out := e.request("p", "a", 1, have(0, span(0, 10)...)); out.Rejected != tenurev1.RejectedReason_REJECTED_REASON_PEER_AT_CAPACITY {
+		t.Fatalf("at capacity: %+v", out)
+	}
+	// b holds a piece, fails another → score 0.1 while holding one: ranking first.
+	mustGrant(t, e.request("p", "b", 2, have(0, span(0, 10)...)))
+	if out := e.complete("p", "b", 0, 2, false, tenurev1.FailureReason_FAILURE_REASON_TIMEOUT); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	// b now scores 0.1 < 0.2 while holding one lease of two.
+	if out := e.request("p", "b", 1, have(0, span(0, 10)...)); out.Rejected != tenurev1.RejectedReason_REJECTED_REASON_PEER_RANKING_TOO_LOW {
+		t.Fatalf("low ranking: %+v", out)
+	}
+	// Precedence: invalid before ranking, ranking before no pieces.
+	if out := e.request("p", "b", 1, have(7, 1)); out.Rejected != inv {
+		t.Fatalf("invalid by a low peer: %+v", out)
+	}
+	if out := e.request("p", "b", 1); out.Rejected != tenurev1.RejectedReason_REJECTED_REASON_PEER_RANKING_TOO_LOW {
+		t.Fatalf("low peer with nothing: %+v", out)
+	}
+	// Capacity before no pieces: a at its cap with nothing to offer.
+	if out := e.request("p", "a", 1); out.Rejected != tenurev1.RejectedReason_REJECTED_REASON_PEER_AT_CAPACITY {
+		t.Fatalf("capacity before no pieces: %+v", out)
+	}
+	e.checkReplay()
+}
+
+func TestCompleteErrors(t *testing.T) {
+	e := setup(t)
+	e.wantRange("p", 0, 4, 0, 4)
+	g := mustGrant(t, e.request("p", "a", 1, have(0, 0)))
+	if out := e.complete("p", "b", g[0].File, g[0].Piece, true, 0); registrar.ReasonOf(out.Err) != registrar.ReasonPieceNotLeased {
+		t.Fatalf("other peer: %v", out.Err)
+	}
+	if out := e.complete("p", "a", 0, 1, true, 0); registrar.ReasonOf(out.Err) != registrar.ReasonPieceNotLeased {
+		t.Fatalf("unleased piece: %v", out.Err)
+	}
+	if out := e.complete("p", "a", 0, 9, true, 0); registrar.ReasonOf(out.Err) != registrar.ReasonInvalidArgument {
+		t.Fatalf("piece out of range: %v", out.Err)
+	}
+	if out := e.complete("p", "a", 0, 0, false, 0); registrar.ReasonOf(out.Err) != registrar.ReasonInvalidArgument {
+		t.Fatalf("failure without reason: %v", out.Err)
+	}
+	if out := e.complete("q", "a", 0, 0, true, 0); registrar.ReasonOf(out.Err) != pool.ReasonPoolNotFound {
+		t.Fatalf("unknown pool: %v", out.Err)
+	}
+	// Completion releases the lease (COMPLETED) and marks the piece done.
+	if out := e.complete("p", "a", 0, 0, true, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	l, err := e.m.Registrar().Get(g[0].LeaseID, registrar.Tick(e.tick))
+	if err != nil || l.State != registrar.Released || l.ReleaseReason != tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED {
+		t.Fatalf("lease after completion: %+v %v", l, err)
+	}
+	// Done for good: wanting it again changes nothing.
+	if out := e.wantRange("p", 0, 4, 0, 4); out.Added != 0 || out.File.Done != 1 || out.File.Wanted != 3 {
+		t.Fatalf("want again: %+v", out)
+	}
+	e.checkReplay()
+}
+
+func TestPieceHeldOutsideIsSkipped(t *testing.T) {
+	e := setup(t)
+	e.wantRange("p", 0, 4, 0, 4)
+	acq := e.m.Apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick, Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{
+		Resource: pool.Resource("p", 0, 0), Holder: "squatter"}}})
+	e.keep(acq)
+	if acq.Outcome.Err != nil {
+		t.Fatal(acq.Outcome.Err)
+	}
+	g := mustGrant(t, e.request("p", "a", 1, have(0, 0, 1)))
+	if g[0].Piece != 1 {
+		t.Fatalf("got piece %d, want 1", g[0].Piece)
+	}
+	e.checkReplay()
+}

@@ -1,0 +1,399 @@
+package queue
+
+import (
+	"strconv"
+	"unicode/utf8"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// Outcome is what a queue command answers. Err is set on rejection, and
+// then the command emitted nothing.
+type Outcome struct {
+	Err error
+	// Tasks answers Enqueue (request order) and Claim.
+	Tasks []Task
+	// Leases are the claimed tasks' leases, parallel to Tasks (Claim).
+	Leases []registrar.Lease
+	// Task answers Complete, Fail and Cancel.
+	Task *Task
+}
+
+func fail(err error) Outcome { return Outcome{Err: err} }
+
+func invalid(field, format string, args ...any) error {
+	return registrar.NewError(registrar.ReasonInvalidArgument, map[string]string{"field": field}, field+": "+format, args...)
+}
+
+// ValidateQueue checks a namespace and queue name.
+func ValidateQueue(ns, queue string) error {
+	if err := registrar.CheckIdentifier("namespace", ns, false); err != nil {
+		return err
+	}
+	return registrar.CheckIdentifier("queue", queue, true)
+}
+
+// ValidateTaskRef checks a namespace, queue and task id.
+func ValidateTaskRef(ns, queue, id string) error {
+	if err := ValidateQueue(ns, queue); err != nil {
+		return err
+	}
+	return registrar.CheckIdentifier("task_id", id, true)
+}
+
+// ValidateEnqueue checks an enqueue's fields without looking at state.
+func ValidateEnqueue(c *logpb.Enqueue) error {
+	if err := ValidateQueue(c.Namespace, c.Queue); err != nil {
+		return err
+	}
+	if len(c.Tasks) == 0 {
+		return invalid("tasks", "name at least one task")
+	}
+	if len(c.Tasks) > MaxBatch {
+		return invalid("tasks", "lists %d tasks; the limit is %d", len(c.Tasks), MaxBatch)
+	}
+	for i, t := range c.Tasks {
+		f := "tasks[" + strconv.Itoa(i) + "]"
+		if err := registrar.CheckIdentifier(f+".task_id", t.TaskId, false); err != nil {
+			return err
+		}
+		if len(t.Payload) > MaxPayloadBytes {
+			return invalid(f+".payload", "is %d bytes; the limit is %d", len(t.Payload), MaxPayloadBytes)
+		}
+		if t.MaxAttempts > MaxAttemptsLimit {
+			return invalid(f+".max_attempts", "is %d; the limit is %d", t.MaxAttempts, MaxAttemptsLimit)
+		}
+		if t.NotBefore < 0 {
+			return invalid(f+".not_before", "is before 1970")
+		}
+	}
+	return nil
+}
+
+// Enqueue adds tasks. A task id that already exists in the queue answers
+// the existing task, unchanged (idempotent enqueue).
+func (qs *Queues) Enqueue(tx *registrar.Tx, c *logpb.Enqueue) Outcome {
+	if err := ValidateEnqueue(c); err != nil {
+		return fail(err)
+	}
+	ns := orDefault(c.Namespace)
+	out := Outcome{Tasks: make([]Task, 0, len(c.Tasks))}
+	for _, nt := range c.Tasks {
+		q := qs.queue(ns, c.Queue, false)
+		id := nt.TaskId
+		if id != "" && q != nil {
+			if t := q.tasks[id]; t != nil {
+				out.Tasks = append(out.Tasks, qs.view(t))
+				continue
+			}
+		}
+		seq := qs.nextSeq
+		if id == "" {
+			id = "T" + itoa(seq)
+			for k := 1; q != nil && q.tasks[id] != nil; k++ {
+				id = "T" + itoa(seq) + "-" + strconv.Itoa(k)
+			}
+		}
+		ma := nt.MaxAttempts
+		if ma == 0 {
+			ma = DefaultMaxAttempts
+		}
+		tx.Emit(&logpb.Record{Body: &logpb.Record_TaskEnqueued{TaskEnqueued: &logpb.TaskEnqueued{
+			Task:    &logpb.TaskRef{Namespace: ns, Queue: c.Queue, TaskId: id, Seq: seq},
+			Payload: nt.Payload, Priority: nt.Priority, NotBefore: nt.NotBefore, MaxAttempts: ma,
+		}}})
+		if tx.Err() != nil {
+			return fail(tx.Err())
+		}
+		out.Tasks = append(out.Tasks, qs.view(qs.bySeq[seq]))
+	}
+	return out
+}
+
+// ValidateClaim checks a claim's fields without looking at state.
+func ValidateClaim(c *logpb.Claim) error {
+	if err := ValidateQueue(c.Namespace, c.Queue); err != nil {
+		return err
+	}
+	if err := registrar.CheckIdentifier("worker", c.Worker, true); err != nil {
+		return err
+	}
+	if c.Max > MaxClaim {
+		return invalid("max", "is %d; the limit is %d", c.Max, MaxClaim)
+	}
+	return nil
+}
+
+// Claim leases up to max claimable tasks to a worker: highest priority
+// first, then earliest ready, then enqueue order. Each task gets its own
+// lease, issued in the same step as its claim record. Nothing claimable
+// is an empty answer, not an error.
+func (qs *Queues) Claim(tx *registrar.Tx, c *logpb.Claim) Outcome {
+	if err := ValidateClaim(c); err != nil {
+		return fail(err)
+	}
+	ns := orDefault(c.Namespace)
+	ttl, err := qs.reg.TTLFor(ns, "lease_ttl", c.LeaseTtlMs)
+	if err != nil {
+		return fail(err)
+	}
+	want := int(max(c.Max, 1))
+	q := qs.queue(ns, c.Queue, false)
+	if q == nil {
+		return Outcome{}
+	}
+	q.promote(tx.Wall)
+	var out Outcome
+	var skipped map[*task]bool // tasks whose resource is leased by someone else
+	for len(out.Tasks) < want {
+		var cands []*task
+		q.ready.Ascend(func(t *task) bool {
+			if t.readyAt <= tx.Wall && !skipped[t] {
+				cands = append(cands, t)
+			}
+			return len(cands) < want-len(out.Tasks)
+		})
+		if len(cands) == 0 {
+			break
+		}
+		for _, t := range cands {
+			l, err := qs.reg.IssueFor(tx, registrar.Grant{
+				Namespace: ns, Resource: Resource(q.name, t.id), Holder: c.Worker, TTL: ttl,
+				MaxRenewals: DefaultMaxRenewals, MaxLifetime: DefaultMaxLifetime,
+			})
+			if registrar.ReasonOf(err) == registrar.ReasonLeaseHeld {
+				// Somebody holds an ordinary lease on the task's resource;
+				// the task waits until it ends.
+				if skipped == nil {
+					skipped = map[*task]bool{}
+				}
+				skipped[t] = true
+				continue
+			}
+			if err != nil {
+				if len(out.Tasks) == 0 {
+					return fail(err)
+				}
+				return out
+			}
+			tx.Emit(&logpb.Record{Body: &logpb.Record_TaskClaimed{TaskClaimed: &logpb.TaskClaimed{
+				Task: qs.ref(t), LeaseSeq: l.Fence, LeaseId: l.ID, Worker: c.Worker, Attempt: t.attempts + 1,
+			}}})
+			if tx.Err() != nil {
+				return fail(tx.Err())
+			}
+			out.Tasks = append(out.Tasks, qs.view(t))
+			out.Leases = append(out.Leases, l)
+		}
+	}
+	return out
+}
+
+func (qs *Queues) ref(t *task) *logpb.TaskRef {
+	return &logpb.TaskRef{Namespace: t.q.ns, Queue: t.q.name, TaskId: t.id, Seq: t.seq}
+}
+
+func (qs *Queues) find(ns, queue, id string) (*task, error) {
+	if err := ValidateTaskRef(ns, queue, id); err != nil {
+		return nil, err
+	}
+	t := qs.lookup(ns, queue, id)
+	if t == nil {
+		return nil, registrar.NewError(registrar.ReasonTaskNotFound,
+			map[string]string{"namespace": orDefault(ns), "queue": queue, "task_id": id},
+			"no task %s in queue %s", id, queue)
+	}
+	return t, nil
+}
+
+func (qs *Queues) notLeased(t *task, leaseID string) error {
+	meta := map[string]string{"task_id": t.id, "queue": t.q.name, "lease_id": leaseID, "state": t.state.String()}
+	cur := "none"
+	if t.state == Leased {
+		cur = t.leaseID
+	}
+	meta["current_lease_id"] = cur
+	return registrar.NewError(registrar.ReasonTaskNotLeased, meta,
+		"lease %s is not the current lease of task %s (task is %s, current lease: %s)", leaseID, t.id, t.state, cur)
+}
+
+func (qs *Queues) retention(ns string, tick registrar.Tick) int64 {
+	return int64(tick) + qs.reg.Policy(ns).LeaseRetention
+}
+
+func checkText(field, v string, limit int) error {
+	if len(v) > limit {
+		return invalid(field, "is %d bytes; the limit is %d", len(v), limit)
+	}
+	if !utf8.ValidString(v) {
+		return invalid(field, "is not valid UTF-8")
+	}
+	return nil
+}
+
+// ValidateComplete checks a completion's fields without looking at state.
+func ValidateComplete(c *logpb.CompleteTask) error {
+	if err := ValidateTaskRef(c.Namespace, c.Queue, c.TaskId); err != nil {
+		return err
+	}
+	if err := registrar.CheckLeaseIDText("lease_id", c.LeaseId); err != nil {
+		return err
+	}
+	if len(c.Result) > MaxResultBytes {
+		return invalid("result", "is %d bytes; the limit is %d", len(c.Result), MaxResultBytes)
+	}
+	return nil
+}
+
+// Complete finishes a task by its current lease, records the result and
+// releases the lease. Repeating a completion by the same lease answers the
+// task again (a retry after an unknown outcome is safe).
+func (qs *Queues) Complete(tx *registrar.Tx, c *logpb.CompleteTask) Outcome {
+	if err := ValidateComplete(c); err != nil {
+		return fail(err)
+	}
+	t, err := qs.find(c.Namespace, c.Queue, c.TaskId)
+	if err != nil {
+		return fail(err)
+	}
+	if t.state == Succeeded && t.leaseID == c.LeaseId && t.outcome == byComplete {
+		v := qs.view(t)
+		return Outcome{Task: &v}
+	}
+	if t.state != Leased || t.leaseID != c.LeaseId {
+		return fail(qs.notLeased(t, c.LeaseId))
+	}
+	worker := t.worker
+	tx.Emit(&logpb.Record{Body: &logpb.Record_TaskCompleted{TaskCompleted: &logpb.TaskCompleted{
+		Task: qs.ref(t), Result: c.Result, PruneTick: qs.retention(t.q.ns, tx.Tick),
+	}}})
+	return qs.releaseAfter(tx, t, worker, c.LeaseId, tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED)
+}
+
+// releaseAfter ends the lease of a task that just left LEASED (the hook
+// then finds no task on it) and answers the task.
+func (qs *Queues) releaseAfter(tx *registrar.Tx, t *task, worker, leaseID string, why tenurev1.ReleaseReason) Outcome {
+	if tx.Err() != nil {
+		return fail(tx.Err())
+	}
+	if out := qs.reg.Release(tx, &logpb.Release{LeaseId: leaseID, Holder: worker, Reason: why}); out.Err != nil {
+		return fail(out.Err)
+	}
+	v := qs.view(t)
+	return Outcome{Task: &v, Err: tx.Err()}
+}
+
+// ValidateFail checks a failure's fields without looking at state.
+func ValidateFail(c *logpb.FailTask) error {
+	if err := ValidateTaskRef(c.Namespace, c.Queue, c.TaskId); err != nil {
+		return err
+	}
+	if err := registrar.CheckLeaseIDText("lease_id", c.LeaseId); err != nil {
+		return err
+	}
+	if err := checkText("error", c.Error, MaxErrorBytes); err != nil {
+		return err
+	}
+	if c.RetryAfterMs != nil && (*c.RetryAfterMs < 0 || *c.RetryAfterMs > maxDelayMs) {
+		return invalid("retry_after", "must be between 0 and 10 years")
+	}
+	return nil
+}
+
+// Fail ends an attempt by the task's current lease: the task is retried
+// after retry_after or its backoff, or is DEAD when its attempts are used
+// up. The lease is released.
+func (qs *Queues) Fail(tx *registrar.Tx, c *logpb.FailTask) Outcome {
+	if err := ValidateFail(c); err != nil {
+		return fail(err)
+	}
+	t, err := qs.find(c.Namespace, c.Queue, c.TaskId)
+	if err != nil {
+		return fail(err)
+	}
+	if (t.state == Failed || t.state == Dead) && t.leaseID == c.LeaseId && t.outcome == byFail {
+		v := qs.view(t)
+		return Outcome{Task: &v}
+	}
+	if t.state != Leased || t.leaseID != c.LeaseId {
+		return fail(qs.notLeased(t, c.LeaseId))
+	}
+	worker := t.worker
+	if t.attempts >= t.maxAttempts {
+		tx.Emit(&logpb.Record{Body: &logpb.Record_TaskDead{TaskDead: &logpb.TaskDead{
+			Task: qs.ref(t), Error: c.Error, PruneTick: qs.retention(t.q.ns, tx.Tick), ByFail: true,
+		}}})
+	} else {
+		delay := Backoff(t.id, t.attempts)
+		if c.RetryAfterMs != nil {
+			delay = *c.RetryAfterMs
+		}
+		tx.Emit(&logpb.Record{Body: &logpb.Record_TaskFailed{TaskFailed: &logpb.TaskFailed{
+			Task: qs.ref(t), Error: c.Error, ReadyAt: tx.Wall + delay,
+		}}})
+	}
+	return qs.releaseAfter(tx, t, worker, c.LeaseId, tenurev1.ReleaseReason_RELEASE_REASON_ABORTED)
+}
+
+// Cancel cancels a queued, failed or leased task (a leased task's lease
+// is revoked). Cancelling a finished task changes nothing and answers it.
+func (qs *Queues) Cancel(tx *registrar.Tx, c *logpb.CancelTask) Outcome {
+	t, err := qs.find(c.Namespace, c.Queue, c.TaskId)
+	if err != nil {
+		return fail(err)
+	}
+	if t.state.Finished() {
+		v := qs.view(t)
+		return Outcome{Task: &v}
+	}
+	leased, leaseID := t.state == Leased, t.leaseID
+	tx.Emit(&logpb.Record{Body: &logpb.Record_TaskCancelled{TaskCancelled: &logpb.TaskCancelled{
+		Task: qs.ref(t), PruneTick: qs.retention(t.q.ns, tx.Tick),
+	}}})
+	if leased && tx.Err() == nil {
+		if out := qs.reg.Revoke(tx, &logpb.Revoke{LeaseId: leaseID, Reason: "task cancelled"}); out.Err != nil {
+			return fail(out.Err)
+		}
+	}
+	if tx.Err() != nil {
+		return fail(tx.Err())
+	}
+	v := qs.view(t)
+	return Outcome{Task: &v}
+}
+
+// leaseEnded is the registrar's OnLeaseEnd hook: a task lease that ends
+// without a completion or failure (expiry, release, revoke, transfer)
+// puts its task back in the queue, or makes it DEAD when its attempts are
+// used up, in the same apply step.
+func (qs *Queues) leaseEnded(tx *registrar.Tx, l registrar.Lease) {
+	t := qs.byLease[l.Fence]
+	if t == nil || t.state != Leased {
+		return
+	}
+	why := "lease " + l.ID + " " + leaseEnd(l) + " during attempt " + strconv.FormatUint(uint64(t.attempts), 10)
+	if t.attempts >= t.maxAttempts {
+		tx.Emit(&logpb.Record{Body: &logpb.Record_TaskDead{TaskDead: &logpb.TaskDead{
+			Task: qs.ref(t), Error: why + "; attempts used up", PruneTick: qs.retention(t.q.ns, tx.Tick),
+		}}})
+		return
+	}
+	tx.Emit(&logpb.Record{Body: &logpb.Record_TaskRequeued{TaskRequeued: &logpb.TaskRequeued{
+		Task: qs.ref(t), Reason: why, ReadyAt: tx.Wall,
+	}}})
+}
+
+func leaseEnd(l registrar.Lease) string {
+	switch l.State {
+	case registrar.Expired:
+		return "expired"
+	case registrar.Revoked:
+		return "was revoked"
+	}
+	if l.ReleaseReason == tenurev1.ReleaseReason_RELEASE_REASON_TRANSFERRED {
+		return "was transferred"
+	}
+	return "was released"
+}

@@ -1,0 +1,428 @@
+package queue
+
+import (
+	"cmp"
+	"container/heap"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/google/btree"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// State is a task's state; the numbers match tenure.v1.TaskState.
+type State uint8
+
+// Task states.
+const (
+	Queued    = State(tenurev1.TaskState_TASK_STATE_QUEUED)
+	Leased    = State(tenurev1.TaskState_TASK_STATE_LEASED)
+	Succeeded = State(tenurev1.TaskState_TASK_STATE_SUCCEEDED)
+	Failed    = State(tenurev1.TaskState_TASK_STATE_FAILED)
+	Dead      = State(tenurev1.TaskState_TASK_STATE_DEAD)
+	Cancelled = State(tenurev1.TaskState_TASK_STATE_CANCELLED)
+	numStates = 7
+)
+
+func (s State) String() string { return tenurev1.TaskState(s).String() }
+
+// Finished reports whether the task will never run again.
+func (s State) Finished() bool { return s == Succeeded || s == Dead || s == Cancelled }
+
+// claimable reports whether the task waits for a claim (after its ready time).
+func (s State) claimable() bool { return s == Queued || s == Failed }
+
+// Limits and defaults.
+const (
+	DefaultMaxAttempts = 5
+	MaxAttemptsLimit   = 1000
+	// Task leases: renewal limits (seed 003).
+	DefaultMaxRenewals = 10
+	DefaultMaxLifetime = 2 * 3600 * 1000 // ms
+	MaxPayloadBytes    = 256 << 10
+	MaxResultBytes     = 256 << 10
+	MaxErrorBytes      = 8 << 10
+	MaxBatch           = 1000
+	MaxClaim           = 1000
+	BackoffBase        = 1000        // ms, first retry
+	BackoffMax         = 3600 * 1000 // ms
+	maxDelayMs         = 10 * 365 * 86_400_000
+	// ResourcePrefix starts the resource of every task lease.
+	ResourcePrefix = "queue/"
+)
+
+// outcome of a finished task: how it got there (for idempotent retries).
+const (
+	byNone     = 0
+	byComplete = 1
+	byFail     = 2
+)
+
+type task struct {
+	seq          uint64
+	q            *queue
+	id           string
+	payload      []byte
+	priority     int32
+	state        State
+	attempts     uint32
+	maxAttempts  uint32
+	notBefore    int64
+	readyAt      int64
+	createdWall  int64
+	claimedWall  int64
+	finishedWall int64
+	lastError    string
+	result       []byte
+	leaseSeq     uint64
+	leaseID      string
+	worker       string
+	pruneTick    registrar.Tick
+	outcome      uint8
+	// Index bookkeeping (derived, not snapshotted).
+	where    uint8 // 0 none, 1 ready, 2 delayed
+	delayIdx int
+	pruneIdx int
+}
+
+const (
+	inNone = iota
+	inReady
+	inDelayed
+)
+
+type qkey struct{ ns, name string }
+
+type queue struct {
+	ns, name string
+	tasks    map[string]*task
+	all      *btree.BTreeG[*task] // by seq
+	ready    *btree.BTreeG[*task] // claim order
+	delayed  delayHeap            // by ready time
+	counts   [numStates]uint64
+}
+
+func bySeq(a, b *task) bool { return a.seq < b.seq }
+
+// claimOrder: higher priority, then earlier ready time, then enqueue order.
+func claimOrder(a, b *task) bool {
+	if a.priority != b.priority {
+		return a.priority > b.priority
+	}
+	if a.readyAt != b.readyAt {
+		return a.readyAt < b.readyAt
+	}
+	return a.seq < b.seq
+}
+
+// Queues is the work-queue domain. It is not safe for concurrent use.
+type Queues struct {
+	reg     *registrar.Registrar
+	queues  map[qkey]*queue
+	bySeq   map[uint64]*task
+	byLease map[uint64]*task // LEASED tasks by lease seq
+	nextSeq uint64
+	prune   pruneHeap
+}
+
+// New returns an empty queue domain beside reg, hooked to its lease ends.
+func New(reg *registrar.Registrar) *Queues {
+	q := &Queues{reg: reg, queues: map[qkey]*queue{}, bySeq: map[uint64]*task{}, byLease: map[uint64]*task{}, nextSeq: 1}
+	reg.OnLeaseEnd(q.leaseEnded)
+	return q
+}
+
+func (qs *Queues) queue(ns, name string, create bool) *queue {
+	k := qkey{ns, name}
+	if q := qs.queues[k]; q != nil || !create {
+		return q
+	}
+	q := &queue{ns: ns, name: name, tasks: map[string]*task{},
+		all: btree.NewG(32, bySeq), ready: btree.NewG(32, claimOrder)}
+	qs.queues[k] = q
+	return q
+}
+
+func (qs *Queues) lookup(ns, name, id string) *task {
+	if q := qs.queues[qkey{orDefault(ns), name}]; q != nil {
+		return q.tasks[id]
+	}
+	return nil
+}
+
+// Resource returns the lease resource of a task.
+func Resource(queue, id string) string { return ResourcePrefix + queue + "/" + id }
+
+// ---- indexes ----
+
+func (q *queue) makeReady(t *task, wall int64) {
+	if t.readyAt <= wall {
+		q.ready.ReplaceOrInsert(t)
+		t.where = inReady
+	} else {
+		heap.Push(&q.delayed, t)
+		t.where = inDelayed
+	}
+}
+
+func (q *queue) unready(t *task) {
+	switch t.where {
+	case inReady:
+		q.ready.Delete(t)
+	case inDelayed:
+		heap.Remove(&q.delayed, t.delayIdx)
+	}
+	t.where = inNone
+}
+
+// promote moves the delayed tasks ready at wall into the claim order. It
+// changes only an index, never what a claim decides (the claim checks each
+// task's ready time itself).
+func (q *queue) promote(wall int64) {
+	for q.delayed.Len() > 0 && q.delayed[0].readyAt <= wall {
+		t := heap.Pop(&q.delayed).(*task)
+		q.ready.ReplaceOrInsert(t)
+		t.where = inReady
+	}
+}
+
+func (q *queue) setState(t *task, s State) {
+	q.counts[t.state]--
+	t.state = s
+	q.counts[s]++
+}
+
+type delayHeap []*task
+
+func (h delayHeap) Len() int { return len(h) }
+func (h delayHeap) Less(i, j int) bool {
+	if h[i].readyAt != h[j].readyAt {
+		return h[i].readyAt < h[j].readyAt
+	}
+	return h[i].seq < h[j].seq
+}
+func (h delayHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].delayIdx, h[j].delayIdx = i, j
+}
+func (h *delayHeap) Push(x any) { t := x.(*task); t.delayIdx = len(*h); *h = append(*h, t) }
+func (h *delayHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	t.delayIdx = -1
+	return t
+}
+
+type pruneHeap []*task
+
+func (h pruneHeap) Len() int { return len(h) }
+func (h pruneHeap) Less(i, j int) bool {
+	if h[i].pruneTick != h[j].pruneTick {
+		return h[i].pruneTick < h[j].pruneTick
+	}
+	return h[i].seq < h[j].seq
+}
+func (h pruneHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].pruneIdx, h[j].pruneIdx = i, j
+}
+func (h *pruneHeap) Push(x any) { t := x.(*task); t.pruneIdx = len(*h); *h = append(*h, t) }
+func (h *pruneHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	t.pruneIdx = -1
+	return t
+}
+
+// ---- backoff ----
+
+// Backoff is the delay before retry number attempt (≥ 1) of a task:
+// BackoffBase·2^(attempt−1), capped at BackoffMax, scaled by a jitter in
+// [0.75, 1.25) derived from the task id and attempt (no randomness).
+func Backoff(id string, attempt uint32) int64 {
+	d := int64(BackoffBase)
+	for i := uint32(1); i < attempt && d < BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, BackoffMax)
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	h.Write([]byte{byte(attempt), byte(attempt >> 8), byte(attempt >> 16), byte(attempt >> 24)})
+	frac := int64(h.Sum64() % 1000) // 0..999
+	return d*3/4 + d*frac/2000
+}
+
+// ---- apply ----
+
+// Owns reports whether a record belongs to the queue domain.
+func Owns(rec *logpb.Record) bool {
+	switch rec.Body.(type) {
+	case *logpb.Record_TaskEnqueued, *logpb.Record_TaskClaimed, *logpb.Record_TaskCompleted, *logpb.Record_TaskFailed,
+		*logpb.Record_TaskRequeued, *logpb.Record_TaskDead, *logpb.Record_TaskCancelled:
+		return true
+	}
+	return false
+}
+
+// Apply applies one sealed queue record. It fails only on a record that
+// cannot follow the current state (a corrupt or reordered ledger).
+func (qs *Queues) Apply(rec *logpb.Record) error {
+	qs.pruneTo(registrar.Tick(rec.Tick))
+	switch b := rec.Body.(type) {
+	case *logpb.Record_TaskEnqueued:
+		e := b.TaskEnqueued
+		ref := e.GetTask()
+		if ref.GetSeq() == 0 || ref.Seq < qs.nextSeq || qs.bySeq[ref.Seq] != nil {
+			return fmt.Errorf("record %d: task sequence %d reused", rec.Index, ref.GetSeq())
+		}
+		q := qs.queue(ref.Namespace, ref.Queue, true)
+		if q.tasks[ref.TaskId] != nil {
+			return fmt.Errorf("record %d: task %s enqueued twice", rec.Index, ref.TaskId)
+		}
+		if e.MaxAttempts == 0 {
+			return fmt.Errorf("record %d: task %s without max attempts", rec.Index, ref.TaskId)
+		}
+		t := &task{seq: ref.Seq, q: q, id: ref.TaskId, payload: e.Payload, priority: e.Priority, state: Queued,
+			maxAttempts: e.MaxAttempts, notBefore: e.NotBefore, readyAt: max(e.NotBefore, rec.Wall),
+			createdWall: rec.Wall, delayIdx: -1, pruneIdx: -1}
+		qs.nextSeq = ref.Seq + 1
+		qs.add(q, t)
+		q.makeReady(t, rec.Wall)
+	case *logpb.Record_TaskClaimed:
+		c := b.TaskClaimed
+		t, err := qs.recordTask(rec, c.GetTask())
+		if err != nil {
+			return err
+		}
+		if !t.state.claimable() || c.Attempt != t.attempts+1 || c.LeaseSeq == 0 || qs.byLease[c.LeaseSeq] != nil {
+			return fmt.Errorf("record %d: claim of task %s in state %s (attempt %d after %d)", rec.Index, t.id, t.state, c.Attempt, t.attempts)
+		}
+		t.q.unready(t)
+		t.q.setState(t, Leased)
+		t.attempts = c.Attempt
+		t.leaseSeq, t.leaseID, t.worker = c.LeaseSeq, c.LeaseId, c.Worker
+		t.claimedWall = rec.Wall
+		t.outcome = byNone
+		qs.byLease[c.LeaseSeq] = t
+	case *logpb.Record_TaskCompleted:
+		t, err := qs.leasedTask(rec, b.TaskCompleted.GetTask())
+		if err != nil {
+			return err
+		}
+		t.result = b.TaskCompleted.Result
+		qs.finish(rec, t, Succeeded, registrar.Tick(b.TaskCompleted.PruneTick))
+		t.outcome = byComplete
+	case *logpb.Record_TaskFailed:
+		t, err := qs.leasedTask(rec, b.TaskFailed.GetTask())
+		if err != nil {
+			return err
+		}
+		delete(qs.byLease, t.leaseSeq)
+		t.q.setState(t, Failed)
+		t.lastError = b.TaskFailed.Error
+		t.readyAt = b.TaskFailed.ReadyAt
+		t.outcome = byFail
+		t.q.makeReady(t, rec.Wall)
+	case *logpb.Record_TaskRequeued:
+		t, err := qs.leasedTask(rec, b.TaskRequeued.GetTask())
+		if err != nil {
+			return err
+		}
+		delete(qs.byLease, t.leaseSeq)
+		t.q.setState(t, Queued)
+		t.lastError = b.TaskRequeued.Reason
+		t.readyAt = b.TaskRequeued.ReadyAt
+		t.q.makeReady(t, rec.Wall)
+	case *logpb.Record_TaskDead:
+		t, err := qs.leasedTask(rec, b.TaskDead.GetTask())
+		if err != nil {
+			return err
+		}
+		t.lastError = b.TaskDead.Error
+		qs.finish(rec, t, Dead, registrar.Tick(b.TaskDead.PruneTick))
+		if b.TaskDead.ByFail {
+			t.outcome = byFail
+		}
+	case *logpb.Record_TaskCancelled:
+		t, err := qs.recordTask(rec, b.TaskCancelled.GetTask())
+		if err != nil {
+			return err
+		}
+		if t.state.Finished() {
+			return fmt.Errorf("record %d: cancel of task %s in state %s", rec.Index, t.id, t.state)
+		}
+		t.q.unready(t)
+		qs.finish(rec, t, Cancelled, registrar.Tick(b.TaskCancelled.PruneTick))
+	default:
+		return fmt.Errorf("record %d: not a queue record: %T", rec.Index, rec.Body)
+	}
+	return nil
+}
+
+func (qs *Queues) add(q *queue, t *task) {
+	q.tasks[t.id] = t
+	q.all.ReplaceOrInsert(t)
+	q.counts[t.state]++
+	qs.bySeq[t.seq] = t
+}
+
+func (qs *Queues) recordTask(rec *logpb.Record, ref *logpb.TaskRef) (*task, error) {
+	t := qs.bySeq[ref.GetSeq()]
+	if t == nil || t.id != ref.GetTaskId() || t.q.name != ref.GetQueue() || t.q.ns != ref.GetNamespace() {
+		return nil, fmt.Errorf("record %d: names unknown task %d (%s)", rec.Index, ref.GetSeq(), ref.GetTaskId())
+	}
+	return t, nil
+}
+
+func (qs *Queues) leasedTask(rec *logpb.Record, ref *logpb.TaskRef) (*task, error) {
+	t, err := qs.recordTask(rec, ref)
+	if err == nil && t.state != Leased {
+		return nil, fmt.Errorf("record %d: task %s is %s, not leased", rec.Index, t.id, t.state)
+	}
+	return t, err
+}
+
+func (qs *Queues) finish(rec *logpb.Record, t *task, s State, pruneTick registrar.Tick) {
+	if t.state == Leased {
+		delete(qs.byLease, t.leaseSeq)
+	}
+	t.q.setState(t, s)
+	t.finishedWall = rec.Wall
+	t.pruneTick = pruneTick
+	heap.Push(&qs.prune, t)
+}
+
+// pruneTo drops finished tasks whose prune tick has come. It runs on every
+// queue record, so replay prunes exactly alike.
+func (qs *Queues) pruneTo(now registrar.Tick) {
+	for qs.prune.Len() > 0 && qs.prune[0].pruneTick <= now {
+		t := heap.Pop(&qs.prune).(*task)
+		q := t.q
+		delete(q.tasks, t.id)
+		q.all.Delete(t)
+		q.counts[t.state]--
+		delete(qs.bySeq, t.seq)
+		if len(q.tasks) == 0 {
+			delete(qs.queues, qkey{q.ns, q.name})
+		}
+	}
+}
+
+func orDefault(ns string) string {
+	if ns == "" {
+		return registrar.DefaultNamespace
+	}
+	return ns
+}
+
+func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+func cmpTask(a, b *task) int { return cmp.Compare(a.seq, b.seq) }

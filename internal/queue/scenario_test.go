@@ -1,0 +1,273 @@
+package queue_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/queue"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+func ids(ts []queue.Task) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.ID
+	}
+	return out
+}
+
+func TestPriorityThenFIFO(t *testing.T) {
+	e := setup(t)
+	e.mustEnqueue("q", task("a", 0), task("b", 5), task("c", 0), task("d", 5), task("e", 9))
+	out := e.claim("q", "w", 10)
+	if out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	if got, want := fmt.Sprint(ids(out.Tasks)), "[e b d a c]"; got != want {
+		t.Fatalf("claim order %s, want %s", got, want)
+	}
+	for i, tk := range out.Tasks {
+		l := out.Leases[i]
+		if tk.State != queue.Leased || tk.Attempts != 1 || tk.LeaseID != l.ID || l.Holder != "w" ||
+			l.Resource != queue.Resource("q", tk.ID) || l.MaxRenewals != queue.DefaultMaxRenewals {
+			t.Fatalf("claimed task %+v lease %+v", tk, l)
+		}
+	}
+	if s := e.m.Queues().Stats("", "q"); s.Leased != 5 || s.Queued != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	e.checkReplay()
+}
+
+func TestIdempotentEnqueueAndGeneratedIDs(t *testing.T) {
+	e := setup(t)
+	first := e.mustEnqueue("q", &logpb.NewTask{TaskId: "k", Payload: []byte("one")}, &logpb.NewTask{Payload: []byte("gen")})
+	mark := len(e.log)
+	again := e.mustEnqueue("q", &logpb.NewTask{TaskId: "k", Payload: []byte("two"), Priority: 7})
+	if len(e.log) != mark {
+		t.Fatalf("idempotent enqueue emitted %d records", len(e.log)-mark)
+	}
+	if string(again[0].Payload) != "one" || again[0].Seq != first[0].Seq || again[0].Priority != 0 {
+		t.Fatalf("idempotent enqueue answered %+v", again[0])
+	}
+	if first[1].ID == "" || first[1].ID == "k" {
+		t.Fatalf("generated id %q", first[1].ID)
+	}
+	// A client id that looks generated does not collide with later ones.
+	e.mustEnqueue("q", &logpb.NewTask{TaskId: "T3"})
+	gen := e.mustEnqueue("q", &logpb.NewTask{})
+	if gen[0].ID == "T3" {
+		t.Fatal("generated id collides with a client id")
+	}
+	// Duplicates inside one batch answer the first.
+	b := e.mustEnqueue("q", task("x", 1), task("x", 2))
+	if b[0].Seq != b[1].Seq || b[1].Priority != 1 {
+		t.Fatalf("batch duplicate: %+v", b)
+	}
+	if n := e.m.Queues().Stats("", "q").Queued; n != 5 {
+		t.Fatalf("queued %d, want 5", n)
+	}
+	wantReason(t, e.enqueue("q", &logpb.NewTask{Payload: make([]byte, queue.MaxPayloadBytes+1)}).Err, registrar.ReasonInvalidArgument)
+	wantReason(t, e.enqueue("", task("a", 0)).Err, registrar.ReasonInvalidArgument)
+	e.checkReplay()
+}
+
+func TestDelayedTask(t *testing.T) {
+	e := setup(t)
+	e.mustEnqueue("q", &logpb.NewTask{TaskId: "later", NotBefore: e.wall() + 5000}, task("now", 0))
+	out := e.claim("q", "w", 5)
+	if fmt.Sprint(ids(out.Tasks)) != "[now]" {
+		t.Fatalf("claimed %v before not_before", ids(out.Tasks))
+	}
+	if at, ok := e.m.Queues().NextReady("", "q", e.wall()); !ok || at != e.wall()+5000 {
+		t.Fatalf("NextReady = %d, %v", at, ok)
+	}
+	e.after(4999)
+	if out := e.claim("q", "w", 5); len(out.Tasks) != 0 {
+		t.Fatalf("claimed %v 1 ms early", ids(out.Tasks))
+	}
+	e.after(1)
+	if out := e.claim("q", "w", 5); fmt.Sprint(ids(out.Tasks)) != "[later]" {
+		t.Fatalf("claimed %v at not_before", ids(out.Tasks))
+	}
+	e.checkReplay()
+}
+
+func TestExpiryRequeuesAndZombieRejected(t *testing.T) {
+	e := setup(t)
+	e.mustEnqueue("q", &logpb.NewTask{TaskId: "t", MaxAttempts: 2})
+	c1 := e.claim("q", "w1", 1, 2000)
+	l1 := c1.Leases[0]
+	e.after(2000)
+	e.advance() // the expirer
+	got := e.get("q", "t")
+	if got.State != queue.Queued || got.Attempts != 1 {
+		t.Fatalf("after expiry: %+v", got)
+	}
+	c2 := e.claim("q", "w2", 1)
+	if len(c2.Tasks) != 1 || c2.Tasks[0].Attempts != 2 {
+		t.Fatalf("reclaim: %+v", c2)
+	}
+	// The zombie cannot complete or fail the new attempt.
+	wantReason(t, e.complete("q", "t", l1.ID, nil).Err, registrar.ReasonTaskNotLeased)
+	wantReason(t, e.fail("q", "t", l1.ID, "boom", nil).Err, registrar.ReasonTaskNotLeased)
+	wantReason(t, e.complete("q", "nope", l1.ID, nil).Err, registrar.ReasonTaskNotFound)
+	// The second attempt's lease expires too: attempts are used up → DEAD.
+	e.after(60_000)
+	e.advance()
+	if got := e.get("q", "t"); got.State != queue.Dead || got.Attempts != 2 {
+		t.Fatalf("after last expiry: %+v", got)
+	}
+	e.checkReplay()
+}
+
+func TestExpiryDecidedByNextCommand(t *testing.T) {
+	// No expirer: the next command's Advance requeues in the same step.
+	e := setup(t)
+	e.mustEnqueue("q", task("t", 0))
+	c1 := e.claim("q", "w1", 1, 1000)
+	e.after(1000)
+	c2 := e.claim("q", "w2", 1)
+	if len(c2.Tasks) != 1 || c2.Leases[0].ID == c1.Leases[0].ID {
+		t.Fatalf("claim after expiry: %+v", c2)
+	}
+	e.checkReplay()
+}
+
+func TestCompleteFailRetryDead(t *testing.T) {
+	e := setup(t)
+	e.mustEnqueue("q", &logpb.NewTask{TaskId: "t", MaxAttempts: 3})
+	c := e.claim("q", "w", 1)
+	l := c.Leases[0]
+	out := e.fail("q", "t", l.ID, "boom", nil)
+	if out.Err != nil || out.Task.State != queue.Failed || out.Task.LastError != "boom" {
+		t.Fatalf("fail: %+v", out)
+	}
+	if lv, _ := e.m.Registrar().Get(l.ID, e.tick); lv.State != registrar.Released {
+		t.Fatalf("lease after fail: %s", lv.State)
+	}
+	back := queue.Backoff("t", 1)
+	if out.Task.NotBefore != e.wall()+back || back < queue.BackoffBase*3/4 || back >= queue.BackoffBase*5/4 {
+		t.Fatalf("retry at %d, backoff %d", out.Task.NotBefore, back)
+	}
+	// Retrying the same Fail is a no-op answering the task.
+	mark := len(e.log)
+	if again := e.fail("q", "t", l.ID, "boom", nil); again.Err != nil || len(e.log) != mark {
+		t.Fatalf("repeated fail: %v, %d records", again.Err, len(e.log)-mark)
+	}
+	if len(e.claim("q", "w", 1).Tasks) != 0 {
+		t.Fatal("claimed during backoff")
+	}
+	e.after(back)
+	c = e.claim("q", "w", 1)
+	retry := int64(10)
+	e.fail("q", "t", c.Leases[0].ID, "again", &retry)
+	e.after(10)
+	c = e.claim("q", "w", 1)
+	if len(c.Tasks) != 1 || c.Tasks[0].Attempts != 3 {
+		t.Fatalf("third claim: %+v", c)
+	}
+	out = e.fail("q", "t", c.Leases[0].ID, "last", nil)
+	if out.Task.State != queue.Dead {
+		t.Fatalf("after max attempts: %s", out.Task.State)
+	}
+	// Complete path, idempotent.
+	e.mustEnqueue("q", task("ok", 0))
+	c = e.claim("q", "w", 1)
+	done := e.complete("q", "ok", c.Leases[0].ID, []byte("42"))
+	if done.Err != nil || done.Task.State != queue.Succeeded || string(done.Task.Result) != "42" || done.Task.CompletedAt == 0 {
+		t.Fatalf("complete: %+v", done)
+	}
+	if again := e.complete("q", "ok", c.Leases[0].ID, []byte("42")); again.Err != nil {
+		t.Fatalf("repeated complete: %v", again.Err)
+	}
+	if s := e.m.Queues().Stats("", "q"); s.Dead != 1 || s.Succeeded != 1 || s.Leased != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	e.checkReplay()
+}
+
+func TestReleaseRequeuesCancelRevokes(t *testing.T) {
+	e := setup(t)
+	e.mustEnqueue("q", task("a", 0), task("b", 0), task("c", 0))
+	c := e.claim("q", "w", 2)
+	// Releasing a task lease without completing returns the task.
+	out := e.apply(&logpb.Command{Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: c.Leases[0].ID, Holder: "w"}}})
+	if out.Outcome.Err != nil || e.get("q", "a").State != queue.Queued {
+		t.Fatalf("release: %v, %+v", out.Outcome.Err, e.get("q", "a"))
+	}
+	// Cancel a leased task: its lease is revoked, and no requeue follows.
+	cc := e.cancel("q", "b")
+	if cc.Err != nil || cc.Task.State != queue.Cancelled {
+		t.Fatalf("cancel leased: %+v", cc)
+	}
+	if lv, _ := e.m.Registrar().Get(c.Leases[1].ID, e.tick); lv.State != registrar.Revoked {
+		t.Fatalf("cancelled task's lease is %s", lv.State)
+	}
+	if cc := e.cancel("q", "c"); cc.Err != nil || cc.Task.State != queue.Cancelled {
+		t.Fatalf("cancel queued: %+v", cc)
+	}
+	wantReason(t, e.complete("q", "b", c.Leases[1].ID, nil).Err, registrar.ReasonTaskNotLeased)
+	if s := e.m.Queues().Stats("", "q"); s.Cancelled != 2 || s.Queued != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	// Finished tasks are pruned after the retention.
+	e.after(registrar.DefaultPolicy().LeaseRetention)
+	e.mustEnqueue("q", task("z", 0))
+	if s := e.m.Queues().Stats("", "q"); s.Cancelled != 0 || s.Queued != 2 {
+		t.Fatalf("after retention: %+v", s)
+	}
+	if _, err := e.m.Queues().Get("", "q", "b"); registrar.ReasonOf(err) != registrar.ReasonTaskNotFound {
+		t.Fatalf("pruned task: %v", err)
+	}
+	e.checkReplay()
+}
+
+func TestTaskLeaseRenewalLimits(t *testing.T) {
+	e := setup(t)
+	e.mustEnqueue("q", task("t", 0))
+	c := e.claim("q", "w", 1, 60_000)
+	id := c.Leases[0].ID
+	for i := 0; i < queue.DefaultMaxRenewals; i++ {
+		e.after(1000)
+		if out := e.renew(id); out.Err != nil {
+			t.Fatalf("renewal %d: %v", i+1, out.Err)
+		}
+	}
+	e.after(1000)
+	err := e.renew(id).Err
+	wantReason(t, err, registrar.ReasonRenewalLimitExceeded)
+	if re := registrar.ToError(err); re.Metadata["renewal_count"] != "10" || re.Metadata["max_renewals"] != "10" {
+		t.Fatalf("metadata %v", re.Metadata)
+	}
+
+	e.checkReplay()
+}
+
+func TestTaskLeaseLifetime(t *testing.T) {
+	e := setup(t)
+	// Max ttl 300 s and 10 renewals reach at most 55 min, short of 2 h, so
+	// use a namespace whose max ttl is an hour.
+	e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
+		Policy: registrar.Policy{DefaultTTL: 60_000, MinTTL: 1000, MaxTTL: 3_600_000, MaxGrace: 15_000,
+			MaxActivePerHolder: 100, MaxActivePerNamespace: 1000, MaxWaitersPerResource: 10,
+			LeaseRetention: 3_600_000, HistoryRetention: 3_600_000}.Proto()}}})
+	e.mustEnqueue("q", task("t", 0))
+	c := e.claim("q", "w", 1, 3_600_000)
+	id := c.Leases[0].ID
+	e.after(3_000_000)
+	if out := e.renew(id); out.Err != nil { // expiry capped at 2 h
+		t.Fatal(out.Err)
+	}
+	e.after(3_000_000)
+	if out := e.renew(id); out.Err != nil { // still short of 2 h: capped
+		t.Fatal(out.Err)
+	}
+	err := e.renew(id).Err
+	wantReason(t, err, registrar.ReasonLifetimeExceeded)
+	if re := registrar.ToError(err); re.Metadata["max_lifetime"] != "7200" {
+		t.Fatalf("metadata %v", re.Metadata)
+	}
+	e.checkReplay()
+}

@@ -1,0 +1,145 @@
+package queue
+
+import (
+	"strconv"
+
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// Task is a copy of a task. Wall times are unix ms (UTC), 0 when unset.
+// Payload and Result share the domain's bytes: do not modify them.
+type Task struct {
+	ID          string
+	Namespace   string
+	Queue       string
+	Seq         uint64
+	Payload     []byte
+	Priority    int32
+	State       State
+	Attempts    uint32
+	MaxAttempts uint32
+	// NotBefore is when the task is (or was) claimable: not_before, or
+	// the retry time after a failure or requeue.
+	NotBefore   int64
+	CreatedAt   int64
+	ClaimedAt   int64
+	CompletedAt int64
+	LastError   string
+	Result      []byte
+	// LeaseID and LeaseSeq are the current (LEASED) or last lease.
+	LeaseID  string
+	LeaseSeq uint64
+	Worker   string
+}
+
+func (qs *Queues) view(t *task) Task {
+	nb := t.notBefore
+	if t.state.claimable() {
+		nb = t.readyAt
+	}
+	return Task{
+		ID: t.id, Namespace: t.q.ns, Queue: t.q.name, Seq: t.seq, Payload: t.payload, Priority: t.priority,
+		State: t.state, Attempts: t.attempts, MaxAttempts: t.maxAttempts, NotBefore: nb,
+		CreatedAt: t.createdWall, ClaimedAt: t.claimedWall, CompletedAt: t.finishedWall,
+		LastError: t.lastError, Result: t.result, LeaseID: t.leaseID, LeaseSeq: t.leaseSeq, Worker: t.worker,
+	}
+}
+
+// Get returns one task, or TASK_NOT_FOUND.
+func (qs *Queues) Get(ns, queue, id string) (Task, error) {
+	t, err := qs.find(ns, queue, id)
+	if err != nil {
+		return Task{}, err
+	}
+	return qs.view(t), nil
+}
+
+// List returns up to limit tasks of a queue after the task with sequence
+// after, in enqueue order, in any of states (all when empty), and the
+// sequence to resume after (0 when done).
+func (qs *Queues) List(ns, queue string, states []State, after uint64, limit int) ([]Task, uint64) {
+	q := qs.queues[qkey{orDefault(ns), queue}]
+	if q == nil || limit <= 0 {
+		return nil, 0
+	}
+	var want [numStates]bool
+	for _, s := range states {
+		if int(s) < numStates {
+			want[s] = true
+		}
+	}
+	var out []Task
+	var next uint64
+	q.all.AscendGreaterOrEqual(&task{seq: after + 1}, func(t *task) bool {
+		if len(states) > 0 && !want[t.state] {
+			return true
+		}
+		if len(out) == limit {
+			next = out[len(out)-1].Seq
+			return false
+		}
+		out = append(out, qs.view(t))
+		return true
+	})
+	return out, next
+}
+
+// Counts are a queue's tasks by state.
+type Counts struct {
+	Queued, Leased, Succeeded, Failed, Dead, Cancelled uint64
+}
+
+// Stats counts a queue's tasks by state.
+func (qs *Queues) Stats(ns, queue string) Counts {
+	q := qs.queues[qkey{orDefault(ns), queue}]
+	if q == nil {
+		return Counts{}
+	}
+	c := q.counts
+	return Counts{Queued: c[Queued], Leased: c[Leased], Succeeded: c[Succeeded], Failed: c[Failed], Dead: c[Dead], Cancelled: c[Cancelled]}
+}
+
+// NextReady reports the earliest time (wall ms) at which some task of the
+// queue is claimable: at or before wall when one is claimable now. ok is
+// false when the queue has nothing to claim, ever, without a change.
+func (qs *Queues) NextReady(ns, queue string, wall int64) (at int64, ok bool) {
+	q := qs.queues[qkey{orDefault(ns), queue}]
+	if q == nil {
+		return 0, false
+	}
+	found := false
+	q.ready.Ascend(func(t *task) bool {
+		if !found || t.readyAt < at {
+			at, found = t.readyAt, true
+		}
+		return at > wall // stop once one is ready now
+	})
+	if q.delayed.Len() > 0 && (!found || q.delayed[0].readyAt < at) {
+		at, found = q.delayed[0].readyAt, true
+	}
+	return at, found
+}
+
+// TaskOfLease returns the task a lease (by fence) currently holds.
+func (qs *Queues) TaskOfLease(fence uint64) (Task, bool) {
+	if t := qs.byLease[fence]; t != nil {
+		return qs.view(t), true
+	}
+	return Task{}, false
+}
+
+// Len returns the number of tasks kept (not yet pruned).
+func (qs *Queues) Len() int { return len(qs.bySeq) }
+
+// ParsePageToken decodes a ListTasks page token ("" is the start).
+func ParsePageToken(tok string) (uint64, error) {
+	if tok == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil {
+		return 0, registrar.NewError(registrar.ReasonInvalidArgument, map[string]string{"field": "page_token"},
+			"page_token: %q is not a token this server issued", tok)
+	}
+	return v, nil
+}

@@ -1,0 +1,258 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/pool"
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// poolService implements tenure.v1.PoolService.
+type poolService struct{ s *Server }
+
+func init() {
+	// Followers forward pool writes (and linearizable reads) to the leader.
+	routes[v1c.PoolServiceCreatePoolProcedure] = route{true, via[tenurev1.CreatePoolRequest, tenurev1.CreatePoolResponse](v1c.PoolServiceCreatePoolProcedure)}
+	routes[v1c.PoolServiceWantProcedure] = route{true, via[tenurev1.WantRequest, tenurev1.WantResponse](v1c.PoolServiceWantProcedure)}
+	routes[v1c.PoolServiceRequestLeasesProcedure] = route{true, via[tenurev1.RequestLeasesRequest, tenurev1.RequestLeasesResponse](v1c.PoolServiceRequestLeasesProcedure)}
+	routes[v1c.PoolServiceCompletePieceProcedure] = route{true, via[tenurev1.CompletePieceRequest, tenurev1.CompletePieceResponse](v1c.PoolServiceCompletePieceProcedure)}
+	routes[v1c.PoolServiceRankingsProcedure] = route{false, via[tenurev1.RankingsRequest, tenurev1.RankingsResponse](v1c.PoolServiceRankingsProcedure)}
+	routes[v1c.PoolServiceStatusProcedure] = route{false, via[tenurev1.PoolStatusRequest, tenurev1.PoolStatusResponse](v1c.PoolServiceStatusProcedure)}
+}
+
+// proposePool validates and replicates a pool command and returns its
+// answer; an error (not a RequestLeases rejection) comes back as the error.
+func (s *Server) proposePool(ctx context.Context, actor string, c *logpb.PoolCommand) (pool.Outcome, error) {
+	if err := pool.ValidateCommand(c); err != nil {
+		return pool.Outcome{}, err
+	}
+	res, err := s.node.Propose(ctx, &logpb.Command{Actor: actor, Op: &logpb.Command_Pool{Pool: c}})
+	if err != nil {
+		logUnexpected(s.log, "proposal broke off", err)
+		return pool.Outcome{}, err
+	}
+	if res.Pool == nil {
+		if res.Outcome.Err != nil {
+			return pool.Outcome{}, res.Outcome.Err
+		}
+		return pool.Outcome{}, errors.New("the state machine gave no pool answer")
+	}
+	return *res.Pool, res.Pool.Err
+}
+
+func (s *Server) readPools(ctx context.Context, fn func(ps *pool.Pools) error) error {
+	return s.node.Read(ctx, staleRead(ctx), func(m *statemachine.Machine, _ registrar.Tick) error { return fn(m.Pools()) })
+}
+
+func rankingProto(r pool.Ranking) *tenurev1.PeerRanking {
+	return &tenurev1.PeerRanking{Peer: r.Peer, Score: r.Score, Successes: r.Successes, Failures: r.Failures, CurrentLeases: r.CurrentLeases}
+}
+
+func fileStatusProto(f pool.FileStatus) *tenurev1.PoolFileStatus {
+	return &tenurev1.PoolFileStatus{FileIndex: f.Index, Pieces: f.Pieces, Wanted: f.Wanted, Leased: f.Leased, Done: f.Done}
+}
+
+func (h *poolService) CreatePool(ctx context.Context, req *connect.Request[tenurev1.CreatePoolRequest]) (*connect.Response[tenurev1.CreatePoolResponse], error) {
+	m := req.Msg
+	if _, err := pool.ConfigFromAPI(m.Config); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	out, err := h.s.proposePool(ctx, "", &logpb.PoolCommand{Namespace: m.Namespace, Pool: m.Pool,
+		Op: &logpb.PoolCommand_Create{Create: &logpb.PoolCreate{Config: m.Config}}})
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.CreatePoolResponse{Created: out.Created, Config: out.Config.API()}), nil
+}
+
+// Want adds pieces; a pool that does not exist yet is created with the
+// default configuration.
+func (h *poolService) Want(ctx context.Context, req *connect.Request[tenurev1.WantRequest]) (*connect.Response[tenurev1.WantResponse], error) {
+	m := req.Msg
+	if m.FileIndex > pool.MaxFileIndex {
+		return nil, h.s.toConnect(invalidArg("file_index", "too large"))
+	}
+	if m.PieceCount > pool.MaxPiecesPerFile {
+		return nil, h.s.toConnect(invalidArg("piece_count", "too large"))
+	}
+	if len(m.Ranges) > pool.MaxRanges {
+		return nil, h.s.toConnect(invalidArg("ranges", "too many ranges"))
+	}
+	out, err := h.s.proposePool(ctx, "", &logpb.PoolCommand{Namespace: m.Namespace, Pool: m.Pool,
+		Op: &logpb.PoolCommand_Want{Want: &logpb.PoolWant{FileIndex: m.FileIndex, PieceCount: m.PieceCount, Bits: m.Bits, Ranges: m.Ranges}}})
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.WantResponse{Added: out.Added, File: fileStatusProto(out.File)}), nil
+}
+
+func (h *poolService) RequestLeases(ctx context.Context, req *connect.Request[tenurev1.RequestLeasesRequest]) (*connect.Response[tenurev1.RequestLeasesResponse], error) {
+	m := req.Msg
+	if m.Max == 0 {
+		// Answered without proposing: nothing to record.
+		return connect.NewResponse(&tenurev1.RequestLeasesResponse{
+			RejectedReason: tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST,
+			Message:        "REJECTED_REASON_INVALID_REQUEST: max must be positive"}), nil
+	}
+	if len(m.Have) > pool.MaxHaveMaps {
+		return connect.NewResponse(&tenurev1.RequestLeasesResponse{
+			RejectedReason: tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST,
+			Message:        "REJECTED_REASON_INVALID_REQUEST: too many have-maps"}), nil
+	}
+	have := make([]*logpb.PoolHave, len(m.Have))
+	for i, hm := range m.Have {
+		have[i] = &logpb.PoolHave{FileIndex: hm.FileIndex, Bits: hm.Bits}
+	}
+	out, err := h.s.proposePool(ctx, m.Peer, &logpb.PoolCommand{Namespace: m.Namespace, Pool: m.Pool,
+		Op: &logpb.PoolCommand_Request{Request: &logpb.PoolRequest{Peer: m.Peer, Have: have, Max: m.Max}}})
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	resp := &tenurev1.RequestLeasesResponse{RejectedReason: out.Rejected, Message: out.Message}
+	for _, g := range out.Leases {
+		resp.Leases = append(resp.Leases, &tenurev1.PieceLease{FileIndex: g.File, PieceIndex: g.Piece, LeaseId: g.LeaseID,
+			ExpiresAt: timestamppb.New(g.ExpiresAt), Fence: g.Fence})
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (h *poolService) CompletePiece(ctx context.Context, req *connect.Request[tenurev1.CompletePieceRequest]) (*connect.Response[tenurev1.CompletePieceResponse], error) {
+	m := req.Msg
+	switch m.Result {
+	case tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS, tenurev1.CompletionResult_COMPLETION_RESULT_FAILURE:
+	default:
+		return nil, h.s.toConnect(invalidArg("result", "must be COMPLETION_RESULT_SUCCESS or COMPLETION_RESULT_FAILURE"))
+	}
+	out, err := h.s.proposePool(ctx, m.Peer, &logpb.PoolCommand{Namespace: m.Namespace, Pool: m.Pool,
+		Op: &logpb.PoolCommand_Complete{Complete: &logpb.PoolComplete{Peer: m.Peer, FileIndex: m.FileIndex,
+			PieceIndex: m.PieceIndex, Result: m.Result, FailureReason: m.FailureReason}}})
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.CompletePieceResponse{Ranking: rankingProto(out.Ranking)}), nil
+}
+
+func checkPoolName(ns, name string) error {
+	if err := registrar.CheckIdentifier("namespace", ns, false); err != nil {
+		return err
+	}
+	return registrar.CheckIdentifier("pool", name, true)
+}
+
+func (h *poolService) Rankings(ctx context.Context, req *connect.Request[tenurev1.RankingsRequest]) (*connect.Response[tenurev1.RankingsResponse], error) {
+	m := req.Msg
+	if err := checkPoolName(m.Namespace, m.Pool); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	resp := &tenurev1.RankingsResponse{}
+	err := h.s.readPools(ctx, func(ps *pool.Pools) error {
+		rs, err := ps.Rankings(m.Namespace, m.Pool)
+		for _, r := range rs {
+			resp.Rankings = append(resp.Rankings, rankingProto(r))
+		}
+		return err
+	})
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (h *poolService) Status(ctx context.Context, req *connect.Request[tenurev1.PoolStatusRequest]) (*connect.Response[tenurev1.PoolStatusResponse], error) {
+	m := req.Msg
+	if err := checkPoolName(m.Namespace, m.Pool); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	var st pool.Status
+	err := h.s.readPools(ctx, func(ps *pool.Pools) error {
+		var err error
+		st, err = ps.Status(m.Namespace, m.Pool)
+		return err
+	})
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	resp := &tenurev1.PoolStatusResponse{Pool: st.Pool, Namespace: st.Namespace, Config: st.Config.API()}
+	for _, f := range st.Files {
+		resp.Files = append(resp.Files, fileStatusProto(f))
+	}
+	for _, p := range st.Peers {
+		resp.Peers = append(resp.Peers, &tenurev1.PoolPeerStatus{Peer: p.Peer, CurrentLeases: p.CurrentLeases})
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// Pool event types (DESIGN §1.2 piece.*).
+const (
+	EventPoolCreated   = "pool.created"
+	EventPoolWanted    = "pool.wanted"
+	EventPeerHave      = "pool.peer_have"
+	EventPieceLeased   = "piece.leased"
+	EventPieceComplete = "piece.completed"
+	EventPieceFailed   = "piece.failed"
+	EventPieceExpired  = "piece.expired"
+	EventPieceReturned = "piece.returned"
+)
+
+func renderPoolEvent(ev *tenurev1.Event, d map[string]string, pr *logpb.PoolRecord) {
+	ev.Namespace = pr.Namespace
+	d["pool"] = pr.Pool
+	piece := func(peer string, file, idx uint32) {
+		ev.Holder = peer
+		ev.Resource = pool.Resource(pr.Pool, file, idx)
+		d["file_index"], d["piece_index"] = utoa(uint64(file)), utoa(uint64(idx))
+	}
+	switch e := pr.Event.(type) {
+	case *logpb.PoolRecord_Created:
+		ev.Type = EventPoolCreated
+	case *logpb.PoolRecord_Wanted:
+		ev.Type = EventPoolWanted
+		d["file_index"], d["piece_count"] = utoa(uint64(e.Wanted.FileIndex)), utoa(uint64(e.Wanted.PieceCount))
+	case *logpb.PoolRecord_Have:
+		ev.Type = EventPeerHave
+		ev.Holder = e.Have.Peer
+		d["file_index"] = utoa(uint64(e.Have.FileIndex))
+	case *logpb.PoolRecord_Leased:
+		ev.Type = EventPieceLeased
+		piece(e.Leased.Peer, e.Leased.FileIndex, e.Leased.PieceIndex)
+		ev.LeaseId, ev.Fence = e.Leased.LeaseId, e.Leased.LeaseSeq
+	case *logpb.PoolRecord_Done:
+		x := e.Done
+		piece(x.Peer, x.FileIndex, x.PieceIndex)
+		ev.Fence = x.LeaseSeq
+		switch {
+		case x.Result == tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS:
+			ev.Type = EventPieceComplete
+		case x.Result == tenurev1.CompletionResult_COMPLETION_RESULT_FAILURE:
+			ev.Type = EventPieceFailed
+			d["failure_reason"] = x.FailureReason.String()
+		case x.LeaseState == tenurev1.State_STATE_EXPIRED:
+			ev.Type = EventPieceExpired
+		default:
+			ev.Type = EventPieceReturned
+			d["lease_state"] = x.LeaseState.String()
+		}
+		if x.Ranked {
+			d["score"] = strconv.FormatFloat(x.Score, 'g', -1, 64)
+		}
+	}
+}
+
+func poolEventScope(pr *logpb.PoolRecord) (ns, resource string) {
+	switch e := pr.Event.(type) {
+	case *logpb.PoolRecord_Leased:
+		return pr.Namespace, pool.Resource(pr.Pool, e.Leased.FileIndex, e.Leased.PieceIndex)
+	case *logpb.PoolRecord_Done:
+		return pr.Namespace, pool.Resource(pr.Pool, e.Done.FileIndex, e.Done.PieceIndex)
+	}
+	return pr.Namespace, ""
+}

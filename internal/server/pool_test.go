@@ -1,0 +1,156 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+)
+
+func poolClient(b *bundle) tenurev1connect.PoolServiceClient {
+	return tenurev1connect.NewPoolServiceClient(h2cClient(), b.base, connect.WithGRPC())
+}
+
+func TestPoolEndToEnd(t *testing.T) {
+	b := setup(t)
+	pc := poolClient(b)
+	ctx := context.Background()
+	cr, err := pc.CreatePool(ctx, connect.NewRequest(&tenurev1.CreatePoolRequest{Pool: "swarm", Config: &tenurev1.PoolConfig{MaxLeasesPerPeer: 2}}))
+	if err != nil || !cr.Msg.Created || cr.Msg.Config.MaxLeasesPerPeer != 2 || cr.Msg.Config.GetSuccessBonus() != 0.5 {
+		t.Fatalf("CreatePool: %v %v", cr, err)
+	}
+	// Want by bits on file 0 (pieces 0..9) and by range on file 1.
+	w, err := pc.Want(ctx, connect.NewRequest(&tenurev1.WantRequest{Pool: "swarm", FileIndex: 0, PieceCount: 10, Bits: []byte{0xff, 0x03}}))
+	if err != nil || w.Msg.Added != 10 {
+		t.Fatalf("Want: %v %v", w, err)
+	}
+	if _, err := pc.Want(ctx, connect.NewRequest(&tenurev1.WantRequest{Pool: "swarm", FileIndex: 1, PieceCount: 8,
+		Ranges: []*tenurev1.PieceRange{{Start: 0, End: 8}}})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pc.Want(ctx, connect.NewRequest(&tenurev1.WantRequest{Pool: "swarm", FileIndex: 0, PieceCount: 10, Bits: []byte{0, 0, 1}}))
+	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+
+	rl, err := pc.RequestLeases(ctx, connect.NewRequest(&tenurev1.RequestLeasesRequest{Pool: "swarm", Peer: "p1", Max: 5,
+		Have: []*tenurev1.HaveMap{{FileIndex: 0, Bits: []byte{0x01}}, {FileIndex: 1, Bits: []byte{0x01}}}}))
+	if err != nil || len(rl.Msg.Leases) != 2 || rl.Msg.RejectedReason != tenurev1.RejectedReason_REJECTED_REASON_UNSPECIFIED {
+		t.Fatalf("RequestLeases: %v %v", rl, err)
+	}
+	g := rl.Msg.Leases[0]
+	// The piece lease is an ordinary lease.
+	got, err := b.leases.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: g.LeaseId}))
+	if err != nil || got.Msg.Lease.Resource != fmt.Sprintf("pool/swarm/%d/%d", g.FileIndex, g.PieceIndex) || got.Msg.Lease.Holder != "p1" {
+		t.Fatalf("Get: %v %v", got, err)
+	}
+	// At capacity, then the rejection reasons.
+	rl, err = pc.RequestLeases(ctx, connect.NewRequest(&tenurev1.RequestLeasesRequest{Pool: "swarm", Peer: "p1", Max: 1,
+		Have: []*tenurev1.HaveMap{{FileIndex: 0, Bits: []byte{0xff}}}}))
+	if err != nil || rl.Msg.RejectedReason != tenurev1.RejectedReason_REJECTED_REASON_PEER_AT_CAPACITY {
+		t.Fatalf("capacity: %v %v", rl, err)
+	}
+	rl, _ = pc.RequestLeases(ctx, connect.NewRequest(&tenurev1.RequestLeasesRequest{Pool: "swarm", Peer: "p2", Max: 0}))
+	if rl.Msg.RejectedReason != tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST {
+		t.Fatalf("max 0: %v", rl.Msg)
+	}
+	rl, _ = pc.RequestLeases(ctx, connect.NewRequest(&tenurev1.RequestLeasesRequest{Pool: "swarm", Peer: "p2", Max: 1,
+		Have: []*tenurev1.HaveMap{{FileIndex: 0, Bits: []byte{0x01}}}}))
+	if rl.Msg.RejectedReason != tenurev1.RejectedReason_REJECTED_REASON_NO_AVAILABLE_PIECES {
+		t.Fatalf("no pieces: %v", rl.Msg)
+	}
+	_, err = pc.RequestLeases(ctx, connect.NewRequest(&tenurev1.RequestLeasesRequest{Pool: "swarm", Peer: "", Max: 1}))
+	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+
+	// Completion by another peer; then success and failure by the holder.
+	_, err = pc.CompletePiece(ctx, connect.NewRequest(&tenurev1.CompletePieceRequest{Pool: "swarm", Peer: "p2",
+		FileIndex: g.FileIndex, PieceIndex: g.PieceIndex, Result: tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS}))
+	wantReason(t, err, connect.CodeFailedPrecondition, "PIECE_NOT_LEASED")
+	cp, err := pc.CompletePiece(ctx, connect.NewRequest(&tenurev1.CompletePieceRequest{Pool: "swarm", Peer: "p1",
+		FileIndex: g.FileIndex, PieceIndex: g.PieceIndex, Result: tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS}))
+	// 1.0·0.95^(hours since first seen, a few ms) + 0.5.
+	if err != nil || cp.Msg.Ranking.Score > 1.5 || cp.Msg.Ranking.Score < 1.49 || cp.Msg.Ranking.Successes != 1 {
+		t.Fatalf("complete: %v %v", cp, err)
+	}
+	rk, err := pc.Rankings(ctx, connect.NewRequest(&tenurev1.RankingsRequest{Pool: "swarm"}))
+	if err != nil || len(rk.Msg.Rankings) != 2 || rk.Msg.Rankings[0].Peer != "p1" || rk.Msg.Rankings[0].CurrentLeases != 1 {
+		t.Fatalf("Rankings: %v %v", rk, err)
+	}
+	st, err := pc.Status(ctx, connect.NewRequest(&tenurev1.PoolStatusRequest{Pool: "swarm"}))
+	if err != nil || len(st.Msg.Files) != 2 || st.Msg.Files[0].Done+st.Msg.Files[1].Done != 1 ||
+		st.Msg.Files[0].Leased+st.Msg.Files[1].Leased != 1 {
+		t.Fatalf("Status: %v %v", st, err)
+	}
+	_, err = pc.Status(ctx, connect.NewRequest(&tenurev1.PoolStatusRequest{Pool: "nope"}))
+	wantReason(t, err, connect.CodeNotFound, "POOL_NOT_FOUND")
+	// Want on an unknown pool creates it with the defaults.
+	if _, err := pc.Want(ctx, connect.NewRequest(&tenurev1.WantRequest{Pool: "auto", FileIndex: 2, PieceCount: 3, Bits: []byte{7}})); err != nil {
+		t.Fatal(err)
+	}
+	st, err = pc.Status(ctx, connect.NewRequest(&tenurev1.PoolStatusRequest{Pool: "auto"}))
+	if err != nil || st.Msg.Config.MaxLeasesPerPeer != 4 || st.Msg.Config.LeaseDuration.AsDuration().Seconds() != 300 {
+		t.Fatalf("auto pool: %v %v", st, err)
+	}
+}
+
+// BenchmarkPoolRequestComplete: 64 peers, each looping RequestLeases (up
+// to 4) and CompletePiece(SUCCESS) for what it got, through the generated
+// Connect client against a durable single node; pool of 100,000 pieces
+// in 10 files, every peer has every piece.
+func BenchmarkPoolRequestComplete(b *testing.B) {
+	bd := setup(b)
+	pc := poolClient(bd)
+	ctx := context.Background()
+	const files, perFile, peers = 10, 10_000, 64
+	var have []*tenurev1.HaveMap
+	for f := range files {
+		if _, err := pc.Want(ctx, connect.NewRequest(&tenurev1.WantRequest{Pool: "bench", FileIndex: uint32(f), PieceCount: perFile,
+			Ranges: []*tenurev1.PieceRange{{Start: 0, End: perFile}}})); err != nil {
+			b.Fatal(err)
+		}
+		bits := make([]byte, perFile/8)
+		for i := range bits {
+			bits[i] = 0xff
+		}
+		have = append(have, &tenurev1.HaveMap{FileIndex: uint32(f), Bits: bits})
+	}
+	var mu sync.Mutex
+	requests, leases := 0, 0
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for c := range peers {
+		n := b.N / peers
+		if c < b.N%peers {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			peer := fmt.Sprintf("peer%d", c)
+			for range n {
+				rl, err := pc.RequestLeases(ctx, connect.NewRequest(&tenurev1.RequestLeasesRequest{Pool: "bench", Peer: peer, Max: 4, Have: have}))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for _, l := range rl.Msg.Leases {
+					if _, err := pc.CompletePiece(ctx, connect.NewRequest(&tenurev1.CompletePieceRequest{Pool: "bench", Peer: peer,
+						FileIndex: l.FileIndex, PieceIndex: l.PieceIndex, Result: tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS})); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+				mu.Lock()
+				requests++
+				leases += len(rl.Msg.Leases)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(requests)/b.Elapsed().Seconds(), "requests/s")
+	b.ReportMetric(float64(requests+leases)/b.Elapsed().Seconds(), "calls/s")
+}

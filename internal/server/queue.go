@@ -1,0 +1,369 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/queue"
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// queueService implements tenure.v1.QueueService.
+type queueService struct{ s *Server }
+
+// MaxClaimWait caps a Claim's long-poll.
+const MaxClaimWait = 5 * time.Minute
+
+// DefaultListTasksPage and MaxListTasksPage bound ListTasks pages.
+const (
+	DefaultListTasksPage = 100
+	MaxListTasksPage     = 1000
+)
+
+func init() {
+	// Followers forward queue writes (and linearizable reads) to the leader.
+	routes[v1c.QueueServiceEnqueueProcedure] = route{true, via[tenurev1.EnqueueRequest, tenurev1.EnqueueResponse](v1c.QueueServiceEnqueueProcedure)}
+	routes[v1c.QueueServiceClaimProcedure] = route{true, via[tenurev1.ClaimRequest, tenurev1.ClaimResponse](v1c.QueueServiceClaimProcedure)}
+	routes[v1c.QueueServiceCompleteProcedure] = route{true, via[tenurev1.CompleteRequest, tenurev1.CompleteResponse](v1c.QueueServiceCompleteProcedure)}
+	routes[v1c.QueueServiceFailProcedure] = route{true, via[tenurev1.FailRequest, tenurev1.FailResponse](v1c.QueueServiceFailProcedure)}
+	routes[v1c.QueueServiceCancelProcedure] = route{true, via[tenurev1.CancelRequest, tenurev1.CancelResponse](v1c.QueueServiceCancelProcedure)}
+	routes[v1c.QueueServiceGetTaskProcedure] = route{false, via[tenurev1.GetTaskRequest, tenurev1.GetTaskResponse](v1c.QueueServiceGetTaskProcedure)}
+	routes[v1c.QueueServiceListTasksProcedure] = route{false, via[tenurev1.ListTasksRequest, tenurev1.ListTasksResponse](v1c.QueueServiceListTasksProcedure)}
+	routes[v1c.QueueServiceStatsProcedure] = route{false, via[tenurev1.QueueStatsRequest, tenurev1.QueueStatsResponse](v1c.QueueServiceStatsProcedure)}
+}
+
+// proposeQueue replicates a queue command and returns its answer; a
+// rejection comes back as the error too.
+func (s *Server) proposeQueue(ctx context.Context, cmd *logpb.Command) (queue.Outcome, error) {
+	res, err := s.node.Propose(ctx, cmd)
+	if err != nil {
+		logUnexpected(s.log, "proposal broke off", err)
+		return queue.Outcome{}, err
+	}
+	if res.Queue == nil {
+		if res.Outcome.Err != nil {
+			return queue.Outcome{}, res.Outcome.Err
+		}
+		return queue.Outcome{}, errors.New("the state machine gave no queue answer")
+	}
+	return *res.Queue, res.Queue.Err
+}
+
+func (s *Server) readQueues(ctx context.Context, fn func(m *statemachine.Machine, t registrar.Tick) error) error {
+	return s.node.Read(ctx, staleRead(ctx), fn)
+}
+
+func wallTS(ms int64) *timestamppb.Timestamp {
+	if ms == 0 {
+		return nil
+	}
+	return timestamppb.New(registrar.WallTime(ms))
+}
+
+func (s *Server) taskProto(t queue.Task, l *registrar.Lease) (*tenurev1.Task, error) {
+	pb := &tenurev1.Task{
+		TaskId: t.ID, Namespace: t.Namespace, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
+		State: tenurev1.TaskState(t.State), Attempts: t.Attempts, MaxAttempts: t.MaxAttempts,
+		NotBefore: wallTS(t.NotBefore), CreatedAt: wallTS(t.CreatedAt), ClaimedAt: wallTS(t.ClaimedAt),
+		CompletedAt: wallTS(t.CompletedAt), LastError: t.LastError, Result: t.Result, LeaseId: t.LeaseID, Worker: t.Worker,
+	}
+	if l != nil {
+		lp, err := s.leaseProto(*l, false)
+		if err != nil {
+			return nil, err
+		}
+		pb.Lease = lp
+	}
+	return pb, nil
+}
+
+func (h *queueService) Enqueue(ctx context.Context, req *connect.Request[tenurev1.EnqueueRequest]) (*connect.Response[tenurev1.EnqueueResponse], error) {
+	s, m := h.s, req.Msg
+	c := &logpb.Enqueue{Namespace: m.Namespace, Queue: m.Queue, Tasks: make([]*logpb.NewTask, len(m.Tasks))}
+	for i, t := range m.Tasks {
+		nt := &logpb.NewTask{TaskId: t.TaskId, Payload: t.Payload, Priority: t.Priority, MaxAttempts: t.MaxAttempts}
+		if t.NotBefore != nil {
+			if err := t.NotBefore.CheckValid(); err != nil {
+				return nil, s.toConnect(invalidArg("tasks.not_before", err.Error()))
+			}
+			nt.NotBefore = max(t.NotBefore.AsTime().UnixMilli(), 0)
+		}
+		c.Tasks[i] = nt
+	}
+	if err := queue.ValidateEnqueue(c); err != nil {
+		return nil, s.toConnect(err)
+	}
+	out, err := s.proposeQueue(ctx, &logpb.Command{Op: &logpb.Command_Enqueue{Enqueue: c}})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	resp := &tenurev1.EnqueueResponse{Tasks: make([]*tenurev1.Task, len(out.Tasks))}
+	for i, t := range out.Tasks {
+		if resp.Tasks[i], err = s.taskProto(t, nil); err != nil {
+			return nil, s.toConnect(err)
+		}
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (h *queueService) Claim(ctx context.Context, req *connect.Request[tenurev1.ClaimRequest]) (*connect.Response[tenurev1.ClaimResponse], error) {
+	s, m := h.s, req.Msg
+	ttl, err := durationMs("lease_ttl", m.LeaseTtl)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	if err := positiveTTL(ttl); err != nil {
+		return nil, s.toConnect(err)
+	}
+	wait, err := durationMs("wait", m.Wait)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	var waitD time.Duration
+	if wait != nil {
+		if *wait < 0 || registrar.Dur(*wait) > MaxClaimWait {
+			return nil, s.toConnect(invalidArg("wait", "must be between 0 and "+MaxClaimWait.String()))
+		}
+		waitD = registrar.Dur(*wait)
+	}
+	c := &logpb.Claim{Namespace: m.Namespace, Queue: m.Queue, Worker: m.Worker, Max: m.Max, LeaseTtlMs: ttl}
+	if err := queue.ValidateClaim(c); err != nil {
+		return nil, s.toConnect(err)
+	}
+	if err := s.checkTTL(m.Namespace, ttl); err != nil {
+		return nil, s.toConnect(err)
+	}
+	out, err := s.claim(ctx, c, waitD)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	resp := &tenurev1.ClaimResponse{Tasks: make([]*tenurev1.Task, len(out.Tasks))}
+	for i, t := range out.Tasks {
+		if resp.Tasks[i], err = s.taskProto(t, &out.Leases[i]); err != nil {
+			return nil, s.toConnect(err)
+		}
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// claim proposes a claim; with a wait, it proposes again whenever the
+// queue may have a claimable task (an applied change, or a delayed task's
+// ready time), until it gets one or the wait ends. An empty answer after
+// the wait is not an error.
+func (s *Server) claim(ctx context.Context, c *logpb.Claim, wait time.Duration) (queue.Outcome, error) {
+	var deadline <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	var ready *time.Timer
+	defer func() {
+		if ready != nil {
+			ready.Stop()
+		}
+	}()
+	propose := true
+	for {
+		changed := s.node.Changes()
+		if propose {
+			out, err := s.proposeQueue(ctx, &logpb.Command{Actor: c.Worker, Op: &logpb.Command_Claim{Claim: c}})
+			if err != nil || len(out.Tasks) > 0 || wait <= 0 {
+				return out, err
+			}
+		}
+		// Nothing claimable for us: sleep until a change or the next ready
+		// time, then look locally before proposing again.
+		var at int64
+		var ok bool
+		_ = s.node.Read(ctx, true, func(m *statemachine.Machine, _ registrar.Tick) error {
+			at, ok = m.Queues().NextReady(c.Namespace, c.Queue, time.Now().UnixMilli())
+			return nil
+		})
+		var readyC <-chan time.Time
+		if now := time.Now().UnixMilli(); ok && at > now {
+			if ready == nil {
+				ready = time.NewTimer(registrar.Dur(at - now))
+			} else {
+				ready.Reset(registrar.Dur(at - now))
+			}
+			readyC = ready.C
+		}
+		select {
+		case <-changed:
+			propose = s.claimable(c)
+		case <-readyC:
+			propose = true
+		case <-deadline:
+			return queue.Outcome{}, nil
+		case <-ctx.Done():
+			return queue.Outcome{}, ctx.Err()
+		case <-s.closing:
+			return queue.Outcome{}, nil
+		}
+	}
+}
+
+// claimable reports from local state whether the queue has a task ready now.
+func (s *Server) claimable(c *logpb.Claim) bool {
+	var ok bool
+	_ = s.node.Read(context.Background(), true, func(m *statemachine.Machine, _ registrar.Tick) error {
+		now := time.Now().UnixMilli()
+		at, found := m.Queues().NextReady(c.Namespace, c.Queue, now)
+		ok = found && at <= now
+		return nil
+	})
+	return ok
+}
+
+func (h *queueService) Complete(ctx context.Context, req *connect.Request[tenurev1.CompleteRequest]) (*connect.Response[tenurev1.CompleteResponse], error) {
+	s, m := h.s, req.Msg
+	c := &logpb.CompleteTask{Namespace: m.Namespace, Queue: m.Queue, TaskId: m.TaskId, LeaseId: m.LeaseId, Result: m.Result}
+	if err := queue.ValidateComplete(c); err != nil {
+		return nil, s.toConnect(err)
+	}
+	t, err := s.taskCommand(ctx, &logpb.Command{Op: &logpb.Command_CompleteTask{CompleteTask: c}})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.CompleteResponse{Task: t}), nil
+}
+
+func (h *queueService) Fail(ctx context.Context, req *connect.Request[tenurev1.FailRequest]) (*connect.Response[tenurev1.FailResponse], error) {
+	s, m := h.s, req.Msg
+	after, err := durationMs("retry_after", m.RetryAfter)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	c := &logpb.FailTask{Namespace: m.Namespace, Queue: m.Queue, TaskId: m.TaskId, LeaseId: m.LeaseId, Error: m.Error, RetryAfterMs: after}
+	if err := queue.ValidateFail(c); err != nil {
+		return nil, s.toConnect(err)
+	}
+	t, err := s.taskCommand(ctx, &logpb.Command{Op: &logpb.Command_FailTask{FailTask: c}})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.FailResponse{Task: t}), nil
+}
+
+func (h *queueService) Cancel(ctx context.Context, req *connect.Request[tenurev1.CancelRequest]) (*connect.Response[tenurev1.CancelResponse], error) {
+	s, m := h.s, req.Msg
+	if err := queue.ValidateTaskRef(m.Namespace, m.Queue, m.TaskId); err != nil {
+		return nil, s.toConnect(err)
+	}
+	t, err := s.taskCommand(ctx, &logpb.Command{Op: &logpb.Command_CancelTask{CancelTask: &logpb.CancelTask{
+		Namespace: m.Namespace, Queue: m.Queue, TaskId: m.TaskId}}})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.CancelResponse{Task: t}), nil
+}
+
+func (s *Server) taskCommand(ctx context.Context, cmd *logpb.Command) (*tenurev1.Task, error) {
+	out, err := s.proposeQueue(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if out.Task == nil {
+		return nil, errors.New("the state machine answered no task")
+	}
+	return s.taskProto(*out.Task, nil)
+}
+
+func (h *queueService) GetTask(ctx context.Context, req *connect.Request[tenurev1.GetTaskRequest]) (*connect.Response[tenurev1.GetTaskResponse], error) {
+	s, m := h.s, req.Msg
+	if err := queue.ValidateTaskRef(m.Namespace, m.Queue, m.TaskId); err != nil {
+		return nil, s.toConnect(err)
+	}
+	var t queue.Task
+	var l *registrar.Lease
+	err := s.readQueues(ctx, func(mc *statemachine.Machine, tick registrar.Tick) error {
+		var err error
+		if t, err = mc.Queues().Get(m.Namespace, m.Queue, m.TaskId); err != nil {
+			return err
+		}
+		if t.State == queue.Leased {
+			if lv, err := mc.Registrar().Get(t.LeaseID, tick); err == nil {
+				l = &lv
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	pb, err := s.taskProto(t, l)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.GetTaskResponse{Task: pb}), nil
+}
+
+func (h *queueService) ListTasks(ctx context.Context, req *connect.Request[tenurev1.ListTasksRequest]) (*connect.Response[tenurev1.ListTasksResponse], error) {
+	s, m := h.s, req.Msg
+	if err := queue.ValidateQueue(m.Namespace, m.Queue); err != nil {
+		return nil, s.toConnect(err)
+	}
+	after, err := queue.ParsePageToken(m.PageToken)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	size := int(m.PageSize)
+	switch {
+	case size == 0:
+		size = DefaultListTasksPage
+	case size > MaxListTasksPage:
+		size = MaxListTasksPage
+	}
+	states := make([]queue.State, 0, len(m.States))
+	for _, st := range m.States {
+		if st <= tenurev1.TaskState_TASK_STATE_UNSPECIFIED || st > tenurev1.TaskState_TASK_STATE_CANCELLED {
+			return nil, s.toConnect(invalidArg("states", "unknown task state "+st.String()))
+		}
+		states = append(states, queue.State(st))
+	}
+	var tasks []queue.Task
+	var next uint64
+	err = s.readQueues(ctx, func(mc *statemachine.Machine, _ registrar.Tick) error {
+		tasks, next = mc.Queues().List(m.Namespace, m.Queue, states, after, size)
+		return nil
+	})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	resp := &tenurev1.ListTasksResponse{Tasks: make([]*tenurev1.Task, len(tasks))}
+	for i, t := range tasks {
+		if resp.Tasks[i], err = s.taskProto(t, nil); err != nil {
+			return nil, s.toConnect(err)
+		}
+	}
+	if next != 0 {
+		resp.NextPageToken = utoa(next)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (h *queueService) Stats(ctx context.Context, req *connect.Request[tenurev1.QueueStatsRequest]) (*connect.Response[tenurev1.QueueStatsResponse], error) {
+	s, m := h.s, req.Msg
+	if err := queue.ValidateQueue(m.Namespace, m.Queue); err != nil {
+		return nil, s.toConnect(err)
+	}
+	var c queue.Counts
+	err := s.readQueues(ctx, func(mc *statemachine.Machine, _ registrar.Tick) error {
+		c = mc.Queues().Stats(m.Namespace, m.Queue)
+		return nil
+	})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.QueueStatsResponse{Queued: c.Queued, Leased: c.Leased, Succeeded: c.Succeeded,
+		Failed: c.Failed, Dead: c.Dead, Cancelled: c.Cancelled}), nil
+}

@@ -1,0 +1,193 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+)
+
+func (b *bundle) queueClient() tenurev1connect.QueueServiceClient {
+	return tenurev1connect.NewQueueServiceClient(h2cClient(), b.base, connect.WithGRPC())
+}
+
+// TestQueueEndToEnd: several concurrent workers long-poll, claim and
+// complete every task exactly once against a real single node.
+func TestQueueEndToEnd(t *testing.T) {
+	b := setup(t)
+	qc := b.queueClient()
+	ctx := context.Background()
+	const n, workers = 300, 8
+	var mu sync.Mutex
+	done := map[string]int{}
+	var completed atomic.Int64
+	var wg sync.WaitGroup
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for wctx.Err() == nil {
+				resp, err := qc.Claim(wctx, connect.NewRequest(&tenurev1.ClaimRequest{Queue: "jobs", Worker: fmt.Sprintf("w%d", w),
+					Max: 4, Wait: durationpb.New(2 * time.Second)}))
+				if err != nil {
+					if wctx.Err() == nil {
+						t.Errorf("claim: %v", err)
+					}
+					return
+				}
+				for _, tk := range resp.Msg.Tasks {
+					if tk.Lease == nil || tk.Lease.LeaseId != tk.LeaseId || tk.State != tenurev1.TaskState_TASK_STATE_LEASED {
+						t.Errorf("claimed task %v", tk)
+					}
+					if _, err := qc.Complete(wctx, connect.NewRequest(&tenurev1.CompleteRequest{Queue: "jobs", TaskId: tk.TaskId,
+						LeaseId: tk.LeaseId, Result: tk.Payload})); err != nil {
+						t.Errorf("complete %s: %v", tk.TaskId, err)
+						continue
+					}
+					mu.Lock()
+					done[tk.TaskId]++
+					mu.Unlock()
+					if completed.Add(1) == n {
+						cancel()
+					}
+				}
+			}
+		}(w)
+	}
+	// Enqueue after the workers started waiting: the long-poll must wake.
+	for i := 0; i < n; i += 50 {
+		var ts []*tenurev1.NewTask
+		for j := i; j < i+50; j++ {
+			ts = append(ts, &tenurev1.NewTask{TaskId: fmt.Sprintf("t%03d", j), Payload: []byte(fmt.Sprint(j))})
+		}
+		if _, err := qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "jobs", Tasks: ts})); err != nil {
+			t.Fatalf("enqueue: %v", err)
+		}
+	}
+	wg.Wait()
+	if len(done) != n {
+		t.Fatalf("completed %d distinct tasks, want %d", len(done), n)
+	}
+	for id, c := range done {
+		if c != 1 {
+			t.Fatalf("task %s completed %d times", id, c)
+		}
+	}
+	st, err := qc.Stats(ctx, connect.NewRequest(&tenurev1.QueueStatsRequest{Queue: "jobs"}))
+	if err != nil || st.Msg.Succeeded != n || st.Msg.Queued+st.Msg.Leased != 0 {
+		t.Fatalf("stats %v, %v", st, err)
+	}
+	got, err := qc.GetTask(ctx, connect.NewRequest(&tenurev1.GetTaskRequest{Queue: "jobs", TaskId: "t007"}))
+	if err != nil || got.Msg.Task.State != tenurev1.TaskState_TASK_STATE_SUCCEEDED || string(got.Msg.Task.Result) != "7" ||
+		got.Msg.Task.CompletedAt == nil {
+		t.Fatalf("get: %v, %v", got, err)
+	}
+	// Paging through ListTasks sees every task once.
+	seen, tok := 0, ""
+	for {
+		page, err := qc.ListTasks(ctx, connect.NewRequest(&tenurev1.ListTasksRequest{Queue: "jobs", PageSize: 64, PageToken: tok,
+			States: []tenurev1.TaskState{tenurev1.TaskState_TASK_STATE_SUCCEEDED}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen += len(page.Msg.Tasks)
+		if tok = page.Msg.NextPageToken; tok == "" {
+			break
+		}
+	}
+	if seen != n {
+		t.Fatalf("listed %d tasks", seen)
+	}
+}
+
+func TestQueueErrorsAndZombie(t *testing.T) {
+	b := setup(t)
+	qc := b.queueClient()
+	ctx := context.Background()
+	if _, err := qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "q", Tasks: []*tenurev1.NewTask{{TaskId: "t"}}})); err != nil {
+		t.Fatal(err)
+	}
+	_, err := qc.GetTask(ctx, connect.NewRequest(&tenurev1.GetTaskRequest{Queue: "q", TaskId: "nope"}))
+	wantReason(t, err, connect.CodeNotFound, "TASK_NOT_FOUND")
+	_, err = qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "", Tasks: []*tenurev1.NewTask{{}}}))
+	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+
+	c1, err := qc.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Queue: "q", Worker: "w1", LeaseTtl: durationpb.New(time.Second)}))
+	if err != nil || len(c1.Msg.Tasks) != 1 {
+		t.Fatalf("claim: %v %v", c1, err)
+	}
+	// The expirer requeues the task; a long-poll claim by w2 gets it.
+	c2, err := qc.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Queue: "q", Worker: "w2", Wait: durationpb.New(10 * time.Second)}))
+	if err != nil || len(c2.Msg.Tasks) != 1 || c2.Msg.Tasks[0].Attempts != 2 {
+		t.Fatalf("reclaim: %v %v", c2, err)
+	}
+	_, err = qc.Complete(ctx, connect.NewRequest(&tenurev1.CompleteRequest{Queue: "q", TaskId: "t", LeaseId: c1.Msg.Tasks[0].LeaseId}))
+	wantReason(t, err, connect.CodeFailedPrecondition, "TASK_NOT_LEASED")
+	// Task leases are ordinary leases: renewed through LeaseService.
+	if _, err := b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{c2.Msg.Tasks[0].LeaseId}})); err != nil {
+		t.Fatalf("renew task lease: %v", err)
+	}
+	// An empty long-poll ends without an error.
+	empty, err := qc.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Queue: "other", Worker: "w3", Wait: durationpb.New(50 * time.Millisecond)}))
+	if err != nil || len(empty.Msg.Tasks) != 0 {
+		t.Fatalf("empty claim: %v %v", empty, err)
+	}
+}
+
+// BenchmarkQueueThroughput: enqueue → claim → complete through the server
+// with 64 workers; reports tasks/s.
+func BenchmarkQueueThroughput(b *testing.B) {
+	bd := setup(b)
+	qc := bd.queueClient()
+	ctx := context.Background()
+	n := b.N
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < n; i += 500 {
+		var ts []*tenurev1.NewTask
+		for j := i; j < min(i+500, n); j++ {
+			ts = append(ts, &tenurev1.NewTask{Payload: []byte("x")})
+		}
+		if _, err := qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "bench", Tasks: ts})); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var left atomic.Int64
+	left.Store(int64(n))
+	var wg sync.WaitGroup
+	for w := 0; w < 64; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for left.Load() > 0 {
+				resp, err := qc.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Queue: "bench", Worker: fmt.Sprintf("w%d", w), Max: 1}))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if len(resp.Msg.Tasks) == 0 {
+					return
+				}
+				for _, tk := range resp.Msg.Tasks {
+					if _, err := qc.Complete(ctx, connect.NewRequest(&tenurev1.CompleteRequest{Queue: "bench", TaskId: tk.TaskId, LeaseId: tk.LeaseId})); err != nil {
+						b.Error(err)
+						return
+					}
+					left.Add(-1)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "tasks/s")
+}
