@@ -309,6 +309,7 @@ func (m *Machine) applyRecord(rec *logpb.Record) error {
 		} else {
 			m.members[ms.Id] = Member{ID: ms.Id, APIAddress: ms.ApiAddress, RaftAddress: ms.RaftAddress}
 		}
+		m.reg.Observe(rec) // registrar time moves with every record
 		return nil
 	}
 	if rec.GetPool() != nil {
