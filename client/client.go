@@ -40,6 +40,8 @@ type endpoint struct {
 	url     string
 	lease   tenurev1connect.LeaseServiceClient
 	cluster tenurev1connect.ClusterServiceClient
+	queue   tenurev1connect.QueueServiceClient
+	pool    tenurev1connect.PoolServiceClient
 }
 
 // New returns a client for the cluster reachable at endpoints: API
@@ -134,6 +136,8 @@ func (c *Client) newEndpoint(url string) *endpoint {
 		url:     url,
 		lease:   tenurev1connect.NewLeaseServiceClient(c.httpClient, url, c.connOpts...),
 		cluster: tenurev1connect.NewClusterServiceClient(c.httpClient, url, c.connOpts...),
+		queue:   tenurev1connect.NewQueueServiceClient(c.httpClient, url, c.connOpts...),
+		pool:    tenurev1connect.NewPoolServiceClient(c.httpClient, url, c.connOpts...),
 	}
 }
 

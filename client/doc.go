@@ -100,6 +100,12 @@
 // reality check of a restarting agent, ReadState and WriteState are guarded
 // state with epochs, and CheckFence asks whether a fence is still current.
 //
+// The piece pool (CreatePool, Want, RequestLeases, CompletePiece, Rankings,
+// PoolStatus) leases pieces of files to ranked peers. Wanted sets and
+// have-maps are Bitsets (or Ranges); a request that gets nothing is a
+// *RejectedError matching ErrInvalidRequest, ErrPeerRankingTooLow,
+// ErrPeerAtCapacity or ErrNoAvailablePieces (and ErrRejected).
+//
 // # Closing
 //
 // Close releases every lease the client still holds, stops the heartbeats and

@@ -38,6 +38,7 @@ const (
 	ReasonTaskNotFound         Reason = "TASK_NOT_FOUND"
 	ReasonTaskNotLeased        Reason = "TASK_NOT_LEASED"
 	ReasonPieceNotLeased       Reason = "PIECE_NOT_LEASED"
+	ReasonPoolNotFound         Reason = "POOL_NOT_FOUND"
 )
 
 // errorDomain is the ErrorInfo domain of Tenure's errors.
@@ -98,6 +99,7 @@ var (
 	ErrTaskNotFound         = &Error{Reason: ReasonTaskNotFound, Code: connect.CodeNotFound}
 	ErrTaskNotLeased        = &Error{Reason: ReasonTaskNotLeased, Code: connect.CodeFailedPrecondition}
 	ErrPieceNotLeased       = &Error{Reason: ReasonPieceNotLeased, Code: connect.CodeFailedPrecondition}
+	ErrPoolNotFound         = &Error{Reason: ReasonPoolNotFound, Code: connect.CodeNotFound}
 )
 
 // sentinels is the one table mapping reasons to sentinels (and so to the
@@ -111,6 +113,7 @@ var sentinels = func() map[Reason]*Error {
 		ErrStaleEpoch, ErrFutureEpoch, ErrQuotaExceeded, ErrUnauthenticated,
 		ErrPermissionDenied, ErrNotLeader, ErrOutcomeUnknown, ErrBudgetExhausted,
 		ErrScopeViolation, ErrTaskNotFound, ErrTaskNotLeased, ErrPieceNotLeased,
+		ErrPoolNotFound,
 	} {
 		m[e.Reason] = e
 	}

@@ -21,6 +21,7 @@ func TestErrorMappingEveryReason(t *testing.T) {
 		ErrStaleEpoch, ErrFutureEpoch, ErrQuotaExceeded, ErrUnauthenticated,
 		ErrPermissionDenied, ErrNotLeader, ErrOutcomeUnknown, ErrBudgetExhausted,
 		ErrScopeViolation, ErrTaskNotFound, ErrTaskNotLeased, ErrPieceNotLeased,
+		ErrPoolNotFound,
 	}
 	if len(sentinels) != len(all) {
 		t.Fatalf("table has %d reasons, want %d", len(sentinels), len(all))

@@ -171,6 +171,7 @@ func (c *cliCommand) remote() (*remote, error) {
 		e = strings.TrimRight(e, "/")
 		r.leases = append(r.leases, tenurev1connect.NewLeaseServiceClient(hc, e, opts...))
 		r.clusters = append(r.clusters, tenurev1connect.NewClusterServiceClient(hc, e, opts...))
+		r.pools = append(r.pools, tenurev1connect.NewPoolServiceClient(hc, e, opts...))
 	}
 	return r, nil
 }
@@ -179,6 +180,7 @@ func (c *cliCommand) remote() (*remote, error) {
 type remote struct {
 	leases   []tenurev1connect.LeaseServiceClient
 	clusters []tenurev1connect.ClusterServiceClient
+	pools    []tenurev1connect.PoolServiceClient
 }
 
 // lease runs fn against each endpoint in turn until one answers: it moves on

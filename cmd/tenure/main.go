@@ -45,7 +45,9 @@ commands:
   cert        verify a lease certificate offline (verify)
   cluster     status, join, remove, transfer-leader, public-key
   exec        run a command while holding a lease
+  queue       work queue: push, claim, complete, fail, cancel, get, ls, stats
   bench       the load generator
+  pool        the piece pool (create, want, request, complete, rankings, status)
   version     print the version
 
 global flags of client commands:
@@ -71,6 +73,8 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"cluster":  runCluster,
 	"exec":     runExec,
 	"bench":    runBench,
+	"queue":    runQueue,
+	"pool":     runPool,
 	"version":  runVersion,
 	"state": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runState(ctx, args, os.Stdin, stdout, stderr)

@@ -1,0 +1,433 @@
+package tenure
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// The piece pool (PoolService): files split into pieces, each piece fetched
+// by one peer at a time under a piece lease, peers ranked by their results.
+//
+//	c.CreatePool(ctx, "swarm", tenure.MaxLeasesPerPeer(8))
+//	c.Want(ctx, "swarm", 0, 1000, tenure.AllPieces)
+//	leases, err := c.RequestLeases(ctx, "swarm", "peer1", map[uint32]tenure.Bitset{0: have}, 4)
+//	switch {
+//	case errors.Is(err, tenure.ErrNoAvailablePieces): // nothing to do now
+//	case err == nil:
+//		for _, l := range leases { fetch(l.File, l.Piece); c.CompletePiece(ctx, "swarm", "peer1", l.File, l.Piece, tenure.PieceSuccess, 0) }
+//	}
+
+// PoolConfig is a pool's configuration as the registrar resolved it
+// (defaults filled in: lease 300 s, 4 leases per peer, decay 0.95 per hour,
+// success bonus 0.5, failure penalty 1.0, minimum score 0.2).
+type PoolConfig struct {
+	LeaseDuration    time.Duration
+	MaxLeasesPerPeer uint32
+	// Decay is the factor a score is multiplied by per hour since its last update.
+	Decay          float64
+	SuccessBonus   float64
+	FailurePenalty float64
+	// MinScore: peers scoring below it are refused (ErrPeerRankingTooLow).
+	MinScore float64
+}
+
+func poolConfigFrom(pb *tenurev1.PoolConfig) PoolConfig {
+	return PoolConfig{
+		LeaseDuration:    pb.GetLeaseDuration().AsDuration(),
+		MaxLeasesPerPeer: pb.GetMaxLeasesPerPeer(),
+		Decay:            pb.GetPeerRankingDecay(),
+		SuccessBonus:     pb.GetSuccessBonus(),
+		FailurePenalty:   pb.GetFailurePenalty(),
+		MinScore:         pb.GetMinPeerScore(),
+	}
+}
+
+// A PoolOption configures CreatePool: LeaseDuration, MaxLeasesPerPeer,
+// RankingDecay, SuccessBonus, FailurePenalty, MinPeerScore, Namespace.
+// Every setting not given takes the registrar's default.
+type PoolOption interface{ applyPool(*poolConfig) }
+
+type poolConfig struct {
+	namespace string
+	pb        tenurev1.PoolConfig
+}
+
+type poolFunc func(*poolConfig)
+
+func (f poolFunc) applyPool(p *poolConfig) { f(p) }
+
+func (n NamespaceOption) applyPool(p *poolConfig) { p.namespace = string(n) }
+
+// PieceLeaseDuration sets the duration of the pool's piece leases.
+func PieceLeaseDuration(d time.Duration) PoolOption {
+	return poolFunc(func(p *poolConfig) { p.pb.LeaseDuration = durationpb.New(d) })
+}
+
+// MaxLeasesPerPeer sets how many piece leases a peer may hold at once.
+func MaxLeasesPerPeer(n uint32) PoolOption {
+	return poolFunc(func(p *poolConfig) { p.pb.MaxLeasesPerPeer = n })
+}
+
+// RankingDecay sets the per-hour decay factor of peer scores, in (0, 1].
+func RankingDecay(f float64) PoolOption {
+	return poolFunc(func(p *poolConfig) { p.pb.PeerRankingDecay = &f })
+}
+
+// SuccessBonus sets the success bonus of the ranking formula.
+func SuccessBonus(f float64) PoolOption {
+	return poolFunc(func(p *poolConfig) { p.pb.SuccessBonus = &f })
+}
+
+// FailurePenalty sets the failure penalty of the ranking formula.
+func FailurePenalty(f float64) PoolOption {
+	return poolFunc(func(p *poolConfig) { p.pb.FailurePenalty = &f })
+}
+
+// MinPeerScore sets the score below which a peer is refused.
+func MinPeerScore(f float64) PoolOption {
+	return poolFunc(func(p *poolConfig) { p.pb.MinPeerScore = &f })
+}
+
+// CreatePool creates pool with the given settings (the rest default) and
+// returns its configuration. created is false when the pool already
+// existed with the same configuration (including when a first attempt
+// whose outcome was unknown created it: the call is harmless to repeat, so
+// it is retried on another endpoint); a different configuration is
+// ErrInvalidArgument.
+func (c *Client) CreatePool(ctx context.Context, pool string, opts ...PoolOption) (cfg PoolConfig, created bool, err error) {
+	pc := poolConfig{namespace: c.cfg.namespace}
+	for _, o := range opts {
+		if o != nil {
+			o.applyPool(&pc)
+		}
+	}
+	err = c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.pool.CreatePool(ctx, connect.NewRequest(&tenurev1.CreatePoolRequest{
+			Pool: pool, Namespace: pc.namespace, Config: &pc.pb,
+		}))
+		if err == nil {
+			cfg, created = poolConfigFrom(resp.Msg.GetConfig()), resp.Msg.GetCreated()
+		}
+		return err
+	})
+	return cfg, created, err
+}
+
+// A WantOption says which pieces Want adds: a Bitset, a Range, Ranges or
+// AllPieces (several are combined); Namespace is one too.
+type WantOption interface{ applyWant(*wantConfig) }
+
+type wantConfig struct {
+	namespace string
+	bits      Bitset
+	hasBits   bool
+	ranges    []*tenurev1.PieceRange
+	all       bool
+}
+
+func (s Bitset) applyWant(w *wantConfig) {
+	for _, r := range s.Ranges() {
+		w.bits.SetRange(r.Start, r.End)
+	}
+	w.hasBits = true
+}
+
+func (r Range) applyWant(w *wantConfig) {
+	w.ranges = append(w.ranges, &tenurev1.PieceRange{Start: r.Start, End: r.End})
+}
+
+// Ranges is a list of piece ranges, a WantOption.
+type Ranges []Range
+
+func (rs Ranges) applyWant(w *wantConfig) {
+	for _, r := range rs {
+		r.applyWant(w)
+	}
+}
+
+type allPieces struct{}
+
+func (allPieces) applyWant(w *wantConfig) { w.all = true }
+
+// AllPieces makes Want add every piece of the file: [0, pieceCount).
+var AllPieces WantOption = allPieces{}
+
+func (n NamespaceOption) applyWant(w *wantConfig) { w.namespace = string(n) }
+
+// FileStatus is one file of a pool: its piece count and how many pieces
+// are wanted, leased and done.
+type FileStatus struct {
+	File   uint32
+	Pieces uint32
+	Wanted uint64
+	Leased uint64
+	Done   uint64
+}
+
+func fileStatusFrom(pb *tenurev1.PoolFileStatus) FileStatus {
+	return FileStatus{File: pb.GetFileIndex(), Pieces: pb.GetPieces(), Wanted: pb.GetWanted(), Leased: pb.GetLeased(), Done: pb.GetDone()}
+}
+
+// Want adds pieces of file to the pool's wanted set and returns how many
+// became wanted and the file's status. pieceCount is required the first
+// time a file is named and must not change (0 afterwards means "as
+// before"). Pieces already done stay done, pieces leased stay leased. A
+// pool that does not exist yet is created with the default configuration.
+//
+//	c.Want(ctx, "swarm", 0, 1000, tenure.AllPieces)
+//	c.Want(ctx, "swarm", 1, 500, tenure.Range{Start: 0, End: 100}, tenure.BitsetFromBools(missing))
+func (c *Client) Want(ctx context.Context, pool string, file, pieceCount uint32, pieces ...WantOption) (added uint64, st FileStatus, err error) {
+	w := wantConfig{namespace: c.cfg.namespace}
+	for _, p := range pieces {
+		if p != nil {
+			p.applyWant(&w)
+		}
+	}
+	req := &tenurev1.WantRequest{Pool: pool, Namespace: w.namespace, FileIndex: file, PieceCount: pieceCount, Ranges: w.ranges}
+	if w.hasBits {
+		req.Bits = w.bits.wire()
+	}
+	if w.all {
+		req.Ranges = append(req.Ranges, &tenurev1.PieceRange{Start: 0, End: pieceCount})
+	}
+	// Wanting the same pieces twice leaves the same state: safe to retry.
+	err = c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.pool.Want(ctx, connect.NewRequest(req))
+		if err == nil {
+			added, st = resp.Msg.GetAdded(), fileStatusFrom(resp.Msg.GetFile())
+		}
+		return err
+	})
+	return added, st, err
+}
+
+// PieceLease is a piece granted by RequestLeases: an ordinary lease on the
+// resource "pool/<pool>/<file>/<piece>", held by the peer.
+type PieceLease struct {
+	File      uint32
+	Piece     uint32
+	LeaseID   string
+	ExpiresAt time.Time
+	Fence     uint64
+}
+
+// RejectedReason says why RequestLeases granted nothing; the values are the
+// wire enum names.
+type RejectedReason string
+
+// Rejection reasons, in the registrar's order of precedence.
+const (
+	RejectedInvalidRequest    RejectedReason = "REJECTED_REASON_INVALID_REQUEST"
+	RejectedPeerRankingTooLow RejectedReason = "REJECTED_REASON_PEER_RANKING_TOO_LOW"
+	RejectedPeerAtCapacity    RejectedReason = "REJECTED_REASON_PEER_AT_CAPACITY"
+	RejectedNoAvailablePieces RejectedReason = "REJECTED_REASON_NO_AVAILABLE_PIECES"
+)
+
+// RejectedError is RequestLeases' answer when it granted nothing: the
+// reason and the registrar's message (which starts with the reason).
+// errors.Is matches the sentinel of its reason (ErrNoAvailablePieces, …)
+// and ErrRejected.
+type RejectedError struct {
+	Reason  RejectedReason
+	Message string
+}
+
+func (e *RejectedError) Error() string {
+	if e.Message == "" {
+		return string(e.Reason)
+	}
+	return e.Message
+}
+
+// Is matches ErrRejected and any *RejectedError with the same reason.
+func (e *RejectedError) Is(target error) bool {
+	if target == ErrRejected {
+		return true
+	}
+	t, ok := target.(*RejectedError)
+	return ok && t != nil && t.Reason == e.Reason
+}
+
+// Sentinels of RequestLeases' rejections, for errors.Is.
+var (
+	// ErrRejected matches every rejection.
+	ErrRejected = errors.New("tenure: piece request rejected")
+	// ErrInvalidRequest: max 0, an unknown pool or file, a have-map naming
+	// pieces beyond the file, two have-maps of one file.
+	ErrInvalidRequest = &RejectedError{Reason: RejectedInvalidRequest}
+	// ErrPeerRankingTooLow: the peer's score is below the pool's minimum.
+	ErrPeerRankingTooLow = &RejectedError{Reason: RejectedPeerRankingTooLow}
+	// ErrPeerAtCapacity: the peer already holds its maximum of piece leases.
+	ErrPeerAtCapacity = &RejectedError{Reason: RejectedPeerAtCapacity}
+	// ErrNoAvailablePieces: none of the pieces the peer has are wanted and free.
+	ErrNoAvailablePieces = &RejectedError{Reason: RejectedNoAvailablePieces}
+)
+
+// RequestLeases asks for up to max pieces for peer among those it has
+// (have maps a file index to the pieces of that file the peer can serve).
+// The registrar grants up to min(max, capacity left) pieces that are
+// wanted and not leased, rarest first, each under a lease of the pool's
+// duration. When it grants nothing the error is a *RejectedError
+// (ErrInvalidRequest, ErrPeerRankingTooLow, ErrPeerAtCapacity,
+// ErrNoAvailablePieces); malformed input (an empty peer) is
+// ErrInvalidArgument. Not retried after an unknown outcome
+// (ErrOutcomeUnknown): the pieces may have been granted, and Status shows
+// the peer's current leases.
+func (c *Client) RequestLeases(ctx context.Context, pool, peer string, have map[uint32]Bitset, max uint32, opts ...CallOption) ([]PieceLease, error) {
+	cc := c.callConfig(opts)
+	req := &tenurev1.RequestLeasesRequest{Pool: pool, Namespace: cc.namespace, Peer: peer, Max: max}
+	for _, f := range slices.Sorted(maps.Keys(have)) {
+		req.Have = append(req.Have, &tenurev1.HaveMap{FileIndex: f, Bits: have[f].wire()})
+	}
+	var resp *tenurev1.RequestLeasesResponse
+	err := c.call(ctx, writeCall, func(ctx context.Context, ep *endpoint) error {
+		r, err := ep.pool.RequestLeases(ctx, connect.NewRequest(req))
+		if err == nil {
+			resp = r.Msg
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.GetLeases()) == 0 {
+		return nil, &RejectedError{Reason: RejectedReason(resp.GetRejectedReason().String()), Message: resp.GetMessage()}
+	}
+	out := make([]PieceLease, len(resp.GetLeases()))
+	for i, l := range resp.GetLeases() {
+		out[i] = PieceLease{File: l.GetFileIndex(), Piece: l.GetPieceIndex(), LeaseID: l.GetLeaseId(),
+			ExpiresAt: l.GetExpiresAt().AsTime(), Fence: l.GetFence()}
+	}
+	return out, nil
+}
+
+// PieceResult is the outcome of a piece reported to CompletePiece.
+type PieceResult int32
+
+const (
+	// PieceSuccess: the piece is done for good; the peer is rewarded.
+	PieceSuccess PieceResult = PieceResult(tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS)
+	// PieceFailure: the piece is wanted again; the peer is penalised.
+	PieceFailure PieceResult = PieceResult(tenurev1.CompletionResult_COMPLETION_RESULT_FAILURE)
+)
+
+func (r PieceResult) String() string {
+	return strings.ToLower(strings.TrimPrefix(tenurev1.CompletionResult(r).String(), "COMPLETION_RESULT_"))
+}
+
+// PieceFailureReason says why a piece failed (required with PieceFailure).
+type PieceFailureReason int32
+
+const (
+	PieceVerificationFailed = PieceFailureReason(tenurev1.FailureReason_FAILURE_REASON_VERIFICATION_FAILED)
+	PieceNetworkError       = PieceFailureReason(tenurev1.FailureReason_FAILURE_REASON_NETWORK_ERROR)
+	PieceTimeout            = PieceFailureReason(tenurev1.FailureReason_FAILURE_REASON_TIMEOUT)
+	PieceInvalidData        = PieceFailureReason(tenurev1.FailureReason_FAILURE_REASON_INVALID_DATA)
+)
+
+func (r PieceFailureReason) String() string {
+	return strings.ToLower(strings.TrimPrefix(tenurev1.FailureReason(r).String(), "FAILURE_REASON_"))
+}
+
+// PeerRanking is a peer's standing in a pool.
+type PeerRanking struct {
+	Peer          string
+	Score         float64
+	Successes     uint64
+	Failures      uint64
+	CurrentLeases uint32
+}
+
+func rankingFrom(pb *tenurev1.PeerRanking) PeerRanking {
+	return PeerRanking{Peer: pb.GetPeer(), Score: pb.GetScore(), Successes: pb.GetSuccesses(), Failures: pb.GetFailures(), CurrentLeases: pb.GetCurrentLeases()}
+}
+
+// CompletePiece reports the outcome of a piece leased to peer and returns
+// the peer's new ranking. reason is required with PieceFailure and ignored
+// (pass 0) with PieceSuccess. Only the peer holding the piece's lease may
+// complete it: anyone else, or a second completion, gets
+// ErrPieceNotLeased; an unknown pool ErrPoolNotFound. Not retried after an
+// unknown outcome (a repeat would answer ErrPieceNotLeased).
+func (c *Client) CompletePiece(ctx context.Context, pool, peer string, file, piece uint32, result PieceResult, reason PieceFailureReason, opts ...CallOption) (PeerRanking, error) {
+	cc := c.callConfig(opts)
+	req := &tenurev1.CompletePieceRequest{Pool: pool, Namespace: cc.namespace, Peer: peer, FileIndex: file, PieceIndex: piece,
+		Result: tenurev1.CompletionResult(result)}
+	if result == PieceFailure {
+		req.FailureReason = tenurev1.FailureReason(reason)
+	}
+	var rk PeerRanking
+	err := c.call(ctx, writeCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.pool.CompletePiece(ctx, connect.NewRequest(req))
+		if err == nil {
+			rk = rankingFrom(resp.Msg.GetRanking())
+		}
+		return err
+	})
+	return rk, err
+}
+
+// Rankings returns the pool's peers, highest score first (equal scores by
+// peer name).
+func (c *Client) Rankings(ctx context.Context, pool string, opts ...CallOption) ([]PeerRanking, error) {
+	cc := c.callConfig(opts)
+	var out []PeerRanking
+	err := c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.pool.Rankings(ctx, connect.NewRequest(&tenurev1.RankingsRequest{Pool: pool, Namespace: cc.namespace}))
+		if err == nil {
+			out = make([]PeerRanking, len(resp.Msg.GetRankings()))
+			for i, r := range resp.Msg.GetRankings() {
+				out[i] = rankingFrom(r)
+			}
+		}
+		return err
+	})
+	return out, err
+}
+
+// PoolStatus is a pool's configuration, files and peers.
+type PoolStatus struct {
+	Pool      string
+	Namespace string
+	Config    PoolConfig
+	Files     []FileStatus
+	// Peers with their current number of piece leases.
+	Peers []PeerLeases
+}
+
+// PeerLeases is how many piece leases a peer holds.
+type PeerLeases struct {
+	Peer          string
+	CurrentLeases uint32
+}
+
+// PoolStatus returns the pool's status: per file the pieces wanted, leased
+// and done, per peer its current leases. An unknown pool is ErrPoolNotFound.
+func (c *Client) PoolStatus(ctx context.Context, pool string, opts ...CallOption) (PoolStatus, error) {
+	cc := c.callConfig(opts)
+	var st PoolStatus
+	err := c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.pool.Status(ctx, connect.NewRequest(&tenurev1.PoolStatusRequest{Pool: pool, Namespace: cc.namespace}))
+		if err != nil {
+			return err
+		}
+		m := resp.Msg
+		st = PoolStatus{Pool: m.GetPool(), Namespace: m.GetNamespace(), Config: poolConfigFrom(m.GetConfig())}
+		for _, f := range m.GetFiles() {
+			st.Files = append(st.Files, fileStatusFrom(f))
+		}
+		for _, p := range m.GetPeers() {
+			st.Peers = append(st.Peers, PeerLeases{Peer: p.GetPeer(), CurrentLeases: p.GetCurrentLeases()})
+		}
+		return nil
+	})
+	return st, err
+}

@@ -1,0 +1,370 @@
+package tenure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// runWorker runs w in the background; the returned function cancels it and
+// returns Run's error.
+func runWorker(t *testing.T, w *Worker) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-errc:
+			case <-time.After(30 * time.Second):
+				err = errors.New("Worker.Run did not return")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+func TestQueueClientCalls(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t, WithHolder("w1"))
+	ctx := ctxTimeout(t, 30*time.Second)
+
+	got, err := c.Enqueue(ctx, "calls", []NewTask{{ID: "a", Payload: []byte("pa"), Priority: 1}, {ID: "b", Payload: []byte("pb"), Priority: 5}})
+	if err != nil || len(got) != 2 || got[0].GetTaskId() != "a" || got[0].GetState() != tenurev1.TaskState_TASK_STATE_QUEUED {
+		t.Fatalf("enqueue: %v %v", got, err)
+	}
+	// Idempotent by id: the existing task, unchanged.
+	again, err := c.Enqueue(ctx, "calls", []NewTask{{ID: "a", Payload: []byte("other")}})
+	if err != nil || string(again[0].GetPayload()) != "pa" {
+		t.Fatalf("re-enqueue: %v %v", again, err)
+	}
+	// Priority first; the claimed lease is kept alive by the heartbeats.
+	tasks, err := c.Claim(ctx, "calls", ClaimOptions{Max: 1, LeaseTTL: time.Second})
+	if err != nil || len(tasks) != 1 || tasks[0].ID != "b" || tasks[0].Attempts != 1 || tasks[0].Lease == nil {
+		t.Fatalf("claim: %v %v", tasks, err)
+	}
+	tk := tasks[0]
+	waitRenewals(t, tk.Lease, 2)
+	if _, err := c.Complete(ctx, "calls", "a", tk.Lease.ID(), nil); !errors.Is(err, ErrTaskNotLeased) {
+		t.Fatalf("complete of another task's lease: %v", err)
+	}
+	done, err := tk.Complete(ctx, []byte("rb"))
+	if err != nil || done.GetState() != tenurev1.TaskState_TASK_STATE_SUCCEEDED || string(done.GetResult()) != "rb" {
+		t.Fatalf("complete: %v %v", done, err)
+	}
+	<-tk.Lease.Done()
+	if !errors.Is(tk.Lease.Err(), ErrReleased) {
+		t.Fatalf("lease after complete: %v", tk.Lease.Err())
+	}
+	// Repeating the completion is harmless.
+	if _, err := tk.Complete(ctx, []byte("rb")); err != nil {
+		t.Fatalf("repeated complete: %v", err)
+	}
+
+	tasks, err = c.Claim(ctx, "calls", ClaimOptions{Max: 5})
+	if err != nil || len(tasks) != 1 || tasks[0].ID != "a" {
+		t.Fatalf("claim a: %v %v", tasks, err)
+	}
+	failed, err := tasks[0].Fail(ctx, "nope", time.Hour)
+	if err != nil || failed.GetState() != tenurev1.TaskState_TASK_STATE_FAILED || failed.GetLastError() != "nope" {
+		t.Fatalf("fail: %v %v", failed, err)
+	}
+	if _, err := tasks[0].Complete(ctx, nil); !errors.Is(err, ErrTaskNotLeased) {
+		t.Fatalf("zombie complete: %v", err)
+	}
+	cancelled, err := c.Cancel(ctx, "calls", "a")
+	if err != nil || cancelled.GetState() != tenurev1.TaskState_TASK_STATE_CANCELLED {
+		t.Fatalf("cancel: %v %v", cancelled, err)
+	}
+	if _, err := c.GetTask(ctx, "calls", "nope"); !errors.Is(err, ErrTaskNotFound) {
+		t.Fatalf("get unknown: %v", err)
+	}
+	if _, err := c.Enqueue(ctx, "", []NewTask{{}}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("enqueue without queue: %v", err)
+	}
+	page, next, err := c.ListTasks(ctx, "calls", ListTasksOptions{PageSize: 1})
+	if err != nil || len(page) != 1 || page[0].GetTaskId() != "a" || next == "" {
+		t.Fatalf("list page 1: %v %q %v", page, next, err)
+	}
+	page, next, err = c.ListTasks(ctx, "calls", ListTasksOptions{PageToken: next})
+	if err != nil || len(page) != 1 || page[0].GetTaskId() != "b" || next != "" {
+		t.Fatalf("list page 2: %v %q %v", page, next, err)
+	}
+	page, _, err = c.ListTasks(ctx, "calls", ListTasksOptions{States: []tenurev1.TaskState{tenurev1.TaskState_TASK_STATE_CANCELLED}})
+	if err != nil || len(page) != 1 || page[0].GetTaskId() != "a" {
+		t.Fatalf("list cancelled: %v %v", page, err)
+	}
+	st, err := c.QueueStats(ctx, "calls")
+	if err != nil || st.GetSucceeded() != 1 || st.GetCancelled() != 1 || st.GetQueued() != 0 {
+		t.Fatalf("stats: %v %v", st, err)
+	}
+}
+
+// TestWorkersProcessEachTaskOnce: several workers on two clients handle
+// 100 tasks, each exactly once, and complete them with their results.
+func TestWorkersProcessEachTaskOnce(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	const n = 100
+	var (
+		mu      sync.Mutex
+		handled = map[string]int{}
+		count   atomic.Int64
+	)
+	all := make(chan struct{})
+	handler := func(ctx context.Context, tk *Task) ([]byte, error) {
+		mu.Lock()
+		handled[tk.ID]++
+		mu.Unlock()
+		if count.Add(1) == n {
+			close(all)
+		}
+		return append([]byte("done:"), tk.Payload...), nil
+	}
+	var stops []func() error
+	for i := range 4 {
+		c := s.client(t, WithHolder(fmt.Sprintf("client%d", i%2)))
+		w := NewWorker(c, "jobs", handler, WorkerConcurrency(4), WorkerLeaseTTL(10*time.Second), WorkerWait(2*time.Second))
+		stops = append(stops, runWorker(t, w))
+	}
+	// Enqueued while the workers long-poll.
+	prod := s.client(t)
+	for i := 0; i < n; i += 25 {
+		var batch []NewTask
+		for j := i; j < i+25; j++ {
+			batch = append(batch, NewTask{ID: fmt.Sprintf("t%03d", j), Payload: []byte(fmt.Sprint(j))})
+		}
+		if _, err := prod.Enqueue(ctx, "jobs", batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-all:
+	case <-ctx.Done():
+		t.Fatalf("only %d of %d tasks handled", count.Load(), n)
+	}
+	for _, stop := range stops {
+		if err := stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+	if len(handled) != n {
+		t.Fatalf("handled %d distinct tasks, want %d", len(handled), n)
+	}
+	for id, k := range handled {
+		if k != 1 {
+			t.Fatalf("task %s handled %d times", id, k)
+		}
+	}
+	st, err := prod.QueueStats(ctx, "jobs")
+	if err != nil || st.GetSucceeded() != n || st.GetQueued()+st.GetLeased()+st.GetFailed() != 0 {
+		t.Fatalf("stats %v, %v", st, err)
+	}
+	tk, err := prod.GetTask(ctx, "jobs", "t042")
+	if err != nil || string(tk.GetResult()) != "done:42" || tk.GetAttempts() != 1 {
+		t.Fatalf("t042: %v %v", tk, err)
+	}
+}
+
+// TestWorkerFailRetriesAndPanics: a handler error fails the attempt and the
+// task is retried; a panic is a failure whose text holds the trimmed stack.
+func TestWorkerFailRetriesAndPanics(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	finished := make(chan *tenurev1.Task, 10)
+	handler := func(ctx context.Context, tk *Task) ([]byte, error) {
+		switch {
+		case tk.ID == "panics":
+			var m map[string]int
+			m["boom"] = 1 // panics: assignment to entry in nil map
+		case tk.Attempts == 1:
+			return nil, errors.New("transient trouble")
+		}
+		return []byte("ok"), nil
+	}
+	w := NewWorker(c, "retry", handler, WorkerRetryAfter(time.Millisecond), WorkerWait(time.Second),
+		WorkerOnFinish(func(tk *Task, final *tenurev1.Task, err error) { finished <- final }))
+	stop := runWorker(t, w)
+	if _, err := c.Enqueue(ctx, "retry", []NewTask{{ID: "flaky"}, {ID: "panics", MaxAttempts: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	var flaky []*tenurev1.Task
+	var panicked *tenurev1.Task
+	for len(flaky) < 2 || panicked == nil {
+		select {
+		case f := <-finished:
+			if f == nil {
+				t.Fatal("complete or fail failed")
+			}
+			if f.GetTaskId() == "panics" {
+				panicked = f
+			} else {
+				flaky = append(flaky, f)
+			}
+		case <-ctx.Done():
+			t.Fatalf("flaky %v, panicked %v", flaky, panicked)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if f := flaky[0]; f.GetState() != tenurev1.TaskState_TASK_STATE_FAILED || f.GetLastError() != "transient trouble" {
+		t.Fatalf("first attempt: %v", f)
+	}
+	if f := flaky[1]; f.GetState() != tenurev1.TaskState_TASK_STATE_SUCCEEDED || f.GetAttempts() != 2 || string(f.GetResult()) != "ok" {
+		t.Fatalf("retry: %v", f)
+	}
+	msg := panicked.GetLastError()
+	if panicked.GetState() != tenurev1.TaskState_TASK_STATE_DEAD ||
+		!strings.HasPrefix(msg, "panic: assignment to entry in nil map") ||
+		!strings.Contains(msg, "queue_test.go") {
+		t.Fatalf("panicked task: %v\n%s", panicked, msg)
+	}
+	for _, noise := range []string{"runtime.gopanic", "runtime/panic.go", "(*Worker).call", "(*Worker).handle"} {
+		if strings.Contains(msg, noise) {
+			t.Fatalf("stack not trimmed (%s):\n%s", noise, msg)
+		}
+	}
+}
+
+// TestWorkerDrainsOnShutdown: cancelling Run stops claiming but lets the
+// handlers in flight finish, with a live context, and completes them.
+func TestWorkerDrainsOnShutdown(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	started := make(chan string, 2)
+	proceed := make(chan struct{})
+	handler := func(hctx context.Context, tk *Task) ([]byte, error) {
+		started <- tk.ID
+		<-proceed
+		if err := hctx.Err(); err != nil {
+			return nil, err
+		}
+		return []byte("drained"), nil
+	}
+	w := NewWorker(c, "drain", handler, WorkerConcurrency(2), WorkerWait(time.Second))
+	runCtx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	if _, err := c.Enqueue(ctx, "drain", []NewTask{{ID: "x"}, {ID: "y"}}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	<-started
+	cancel()
+	select {
+	case err := <-errc:
+		t.Fatalf("Run returned before its handlers finished: %v", err)
+	default:
+	}
+	// A task enqueued now is not claimed any more.
+	if _, err := c.Enqueue(ctx, "drain", []NewTask{{ID: "z"}}); err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+	if err := <-errc; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, id := range []string{"x", "y"} {
+		tk, err := c.GetTask(ctx, "drain", id)
+		if err != nil || tk.GetState() != tenurev1.TaskState_TASK_STATE_SUCCEEDED || string(tk.GetResult()) != "drained" {
+			t.Fatalf("%s after drain: %v %v", id, tk, err)
+		}
+	}
+	if tk, err := c.GetTask(ctx, "drain", "z"); err != nil || tk.GetState() != tenurev1.TaskState_TASK_STATE_QUEUED {
+		t.Fatalf("z after shutdown: %v %v", tk, err)
+	}
+}
+
+// TestWorkerDrainTimeout: a handler still running when the drain timeout
+// passes has its context cancelled, and its task returns to the queue.
+func TestWorkerDrainTimeout(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	handler := func(hctx context.Context, tk *Task) ([]byte, error) {
+		close(started)
+		<-hctx.Done()
+		cause <- context.Cause(hctx)
+		return nil, hctx.Err()
+	}
+	w := NewWorker(c, "slow", handler, WorkerDrainTimeout(100*time.Millisecond), WorkerWait(time.Second))
+	runCtx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	if _, err := c.Enqueue(ctx, "slow", []NewTask{{ID: "s"}}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	cancel()
+	if err := <-errc; !errors.Is(err, ErrDrainTimeout) {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := <-cause; !errors.Is(err, ErrDrainTimeout) {
+		t.Fatalf("handler context cause: %v", err)
+	}
+	tk, err := c.GetTask(ctx, "slow", "s")
+	if err != nil || tk.GetState() == tenurev1.TaskState_TASK_STATE_LEASED || tk.GetState() == tenurev1.TaskState_TASK_STATE_SUCCEEDED {
+		t.Fatalf("task after drain timeout: %v %v", tk, err)
+	}
+}
+
+// TestWorkerLeaseLostCancelsHandler: cancelling a running task revokes its
+// lease; the heartbeat learns it and the handler's context is cancelled
+// with the loss as cause.
+func TestWorkerLeaseLostCancelsHandler(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	handler := func(hctx context.Context, tk *Task) ([]byte, error) {
+		close(started)
+		<-hctx.Done()
+		cause <- context.Cause(hctx)
+		return nil, hctx.Err()
+	}
+	w := NewWorker(c, "lost", handler, WorkerLeaseTTL(2*time.Second), WorkerWait(time.Second))
+	stop := runWorker(t, w)
+	if _, err := c.Enqueue(ctx, "lost", []NewTask{{ID: "l"}}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if _, err := c.Cancel(ctx, "lost", "l"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-cause:
+		if !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("cause %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("handler context not cancelled after the lease was revoked")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}

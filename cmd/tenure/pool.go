@@ -1,0 +1,462 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	tenure "github.com/tenurehq/tenure/client"
+)
+
+const poolHelp = `The piece pool: files split into pieces, each piece leased to one peer at a
+time, peers ranked by their results (see tenure pool SUBCOMMAND --help).
+
+  pool create POOL [--lease-duration --max-leases-per-peer --decay --bonus --penalty --min-score]
+  pool want POOL --file N --pieces COUNT (--range 0-99,200-299 | --all)
+  pool request POOL --peer P --have FILE:RANGES … [--max N]
+  pool complete POOL --peer P --file N --piece I (--success | --failure REASON)
+  pool rankings POOL
+  pool status POOL
+
+Piece ranges are inclusive: 0-99 is pieces 0 to 99.`
+
+const poolExamples = `  tenure pool create swarm --max-leases-per-peer 8
+  tenure pool want swarm --file 0 --pieces 1000 --all
+  tenure pool request swarm --peer p1 --have 0:0-499 --max 4
+  tenure pool complete swarm --peer p1 --file 0 --piece 17 --success
+  tenure pool rankings swarm`
+
+// poolSubcommands are the subcommands of tenure pool.
+var poolSubcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"create":   runPoolCreate,
+	"want":     runPoolWant,
+	"request":  runPoolRequest,
+	"complete": runPoolComplete,
+	"rankings": runPoolRankings,
+	"status":   runPoolStatus,
+}
+
+// runPool is `tenure pool …`.
+func runPool(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		if sub, ok := poolSubcommands[args[0]]; ok {
+			return sub(ctx, args[1:], stdout, stderr)
+		}
+	}
+	c := newCLICommand("tenure pool", "create|want|request|complete|rankings|status POOL [flags]", poolHelp, poolExamples, stdout, stderr)
+	pos, err := c.parse(args, 1, -1)
+	if err != nil {
+		return err
+	}
+	return c.usageError("unknown subcommand %q", pos[0])
+}
+
+// pool is remote.lease for the PoolService.
+func (r *remote) pool(fn func(tenurev1connect.PoolServiceClient) error) error {
+	var err error
+	for _, p := range r.pools {
+		if err = tenure.ParseError(fn(p)); err == nil || !tryNext(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// poolCall is leaseCall for the PoolService.
+func poolCall[Req, Resp any](ctx context.Context, r *remote,
+	method func(tenurev1connect.PoolServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
+	req *Req) (*Resp, error) {
+	var out *Resp
+	err := r.pool(func(p tenurev1connect.PoolServiceClient) error {
+		res, err := method(p, ctx, connect.NewRequest(req))
+		if err == nil {
+			out = res.Msg
+		}
+		return err
+	})
+	return out, err
+}
+
+// setFlags returns the names of the flags given on the command line.
+func poolFlagsGiven(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+const poolCreateHelp = `Create a piece pool. Settings not given take the defaults: lease 300s, 4
+leases per peer, decay 0.95 per hour, success bonus 0.5, failure penalty 1.0,
+minimum score 0.2. Creating an existing pool with the same settings succeeds
+(and says so); with other settings it fails with INVALID_ARGUMENT.`
+
+const poolCreateExamples = `  tenure pool create swarm
+  tenure pool create swarm --lease-duration 2m --max-leases-per-peer 8 --min-score 0.5`
+
+func runPoolCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure pool create", "POOL [flags]", poolCreateHelp, poolCreateExamples, stdout, stderr)
+	leaseDur := c.fs.Duration("lease-duration", 300*time.Second, "duration of each piece lease")
+	maxLeases := c.fs.Uint("max-leases-per-peer", 4, "piece leases a peer may hold at once")
+	decay := c.fs.Float64("decay", 0.95, "score decay factor per hour, in (0, 1]")
+	bonus := c.fs.Float64("bonus", 0.5, "success bonus of the ranking formula")
+	penalty := c.fs.Float64("penalty", 1.0, "failure penalty of the ranking formula")
+	minScore := c.fs.Float64("min-score", 0.2, "peers scoring below this are refused")
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	set := poolFlagsGiven(c.fs)
+	cfg := &tenurev1.PoolConfig{}
+	if set["lease-duration"] {
+		cfg.LeaseDuration = durationpb.New(*leaseDur)
+	}
+	if set["max-leases-per-peer"] {
+		if *maxLeases == 0 || *maxLeases > 1<<32-1 {
+			return c.usageError("--max-leases-per-peer must be at least 1")
+		}
+		cfg.MaxLeasesPerPeer = uint32(*maxLeases)
+	}
+	if set["decay"] {
+		cfg.PeerRankingDecay = decay
+	}
+	if set["bonus"] {
+		cfg.SuccessBonus = bonus
+	}
+	if set["penalty"] {
+		cfg.FailurePenalty = penalty
+	}
+	if set["min-score"] {
+		cfg.MinPeerScore = minScore
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	resp, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.CreatePool, &tenurev1.CreatePoolRequest{Pool: pos[0], Namespace: c.namespace, Config: cfg})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, resp)
+	}
+	if resp.GetCreated() {
+		fmt.Fprintf(stdout, "created pool %s\n", pos[0])
+	} else {
+		fmt.Fprintf(stdout, "pool %s already exists with this configuration\n", pos[0])
+	}
+	return writePoolConfig(stdout, resp.GetConfig())
+}
+
+func writePoolConfig(w io.Writer, cfg *tenurev1.PoolConfig) error {
+	tw := newTable(w)
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	fmt.Fprintf(tw, "lease duration\t%s\nmax leases per peer\t%d\ndecay per hour\t%s\nsuccess bonus\t%s\nfailure penalty\t%s\nmin score\t%s\n",
+		fmtPBDuration(cfg.GetLeaseDuration()), cfg.GetMaxLeasesPerPeer(), f(cfg.GetPeerRankingDecay()),
+		f(cfg.GetSuccessBonus()), f(cfg.GetFailurePenalty()), f(cfg.GetMinPeerScore()))
+	return tw.Flush()
+}
+
+const poolWantHelp = `Add pieces of one file to the pool's wanted set: --all, or --range (inclusive
+ranges, e.g. 0-99,200-299; may be repeated). --pieces is the file's piece count,
+required the first time a file is named (0 afterwards: as before). Pieces
+already done stay done; a pool that does not exist yet is created with the
+default settings.`
+
+const poolWantExamples = `  tenure pool want swarm --file 0 --pieces 1000 --all
+  tenure pool want swarm --file 1 --pieces 500 --range 0-99,200-299`
+
+// poolStringsFlag is a repeatable string flag.
+type poolStringsFlag []string
+
+func (s *poolStringsFlag) String() string     { return strings.Join(*s, " ") }
+func (s *poolStringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+
+func runPoolWant(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure pool want", "POOL --file N --pieces COUNT (--range RANGES | --all) [flags]", poolWantHelp, poolWantExamples, stdout, stderr)
+	file := c.fs.Uint("file", 0, "file index (required)")
+	pieces := c.fs.Uint("pieces", 0, "the file's piece count (required the first time)")
+	all := c.fs.Bool("all", false, "want every piece of the file")
+	var ranges poolStringsFlag
+	c.fs.Var(&ranges, "range", "inclusive piece ranges, e.g. 0-99,200-299 (repeatable)")
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	set := poolFlagsGiven(c.fs)
+	switch {
+	case !set["file"]:
+		return c.usageError("--file is required")
+	case *file > 1<<32-1 || *pieces > 1<<32-1:
+		return c.usageError("--file and --pieces must fit in 32 bits")
+	case *all == (len(ranges) > 0):
+		return c.usageError("give exactly one of --range and --all")
+	case *all && *pieces == 0:
+		return c.usageError("--all needs --pieces")
+	}
+	req := &tenurev1.WantRequest{Pool: pos[0], Namespace: c.namespace, FileIndex: uint32(*file), PieceCount: uint32(*pieces)}
+	if *all {
+		req.Ranges = []*tenurev1.PieceRange{{Start: 0, End: uint32(*pieces)}}
+	}
+	for _, s := range ranges {
+		rs, err := tenure.ParseRanges(s)
+		if err != nil {
+			return c.usageError("--range: %v", err)
+		}
+		for _, r := range rs {
+			req.Ranges = append(req.Ranges, &tenurev1.PieceRange{Start: r.Start, End: r.End})
+		}
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	resp, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.Want, req)
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, resp)
+	}
+	fmt.Fprintf(stdout, "%d pieces became wanted\n", resp.GetAdded())
+	return writePoolFiles(stdout, resp.GetFile())
+}
+
+const poolFileHeader = "FILE\tPIECES\tWANTED\tLEASED\tDONE"
+
+func writePoolFiles(w io.Writer, files ...*tenurev1.PoolFileStatus) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, poolFileHeader)
+	for _, f := range files {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\n", f.GetFileIndex(), f.GetPieces(), f.GetWanted(), f.GetLeased(), f.GetDone())
+	}
+	return tw.Flush()
+}
+
+const poolRequestHelp = `Ask for piece leases for a peer among the pieces it has (--have FILE:RANGES,
+repeatable; ranges inclusive). Prints the granted pieces, rarest first. When
+nothing is granted it exits 1 with the rejection reason first on stderr:
+REJECTED_REASON_INVALID_REQUEST, _PEER_RANKING_TOO_LOW, _PEER_AT_CAPACITY or
+_NO_AVAILABLE_PIECES (with -o json the response is printed too).`
+
+const poolRequestExamples = `  tenure pool request swarm --peer p1 --have 0:0-999 --have 1:0-99,200-299 --max 4`
+
+func runPoolRequest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure pool request", "POOL --peer P --have FILE:RANGES … [--max N] [flags]", poolRequestHelp, poolRequestExamples, stdout, stderr)
+	peer := c.fs.String("peer", "", "the peer asking (required)")
+	maxN := c.fs.Uint("max", 4, "at most this many pieces")
+	var haves poolStringsFlag
+	c.fs.Var(&haves, "have", "FILE:RANGES the peer has, e.g. 0:0-99,200-299 (repeatable)")
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *peer == "":
+		return c.usageError("--peer is required")
+	case len(haves) == 0:
+		return c.usageError("--have is required")
+	case *maxN == 0 || *maxN > 1<<32-1:
+		return c.usageError("--max must be at least 1")
+	}
+	byFile := map[uint32]tenure.Bitset{}
+	for _, h := range haves {
+		fileStr, rangesStr, ok := strings.Cut(h, ":")
+		file, err := strconv.ParseUint(fileStr, 10, 32)
+		if !ok || err != nil {
+			return c.usageError("--have %q: want FILE:RANGES, e.g. 0:0-99", h)
+		}
+		rs, err := tenure.ParseRanges(rangesStr)
+		if err != nil {
+			return c.usageError("--have %q: %v", h, err)
+		}
+		b := byFile[uint32(file)]
+		for _, r := range rs {
+			b.SetRange(r.Start, r.End)
+		}
+		byFile[uint32(file)] = b
+	}
+	req := &tenurev1.RequestLeasesRequest{Pool: pos[0], Namespace: c.namespace, Peer: *peer, Max: uint32(*maxN)}
+	files := make([]uint32, 0, len(byFile))
+	for f := range byFile {
+		files = append(files, f)
+	}
+	slices.Sort(files)
+	for _, f := range files {
+		req.Have = append(req.Have, &tenurev1.HaveMap{FileIndex: f, Bits: byFile[f].Bytes()})
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	resp, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.RequestLeases, req)
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		if err := writeJSON(stdout, resp); err != nil {
+			return err
+		}
+	}
+	if len(resp.GetLeases()) == 0 {
+		msg := resp.GetMessage()
+		if msg == "" {
+			msg = resp.GetRejectedReason().String() + ": nothing granted"
+		}
+		return &tenure.RejectedError{Reason: tenure.RejectedReason(resp.GetRejectedReason().String()), Message: msg}
+	}
+	if c.json() {
+		return nil
+	}
+	tw := newTable(stdout)
+	fmt.Fprintln(tw, "FILE\tPIECE\tLEASE ID\tFENCE\tEXPIRES")
+	for _, l := range resp.GetLeases() {
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\n", l.GetFileIndex(), l.GetPieceIndex(), l.GetLeaseId(), l.GetFence(), fmtTime(l.GetExpiresAt()))
+	}
+	return tw.Flush()
+}
+
+const poolCompleteHelp = `Report the outcome of a piece leased to a peer: --success (the piece is done
+for good, the peer rewarded) or --failure REASON (verification_failed,
+network_error, timeout or invalid_data: the piece is wanted again, the peer
+penalised). Prints the peer's new ranking. Only the peer holding the piece's
+lease may complete it (PIECE_NOT_LEASED otherwise).`
+
+const poolCompleteExamples = `  tenure pool complete swarm --peer p1 --file 0 --piece 17 --success
+  tenure pool complete swarm --peer p1 --file 0 --piece 18 --failure verification_failed`
+
+// parsePieceFailureReason accepts "network_error", "NETWORK_ERROR" or
+// "FAILURE_REASON_NETWORK_ERROR".
+func parsePieceFailureReason(s string) (tenurev1.FailureReason, bool) {
+	name := strings.ToUpper(strings.TrimSpace(s))
+	if !strings.HasPrefix(name, "FAILURE_REASON_") {
+		name = "FAILURE_REASON_" + name
+	}
+	v, ok := tenurev1.FailureReason_value[name]
+	if !ok || v == 0 {
+		return 0, false
+	}
+	return tenurev1.FailureReason(v), true
+}
+
+func runPoolComplete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure pool complete", "POOL --peer P --file N --piece I (--success | --failure REASON) [flags]", poolCompleteHelp, poolCompleteExamples, stdout, stderr)
+	peer := c.fs.String("peer", "", "the peer holding the piece's lease (required)")
+	file := c.fs.Uint("file", 0, "file index (required)")
+	piece := c.fs.Uint("piece", 0, "piece index (required)")
+	success := c.fs.Bool("success", false, "the piece was fetched and verified")
+	failure := c.fs.String("failure", "", "the piece failed: verification_failed, network_error, timeout or invalid_data")
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	set := poolFlagsGiven(c.fs)
+	switch {
+	case *peer == "":
+		return c.usageError("--peer is required")
+	case !set["file"] || !set["piece"]:
+		return c.usageError("--file and --piece are required")
+	case *file > 1<<32-1 || *piece > 1<<32-1:
+		return c.usageError("--file and --piece must fit in 32 bits")
+	case *success == set["failure"]:
+		return c.usageError("give exactly one of --success and --failure REASON")
+	}
+	req := &tenurev1.CompletePieceRequest{Pool: pos[0], Namespace: c.namespace, Peer: *peer, FileIndex: uint32(*file), PieceIndex: uint32(*piece),
+		Result: tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS}
+	if !*success {
+		reason, ok := parsePieceFailureReason(*failure)
+		if !ok {
+			return c.usageError("--failure must be verification_failed, network_error, timeout or invalid_data, got %q", *failure)
+		}
+		req.Result, req.FailureReason = tenurev1.CompletionResult_COMPLETION_RESULT_FAILURE, reason
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	resp, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.CompletePiece, req)
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, resp)
+	}
+	return writePoolRankings(stdout, resp.GetRanking())
+}
+
+func writePoolRankings(w io.Writer, rs ...*tenurev1.PeerRanking) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "PEER\tSCORE\tSUCCESSES\tFAILURES\tLEASES")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%.4f\t%d\t%d\t%d\n", r.GetPeer(), r.GetScore(), r.GetSuccesses(), r.GetFailures(), r.GetCurrentLeases())
+	}
+	return tw.Flush()
+}
+
+const poolRankingsHelp = `Print the pool's peers by score, highest first: successes, failures and the
+piece leases each holds now.`
+
+func runPoolRankings(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure pool rankings", "POOL [flags]", poolRankingsHelp, "  tenure pool rankings swarm -o json", stdout, stderr)
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	resp, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.Rankings, &tenurev1.RankingsRequest{Pool: pos[0], Namespace: c.namespace})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, resp)
+	}
+	return writePoolRankings(stdout, resp.GetRankings()...)
+}
+
+const poolStatusHelp = `Print a pool's configuration, its files (pieces wanted, leased and done) and
+its peers' current piece leases.`
+
+func runPoolStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure pool status", "POOL [flags]", poolStatusHelp, "  tenure pool status swarm", stdout, stderr)
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	resp, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.Status, &tenurev1.PoolStatusRequest{Pool: pos[0], Namespace: c.namespace})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, resp)
+	}
+	fmt.Fprintf(stdout, "pool %s (namespace %s)\n", resp.GetPool(), resp.GetNamespace())
+	if err := writePoolConfig(stdout, resp.GetConfig()); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	if err := writePoolFiles(stdout, resp.GetFiles()...); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	tw := newTable(stdout)
+	fmt.Fprintln(tw, "PEER\tLEASES")
+	for _, p := range resp.GetPeers() {
+		fmt.Fprintf(tw, "%s\t%d\n", p.GetPeer(), p.GetCurrentLeases())
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// poolName is a fresh pool name (no slashes: it is part of the piece
+// leases' resource names).
+func poolName() string { return fmt.Sprintf("swarm%x", time.Now().UnixNano()) }
+
+func TestCLIPoolLifecycle(t *testing.T) {
+	t.Parallel()
+	pool := poolName()
+
+	cr := parse(t, ok(t, "pool", "create", pool, "--max-leases-per-peer", "2", "--lease-duration", "1m", "-o", "json"), &tenurev1.CreatePoolResponse{})
+	if !cr.GetCreated() || cr.GetConfig().GetMaxLeasesPerPeer() != 2 || cr.GetConfig().GetLeaseDuration().AsDuration() != time.Minute ||
+		cr.GetConfig().GetSuccessBonus() != 0.5 || cr.GetConfig().GetMinPeerScore() != 0.2 {
+		t.Fatalf("create: %v", cr)
+	}
+	if out := ok(t, "pool", "create", pool, "--max-leases-per-peer", "2", "--lease-duration", "1m"); !strings.Contains(out, "already exists") || !strings.Contains(out, "max leases per peer  2") {
+		t.Fatalf("create again:\n%s", out)
+	}
+	fails(t, "INVALID_ARGUMENT", "pool", "create", pool, "--max-leases-per-peer", "3")
+
+	wr := parse(t, ok(t, "pool", "want", pool, "--file", "0", "--pieces", "10", "--all", "-o", "json"), &tenurev1.WantResponse{})
+	if wr.GetAdded() != 10 || wr.GetFile().GetWanted() != 10 {
+		t.Fatalf("want --all: %v", wr)
+	}
+	if out := ok(t, "pool", "want", pool, "--file", "1", "--pieces", "16", "--range", "0-1,2", "--range", "3"); !strings.Contains(out, "4 pieces became wanted") {
+		t.Fatalf("want --range:\n%s", out)
+	}
+	fails(t, "INVALID_ARGUMENT", "pool", "want", pool, "--file", "1", "--pieces", "16", "--range", "10-16")
+
+	rl := parse(t, ok(t, "pool", "request", pool, "--peer", "p1", "--have", "0:0-9", "--have", "1:0-15", "--max", "5", "-o", "json"), &tenurev1.RequestLeasesResponse{})
+	if len(rl.GetLeases()) != 2 {
+		t.Fatalf("request p1: %v", rl)
+	}
+	p1 := rl.GetLeases()[0]
+	fails(t, "REJECTED_REASON_PEER_AT_CAPACITY", "pool", "request", pool, "--peer", "p1", "--have", "0:0-9")
+	// With -o json a rejection still prints the response.
+	r := runTenure(t, "pool", "request", pool, "--peer", "p1", "--have", "0:0-9", "-o", "json")
+	if rej := parse(t, r.stdout, &tenurev1.RequestLeasesResponse{}); r.code != 1 ||
+		rej.GetRejectedReason() != tenurev1.RejectedReason_REJECTED_REASON_PEER_AT_CAPACITY {
+		t.Fatalf("rejection as json: exit %d %v", r.code, rej)
+	}
+	rl = parse(t, ok(t, "pool", "request", pool, "--peer", "p2", "--have", "0:0-9", "--max", "2", "-o", "json"), &tenurev1.RequestLeasesResponse{})
+	if len(rl.GetLeases()) != 2 {
+		t.Fatalf("request p2: %v", rl)
+	}
+	p2 := rl.GetLeases()[0]
+	// The table: a header and one row per piece.
+	out := ok(t, "pool", "request", pool, "--peer", "p3", "--have", "1:0-15", "--max", "1")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "FILE") || !strings.HasPrefix(lines[1], "1 ") {
+		t.Fatalf("request p3:\n%s", out)
+	}
+
+	file, piece := fmt.Sprint(p1.GetFileIndex()), fmt.Sprint(p1.GetPieceIndex())
+	fails(t, "PIECE_NOT_LEASED", "pool", "complete", pool, "--peer", "p2", "--file", file, "--piece", piece, "--success")
+	cp := parse(t, ok(t, "pool", "complete", pool, "--peer", "p1", "--file", file, "--piece", piece, "--success", "-o", "json"), &tenurev1.CompletePieceResponse{})
+	if s := cp.GetRanking().GetScore(); s < 1.499 || s > 1.5 || cp.GetRanking().GetSuccesses() != 1 {
+		t.Fatalf("complete success: %v", cp)
+	}
+	fails(t, "PIECE_NOT_LEASED", "pool", "complete", pool, "--peer", "p1", "--file", file, "--piece", piece, "--success")
+	// One failure from 1.0: 1.0 − 1.0 = 0, clamped to 0.1, below the minimum 0.2.
+	out = ok(t, "pool", "complete", pool, "--peer", "p2", "--file", fmt.Sprint(p2.GetFileIndex()), "--piece", fmt.Sprint(p2.GetPieceIndex()), "--failure", "network_error")
+	if !strings.Contains(out, "p2") || !strings.Contains(out, "0.1000") {
+		t.Fatalf("complete failure:\n%s", out)
+	}
+	fails(t, "REJECTED_REASON_PEER_RANKING_TOO_LOW", "pool", "request", pool, "--peer", "p2", "--have", "0:0-9")
+
+	rk := parse(t, ok(t, "pool", "rankings", pool, "-o", "json"), &tenurev1.RankingsResponse{})
+	var order []string
+	for _, r := range rk.GetRankings() {
+		order = append(order, r.GetPeer())
+	}
+	if strings.Join(order, ",") != "p1,p3,p2" || rk.GetRankings()[2].GetScore() != 0.1 {
+		t.Fatalf("rankings: %v", rk)
+	}
+	if out := ok(t, "pool", "rankings", pool); !strings.HasPrefix(out, "PEER") || !strings.Contains(out, "1.5000") {
+		t.Fatalf("rankings table:\n%s", out)
+	}
+
+	st := parse(t, ok(t, "pool", "status", pool, "-o", "json"), &tenurev1.PoolStatusResponse{})
+	var wanted, leased, done uint64
+	for _, f := range st.GetFiles() {
+		wanted, leased, done = wanted+f.GetWanted(), leased+f.GetLeased(), done+f.GetDone()
+	}
+	// 14 pieces: 1 done; leased: p1 1, p2 1, p3 1; the failed one wanted again.
+	if len(st.GetFiles()) != 2 || done != 1 || leased != 3 || wanted != 10 || st.GetConfig().GetMaxLeasesPerPeer() != 2 {
+		t.Fatalf("status: %v", st)
+	}
+	if out := ok(t, "pool", "status", pool); !strings.Contains(out, "FILE") || !strings.Contains(out, "PEER") || !strings.Contains(out, "lease duration") {
+		t.Fatalf("status table:\n%s", out)
+	}
+	fails(t, "POOL_NOT_FOUND", "pool", "status", "no-such-pool")
+	fails(t, "POOL_NOT_FOUND", "pool", "rankings", "no-such-pool")
+	fails(t, "REJECTED_REASON_INVALID_REQUEST", "pool", "request", pool, "--peer", "p4", "--have", "7:0")
+	fails(t, "REJECTED_REASON_NO_AVAILABLE_PIECES", "pool", "request", pool, "--peer", "p4", "--have", file+":"+piece)
+}
+
+func TestCLIPoolUsageErrors(t *testing.T) {
+	t.Parallel()
+	for name, args := range map[string][]string{
+		"no subcommand":          {"pool"},
+		"unknown subcommand":     {"pool", "explode", "x"},
+		"create without pool":    {"pool", "create"},
+		"create zero leases":     {"pool", "create", "x", "--max-leases-per-peer", "0"},
+		"want without pieces":    {"pool", "want", "x", "--file", "0", "--pieces", "10"},
+		"want range and all":     {"pool", "want", "x", "--file", "0", "--pieces", "10", "--all", "--range", "0-3"},
+		"want without file":      {"pool", "want", "x", "--pieces", "10", "--all"},
+		"want bad range":         {"pool", "want", "x", "--file", "0", "--range", "9-3"},
+		"request without peer":   {"pool", "request", "x", "--have", "0:0"},
+		"request without have":   {"pool", "request", "x", "--peer", "p"},
+		"request bad have":       {"pool", "request", "x", "--peer", "p", "--have", "zero:0-3"},
+		"request max 0":          {"pool", "request", "x", "--peer", "p", "--have", "0:0", "--max", "0"},
+		"complete both results":  {"pool", "complete", "x", "--peer", "p", "--file", "0", "--piece", "0", "--success", "--failure", "timeout"},
+		"complete no result":     {"pool", "complete", "x", "--peer", "p", "--file", "0", "--piece", "0"},
+		"complete bad reason":    {"pool", "complete", "x", "--peer", "p", "--file", "0", "--piece", "0", "--failure", "tired"},
+		"complete without piece": {"pool", "complete", "x", "--peer", "p", "--file", "0", "--success"},
+		"rankings extra arg":     {"pool", "rankings", "x", "y"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := runTenure(t, args...)
+			if r.code != 2 || !strings.Contains(r.stderr, "usage") {
+				t.Fatalf("exit %d, stderr %q; want 2 and a usage line", r.code, r.stderr)
+			}
+		})
+	}
+}
+
+func TestCLIPoolHelp(t *testing.T) {
+	t.Parallel()
+	for _, sub := range []string{"", "create", "want", "request", "complete", "rankings", "status"} {
+		args := []string{"pool", "--help"}
+		name := "tenure pool"
+		if sub != "" {
+			args = []string{"pool", sub, "--help"}
+			name += " " + sub
+		}
+		out := ok(t, args...)
+		if !strings.HasPrefix(out, "usage: "+name) || !strings.Contains(out, "examples:") || !strings.Contains(out, "-endpoints") {
+			t.Fatalf("help of %s:\n%s", name, out)
+		}
+	}
+}

@@ -1,0 +1,483 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	tenure "github.com/tenurehq/tenure/client"
+)
+
+const queueUsage = `usage: tenure queue <subcommand> QUEUE [flags]   (tenure queue <subcommand> --help for more)
+
+The work queue: tasks are claimed under leases; a task whose lease expires
+returns to the queue by itself.
+
+subcommands:
+  push      enqueue a task (data from --data, --file or stdin)
+  claim     claim tasks, each under its own lease
+  complete  complete a claimed task, with an optional result
+  fail      fail an attempt of a claimed task (retried until max attempts)
+  cancel    cancel a queued or leased task
+  get       print a task
+  ls        list a queue's tasks
+  stats     count a queue's tasks by state
+`
+
+// queueSubcommands are the `tenure queue` subcommands.
+var queueSubcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"push":     queuePush,
+	"claim":    queueClaim,
+	"complete": queueComplete,
+	"fail":     queueFail,
+	"cancel":   queueCancel,
+	"get":      queueGet,
+	"ls":       queueLs,
+	"stats":    queueStats,
+}
+
+// runQueue is `tenure queue`.
+func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, queueUsage)
+		return usagef("queue: missing subcommand")
+	}
+	switch args[0] {
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, queueUsage)
+		return nil
+	}
+	sub, ok := queueSubcommands[args[0]]
+	if !ok {
+		fmt.Fprint(stderr, queueUsage)
+		return usagef("queue: unknown subcommand %q (want push, claim, complete, fail, cancel, get, ls or stats)", args[0])
+	}
+	return sub(ctx, args[1:], stdout, stderr)
+}
+
+// queueClients returns a QueueService client per endpoint.
+func (c *cliCommand) queueClients() ([]tenurev1connect.QueueServiceClient, error) {
+	eps := c.endpointList()
+	if len(eps) == 0 {
+		return nil, c.usageError("--endpoints is empty")
+	}
+	var p http.Protocols
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	hc := &http.Client{Transport: &http.Transport{
+		Protocols:         &p,
+		ForceAttemptHTTP2: true,
+		DialContext:       (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
+	}}
+	var opts []connect.ClientOption
+	if c.token != "" {
+		opts = append(opts, connect.WithInterceptors(bearerToken(c.token)))
+	}
+	out := make([]tenurev1connect.QueueServiceClient, 0, len(eps))
+	for _, e := range eps {
+		if !strings.Contains(e, "://") {
+			e = "http://" + e
+		}
+		out = append(out, tenurev1connect.NewQueueServiceClient(hc, strings.TrimRight(e, "/"), opts...))
+	}
+	return out, nil
+}
+
+// queueCall makes one unary QueueService call (a method expression such as
+// tenurev1connect.QueueServiceClient.GetTask) against each endpoint in turn,
+// moving on only when the request cannot have been processed (see
+// remote.lease). The error is parsed into the Go client's typed errors.
+func queueCall[Req, Resp any](ctx context.Context, c *cliCommand,
+	method func(tenurev1connect.QueueServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
+	req *Req) (*Resp, error) {
+	qs, err := c.queueClients()
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range qs {
+		var res *connect.Response[Resp]
+		res, err = method(q, ctx, connect.NewRequest(req))
+		if err == nil {
+			return res.Msg, nil
+		}
+		if err = tenure.ParseError(err); !tryNext(err) {
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+const queuePushHelp = `Enqueue a task into QUEUE (created on first use) and print it. The payload
+is --data, the contents of --file, or stdin. --id makes the push idempotent:
+pushing an id that exists answers the existing task, unchanged.
+--not-before takes an RFC 3339 time or a delay from now (30s, 5m).`
+
+const queuePushExamples = `  tenure queue push emails --data '{"to":"a@example.com"}'
+  tenure queue push emails --id order-42 --priority 10 --file job.json
+  echo hello | tenure queue push jobs --not-before 5m --max-attempts 3 -o json`
+
+func queuePush(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure queue push", "QUEUE [flags]", queuePushHelp, queuePushExamples, stdout, stderr)
+	id := c.fs.String("id", "", "task id (idempotency key; default: generated)")
+	priority := c.fs.Int("priority", 0, "priority: higher is claimed first")
+	notBefore := c.fs.String("not-before", "", "not claimable before this RFC 3339 time or delay from now")
+	maxAttempts := c.fs.Uint("max-attempts", 0, "attempts before the task is dead (default: the queue's, 5)")
+	data := c.fs.String("data", "", "the payload")
+	file := c.fs.String("file", "", "read the payload from this file")
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	nt := &tenurev1.NewTask{TaskId: *id, Priority: int32(*priority), MaxAttempts: uint32(*maxAttempts)}
+	if *notBefore != "" {
+		if d, err := time.ParseDuration(*notBefore); err == nil {
+			nt.NotBefore = timestamppb.New(time.Now().Add(d))
+		} else if t, err := time.Parse(time.RFC3339Nano, *notBefore); err == nil {
+			nt.NotBefore = timestamppb.New(t)
+		} else {
+			return c.usageError("--not-before: want an RFC 3339 time or a duration, got %q", *notBefore)
+		}
+	}
+	switch {
+	case *data != "" && *file != "":
+		return c.usageError("give --data or --file, not both")
+	case *data != "":
+		nt.Payload = []byte(*data)
+	case *file != "":
+		if nt.Payload, err = os.ReadFile(*file); err != nil {
+			return err
+		}
+	default:
+		if nt.Payload, err = io.ReadAll(os.Stdin); err != nil {
+			return err
+		}
+	}
+	resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.Enqueue,
+		&tenurev1.EnqueueRequest{Namespace: c.namespace, Queue: pos[0], Tasks: []*tenurev1.NewTask{nt}})
+	if err != nil {
+		return err
+	}
+	if len(resp.GetTasks()) != 1 {
+		return fmt.Errorf("the server answered %d tasks for one", len(resp.GetTasks()))
+	}
+	if c.json() {
+		return writeJSON(stdout, resp.GetTasks()[0])
+	}
+	return writeTasks(stdout, resp.GetTasks()...)
+}
+
+const queueClaimHelp = `Claim up to --max tasks of QUEUE for --holder, each under its own lease
+(renew it with tenure renew; finish with tenure queue complete or fail), and
+print them with their lease ids. --wait long-polls for a claimable task.
+Nothing claimable is not an error: the answer is empty.`
+
+const queueClaimExamples = `  tenure queue claim emails
+  tenure queue claim emails --max 10 --ttl 2m --wait 30s -o json`
+
+func queueClaim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure queue claim", "QUEUE [flags]", queueClaimHelp, queueClaimExamples, stdout, stderr)
+	maxN := c.fs.Uint("max", 1, "claim up to this many tasks")
+	ttl := c.fs.Duration("ttl", 0, "ttl of each task lease (default: the namespace's)")
+	wait := c.fs.Duration("wait", 0, "wait up to this long for a claimable task")
+	c.holderFlag(stableHolder(), "user@host")
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	req := &tenurev1.ClaimRequest{Namespace: c.namespace, Queue: pos[0], Worker: c.holder, Max: uint32(*maxN)}
+	if *ttl != 0 {
+		req.LeaseTtl = durationpb.New(*ttl)
+	}
+	if *wait != 0 {
+		req.Wait = durationpb.New(*wait)
+	}
+	resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.Claim, req)
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, resp)
+	}
+	tw := newTable(stdout)
+	fmt.Fprintln(tw, "TASK ID\tLEASE ID\tATTEMPT\tEXPIRES\tPAYLOAD")
+	for _, t := range resp.GetTasks() {
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", t.GetTaskId(), t.GetLeaseId(), t.GetAttempts(), t.GetMaxAttempts(),
+			fmtTime(t.GetLease().GetExpiresAt()), short(t.GetPayload()))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(resp.GetTasks()) == 0 {
+		fmt.Fprintln(stderr, "no claimable task")
+	}
+	return nil
+}
+
+const queueCompleteHelp = `Complete TASK of QUEUE by its current lease (--lease), recording --result.
+A lease that is no longer the task's (expired and re-claimed, cancelled) is
+refused with TASK_NOT_LEASED. Completing twice by the same lease is harmless.`
+
+const queueCompleteExamples = `  tenure queue complete emails 01JD5… --lease 01JD6…
+  tenure queue complete emails 01JD5… --lease 01JD6… --result sent -o json`
+
+func queueComplete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure queue complete", "QUEUE TASK --lease ID [flags]", queueCompleteHelp, queueCompleteExamples, stdout, stderr)
+	lease := c.fs.String("lease", "", "the task's current lease (required)")
+	result := c.fs.String("result", "", "the task's result")
+	pos, err := c.parse(args, 2, 2)
+	if err != nil {
+		return err
+	}
+	if *lease == "" {
+		return c.usageError("--lease is required")
+	}
+	resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.Complete, &tenurev1.CompleteRequest{
+		Namespace: c.namespace, Queue: pos[0], TaskId: pos[1], LeaseId: *lease, Result: []byte(*result)})
+	if err != nil {
+		return err
+	}
+	return writeTask(c, resp.GetTask())
+}
+
+const queueFailHelp = `Fail the current attempt of TASK of QUEUE by its lease (--lease) with an
+error message. The task is retried after --retry-after, or by default after
+an exponential backoff; once its attempts are used up it is dead.`
+
+const queueFailExamples = `  tenure queue fail emails 01JD5… --lease 01JD6… --error "smtp: 451"
+  tenure queue fail emails 01JD5… --lease 01JD6… --error timeout --retry-after 1m`
+
+func queueFail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure queue fail", "QUEUE TASK --lease ID --error MSG [flags]", queueFailHelp, queueFailExamples, stdout, stderr)
+	lease := c.fs.String("lease", "", "the task's current lease (required)")
+	msg := c.fs.String("error", "", "what went wrong (required)")
+	retryAfter := c.fs.Duration("retry-after", -1, "retry after this delay (default: exponential backoff)")
+	pos, err := c.parse(args, 2, 2)
+	if err != nil {
+		return err
+	}
+	if *lease == "" || *msg == "" {
+		return c.usageError("--lease and --error are required")
+	}
+	req := &tenurev1.FailRequest{Namespace: c.namespace, Queue: pos[0], TaskId: pos[1], LeaseId: *lease, Error: *msg}
+	if *retryAfter >= 0 {
+		req.RetryAfter = durationpb.New(*retryAfter)
+	}
+	resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.Fail, req)
+	if err != nil {
+		return err
+	}
+	return writeTask(c, resp.GetTask())
+}
+
+const queueCancelHelp = `Cancel TASK of QUEUE: a queued task is never claimed; a leased task's lease
+is revoked. A finished task is printed unchanged.`
+
+const queueCancelExamples = `  tenure queue cancel emails 01JD5…`
+
+func queueCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure queue cancel", "QUEUE TASK [flags]", queueCancelHelp, queueCancelExamples, stdout, stderr)
+	pos, err := c.parse(args, 2, 2)
+	if err != nil {
+		return err
+	}
+	resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.Cancel,
+		&tenurev1.CancelRequest{Namespace: c.namespace, Queue: pos[0], TaskId: pos[1]})
+	if err != nil {
+		return err
+	}
+	return writeTask(c, resp.GetTask())
+}
+
+const queueGetHelp = `Print TASK of QUEUE field by field (with its lease while it is leased).`
+
+const queueGetExamples = `  tenure queue get emails 01JD5…
+  tenure queue get emails order-42 -o json`
+
+func queueGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure queue get", "QUEUE TASK [flags]", queueGetHelp, queueGetExamples, stdout, stderr)
+	pos, err := c.parse(args, 2, 2)
+	if err != nil {
+		return err
+	}
+	resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.GetTask,
+		&tenurev1.GetTaskRequest{Namespace: c.namespace, Queue: pos[0], TaskId: pos[1]})
+	if err != nil {
+		return err
+	}
+	return writeTask(c, resp.GetTask())
+}
+
+const queueLsHelp = `List the tasks of QUEUE in enqueue order, optionally only those in some
+--state (queued, leased, succeeded, failed, dead, cancelled). Prints one page
+(see --page-size and --page-token) or, with --all, every page.`
+
+const queueLsExamples = `  tenure queue ls emails
+  tenure queue ls emails --state failed,dead --all -o json`
+
+func queueLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure queue ls", "QUEUE [flags]", queueLsHelp, queueLsExamples, stdout, stderr)
+	states := c.fs.String("state", "", "comma-separated states (default: all)")
+	pageSize := c.fs.Uint("page-size", 0, "tasks per page (default: the server's, 100)")
+	pageToken := c.fs.String("page-token", "", "continue from a previous page")
+	all := c.fs.Bool("all", false, "fetch every page")
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	req := &tenurev1.ListTasksRequest{Namespace: c.namespace, Queue: pos[0], PageSize: uint32(*pageSize), PageToken: *pageToken}
+	for s := range strings.SplitSeq(*states, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		v, ok := tenurev1.TaskState_value["TASK_STATE_"+strings.ToUpper(s)]
+		if !ok || v == 0 {
+			return c.usageError("--state: unknown state %q (want queued, leased, succeeded, failed, dead or cancelled)", s)
+		}
+		req.States = append(req.States, tenurev1.TaskState(v))
+	}
+	out := &tenurev1.ListTasksResponse{}
+	for {
+		page, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.ListTasks, req)
+		if err != nil {
+			return err
+		}
+		out.Tasks = append(out.Tasks, page.GetTasks()...)
+		out.NextPageToken = page.GetNextPageToken()
+		if !*all || out.NextPageToken == "" {
+			break
+		}
+		req.PageToken = out.NextPageToken
+	}
+	if c.json() {
+		return writeJSON(stdout, out)
+	}
+	if err := writeTasks(stdout, out.GetTasks()...); err != nil {
+		return err
+	}
+	if out.GetNextPageToken() != "" {
+		fmt.Fprintf(stderr, "more tasks: --page-token %s (or --all)\n", out.GetNextPageToken())
+	}
+	return nil
+}
+
+const queueStatsHelp = `Count the tasks of QUEUE by state.`
+
+const queueStatsExamples = `  tenure queue stats emails
+  tenure queue stats emails -o json`
+
+func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure queue stats", "QUEUE [flags]", queueStatsHelp, queueStatsExamples, stdout, stderr)
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.Stats,
+		&tenurev1.QueueStatsRequest{Namespace: c.namespace, Queue: pos[0]})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, resp)
+	}
+	tw := newTable(stdout)
+	fmt.Fprintln(tw, "QUEUED\tLEASED\tSUCCEEDED\tFAILED\tDEAD\tCANCELLED")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\n", resp.GetQueued(), resp.GetLeased(), resp.GetSucceeded(),
+		resp.GetFailed(), resp.GetDead(), resp.GetCancelled())
+	return tw.Flush()
+}
+
+// ---- output ----
+
+func taskState(t *tenurev1.Task) string { return enumName(t.GetState().String(), "TASK_STATE_") }
+
+// short prints a payload for a table cell: text up to 40 characters, else quoted.
+func short(b []byte) string {
+	if !utf8.Valid(b) {
+		s := strconv.Quote(string(b))
+		if len(s) > 42 {
+			s = s[:40] + "…"
+		}
+		return s
+	}
+	s := strings.Join(strings.Fields(string(b)), " ")
+	if utf8.RuneCountInString(s) > 40 {
+		s = string([]rune(s)[:40]) + "…"
+	}
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// writeTasks prints tasks as a table.
+func writeTasks(w io.Writer, tasks ...*tenurev1.Task) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "TASK ID\tSTATE\tPRIORITY\tATTEMPTS\tNOT BEFORE\tLEASE ID\tWORKER\tPAYLOAD")
+	for _, t := range tasks {
+		lease := t.GetLeaseId()
+		if lease == "" {
+			lease = "-"
+		}
+		worker := t.GetWorker()
+		if worker == "" {
+			worker = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%s\t%s\t%s\t%s\n", t.GetTaskId(), taskState(t), t.GetPriority(),
+			t.GetAttempts(), t.GetMaxAttempts(), fmtTime(t.GetNotBefore()), lease, worker, short(t.GetPayload()))
+	}
+	return tw.Flush()
+}
+
+// writeTask prints one task, field by field (or as JSON with -o json).
+func writeTask(c *cliCommand, t *tenurev1.Task) error {
+	if c.json() {
+		return writeJSON(c.stdout, t)
+	}
+	tw := newTable(c.stdout)
+	row := func(k, v string) {
+		if v != "" && v != "-" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	text := func(b []byte) string {
+		if len(b) == 0 {
+			return ""
+		}
+		if utf8.Valid(b) {
+			return string(b)
+		}
+		return strconv.Quote(string(b))
+	}
+	row("task id", t.GetTaskId())
+	row("namespace", t.GetNamespace())
+	row("queue", t.GetQueue())
+	row("state", taskState(t))
+	row("priority", strconv.Itoa(int(t.GetPriority())))
+	row("attempts", fmt.Sprintf("%d/%d", t.GetAttempts(), t.GetMaxAttempts()))
+	row("not before", fmtTime(t.GetNotBefore()))
+	row("created", fmtTime(t.GetCreatedAt()))
+	row("claimed", fmtTime(t.GetClaimedAt()))
+	row("completed", fmtTime(t.GetCompletedAt()))
+	row("lease id", t.GetLeaseId())
+	row("worker", t.GetWorker())
+	if l := t.GetLease(); l != nil {
+		row("lease expires", fmtTime(l.GetExpiresAt()))
+	}
+	row("last error", t.GetLastError())
+	row("payload", text(t.GetPayload()))
+	row("result", text(t.GetResult()))
+	return tw.Flush()
+}
