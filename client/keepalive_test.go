@@ -117,7 +117,7 @@ func TestDoneOnlyAfterTrustWindow(t *testing.T) {
 		if want := t0.Add(4500 * time.Millisecond); !lastConfirmed.Equal(want) {
 			t.Fatalf("trusted until %v after the renewal at 2s, want 4.5s", lastConfirmed.Sub(t0))
 		}
-		time.Sleep(lastConfirmed.Sub(time.Now()) - time.Millisecond)
+		time.Sleep(time.Until(lastConfirmed) - time.Millisecond)
 		synctest.Wait()
 		if isDone(l) {
 			t.Fatalf("Done 1ms before the trust window ended: %v", l.Err())
@@ -155,7 +155,7 @@ func TestDoneNotBeforeTrustWindowWhenServerNeverAnswers(t *testing.T) {
 		}
 		// margin = max(500ms, 600ms) = 600ms.
 		deadline := t0.Add(6*time.Second - 600*time.Millisecond)
-		time.Sleep(deadline.Sub(time.Now()) - time.Millisecond)
+		time.Sleep(time.Until(deadline) - time.Millisecond)
 		synctest.Wait()
 		if isDone(l) {
 			t.Fatalf("Done before the trust window ended: %v", l.Err())
@@ -358,7 +358,7 @@ func TestFailoverAllMembersDownLosesLeaseAtTrustWindow(t *testing.T) {
 		trusted := l.TrustedUntil() // renewal at 1s: 3.5s
 		fc.stop("a:1")
 		fc.stop("b:1")
-		time.Sleep(trusted.Sub(time.Now()) - time.Millisecond)
+		time.Sleep(time.Until(trusted) - time.Millisecond)
 		synctest.Wait()
 		if isDone(l) {
 			t.Fatalf("Done before the trust window ended: %v", l.Err())

@@ -192,8 +192,7 @@ func TestWorkerFailRetriesAndPanics(t *testing.T) {
 	handler := func(ctx context.Context, tk *Task) ([]byte, error) {
 		switch {
 		case tk.ID == "panics":
-			var m map[string]int
-			m["boom"] = 1 // panics: assignment to entry in nil map
+			panic("boom")
 		case tk.Attempts == 1:
 			return nil, errors.New("transient trouble")
 		}
@@ -233,7 +232,7 @@ func TestWorkerFailRetriesAndPanics(t *testing.T) {
 	}
 	msg := panicked.GetLastError()
 	if panicked.GetState() != tenurev1.TaskState_TASK_STATE_DEAD ||
-		!strings.HasPrefix(msg, "panic: assignment to entry in nil map") ||
+		!strings.HasPrefix(msg, "panic: boom") ||
 		!strings.Contains(msg, "queue_test.go") {
 		t.Fatalf("panicked task: %v\n%s", panicked, msg)
 	}

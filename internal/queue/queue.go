@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"cmp"
 	"container/heap"
 	"fmt"
 	"hash/fnv"
@@ -424,5 +423,3 @@ func orDefault(ns string) string {
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
-
-func cmpTask(a, b *task) int { return cmp.Compare(a.seq, b.seq) }
