@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -138,14 +139,22 @@ func (s *pipelineStream) send(ctx context.Context) {
 			return
 		}
 		req := &tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{op}}
-	fill:
-		for len(req.Ops) < 1000 {
+		// Yield once the queue is empty, so that workers just woken by
+		// results enqueue their next operation into this message rather
+		// than each into its own (one message per round, not per op).
+		for yielded := false; len(req.Ops) < 1000; {
 			select {
 			case op := <-s.ops:
 				req.Ops = append(req.Ops, op)
+				yielded = false
+				continue
 			default:
-				break fill
 			}
+			if yielded {
+				break
+			}
+			runtime.Gosched()
+			yielded = true
 		}
 		if err := s.stream.Send(req); err != nil {
 			s.fail(err)

@@ -46,6 +46,7 @@ type Node struct {
 
 	in       chan *proposal
 	inflight chan *inflight
+	slots    chan struct{} // one per Raft entry in flight (MaxInflightEntries)
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	closed   sync.Once
@@ -79,6 +80,9 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = def.MaxBatch
 	}
+	if cfg.MaxInflightEntries == 0 {
+		cfg.MaxInflightEntries = def.MaxInflightEntries
+	}
 	if cfg.ApplyTimeout == 0 {
 		cfg.ApplyTimeout = def.ApplyTimeout
 	}
@@ -105,6 +109,7 @@ func Open(cfg Config) (*Node, error) {
 		feed:     NewFeed(cfg.FeedSize),
 		in:       make(chan *proposal, 4*cfg.MaxBatch),
 		inflight: make(chan *inflight, 256),
+		slots:    make(chan struct{}, cfg.MaxInflightEntries),
 		stop:     make(chan struct{}),
 	}
 	n.fsm = newFSM(cfg.Machine, n.feed)

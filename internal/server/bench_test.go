@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -90,14 +91,21 @@ func newPipeliner(ctx context.Context, b testing.TB, bd *bundle) *pipeliner {
 				return
 			}
 			req := &tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{op}}
-		fill:
-			for {
+			// Let callers that were just woken enqueue before sending, so
+			// that one message carries a whole round of operations.
+			for yielded := false; ; {
 				select {
 				case op := <-p.ops:
 					req.Ops = append(req.Ops, op)
+					yielded = false
+					continue
 				default:
-					break fill
 				}
+				if yielded {
+					break
+				}
+				runtime.Gosched()
+				yielded = true
 			}
 			if err := p.stream.Send(req); err != nil {
 				return

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -88,17 +89,26 @@ func sendResults(ctx context.Context, stream *connect.BidiStream[tenurev1.Pipeli
 			return ctx.Err()
 		}
 		resp := &tenurev1.PipelineResponse{Results: []*tenurev1.PipelineResult{r}}
+		// The results of one Raft entry arrive together, each from its
+		// own goroutine: yield once the channel is empty so that those
+		// just woken can add theirs to this message.
 	drain:
-		for len(resp.Results) < 1024 {
+		for yielded := false; len(resp.Results) < 1024; {
 			select {
 			case r, ok := <-results:
 				if !ok {
 					break drain
 				}
 				resp.Results = append(resp.Results, r)
+				yielded = false
+				continue
 			default:
-				break drain
 			}
+			if yielded {
+				break
+			}
+			runtime.Gosched()
+			yielded = true
 		}
 		if err := stream.Send(resp); err != nil {
 			return err

@@ -135,6 +135,13 @@ func Start(cfg Config) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, opts...))
+	// A Pipeline message batches many small results; gzip on every one
+	// of them was the largest single CPU cost of a busy stream, for
+	// little gain on the networks a registrar runs on. Still negotiated:
+	// only a message past pipelineCompressMinBytes is compressed.
+	_, pipeline := tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s},
+		append(opts[:len(opts):len(opts)], connect.WithCompressMinBytes(pipelineCompressMinBytes))...)
+	mux.Handle(tenurev1connect.LeaseServicePipelineProcedure, pipeline)
 	mux.Handle(tenurev1connect.NewClusterServiceHandler(&clusterService{s: s}, opts...))
 	mux.Handle(tenurev1connect.NewQueueServiceHandler(&queueService{s: s}, opts...))
 	mux.Handle(tenurev1connect.NewPoolServiceHandler(&poolService{s: s}, opts...))
@@ -222,3 +229,6 @@ func limitBody(next http.Handler, max int64) http.Handler {
 
 // compressMinBytes is the smallest response body worth compressing.
 const compressMinBytes = 8 << 10
+
+// pipelineCompressMinBytes is the smallest Pipeline message compressed.
+const pipelineCompressMinBytes = 1 << 20
