@@ -172,6 +172,7 @@ func (c *cliCommand) remote() (*remote, error) {
 		r.leases = append(r.leases, tenurev1connect.NewLeaseServiceClient(hc, e, opts...))
 		r.clusters = append(r.clusters, tenurev1connect.NewClusterServiceClient(hc, e, opts...))
 		r.pools = append(r.pools, tenurev1connect.NewPoolServiceClient(hc, e, opts...))
+		r.queues = append(r.queues, tenurev1connect.NewQueueServiceClient(hc, e, opts...))
 	}
 	return r, nil
 }
@@ -181,26 +182,16 @@ type remote struct {
 	leases   []tenurev1connect.LeaseServiceClient
 	clusters []tenurev1connect.ClusterServiceClient
 	pools    []tenurev1connect.PoolServiceClient
+	queues   []tenurev1connect.QueueServiceClient
 }
 
-// lease runs fn against each endpoint in turn until one answers: it moves on
-// only when the request cannot have been processed (the connection could not
-// be made, or NOT_LEADER). The error is parsed into the Go client's typed
-// errors, so its message starts with the reason.
-func (r *remote) lease(fn func(tenurev1connect.LeaseServiceClient) error) error {
+// firstAnswer runs fn against each endpoint's client in turn until one
+// answers: it moves on only when the request cannot have been processed
+// (the connection could not be made, or NOT_LEADER). The error is parsed
+// into the Go client's typed errors, so its message starts with the reason.
+func firstAnswer[C any](clients []C, fn func(C) error) error {
 	var err error
-	for _, l := range r.leases {
-		if err = tenure.ParseError(fn(l)); err == nil || !tryNext(err) {
-			return err
-		}
-	}
-	return err
-}
-
-// cluster is lease for the ClusterService.
-func (r *remote) cluster(fn func(tenurev1connect.ClusterServiceClient) error) error {
-	var err error
-	for _, c := range r.clusters {
+	for _, c := range clients {
 		if err = tenure.ParseError(fn(c)); err == nil || !tryNext(err) {
 			return err
 		}
@@ -208,14 +199,14 @@ func (r *remote) cluster(fn func(tenurev1connect.ClusterServiceClient) error) er
 	return err
 }
 
-// leaseCall makes one unary LeaseService call (a method expression such as
-// tenurev1connect.LeaseServiceClient.Get) through r.lease's failover.
-func leaseCall[Req, Resp any](ctx context.Context, r *remote,
-	method func(tenurev1connect.LeaseServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
+// call makes one unary call (a method expression such as
+// tenurev1connect.LeaseServiceClient.Get) through firstAnswer.
+func call[C, Req, Resp any](ctx context.Context, clients []C,
+	method func(C, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
 	req *Req) (*Resp, error) {
 	var out *Resp
-	err := r.lease(func(l tenurev1connect.LeaseServiceClient) error {
-		res, err := method(l, ctx, connect.NewRequest(req))
+	err := firstAnswer(clients, func(c C) error {
+		res, err := method(c, ctx, connect.NewRequest(req))
 		if err == nil {
 			out = res.Msg
 		}
@@ -224,19 +215,29 @@ func leaseCall[Req, Resp any](ctx context.Context, r *remote,
 	return out, err
 }
 
+// lease runs fn through firstAnswer on the LeaseService clients.
+func (r *remote) lease(fn func(tenurev1connect.LeaseServiceClient) error) error {
+	return firstAnswer(r.leases, fn)
+}
+
+// cluster is lease for the ClusterService.
+func (r *remote) cluster(fn func(tenurev1connect.ClusterServiceClient) error) error {
+	return firstAnswer(r.clusters, fn)
+}
+
+// leaseCall makes one unary LeaseService call (a method expression such as
+// tenurev1connect.LeaseServiceClient.Get) through r.lease's failover.
+func leaseCall[Req, Resp any](ctx context.Context, r *remote,
+	method func(tenurev1connect.LeaseServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
+	req *Req) (*Resp, error) {
+	return call(ctx, r.leases, method, req)
+}
+
 // clusterCall is leaseCall for the ClusterService.
 func clusterCall[Req, Resp any](ctx context.Context, r *remote,
 	method func(tenurev1connect.ClusterServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
 	req *Req) (*Resp, error) {
-	var out *Resp
-	err := r.cluster(func(c tenurev1connect.ClusterServiceClient) error {
-		res, err := method(c, ctx, connect.NewRequest(req))
-		if err == nil {
-			out = res.Msg
-		}
-		return err
-	})
-	return out, err
+	return call(ctx, r.clusters, method, req)
 }
 
 func tryNext(err error) bool {

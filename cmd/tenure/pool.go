@@ -63,28 +63,14 @@ func runPool(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // pool is remote.lease for the PoolService.
 func (r *remote) pool(fn func(tenurev1connect.PoolServiceClient) error) error {
-	var err error
-	for _, p := range r.pools {
-		if err = tenure.ParseError(fn(p)); err == nil || !tryNext(err) {
-			return err
-		}
-	}
-	return err
+	return firstAnswer(r.pools, fn)
 }
 
 // poolCall is leaseCall for the PoolService.
 func poolCall[Req, Resp any](ctx context.Context, r *remote,
 	method func(tenurev1connect.PoolServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
 	req *Req) (*Resp, error) {
-	var out *Resp
-	err := r.pool(func(p tenurev1connect.PoolServiceClient) error {
-		res, err := method(p, ctx, connect.NewRequest(req))
-		if err == nil {
-			out = res.Msg
-		}
-		return err
-	})
-	return out, err
+	return call(ctx, r.pools, method, req)
 }
 
 // setFlags returns the names of the flags given on the command line.

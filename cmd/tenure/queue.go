@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -18,7 +16,6 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
-	tenure "github.com/tenurehq/tenure/client"
 )
 
 const queueUsage = `usage: tenure queue <subcommand> QUEUE [flags]   (tenure queue <subcommand> --help for more)
@@ -68,34 +65,6 @@ func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return sub(ctx, args[1:], stdout, stderr)
 }
 
-// queueClients returns a QueueService client per endpoint.
-func (c *cliCommand) queueClients() ([]tenurev1connect.QueueServiceClient, error) {
-	eps := c.endpointList()
-	if len(eps) == 0 {
-		return nil, c.usageError("--endpoints is empty")
-	}
-	var p http.Protocols
-	p.SetHTTP2(true)
-	p.SetUnencryptedHTTP2(true)
-	hc := &http.Client{Transport: &http.Transport{
-		Protocols:         &p,
-		ForceAttemptHTTP2: true,
-		DialContext:       (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
-	}}
-	var opts []connect.ClientOption
-	if c.token != "" {
-		opts = append(opts, connect.WithInterceptors(bearerToken(c.token)))
-	}
-	out := make([]tenurev1connect.QueueServiceClient, 0, len(eps))
-	for _, e := range eps {
-		if !strings.Contains(e, "://") {
-			e = "http://" + e
-		}
-		out = append(out, tenurev1connect.NewQueueServiceClient(hc, strings.TrimRight(e, "/"), opts...))
-	}
-	return out, nil
-}
-
 // queueCall makes one unary QueueService call (a method expression such as
 // tenurev1connect.QueueServiceClient.GetTask) against each endpoint in turn,
 // moving on only when the request cannot have been processed (see
@@ -103,21 +72,11 @@ func (c *cliCommand) queueClients() ([]tenurev1connect.QueueServiceClient, error
 func queueCall[Req, Resp any](ctx context.Context, c *cliCommand,
 	method func(tenurev1connect.QueueServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),
 	req *Req) (*Resp, error) {
-	qs, err := c.queueClients()
+	r, err := c.remote()
 	if err != nil {
 		return nil, err
 	}
-	for _, q := range qs {
-		var res *connect.Response[Resp]
-		res, err = method(q, ctx, connect.NewRequest(req))
-		if err == nil {
-			return res.Msg, nil
-		}
-		if err = tenure.ParseError(err); !tryNext(err) {
-			return nil, err
-		}
-	}
-	return nil, err
+	return call(ctx, r.queues, method, req)
 }
 
 const queuePushHelp = `Enqueue a task into QUEUE (created on first use) and print it. The payload
