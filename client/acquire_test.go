@@ -1,5 +1,8 @@
 package tenure
 
+// Every test here runs in a testing/synctest bubble: time.Sleep advances
+// fake time deterministically; nothing waits on the real clock.
+
 import (
 	"context"
 	"errors"

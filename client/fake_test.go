@@ -275,7 +275,7 @@ func (m *fakeMember) Acquire(ctx context.Context, req *connect.Request[tenurev1.
 	hook, delay := m.acquireHook, m.acquireDelay
 	m.mu.Unlock()
 	if delay > 0 {
-		time.Sleep(delay)
+		time.Sleep(delay) // fake time: every fake-server test runs in a synctest bubble
 	}
 	if hook != nil {
 		applyFirst, err := hook(req.Msg)
