@@ -169,3 +169,16 @@ func (ps *Pools) HeldBy(ns, name, peer string) [][2]uint32 {
 	})
 	return out
 }
+
+// Names lists the namespace's pools ("" = default) by name.
+func (ps *Pools) Names(ns string) []string {
+	ns = orDefault(ns)
+	var out []string
+	for k := range ps.pools {
+		if k.ns == ns {
+			out = append(out, k.name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/tenurehq/tenure/internal/registrar"
@@ -142,4 +143,18 @@ func ParsePageToken(tok string) (uint64, error) {
 			"page_token: %q is not a token this server issued", tok)
 	}
 	return v, nil
+}
+
+// Names lists the namespace's queues ("" = default) by name: every queue
+// that holds tasks or has held them.
+func (qs *Queues) Names(ns string) []string {
+	ns = orDefault(ns)
+	var out []string
+	for k := range qs.queues {
+		if k.ns == ns {
+			out = append(out, k.name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

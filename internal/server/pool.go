@@ -27,6 +27,7 @@ func init() {
 	routes[v1c.PoolServiceCompletePieceProcedure] = route{true, via[tenurev1.CompletePieceRequest, tenurev1.CompletePieceResponse](v1c.PoolServiceCompletePieceProcedure)}
 	routes[v1c.PoolServiceRankingsProcedure] = route{false, via[tenurev1.RankingsRequest, tenurev1.RankingsResponse](v1c.PoolServiceRankingsProcedure)}
 	routes[v1c.PoolServiceStatusProcedure] = route{false, via[tenurev1.PoolStatusRequest, tenurev1.PoolStatusResponse](v1c.PoolServiceStatusProcedure)}
+	routes[v1c.PoolServiceListPoolsProcedure] = route{false, via[tenurev1.ListPoolsRequest, tenurev1.ListPoolsResponse](v1c.PoolServiceListPoolsProcedure)}
 }
 
 // proposePool validates and replicates a pool command and returns its
@@ -255,4 +256,21 @@ func poolEventScope(pr *logpb.PoolRecord) (ns, resource string) {
 		return pr.Namespace, pool.Resource(pr.Pool, e.Done.FileIndex, e.Done.PieceIndex)
 	}
 	return pr.Namespace, ""
+}
+
+// ListPools names a namespace's pools, by name.
+func (h *poolService) ListPools(ctx context.Context, req *connect.Request[tenurev1.ListPoolsRequest]) (*connect.Response[tenurev1.ListPoolsResponse], error) {
+	m := req.Msg
+	if err := registrar.CheckIdentifier("namespace", m.Namespace, false); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	resp := &tenurev1.ListPoolsResponse{}
+	err := h.s.readPools(ctx, func(ps *pool.Pools) error {
+		resp.Pools = ps.Names(m.Namespace)
+		return nil
+	})
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	return connect.NewResponse(resp), nil
 }

@@ -38,6 +38,7 @@ func init() {
 	routes[v1c.QueueServiceGetTaskProcedure] = route{false, via[tenurev1.GetTaskRequest, tenurev1.GetTaskResponse](v1c.QueueServiceGetTaskProcedure)}
 	routes[v1c.QueueServiceListTasksProcedure] = route{false, via[tenurev1.ListTasksRequest, tenurev1.ListTasksResponse](v1c.QueueServiceListTasksProcedure)}
 	routes[v1c.QueueServiceStatsProcedure] = route{false, via[tenurev1.QueueStatsRequest, tenurev1.QueueStatsResponse](v1c.QueueServiceStatsProcedure)}
+	routes[v1c.QueueServiceListQueuesProcedure] = route{false, via[tenurev1.ListQueuesRequest, tenurev1.ListQueuesResponse](v1c.QueueServiceListQueuesProcedure)}
 }
 
 // proposeQueue replicates a queue command and returns its answer; a
@@ -366,4 +367,26 @@ func (h *queueService) Stats(ctx context.Context, req *connect.Request[tenurev1.
 	}
 	return connect.NewResponse(&tenurev1.QueueStatsResponse{Queued: c.Queued, Leased: c.Leased, Succeeded: c.Succeeded,
 		Failed: c.Failed, Dead: c.Dead, Cancelled: c.Cancelled}), nil
+}
+
+// ListQueues names a namespace's queues with their counts, by name.
+func (h *queueService) ListQueues(ctx context.Context, req *connect.Request[tenurev1.ListQueuesRequest]) (*connect.Response[tenurev1.ListQueuesResponse], error) {
+	s, m := h.s, req.Msg
+	if err := registrar.CheckIdentifier("namespace", m.Namespace, false); err != nil {
+		return nil, s.toConnect(err)
+	}
+	resp := &tenurev1.ListQueuesResponse{}
+	err := s.readQueues(ctx, func(mc *statemachine.Machine, _ registrar.Tick) error {
+		qs := mc.Queues()
+		for _, name := range qs.Names(m.Namespace) {
+			c := qs.Stats(m.Namespace, name)
+			resp.Queues = append(resp.Queues, &tenurev1.QueueSummary{Queue: name, Stats: &tenurev1.QueueStatsResponse{
+				Queued: c.Queued, Leased: c.Leased, Succeeded: c.Succeeded, Failed: c.Failed, Dead: c.Dead, Cancelled: c.Cancelled}})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(resp), nil
 }

@@ -1415,6 +1415,96 @@ func (x *PoolStatusResponse) GetPeers() []*PoolPeerStatus {
 	return nil
 }
 
+type ListPoolsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty means "default".
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoolsRequest) Reset() {
+	*x = ListPoolsRequest{}
+	mi := &file_tenure_v1_pool_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoolsRequest) ProtoMessage() {}
+
+func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_pool_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
+func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListPoolsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type ListPoolsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The namespace's pools, by name.
+	Pools         []string `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoolsResponse) Reset() {
+	*x = ListPoolsResponse{}
+	mi := &file_tenure_v1_pool_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoolsResponse) ProtoMessage() {}
+
+func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_pool_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
+func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListPoolsResponse) GetPools() []string {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
 var File_tenure_v1_pool_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_pool_proto_rawDesc = "" +
@@ -1520,7 +1610,11 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12-\n" +
 	"\x06config\x18\x03 \x01(\v2\x15.tenure.v1.PoolConfigR\x06config\x12/\n" +
 	"\x05files\x18\x04 \x03(\v2\x19.tenure.v1.PoolFileStatusR\x05files\x12/\n" +
-	"\x05peers\x18\x05 \x03(\v2\x19.tenure.v1.PoolPeerStatusR\x05peers*\xcf\x01\n" +
+	"\x05peers\x18\x05 \x03(\v2\x19.tenure.v1.PoolPeerStatusR\x05peers\"0\n" +
+	"\x10ListPoolsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\")\n" +
+	"\x11ListPoolsResponse\x12\x14\n" +
+	"\x05pools\x18\x01 \x03(\tR\x05pools*\xcf\x01\n" +
 	"\x0eRejectedReason\x12\x1f\n" +
 	"\x1bREJECTED_REASON_UNSPECIFIED\x10\x00\x12'\n" +
 	"#REJECTED_REASON_NO_AVAILABLE_PIECES\x10\x01\x12$\n" +
@@ -1536,7 +1630,7 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\"FAILURE_REASON_VERIFICATION_FAILED\x10\x01\x12 \n" +
 	"\x1cFAILURE_REASON_NETWORK_ERROR\x10\x02\x12\x1a\n" +
 	"\x16FAILURE_REASON_TIMEOUT\x10\x03\x12\x1f\n" +
-	"\x1bFAILURE_REASON_INVALID_DATA\x10\x042\xc5\x03\n" +
+	"\x1bFAILURE_REASON_INVALID_DATA\x10\x042\x8d\x04\n" +
 	"\vPoolService\x12I\n" +
 	"\n" +
 	"CreatePool\x12\x1c.tenure.v1.CreatePoolRequest\x1a\x1d.tenure.v1.CreatePoolResponse\x127\n" +
@@ -1544,7 +1638,8 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\rRequestLeases\x12\x1f.tenure.v1.RequestLeasesRequest\x1a .tenure.v1.RequestLeasesResponse\x12R\n" +
 	"\rCompletePiece\x12\x1f.tenure.v1.CompletePieceRequest\x1a .tenure.v1.CompletePieceResponse\x12C\n" +
 	"\bRankings\x12\x1a.tenure.v1.RankingsRequest\x1a\x1b.tenure.v1.RankingsResponse\x12E\n" +
-	"\x06Status\x12\x1c.tenure.v1.PoolStatusRequest\x1a\x1d.tenure.v1.PoolStatusResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
+	"\x06Status\x12\x1c.tenure.v1.PoolStatusRequest\x1a\x1d.tenure.v1.PoolStatusResponse\x12F\n" +
+	"\tListPools\x12\x1b.tenure.v1.ListPoolsRequest\x1a\x1c.tenure.v1.ListPoolsResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_pool_proto_rawDescOnce sync.Once
@@ -1559,7 +1654,7 @@ func file_tenure_v1_pool_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_pool_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tenure_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_tenure_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_tenure_v1_pool_proto_goTypes = []any{
 	(RejectedReason)(0),           // 0: tenure.v1.RejectedReason
 	(CompletionResult)(0),         // 1: tenure.v1.CompletionResult
@@ -1583,17 +1678,19 @@ var file_tenure_v1_pool_proto_goTypes = []any{
 	(*PoolPeerStatus)(nil),        // 19: tenure.v1.PoolPeerStatus
 	(*PoolStatusRequest)(nil),     // 20: tenure.v1.PoolStatusRequest
 	(*PoolStatusResponse)(nil),    // 21: tenure.v1.PoolStatusResponse
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*ListPoolsRequest)(nil),      // 22: tenure.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),     // 23: tenure.v1.ListPoolsResponse
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
 }
 var file_tenure_v1_pool_proto_depIdxs = []int32{
-	22, // 0: tenure.v1.PoolConfig.lease_duration:type_name -> google.protobuf.Duration
+	24, // 0: tenure.v1.PoolConfig.lease_duration:type_name -> google.protobuf.Duration
 	3,  // 1: tenure.v1.CreatePoolRequest.config:type_name -> tenure.v1.PoolConfig
 	3,  // 2: tenure.v1.CreatePoolResponse.config:type_name -> tenure.v1.PoolConfig
 	4,  // 3: tenure.v1.WantRequest.ranges:type_name -> tenure.v1.PieceRange
 	18, // 4: tenure.v1.WantResponse.file:type_name -> tenure.v1.PoolFileStatus
 	5,  // 5: tenure.v1.RequestLeasesRequest.have:type_name -> tenure.v1.HaveMap
-	23, // 6: tenure.v1.PieceLease.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 6: tenure.v1.PieceLease.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 7: tenure.v1.RequestLeasesResponse.leases:type_name -> tenure.v1.PieceLease
 	0,  // 8: tenure.v1.RequestLeasesResponse.rejected_reason:type_name -> tenure.v1.RejectedReason
 	1,  // 9: tenure.v1.CompletePieceRequest.result:type_name -> tenure.v1.CompletionResult
@@ -1609,14 +1706,16 @@ var file_tenure_v1_pool_proto_depIdxs = []int32{
 	13, // 19: tenure.v1.PoolService.CompletePiece:input_type -> tenure.v1.CompletePieceRequest
 	16, // 20: tenure.v1.PoolService.Rankings:input_type -> tenure.v1.RankingsRequest
 	20, // 21: tenure.v1.PoolService.Status:input_type -> tenure.v1.PoolStatusRequest
-	7,  // 22: tenure.v1.PoolService.CreatePool:output_type -> tenure.v1.CreatePoolResponse
-	9,  // 23: tenure.v1.PoolService.Want:output_type -> tenure.v1.WantResponse
-	12, // 24: tenure.v1.PoolService.RequestLeases:output_type -> tenure.v1.RequestLeasesResponse
-	14, // 25: tenure.v1.PoolService.CompletePiece:output_type -> tenure.v1.CompletePieceResponse
-	17, // 26: tenure.v1.PoolService.Rankings:output_type -> tenure.v1.RankingsResponse
-	21, // 27: tenure.v1.PoolService.Status:output_type -> tenure.v1.PoolStatusResponse
-	22, // [22:28] is the sub-list for method output_type
-	16, // [16:22] is the sub-list for method input_type
+	22, // 22: tenure.v1.PoolService.ListPools:input_type -> tenure.v1.ListPoolsRequest
+	7,  // 23: tenure.v1.PoolService.CreatePool:output_type -> tenure.v1.CreatePoolResponse
+	9,  // 24: tenure.v1.PoolService.Want:output_type -> tenure.v1.WantResponse
+	12, // 25: tenure.v1.PoolService.RequestLeases:output_type -> tenure.v1.RequestLeasesResponse
+	14, // 26: tenure.v1.PoolService.CompletePiece:output_type -> tenure.v1.CompletePieceResponse
+	17, // 27: tenure.v1.PoolService.Rankings:output_type -> tenure.v1.RankingsResponse
+	21, // 28: tenure.v1.PoolService.Status:output_type -> tenure.v1.PoolStatusResponse
+	23, // 29: tenure.v1.PoolService.ListPools:output_type -> tenure.v1.ListPoolsResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -1634,7 +1733,7 @@ func file_tenure_v1_pool_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_pool_proto_rawDesc), len(file_tenure_v1_pool_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1312,6 +1312,149 @@ func (x *QueueStatsResponse) GetCancelled() uint64 {
 	return 0
 }
 
+type ListQueuesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty means "default".
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQueuesRequest) Reset() {
+	*x = ListQueuesRequest{}
+	mi := &file_tenure_v1_queue_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQueuesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQueuesRequest) ProtoMessage() {}
+
+func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_queue_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
+func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListQueuesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+// QueueSummary is one queue and its tasks by state.
+type QueueSummary struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Stats         *QueueStatsResponse    `protobuf:"bytes,2,opt,name=stats,proto3" json:"stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSummary) Reset() {
+	*x = QueueSummary{}
+	mi := &file_tenure_v1_queue_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSummary) ProtoMessage() {}
+
+func (x *QueueSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_queue_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSummary.ProtoReflect.Descriptor instead.
+func (*QueueSummary) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *QueueSummary) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueSummary) GetStats() *QueueStatsResponse {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+type ListQueuesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every queue of the namespace that holds tasks or has held them, by name.
+	Queues        []*QueueSummary `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQueuesResponse) Reset() {
+	*x = ListQueuesResponse{}
+	mi := &file_tenure_v1_queue_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQueuesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQueuesResponse) ProtoMessage() {}
+
+func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_queue_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
+func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListQueuesResponse) GetQueues() []*QueueSummary {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
 var File_tenure_v1_queue_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_queue_proto_rawDesc = "" +
@@ -1411,7 +1554,14 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\tsucceeded\x18\x03 \x01(\x04R\tsucceeded\x12\x16\n" +
 	"\x06failed\x18\x04 \x01(\x04R\x06failed\x12\x12\n" +
 	"\x04dead\x18\x05 \x01(\x04R\x04dead\x12\x1c\n" +
-	"\tcancelled\x18\x06 \x01(\x04R\tcancelled*\xb5\x01\n" +
+	"\tcancelled\x18\x06 \x01(\x04R\tcancelled\"1\n" +
+	"\x11ListQueuesRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"Y\n" +
+	"\fQueueSummary\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x123\n" +
+	"\x05stats\x18\x02 \x01(\v2\x1d.tenure.v1.QueueStatsResponseR\x05stats\"E\n" +
+	"\x12ListQueuesResponse\x12/\n" +
+	"\x06queues\x18\x01 \x03(\v2\x17.tenure.v1.QueueSummaryR\x06queues*\xb5\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11TASK_STATE_QUEUED\x10\x01\x12\x15\n" +
@@ -1419,7 +1569,7 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\x14TASK_STATE_SUCCEEDED\x10\x03\x12\x15\n" +
 	"\x11TASK_STATE_FAILED\x10\x04\x12\x13\n" +
 	"\x0fTASK_STATE_DEAD\x10\x05\x12\x18\n" +
-	"\x14TASK_STATE_CANCELLED\x10\x062\x99\x04\n" +
+	"\x14TASK_STATE_CANCELLED\x10\x062\xe4\x04\n" +
 	"\fQueueService\x12@\n" +
 	"\aEnqueue\x12\x19.tenure.v1.EnqueueRequest\x1a\x1a.tenure.v1.EnqueueResponse\x12:\n" +
 	"\x05Claim\x12\x17.tenure.v1.ClaimRequest\x1a\x18.tenure.v1.ClaimResponse\x12C\n" +
@@ -1428,7 +1578,9 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\x06Cancel\x12\x18.tenure.v1.CancelRequest\x1a\x19.tenure.v1.CancelResponse\x12@\n" +
 	"\aGetTask\x12\x19.tenure.v1.GetTaskRequest\x1a\x1a.tenure.v1.GetTaskResponse\x12F\n" +
 	"\tListTasks\x12\x1b.tenure.v1.ListTasksRequest\x1a\x1c.tenure.v1.ListTasksResponse\x12D\n" +
-	"\x05Stats\x12\x1c.tenure.v1.QueueStatsRequest\x1a\x1d.tenure.v1.QueueStatsResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
+	"\x05Stats\x12\x1c.tenure.v1.QueueStatsRequest\x1a\x1d.tenure.v1.QueueStatsResponse\x12I\n" +
+	"\n" +
+	"ListQueues\x12\x1c.tenure.v1.ListQueuesRequest\x1a\x1d.tenure.v1.ListQueuesResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_queue_proto_rawDescOnce sync.Once
@@ -1443,7 +1595,7 @@ func file_tenure_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_tenure_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_tenure_v1_queue_proto_goTypes = []any{
 	(TaskState)(0),                // 0: tenure.v1.TaskState
 	(*Task)(nil),                  // 1: tenure.v1.Task
@@ -1464,51 +1616,58 @@ var file_tenure_v1_queue_proto_goTypes = []any{
 	(*ListTasksResponse)(nil),     // 16: tenure.v1.ListTasksResponse
 	(*QueueStatsRequest)(nil),     // 17: tenure.v1.QueueStatsRequest
 	(*QueueStatsResponse)(nil),    // 18: tenure.v1.QueueStatsResponse
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*Lease)(nil),                 // 20: tenure.v1.Lease
-	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
+	(*ListQueuesRequest)(nil),     // 19: tenure.v1.ListQueuesRequest
+	(*QueueSummary)(nil),          // 20: tenure.v1.QueueSummary
+	(*ListQueuesResponse)(nil),    // 21: tenure.v1.ListQueuesResponse
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*Lease)(nil),                 // 23: tenure.v1.Lease
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
 }
 var file_tenure_v1_queue_proto_depIdxs = []int32{
 	0,  // 0: tenure.v1.Task.state:type_name -> tenure.v1.TaskState
-	19, // 1: tenure.v1.Task.not_before:type_name -> google.protobuf.Timestamp
-	19, // 2: tenure.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	19, // 3: tenure.v1.Task.claimed_at:type_name -> google.protobuf.Timestamp
-	19, // 4: tenure.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
-	20, // 5: tenure.v1.Task.lease:type_name -> tenure.v1.Lease
-	19, // 6: tenure.v1.NewTask.not_before:type_name -> google.protobuf.Timestamp
+	22, // 1: tenure.v1.Task.not_before:type_name -> google.protobuf.Timestamp
+	22, // 2: tenure.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	22, // 3: tenure.v1.Task.claimed_at:type_name -> google.protobuf.Timestamp
+	22, // 4: tenure.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
+	23, // 5: tenure.v1.Task.lease:type_name -> tenure.v1.Lease
+	22, // 6: tenure.v1.NewTask.not_before:type_name -> google.protobuf.Timestamp
 	2,  // 7: tenure.v1.EnqueueRequest.tasks:type_name -> tenure.v1.NewTask
 	1,  // 8: tenure.v1.EnqueueResponse.tasks:type_name -> tenure.v1.Task
-	21, // 9: tenure.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
-	21, // 10: tenure.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	24, // 9: tenure.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
+	24, // 10: tenure.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 11: tenure.v1.ClaimResponse.tasks:type_name -> tenure.v1.Task
 	1,  // 12: tenure.v1.CompleteResponse.task:type_name -> tenure.v1.Task
-	21, // 13: tenure.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
+	24, // 13: tenure.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
 	1,  // 14: tenure.v1.FailResponse.task:type_name -> tenure.v1.Task
 	1,  // 15: tenure.v1.CancelResponse.task:type_name -> tenure.v1.Task
 	1,  // 16: tenure.v1.GetTaskResponse.task:type_name -> tenure.v1.Task
 	0,  // 17: tenure.v1.ListTasksRequest.states:type_name -> tenure.v1.TaskState
 	1,  // 18: tenure.v1.ListTasksResponse.tasks:type_name -> tenure.v1.Task
-	3,  // 19: tenure.v1.QueueService.Enqueue:input_type -> tenure.v1.EnqueueRequest
-	5,  // 20: tenure.v1.QueueService.Claim:input_type -> tenure.v1.ClaimRequest
-	7,  // 21: tenure.v1.QueueService.Complete:input_type -> tenure.v1.CompleteRequest
-	9,  // 22: tenure.v1.QueueService.Fail:input_type -> tenure.v1.FailRequest
-	11, // 23: tenure.v1.QueueService.Cancel:input_type -> tenure.v1.CancelRequest
-	13, // 24: tenure.v1.QueueService.GetTask:input_type -> tenure.v1.GetTaskRequest
-	15, // 25: tenure.v1.QueueService.ListTasks:input_type -> tenure.v1.ListTasksRequest
-	17, // 26: tenure.v1.QueueService.Stats:input_type -> tenure.v1.QueueStatsRequest
-	4,  // 27: tenure.v1.QueueService.Enqueue:output_type -> tenure.v1.EnqueueResponse
-	6,  // 28: tenure.v1.QueueService.Claim:output_type -> tenure.v1.ClaimResponse
-	8,  // 29: tenure.v1.QueueService.Complete:output_type -> tenure.v1.CompleteResponse
-	10, // 30: tenure.v1.QueueService.Fail:output_type -> tenure.v1.FailResponse
-	12, // 31: tenure.v1.QueueService.Cancel:output_type -> tenure.v1.CancelResponse
-	14, // 32: tenure.v1.QueueService.GetTask:output_type -> tenure.v1.GetTaskResponse
-	16, // 33: tenure.v1.QueueService.ListTasks:output_type -> tenure.v1.ListTasksResponse
-	18, // 34: tenure.v1.QueueService.Stats:output_type -> tenure.v1.QueueStatsResponse
-	27, // [27:35] is the sub-list for method output_type
-	19, // [19:27] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	18, // 19: tenure.v1.QueueSummary.stats:type_name -> tenure.v1.QueueStatsResponse
+	20, // 20: tenure.v1.ListQueuesResponse.queues:type_name -> tenure.v1.QueueSummary
+	3,  // 21: tenure.v1.QueueService.Enqueue:input_type -> tenure.v1.EnqueueRequest
+	5,  // 22: tenure.v1.QueueService.Claim:input_type -> tenure.v1.ClaimRequest
+	7,  // 23: tenure.v1.QueueService.Complete:input_type -> tenure.v1.CompleteRequest
+	9,  // 24: tenure.v1.QueueService.Fail:input_type -> tenure.v1.FailRequest
+	11, // 25: tenure.v1.QueueService.Cancel:input_type -> tenure.v1.CancelRequest
+	13, // 26: tenure.v1.QueueService.GetTask:input_type -> tenure.v1.GetTaskRequest
+	15, // 27: tenure.v1.QueueService.ListTasks:input_type -> tenure.v1.ListTasksRequest
+	17, // 28: tenure.v1.QueueService.Stats:input_type -> tenure.v1.QueueStatsRequest
+	19, // 29: tenure.v1.QueueService.ListQueues:input_type -> tenure.v1.ListQueuesRequest
+	4,  // 30: tenure.v1.QueueService.Enqueue:output_type -> tenure.v1.EnqueueResponse
+	6,  // 31: tenure.v1.QueueService.Claim:output_type -> tenure.v1.ClaimResponse
+	8,  // 32: tenure.v1.QueueService.Complete:output_type -> tenure.v1.CompleteResponse
+	10, // 33: tenure.v1.QueueService.Fail:output_type -> tenure.v1.FailResponse
+	12, // 34: tenure.v1.QueueService.Cancel:output_type -> tenure.v1.CancelResponse
+	14, // 35: tenure.v1.QueueService.GetTask:output_type -> tenure.v1.GetTaskResponse
+	16, // 36: tenure.v1.QueueService.ListTasks:output_type -> tenure.v1.ListTasksResponse
+	18, // 37: tenure.v1.QueueService.Stats:output_type -> tenure.v1.QueueStatsResponse
+	21, // 38: tenure.v1.QueueService.ListQueues:output_type -> tenure.v1.ListQueuesResponse
+	30, // [30:39] is the sub-list for method output_type
+	21, // [21:30] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_queue_proto_init() }
@@ -1523,7 +1682,7 @@ func file_tenure_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_queue_proto_rawDesc), len(file_tenure_v1_queue_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

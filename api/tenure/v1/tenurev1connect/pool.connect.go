@@ -47,6 +47,8 @@ const (
 	PoolServiceRankingsProcedure = "/tenure.v1.PoolService/Rankings"
 	// PoolServiceStatusProcedure is the fully-qualified name of the PoolService's Status RPC.
 	PoolServiceStatusProcedure = "/tenure.v1.PoolService/Status"
+	// PoolServiceListPoolsProcedure is the fully-qualified name of the PoolService's ListPools RPC.
+	PoolServiceListPoolsProcedure = "/tenure.v1.PoolService/ListPools"
 )
 
 // PoolServiceClient is a client for the tenure.v1.PoolService service.
@@ -57,6 +59,8 @@ type PoolServiceClient interface {
 	CompletePiece(context.Context, *connect.Request[v1.CompletePieceRequest]) (*connect.Response[v1.CompletePieceResponse], error)
 	Rankings(context.Context, *connect.Request[v1.RankingsRequest]) (*connect.Response[v1.RankingsResponse], error)
 	Status(context.Context, *connect.Request[v1.PoolStatusRequest]) (*connect.Response[v1.PoolStatusResponse], error)
+	// ListPools names a namespace's pools (the dashboard's pool list).
+	ListPools(context.Context, *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error)
 }
 
 // NewPoolServiceClient constructs a client for the tenure.v1.PoolService service. By default, it
@@ -106,6 +110,12 @@ func NewPoolServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(poolServiceMethods.ByName("Status")),
 			connect.WithClientOptions(opts...),
 		),
+		listPools: connect.NewClient[v1.ListPoolsRequest, v1.ListPoolsResponse](
+			httpClient,
+			baseURL+PoolServiceListPoolsProcedure,
+			connect.WithSchema(poolServiceMethods.ByName("ListPools")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -117,6 +127,7 @@ type poolServiceClient struct {
 	completePiece *connect.Client[v1.CompletePieceRequest, v1.CompletePieceResponse]
 	rankings      *connect.Client[v1.RankingsRequest, v1.RankingsResponse]
 	status        *connect.Client[v1.PoolStatusRequest, v1.PoolStatusResponse]
+	listPools     *connect.Client[v1.ListPoolsRequest, v1.ListPoolsResponse]
 }
 
 // CreatePool calls tenure.v1.PoolService.CreatePool.
@@ -149,6 +160,11 @@ func (c *poolServiceClient) Status(ctx context.Context, req *connect.Request[v1.
 	return c.status.CallUnary(ctx, req)
 }
 
+// ListPools calls tenure.v1.PoolService.ListPools.
+func (c *poolServiceClient) ListPools(ctx context.Context, req *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error) {
+	return c.listPools.CallUnary(ctx, req)
+}
+
 // PoolServiceHandler is an implementation of the tenure.v1.PoolService service.
 type PoolServiceHandler interface {
 	CreatePool(context.Context, *connect.Request[v1.CreatePoolRequest]) (*connect.Response[v1.CreatePoolResponse], error)
@@ -157,6 +173,8 @@ type PoolServiceHandler interface {
 	CompletePiece(context.Context, *connect.Request[v1.CompletePieceRequest]) (*connect.Response[v1.CompletePieceResponse], error)
 	Rankings(context.Context, *connect.Request[v1.RankingsRequest]) (*connect.Response[v1.RankingsResponse], error)
 	Status(context.Context, *connect.Request[v1.PoolStatusRequest]) (*connect.Response[v1.PoolStatusResponse], error)
+	// ListPools names a namespace's pools (the dashboard's pool list).
+	ListPools(context.Context, *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error)
 }
 
 // NewPoolServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -202,6 +220,12 @@ func NewPoolServiceHandler(svc PoolServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(poolServiceMethods.ByName("Status")),
 		connect.WithHandlerOptions(opts...),
 	)
+	poolServiceListPoolsHandler := connect.NewUnaryHandler(
+		PoolServiceListPoolsProcedure,
+		svc.ListPools,
+		connect.WithSchema(poolServiceMethods.ByName("ListPools")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.PoolService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case PoolServiceCreatePoolProcedure:
@@ -216,6 +240,8 @@ func NewPoolServiceHandler(svc PoolServiceHandler, opts ...connect.HandlerOption
 			poolServiceRankingsHandler.ServeHTTP(w, r)
 		case PoolServiceStatusProcedure:
 			poolServiceStatusHandler.ServeHTTP(w, r)
+		case PoolServiceListPoolsProcedure:
+			poolServiceListPoolsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -247,4 +273,8 @@ func (UnimplementedPoolServiceHandler) Rankings(context.Context, *connect.Reques
 
 func (UnimplementedPoolServiceHandler) Status(context.Context, *connect.Request[v1.PoolStatusRequest]) (*connect.Response[v1.PoolStatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.PoolService.Status is not implemented"))
+}
+
+func (UnimplementedPoolServiceHandler) ListPools(context.Context, *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.PoolService.ListPools is not implemented"))
 }

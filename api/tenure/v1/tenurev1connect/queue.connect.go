@@ -49,6 +49,8 @@ const (
 	QueueServiceListTasksProcedure = "/tenure.v1.QueueService/ListTasks"
 	// QueueServiceStatsProcedure is the fully-qualified name of the QueueService's Stats RPC.
 	QueueServiceStatsProcedure = "/tenure.v1.QueueService/Stats"
+	// QueueServiceListQueuesProcedure is the fully-qualified name of the QueueService's ListQueues RPC.
+	QueueServiceListQueuesProcedure = "/tenure.v1.QueueService/ListQueues"
 )
 
 // QueueServiceClient is a client for the tenure.v1.QueueService service.
@@ -61,6 +63,9 @@ type QueueServiceClient interface {
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
 	Stats(context.Context, *connect.Request[v1.QueueStatsRequest]) (*connect.Response[v1.QueueStatsResponse], error)
+	// ListQueues names a namespace's queues with their counts (the dashboard's
+	// queue list).
+	ListQueues(context.Context, *connect.Request[v1.ListQueuesRequest]) (*connect.Response[v1.ListQueuesResponse], error)
 }
 
 // NewQueueServiceClient constructs a client for the tenure.v1.QueueService service. By default, it
@@ -122,19 +127,26 @@ func NewQueueServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(queueServiceMethods.ByName("Stats")),
 			connect.WithClientOptions(opts...),
 		),
+		listQueues: connect.NewClient[v1.ListQueuesRequest, v1.ListQueuesResponse](
+			httpClient,
+			baseURL+QueueServiceListQueuesProcedure,
+			connect.WithSchema(queueServiceMethods.ByName("ListQueues")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // queueServiceClient implements QueueServiceClient.
 type queueServiceClient struct {
-	enqueue   *connect.Client[v1.EnqueueRequest, v1.EnqueueResponse]
-	claim     *connect.Client[v1.ClaimRequest, v1.ClaimResponse]
-	complete  *connect.Client[v1.CompleteRequest, v1.CompleteResponse]
-	fail      *connect.Client[v1.FailRequest, v1.FailResponse]
-	cancel    *connect.Client[v1.CancelRequest, v1.CancelResponse]
-	getTask   *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
-	listTasks *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
-	stats     *connect.Client[v1.QueueStatsRequest, v1.QueueStatsResponse]
+	enqueue    *connect.Client[v1.EnqueueRequest, v1.EnqueueResponse]
+	claim      *connect.Client[v1.ClaimRequest, v1.ClaimResponse]
+	complete   *connect.Client[v1.CompleteRequest, v1.CompleteResponse]
+	fail       *connect.Client[v1.FailRequest, v1.FailResponse]
+	cancel     *connect.Client[v1.CancelRequest, v1.CancelResponse]
+	getTask    *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
+	listTasks  *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
+	stats      *connect.Client[v1.QueueStatsRequest, v1.QueueStatsResponse]
+	listQueues *connect.Client[v1.ListQueuesRequest, v1.ListQueuesResponse]
 }
 
 // Enqueue calls tenure.v1.QueueService.Enqueue.
@@ -177,6 +189,11 @@ func (c *queueServiceClient) Stats(ctx context.Context, req *connect.Request[v1.
 	return c.stats.CallUnary(ctx, req)
 }
 
+// ListQueues calls tenure.v1.QueueService.ListQueues.
+func (c *queueServiceClient) ListQueues(ctx context.Context, req *connect.Request[v1.ListQueuesRequest]) (*connect.Response[v1.ListQueuesResponse], error) {
+	return c.listQueues.CallUnary(ctx, req)
+}
+
 // QueueServiceHandler is an implementation of the tenure.v1.QueueService service.
 type QueueServiceHandler interface {
 	Enqueue(context.Context, *connect.Request[v1.EnqueueRequest]) (*connect.Response[v1.EnqueueResponse], error)
@@ -187,6 +204,9 @@ type QueueServiceHandler interface {
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	ListTasks(context.Context, *connect.Request[v1.ListTasksRequest]) (*connect.Response[v1.ListTasksResponse], error)
 	Stats(context.Context, *connect.Request[v1.QueueStatsRequest]) (*connect.Response[v1.QueueStatsResponse], error)
+	// ListQueues names a namespace's queues with their counts (the dashboard's
+	// queue list).
+	ListQueues(context.Context, *connect.Request[v1.ListQueuesRequest]) (*connect.Response[v1.ListQueuesResponse], error)
 }
 
 // NewQueueServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -244,6 +264,12 @@ func NewQueueServiceHandler(svc QueueServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(queueServiceMethods.ByName("Stats")),
 		connect.WithHandlerOptions(opts...),
 	)
+	queueServiceListQueuesHandler := connect.NewUnaryHandler(
+		QueueServiceListQueuesProcedure,
+		svc.ListQueues,
+		connect.WithSchema(queueServiceMethods.ByName("ListQueues")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.QueueService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case QueueServiceEnqueueProcedure:
@@ -262,6 +288,8 @@ func NewQueueServiceHandler(svc QueueServiceHandler, opts ...connect.HandlerOpti
 			queueServiceListTasksHandler.ServeHTTP(w, r)
 		case QueueServiceStatsProcedure:
 			queueServiceStatsHandler.ServeHTTP(w, r)
+		case QueueServiceListQueuesProcedure:
+			queueServiceListQueuesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -301,4 +329,8 @@ func (UnimplementedQueueServiceHandler) ListTasks(context.Context, *connect.Requ
 
 func (UnimplementedQueueServiceHandler) Stats(context.Context, *connect.Request[v1.QueueStatsRequest]) (*connect.Response[v1.QueueStatsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.QueueService.Stats is not implemented"))
+}
+
+func (UnimplementedQueueServiceHandler) ListQueues(context.Context, *connect.Request[v1.ListQueuesRequest]) (*connect.Response[v1.ListQueuesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.QueueService.ListQueues is not implemented"))
 }
