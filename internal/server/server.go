@@ -1,8 +1,9 @@
 // Package server serves Tenure's API (API.md) over Connect: gRPC, gRPC-Web
-// and Connect JSON on one port (h2c on loopback), plus /healthz, /readyz
-// and /metrics. Handlers validate requests, convert them to logpb commands
-// for the cluster package, and map every domain error through one table
-// (errors.go) to a Connect code with a google.rpc.ErrorInfo detail.
+// and Connect JSON on one port (h2c on loopback), plus /healthz, /readyz,
+// /metrics and the dashboard at /ui/ (package ui). Handlers validate
+// requests, convert them to logpb commands for the cluster package, and map
+// every domain error through one table (errors.go) to a Connect code with a
+// google.rpc.ErrorInfo detail.
 package server
 
 import (
@@ -23,6 +24,7 @@ import (
 
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/internal/ui"
 )
 
 // DefaultJoinTimeout bounds how long a joining node keeps asking.
@@ -156,6 +158,8 @@ func Start(cfg Config) (*Server, error) {
 		w.Write([]byte("ok\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET "+ui.Prefix, ui.Handler())
+	mux.Handle("GET /{$}", http.RedirectHandler(ui.Prefix, http.StatusFound))
 
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)

@@ -1,0 +1,191 @@
+// The dashboard's only way to the server: Connect JSON calls, the Watch
+// stream over the Connect streaming protocol, and /metrics.
+
+const TOKEN_KEY = 'tenure.token';
+const NS_KEY = 'tenure.namespace';
+
+export function token() { return localStorage.getItem(TOKEN_KEY) || ''; }
+export function setToken(t) { t ? localStorage.setItem(TOKEN_KEY, t) : localStorage.removeItem(TOKEN_KEY); }
+export function namespace() { return localStorage.getItem(NS_KEY) || 'default'; }
+export function setNamespace(ns) { ns && ns !== 'default' ? localStorage.setItem(NS_KEY, ns) : localStorage.removeItem(NS_KEY); }
+
+// ApiError is a Connect error: code (e.g. "permission_denied"), reason
+// (Tenure's machine-readable reason, e.g. "LEASE_HELD") and message.
+export class ApiError extends Error {
+  constructor(code, message, reason) {
+    super(message);
+    this.code = code || 'unknown';
+    this.reason = reason || reasonOf(message) || this.code.toUpperCase();
+  }
+  // describe is the text shown to the operator.
+  describe() {
+    let hint = '';
+    if (this.code === 'unauthenticated') hint = '\nEnter a valid token in the header and press Apply.';
+    if (this.code === 'permission_denied' && this.reason === 'PERMISSION_DENIED') hint = '\nThe token in use does not allow this.';
+    return `${this.code}: ${this.message}${hint}`;
+  }
+}
+
+function reasonOf(message) {
+  const m = /^([A-Z][A-Z_]+):/.exec(message || '');
+  return m ? m[1] : '';
+}
+
+function errorFrom(body, status) {
+  if (body && typeof body === 'object' && body.code) {
+    let reason = '';
+    for (const d of body.details || []) {
+      if (d.debug && d.debug.reason) reason = d.debug.reason;
+    }
+    return new ApiError(body.code, body.message || '', reason);
+  }
+  return new ApiError('unknown', `HTTP ${status}`);
+}
+
+function headers(contentType) {
+  const h = { 'Content-Type': contentType, 'Connect-Protocol-Version': '1' };
+  const t = token();
+  if (t) h.Authorization = `Bearer ${t}`;
+  return h;
+}
+
+// call makes a unary Connect JSON call: call('LeaseService', 'List', {...}).
+export async function call(service, method, body = {}, signal) {
+  let res;
+  try {
+    res = await fetch(`/tenure.v1.${service}/${method}`, {
+      method: 'POST', headers: headers('application/json'), body: JSON.stringify(body), signal,
+    });
+  } catch (e) {
+    if (e.name === 'AbortError') throw e;
+    throw new ApiError('unavailable', `cannot reach the server: ${e.message}`);
+  }
+  const text = await res.text();
+  let data = {};
+  if (text) {
+    try { data = JSON.parse(text); } catch { throw new ApiError('unknown', `HTTP ${res.status}: ${text.slice(0, 200)}`); }
+  }
+  if (!res.ok) throw errorFrom(data, res.status);
+  return data;
+}
+
+// Envelope flags of the Connect streaming protocol.
+const END_STREAM = 0x02;
+const COMPRESSED = 0x01;
+
+function envelope(obj) {
+  const payload = new TextEncoder().encode(JSON.stringify(obj));
+  const out = new Uint8Array(5 + payload.length);
+  new DataView(out.buffer).setUint32(1, payload.length);
+  out.set(payload, 5);
+  return out;
+}
+
+// watch follows LeaseService.Watch for req ({namespace, prefix}) and calls
+// onEvent for each event and onState({state, detail}) as the stream opens,
+// drops and reconnects. A dropped stream resumes after the last index seen.
+// Returns a function that stops it.
+export function watch(req, onEvent, onState) {
+  let stopped = false;
+  let ctrl = null;
+  let after = req.afterIndex || '0';
+  let delay = 500;
+  const run = async () => {
+    while (!stopped) {
+      ctrl = new AbortController();
+      let err = null;
+      try {
+        onState({ state: 'connecting' });
+        await stream({ ...req, afterIndex: after }, ctrl.signal, (ev) => {
+          after = ev.index;
+          delay = 500;
+          onEvent(ev);
+        }, () => onState({ state: 'live' }));
+        err = new ApiError('unavailable', 'the stream ended');
+      } catch (e) {
+        err = e;
+      }
+      if (stopped) return;
+      if (err instanceof ApiError && err.code === 'invalid_argument' && after !== '0') {
+        // The feed no longer holds our position: start live again.
+        onState({ state: 'gap', detail: err.message });
+        after = '0';
+      } else {
+        onState({ state: 'down', detail: err instanceof ApiError ? err.describe() : String(err) });
+      }
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 8000);
+    }
+  };
+  run();
+  return () => { stopped = true; if (ctrl) ctrl.abort(); };
+}
+
+async function stream(req, signal, onEvent, onOpen) {
+  let res;
+  try {
+    res = await fetch('/tenure.v1.LeaseService/Watch', {
+      method: 'POST', headers: headers('application/connect+json'), body: envelope(req), signal,
+    });
+  } catch (e) {
+    if (signal.aborted) throw e;
+    throw new ApiError('unavailable', `cannot reach the server: ${e.message}`);
+  }
+  if (!res.ok) {
+    let data = {};
+    try { data = await res.json(); } catch { /* not JSON */ }
+    throw errorFrom(data, res.status);
+  }
+  onOpen();
+  const reader = res.body.getReader();
+  let buf = new Uint8Array(0);
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    const joined = new Uint8Array(buf.length + value.length);
+    joined.set(buf); joined.set(value, buf.length);
+    buf = joined;
+    while (buf.length >= 5) {
+      const dv = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+      const flags = dv.getUint8(0);
+      const len = dv.getUint32(1);
+      if (buf.length < 5 + len) break;
+      const msg = JSON.parse(new TextDecoder().decode(buf.subarray(5, 5 + len)));
+      buf = buf.slice(5 + len);
+      if (flags & COMPRESSED) throw new ApiError('internal', 'compressed stream message (the dashboard does not ask for compression)');
+      if (flags & END_STREAM) {
+        if (msg.error) throw errorFrom(msg.error, 200);
+        return;
+      }
+      if (msg.event) onEvent(msg.event);
+    }
+  }
+}
+
+// metrics fetches /metrics and returns {name -> [{labels, value}]} for the
+// tenure_* series.
+export async function metrics(signal) {
+  const h = {};
+  const t = token();
+  if (t) h.Authorization = `Bearer ${t}`;
+  const res = await fetch('/metrics', { headers: h, signal });
+  if (!res.ok) throw new ApiError('unavailable', `/metrics answered HTTP ${res.status}`);
+  return parseMetrics(await res.text());
+}
+
+// parseMetrics reads the Prometheus text format (only what the dashboard
+// needs: tenure_* samples with their labels).
+export function parseMetrics(text) {
+  const out = {};
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('tenure_')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+(\S+)/.exec(line);
+    if (!m) continue;
+    const labels = {};
+    if (m[3]) {
+      for (const l of m[3].matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]] = l[2];
+    }
+    (out[m[1]] ||= []).push({ labels, value: Number(m[4]) });
+  }
+  return out;
+}

@@ -1,0 +1,128 @@
+// The dashboard shell: settings, the hash router and the one Watch stream
+// that every view shares.
+import * as api from './api.js';
+import { h, replace, errorBox } from './dom.js';
+import overview from './overview.js';
+import leases from './leases.js';
+import resource from './resource.js';
+import { queues, queuePage, taskPage } from './queues.js';
+import { pools, poolPage } from './pools.js';
+import events from './events.js';
+
+const routes = [
+  [/^\/?$/, overview, 'overview'],
+  [/^\/leases$/, leases, 'leases'],
+  [/^\/resource\/(.+)$/, resource, 'leases'],
+  [/^\/queues$/, queues, 'queues'],
+  [/^\/queues\/([^/]+)$/, queuePage, 'queues'],
+  [/^\/queues\/([^/]+)\/([^/]+)$/, taskPage, 'queues'],
+  [/^\/pools$/, pools, 'pools'],
+  [/^\/pools\/([^/]+)$/, poolPage, 'pools'],
+  [/^\/events$/, events, 'events'],
+];
+
+// The shared event feed: the last MAX_EVENTS events of the namespace.
+const MAX_EVENTS = 500;
+export const feed = { events: [], listeners: new Set(), state: 'connecting', detail: '' };
+let stopWatch = null;
+let watchGen = 0;
+
+// BACKLOG is how many ledger records before now the feed starts with, so
+// the event pages are not empty on arrival (when the server's in-memory
+// feed still holds them; otherwise the stream starts live).
+const BACKLOG = 200;
+
+async function startWatch() {
+  if (stopWatch) stopWatch();
+  stopWatch = null;
+  const gen = ++watchGen;
+  feed.events = [];
+  const live = document.getElementById('live');
+  let after = '0';
+  try {
+    const st = await api.call('ClusterService', 'Status');
+    const head = Number(st.ledgerIndex || 0);
+    if (head > 0) after = String(Math.max(1, head - BACKLOG));
+  } catch { /* start live; the views show the error */ }
+  if (gen !== watchGen) return; // a newer start (namespace change) won
+  stopWatch = api.watch({ namespace: api.namespace(), afterIndex: after }, (ev) => {
+    feed.events.push(ev);
+    if (feed.events.length > MAX_EVENTS) feed.events.splice(0, feed.events.length - MAX_EVENTS);
+    for (const fn of feed.listeners) fn(ev);
+  }, ({ state, detail }) => {
+    feed.state = state;
+    feed.detail = detail || '';
+    live.textContent = { connecting: 'feed: connecting', live: 'feed: live', down: 'feed: reconnecting', gap: 'feed: resumed live (gap)' }[state];
+    live.className = `live ${state === 'live' ? 'ok' : state === 'down' ? 'bad' : ''}`;
+    live.title = detail || 'Live event feed (LeaseService.Watch)';
+  });
+}
+
+let cleanup = [];
+
+function route() {
+  for (const fn of cleanup) fn();
+  cleanup = [];
+  document.getElementById('confirm').close?.();
+  const raw = location.hash.replace(/^#/, '') || '/';
+  const [path, qs] = raw.split('?');
+  const query = new URLSearchParams(qs || '');
+  const main = document.getElementById('main');
+  for (const [re, view, nav] of routes) {
+    const m = re.exec(path);
+    if (!m) continue;
+    for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('active', a.dataset.view === nav);
+    const ctx = {
+      params: m.slice(1).map(decodeURIComponent),
+      query,
+      ns: api.namespace(),
+      feed,
+      // every runs fn now and then every ms milliseconds while the view
+      // is shown, never two at once.
+      every(ms, fn) {
+        let busy = false;
+        const tick = async () => {
+          if (busy) return;
+          busy = true;
+          try { await fn(); } finally { busy = false; }
+        };
+        tick();
+        const id = setInterval(tick, ms);
+        cleanup.push(() => clearInterval(id));
+      },
+      onEvent(fn) {
+        feed.listeners.add(fn);
+        cleanup.push(() => feed.listeners.delete(fn));
+      },
+      onCleanup(fn) { cleanup.push(fn); },
+    };
+    replace(main);
+    try {
+      view(main, ctx);
+    } catch (e) {
+      replace(main, errorBox(e));
+    }
+    return;
+  }
+  replace(main, h('p', { class: 'empty' }, `No page at ${path}. `, h('a', { href: '#/' }, 'Go to the overview.')));
+}
+
+function init() {
+  const nsInput = document.getElementById('namespace');
+  const tokInput = document.getElementById('token');
+  nsInput.value = api.namespace();
+  tokInput.value = api.token();
+  document.getElementById('settings').addEventListener('submit', (e) => {
+    e.preventDefault();
+    api.setNamespace(nsInput.value.trim());
+    api.setToken(tokInput.value.trim());
+    nsInput.value = api.namespace();
+    startWatch();
+    route();
+  });
+  window.addEventListener('hashchange', route);
+  startWatch();
+  route();
+}
+
+init();

@@ -1,0 +1,52 @@
+// Events: the live feed from LeaseService.Watch, newest first.
+import { h, replace, empty, fmtTime, eventClass, seg, short } from './dom.js';
+
+const SHOW = 300;
+
+function row(e, fresh) {
+  const d = Object.entries(e.details || {}).filter(([k]) => !k.endsWith('_tick')).map(([k, v]) => `${k}=${v}`).join(' ');
+  return h('tr', { class: fresh ? 'new' : '', dataset: { type: e.type, resource: e.resource || '', index: e.index } },
+    h('td', { class: 'num mono' }, e.index),
+    h('td', { class: 'muted' }, fmtTime(e.time)),
+    h('td', {}, h('span', { class: `badge ${eventClass(e.type)}` }, e.type)),
+    h('td', { class: 'mono' }, e.resource ? h('a', { href: `#/resource/${seg(e.resource)}` }, e.resource) : ''),
+    h('td', {}, e.holder || ''),
+    h('td', { class: 'num mono' }, e.fence && e.fence !== '0' ? e.fence : ''),
+    h('td', { class: 'mono', title: e.leaseId || '' }, short(e.leaseId)),
+    h('td', { class: 'muted' }, d));
+}
+
+export default function events(root, ctx) {
+  const filter = h('input', { id: 'event-filter', placeholder: 'type or resource contains…', spellcheck: 'false', value: ctx.query.get('q') || '' });
+  const pause = h('button', { type: 'button', id: 'event-pause' }, 'Pause');
+  const status = h('span', { class: 'muted', id: 'event-status' });
+  const tbody = h('tbody', { id: 'event-rows' });
+  const table = h('table', { class: 'feed', id: 'event-table' }, h('thead', {}, h('tr', {},
+    h('th', { class: 'num' }, 'index'), h('th', {}, 'time'), h('th', {}, 'type'), h('th', {}, 'resource'), h('th', {}, 'holder'),
+    h('th', { class: 'num' }, 'fence'), h('th', {}, 'lease'), h('th', {}, 'details'))), tbody);
+  const holder = h('div', { class: 'card' });
+  replace(root, h('h1', {}, `Live events in ${ctx.ns}`), h('div', { class: 'filters' }, h('label', {}, 'Filter', filter), pause, status), holder);
+
+  let paused = false;
+  const matches = (e) => {
+    const f = filter.value.trim();
+    return !f || e.type.includes(f) || (e.resource || '').includes(f) || (e.holder || '') === f;
+  };
+  const draw = () => {
+    const evs = ctx.feed.events.filter(matches).slice(-SHOW).reverse();
+    replace(tbody, evs.map((e) => row(e, false)));
+    replace(holder, evs.length === 0 ? empty(ctx.feed.events.length ? 'No event matches the filter.' : 'No events since the page opened: they appear here as they happen.') : table);
+    status.textContent = `${ctx.feed.events.length} received · ${ctx.feed.state}${ctx.feed.detail ? `: ${ctx.feed.detail}` : ''}`;
+  };
+  filter.addEventListener('input', draw);
+  pause.addEventListener('click', () => { paused = !paused; pause.textContent = paused ? 'Resume' : 'Pause'; if (!paused) draw(); });
+  draw();
+  ctx.onEvent((e) => {
+    if (paused) return;
+    if (!matches(e)) return;
+    if (!tbody.isConnected) return draw();
+    tbody.prepend(row(e, true));
+    while (tbody.children.length > SHOW) tbody.lastChild.remove();
+    status.textContent = `${ctx.feed.events.length} received · ${ctx.feed.state}`;
+  });
+}

@@ -1,0 +1,91 @@
+// Leases: a filterable table with live countdowns and revoke.
+import * as api from './api.js';
+import { h, replace, errorBox, empty, durMs, countdown, stateBadge, enumName, fmtNum, short, confirmDialog, seg, href, throttle } from './dom.js';
+
+const STATES = ['', 'STATE_ACTIVE', 'STATE_RELEASED', 'STATE_EXPIRED', 'STATE_REVOKED'];
+const PAGE = 200;
+
+// revoke asks, revokes and returns the server's answer for display.
+export async function revoke(lease) {
+  const reason = await confirmDialog('Revoke', `Revoke lease ${lease.leaseId} on ${lease.resource} held by ${lease.holder} (fence ${lease.fence})?`, true);
+  if (reason === null) return null;
+  try {
+    const r = await api.call('LeaseService', 'Revoke', { leaseId: lease.leaseId, reason });
+    return h('div', { class: 'notice', role: 'status' }, `Revoked ${r.lease.resource} (lease ${r.lease.leaseId}, fence ${r.lease.fence}).`);
+  } catch (e) {
+    return errorBox(e);
+  }
+}
+
+// leaseRows renders leases as table rows; onChange runs after an action.
+export function leaseTable(leases, { onAction, showResource = true } = {}) {
+  return h('table', { id: 'lease-table' },
+    h('thead', {}, h('tr', {},
+      showResource && h('th', {}, 'resource'), h('th', {}, 'holder'), h('th', {}, 'mode'), h('th', {}, 'state'),
+      h('th', { class: 'num' }, 'fence'), h('th', { class: 'num' }, 'renewals'), h('th', {}, 'time left'), h('th', {}, 'lease'), h('th', {}, ''))),
+    h('tbody', {}, leases.map((l) => {
+      const state = enumName(l.state, 'STATE_');
+      return h('tr', { dataset: { lease: l.leaseId, resource: l.resource, holder: l.holder, state } },
+        showResource && h('td', { class: 'mono' }, h('a', { href: `#/resource/${seg(l.resource)}` }, l.resource)),
+        h('td', {}, l.holder),
+        h('td', {}, enumName(l.mode, 'MODE_')),
+        h('td', {}, stateBadge(state)),
+        h('td', { class: 'num mono' }, l.fence),
+        h('td', { class: 'num' }, `${l.renewalCount || 0}${l.maxRenewals ? ` / ${l.maxRenewals}` : ''}`),
+        h('td', {}, state === 'active' ? countdown(durMs(l.timeRemaining), durMs(l.ttl)) : h('span', { class: 'muted' }, '—')),
+        h('td', { class: 'mono', title: l.leaseId }, short(l.leaseId)),
+        h('td', { class: 'row-actions' }, state === 'active' &&
+          h('button', { class: 'danger revoke', onclick: async () => onAction && onAction(await revoke(l)) }, 'Revoke')));
+    })));
+}
+
+export default function leases(root, ctx) {
+  const q = ctx.query;
+  const form = h('form', { class: 'filters', id: 'lease-filters' },
+    h('label', {}, 'Prefix', h('input', { name: 'prefix', value: q.get('prefix') || '', placeholder: 'orders/', spellcheck: 'false' })),
+    h('label', {}, 'Holder', h('input', { name: 'holder', value: q.get('holder') || '', spellcheck: 'false' })),
+    h('label', {}, 'State', h('select', { name: 'state' }, STATES.map((s) =>
+      h('option', { value: s, selected: (q.get('state') || '') === s }, s ? enumName(s, 'STATE_') : 'any')))),
+    h('button', { type: 'submit' }, 'Filter'),
+    h('span', { class: 'muted', id: 'lease-summary' }));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const f = new FormData(form);
+    location.hash = href('/leases', { prefix: f.get('prefix'), holder: f.get('holder'), state: f.get('state') });
+  });
+  // Changing the state applies at once.
+  form.elements.state.addEventListener('change', () => form.requestSubmit());
+  const msg = h('div', { id: 'lease-message' });
+  const body = h('div', { id: 'lease-body' }, empty('Loading…'));
+  replace(root, h('h1', {}, `Leases in ${ctx.ns}`), form, msg, body);
+
+  let pages = 1;
+  const load = async () => {
+    const req = { namespace: ctx.ns, prefix: q.get('prefix') || '', holder: q.get('holder') || '', pageSize: PAGE };
+    if (q.get('state')) req.states = [q.get('state')];
+    try {
+      let all = [];
+      let next = '';
+      let counts = {};
+      for (let i = 0; i < pages; i++) {
+        const r = await api.call('LeaseService', 'List', { ...req, pageToken: next });
+        all = all.concat(r.leases || []);
+        counts = r.counts || counts;
+        next = r.nextPageToken || '';
+        if (!next) break;
+      }
+      document.getElementById('lease-summary').textContent =
+        `${fmtNum(all.length)} shown · namespace: ${fmtNum(counts.active)} active, ${fmtNum(counts.waiters)} waiting`;
+      replace(body, all.length === 0
+        ? empty(req.prefix || req.holder || req.states ? 'No lease matches these filters.' : 'No leases in this namespace yet.')
+        : [leaseTable(all, { onAction: (note) => { if (note) replace(msg, note); load(); } }),
+          next && h('div', { class: 'more' }, h('button', { onclick: () => { pages++; load(); } }, 'Load more'))]);
+    } catch (e) {
+      replace(body, errorBox(e));
+    }
+  };
+  ctx.every(3000, load);
+  // Lease events reload the table (coalesced), so new grants show at once.
+  const reload = throttle(load, 300);
+  ctx.onEvent((ev) => { if (ev.type.startsWith('lease.')) reload(); });
+}

@@ -1,0 +1,82 @@
+// Resource: its leases, waiters, guarded-state epoch and history timeline.
+import * as api from './api.js';
+import { h, replace, errorBox, empty, fmtTime, eventClass, b64text, throttle } from './dom.js';
+import { leaseTable } from './leases.js';
+
+const HISTORY_PAGE = 500;
+const HISTORY_MAX = 5000;
+
+// history reads the resource's whole retained history, oldest first.
+async function history(ns, resource) {
+  let out = [];
+  let after = '0';
+  while (out.length < HISTORY_MAX) {
+    const r = await api.call('LeaseService', 'History', { namespace: ns, resource, afterIndex: after, limit: HISTORY_PAGE });
+    const evs = r.events || [];
+    out = out.concat(evs);
+    if (evs.length < HISTORY_PAGE) break;
+    after = evs[evs.length - 1].index;
+  }
+  return out;
+}
+
+// waiters replays the history: a waiter is queued from lease.waiting until
+// its wait ends or it is granted (lease.issued with its waiter_id).
+function waiters(events) {
+  const w = new Map();
+  for (const e of events) {
+    const id = e.details && e.details.waiter_id;
+    if (!id) continue;
+    if (e.type === 'lease.waiting') w.set(id, e);
+    else if (e.type === 'lease.wait_ended' || e.type === 'lease.issued') w.delete(id);
+  }
+  return [...w.values()];
+}
+
+function details(d) {
+  return Object.entries(d || {}).filter(([k]) => !k.endsWith('_tick')).map(([k, v]) => `${k}=${v}`).join(' · ');
+}
+
+export default function resource(root, ctx) {
+  const name = ctx.params[0];
+  const leasesBox = h('div', { class: 'card', id: 'resource-leases' }, h('h2', {}, 'Leases'), empty('Loading…'));
+  const waitBox = h('div', { class: 'card', id: 'resource-waiters' }, h('h2', {}, 'Waiters'), empty('Loading…'));
+  const stateBox = h('div', { class: 'card', id: 'resource-state' }, h('h2', {}, 'Guarded state'), empty('Loading…'));
+  const histBox = h('div', { class: 'card', id: 'resource-history' }, h('h2', {}, 'History'), empty('Loading…'));
+  const msg = h('div');
+  replace(root, h('div', { class: 'crumbs' }, h('a', { href: '#/leases' }, 'Leases'), ` / ${ctx.ns} /`),
+    h('h1', { class: 'mono' }, name), msg,
+    leasesBox, h('div', { class: 'grid' }, waitBox, stateBox), histBox);
+
+  const load = async () => {
+    await Promise.all([
+      api.call('LeaseService', 'List', { namespace: ctx.ns, prefix: name, pageSize: 1000 }).then((r) => {
+        const ls = (r.leases || []).filter((l) => l.resource === name);
+        ls.sort((a, b) => Number(b.fence) - Number(a.fence));
+        replace(leasesBox, h('h2', {}, 'Leases'), ls.length === 0 ? empty('No lease of this resource is retained.') :
+          leaseTable(ls, { showResource: false, onAction: (note) => { if (note) replace(msg, note); load(); } }));
+      }).catch((e) => replace(leasesBox, h('h2', {}, 'Leases'), errorBox(e))),
+      api.call('LeaseService', 'ReadState', { namespace: ctx.ns, resource: name }).then((r) => {
+        const data = b64text(r.data);
+        replace(stateBox, h('h2', {}, 'Guarded state'), h('dl', { class: 'kv' },
+          h('dt', {}, 'epoch'), h('dd', { id: 'state-epoch', class: 'mono' }, r.epoch || '0'),
+          h('dt', {}, 'data'), h('dd', {}, data ? h('pre', {}, data) : h('span', { class: 'muted' }, 'none written'))));
+      }).catch((e) => replace(stateBox, h('h2', {}, 'Guarded state'), errorBox(e))),
+      history(ctx.ns, name).then((evs) => {
+        const ws = waiters(evs);
+        replace(waitBox, h('h2', {}, 'Waiters'), ws.length === 0 ? empty('Nobody is waiting.') :
+          h('table', { id: 'waiter-table' }, h('thead', {}, h('tr', {}, h('th', {}, '#'), h('th', {}, 'holder'), h('th', {}, 'mode'), h('th', {}, 'since'))),
+            h('tbody', {}, ws.map((e, i) => h('tr', {}, h('td', {}, i + 1), h('td', {}, e.holder),
+              h('td', {}, (e.details.mode || '').replace('MODE_', '').toLowerCase()), h('td', {}, fmtTime(e.time)))))));
+        replace(histBox, h('h2', {}, `History (${evs.length} events)`), evs.length === 0 ? empty('No history retained for this resource.') :
+          h('ul', { class: 'timeline', id: 'history' }, evs.slice().reverse().map((e) => h('li', { class: eventClass(e.type), dataset: { type: e.type } },
+            h('span', { class: 'muted' }, fmtTime(e.time)),
+            h('strong', {}, e.type),
+            h('span', {}, e.holder ? `${e.holder} · ` : '', e.fence && e.fence !== '0' ? `fence ${e.fence} · ` : '', h('span', { class: 'muted' }, details(e.details)))))));
+      }).catch((e) => { replace(histBox, h('h2', {}, 'History'), errorBox(e)); replace(waitBox, h('h2', {}, 'Waiters'), errorBox(e)); }),
+    ]);
+  };
+  ctx.every(5000, load);
+  const reload = throttle(load, 300);
+  ctx.onEvent((ev) => { if (ev.resource === name) reload(); });
+}

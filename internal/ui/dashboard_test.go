@@ -1,0 +1,343 @@
+package ui_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// seeded is what seed put into the server.
+type seeded struct {
+	o1, o2 *tenurev1.Lease
+}
+
+// seed gives the server leases (one with a waiter and guarded state), a
+// refused acquire, a queue with a dead, a leased and a queued task, and a
+// pool with progress and ranked peers.
+func seed(t *testing.T, e *env) seeded {
+	t.Helper()
+	ctx := context.Background()
+	var s seeded
+	s.o1 = e.acquire(t, "orders/1", "w1", time.Minute, tenurev1.Mode_MODE_EXCLUSIVE)
+	s.o2 = e.acquire(t, "orders/2", "w2", 30*time.Second, tenurev1.Mode_MODE_EXCLUSIVE)
+	e.acquire(t, "reports/daily", "w1", 2*time.Minute, tenurev1.Mode_MODE_SHARED)
+	e.acquire(t, "reports/daily", "w4", 2*time.Minute, tenurev1.Mode_MODE_SHARED)
+	if _, err := e.leases.WriteState(ctx, connect.NewRequest(&tenurev1.WriteStateRequest{
+		Resource: "orders/1", LeaseId: s.o1.LeaseId, ExpectedEpoch: 0, Data: []byte(`{"total": 42}`)})); err != nil {
+		t.Fatalf("WriteState: %v", err)
+	}
+	// w3 waits for orders/1 until the test ends.
+	wctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go e.leases.Acquire(wctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "orders/1", Holder: "w3",
+		Ttl: durationpb.New(time.Minute), Wait: durationpb.New(5 * time.Minute)}))
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		r, err := e.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{PageSize: 1}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Msg.Counts.Waiters == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never queued")
+		}
+		<-tick.C
+	}
+	if _, err := e.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "orders/2", Holder: "w9"})); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("Acquire of a held resource: %v", err)
+	}
+
+	if _, err := e.queues.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "mail", Tasks: []*tenurev1.NewTask{
+		{TaskId: "t1", Payload: []byte("to: ada@example.com"), Priority: 10, MaxAttempts: 1},
+		{TaskId: "t2", Payload: []byte("to: bob@example.com"), Priority: 5},
+		{TaskId: "t3", Payload: []byte("to: cy@example.com")},
+	}})); err != nil {
+		t.Fatal(err)
+	}
+	claim := func() *tenurev1.Task {
+		r, err := e.queues.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Queue: "mail", Worker: "mailer-1", LeaseTtl: durationpb.New(time.Minute)}))
+		if err != nil || len(r.Msg.Tasks) != 1 {
+			t.Fatalf("Claim: %v %v", r, err)
+		}
+		return r.Msg.Tasks[0]
+	}
+	t1 := claim()
+	if _, err := e.queues.Fail(ctx, connect.NewRequest(&tenurev1.FailRequest{Queue: "mail", TaskId: t1.TaskId, LeaseId: t1.LeaseId,
+		Error: "smtp: 550 mailbox unavailable"})); err != nil {
+		t.Fatal(err)
+	}
+	claim() // t2 stays leased
+
+	if _, err := e.pools.CreatePool(ctx, connect.NewRequest(&tenurev1.CreatePoolRequest{Pool: "swarm"})); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct{ file, n uint32 }{{0, 16}, {1, 8}} {
+		if _, err := e.pools.Want(ctx, connect.NewRequest(&tenurev1.WantRequest{Pool: "swarm", FileIndex: w.file, PieceCount: w.n,
+			Ranges: []*tenurev1.PieceRange{{Start: 0, End: w.n}}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request := func(peer string, max uint32) []*tenurev1.PieceLease {
+		r, err := e.pools.RequestLeases(ctx, connect.NewRequest(&tenurev1.RequestLeasesRequest{Pool: "swarm", Peer: peer, Max: max,
+			Have: []*tenurev1.HaveMap{{FileIndex: 0, Bits: []byte{0xff, 0xff}}, {FileIndex: 1, Bits: []byte{0xff}}}}))
+		if err != nil || len(r.Msg.Leases) == 0 {
+			t.Fatalf("RequestLeases(%s): %v %v", peer, r, err)
+		}
+		return r.Msg.Leases
+	}
+	complete := func(peer string, pl *tenurev1.PieceLease, ok bool) {
+		req := &tenurev1.CompletePieceRequest{Pool: "swarm", Peer: peer, FileIndex: pl.FileIndex, PieceIndex: pl.PieceIndex,
+			Result: tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS}
+		if !ok {
+			req.Result, req.FailureReason = tenurev1.CompletionResult_COMPLETION_RESULT_FAILURE, tenurev1.FailureReason_FAILURE_REASON_NETWORK_ERROR
+		}
+		if _, err := e.pools.CompletePiece(ctx, connect.NewRequest(req)); err != nil {
+			t.Fatalf("CompletePiece: %v", err)
+		}
+	}
+	p1 := request("peer-a", 4)
+	complete("peer-a", p1[0], true)
+	complete("peer-a", p1[1], true)
+	p2 := request("peer-b", 3)
+	complete("peer-b", p2[0], false)
+	return s
+}
+
+// churn renews l and grants and releases a lease in namespace "load" until
+// stop is called.
+func churn(t *testing.T, e *env, l *tenurev1.Lease) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(25 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if _, err := e.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{l.LeaseId}})); err != nil && ctx.Err() == nil {
+				t.Errorf("Renew: %v", err)
+				return
+			}
+			r, err := e.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Namespace: "load", Resource: "job", Holder: "loader"}))
+			if err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("Acquire: %v", err)
+				}
+				return
+			}
+			if _, err := e.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: r.Msg.Lease.LeaseId, Holder: "loader"})); err != nil && ctx.Err() == nil {
+				t.Errorf("Release: %v", err)
+				return
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// TestDashboard drives the dashboard in a real chromium against a real
+// server holding leases, tasks and a pool.
+func TestDashboard(t *testing.T) {
+	e := startServer(t)
+	s := seed(t, e)
+	e.startBrowser(t)
+	ctx := context.Background()
+	t.Cleanup(func() { e.pageErrors(t) })
+
+	t.Run("overview", func(t *testing.T) {
+		// Load while the page samples: renewals of orders/1 and grants in
+		// another namespace (whose leases stay out of the tables below).
+		stop := churn(t, e, s.o1)
+		defer stop()
+		// / redirects to the dashboard.
+		e.step(t, "open /", chromedp.Navigate(e.base+"/"))
+		e.waitJS(t, "the leader", `document.querySelector("#leader .v")?.textContent.length > 0 && document.querySelector("#leader .v").textContent !== "none"`)
+		active := len(e.listLeases(t, &tenurev1.ListRequest{States: []tenurev1.State{tenurev1.State_STATE_ACTIVE}}))
+		e.waitJS(t, "active count", fmt.Sprintf(`document.querySelector("#count-active .v")?.textContent === %q`, fmt.Sprint(active)))
+		e.waitJS(t, "one waiter", `document.querySelector("#count-waiters .v")?.textContent === "1"`)
+		e.waitJS(t, "one healthy leader", `(() => { const r = document.querySelectorAll("#members tbody tr");
+			return r.length === 1 && r[0].textContent.includes("leader") && r[0].textContent.includes("reachable") })()`)
+		e.waitJS(t, "queue depth", `document.querySelector("#queue-depth-total .v")?.textContent === "1"`)
+		e.waitJS(t, "the refused acquire", `document.querySelector("#error-reasons")?.textContent.includes("LEASE_HELD")`)
+		// Rates need two samples of /metrics.
+		e.waitJS(t, "rates", `document.querySelectorAll("#rate-grants polyline").length === 1 &&
+			document.querySelector("#rate-grants .v").textContent !== "0" && document.querySelector("#rate-renewals .v").textContent !== "0"`)
+		e.waitJS(t, "live events", `document.querySelector('#recent li') !== null`)
+		e.screenshot(t, "overview")
+	})
+
+	t.Run("leases", func(t *testing.T) {
+		e.open(t, "/leases")
+		want := e.listLeases(t, &tenurev1.ListRequest{})
+		e.waitJS(t, "every lease", fmt.Sprintf(`document.querySelectorAll("#lease-table tbody tr").length === %d`, len(want)))
+		for _, l := range want {
+			if got := eval[string](t, e, fmt.Sprintf(`document.querySelector('tr[data-lease=%s]')?.dataset.holder ?? "missing"`, q(l.LeaseId))); got != l.Holder {
+				t.Errorf("row of lease %s (%s): holder %q, want %q", l.LeaseId, l.Resource, got, l.Holder)
+			}
+		}
+		// The countdown runs in the browser: time left decreases.
+		sel := fmt.Sprintf(`document.querySelector('tr[data-resource="orders/2"] .timeleft')`)
+		left := eval[float64](t, e, "Number("+sel+".dataset.left)")
+		if left <= 0 || left > 30_000 {
+			t.Fatalf("orders/2 time left %v ms, want within its 30s ttl", left)
+		}
+		e.waitJS(t, "the countdown", fmt.Sprintf(`Number(%s.dataset.left) <= %v - 300`, sel, left))
+		e.screenshot(t, "leases")
+
+		// Filters: prefix, holder and state each narrow the rows to what
+		// the API answers for the same filter.
+		for _, f := range []struct {
+			route string
+			req   *tenurev1.ListRequest
+		}{
+			{"/leases?prefix=orders/", &tenurev1.ListRequest{Prefix: "orders/"}},
+			{"/leases?holder=w1", &tenurev1.ListRequest{Holder: "w1"}},
+			{"/leases?state=STATE_RELEASED", &tenurev1.ListRequest{States: []tenurev1.State{tenurev1.State_STATE_RELEASED}}},
+		} {
+			want := e.listLeases(t, f.req)
+			if len(want) == 0 || len(want) == len(e.listLeases(t, &tenurev1.ListRequest{})) {
+				t.Fatalf("filter %s: %d leases does not test the filter", f.route, len(want))
+			}
+			e.open(t, f.route)
+			ids := make([]string, len(want))
+			for i, l := range want {
+				ids[i] = q(l.LeaseId)
+			}
+			e.waitJS(t, "rows of "+f.route, fmt.Sprintf(`(() => { const got = [...document.querySelectorAll("#lease-table tbody tr")].map(r => r.dataset.lease).sort();
+				const want = [%s].sort(); return got.length === want.length && got.every((v, i) => v === want[i]) })()`, strings.Join(ids, ",")))
+		}
+		// Typing a filter in the form applies it.
+		e.open(t, "/leases")
+		e.step(t, "type a prefix", chromedp.WaitVisible(chromedp.CSS(`#lease-filters input[name=prefix]`)),
+			chromedp.SendKeys(chromedp.CSS(`#lease-filters input[name=prefix]`), "reports/\n"))
+		e.waitJS(t, "the prefix filter", `location.hash.includes("prefix=reports") && (() => { const r = [...document.querySelectorAll("#lease-table tbody tr")];
+			return r.length === 2 && r.every(x => x.dataset.resource === "reports/daily") })()`)
+		e.open(t, "/leases?prefix=nothing/")
+		e.waitJS(t, "the empty state", `document.querySelector("#lease-body .empty")?.textContent.includes("No lease matches")`)
+	})
+
+	t.Run("resource", func(t *testing.T) {
+		e.open(t, "/leases?prefix=orders/1")
+		e.waitJS(t, "the row", `document.querySelector('tr[data-resource="orders/1"] a') !== null`)
+		e.step(t, "click through", chromedp.Click(chromedp.CSS(`tr[data-resource="orders/1"] a`)))
+		e.waitJS(t, "the issue in the history", fmt.Sprintf(`document.querySelector('#history li[data-type="lease.issued"]')?.textContent.includes("fence %d")`, s.o1.Fence))
+		e.waitJS(t, "the state write in the history", `document.querySelector('#history li[data-type="state.written"]') !== null`)
+		e.waitJS(t, "the waiter", `(() => { const r = document.querySelectorAll("#waiter-table tbody tr"); return r.length === 1 && r[0].textContent.includes("w3") })()`)
+		e.waitJS(t, "the epoch", `document.querySelector("#state-epoch")?.textContent === "1"`)
+		e.waitJS(t, "the lease", `document.querySelector('#resource-leases tr[data-holder="w1"] .timeleft') !== null`)
+		e.screenshot(t, "resource")
+	})
+
+	t.Run("revoke", func(t *testing.T) {
+		e.open(t, "/leases?prefix=orders/2")
+		btn := chromedp.CSS(`tr[data-resource="orders/2"] button.revoke`)
+		e.step(t, "revoke", chromedp.WaitVisible(btn), chromedp.Click(btn), chromedp.WaitVisible(chromedp.ID("confirm-ok")),
+			chromedp.Click(chromedp.ID("confirm-ok")))
+		e.waitJS(t, "the server's answer", `document.querySelector("#lease-message .notice")?.textContent.includes("Revoked orders/2")`)
+		r, err := e.leases.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: s.o2.LeaseId}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := r.Msg.Lease; l.State != tenurev1.State_STATE_REVOKED || l.RevokeReason != "revoked from the dashboard" {
+			t.Fatalf("after the UI's revoke: state %v, reason %q", l.State, l.RevokeReason)
+		}
+		e.waitJS(t, "the revoked row", fmt.Sprintf(`document.querySelector('tr[data-lease=%s]')?.dataset.state === "revoked"`, q(s.o2.LeaseId)))
+	})
+
+	t.Run("events", func(t *testing.T) {
+		e.open(t, "/events")
+		e.waitJS(t, "the live feed", `document.querySelector("#live")?.classList.contains("ok")`)
+		l := e.acquire(t, "fresh/1", "newcomer", time.Minute, tenurev1.Mode_MODE_EXCLUSIVE)
+		e.waitJS(t, "the grant in the feed", fmt.Sprintf(`(() => { const r = document.querySelector('#event-rows tr[data-type="lease.issued"][data-resource="fresh/1"]');
+			return r !== null && r.textContent.includes("newcomer") && r.dataset.index !== "" && r.textContent.includes(%q) })()`, fmt.Sprint(l.Fence)))
+		e.screenshot(t, "events")
+		// The filter narrows the feed.
+		e.step(t, "filter the feed", chromedp.SendKeys(chromedp.ID("event-filter"), "fresh/"))
+		e.waitJS(t, "the filtered feed", `[...document.querySelectorAll("#event-rows tr")].every(r => r.dataset.resource.includes("fresh/"))`)
+	})
+
+	t.Run("queues", func(t *testing.T) {
+		e.open(t, "/queues")
+		st, err := e.queues.Stats(ctx, connect.NewRequest(&tenurev1.QueueStatsRequest{Queue: "mail"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range map[string]uint64{"queued": st.Msg.Queued, "leased": st.Msg.Leased, "dead": st.Msg.Dead, "succeeded": st.Msg.Succeeded} {
+			e.waitJS(t, "mail "+k, fmt.Sprintf(`document.querySelector('tr[data-queue="mail"] td[data-count=%q]')?.textContent === %q`, k, fmt.Sprint(v)))
+		}
+		e.step(t, "open mail", chromedp.Click(chromedp.CSS(`tr[data-queue="mail"] a`)))
+		e.waitJS(t, "the tasks", `(() => { const s = [...document.querySelectorAll("#task-table tbody tr")].map(r => r.dataset.task + ":" + r.dataset.state).join();
+			return s === "t1:dead,t2:leased,t3:queued" })()`)
+		e.screenshot(t, "queue")
+		e.step(t, "open t1", chromedp.Click(chromedp.CSS(`tr[data-task="t1"] a`)))
+		e.waitJS(t, "the last error", `document.querySelector("#task-last-error")?.textContent.includes("smtp: 550 mailbox unavailable")`)
+
+		// Cancel t3 from its queue's page.
+		e.open(t, "/queues/mail")
+		btn := chromedp.CSS(`tr[data-task="t3"] button.cancel`)
+		e.step(t, "cancel t3", chromedp.WaitVisible(btn), chromedp.Click(btn), chromedp.WaitVisible(chromedp.ID("confirm-ok")), chromedp.Click(chromedp.ID("confirm-ok")))
+		e.waitJS(t, "the server's answer", `document.querySelector("#task-message .notice")?.textContent.includes("cancelled")`)
+		got, err := e.queues.GetTask(ctx, connect.NewRequest(&tenurev1.GetTaskRequest{Queue: "mail", TaskId: "t3"}))
+		if err != nil || got.Msg.Task.State != tenurev1.TaskState_TASK_STATE_CANCELLED {
+			t.Fatalf("t3 after the UI's cancel: %v %v", got, err)
+		}
+		// An unknown task is a clear error.
+		e.open(t, "/queues/mail/nope")
+		e.waitJS(t, "the error", `document.querySelector("#task-detail .error")?.textContent.includes("TASK_NOT_FOUND")`)
+	})
+
+	t.Run("pools", func(t *testing.T) {
+		e.open(t, "/pools")
+		e.waitJS(t, "the pool", `document.querySelector('tr[data-pool="swarm"] a') !== null`)
+		e.step(t, "open swarm", chromedp.Click(chromedp.CSS(`tr[data-pool="swarm"] a`)))
+		st, err := e.pools.Status(ctx, connect.NewRequest(&tenurev1.PoolStatusRequest{Pool: "swarm"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range st.Msg.Files {
+			for k, v := range map[string]uint64{"wanted": f.Wanted, "leased": f.Leased, "done": f.Done} {
+				e.waitJS(t, fmt.Sprintf("file %d %s", f.FileIndex, k),
+					fmt.Sprintf(`document.querySelector('#file-table tr[data-file="%d"] td[data-k=%q]')?.textContent === %q`, f.FileIndex, k, fmt.Sprint(v)))
+			}
+		}
+		rk, err := e.pools.Rankings(ctx, connect.NewRequest(&tenurev1.RankingsRequest{Pool: "swarm"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var order []string
+		for _, r := range rk.Msg.Rankings {
+			order = append(order, r.Peer)
+		}
+		e.waitJS(t, "the ranking table", fmt.Sprintf(`[...document.querySelectorAll("#ranking-table tbody tr")].map(r => r.dataset.peer).join() === %q`, strings.Join(order, ",")))
+		e.waitJS(t, "the ranking chart", fmt.Sprintf(`[...document.querySelectorAll("#ranking-chart g[data-peer]")].map(g => g.dataset.peer).join() === %q`, strings.Join(order, ",")))
+		e.screenshot(t, "pool")
+	})
+
+	t.Run("dark", func(t *testing.T) {
+		if _, err := chromedp.Call(e.tab, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}); err != nil {
+			t.Fatal(err)
+		}
+		defer chromedp.Call(e.tab, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{})
+		e.open(t, "/leases")
+		e.waitJS(t, "a dark page", `getComputedStyle(document.body).backgroundColor === "rgb(18, 21, 27)"`)
+		e.waitJS(t, "rows", `document.querySelectorAll("#lease-table tbody tr").length > 0`)
+		e.screenshot(t, "leases-dark")
+	})
+}

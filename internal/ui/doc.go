@@ -1,0 +1,32 @@
+// Package ui is Tenure's web dashboard, served by every member at /ui/.
+//
+// The dashboard is plain HTML, CSS and ES modules embedded in the binary
+// (no build step, no framework): `go build` alone produces the full
+// dashboard. It has no private API. Everything it shows comes from the same
+// Connect JSON API every other client uses, called from the browser:
+//
+//   - unary calls are `POST /tenure.v1.<Service>/<Method>` with
+//     `Content-Type: application/json`;
+//   - the live event feed is LeaseService.Watch over the Connect streaming
+//     protocol (`application/connect+json`, enveloped messages: a flags byte
+//     and a big-endian uint32 length before each JSON message), read from a
+//     fetch ReadableStream. A dropped stream reconnects with afterIndex set to
+//     the last event seen, so no event is missed while the server's feed
+//     still holds it; an index that has left the feed restarts live and the
+//     feed says so.
+//
+// Rates (grants, renewals and expiries per second) and recent errors by
+// reason come from the member's public Prometheus endpoint, /metrics: the
+// browser samples the counters every two seconds and shows the differences.
+// They are the answering member's figures across every namespace; the
+// lease counts, queues and pools are the selected namespace's, from the API.
+//
+// Authentication: when the server requires tokens, the token typed into the
+// header is kept in the browser's localStorage and sent as
+// `Authorization: Bearer <token>` on every call. Admin actions (revoke a
+// lease, cancel a task) are always offered; the server decides, and a
+// refusal (UNAUTHENTICATED, PERMISSION_DENIED…) is shown with its reason.
+//
+// Views are addressed by the URL fragment (#/leases?prefix=orders/), so the
+// server only serves static files and the API.
+package ui

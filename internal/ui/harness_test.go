@@ -1,0 +1,226 @@
+package ui_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/chromedp/chromedp"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/internal/server"
+)
+
+// chromiumPath is Debian's chromium, which .ci/run installs; TENURE_CHROMIUM
+// names another binary.
+func chromiumPath() string {
+	if p := os.Getenv("TENURE_CHROMIUM"); p != "" {
+		return p
+	}
+	return "/usr/bin/chromium"
+}
+
+// env is a running server, API clients for it and a browser tab.
+type env struct {
+	srv    *server.Server
+	base   string
+	leases tenurev1connect.LeaseServiceClient
+	queues tenurev1connect.QueueServiceClient
+	pools  tenurev1connect.PoolServiceClient
+	tab    context.Context
+	shots  string
+
+	mu     sync.Mutex
+	errors []string // uncaught exceptions in the page
+}
+
+func startServer(t *testing.T) *env {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Cluster = cluster.DefaultConfig()
+	cfg.Cluster.DataDir = t.TempDir()
+	cfg.Cluster.RaftAddr = "127.0.0.1:0"
+	cfg.Cluster.HeartbeatTimeout = 50 * time.Millisecond
+	cfg.Cluster.ElectionTimeout = 50 * time.Millisecond
+	srv, err := server.Start(cfg)
+	if err != nil {
+		t.Fatalf("server.Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.WaitReady(ctx); err != nil {
+		t.Fatalf("WaitReady: %v", err)
+	}
+	base := "http://" + srv.Addr()
+	hc := &http.Client{Timeout: 2 * time.Minute}
+	return &env{srv: srv, base: base,
+		leases: tenurev1connect.NewLeaseServiceClient(hc, base),
+		queues: tenurev1connect.NewQueueServiceClient(hc, base),
+		pools:  tenurev1connect.NewPoolServiceClient(hc, base)}
+}
+
+// startBrowser opens one headless chromium tab for the whole test, at a
+// laptop's 1366x768, and records uncaught page exceptions.
+func (e *env) startBrowser(t *testing.T) {
+	t.Helper()
+	path := chromiumPath()
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("chromium not found at %s (apt-get install chromium, or set TENURE_CHROMIUM): %v", path, err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.NoFirstRun,
+		chromedp.WindowSize(1366, 768),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	tab, cancelTab := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelTab(); cancelAlloc() })
+	// The first Run starts the browser; it must not carry a timeout.
+	if err := chromedp.Do(tab, chromedp.EmulateViewport(1366, 768)); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	e.tab = tab
+	go func() {
+		for m, err := range chromedp.Console(tab) {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleException {
+				e.mu.Lock()
+				e.errors = append(e.errors, fmt.Sprintf("%s (%s:%d)", m.Text, m.URL, m.Line))
+				e.mu.Unlock()
+			}
+		}
+	}()
+	e.shots = os.Getenv("TENURE_ARTIFACTS")
+	if e.shots == "" {
+		e.shots = filepath.Join(os.TempDir(), "tenure-ui-artifacts")
+	}
+	if err := os.MkdirAll(e.shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots in %s", e.shots)
+}
+
+// pageErrors fails the test when the page threw.
+func (e *env) pageErrors(t *testing.T) {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, msg := range e.errors {
+		t.Errorf("uncaught exception in the dashboard: %s", msg)
+	}
+	e.errors = nil
+}
+
+// step runs browser actions with a bound, so a broken page fails the test
+// instead of hanging it.
+func (e *env) step(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(e.tab, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// open navigates to a dashboard route (the part after #).
+func (e *env) open(t *testing.T, route string) {
+	t.Helper()
+	e.step(t, "open "+route, chromedp.Navigate(e.base+"/ui/#"+route))
+}
+
+// waitJS waits until the expression is truthy in the page.
+func (e *env) waitJS(t *testing.T, what, expr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(e.tab, 20*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second))); err != nil {
+		t.Fatalf("waiting for %s (%s): %v", what, expr, err)
+	}
+}
+
+// eval returns the expression's value.
+func eval[T any](t *testing.T, e *env, expr string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(e.tab, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// screenshot saves the viewport as name.png in the artifacts dir and, with
+// TENURE_UPDATE_SCREENSHOTS=1, in docs/screenshots for the README.
+func (e *env) screenshot(t *testing.T, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(e.tab, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	dirs := []string{e.shots}
+	if os.Getenv("TENURE_UPDATE_SCREENSHOTS") == "1" {
+		dirs = append(dirs, filepath.Join("..", "..", "docs", "screenshots"))
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// q quotes a string for a JS expression or a CSS attribute selector.
+func q(s string) string { return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"` }
+
+func (e *env) acquire(t *testing.T, resource, holder string, ttl time.Duration, mode tenurev1.Mode) *tenurev1.Lease {
+	t.Helper()
+	r, err := e.leases.Acquire(context.Background(), connect.NewRequest(&tenurev1.AcquireRequest{
+		Resource: resource, Holder: holder, Ttl: durationpb.New(ttl), Mode: mode}))
+	if err != nil {
+		t.Fatalf("Acquire %s: %v", resource, err)
+	}
+	return r.Msg.Lease
+}
+
+// listLeases answers what the dashboard's lease table should show.
+func (e *env) listLeases(t *testing.T, req *tenurev1.ListRequest) []*tenurev1.Lease {
+	t.Helper()
+	req.PageSize = 1000
+	r, err := e.leases.List(context.Background(), connect.NewRequest(req))
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	return r.Msg.Leases
+}
