@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -327,6 +328,51 @@ func TestDashboard(t *testing.T) {
 		e.waitJS(t, "the ranking table", fmt.Sprintf(`[...document.querySelectorAll("#ranking-table tbody tr")].map(r => r.dataset.peer).join() === %q`, strings.Join(order, ",")))
 		e.waitJS(t, "the ranking chart", fmt.Sprintf(`[...document.querySelectorAll("#ranking-chart g[data-peer]")].map(g => g.dataset.peer).join() === %q`, strings.Join(order, ",")))
 		e.screenshot(t, "pool")
+	})
+
+	t.Run("settings", func(t *testing.T) {
+		// The namespace field switches every view to that namespace.
+		e.open(t, "/leases")
+		e.step(t, "choose namespace load", chromedp.SetValue(chromedp.ID("namespace"), "load"),
+			chromedp.Click(chromedp.CSS(`#settings button[type=submit]`)))
+		e.waitJS(t, "the load namespace", `document.querySelector("h1").textContent === "Leases in load" &&
+			[...document.querySelectorAll("#lease-table tbody tr")].every(r => r.dataset.holder === "loader") &&
+			document.querySelectorAll("#lease-table tbody tr").length > 0`)
+
+		// A token is kept and sent as a bearer token on calls and on the
+		// Watch stream.
+		wctx, cancel := context.WithTimeout(e.tab, 20*time.Second)
+		defer cancel()
+		reqs := chromedp.Events(wctx, network.RequestWillBeSent)
+		e.step(t, "enter a token", chromedp.SetValue(chromedp.ID("namespace"), "default"), chromedp.SetValue(chromedp.ID("token"), "s3cret"),
+			chromedp.Click(chromedp.CSS(`#settings button[type=submit]`)))
+		seen := map[string]bool{}
+		for ev, err := range reqs {
+			if err != nil {
+				t.Fatalf("waiting for calls with the token (saw %v): %v", seen, err)
+			}
+			if ev.Request.Headers["Authorization"] != "Bearer s3cret" {
+				continue
+			}
+			switch {
+			case strings.HasSuffix(ev.Request.URL, "/tenure.v1.LeaseService/Watch"):
+				seen["watch"] = true
+			case strings.HasSuffix(ev.Request.URL, "/tenure.v1.LeaseService/List"):
+				seen["list"] = true
+			}
+			if seen["watch"] && seen["list"] {
+				break
+			}
+		}
+		if got := eval[string](t, e, `localStorage.getItem("tenure.token")`); got != "s3cret" {
+			t.Errorf("stored token %q", got)
+		}
+		e.step(t, "reload", chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("token")))
+		if got := eval[string](t, e, `document.querySelector("#token").value + "|" + document.querySelector("#namespace").value`); got != "s3cret|default" {
+			t.Errorf("after a reload the settings read %q", got)
+		}
+		e.step(t, "clear the token", chromedp.Evaluate[chromedp.Void](`document.querySelector("#token").value = ""`), chromedp.Click(chromedp.CSS(`#settings button[type=submit]`)))
+		e.waitJS(t, "no stored token", `localStorage.getItem("tenure.token") === null`)
 	})
 
 	t.Run("dark", func(t *testing.T) {

@@ -5,7 +5,19 @@ const TOKEN_KEY = 'tenure.token';
 const NS_KEY = 'tenure.namespace';
 
 export function token() { return localStorage.getItem(TOKEN_KEY) || ''; }
-export function setToken(t) { t ? localStorage.setItem(TOKEN_KEY, t) : localStorage.removeItem(TOKEN_KEY); }
+export function setToken(t) {
+  if (t !== token()) refused.admin = '';
+  t ? localStorage.setItem(TOKEN_KEY, t) : localStorage.removeItem(TOKEN_KEY);
+}
+
+// refused.admin holds the server's refusal of an admin action (revoke,
+// cancel) for the current token; the views then stop offering them.
+export const refused = { admin: '' };
+
+// noteRefusal records err when it refuses the caller rather than the input.
+export function noteRefusal(err) {
+  if (err instanceof ApiError && (err.reason === 'PERMISSION_DENIED' || err.reason === 'UNAUTHENTICATED')) refused.admin = err.message;
+}
 export function namespace() { return localStorage.getItem(NS_KEY) || 'default'; }
 export function setNamespace(ns) { ns && ns !== 'default' ? localStorage.setItem(NS_KEY, ns) : localStorage.removeItem(NS_KEY); }
 

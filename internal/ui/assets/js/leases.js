@@ -13,8 +13,15 @@ export async function revoke(lease) {
     const r = await api.call('LeaseService', 'Revoke', { leaseId: lease.leaseId, reason });
     return h('div', { class: 'notice', role: 'status' }, `Revoked ${r.lease.resource} (lease ${r.lease.leaseId}, fence ${r.lease.fence}).`);
   } catch (e) {
+    api.noteRefusal(e);
     return errorBox(e);
   }
+}
+
+// adminNote says why admin actions are not offered, when they are not.
+export function adminNote() {
+  return api.refused.admin && h('p', { class: 'muted', id: 'admin-refused' },
+    `Admin actions are hidden: the server refused them for this token (${api.refused.admin}).`);
 }
 
 // leaseRows renders leases as table rows; onChange runs after an action.
@@ -34,7 +41,7 @@ export function leaseTable(leases, { onAction, showResource = true } = {}) {
         h('td', { class: 'num' }, `${l.renewalCount || 0}${l.maxRenewals ? ` / ${l.maxRenewals}` : ''}`),
         h('td', {}, state === 'active' ? countdown(durMs(l.timeRemaining), durMs(l.ttl)) : h('span', { class: 'muted' }, '—')),
         h('td', { class: 'mono', title: l.leaseId }, short(l.leaseId)),
-        h('td', { class: 'row-actions' }, state === 'active' &&
+        h('td', { class: 'row-actions' }, state === 'active' && !api.refused.admin &&
           h('button', { class: 'danger revoke', onclick: async () => onAction && onAction(await revoke(l)) }, 'Revoke')));
     })));
 }
@@ -78,7 +85,7 @@ export default function leases(root, ctx) {
         `${fmtNum(all.length)} shown · namespace: ${fmtNum(counts.active)} active, ${fmtNum(counts.waiters)} waiting`;
       replace(body, all.length === 0
         ? empty(req.prefix || req.holder || req.states ? 'No lease matches these filters.' : 'No leases in this namespace yet.')
-        : [leaseTable(all, { onAction: (note) => { if (note) replace(msg, note); load(); } }),
+        : [adminNote(), leaseTable(all, { onAction: (note) => { if (note) replace(msg, note); load(); } }),
           next && h('div', { class: 'more' }, h('button', { onclick: () => { pages++; load(); } }, 'Load more'))]);
     } catch (e) {
       replace(body, errorBox(e));

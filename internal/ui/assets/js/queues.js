@@ -1,5 +1,6 @@
 // Queues: every queue's counts, a queue's tasks, a task's detail.
 import * as api from './api.js';
+import { adminNote } from './leases.js';
 import { h, replace, errorBox, empty, fmtNum, fmtTime, stateBadge, enumName, b64text, confirmDialog, seg, href, throttle, short } from './dom.js';
 
 const TASK_STATES = ['', 'TASK_STATE_QUEUED', 'TASK_STATE_LEASED', 'TASK_STATE_SUCCEEDED', 'TASK_STATE_FAILED', 'TASK_STATE_DEAD', 'TASK_STATE_CANCELLED'];
@@ -36,11 +37,13 @@ async function cancel(ns, queue, task) {
     const r = await api.call('QueueService', 'Cancel', { namespace: ns, queue, taskId: task.taskId });
     return h('div', { class: 'notice', role: 'status' }, `Task ${r.task.taskId} is ${enumName(r.task.state, 'TASK_STATE_')}.`);
   } catch (e) {
+    api.noteRefusal(e);
     return errorBox(e);
   }
 }
 
 const finished = (s) => ['succeeded', 'dead', 'cancelled'].includes(s);
+const cancellable = (s) => !finished(s) && !api.refused.admin;
 
 export function queuePage(root, ctx) {
   const queue = ctx.params[0];
@@ -67,7 +70,7 @@ export function queuePage(root, ctx) {
           next = r.nextPageToken || '';
           if (!next) break;
         }
-        replace(body, tasks.length === 0 ? empty(state ? 'No task in this state.' : 'This queue has no tasks.') : [
+        replace(body, tasks.length === 0 ? empty(state ? 'No task in this state.' : 'This queue has no tasks.') : [adminNote(),
           h('table', { id: 'task-table' }, h('thead', {}, h('tr', {}, h('th', {}, 'task'), h('th', {}, 'state'), h('th', { class: 'num' }, 'attempts'),
             h('th', { class: 'num' }, 'priority'), h('th', {}, 'worker'), h('th', {}, 'created'), h('th', {}, 'last error'), h('th', {}, ''))),
           h('tbody', {}, tasks.map((t) => {
@@ -80,7 +83,7 @@ export function queuePage(root, ctx) {
               h('td', {}, t.worker || ''),
               h('td', {}, fmtTime(t.createdAt)),
               h('td', { class: 'muted' }, (t.lastError || '').slice(0, 80)),
-              h('td', { class: 'row-actions' }, !finished(s) && h('button', { class: 'danger cancel', onclick: async () => {
+              h('td', { class: 'row-actions' }, cancellable(s) && h('button', { class: 'danger cancel', onclick: async () => {
                 const note = await cancel(ctx.ns, queue, t);
                 if (note) { replace(msg, note); load(); }
               } }, 'Cancel')));
@@ -116,7 +119,7 @@ export function taskPage(root, ctx) {
         row('last error', t.lastError && h('pre', {}, t.lastError), { id: 'task-last-error' }),
         row('payload', t.payload && h('pre', {}, b64text(t.payload))),
         row('result', t.result && h('pre', {}, b64text(t.result)))),
-      !finished(s) && h('p', {}, h('button', { class: 'danger cancel', onclick: async () => {
+      cancellable(s) && h('p', {}, h('button', { class: 'danger cancel', onclick: async () => {
         const note = await cancel(ctx.ns, queue, t);
         if (note) { replace(msg, note); load(); }
       } }, 'Cancel task'))));

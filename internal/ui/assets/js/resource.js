@@ -1,7 +1,7 @@
 // Resource: its leases, waiters, guarded-state epoch and history timeline.
 import * as api from './api.js';
 import { h, replace, errorBox, empty, fmtTime, eventClass, b64text, throttle } from './dom.js';
-import { leaseTable } from './leases.js';
+import { leaseTable, adminNote } from './leases.js';
 
 const HISTORY_PAGE = 500;
 const HISTORY_MAX = 5000;
@@ -53,7 +53,7 @@ export default function resource(root, ctx) {
       api.call('LeaseService', 'List', { namespace: ctx.ns, prefix: name, pageSize: 1000 }).then((r) => {
         const ls = (r.leases || []).filter((l) => l.resource === name);
         ls.sort((a, b) => Number(b.fence) - Number(a.fence));
-        replace(leasesBox, h('h2', {}, 'Leases'), ls.length === 0 ? empty('No lease of this resource is retained.') :
+        replace(leasesBox, h('h2', {}, 'Leases'), adminNote(), ls.length === 0 ? empty('No lease of this resource is retained.') :
           leaseTable(ls, { showResource: false, onAction: (note) => { if (note) replace(msg, note); load(); } }));
       }).catch((e) => replace(leasesBox, h('h2', {}, 'Leases'), errorBox(e))),
       api.call('LeaseService', 'ReadState', { namespace: ctx.ns, resource: name }).then((r) => {
