@@ -239,6 +239,9 @@ func TestDashboard(t *testing.T) {
 		e.step(t, "click through", chromedp.Click(chromedp.CSS(`tr[data-resource="orders/1"] a`)))
 		e.waitJS(t, "the issue in the history", fmt.Sprintf(`document.querySelector('#history li[data-type="lease.issued"]')?.textContent.includes("fence %d")`, s.o1.Fence))
 		e.waitJS(t, "the state write in the history", `document.querySelector('#history li[data-type="state.written"]') !== null`)
+		// The overview's churn renewed orders/1 many times: one folded entry.
+		e.waitJS(t, "folded renewals", `(() => { const r = document.querySelectorAll('#history li[data-type="lease.renewed"]');
+			return r.length === 1 && / ×\d+/.test(r[0].textContent) })()`)
 		e.waitJS(t, "the waiter", `(() => { const r = document.querySelectorAll("#waiter-table tbody tr"); return r.length === 1 && r[0].textContent.includes("w3") })()`)
 		e.waitJS(t, "the epoch", `document.querySelector("#state-epoch")?.textContent === "1"`)
 		e.waitJS(t, "the lease", `document.querySelector('#resource-leases tr[data-holder="w1"] .timeleft') !== null`)
@@ -315,6 +318,9 @@ func TestDashboard(t *testing.T) {
 			for k, v := range map[string]uint64{"wanted": f.Wanted, "leased": f.Leased, "done": f.Done} {
 				e.waitJS(t, fmt.Sprintf("file %d %s", f.FileIndex, k),
 					fmt.Sprintf(`document.querySelector('#file-table tr[data-file="%d"] td[data-k=%q]')?.textContent === %q`, f.FileIndex, k, fmt.Sprint(v)))
+				// The progress bar's segment for k is its share of the pieces.
+				e.waitJS(t, fmt.Sprintf("file %d %s bar", f.FileIndex, k),
+					fmt.Sprintf(`document.querySelector('#file-table tr[data-file="%d"] .stack .%s')?.style.width === "%.2f%%"`, f.FileIndex, k, float64(v)/float64(f.Pieces)*100))
 			}
 		}
 		rk, err := e.pools.Rankings(ctx, connect.NewRequest(&tenurev1.RankingsRequest{Pool: "swarm"}))

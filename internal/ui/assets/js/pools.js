@@ -5,12 +5,12 @@ import { h, svg, replace, errorBox, empty, fmtNum, seg, throttle } from './dom.j
 function progress(f) {
   const n = Number(f.pieces) || 1;
   const pct = (v) => `${((Number(v || 0) / n) * 100).toFixed(2)}%`;
-  // done + leased + wanted (not yet leased) of all the file's pieces.
-  const waiting = Math.max(0, Number(f.wanted || 0) - Number(f.leased || 0));
+  // A piece is in at most one of wanted, leased and done; the rest of the
+  // bar is pieces nobody wants.
   return h('div', { class: 'stack', title: `${f.done || 0} done, ${f.leased || 0} leased, ${f.wanted || 0} wanted of ${f.pieces} pieces` },
     h('span', { class: 'done', style: `width:${pct(f.done)}` }),
     h('span', { class: 'leased', style: `width:${pct(f.leased)}` }),
-    h('span', { class: 'wanted', style: `width:${pct(waiting)}` }));
+    h('span', { class: 'wanted', style: `width:${pct(f.wanted)}` }));
 }
 
 function rankingChart(rs) {

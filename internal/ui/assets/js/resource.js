@@ -33,6 +33,26 @@ function waiters(events) {
   return [...w.values()];
 }
 
+// timeline lists events newest first, with each run of renewals of one
+// lease folded into one entry (a busy lease renews every few seconds).
+function timeline(evs) {
+  const items = [];
+  for (const e of evs.slice().reverse()) {
+    const last = items[items.length - 1];
+    if (e.type === 'lease.renewed' && last && last.e.type === 'lease.renewed' && last.e.leaseId === e.leaseId) {
+      last.n++;
+      last.first = e;
+      continue;
+    }
+    items.push({ e, n: 1, first: e });
+  }
+  return items.map(({ e, n, first }) => h('li', { class: eventClass(e.type), dataset: { type: e.type } },
+    h('span', { class: 'muted' }, fmtTime(e.time)),
+    h('strong', {}, e.type, n > 1 ? ` ×${n}` : ''),
+    h('span', {}, e.holder ? `${e.holder} · ` : '', e.fence && e.fence !== '0' ? `fence ${e.fence} · ` : '',
+      h('span', { class: 'muted' }, n > 1 ? `since ${fmtTime(first.time)} · latest: ${details(e.details)}` : details(e.details)))));
+}
+
 function details(d) {
   return Object.entries(d || {}).filter(([k]) => !k.endsWith('_tick')).map(([k, v]) => `${k}=${v}`).join(' · ');
 }
@@ -69,10 +89,7 @@ export default function resource(root, ctx) {
             h('tbody', {}, ws.map((e, i) => h('tr', {}, h('td', {}, i + 1), h('td', {}, e.holder),
               h('td', {}, (e.details.mode || '').replace('MODE_', '').toLowerCase()), h('td', {}, fmtTime(e.time)))))));
         replace(histBox, h('h2', {}, `History (${evs.length} events)`), evs.length === 0 ? empty('No history retained for this resource.') :
-          h('ul', { class: 'timeline', id: 'history' }, evs.slice().reverse().map((e) => h('li', { class: eventClass(e.type), dataset: { type: e.type } },
-            h('span', { class: 'muted' }, fmtTime(e.time)),
-            h('strong', {}, e.type),
-            h('span', {}, e.holder ? `${e.holder} · ` : '', e.fence && e.fence !== '0' ? `fence ${e.fence} · ` : '', h('span', { class: 'muted' }, details(e.details)))))));
+          h('ul', { class: 'timeline', id: 'history' }, timeline(evs)));
       }).catch((e) => { replace(histBox, h('h2', {}, 'History'), errorBox(e)); replace(waitBox, h('h2', {}, 'Waiters'), errorBox(e)); }),
     ]);
   };
