@@ -320,7 +320,7 @@ func TestDashboard(t *testing.T) {
 					fmt.Sprintf(`document.querySelector('#file-table tr[data-file="%d"] td[data-k=%q]')?.textContent === %q`, f.FileIndex, k, fmt.Sprint(v)))
 				// The progress bar's segment for k is its share of the pieces.
 				e.waitJS(t, fmt.Sprintf("file %d %s bar", f.FileIndex, k),
-					fmt.Sprintf(`document.querySelector('#file-table tr[data-file="%d"] .stack .%s')?.style.width === "%.2f%%"`, f.FileIndex, k, float64(v)/float64(f.Pieces)*100))
+					fmt.Sprintf(`Math.abs(parseFloat(document.querySelector('#file-table tr[data-file="%d"] .stack .%s')?.style.width) - %f) < 0.01`, f.FileIndex, k, float64(v)/float64(f.Pieces)*100))
 			}
 		}
 		rk, err := e.pools.Rankings(ctx, connect.NewRequest(&tenurev1.RankingsRequest{Pool: "swarm"}))
