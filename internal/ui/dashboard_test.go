@@ -337,8 +337,14 @@ func TestDashboard(t *testing.T) {
 	})
 
 	t.Run("settings", func(t *testing.T) {
-		// The namespace field switches every view to that namespace.
+		// A namespace the server refuses: the table and the feed say why.
 		e.open(t, "/leases")
+		e.step(t, "choose a bad namespace", chromedp.SetValue(chromedp.ID("namespace"), strings.Repeat("x", 129)),
+			chromedp.Click(chromedp.CSS(`#settings button[type=submit]`)))
+		e.waitJS(t, "the table's error", `document.querySelector("#lease-body .error")?.textContent.startsWith("invalid_argument: INVALID_ARGUMENT: namespace") && document.querySelector("#lease-body .error").textContent.includes("129 bytes")`)
+		e.waitJS(t, "the feed's error", `document.querySelector("#live").classList.contains("bad") && document.querySelector("#live").title.includes("INVALID_ARGUMENT")`)
+
+		// The namespace field switches every view to that namespace.
 		e.step(t, "choose namespace load", chromedp.SetValue(chromedp.ID("namespace"), "load"),
 			chromedp.Click(chromedp.CSS(`#settings button[type=submit]`)))
 		e.waitJS(t, "the load namespace", `document.querySelector("h1").textContent === "Leases in load" &&

@@ -161,7 +161,8 @@ func (e *env) waitJS(t *testing.T, what, expr string) {
 	defer cancel()
 	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr,
 		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(15*time.Second))); err != nil {
-		t.Fatalf("waiting for %s (%s): %v", what, expr, err)
+		page, _ := chromedp.Run(e.tab, chromedp.Evaluate[string](`document.querySelector("main")?.innerText ?? ""`))
+		t.Fatalf("waiting for %s (%s): %v\npage text:\n%.2000s", what, expr, err, page)
 	}
 }
 
