@@ -19,6 +19,8 @@ import (
 // seeded is what seed put into the server.
 type seeded struct {
 	o1, o2 *tenurev1.Lease
+	// stopWaiter ends w3's wait for orders/1.
+	stopWaiter func()
 }
 
 // seed gives the server leases (one with a waiter and guarded state), a
@@ -39,6 +41,7 @@ func seed(t *testing.T, e *env) seeded {
 	// w3 waits for orders/1 until the test ends.
 	wctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
+	s.stopWaiter = cancel
 	go e.leases.Acquire(wctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "orders/1", Holder: "w3",
 		Ttl: durationpb.New(time.Minute), Wait: durationpb.New(5 * time.Minute)}))
 	deadline := time.Now().Add(10 * time.Second)
@@ -385,6 +388,20 @@ func TestDashboard(t *testing.T) {
 		}
 		e.step(t, "clear the token", chromedp.Evaluate[chromedp.Void](`document.querySelector("#token").value = ""`), chromedp.Click(chromedp.CSS(`#settings button[type=submit]`)))
 		e.waitJS(t, "no stored token", `localStorage.getItem("tenure.token") === null`)
+	})
+
+	t.Run("reconnect", func(t *testing.T) {
+		// The feed survives a server restart: it says it is reconnecting,
+		// comes back by itself, and shows what happens afterwards.
+		e.open(t, "/events")
+		e.waitJS(t, "the live feed", `document.querySelector("#live")?.classList.contains("ok")`)
+		s.stopWaiter()
+		e.stop(t)
+		e.waitJS(t, "the feed reconnecting", `document.querySelector("#live").classList.contains("bad")`)
+		e.start(t)
+		e.waitJS(t, "the feed back", `document.querySelector("#live").classList.contains("ok")`)
+		e.acquire(t, "after/restart", "phoenix", time.Minute, tenurev1.Mode_MODE_EXCLUSIVE)
+		e.waitJS(t, "a grant after the restart", `document.querySelector('#event-rows tr[data-type="lease.issued"][data-resource="after/restart"]')?.textContent.includes("phoenix")`)
 	})
 
 	t.Run("dark", func(t *testing.T) {

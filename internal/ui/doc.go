@@ -15,6 +15,14 @@
 //     still holds it; an index that has left the feed restarts live and the
 //     feed says so.
 //
+// Two list RPCs exist for the dashboard's sake (and anyone else's):
+// QueueService.ListQueues (a namespace's queues with their counts) and
+// PoolService.ListPools (a namespace's pools).
+//
+// Member health on the overview is whether each member's /healthz answers:
+// the answering member's directly, the others' with a no-cors fetch, which
+// cannot read the answer but fails when nothing answers.
+//
 // Rates (grants, renewals and expiries per second) and recent errors by
 // reason come from the member's public Prometheus endpoint, /metrics: the
 // browser samples the counters every two seconds and shows the differences.

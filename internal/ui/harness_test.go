@@ -32,6 +32,7 @@ func chromiumPath() string {
 
 // env is a running server, API clients for it and a browser tab.
 type env struct {
+	cfg    server.Config
 	srv    *server.Server
 	base   string
 	leases tenurev1connect.LeaseServiceClient
@@ -53,28 +54,45 @@ func startServer(t *testing.T) *env {
 	cfg.Cluster.RaftAddr = "127.0.0.1:0"
 	cfg.Cluster.HeartbeatTimeout = 50 * time.Millisecond
 	cfg.Cluster.ElectionTimeout = 50 * time.Millisecond
-	srv, err := server.Start(cfg)
+	e := &env{cfg: cfg}
+	e.start(t)
+	t.Cleanup(func() { e.stop(t) })
+	e.cfg.Listen = e.srv.Addr() // a restart comes back on the same address
+	e.base = "http://" + e.srv.Addr()
+	hc := &http.Client{Timeout: 2 * time.Minute}
+	e.leases = tenurev1connect.NewLeaseServiceClient(hc, e.base)
+	e.queues = tenurev1connect.NewQueueServiceClient(hc, e.base)
+	e.pools = tenurev1connect.NewPoolServiceClient(hc, e.base)
+	return e
+}
+
+// start starts the server on e.cfg and waits until it serves writes.
+func (e *env) start(t *testing.T) {
+	t.Helper()
+	srv, err := server.Start(e.cfg)
 	if err != nil {
 		t.Fatalf("server.Start: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Close(ctx); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	e.srv = srv
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.WaitReady(ctx); err != nil {
 		t.Fatalf("WaitReady: %v", err)
 	}
-	base := "http://" + srv.Addr()
-	hc := &http.Client{Timeout: 2 * time.Minute}
-	return &env{srv: srv, base: base,
-		leases: tenurev1connect.NewLeaseServiceClient(hc, base),
-		queues: tenurev1connect.NewQueueServiceClient(hc, base),
-		pools:  tenurev1connect.NewPoolServiceClient(hc, base)}
+}
+
+// stop closes the server, if it runs.
+func (e *env) stop(t *testing.T) {
+	t.Helper()
+	if e.srv == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.srv.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	e.srv = nil
 }
 
 // startBrowser opens one headless chromium tab for the whole test, at a
