@@ -23,7 +23,7 @@ const routes = [
 
 // The shared event feed: the last MAX_EVENTS events of the namespace.
 const MAX_EVENTS = 500;
-export const feed = { events: [], listeners: new Set(), state: 'connecting', detail: '' };
+export const feed = { events: [], total: 0, listeners: new Set(), state: 'connecting', detail: '' };
 let stopWatch = null;
 let watchGen = 0;
 
@@ -37,6 +37,7 @@ async function startWatch() {
   stopWatch = null;
   const gen = ++watchGen;
   feed.events = [];
+  feed.total = 0;
   const live = document.getElementById('live');
   let after = '0';
   try {
@@ -47,7 +48,9 @@ async function startWatch() {
   if (gen !== watchGen) return; // a newer start (namespace change) won
   stopWatch = api.watch({ namespace: api.namespace(), afterIndex: after }, (ev) => {
     feed.events.push(ev);
-    if (feed.events.length > MAX_EVENTS) feed.events.splice(0, feed.events.length - MAX_EVENTS);
+    feed.total++;
+    // Trimmed in batches: one splice per MAX_EVENTS events, not per event.
+    if (feed.events.length > 2 * MAX_EVENTS) feed.events.splice(0, feed.events.length - MAX_EVENTS);
     for (const fn of feed.listeners) fn(ev);
   }, ({ state, detail }) => {
     feed.state = state;

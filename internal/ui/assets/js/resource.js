@@ -20,6 +20,20 @@ async function history(ns, resource) {
   return out;
 }
 
+// resourceLeases lists the resource's leases: List by prefix, which may
+// also match longer names, paged until it has seen them all (or a cap).
+async function resourceLeases(ns, resource) {
+  let out = [];
+  let token = '';
+  for (let page = 0; page < 20; page++) {
+    const r = await api.call('LeaseService', 'List', { namespace: ns, prefix: resource, pageSize: 1000, pageToken: token });
+    out = out.concat((r.leases || []).filter((l) => l.resource === resource));
+    token = r.nextPageToken || '';
+    if (!token) break;
+  }
+  return out;
+}
+
 // waiters replays the history: a waiter is queued from lease.waiting until
 // its wait ends or it is granted (lease.issued with its waiter_id).
 function waiters(events) {
@@ -70,8 +84,7 @@ export default function resource(root, ctx) {
 
   const load = async () => {
     await Promise.all([
-      api.call('LeaseService', 'List', { namespace: ctx.ns, prefix: name, pageSize: 1000 }).then((r) => {
-        const ls = (r.leases || []).filter((l) => l.resource === name);
+      resourceLeases(ctx.ns, name).then((ls) => {
         ls.sort((a, b) => Number(b.fence) - Number(a.fence));
         replace(leasesBox, h('h2', {}, 'Leases'), adminNote(), ls.length === 0 ? empty('No lease of this resource is retained.') :
           leaseTable(ls, { showResource: false, onAction: (note) => { if (note) replace(msg, note); load(); } }));
