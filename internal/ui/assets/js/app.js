@@ -75,8 +75,15 @@ function route() {
     const m = re.exec(path);
     if (!m) continue;
     for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('active', a.dataset.view === nav);
+    let params;
+    try {
+      params = m.slice(1).map(decodeURIComponent);
+    } catch {
+      replace(main, h('p', { class: 'empty' }, `The address ${raw} is malformed. `, h('a', { href: '#/' }, 'Go to the overview.')));
+      return;
+    }
     const ctx = {
-      params: m.slice(1).map(decodeURIComponent),
+      params,
       query,
       ns: api.namespace(),
       feed,

@@ -159,7 +159,7 @@ export function confirmDialog(title, text, withReason) {
   });
 }
 
-// link makes a hash link from a route and query.
+// href makes a dashboard link from a route and its query.
 export function href(path, query = {}) {
   const q = new URLSearchParams(Object.entries(query).filter(([, v]) => v)).toString();
   return `#${path}${q ? `?${q}` : ''}`;

@@ -24,7 +24,8 @@ export function adminNote() {
     `Admin actions are hidden: the server refused them for this token (${api.refused.admin}).`);
 }
 
-// leaseRows renders leases as table rows; onChange runs after an action.
+// leaseTable renders leases as a table; onAction gets the answer (a notice
+// or an error) of an admin action taken from a row.
 export function leaseTable(leases, { onAction, showResource = true } = {}) {
   return h('table', { id: 'lease-table' },
     h('thead', {}, h('tr', {},
@@ -48,13 +49,14 @@ export function leaseTable(leases, { onAction, showResource = true } = {}) {
 
 export default function leases(root, ctx) {
   const q = ctx.query;
+  const summary = h('span', { class: 'muted', id: 'lease-summary' });
   const form = h('form', { class: 'filters', id: 'lease-filters' },
     h('label', {}, 'Prefix', h('input', { name: 'prefix', value: q.get('prefix') || '', placeholder: 'orders/', spellcheck: 'false' })),
     h('label', {}, 'Holder', h('input', { name: 'holder', value: q.get('holder') || '', spellcheck: 'false' })),
     h('label', {}, 'State', h('select', { name: 'state' }, STATES.map((s) =>
       h('option', { value: s, selected: (q.get('state') || '') === s }, s ? enumName(s, 'STATE_') : 'any')))),
     h('button', { type: 'submit' }, 'Filter'),
-    h('span', { class: 'muted', id: 'lease-summary' }));
+    summary);
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     const f = new FormData(form);
@@ -81,7 +83,7 @@ export default function leases(root, ctx) {
         next = r.nextPageToken || '';
         if (!next) break;
       }
-      document.getElementById('lease-summary').textContent =
+      summary.textContent =
         `${fmtNum(all.length)} shown · namespace: ${fmtNum(counts.active)} active, ${fmtNum(counts.waiters)} waiting`;
       replace(body, all.length === 0
         ? empty(req.prefix || req.holder || req.states ? 'No lease matches these filters.' : 'No leases in this namespace yet.')
