@@ -120,6 +120,20 @@ func seed(t *testing.T, e *env) seeded {
 	return s
 }
 
+// waitUntil polls cond until it holds, or fails the test after 20 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
 // churn renews l and grants and releases a lease in namespace "load" until
 // stop is called.
 func churn(t *testing.T, e *env, l *tenurev1.Lease) (stop func()) {
@@ -402,6 +416,30 @@ func TestDashboard(t *testing.T) {
 		e.waitJS(t, "the feed back", `document.querySelector("#live").classList.contains("ok")`)
 		e.acquire(t, "after/restart", "phoenix", time.Minute, tenurev1.Mode_MODE_EXCLUSIVE)
 		e.waitJS(t, "a grant after the restart", `document.querySelector('#event-rows tr[data-type="lease.issued"][data-resource="after/restart"]')?.textContent.includes("phoenix")`)
+	})
+
+	t.Run("cluster", func(t *testing.T) {
+		// Three members: the dashboard of any of them shows all three,
+		// one leader, each reachable; a stopped member turns unreachable.
+		srvs := startCluster(t, 3)
+		var leader int
+		waitUntil(t, "a leader", func() bool {
+			for i, s := range srvs {
+				if s.Node().IsLeader() {
+					leader = i
+					return true
+				}
+			}
+			return false
+		})
+		answering, stopped := (leader+1)%3, (leader+2)%3
+		e.step(t, "open a follower's dashboard", chromedp.Navigate("http://"+srvs[answering].Addr()+"/ui/#/"))
+		e.waitJS(t, "three healthy members", `(() => { const r = [...document.querySelectorAll("#members tbody tr")];
+			return r.length === 3 && r.every(x => x.textContent.includes("reachable") && !x.textContent.includes("unreachable")) &&
+				r.filter(x => x.textContent.includes("leader")).length === 1 && r.filter(x => x.textContent.includes("follower")).length === 2 })()`)
+		e.screenshot(t, "cluster")
+		stopServer(t, srvs, stopped)
+		e.waitJS(t, "the stopped member", fmt.Sprintf(`[...document.querySelectorAll("#members tbody tr")].some(x => x.firstChild.textContent === "n%d" && x.textContent.includes("unreachable"))`, stopped+1))
 	})
 
 	t.Run("dark", func(t *testing.T) {

@@ -3,6 +3,7 @@ package ui_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -242,4 +243,53 @@ func (e *env) listLeases(t *testing.T, req *tenurev1.ListRequest) []*tenurev1.Le
 		t.Fatalf("List: %v", err)
 	}
 	return r.Msg.Leases
+}
+
+// startCluster starts n more servers as one cluster (bootstrapped with the
+// same peer list) and returns them; they stop when the test ends.
+func startCluster(t *testing.T, n int) []*server.Server {
+	t.Helper()
+	var peers []cluster.Peer
+	var lns []net.Listener
+	for i := range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		peers = append(peers, cluster.Peer{ID: fmt.Sprintf("n%d", i+1), RaftAddr: ln.Addr().String()})
+	}
+	srvs := make([]*server.Server, n)
+	for i, p := range peers {
+		cfg := server.DefaultConfig()
+		cfg.Listen = "127.0.0.1:0"
+		cfg.Cluster = cluster.DefaultConfig()
+		cfg.Cluster.DataDir = t.TempDir()
+		cfg.Cluster.NodeID = p.ID
+		cfg.Cluster.Peers = peers
+		cfg.Cluster.RaftListener = lns[i]
+		// Room for -race on two cores: a late heartbeat must not depose.
+		cfg.Cluster.HeartbeatTimeout = 200 * time.Millisecond
+		cfg.Cluster.ElectionTimeout = 200 * time.Millisecond
+		srv, err := server.Start(cfg)
+		if err != nil {
+			t.Fatalf("Start %s: %v", p.ID, err)
+		}
+		srvs[i] = srv
+		t.Cleanup(func() { stopServer(t, srvs, i) })
+	}
+	return srvs
+}
+
+// stopServer closes srvs[i] unless it is closed already.
+func stopServer(t *testing.T, srvs []*server.Server, i int) {
+	if srvs[i] == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srvs[i].Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	srvs[i] = nil
 }
