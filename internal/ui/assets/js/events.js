@@ -1,5 +1,5 @@
 // Events: the live feed from LeaseService.Watch, newest first.
-import { h, replace, empty, fmtTime, eventClass, seg, short } from './dom.js';
+import { h, replace, empty, fmtClock, eventClass, seg, short } from './dom.js';
 
 const SHOW = 300;
 
@@ -7,7 +7,7 @@ function row(e, fresh) {
   const d = Object.entries(e.details || {}).filter(([k]) => !k.endsWith('_tick')).map(([k, v]) => `${k}=${v}`).join(' ');
   return h('tr', { class: fresh ? 'new' : '', dataset: { type: e.type, resource: e.resource || '', index: e.index } },
     h('td', { class: 'num mono' }, e.index),
-    h('td', { class: 'muted' }, fmtTime(e.time)),
+    h('td', { class: 'muted', title: e.time || '' }, fmtClock(e.time)),
     h('td', {}, h('span', { class: `badge ${eventClass(e.type)}` }, e.type)),
     h('td', { class: 'mono' }, e.resource ? h('a', { href: `#/resource/${seg(e.resource)}` }, e.resource) : ''),
     h('td', {}, e.holder || ''),
