@@ -27,6 +27,10 @@ type Config struct {
 	// RaftListener, when set, is the Raft transport's listener (RaftAddr
 	// is then ignored): tests bind every member's port before starting any.
 	RaftListener net.Listener
+	// RaftTLS, when set, makes the Raft transport mutual TLS 1.3: peers
+	// without a certificate of the cluster CA are refused, and a leader
+	// adds a member only after checking its certificate (AddVoter).
+	RaftTLS *RaftTLS
 	// APIAddr is this node's API address, published in replicated state
 	// (SetMember) so that followers can forward to the leader.
 	APIAddr string
