@@ -43,6 +43,9 @@ type Config struct {
 	// NoBootstrap starts Raft on a fresh data dir without bootstrapping
 	// anything: the node waits to be added by a leader (--join).
 	NoBootstrap bool
+	// LedgerSegmentSize is the size of one durable ledger file in
+	// DataDir/ledger (zero: ledger.DefaultSegmentSize).
+	LedgerSegmentSize int64
 	// Machine configures the state machine.
 	Machine statemachine.Config
 	// FeedSize is how many recent records Watch and History can reach.

@@ -123,6 +123,10 @@ func Open(cfg Config) (*Node, error) {
 			n.closeStores()
 		}
 	}()
+	// The ledger opens before Raft, which re-applies into it at start.
+	if n.fsm.ledger, err = openLedger(cfg.DataDir, cfg.LedgerSegmentSize, n.log); err != nil {
+		return nil, err
+	}
 	// raft-wal appends each batch of entries to a segment file with one
 	// fsync, about twice as fast here as BoltDB's two.
 	walDir := filepath.Join(cfg.DataDir, "wal")
@@ -274,6 +278,7 @@ func (n *Node) closeStores() error {
 	if n.meta != nil {
 		errs = append(errs, n.meta.Close())
 	}
+	errs = append(errs, n.fsm.ledger.close())
 	return errors.Join(errs...)
 }
 

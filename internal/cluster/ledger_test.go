@@ -1,0 +1,57 @@
+package cluster
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/ledger"
+)
+
+// TestLedgerSurvivesRestart: the durable ledger holds every record once,
+// across a snapshot and a restart that re-applies the log after it.
+func TestLedgerSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, dir)
+	for i := range 5 {
+		if out := acquire(t, n, fmt.Sprintf("r/%d", i), "w", time.Minute, 0); out.Err != nil {
+			t.Fatal(out.Err)
+		}
+	}
+	if _, _, err := n.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if out := acquire(t, n, fmt.Sprintf("s/%d", i), "w", time.Minute, 0); out.Err != nil {
+			t.Fatal(out.Err)
+		}
+	}
+	pub := n.fsm.m.PublicKey()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n = open(t, dir) // re-applies everything after the snapshot
+	if out := acquire(t, n, "after", "w", time.Minute, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	n.fsm.mu.RLock()
+	last := n.fsm.m.Chain().Next - 1
+	n.fsm.mu.RUnlock()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	ldir := filepath.Join(dir, ledger.DirName)
+	stored, err := ledger.ReadPublicKey(ldir)
+	if err != nil || !stored.Equal(pub) {
+		t.Fatalf("stored public key %x, %v; want %x", stored, err, pub)
+	}
+	rep, err := ledger.Verify(ldir, ledger.VerifyOptions{PublicKey: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.First != 1 || rep.Last != last || rep.Records != last || len(rep.Gaps) != 0 || rep.Torn != nil {
+		t.Fatalf("ledger %+v; want records 1..%d exactly once", rep, last)
+	}
+}
