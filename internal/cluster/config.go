@@ -16,7 +16,8 @@ import (
 
 // Config configures a node.
 type Config struct {
-	// DataDir holds the Raft log (raft.db), snapshots and the node identity.
+	// DataDir holds the Raft log (wal/), snapshots, the node identity and
+	// the durable ledger (ledger/).
 	DataDir string
 	// NodeID is the member id. Empty takes the id stored in DataDir, or
 	// DefaultNodeID on first start; a different stored id is an error.

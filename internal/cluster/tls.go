@@ -180,10 +180,16 @@ func (s *streamLayer) dialTLS(conn net.Conn, timeout time.Duration) (net.Conn, e
 	defer cancel()
 	if err := c.HandshakeContext(ctx); err != nil {
 		_ = conn.Close()
-		return nil, err
+		return nil, &handshakeError{err}
 	}
 	return c, nil
 }
+
+// handshakeError is a TLS handshake that failed after the TCP connect.
+type handshakeError struct{ err error }
+
+func (e *handshakeError) Error() string { return "raft TLS handshake: " + e.err.Error() }
+func (e *handshakeError) Unwrap() error { return e.err }
 
 // probe checks, before a member is added, that the member at addr holds
 // a certificate of the cluster CA and accepts this node's: a handshake
@@ -192,11 +198,20 @@ func (s *streamLayer) dialTLS(conn net.Conn, timeout time.Duration) (net.Conn, e
 // certificate after the client's handshake is done).
 func (s *streamLayer) probe(addr raft.ServerAddress, timeout time.Duration) error {
 	refused := func(err error) error {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			// Slow or gone: the caller may retry (a join does).
+			return unavailable(fmt.Sprintf("the member at raft address %s did not complete the Raft TLS check in %s: %v", addr, timeout, err))
+		}
 		return &registrar.Error{Reason: registrar.ReasonPermissionDenied,
 			Message:  fmt.Sprintf("%s: the member at raft address %s failed the Raft TLS check: %v", registrar.ReasonPermissionDenied, addr, err),
 			Metadata: map[string]string{"raft_address": string(addr)}}
 	}
 	conn, err := s.Dial(addr, timeout)
+	var he *handshakeError
+	if err != nil && !errors.As(err, &he) {
+		return unavailable(fmt.Sprintf("cannot reach the member at raft address %s: %v", addr, err))
+	}
 	if err != nil {
 		return refused(err)
 	}

@@ -235,6 +235,16 @@ func TestRaftTLSRefusesForeignMembers(t *testing.T) {
 		})
 	}
 
+	// Nothing listening is not a refusal: the join may retry.
+	ln := listen(t)
+	gone := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := leader.AddVoter(ctx, "n5", gone, ""); registrar.ReasonOf(err) != registrar.ReasonUnavailable {
+		t.Fatalf("AddVoter of an unreachable member: got %v, want UNAVAILABLE", err)
+	}
+
 	// A rogue member with a foreign certificate that claims membership
 	// (bootstraps a configuration naming the real members) keeps asking
 	// them for votes; they refuse its connections and notice nothing.

@@ -347,3 +347,28 @@ func TestLedgerSegments(t *testing.T) {
 	fmt.Sscan(first, &idx)
 	wantBroken(t, dir, pub, idx, "missing or reordered")
 }
+
+// BenchmarkWriterAppend measures what the durable ledger adds to applying
+// one record: encoding its line and, per batch of 256, one write.
+func BenchmarkWriterAppend(b *testing.B) {
+	recs, _ := history(b, 4096, 1024)
+	w, _, err := ledger.OpenWriter(b.TempDir(), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	var idx uint64
+	b.ReportAllocs()
+	for b.Loop() {
+		s := recs[1+int(idx)%(len(recs)-1)]
+		idx++
+		if err := w.Append(idx, s.Record.PrevHash, s.Hash, s.Bytes); err != nil {
+			b.Fatal(err)
+		}
+		if idx%256 == 0 {
+			if err := w.Flush(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
