@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/tenurehq/tenure/internal/ledger"
 	"github.com/tenurehq/tenure/internal/statemachine"
@@ -21,7 +22,8 @@ type durableLedger struct {
 	w        *ledger.Writer
 	log      *slog.Logger
 	keySaved bool
-	failed   bool
+	// failed is set when writing stopped (atomic: the metrics read it).
+	failed atomic.Bool
 }
 
 func openLedger(dataDir string, segSize int64, log *slog.Logger) (*durableLedger, error) {
@@ -38,7 +40,7 @@ func openLedger(dataDir string, segSize int64, log *slog.Logger) (*durableLedger
 }
 
 func (d *durableLedger) write(sealed []statemachine.Sealed, pub ed25519.PublicKey) {
-	if d == nil || d.failed {
+	if d == nil || d.failed.Load() {
 		return
 	}
 	for _, s := range sealed {
@@ -57,7 +59,7 @@ func (d *durableLedger) write(sealed []statemachine.Sealed, pub ed25519.PublicKe
 // fail stops the ledger until the node restarts: snapshots fail from now
 // on, so Raft keeps the log the missing lines can be rebuilt from.
 func (d *durableLedger) fail(err error) {
-	d.failed = true
+	d.failed.Store(true)
 	d.log.Error("ledger: writing stopped; restart the node once the cause is fixed, and Raft's log refills it", "err", err)
 }
 
@@ -65,7 +67,7 @@ func (d *durableLedger) sync() error {
 	if d == nil {
 		return nil
 	}
-	if d.failed {
+	if d.failed.Load() {
 		return fmt.Errorf("cluster: not snapshotting: the ledger stopped writing (see the log), and the Raft log is what can refill it")
 	}
 	if err := d.w.Sync(); err != nil {

@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +104,20 @@ func TestLedgerResumesAfterSnapshot(t *testing.T) {
 	}
 	if len(rep.Gaps) != 1 || rep.Gaps[0] != (ledger.Gap{From: 1, To: snapNext - 1}) || rep.First != snapNext || rep.Records == 0 {
 		t.Fatalf("ledger %+v; want a gap 1..%d, then the records after the snapshot", rep, snapNext-1)
+	}
+}
+
+// TestLedgerFailureHoldsSnapshots: once the ledger cannot be written,
+// snapshots fail, so that Raft keeps the log the ledger can be refilled
+// from after a restart.
+func TestLedgerFailureHoldsSnapshots(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	n.fsm.ledger.fail(errors.New("disk full"))
+	if out := acquire(t, n, "r", "w", time.Minute, 0); out.Err != nil {
+		t.Fatalf("writes go on: %v", out.Err)
+	}
+	if _, _, err := n.Snapshot(); err == nil || !strings.Contains(err.Error(), "ledger") {
+		t.Fatalf("Snapshot with a failed ledger: %v", err)
 	}
 }

@@ -113,16 +113,22 @@ func (s *streamLayer) startTLS(t *RaftTLS, log *slog.Logger) {
 }
 
 func (a *tlsAccept) loop(ln net.Listener) {
+	backoff := 5 * time.Millisecond
 	for {
 		c, err := ln.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
+		if errors.Is(err, net.ErrClosed) {
 			a.once.Do(func() { close(a.done) })
 			return
 		}
+		if err != nil {
+			// Out of file descriptors and the like: wait, as Raft's own
+			// accept loop does, rather than stop accepting for good.
+			a.log.Warn("raft TLS: accepting a connection", "err", err, "backoff", backoff)
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
 		go a.handshake(c)
 	}
 }
