@@ -18,6 +18,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/fencing"
+	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/internal/ledger"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/server"
@@ -36,6 +37,10 @@ files in DATA-DIR/ledger, which every node writes as it applies records
            what is wrong) and exits 1 on tampering; otherwise a summary (the
            records, checkpoints and range held, gaps where the node caught up
            from a snapshot, a torn last line left by a crash) and exit 0.
+           It also checks the ledger against the chain head recorded in the
+           node's newest Raft snapshot (DATA-DIR/snapshots): the ledger must
+           reach it with the same hash, so a truncated or rewritten ledger
+           fails even where no checkpoint signs it yet.
            The key is --public-key: hex, @FILE, or "cluster" (fetched from
            --endpoints); by default DATA-DIR/ledger/public-key, or else the
            ledger's own first record (which only proves self-consistency).
@@ -115,6 +120,8 @@ type auditReport struct {
 	Dir   string `json:"dir"`
 	KeyID string `json:"keyId,omitempty"`
 	Key   string `json:"keySource"`
+	// AnchorSource names the Raft snapshot checked against (if any).
+	AnchorSource string `json:"anchorSource,omitempty"`
 	ledger.Report
 	// FirstBadIndex and Problem describe the first bad record.
 	FirstBadIndex uint64 `json:"firstBadIndex,omitempty"`
@@ -126,14 +133,23 @@ func auditVerify(ctx context.Context, c *cliCommand, dir, keyFlag string) error 
 	if err != nil {
 		return err
 	}
+	// The newest Raft snapshot's chain head is a second witness: the
+	// ledger is fsynced before every snapshot, so it must reach that point.
+	anchor, aerr := cluster.SnapshotAnchor(filepath.Dir(dir))
+	if aerr != nil {
+		fmt.Fprintf(c.stderr, "tenure audit: not checking against the Raft snapshot: %v\n", aerr)
+	}
 	start, last := time.Now(), time.Now()
-	rep, verr := ledger.Verify(dir, ledger.VerifyOptions{PublicKey: pub, Progress: func(n uint64) {
+	rep, verr := ledger.Verify(dir, ledger.VerifyOptions{PublicKey: pub, Anchor: anchor, Progress: func(n uint64) {
 		if time.Since(last) >= time.Second {
 			last = time.Now()
 			fmt.Fprintf(c.stderr, "verified %d records (%s)…\n", n, time.Since(start).Round(time.Second))
 		}
 	}})
 	out := auditReport{OK: verr == nil, Dir: dir, Report: rep, Key: source}
+	if anchor != nil {
+		out.AnchorSource = anchor.Source
+	}
 	if pub == nil && rep.KeyFromLedger {
 		out.Key = "the ledger's own Initialized record (self-consistency only)"
 	}
@@ -170,6 +186,9 @@ func auditVerify(ctx context.Context, c *cliCommand, dir, keyFlag string) error 
 	}
 	if out.Key != "" {
 		fmt.Fprintf(w, "public key %s from %s\n", out.KeyID, out.Key)
+	}
+	if rep.Anchored > 0 {
+		fmt.Fprintf(w, "record %d matches the chain head in the node's %s\n", rep.Anchored, out.AnchorSource)
 	}
 	for _, g := range rep.Gaps {
 		fmt.Fprintf(w, "gap: records %d..%d are not in this ledger (the node caught up from a snapshot); check them on another member\n", g.From, g.To)

@@ -145,7 +145,7 @@ func TestKill9UnderWriteLoadLosesNoAcknowledgedGrant(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 0 {
 		t.Fatalf("audit verify after kill -9: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
 	}
-	if !rep.OK || rep.First != 1 || rep.Records != rep.Last || len(rep.Gaps) != 0 || rep.Last < uint64(len(acked)) {
-		t.Fatalf("ledger after kill -9: %+v; want records 1..N, N >= %d", rep, len(acked))
+	if !rep.OK || rep.First != 1 || rep.Records != rep.Last || len(rep.Gaps) != 0 || rep.Last < uint64(len(acked)) || rep.Anchored == 0 {
+		t.Fatalf("ledger after kill -9: %+v; want records 1..N, N >= %d, agreeing with the snapshot", rep, len(acked))
 	}
 }

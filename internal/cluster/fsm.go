@@ -206,6 +206,8 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.m = m
 	f.maxTick = max(f.maxTick, m.Registrar().Tick())
+	ch := m.Chain()
+	f.ledger.restored(ch.Next, ch.Head)
 	f.ledger.savePublicKey(m.PublicKey())
 	close(f.changed)
 	f.changed = make(chan struct{})

@@ -77,6 +77,16 @@ func (d *durableLedger) sync() error {
 	return nil
 }
 
+// restored positions the ledger at a restored snapshot's chain head.
+func (d *durableLedger) restored(next uint64, head ledger.Hash) {
+	if d == nil || d.failed.Load() {
+		return
+	}
+	if err := d.w.Resume(next, head); err != nil {
+		d.fail(err)
+	}
+}
+
 func (d *durableLedger) savePublicKey(pub ed25519.PublicKey) {
 	if d == nil || d.keySaved || pub == nil {
 		return

@@ -50,12 +50,16 @@ func TestLedgerSurvivesRestart(t *testing.T) {
 	if err != nil || !stored.Equal(pub) {
 		t.Fatalf("stored public key %x, %v; want %x", stored, err, pub)
 	}
-	rep, err := ledger.Verify(ldir, ledger.VerifyOptions{PublicKey: pub})
+	anchor, err := SnapshotAnchor(dir)
+	if err != nil || anchor == nil || anchor.Next < 2 {
+		t.Fatalf("snapshot anchor %+v, %v", anchor, err)
+	}
+	rep, err := ledger.Verify(ldir, ledger.VerifyOptions{PublicKey: pub, Anchor: anchor})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.First != 1 || rep.Last != last || rep.Records != last || len(rep.Gaps) != 0 || rep.Torn != nil {
-		t.Fatalf("ledger %+v; want records 1..%d exactly once", rep, last)
+	if rep.First != 1 || rep.Last != last || rep.Records != last || len(rep.Gaps) != 0 || rep.Torn != nil || rep.Anchored != anchor.Next-1 {
+		t.Fatalf("ledger %+v; want records 1..%d exactly once, anchored at %d", rep, last, anchor.Next-1)
 	}
 }
 
@@ -98,11 +102,15 @@ func TestLedgerResumesAfterSnapshot(t *testing.T) {
 	if err != nil || !stored.Equal(pub) {
 		t.Fatalf("stored key %x, %v", stored, err)
 	}
-	rep, err := ledger.Verify(ldir, ledger.VerifyOptions{PublicKey: pub})
+	anchor, err := SnapshotAnchor(dir)
+	if err != nil || anchor == nil || anchor.Next != snapNext {
+		t.Fatalf("snapshot anchor %+v, %v; want next %d", anchor, err, snapNext)
+	}
+	rep, err := ledger.Verify(ldir, ledger.VerifyOptions{PublicKey: pub, Anchor: anchor})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Gaps) != 1 || rep.Gaps[0] != (ledger.Gap{From: 1, To: snapNext - 1}) || rep.First != snapNext || rep.Records == 0 {
+	if len(rep.Gaps) != 1 || rep.Gaps[0] != (ledger.Gap{From: 1, To: snapNext - 1}) || rep.First != snapNext || rep.Records == 0 || rep.Anchored != snapNext-1 {
 		t.Fatalf("ledger %+v; want a gap 1..%d, then the records after the snapshot", rep, snapNext-1)
 	}
 }
@@ -119,5 +127,44 @@ func TestLedgerFailureHoldsSnapshots(t *testing.T) {
 	}
 	if _, _, err := n.Snapshot(); err == nil || !strings.Contains(err.Error(), "ledger") {
 		t.Fatalf("Snapshot with a failed ledger: %v", err)
+	}
+}
+
+func TestSnapshotAnchorReadsOnlyIntactSnapshots(t *testing.T) {
+	if a, err := SnapshotAnchor(t.TempDir()); a != nil || err != nil {
+		t.Fatalf("no snapshot: %+v, %v", a, err)
+	}
+	dir := t.TempDir()
+	n := open(t, dir)
+	if out := acquire(t, n, "r", "w", time.Minute, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	if _, _, err := n.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	n.fsm.mu.RLock()
+	want := n.fsm.m.Chain()
+	n.fsm.mu.RUnlock()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := SnapshotAnchor(dir)
+	if err != nil || a == nil || a.Next != want.Next || a.Head != want.Head {
+		t.Fatalf("anchor %+v, %v; want next %d", a, err, want.Next)
+	}
+	states, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*", "state.bin"))
+	if len(states) != 1 {
+		t.Fatalf("snapshots: %v", states)
+	}
+	b, err := os.ReadFile(states[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 1
+	if err := os.WriteFile(states[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := SnapshotAnchor(dir); err == nil || !strings.Contains(err.Error(), "checksum") {
+		t.Fatalf("corrupt snapshot: %v", err)
 	}
 }

@@ -208,11 +208,7 @@ func (w *Writer) Append(index uint64, prev []byte, hash Hash, rec []byte) error 
 		}
 	}
 	if !w.started && index != 1 || w.started && index != w.last+1 {
-		w.buf = append(w.buf, `{"start":`...)
-		w.buf = strconv.AppendUint(w.buf, index, 10)
-		w.buf = append(w.buf, `,"prev":"`...)
-		w.buf = hex.AppendEncode(w.buf, prev)
-		w.buf = append(w.buf, "\"}\n"...)
+		w.buf = appendStart(w.buf, index, prev)
 	}
 	w.buf = append(w.buf, `{"index":`...)
 	w.buf = strconv.AppendUint(w.buf, index, 10)
@@ -225,6 +221,39 @@ func (w *Writer) Append(index uint64, prev []byte, hash Hash, rec []byte) error 
 	w.buf = append(w.buf, "\"}\n"...)
 	w.last, w.lastHash, w.started = index, hash, true
 	return nil
+}
+
+// Resume records that the chain continues at next after the hash prev
+// (a snapshot was restored): unless the ledger already reaches next-1, it
+// writes a start marker, so that the ledger accounts for the snapshot's
+// position even before the next record arrives.
+func (w *Writer) Resume(next uint64, prev Hash) error {
+	if w.err != nil {
+		return w.err
+	}
+	if next <= 1 || w.started && w.last >= next-1 {
+		if w.started && w.last == next-1 && w.lastHash != prev {
+			return fmt.Errorf("ledger: record %d differs from the restored snapshot's chain head: the ledger belongs to another history", next-1)
+		}
+		return nil
+	}
+	if w.f == nil || w.size+int64(len(w.buf)) >= w.segSize {
+		if err := w.rotate(next); err != nil {
+			w.err = err
+			return err
+		}
+	}
+	w.buf = appendStart(w.buf, next, prev[:])
+	w.last, w.lastHash, w.started = next-1, prev, true
+	return w.Flush()
+}
+
+func appendStart(b []byte, start uint64, prev []byte) []byte {
+	b = append(b, `{"start":`...)
+	b = strconv.AppendUint(b, start, 10)
+	b = append(b, `,"prev":"`...)
+	b = hex.AppendEncode(b, prev)
+	return append(b, "\"}\n"...)
 }
 
 // rotate starts a new segment named after index, syncing the old one.

@@ -372,3 +372,58 @@ func BenchmarkWriterAppend(b *testing.B) {
 		}
 	}
 }
+
+func TestLedgerAnchor(t *testing.T) {
+	t.Parallel()
+	recs, pub := history(t, 40, 16)
+	at := recs[28] // record 29
+	anchor := &ledger.Anchor{Next: 30, Head: at.Hash, Source: "the test's snapshot"}
+	check := func(dir string) (ledger.Report, error) {
+		return ledger.Verify(dir, ledger.VerifyOptions{PublicKey: pub, Anchor: anchor})
+	}
+
+	dir := t.TempDir()
+	write(t, dir, 0, recs)
+	if rep, err := check(dir); err != nil || rep.Anchored != 29 {
+		t.Fatalf("intact: %+v, %v; want anchored at 29", rep, err)
+	}
+
+	// Truncated before the anchor.
+	dir = t.TempDir()
+	write(t, dir, 0, recs[:25])
+	_, err := check(dir)
+	var be *ledger.BrokenError
+	if !errors.As(err, &be) || be.Index != 26 || !strings.Contains(be.Reason, "records 26..29 are missing") {
+		t.Fatalf("truncated: %v", err)
+	}
+
+	// A ledger that resumes right after the anchor, with its marker.
+	dir = t.TempDir()
+	w, _, err := ledger.OpenWriter(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Resume(30, at.Hash); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := check(dir); err != nil || rep.Anchored != 29 || len(rep.Gaps) != 1 || rep.Records != 0 {
+		t.Fatalf("marker only: %+v, %v", rep, err)
+	}
+	write(t, dir, 0, recs[29:])
+	if rep, err := check(dir); err != nil || rep.Anchored != 29 || rep.First != 30 {
+		t.Fatalf("after the marker: %+v, %v", rep, err)
+	}
+
+	// A history rewritten consistently (chain recomputed, as with another
+	// key) no longer matches the anchor.
+	dir = t.TempDir()
+	write(t, dir, 0, recs)
+	anchor.Head[0] ^= 1
+	_, err = check(dir)
+	if !errors.As(err, &be) || be.Index != 29 || !strings.Contains(be.Reason, "the test's snapshot") {
+		t.Fatalf("other head: %v", err)
+	}
+}

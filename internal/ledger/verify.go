@@ -132,13 +132,28 @@ type Report struct {
 	// Torn is a partial last line, ignored.
 	Torn     *Torn `json:"torn,omitempty"`
 	Segments int   `json:"segments"`
+	// Anchored is the record index the anchor confirmed (0: no anchor, or
+	// it fell in a gap).
+	Anchored uint64 `json:"anchored,omitempty"`
 	// KeyFromLedger says the public key was taken from the ledger's own
 	// Initialized record (no key was given).
 	KeyFromLedger bool `json:"keyFromLedger,omitempty"`
 }
 
+// Anchor is a chain position known from elsewhere (the node's Raft
+// snapshot): the record before Next has hash Head.
+type Anchor struct {
+	Next   uint64
+	Head   Hash
+	Source string
+}
+
 // VerifyOptions configure Verify.
 type VerifyOptions struct {
+	// Anchor, when set, must agree with the ledger: the ledger reaches
+	// Anchor.Next-1 (or resumes after it) with hash Anchor.Head. This
+	// catches a truncated ledger and a rewritten tail up to that point.
+	Anchor *Anchor
 	// PublicKey verifies the checkpoints. Nil takes the key of the
 	// ledger's Initialized record, which only proves self-consistency.
 	PublicKey ed25519.PublicKey
@@ -168,6 +183,19 @@ func Verify(dir string, opt VerifyOptions) (Report, error) {
 	pub := opt.PublicKey
 	chain := NewChain()
 	var held bool // a record or marker was seen
+	anchor := opt.Anchor
+	// checkAnchor compares what the ledger says the hash of record
+	// anchor.Next-1 is.
+	checkAnchor := func(at uint64, h []byte, what string) error {
+		if anchor == nil || anchor.Next <= 1 || at != anchor.Next-1 || rep.Anchored != 0 {
+			return nil
+		}
+		if !bytes.Equal(h, anchor.Head[:]) {
+			return &BrokenError{Index: at, Reason: fmt.Sprintf("%s differs from the chain head in %s (the ledger was rewritten)", what, anchor.Source)}
+		}
+		rep.Anchored = at
+		return nil
+	}
 	torn, err := Scan(dir, func(l Line) error {
 		bad := func(format string, args ...any) error {
 			return &BrokenError{Index: chain.Next, Reason: fmt.Sprintf("%s line %d: ", l.Segment, l.Line) + fmt.Sprintf(format, args...)}
@@ -188,7 +216,7 @@ func Verify(dir string, opt VerifyOptions) (Report, error) {
 			chain.Next = l.Start
 			copy(chain.Head[:], prev)
 			held = true
-			return nil
+			return checkAnchor(l.Start-1, prev, fmt.Sprintf("the previous hash of the start marker at %d", l.Start))
 		}
 		sum := sha256.Sum256(l.Record)
 		if hex.EncodeToString(sum[:]) != l.Hash {
@@ -219,6 +247,9 @@ func Verify(dir string, opt VerifyOptions) (Report, error) {
 		if _, err := chain.Follow(rec, l.Record, pub); err != nil {
 			return err
 		}
+		if err := checkAnchor(rec.Index, sum[:], fmt.Sprintf("record %d's hash", rec.Index)); err != nil {
+			return err
+		}
 		if cp := rec.GetCheckpoint(); cp != nil {
 			rep.Checkpoints++
 			rep.SignedThrough = cp.CoversIndex
@@ -235,5 +266,14 @@ func Verify(dir string, opt VerifyOptions) (Report, error) {
 		return nil
 	})
 	rep.Torn = torn
+	if err == nil && anchor != nil && anchor.Next > 1 && rep.Anchored == 0 {
+		covered := chain.Next - 1 // the last index the ledger accounts for
+		switch {
+		case !held || covered < anchor.Next-1:
+			err = &BrokenError{Index: covered + 1, Reason: fmt.Sprintf("the ledger ends at %d, but %s covers records up to %d: records %d..%d are missing (truncated)",
+				covered, anchor.Source, anchor.Next-1, covered+1, anchor.Next-1)}
+		}
+		// Otherwise the anchor fell in a gap: nothing to compare.
+	}
 	return rep, err
 }
