@@ -42,7 +42,8 @@ func history(t testing.TB, n int, every uint64) ([]statemachine.Sealed, ed25519.
 	do(&logpb.Command{Op: &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: bytes.Repeat([]byte{7}, ed25519.SeedSize)}}})
 	ttl := int64(60_000)
 	for i := range n {
-		do(&logpb.Command{Actor: "w", Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{Resource: fmt.Sprintf("r/%d", i), Holder: "w", TtlMs: &ttl}}})
+		h := fmt.Sprintf("w%d", i%100)
+		do(&logpb.Command{Actor: h, Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{Resource: fmt.Sprintf("r/%d", i), Holder: h, TtlMs: &ttl}}})
 	}
 	return out, m.PublicKey()
 }
@@ -426,4 +427,19 @@ func TestLedgerAnchor(t *testing.T) {
 	if !errors.As(err, &be) || be.Index != 29 || !strings.Contains(be.Reason, "the test's snapshot") {
 		t.Fatalf("other head: %v", err)
 	}
+}
+
+// BenchmarkVerify measures tenure audit verify's pace, per record.
+func BenchmarkVerify(b *testing.B) {
+	recs, pub := history(b, 20_000, 1024)
+	dir := b.TempDir()
+	write(b, dir, 0, recs)
+	b.ResetTimer()
+	for b.Loop() {
+		rep, err := ledger.Verify(dir, ledger.VerifyOptions{PublicKey: pub})
+		if err != nil || rep.Records != uint64(len(recs)) {
+			b.Fatal(rep, err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
 }
