@@ -279,19 +279,38 @@ func TestRaftTLSRefusesForeignMembers(t *testing.T) {
 		t.Fatalf("acquire with the rogue around: %v", out.Err)
 	}
 
-	// At the wire: a client with a foreign certificate gets no answer.
-	conn, err := tls.Dial("tcp", leader.RaftAddr(), &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true,
-		Certificates: []tls.Certificate{other.issue(t, "x")}})
-	if err == nil {
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err = conn.Write([]byte{probeByte}); err == nil {
-			var b [1]byte
-			_, err = conn.Read(b[:])
+	// At the wire: a client with a foreign certificate, with none, or
+	// without TLS gets no answer (the probe byte is answered only after a
+	// valid handshake).
+	// What a plain Raft peer sends first: an RPC type (0, AppendEntries)
+	// and its encoding; never a TLS record.
+	plainRPC := []byte{0, 0x85, 0xa4, 'T', 'e', 'r', 'm', 1, 2, 3, 4, 5, 6, 7, 8}
+	for name, dial := range map[string]func() (net.Conn, error){
+		"foreign certificate": func() (net.Conn, error) {
+			return tls.Dial("tcp", leader.RaftAddr(), &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true,
+				Certificates: []tls.Certificate{other.issue(t, "x")}})
+		},
+		"no certificate": func() (net.Conn, error) {
+			return tls.Dial("tcp", leader.RaftAddr(), &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true})
+		},
+		"plain TCP": func() (net.Conn, error) { return net.Dial("tcp", leader.RaftAddr()) },
+	} {
+		conn, err := dial()
+		if err == nil {
+			_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+			msg := []byte{probeByte}
+			if _, plain := conn.(*net.TCPConn); plain {
+				msg = plainRPC
+			}
+			if _, err = conn.Write(msg); err == nil {
+				var b [1]byte
+				_, err = conn.Read(b[:])
+			}
+			conn.Close()
 		}
-	}
-	if err == nil {
-		t.Fatal("a client with a foreign certificate got an answer")
+		if err == nil {
+			t.Fatalf("a client with %s got an answer", name)
+		}
 	}
 }
 
