@@ -45,19 +45,26 @@ files in DATA-DIR/ledger, which every node writes as it applies records
            --endpoints); by default DATA-DIR/ledger/public-key, or else the
            ledger's own first record (which only proves self-consistency).
   export   prints the records as NDJSON events, in the form of
-           "tenure watch -o json", plus start markers {"start":N,"prevHash":…}.`
+           "tenure watch -o json", plus start markers {"start":N,"prevHash":…}.
+  prune    removes the oldest whole ledger files whose records all come
+           before --before, after verifying the whole ledger (it refuses to
+           prune one that does not verify). The ledger then starts with a
+           marker, and verify reports the pruned range. The file a node
+           appends to is never removed; safe while the server runs.`
 
 const auditExamples = `  tenure audit verify --data-dir /var/lib/tenure
   tenure audit verify --data-dir ./tenure-data --public-key cluster --endpoints 10.0.0.1:7070
-  tenure audit export --data-dir ./tenure-data --after 1000 --limit 50`
+  tenure audit export --data-dir ./tenure-data --after 1000 --limit 50
+  tenure audit prune --data-dir ./tenure-data --before 5000000`
 
 // runAudit is `tenure audit verify|export`.
 func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCLICommand("tenure audit", "verify|export --data-dir DIR [flags]", auditHelp, auditExamples, stdout, stderr)
+	c := newCLICommand("tenure audit", "verify|export|prune --data-dir DIR [flags]", auditHelp, auditExamples, stdout, stderr)
 	dataDir := c.fs.String("data-dir", env("data-dir", "./tenure-data"), "the node's data dir, or its ledger dir (env TENURE_DATA_DIR)")
 	pubFlag := c.fs.String("public-key", "", `verify: registrar public key: hex, @FILE, or "cluster" (default: DATA-DIR/ledger/public-key)`)
 	after := c.fs.Uint64("after", 0, "export: start after this index")
 	limit := c.fs.Int("limit", 0, "export: at most this many records (0: all)")
+	before := c.fs.Uint64("before", 0, "prune: remove the files whose records all come before this index")
 	pos, err := c.parse(args, 1, 1)
 	if err != nil {
 		return err
@@ -71,8 +78,13 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return auditVerify(ctx, c, dir, *pubFlag)
 	case "export":
 		return auditExport(dir, *after, *limit, stdout, stderr)
+	case "prune":
+		if *before == 0 {
+			return c.usageError("prune needs --before INDEX")
+		}
+		return auditPrune(ctx, c, dir, *pubFlag, *before)
 	}
-	return c.usageError("unknown subcommand %q (want verify or export)", pos[0])
+	return c.usageError("unknown subcommand %q (want verify, export or prune)", pos[0])
 }
 
 // ledgerDir accepts a data dir or the ledger dir inside it.
@@ -191,6 +203,10 @@ func auditVerify(ctx context.Context, c *cliCommand, dir, keyFlag string) error 
 		fmt.Fprintf(w, "record %d matches the chain head in the node's %s\n", rep.Anchored, out.AnchorSource)
 	}
 	for _, g := range rep.Gaps {
+		if g.Pruned {
+			fmt.Fprintf(w, "pruned: records %d..%d were removed from this ledger (tenure audit prune)\n", g.From, g.To)
+			continue
+		}
 		fmt.Fprintf(w, "gap: records %d..%d are not in this ledger (the node caught up from a snapshot); check them on another member\n", g.From, g.To)
 	}
 	if rep.Torn != nil {
@@ -214,7 +230,8 @@ func auditExport(dir string, after uint64, limit int, stdout, stderr io.Writer) 
 			b, _ := json.Marshal(struct {
 				Start    uint64 `json:"start,string"`
 				PrevHash string `json:"prevHash"`
-			}{l.Start, l.Prev})
+				Pruned   bool   `json:"pruned,omitempty"`
+			}{l.Start, l.Prev, l.Pruned})
 			_, err := fmt.Fprintf(stdout, "%s\n", b)
 			return err
 		}
@@ -241,5 +258,30 @@ func auditExport(dir string, after uint64, limit int, stdout, stderr io.Writer) 
 	if torn != nil {
 		fmt.Fprintf(stderr, "tenure audit export: ignored a torn last line of %d bytes in %s\n", torn.Bytes, torn.Segment)
 	}
+	return nil
+}
+
+// auditPrune is `tenure audit prune`: verify everything, then cut.
+func auditPrune(ctx context.Context, c *cliCommand, dir, keyFlag string, before uint64) error {
+	pub, _, err := auditKey(ctx, c, dir, keyFlag)
+	if err != nil {
+		return err
+	}
+	anchor, aerr := cluster.SnapshotAnchor(filepath.Dir(dir))
+	if aerr != nil {
+		fmt.Fprintf(c.stderr, "tenure audit: not checking against the Raft snapshot: %v\n", aerr)
+	}
+	if _, err := ledger.Verify(dir, ledger.VerifyOptions{PublicKey: pub, Anchor: anchor}); err != nil {
+		return fmt.Errorf("not pruning a ledger that does not verify: %w", err)
+	}
+	p, err := ledger.Prune(dir, before)
+	if err != nil {
+		return err
+	}
+	if p.Start == 0 {
+		fmt.Fprintf(c.stdout, "nothing to prune: no whole file ends before record %d\n", before)
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "removed %d file(s); the ledger now starts at record %d (records 1..%d pruned)\n", p.Removed, p.Start, p.Start-1)
 	return nil
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/internal/ledger"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
 // TestAuditVerifyAndExport runs a server of its own, writes through it,
@@ -119,5 +123,86 @@ func TestAuditVerifyAndExport(t *testing.T) {
 	r = runTenure(t, "audit", "verify", "--data-dir", data, "-o", "json")
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 1 || rep.OK || rep.FirstBadIndex != e.Index {
 		t.Fatalf("tampered ledger, json: exit %d, %+v, %v", r.code, rep, err)
+	}
+}
+
+// ledgerFixture writes a ledger of n acquisitions in small files, with
+// its public key, and returns its dir.
+func ledgerFixture(t *testing.T, n int) string {
+	t.Helper()
+	cfg := statemachine.DefaultConfig()
+	cfg.CheckpointEvery = 32
+	m := statemachine.New(cfg)
+	dir := filepath.Join(t.TempDir(), ledger.DirName)
+	w, _, err := ledger.OpenWriter(dir, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := int64(1000)
+	apply := func(cmd *logpb.Command) {
+		tick++
+		cmd.Tick, cmd.Wall = tick, 1_764_000_000_000+tick
+		res := m.Apply(cmd)
+		if res.Outcome.Err != nil {
+			t.Fatal(res.Outcome.Err)
+		}
+		for _, s := range res.Records {
+			if err := w.Append(s.Record.Index, s.Record.PrevHash, s.Hash, s.Bytes); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	apply(&logpb.Command{Op: &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: make([]byte, 32)}}})
+	ttl := int64(60_000)
+	for i := range n {
+		apply(&logpb.Command{Actor: "w", Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{Resource: fmt.Sprintf("r/%d", i), Holder: "w", TtlMs: &ttl}}})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.SavePublicKey(dir, m.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestAuditPrune(t *testing.T) {
+	dir := ledgerFixture(t, 200)
+	runIn := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		code := run(context.Background(), args, &out, &out)
+		return code, out.String()
+	}
+	if code, out := runIn("audit", "prune", "--data-dir", dir); code != 2 || !strings.Contains(out, "--before") {
+		t.Fatalf("prune without --before: %d %s", code, out)
+	}
+
+	// A tampered ledger is not pruned.
+	segs, _ := ledger.Segments(dir)
+	b, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Replace(b, []byte(`"index":3,`), []byte(`"index":4,`), 1)
+	if err := os.WriteFile(segs[0], bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runIn("audit", "prune", "--data-dir", dir, "--before", "100"); code != 1 || !strings.Contains(out, "not pruning") {
+		t.Fatalf("prune of a tampered ledger: %d %s", code, out)
+	}
+	if after, _ := ledger.Segments(dir); len(after) != len(segs) {
+		t.Fatal("files were removed from a tampered ledger")
+	}
+	if err := os.WriteFile(segs[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out := runIn("audit", "prune", "--data-dir", dir, "--before", "100")
+	if code != 0 || !strings.Contains(out, "removed") {
+		t.Fatalf("prune: %d %s", code, out)
+	}
+	code, out = runIn("audit", "verify", "--data-dir", dir)
+	if code != 0 || !strings.Contains(out, "pruned: records 1..") || !strings.Contains(out, "OK") {
+		t.Fatalf("verify after prune: %d %s", code, out)
 	}
 }

@@ -56,6 +56,8 @@ type Entry struct {
 	Hash string `json:"hash,omitempty"`
 	// Record is the record's canonical encoding.
 	Record []byte `json:"record,omitempty"`
+	// Pruned marks the start marker Prune leaves where it cut.
+	Pruned bool `json:"pruned,omitempty"`
 }
 
 // Writer appends sealed records to a ledger directory. It is not safe for
@@ -128,6 +130,11 @@ func OpenWriter(dir string, segSize int64) (*Writer, Recovered, error) {
 		if err := w.position(segs[i], data); err != nil {
 			return nil, rec, err
 		}
+	}
+	if isPrunedMarker(lastSeg) {
+		// Only Prune's marker is left: the next record starts a segment.
+		rec.Last = w.last
+		return w, rec, nil
 	}
 	if w.f, err = os.OpenFile(lastSeg, os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
 		return nil, rec, fmt.Errorf("ledger: %w", err)
@@ -364,8 +371,9 @@ func Segments(dir string) ([]string, error) {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
 	type seg struct {
-		first uint64
-		path  string
+		first  uint64
+		pruned bool
+		path   string
 	}
 	var segs []seg
 	for _, e := range ents {
@@ -373,13 +381,20 @@ func Segments(dir string) ([]string, error) {
 		if !ok || e.IsDir() {
 			continue
 		}
+		name, pruned := strings.CutSuffix(name, prunedInfix)
 		first, err := strconv.ParseUint(name, 10, 64)
 		if err != nil {
 			continue
 		}
-		segs = append(segs, seg{first, filepath.Join(dir, e.Name())})
+		segs = append(segs, seg{first, pruned, filepath.Join(dir, e.Name())})
 	}
-	sort.Slice(segs, func(i, j int) bool { return segs[i].first < segs[j].first })
+	// A pruned marker comes before the segment that starts at its index.
+	sort.Slice(segs, func(i, j int) bool {
+		if segs[i].first != segs[j].first {
+			return segs[i].first < segs[j].first
+		}
+		return segs[i].pruned && !segs[j].pruned
+	})
 	out := make([]string, len(segs))
 	for i, s := range segs {
 		out[i] = s.path

@@ -443,3 +443,50 @@ func BenchmarkVerify(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
 }
+
+func TestLedgerPrune(t *testing.T) {
+	t.Parallel()
+	recs, pub := history(t, 300, 32)
+	dir := t.TempDir()
+	write(t, dir, 4096, recs[:250])
+	segs, _ := ledger.Segments(dir)
+	if len(segs) < 5 {
+		t.Fatalf("%d segments, want several", len(segs))
+	}
+	if p, err := ledger.Prune(dir, 1); err != nil || p.Start != 0 || p.Removed != 0 {
+		t.Fatalf("prune before 1: %+v, %v", p, err)
+	}
+	p, err := ledger.Prune(dir, 100)
+	if err != nil || p.Start == 0 || p.Start > 100 || p.Removed == 0 {
+		t.Fatalf("prune before 100: %+v, %v", p, err)
+	}
+	rep, err := verify(t, dir, pub)
+	if err != nil || len(rep.Gaps) != 1 || rep.Gaps[0] != (ledger.Gap{From: 1, To: p.Start - 1, Pruned: true}) || rep.First != p.Start {
+		t.Fatalf("after pruning: %+v, %v", rep, err)
+	}
+	// Again, further: one marker, the older one gone.
+	p2, err := ledger.Prune(dir, 200)
+	if err != nil || p2.Start <= p.Start {
+		t.Fatalf("second prune: %+v, %v", p2, err)
+	}
+	markers, _ := filepath.Glob(filepath.Join(dir, "*.pruned.ndjson"))
+	if len(markers) != 1 {
+		t.Fatalf("markers %v, want one", markers)
+	}
+	// The node appends on; the last segment is never pruned.
+	write(t, dir, 4096, recs)
+	if _, err := ledger.Prune(dir, 1<<60); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = verify(t, dir, pub)
+	last := recs[len(recs)-1].Record.Index
+	if err != nil || rep.Last != last || len(rep.Gaps) != 1 || !rep.Gaps[0].Pruned || rep.Records == 0 {
+		t.Fatalf("after pruning all but the last segment: %+v, %v", rep, err)
+	}
+	// Without its marker, the pruned ledger does not verify.
+	markers, _ = filepath.Glob(filepath.Join(dir, "*.pruned.ndjson"))
+	if err := os.Remove(markers[0]); err != nil {
+		t.Fatal(err)
+	}
+	wantBroken(t, dir, pub, 1, "missing or reordered")
+}

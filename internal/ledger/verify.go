@@ -115,6 +115,9 @@ func onlyNULsLeft(r *bufio.Reader) (int, bool) {
 type Gap struct {
 	From uint64 `json:"from"`
 	To   uint64 `json:"to"`
+	// Pruned says tenure audit prune removed them (otherwise the node
+	// caught up from a snapshot instead of applying them).
+	Pruned bool `json:"pruned,omitempty"`
 }
 
 // Report summarizes a verified ledger.
@@ -211,7 +214,7 @@ func Verify(dir string, opt VerifyOptions) (Report, error) {
 			case l.Start == chain.Next && !bytes.Equal(prev, chain.Head[:]) && held:
 				return bad("start marker's previous hash differs from the chain's head")
 			case l.Start > chain.Next || !held && l.Start > 1:
-				rep.Gaps = append(rep.Gaps, Gap{From: chain.Next, To: l.Start - 1})
+				rep.Gaps = append(rep.Gaps, Gap{From: chain.Next, To: l.Start - 1, Pruned: l.Pruned})
 			}
 			chain.Next = l.Start
 			copy(chain.Head[:], prev)
