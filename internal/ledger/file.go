@@ -217,17 +217,21 @@ func (w *Writer) Append(index uint64, prev []byte, hash Hash, rec []byte) error 
 	if !w.started && index != 1 || w.started && index != w.last+1 {
 		w.buf = appendStart(w.buf, index, prev)
 	}
-	w.buf = append(w.buf, `{"index":`...)
-	w.buf = strconv.AppendUint(w.buf, index, 10)
-	w.buf = append(w.buf, `,"prev":"`...)
-	w.buf = hex.AppendEncode(w.buf, prev)
-	w.buf = append(w.buf, `","hash":"`...)
-	w.buf = hex.AppendEncode(w.buf, hash[:])
-	w.buf = append(w.buf, `","record":"`...)
-	w.buf = base64.StdEncoding.AppendEncode(w.buf, rec)
-	w.buf = append(w.buf, "\"}\n"...)
+	w.buf = appendRecordLine(w.buf, index, prev, hash, rec)
 	w.last, w.lastHash, w.started = index, hash, true
 	return nil
+}
+
+func appendRecordLine(b []byte, index uint64, prev []byte, hash Hash, rec []byte) []byte {
+	b = append(b, `{"index":`...)
+	b = strconv.AppendUint(b, index, 10)
+	b = append(b, `,"prev":"`...)
+	b = hex.AppendEncode(b, prev)
+	b = append(b, `","hash":"`...)
+	b = hex.AppendEncode(b, hash[:])
+	b = append(b, `","record":"`...)
+	b = base64.StdEncoding.AppendEncode(b, rec)
+	return append(b, "\"}\n"...)
 }
 
 // Resume records that the chain continues at next after the hash prev

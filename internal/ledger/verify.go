@@ -6,7 +6,6 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -76,7 +75,7 @@ func Scan(dir string, fn func(Line) error) (*Torn, error) {
 				}
 			}
 			var e Entry
-			if err := json.Unmarshal(b, &e); err != nil || (e.Index == 0) == (e.Start == 0) {
+			if err := parseLine(b, &e); err != nil || (e.Index == 0) == (e.Start == 0) {
 				f.Close()
 				why := "neither a record nor a start marker"
 				if err != nil {
