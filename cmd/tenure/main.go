@@ -43,7 +43,7 @@ commands:
   state       read or write a resource's guarded state (get, put)
   fence       check a fence (check)
   cert        verify a lease certificate offline (verify)
-  audit       check or export a node's durable ledger offline (verify, export)
+  audit       check, export or prune a node's durable ledger (verify, export, prune)
   cluster     status, join, remove, transfer-leader, public-key
   exec        run a command while holding a lease
   queue       work queue: push, claim, complete, fail, cancel, get, ls, stats
