@@ -61,7 +61,7 @@ const auditExamples = `  tenure audit verify --data-dir /var/lib/tenure
 func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure audit", "verify|export|prune --data-dir DIR [flags]", auditHelp, auditExamples, stdout, stderr)
 	dataDir := c.fs.String("data-dir", env("data-dir", "./tenure-data"), "the node's data dir, or its ledger dir (env TENURE_DATA_DIR)")
-	pubFlag := c.fs.String("public-key", "", `verify: registrar public key: hex, @FILE, or "cluster" (default: DATA-DIR/ledger/public-key)`)
+	pubFlag := c.fs.String("public-key", "", `verify, prune: registrar public key: hex, @FILE, or "cluster" (default: DATA-DIR/ledger/public-key)`)
 	after := c.fs.Uint64("after", 0, "export: start after this index")
 	limit := c.fs.Int("limit", 0, "export: at most this many records (0: all)")
 	before := c.fs.Uint64("before", 0, "prune: remove the files whose records all come before this index")
