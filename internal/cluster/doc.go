@@ -68,10 +68,11 @@
 // and without an fsync: the Raft log already holds the entries. Records
 // the file holds already (Raft re-applies its log after a restart) are
 // skipped; a restored snapshot that jumps ahead (one installed from the
-// leader) writes a start marker at its chain head. Before every snapshot the FSM fsyncs the
-// ledger, since Raft may then drop the entries the lines came from; if
-// writing fails, snapshots fail too, so that the log stays and refills
-// the ledger after a restart. `tenure audit verify` checks the files.
+// leader) writes a start marker at its chain head. Before every snapshot
+// the FSM fsyncs the ledger, since Raft may then drop the entries the
+// lines came from; if writing fails, snapshots fail too, so that the log
+// stays and refills the ledger after a restart. `tenure audit verify`
+// checks the files, also against the newest snapshot (SnapshotAnchor).
 //
 // # Transport security
 //
