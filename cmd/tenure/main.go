@@ -43,6 +43,7 @@ commands:
   state       read or write a resource's guarded state (get, put)
   fence       check a fence (check)
   cert        verify a lease certificate offline (verify)
+  audit       check, export or prune a node's durable ledger (verify, export, prune)
   cluster     status, join, remove, transfer-leader, public-key
   exec        run a command while holding a lease
   queue       work queue: push, claim, complete, fail, cancel, get, ls, stats
@@ -76,6 +77,7 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"queue":    runQueue,
 	"pool":     runPool,
 	"version":  runVersion,
+	"audit":    runAudit,
 	"state": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runState(ctx, args, os.Stdin, stdout, stderr)
 	},

@@ -38,6 +38,9 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	peers := fs.String("peers", env("peers", ""), "initial voters id=raftaddr,…, the same list on every initial member (env TENURE_PEERS)")
 	join := fs.String("join", env("join", ""), "API address of any member of a cluster to join as a voter (env TENURE_JOIN)")
 	insecure := fs.Bool("insecure", env("insecure", "") == "true", "allow a non-loopback --listen without authentication (env TENURE_INSECURE)")
+	raftCert := fs.String("raft-tls-cert", env("raft-tls-cert", ""), "PEM certificate of this member for mutual TLS on the Raft transport; needs --raft-tls-key and --raft-tls-ca (env TENURE_RAFT_TLS_CERT)")
+	raftKey := fs.String("raft-tls-key", env("raft-tls-key", ""), "PEM private key of --raft-tls-cert (env TENURE_RAFT_TLS_KEY)")
+	raftCA := fs.String("raft-tls-ca", env("raft-tls-ca", ""), "PEM CA that every member's Raft certificate must chain to (env TENURE_RAFT_TLS_CA)")
 	logLevel := fs.String("log-level", env("log-level", "info"), "debug, info, warn or error (env TENURE_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -69,6 +72,10 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	if !*insecure && !loopback(*listen) {
 		return usagef("--listen %s is not a loopback address; authentication is not available yet, so pass --insecure to serve it anyway", *listen)
 	}
+	raftTLS, err := loadRaftTLS(*raftCert, *raftKey, *raftCA)
+	if err != nil {
+		return err
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usagef("--log-level: %v", err)
@@ -84,6 +91,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Cluster.RaftAddr = *raftListen
 	cfg.Cluster.NodeID = *nodeID
 	cfg.Cluster.Peers = peerList
+	cfg.Cluster.RaftTLS = raftTLS
 	cfg.Join = *join
 	srv, err := server.Start(cfg)
 	if err != nil {
@@ -101,6 +109,24 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// loadRaftTLS reads the Raft transport's mutual-TLS files: all three
+// flags or none.
+func loadRaftTLS(cert, key, ca string) (*cluster.RaftTLS, error) {
+	if cert == "" && key == "" && ca == "" {
+		return nil, nil
+	}
+	for _, f := range []struct{ name, v string }{{"--raft-tls-cert", cert}, {"--raft-tls-key", key}, {"--raft-tls-ca", ca}} {
+		if f.v == "" {
+			return nil, usagef("%s is missing: Raft TLS needs --raft-tls-cert, --raft-tls-key and --raft-tls-ca together", f.name)
+		}
+	}
+	t, err := cluster.LoadRaftTLS(cert, key, ca)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return t, nil
 }
 
 // loopback reports whether addr (host:port) only listens on loopback.

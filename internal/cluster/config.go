@@ -16,7 +16,8 @@ import (
 
 // Config configures a node.
 type Config struct {
-	// DataDir holds the Raft log (raft.db), snapshots and the node identity.
+	// DataDir holds the Raft log (wal/), snapshots, the node identity and
+	// the durable ledger (ledger/).
 	DataDir string
 	// NodeID is the member id. Empty takes the id stored in DataDir, or
 	// DefaultNodeID on first start; a different stored id is an error.
@@ -27,6 +28,10 @@ type Config struct {
 	// RaftListener, when set, is the Raft transport's listener (RaftAddr
 	// is then ignored): tests bind every member's port before starting any.
 	RaftListener net.Listener
+	// RaftTLS, when set, makes the Raft transport mutual TLS 1.3: peers
+	// without a certificate of the cluster CA are refused, and a leader
+	// adds a member only after checking its certificate (AddVoter).
+	RaftTLS *RaftTLS
 	// APIAddr is this node's API address, published in replicated state
 	// (SetMember) so that followers can forward to the leader.
 	APIAddr string
@@ -39,6 +44,9 @@ type Config struct {
 	// NoBootstrap starts Raft on a fresh data dir without bootstrapping
 	// anything: the node waits to be added by a leader (--join).
 	NoBootstrap bool
+	// LedgerSegmentSize is the size of one durable ledger file in
+	// DataDir/ledger (zero: ledger.DefaultSegmentSize).
+	LedgerSegmentSize int64
 	// Machine configures the state machine.
 	Machine statemachine.Config
 	// FeedSize is how many recent records Watch and History can reach.

@@ -61,6 +61,28 @@
 // (server package) when NeedsPublish says so. Followers find the leader's
 // API address there to forward to it (server package).
 //
+// # Durable ledger
+//
+// After each applied batch the FSM appends the sealed records to the
+// ledger files in DataDir/ledger (ledger.Writer, NDJSON), outside its lock
+// and without an fsync: the Raft log already holds the entries. Records
+// the file holds already (Raft re-applies its log after a restart) are
+// skipped; a restored snapshot that jumps ahead (one installed from the
+// leader) writes a start marker at its chain head. Before every snapshot
+// the FSM fsyncs the ledger, since Raft may then drop the entries the
+// lines came from; if writing fails, snapshots fail too, so that the log
+// stays and refills the ledger after a restart. `tenure audit verify`
+// checks the files, also against the newest snapshot (SnapshotAnchor).
+//
+// # Transport security
+//
+// With Config.RaftTLS the stream layer speaks mutual TLS 1.3 (tls.go):
+// both ends present certificates that must chain to the cluster CA, and
+// connections that fail the handshake never reach Raft. Before adding a
+// voter the leader probes its Raft address (a handshake both ways), so a
+// member without a valid certificate is refused and never enters the
+// configuration, where it would count in every quorum.
+//
 // # Failure handling
 //
 // A proposal that Raft refuses before appending answers NOT_LEADER; one

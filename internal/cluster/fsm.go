@@ -46,6 +46,10 @@ type fsm struct {
 	changed chan struct{}
 
 	feed *Feed
+	// ledger, when set, receives every sealed record: the durable ledger
+	// in the data dir (ledger.go). Raft calls ApplyBatch, Snapshot and
+	// Restore from one goroutine, the only one that uses it.
+	ledger *durableLedger
 	// observe, when set, sees every applied command's result (metrics).
 	observe func(m *statemachine.Machine, cmd *logpb.Command, res statemachine.Result)
 }
@@ -102,7 +106,10 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	f.feed.append(sealed)
 	close(f.changed)
 	f.changed = make(chan struct{})
+	pub := f.m.PublicKey()
 	f.mu.Unlock()
+	// Outside the lock: readers need not wait for the write.
+	f.ledger.write(sealed, pub)
 	return out
 }
 
@@ -171,6 +178,11 @@ func (f *fsm) changes() <-chan struct{} {
 // Snapshot captures the machine's state (raft.FSM). The encoding happens
 // here, under the read lock; Persist only writes the bytes.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	// Raft may drop the log entries a snapshot covers: the ledger lines
+	// written from them must be on disk first.
+	if err := f.ledger.sync(); err != nil {
+		return nil, err
+	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	b, err := f.m.Snapshot()
@@ -194,6 +206,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.m = m
 	f.maxTick = max(f.maxTick, m.Registrar().Tick())
+	ch := m.Chain()
+	f.ledger.restored(ch.Next, ch.Head)
+	f.ledger.savePublicKey(m.PublicKey())
 	close(f.changed)
 	f.changed = make(chan struct{})
 	f.mu.Unlock()

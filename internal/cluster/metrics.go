@@ -55,6 +55,13 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 			Help: "Raft commit index."}, func() float64 { return float64(n.raft.CommitIndex()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_raft_applied_index",
 			Help: "Highest Raft index applied to the state machine."}, func() float64 { return float64(n.fsm.applied.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_ledger_write_failed",
+			Help: "1 when this node stopped writing its durable ledger (see the log; restart once fixed)."}, func() float64 {
+			if d := n.fsm.ledger; d != nil && d.failed.Load() {
+				return 1
+			}
+			return 0
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_is_leader",
 			Help: "1 when this node is the leader."}, func() float64 {
 			if n.leader.Load() != nil {

@@ -32,6 +32,7 @@ type Node struct {
 	id      string
 	raft    *raft.Raft
 	trans   *raft.NetworkTransport
+	stream  *streamLayer
 	store   *wal.WAL
 	meta    *metadb.BoltMetaDB // closed by us: WAL.Close leaves it open
 	fsm     *fsm
@@ -122,6 +123,10 @@ func Open(cfg Config) (*Node, error) {
 			n.closeStores()
 		}
 	}()
+	// The ledger opens before Raft, which re-applies into it at start.
+	if n.fsm.ledger, err = openLedger(cfg.DataDir, cfg.LedgerSegmentSize, n.log); err != nil {
+		return nil, err
+	}
 	// raft-wal appends each batch of entries to a segment file with one
 	// fsync, about twice as fast here as BoltDB's two.
 	walDir := filepath.Join(cfg.DataDir, "wal")
@@ -153,6 +158,11 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}
 	stream := &streamLayer{Listener: ln, advertise: ln.Addr()}
+	if cfg.RaftTLS != nil {
+		stream.tls = cfg.RaftTLS
+		stream.startTLS(cfg.RaftTLS, n.log)
+	}
+	n.stream = stream
 	if self != nil {
 		// Members reach this node at the address the peer list gives.
 		stream.advertise = peerAddr(self.RaftAddr)
@@ -268,6 +278,7 @@ func (n *Node) closeStores() error {
 	if n.meta != nil {
 		errs = append(errs, n.meta.Close())
 	}
+	errs = append(errs, n.fsm.ledger.close())
 	return errors.Join(errs...)
 }
 
@@ -406,15 +417,29 @@ func (n *Node) Ready() bool {
 // streamLayer is Raft's TCP stream layer over a listener we own, so that
 // the advertised address can be the one the peer list names (and tests
 // can bind every member's port before starting any).
+// With tls set (Config.RaftTLS), every connection is mutual TLS (tls.go).
 type streamLayer struct {
 	net.Listener
 	advertise net.Addr
+	tls       *RaftTLS
+	accept    *tlsAccept
 }
 
 func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
+func (s *streamLayer) Accept() (net.Conn, error) {
+	if s.accept != nil {
+		return s.acceptTLS()
+	}
+	return s.Listener.Accept()
+}
+
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return net.DialTimeout("tcp", string(addr), timeout)
+	conn, err := net.DialTimeout("tcp", string(addr), timeout)
+	if err != nil || s.tls == nil {
+		return conn, err
+	}
+	return s.dialTLS(conn, timeout)
 }
 
 // peerAddr is a Raft address as given in the peer list.

@@ -207,6 +207,13 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string) error
 	if !n.IsLeader() {
 		return n.notLeader()
 	}
+	if n.stream.tls != nil && id != n.id {
+		// Raft would add a voter it cannot reach, and count it in every
+		// quorum from then on: check its certificate first.
+		if err := n.stream.probe(raft.ServerAddress(raftAddr), 5*time.Second); err != nil {
+			return err
+		}
+	}
 	if err := n.membership(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout)); err != nil {
 		return err
 	}

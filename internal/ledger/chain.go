@@ -1,7 +1,9 @@
 // Package ledger keeps Tenure's tamper-evident event log: every record is
 // chained to its predecessor by SHA-256 and the chain head is signed with
 // the registrar's Ed25519 key at checkpoints, so that an edited, reordered
-// or truncated ledger is detected on replay or audit.
+// or truncated ledger is detected on replay or audit. Nodes keep the sealed
+// records durably in append-only NDJSON files (Writer), which Verify checks
+// offline (tenure audit verify).
 package ledger
 
 import (

@@ -54,6 +54,10 @@ func wallString(ms int64) string {
 	return registrar.WallTime(ms).Format(time.RFC3339Nano)
 }
 
+// RenderEvent turns a sealed ledger record into the wire event, as Watch
+// and History send it (tenure audit export prints the durable ledger so).
+func RenderEvent(s statemachine.Sealed) *tenurev1.Event { return renderEvent(s) }
+
 // renderEvent turns a sealed ledger record into the wire event.
 func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 	rec := s.Record
@@ -160,6 +164,7 @@ func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 		ev.Type = EventLedgerCheckpoint
 		d["covers_index"] = utoa(b.Checkpoint.CoversIndex)
 		d["head"] = hex.EncodeToString(b.Checkpoint.Head)
+		d["signature"] = hex.EncodeToString(b.Checkpoint.Signature)
 	case *logpb.Record_TaskEnqueued, *logpb.Record_TaskClaimed, *logpb.Record_TaskCompleted, *logpb.Record_TaskFailed,
 		*logpb.Record_TaskRequeued, *logpb.Record_TaskDead, *logpb.Record_TaskCancelled:
 		renderTaskEvent(ev, d, rec)

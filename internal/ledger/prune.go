@@ -1,0 +1,143 @@
+package ledger
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Prune leaves a marker file, <index>.pruned.ndjson, holding one start
+// marker with "pruned": true; it sorts before the segment of that index.
+const prunedInfix = ".pruned"
+
+func isPrunedMarker(path string) bool {
+	return strings.HasSuffix(path, prunedInfix+segmentExt)
+}
+
+// Pruned is what Prune did.
+type Pruned struct {
+	// Start is the first index the ledger still accounts for (0: nothing
+	// was pruned).
+	Start uint64
+	// Removed is how many files were removed.
+	Removed int
+}
+
+// Prune removes the oldest whole segments whose records all come before
+// index before, first writing a start marker (Entry.Pruned) at the first
+// index kept, so that the ledger still verifies, with the pruned range
+// reported as such. It never removes the last segment, which a running
+// node appends to, so it is safe while the node runs. Callers verify the
+// ledger first: what is pruned cannot be verified any more.
+func Prune(dir string, before uint64) (Pruned, error) {
+	var out Pruned
+	segs, err := Segments(dir)
+	if err != nil {
+		return out, err
+	}
+	var regular, markers []string
+	for _, s := range segs {
+		if isPrunedMarker(s) {
+			markers = append(markers, s)
+		} else {
+			regular = append(regular, s)
+		}
+	}
+	// Segment i holds only records before the first entry of segment i+1.
+	cut := 0
+	var keep Entry
+	for cut < len(regular)-1 {
+		e, err := firstEntry(regular[cut+1])
+		if err != nil {
+			return out, err
+		}
+		first := max(e.Index, e.Start)
+		if first > before {
+			break
+		}
+		cut, keep = cut+1, e
+	}
+	if cut == 0 {
+		return out, nil
+	}
+	out.Start = max(keep.Index, keep.Start)
+	line, err := json.Marshal(Entry{Start: out.Start, Prev: keep.Prev, Pruned: true})
+	if err != nil {
+		return out, err
+	}
+	name := filepath.Join(dir, fmt.Sprintf("%020d%s%s", out.Start, prunedInfix, segmentExt))
+	tmp := name + ".tmp"
+	if err := writeSynced(tmp, append(line, '\n')); err != nil {
+		return out, err
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		return out, fmt.Errorf("ledger: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return out, err
+	}
+	// The marker is in place: a crash from here on leaves old files that
+	// still chain into it.
+	for _, m := range markers {
+		if m != name && firstIndexOf(m) < out.Start {
+			if err := os.Remove(m); err != nil {
+				return out, fmt.Errorf("ledger: %w", err)
+			}
+			out.Removed++
+		}
+	}
+	for _, s := range regular[:cut] {
+		if err := os.Remove(s); err != nil {
+			return out, fmt.Errorf("ledger: %w", err)
+		}
+		out.Removed++
+	}
+	return out, syncDir(dir)
+}
+
+// firstIndexOf is the index a segment or marker file is named after.
+func firstIndexOf(path string) uint64 {
+	name, _, _ := strings.Cut(filepath.Base(path), ".")
+	n, _ := strconv.ParseUint(name, 10, 64)
+	return n
+}
+
+func firstEntry(path string) (Entry, error) {
+	var e Entry
+	f, err := os.Open(path)
+	if err != nil {
+		return e, fmt.Errorf("ledger: %w", err)
+	}
+	defer f.Close()
+	line, err := bufio.NewReaderSize(f, 4096).ReadBytes('\n')
+	if err != nil {
+		return e, fmt.Errorf("ledger: %s: no complete first line: %w", filepath.Base(path), err)
+	}
+	if err := json.Unmarshal(line, &e); err != nil || (e.Index == 0) == (e.Start == 0) {
+		return e, fmt.Errorf("ledger: %s: the first line is not a ledger entry", filepath.Base(path))
+	}
+	return e, nil
+}
+
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("ledger: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("ledger: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return nil
+}
