@@ -479,7 +479,7 @@ func TestForwardErrorClassification(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
-	_, err = routes[tenurev1connect.LeaseServiceAcquireProcedure].call(ctx, s, "http://"+dead, &tenurev1.AcquireRequest{})
+	_, err = routes[tenurev1connect.LeaseServiceAcquireProcedure].call(ctx, s, "http://"+dead, &tenurev1.AcquireRequest{}, http.Header{})
 	werr := s.forwardError(ctx, err, true, "n9", dead)
 	wantReason(t, werr, connect.CodeUnavailable, "NOT_LEADER")
 	var ce *connect.Error
@@ -512,9 +512,9 @@ func TestForwardErrorClassification(t *testing.T) {
 			}()
 		}
 	}()
-	_, err = routes[tenurev1connect.LeaseServiceAcquireProcedure].call(ctx, s, "http://"+hang.Addr().String(), &tenurev1.AcquireRequest{})
+	_, err = routes[tenurev1connect.LeaseServiceAcquireProcedure].call(ctx, s, "http://"+hang.Addr().String(), &tenurev1.AcquireRequest{}, http.Header{})
 	wantReason(t, s.forwardError(ctx, err, true, "n9", hang.Addr().String()), connect.CodeUnavailable, "OUTCOME_UNKNOWN")
 	// The leader's own rejection passes through unchanged.
-	_, err = routes[tenurev1connect.LeaseServiceGetProcedure].call(ctx, s, b.base, &tenurev1.GetRequest{LeaseId: "zzz"})
+	_, err = routes[tenurev1connect.LeaseServiceGetProcedure].call(ctx, s, b.base, &tenurev1.GetRequest{LeaseId: "zzz"}, http.Header{})
 	wantReason(t, s.forwardError(ctx, err, false, "n1", s.Addr()), connect.CodeNotFound, "LEASE_NOT_FOUND")
 }
