@@ -147,10 +147,10 @@ var rules = map[string]rule{
 	v1c.PoolServiceStatusProcedure:   {workerRead, func(m any) target { return ns(m.(*tenurev1.PoolStatusRequest).Namespace) }},
 
 	// ClusterService.
-	v1c.ClusterServiceStatusProcedure:    {anyRole, none},
-	v1c.ClusterServicePublicKeyProcedure: {anyRole, none},
-	v1c.ClusterServiceGetPolicyProcedure: {anyRole, func(m any) target { return policyTarget(m.(*tenurev1.GetPolicyRequest).Namespace) }},
-	v1c.ClusterServiceSetPolicyProcedure: {adminOnly, func(m any) target { return policyTarget(m.(*tenurev1.SetPolicyRequest).Namespace) }},
+	v1c.ClusterServiceStatusProcedure:             {anyRole, none},
+	v1c.ClusterServicePublicKeyProcedure:          {anyRole, none},
+	v1c.ClusterServiceGetPolicyProcedure:          {anyRole, func(m any) target { return policyTarget(m.(*tenurev1.GetPolicyRequest).Namespace) }},
+	v1c.ClusterServiceSetPolicyProcedure:          {adminOnly, func(m any) target { return policyTarget(m.(*tenurev1.SetPolicyRequest).Namespace) }},
 	v1c.ClusterServiceAddVoterProcedure:           {adminOnly, none},
 	v1c.ClusterServiceRemoveServerProcedure:       {adminOnly, none},
 	v1c.ClusterServiceTransferLeadershipProcedure: {adminOnly, none},

@@ -65,7 +65,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	ew := connect.NewErrorWriter()
 	fail := func(w http.ResponseWriter, r *http.Request, err error) {
 		ce := s.toConnect(err)
-		if ew.IsSupported(r) {
+		if strings.HasPrefix(r.URL.Path, "/tenure.v1.") && ew.IsSupported(r) {
 			_ = ew.Write(w, r, ce.(*connect.Error))
 			return
 		}
