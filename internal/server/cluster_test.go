@@ -61,6 +61,13 @@ func (m *member) stop(t *testing.T) {
 // (--peers), each on its own data dir and pre-bound Raft port.
 func startCluster(t *testing.T, n int) []*member {
 	t.Helper()
+	return startClusterWith(t, n, nil)
+}
+
+// startClusterWith is startCluster with each member's config passed
+// through mod (when not nil).
+func startClusterWith(t *testing.T, n int, mod func(*Config)) []*member {
+	t.Helper()
 	var peers []cluster.Peer
 	var lns []net.Listener
 	for i := range n {
@@ -76,6 +83,9 @@ func startCluster(t *testing.T, n int) []*member {
 		cfg := clusterTestConfig(t.TempDir(), p.ID)
 		cfg.Cluster.Peers = peers
 		cfg.Cluster.RaftListener = lns[i]
+		if mod != nil {
+			mod(&cfg)
+		}
 		srv, err := Start(cfg)
 		if err != nil {
 			t.Fatalf("Start %s: %v", p.ID, err)
