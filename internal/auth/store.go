@@ -28,9 +28,9 @@ type Limits struct {
 func (l Limits) Validate() error {
 	switch {
 	case math.IsNaN(l.Rate) || math.IsInf(l.Rate, 0) || l.Rate < 0:
-		return errors.New("rate limit: must be a non-negative number of requests per second")
+		return errors.New("rate-limit: must be a non-negative number of requests per second")
 	case l.Burst < 0:
-		return errors.New("rate burst: must not be negative")
+		return errors.New("rate-burst: must not be negative")
 	}
 	return nil
 }
