@@ -38,6 +38,11 @@ type cliCommand struct {
 	tlsCA     string
 	tlsCert   string
 	tlsKey    string
+	// principalHolder is true when credentials are given without
+	// --holder or TENURE_HOLDER: the holder is then the principal the
+	// server authenticates (raw requests send an empty holder, which the
+	// server fills in; the Go client asks WhoAmI).
+	principalHolder bool
 
 	help func() // prints --help to stdout
 }
@@ -114,6 +119,13 @@ func (c *cliCommand) parse(args []string, min, max int) ([]string, error) {
 	default:
 		return nil, c.usageError("-o must be table or json, got %q", c.output)
 	}
+	if c.fs.Lookup("holder") != nil && (c.token != "" || c.tlsCert != "") && os.Getenv("TENURE_HOLDER") == "" {
+		explicit := false
+		c.fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "holder" })
+		if !explicit {
+			c.holder, c.principalHolder = "", true
+		}
+	}
 	return pos, nil
 }
 
@@ -152,6 +164,24 @@ func (c *cliCommand) client(opts ...tenure.Option) (*tenure.Client, error) {
 	}
 	if tc != nil {
 		opts = append(opts, tenure.WithTLS(tc))
+	}
+	if c.principalHolder && c.holder == "" {
+		// Act as the principal of the credentials; a server without
+		// authentication leaves the client's own default holder.
+		cl, err := tenure.New(eps, opts...)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		who, err := cl.WhoAmI(ctx)
+		cancel()
+		cl.Close()
+		if err != nil {
+			return nil, err
+		}
+		if who.Authenticated {
+			c.holder = who.Principal
+		}
 	}
 	if c.holder != "" {
 		opts = append(opts, tenure.WithHolder(c.holder))

@@ -51,6 +51,8 @@ type target struct {
 
 // rule is one procedure's access rule.
 type rule struct {
+	// roles: the caller needs one of them (none listed: any
+	// authenticated principal may call).
 	roles  []auth.Role
 	target func(msg any) target
 }
@@ -155,6 +157,8 @@ var rules = map[string]rule{
 	v1c.ClusterServiceRemoveServerProcedure:       {adminOnly, none},
 	v1c.ClusterServiceTransferLeadershipProcedure: {adminOnly, none},
 	v1c.ClusterServiceSnapshotProcedure:           {adminOnly, none},
+	// Any authenticated principal, even one with no role.
+	v1c.ClusterServiceWhoAmIProcedure: {nil, none},
 }
 
 func policyTarget(n string) target {
