@@ -30,7 +30,9 @@ func (k *keyPair) reload() error {
 	return nil
 }
 
-func (k *keyPair) serverCert(*tls.ClientHelloInfo) (*tls.Certificate, error) { return k.cur.Load(), nil }
+func (k *keyPair) serverCert(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return k.cur.Load(), nil
+}
 
 func (k *keyPair) clientCert(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 	return k.cur.Load(), nil
