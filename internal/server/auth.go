@@ -51,8 +51,12 @@ func (s *Server) ReloadAuth() error {
 	return nil
 }
 
-// open reports the paths served without credentials.
-func open(path string) bool { return path == "/healthz" || path == "/readyz" }
+// open reports the paths served without credentials: health checks, and
+// the dashboard's static files under /ui/ (they hold no data; the
+// dashboard's API calls carry the user's bearer token like any other).
+func open(path string) bool {
+	return path == "/healthz" || path == "/readyz" || path == "/ui" || strings.HasPrefix(path, "/ui/")
+}
 
 // authenticate wraps the mux: every request but the health checks must
 // carry credentials. A request whose principal is over its rate limit is

@@ -243,7 +243,7 @@ func TestWaiterQuota(t *testing.T) {
 	})
 	_, err := root.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "r", Wait: ttl(time.Minute)}))
 	wantReason(t, err, connect.CodeResourceExhausted, "QUOTA_EXCEEDED")
-	if md := errorMeta(t, err); md["limit"] != "1" {
+	if md := errorMeta(t, err); md["quota"] != "max_waiters_per_resource" || md["limit"] != "1" {
 		t.Errorf("waiter quota metadata %v", md)
 	}
 	cancel()

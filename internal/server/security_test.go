@@ -114,7 +114,14 @@ func TestEveryRPCWithoutCredentialsIsUnauthenticated(t *testing.T) {
 			t.Errorf("%s: %s without credentials", path, resp.Status)
 		}
 	}
-	// /metrics needs a principal (any role): it names namespaces' reasons.
+	// The dashboard's static files hold no data: no credentials needed
+	// (this build serves none, so not found rather than unauthorized).
+	if resp, err := http.Get(b.base + "/ui/index.html"); err != nil || resp.StatusCode == http.StatusUnauthorized {
+		t.Errorf("/ui/ without credentials: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	// /metrics needs a principal (any role).
 	resp, err := http.Get(b.base + "/metrics")
 	if err != nil {
 		t.Fatal(err)

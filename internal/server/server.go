@@ -3,6 +3,11 @@
 // and /metrics. Handlers validate requests, convert them to logpb commands
 // for the cluster package, and map every domain error through one table
 // (errors.go) to a Connect code with a google.rpc.ErrorInfo detail.
+//
+// With Config.Auth set, every request but the health checks is
+// authenticated (auth.go) and every RPC, stream message and pipelined
+// operation is authorized by one table (access.go); see
+// docs/security.md.
 package server
 
 import (
