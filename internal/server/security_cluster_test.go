@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"os"
 	"path/filepath"
 	"testing"
@@ -86,5 +87,76 @@ func TestForwardingCarriesTheCaller(t *testing.T) {
 	_ = ka.CloseResponse()
 	if _, err := as("tok-w1").leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: l.LeaseId})); err != nil {
 		t.Fatalf("forwarded release by the holder: %v", err)
+	}
+}
+
+// TestForwardingOverTLS: members that serve TLS and require client
+// certificates forward to each other over TLS, presenting their own
+// certificates; a token caller's write through a follower succeeds; a
+// caller known only by its client certificate is answered NOT_LEADER by a
+// follower (it cannot vouch for it to the leader) and served by the leader.
+func TestForwardingOverTLS(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "auth.json")
+	if err := os.WriteFile(path, []byte(testAuthFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pki := newPKI(t)
+	memberCert := pki.issue(t, "member")
+	ms := startClusterWith(t, 3, func(c *Config) {
+		store, err := auth.Open(path, auth.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Auth, c.MemberToken = store, "tok-root"
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{memberCert}, ClientCAs: pki.pool,
+			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+		c.PeerTLS = &tls.Config{RootCAs: pki.pool, Certificates: []tls.Certificate{memberCert}, MinVersion: tls.VersionTLS12}
+	})
+	leader := leaderOf(t, ms, 20*time.Second)
+	var follower *member
+	for _, m := range ms {
+		if m != leader {
+			follower = m
+			break
+		}
+	}
+	clientTLS := func(cn string) *tls.Config {
+		return &tls.Config{RootCAs: pki.pool, Certificates: []tls.Certificate{pki.issue(t, cn)}}
+	}
+	at := func(m *member, token string, cfg *tls.Config) clients {
+		return (&secureBundle{base: "https://" + m.srv.Addr()}).as(token, cfg)
+	}
+	root := at(follower, "tok-root", clientTLS("ops"))
+	waitFor(t, "every member to publish its address over TLS", 30*time.Second, func() bool {
+		resp, err := root.cluster.Status(context.Background(), connect.NewRequest(&tenurev1.StatusRequest{}))
+		if err != nil || resp.Msg.LeaderApiAddress == "" || len(resp.Msg.Members) != 3 {
+			return false
+		}
+		for _, m := range resp.Msg.Members {
+			if m.ApiAddress == "" {
+				return false
+			}
+		}
+		return true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := at(follower, "tok-w1", clientTLS("laptop")).leases.Acquire(ctx,
+		connect.NewRequest(&tenurev1.AcquireRequest{Resource: "tls/1", Ttl: ttl(time.Minute)}))
+	if err != nil || resp.Msg.Lease.Holder != "w1" {
+		t.Fatalf("token write forwarded over TLS: %v %v", resp, err)
+	}
+	enqueue := func(m *member) error {
+		_, err := at(m, "", clientTLS("svc.test")).queues.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{
+			Namespace: "jobs", Queue: "q", Tasks: []*tenurev1.NewTask{{Payload: []byte("p")}}}))
+		return err
+	}
+	err = enqueue(follower)
+	wantReason(t, err, connect.CodeUnavailable, "NOT_LEADER")
+	if md := errorMeta(t, err); md["leader"] != leader.srv.Addr() {
+		t.Errorf("NOT_LEADER names %q, want the leader %s", md["leader"], leader.srv.Addr())
+	}
+	if err := enqueue(leader); err != nil {
+		t.Fatalf("certificate principal at the leader: %v", err)
 	}
 }
