@@ -45,7 +45,8 @@ type target struct {
 	acting *string
 	field  string
 	leases []string
-	// defaults is true for a policy request on the server-wide defaults.
+	// defaults is true for a change of the server-wide policy defaults
+	// (namespace "*"): only an admin of every namespace may.
 	defaults bool
 }
 
@@ -151,8 +152,8 @@ var rules = map[string]rule{
 	// ClusterService.
 	v1c.ClusterServiceStatusProcedure:             {anyRole, none},
 	v1c.ClusterServicePublicKeyProcedure:          {anyRole, none},
-	v1c.ClusterServiceGetPolicyProcedure:          {anyRole, func(m any) target { return policyTarget(m.(*tenurev1.GetPolicyRequest).Namespace) }},
-	v1c.ClusterServiceSetPolicyProcedure:          {adminOnly, func(m any) target { return policyTarget(m.(*tenurev1.SetPolicyRequest).Namespace) }},
+	v1c.ClusterServiceGetPolicyProcedure:          {anyRole, func(m any) target { return policyTarget(m.(*tenurev1.GetPolicyRequest).Namespace, false) }},
+	v1c.ClusterServiceSetPolicyProcedure:          {adminOnly, func(m any) target { return policyTarget(m.(*tenurev1.SetPolicyRequest).Namespace, true) }},
 	v1c.ClusterServiceAddVoterProcedure:           {adminOnly, none},
 	v1c.ClusterServiceRemoveServerProcedure:       {adminOnly, none},
 	v1c.ClusterServiceTransferLeadershipProcedure: {adminOnly, none},
@@ -161,9 +162,12 @@ var rules = map[string]rule{
 	v1c.ClusterServiceWhoAmIProcedure: {nil, none},
 }
 
-func policyTarget(n string) target {
+// policyTarget: the defaults ("*") are readable by anyone and writable
+// only by an admin of every namespace; a namespace's policy is in scope
+// like anything else of the namespace.
+func policyTarget(n string, write bool) target {
 	if n == registrar.DefaultsNamespace {
-		return target{defaults: true}
+		return target{defaults: write}
 	}
 	return ns(n)
 }

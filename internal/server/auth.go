@@ -119,8 +119,11 @@ func (s *Server) principal(r *http.Request) (*auth.Principal, error) {
 			return s.cfg.Auth.Certificate(cn), nil
 		}
 	}
-	return nil, authError(registrar.ReasonUnauthenticated, nil,
-		`no credentials: send "Authorization: Bearer <token>"%s`, map[bool]string{true: " or a client certificate", false: ""}[s.cfg.TLS != nil && s.cfg.TLS.ClientCAs != nil])
+	how := `send "Authorization: Bearer <token>"`
+	if s.cfg.TLS != nil && s.cfg.TLS.ClientCAs != nil {
+		how += " or a client certificate"
+	}
+	return nil, authError(registrar.ReasonUnauthenticated, nil, "no credentials: %s", how)
 }
 
 // charge takes n requests from p's token bucket, or answers QUOTA_EXCEEDED.
@@ -155,7 +158,7 @@ func (s *Server) authorize(ctx context.Context, proc string, msg any) error {
 	}
 	t := ru.target(msg)
 	switch {
-	case t.defaults && !(p.Admin() && p.AllNamespaces()) && proc == v1c.ClusterServiceSetPolicyProcedure:
+	case t.defaults && !(p.Admin() && p.AllNamespaces()):
 		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "namespace": registrar.DefaultsNamespace},
 			`principal %s may not change the server-wide policy defaults: that needs admin on namespace "*"`, p.Name)
 	case t.hasNamespace && !(t.anyNamespace && t.namespace == "") && !p.InNamespace(t.namespace):

@@ -16,7 +16,8 @@ import (
 )
 
 // testAuthFile: two holders in "default", a reader of team-*, two
-// workers of jobs, an admin of everything, a principal limited to two
+// workers of jobs, an admin of everything, an admin of team-*, a
+// principal limited to two
 // requests (its bucket refills once in ~17 minutes), and a certificate
 // principal.
 const testAuthFile = `{"tokens":[
@@ -26,6 +27,7 @@ const testAuthFile = `{"tokens":[
  {"token":"tok-q1","principal":"q1","roles":["worker"],"namespaces":["jobs"]},
  {"token":"tok-q2","principal":"q2","roles":["worker"],"namespaces":["jobs"]},
  {"token":"tok-root","principal":"root","roles":["admin"],"namespaces":["*"]},
+ {"token":"tok-teamadmin","principal":"teamadmin","roles":["admin"],"namespaces":["team-*"]},
  {"token":"tok-slow","principal":"slow","roles":["reader"],"namespaces":["*"],"rate":0.001,"burst":2},
  {"principal":"svc.test","roles":["worker"],"namespaces":["jobs"]}
 ]}`

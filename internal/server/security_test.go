@@ -212,6 +212,18 @@ func TestWrongRoleOrNamespaceIsDenied(t *testing.T) {
 			_, err := w1.cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "default"}))
 			return err
 		}},
+		{"namespace admin sets the server-wide defaults", func() error {
+			_, err := b.as("tok-teamadmin").cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "*"}))
+			return err
+		}},
+		{"namespace admin sets another namespace's policy", func() error {
+			_, err := b.as("tok-teamadmin").cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "default"}))
+			return err
+		}},
+		{"namespace admin acquires outside its namespaces", func() error {
+			_, err := b.as("tok-teamadmin").leases.Acquire(ctx, req(&tenurev1.AcquireRequest{Resource: "x", Holder: "w1"}))
+			return err
+		}},
 		{"reader snapshots", func() error {
 			_, err := r1.cluster.Snapshot(ctx, connect.NewRequest(&tenurev1.SnapshotRequest{}))
 			return err
@@ -265,6 +277,11 @@ func TestWrongRoleOrNamespaceIsDenied(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			wantReason(t, tc.call(), connect.CodePermissionDenied, "PERMISSION_DENIED")
 		})
+	}
+	// Within its namespaces the namespace admin may change the policy.
+	if _, err := b.as("tok-teamadmin").cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "team-a",
+		Policy: &tenurev1.NamespacePolicy{MaxActivePerHolder: 5}})); err != nil {
+		t.Errorf("namespace admin SetPolicy in scope: %v", err)
 	}
 }
 
