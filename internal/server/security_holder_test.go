@@ -286,3 +286,57 @@ func TestAuthReload(t *testing.T) {
 		t.Fatalf("a failed reload locked out a valid token: %v", err)
 	}
 }
+
+// TestRateLimitCountsStreamMessages: every Pipeline operation and every
+// KeepAlive message takes a token from the caller's bucket, not only the
+// HTTP request that opens the stream.
+func TestRateLimitCountsStreamMessages(t *testing.T) {
+	b := startSecure(t, nil)
+	slow := b.as("tok-slow") // burst 2, refills in ~17 minutes
+	ctx := context.Background()
+	ps := slow.leases.Pipeline(ctx) // opening the stream: the first token
+	if err := ps.Send(&tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{
+		{Id: 1, Op: &tenurev1.PipelineOp_Get{Get: &tenurev1.GetRequest{LeaseId: "01M8APPNBHV260000000000001"}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := ps.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := first.Results[0].GetError(); e == nil || e.Reason != "LEASE_NOT_FOUND" {
+		t.Fatalf("first op (the second token): %v", first.Results[0])
+	}
+	if err := ps.Send(&tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{
+		{Id: 2, Op: &tenurev1.PipelineOp_Get{Get: &tenurev1.GetRequest{LeaseId: "01M8APPNBHV260000000000001"}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := ps.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := second.Results[0].GetError(); e == nil || e.Reason != "QUOTA_EXCEEDED" || e.Metadata["burst"] != "2" {
+		t.Fatalf("op past the budget: %v", second.Results[0])
+	}
+	_ = ps.CloseRequest()
+	_ = ps.CloseResponse()
+
+	// KeepAlive: the stream and one message fit; the next ends the
+	// stream with QUOTA_EXCEEDED.
+	ka := b.as("tok-slowholder").leases.KeepAlive(ctx)
+	if err := ka.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{"01M8APPNBHV260000000000001"}, RequestId: 1}); err != nil {
+		t.Fatal(err)
+	}
+	kr, err := ka.Receive()
+	if err != nil || len(kr.Failures) != 1 || kr.Failures[0].Reason != "LEASE_NOT_FOUND" {
+		t.Fatalf("first KeepAlive message: %v %v", kr, err)
+	}
+	if err := ka.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{"01M8APPNBHV260000000000001"}, RequestId: 2}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ka.Receive()
+	wantReason(t, err, connect.CodeResourceExhausted, "QUOTA_EXCEEDED")
+	_ = ka.CloseRequest()
+	_ = ka.CloseResponse()
+}

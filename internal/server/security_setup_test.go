@@ -16,8 +16,8 @@ import (
 )
 
 // testAuthFile: two holders in "default", a reader of team-*, two
-// workers of jobs, an admin of everything, an admin of team-*, a
-// principal limited to two
+// workers of jobs, an admin of everything, an admin of team-*,
+// two principals (a reader and a holder) limited to two
 // requests (its bucket refills once in ~17 minutes), and a certificate
 // principal.
 const testAuthFile = `{"tokens":[
@@ -29,6 +29,7 @@ const testAuthFile = `{"tokens":[
  {"token":"tok-root","principal":"root","roles":["admin"],"namespaces":["*"]},
  {"token":"tok-teamadmin","principal":"teamadmin","roles":["admin"],"namespaces":["team-*"]},
  {"token":"tok-slow","principal":"slow","roles":["reader"],"namespaces":["*"],"rate":0.001,"burst":2},
+ {"token":"tok-slowholder","principal":"slowholder","roles":["holder"],"namespaces":["default"],"rate":0.001,"burst":2},
  {"principal":"svc.test","roles":["worker"],"namespaces":["jobs"]}
 ]}`
 
