@@ -42,7 +42,7 @@ type secureBundle struct {
 
 // startSecure starts a node with testAuthFile (mod may change the config
 // further, e.g. add TLS) and waits until it serves writes.
-func startSecure(t *testing.T, mod func(*Config)) *secureBundle {
+func startSecure(t testing.TB, mod func(*Config)) *secureBundle {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "auth.json")
