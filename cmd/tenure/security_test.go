@@ -69,6 +69,10 @@ func writePKI(t *testing.T, dir string) {
 // client alike), another holder or role is PERMISSION_DENIED, plain text
 // fails, and SIGHUP reloads the tokens without a restart.
 func TestCLISecureServer(t *testing.T) {
+	// The shared test server runs without authentication.
+	if out := ok(t, "cluster", "whoami"); !strings.Contains(out, "without authentication") {
+		t.Fatalf("whoami without auth: %q", out)
+	}
 	dir := t.TempDir()
 	writePKI(t, dir)
 	authFile := filepath.Join(dir, "auth.json")
@@ -151,6 +155,10 @@ func TestCLISecureServer(t *testing.T) {
 		t.Fatalf("holder %q, want the principal w1", l.Holder)
 	}
 	wantFail(run(nil, "acquire", "orders/2", "--token", "tok-w1", "--holder", "w2"), "PERMISSION_DENIED")
+	if r := run([]string{"TENURE_TOKEN=tok-w1"}, "cluster", "whoami"); r.code != 0 ||
+		!strings.Contains(r.stdout, "w1") || !strings.Contains(r.stdout, "holder") || !strings.Contains(r.stdout, "token") {
+		t.Fatalf("cluster whoami: %+v", r)
+	}
 	wantFail(run([]string{"TENURE_TOKEN=tok-w1"}, "ls"), "PERMISSION_DENIED")
 	// The Go client path (exec) asks WhoAmI and acts as the principal.
 	if r := run([]string{"TENURE_TOKEN=tok-w1"}, "exec", "jobs/x", "--", "true"); r.code != 0 {
