@@ -77,7 +77,8 @@ var rules = map[string]rule{
 	}},
 	v1c.LeaseServiceRenewProcedure: {holderOnly, func(m any) target {
 		r := m.(*tenurev1.RenewRequest)
-		return target{namespace: r.Namespace, hasNamespace: true, anyNamespace: true, acting: &r.Holder, field: "holder", leases: r.LeaseIds}
+		// Its lease ids are checked by the handler (ownLeases), one by one.
+		return target{namespace: r.Namespace, hasNamespace: true, anyNamespace: true, acting: &r.Holder, field: "holder"}
 	}},
 	v1c.LeaseServiceReleaseProcedure: {holderOnly, func(m any) target {
 		r := m.(*tenurev1.ReleaseRequest)

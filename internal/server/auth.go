@@ -188,11 +188,9 @@ func rolesText(rs []auth.Role) string {
 func shortProc(proc string) string { return strings.TrimPrefix(proc, "/tenure.v1.") }
 
 // checkLeases checks, on the member that runs a request, that the leases
-// it acts on are the caller's: in its namespaces (else LEASE_NOT_FOUND,
-// as for an unknown id, so nothing about other namespaces leaks) and held
-// by it (else PERMISSION_DENIED; an admin may act on any). A lease's
-// namespace and holder never change, so reading them before proposing
-// cannot race with the write. Unknown ids are left to the handler.
+// it acts on are the caller's (see leaseAccess). Unknown ids are left to
+// the handler. Renew partitions its ids instead (ownLeases), so that a
+// batch answers each refused lease as its own failure.
 func (s *Server) checkLeases(ctx context.Context, proc string, msg any) error {
 	p := principalOf(ctx)
 	if p == nil {
@@ -208,20 +206,52 @@ func (s *Server) checkLeases(ctx context.Context, proc string, msg any) error {
 	}
 	return s.node.Read(ctx, true, func(mc *statemachine.Machine, t registrar.Tick) error {
 		for _, id := range ids {
-			l, err := mc.Registrar().Get(id, t)
-			if err != nil {
-				continue
-			}
-			if !p.InNamespace(l.Namespace) {
-				return authError(registrar.ReasonLeaseNotFound, map[string]string{"lease_id": id}, "no lease %s", id)
-			}
-			if l.Holder != p.Name && !p.Admin() {
-				return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "lease_id": id},
-					"principal %s may not act on lease %s: it is not its holder", p.Name, id)
+			if err := leaseAccess(p, mc.Registrar(), id, t); err != nil {
+				return err
 			}
 		}
 		return nil
 	})
+}
+
+// ownLeases splits lease ids into those the caller may act on and a
+// failure for each other one. Without authentication every id passes.
+func (s *Server) ownLeases(ctx context.Context, ids []string) (own []string, denied []registrar.Failure, err error) {
+	p := principalOf(ctx)
+	if p == nil || len(ids) == 0 {
+		return ids, nil, nil
+	}
+	err = s.node.Read(ctx, true, func(mc *statemachine.Machine, t registrar.Tick) error {
+		for _, id := range ids {
+			if err := leaseAccess(p, mc.Registrar(), id, t); err != nil {
+				denied = append(denied, registrar.Failure{LeaseID: id, Err: err})
+			} else {
+				own = append(own, id)
+			}
+		}
+		return nil
+	})
+	return own, denied, err
+}
+
+// leaseAccess decides whether p may act on lease id: it must be in p's
+// namespaces (else LEASE_NOT_FOUND, as for an unknown id, so nothing about
+// other namespaces leaks) and held by p (else PERMISSION_DENIED; an admin
+// may act on any). A lease's namespace and holder never change, so
+// reading them before proposing cannot race with the write. An unknown
+// id passes: the handler answers it.
+func leaseAccess(p *auth.Principal, r *registrar.Registrar, id string, t registrar.Tick) error {
+	l, err := r.Get(id, t)
+	switch {
+	case err != nil:
+		return nil
+	case !p.InNamespace(l.Namespace):
+		return authError(registrar.ReasonLeaseNotFound, map[string]string{"lease_id": id}, "no lease %s", id)
+	case l.Holder != p.Name && !p.Admin():
+		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "lease_id": id},
+			"principal %s may not act on lease %s: it is not its holder", p.Name, id)
+	}
+	return nil
 }
 
 // filterResponse hides what a read by lease id found outside the

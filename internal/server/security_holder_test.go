@@ -66,6 +66,36 @@ func TestHolderIsThePrincipal(t *testing.T) {
 		t.Run(name, func(t *testing.T) { wantReason(t, call(), connect.CodePermissionDenied, "PERMISSION_DENIED") })
 	}
 
+	// A batch renews the caller's own leases and lists the other's as a
+	// failure, in Renew and KeepAlive alike.
+	own, err := w2.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "orders/w2", Ttl: ttl(time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := []string{l.LeaseId, own.Msg.Lease.LeaseId}
+	br, err := w2.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: batch}))
+	if err != nil {
+		t.Fatalf("batch renew: %v", err)
+	}
+	if len(br.Msg.Leases) != 1 || br.Msg.Leases[0].LeaseId != own.Msg.Lease.LeaseId || len(br.Msg.Failures) != 1 ||
+		br.Msg.Failures[0].LeaseId != l.LeaseId || br.Msg.Failures[0].Reason != "PERMISSION_DENIED" {
+		t.Errorf("batch renew: %v", br.Msg)
+	}
+	kb := w2.leases.KeepAlive(ctx)
+	if err := kb.Send(&tenurev1.KeepAliveRequest{LeaseIds: batch, RequestId: 1}); err != nil {
+		t.Fatal(err)
+	}
+	kbr, err := kb.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kbr.Leases) != 1 || kbr.Leases[0].LeaseId != own.Msg.Lease.LeaseId || len(kbr.Failures) != 1 ||
+		kbr.Failures[0].LeaseId != l.LeaseId || kbr.Failures[0].Reason != "PERMISSION_DENIED" {
+		t.Errorf("batch KeepAlive: %v", kbr)
+	}
+	_ = kb.CloseRequest()
+	_ = kb.CloseResponse()
+
 	// KeepAlive: the other's lease is listed as a failure, not renewed.
 	ka := w2.leases.KeepAlive(ctx)
 	if err := ka.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{l.LeaseId}, RequestId: 7}); err != nil {

@@ -117,20 +117,20 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 			}
 			continue
 		}
-		if err := s.checkLeases(ctx, v1c.LeaseServiceRenewProcedure, rr); err != nil {
-			if err := keepAliveForwarded(resp, nil, s.toConnect(err), c.LeaseIds); err != nil {
-				return err
-			}
-			if err := stream.Send(resp); err != nil {
-				return err
-			}
-			continue
-		}
-		res, err := s.node.Propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: c}})
+		// Leases the caller may not renew are listed as failures.
+		own, denied, err := s.ownLeases(ctx, c.LeaseIds)
 		if err != nil {
 			return s.toConnect(err)
 		}
-		out := res.Outcome
+		c.LeaseIds = own
+		var out registrar.Outcome
+		if len(own) > 0 {
+			res, err := s.node.Propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: c}})
+			if err != nil {
+				return s.toConnect(err)
+			}
+			out = res.Outcome
+		}
 		if out.Err != nil {
 			// A single-id renew answers its failure as Err; list it instead.
 			id := ""
@@ -140,6 +140,7 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 			out.Failures = append(out.Failures, registrar.Failure{LeaseID: id, Err: out.Err})
 			s.metrics.rejections.WithLabelValues(string(registrar.ReasonOf(out.Err))).Inc()
 		}
+		out.Failures = append(denied, out.Failures...)
 		if resp.Leases, err = s.leaseProtos(out.Leases, false); err != nil {
 			return s.toConnect(err)
 		}
