@@ -32,9 +32,14 @@ func FuzzParseFile(f *testing.F) {
 			if !ok || p.Name != e.Principal {
 				t.Fatalf("token of %q does not authenticate it", e.Principal)
 			}
-			if _, ok := s.Token(e.Token + "x"); ok && !strings.HasSuffix(e.Token, "=") {
+			if _, ok := s.Token(e.Token + "x"); ok {
 				if _, listed := tokenListed(file, e.Token+"x"); !listed {
 					t.Fatal("a token with a byte appended authenticates")
+				}
+			}
+			if _, ok := s.Token(e.Token[:len(e.Token)-1]); ok {
+				if _, listed := tokenListed(file, e.Token[:len(e.Token)-1]); !listed {
+					t.Fatal("a token with its last byte cut authenticates")
 				}
 			}
 			got, err := ParseAuthorization("Bearer " + e.Token)
