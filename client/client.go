@@ -2,6 +2,7 @@ package tenure
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -67,6 +68,17 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		clock:     cfg.clock,
 		leases:    make(map[string]*Lease),
 		acquiring: make(map[string]int),
+	}
+	if cfg.tlsConfig == nil && cfg.httpClient == nil {
+		// An https:// endpoint needs TLS even without WithTLS: trust
+		// the system's CAs.
+		for _, e := range endpoints {
+			if strings.HasPrefix(strings.ToLower(strings.TrimSpace(e)), "https://") {
+				cfg.tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+				c.cfg.tlsConfig = cfg.tlsConfig
+				break
+			}
+		}
 	}
 	c.httpClient = cfg.httpClient
 	if c.httpClient == nil {

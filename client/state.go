@@ -238,3 +238,20 @@ func (c *Client) Status(ctx context.Context) (*tenurev1.StatusResponse, error) {
 	})
 	return st, err
 }
+
+// WhoAmI asks the server who this client's credentials (WithToken, or a
+// client certificate in WithTLS) belong to. Authenticated is false when
+// the server runs without authentication. With authentication on, the
+// holder of every request is the principal: a client meant to act as it
+// passes the answer's Principal to WithHolder.
+func (c *Client) WhoAmI(ctx context.Context) (*tenurev1.WhoAmIResponse, error) {
+	var out *tenurev1.WhoAmIResponse
+	err := c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.cluster.WhoAmI(ctx, connect.NewRequest(&tenurev1.WhoAmIRequest{}))
+		if err == nil {
+			out = resp.Msg
+		}
+		return err
+	})
+	return out, err
+}

@@ -48,7 +48,7 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *hold {
 		return holdLease(ctx, c, pos[0], *ttl, m, *wait, *cert)
 	}
-	if c.holder == "" {
+	if c.holder == "" && !c.principalHolder {
 		c.holder = stableHolder()
 	}
 	r, err := c.remote()

@@ -615,7 +615,8 @@ func TestCLIExec(t *testing.T) {
 
 func TestCLIBench(t *testing.T) {
 	t.Parallel()
-	r := runTenure(t, "bench", "--workload", "cycle", "--concurrency", "4", "--duration", "2s")
+	// 3s: the progress line comes every 2 s when stderr is not a terminal.
+	r := runTenure(t, "bench", "--workload", "cycle", "--concurrency", "4", "--duration", "3s")
 	if r.code != 0 {
 		t.Fatalf("bench: %+v", r)
 	}

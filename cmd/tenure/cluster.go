@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -19,24 +20,26 @@ const clusterHelp = `Inspect and change cluster membership (admin).
   cluster join ID RAFT_ADDR [--api-address] add a member as a voter
   cluster remove ID                         remove a member
   cluster transfer-leader [ID]              hand leadership to ID (or to any voter)
-  cluster public-key                        the registrar's certificate key, in hex`
+  cluster public-key                        the registrar's certificate key, in hex
+  cluster whoami                            the principal, roles and namespaces of --token (or the client certificate)`
 
 const clusterExamples = `  tenure cluster status
   tenure cluster join node4 10.0.0.4:7071 --api-address 10.0.0.4:7070
   tenure cluster remove node4
   tenure cluster transfer-leader node2
-  tenure cluster public-key > registrar.key`
+  tenure cluster public-key > registrar.key
+  TENURE_TOKEN=… tenure cluster whoami`
 
 // runCluster is `tenure cluster …`.
 func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCLICommand("tenure cluster", "status|join|remove|transfer-leader|public-key [ARGS] [flags]", clusterHelp, clusterExamples, stdout, stderr)
+	c := newCLICommand("tenure cluster", "status|join|remove|transfer-leader|public-key|whoami [ARGS] [flags]", clusterHelp, clusterExamples, stdout, stderr)
 	apiAddr := c.fs.String("api-address", "", "join: the new member's API address")
 	pos, err := c.parse(args, 1, 3)
 	if err != nil {
 		return err
 	}
 	sub, rest := pos[0], pos[1:]
-	nargs := map[string][2]int{"status": {0, 0}, "join": {2, 2}, "remove": {1, 1}, "transfer-leader": {0, 1}, "public-key": {0, 0}}
+	nargs := map[string][2]int{"status": {0, 0}, "join": {2, 2}, "remove": {1, 1}, "transfer-leader": {0, 1}, "public-key": {0, 0}, "whoami": {0, 0}}
 	n, ok := nargs[sub]
 	switch {
 	case !ok:
@@ -89,6 +92,22 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		return done(c, nil, resp, "leader is now %s", resp.GetLeaderId())
+	case "whoami":
+		resp, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.WhoAmI, &tenurev1.WhoAmIRequest{})
+		if err != nil {
+			return err
+		}
+		if c.json() {
+			return writeJSON(stdout, resp)
+		}
+		if !resp.GetAuthenticated() {
+			_, err = fmt.Fprintln(stdout, "the server runs without authentication: every caller may do everything")
+			return err
+		}
+		tw := newTable(stdout)
+		fmt.Fprintf(tw, "principal\t%s\nroles\t%s\nnamespaces\t%s\nauthenticated by\t%s\n", resp.GetPrincipal(),
+			strings.Join(resp.GetRoles(), ", "), strings.Join(resp.GetNamespaces(), ", "), resp.GetMethod())
+		return tw.Flush()
 	default: // public-key
 		resp, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.PublicKey, &tenurev1.PublicKeyRequest{})
 		if err != nil {

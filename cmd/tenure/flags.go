@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,6 +35,14 @@ type cliCommand struct {
 	token     string
 	output    string
 	holder    string
+	tlsCA     string
+	tlsCert   string
+	tlsKey    string
+	// principalHolder is true when credentials are given without
+	// --holder or TENURE_HOLDER: the holder is then the principal the
+	// server authenticates (raw requests send an empty holder, which the
+	// server fills in; the Go client asks WhoAmI).
+	principalHolder bool
 
 	help func() // prints --help to stdout
 }
@@ -45,6 +55,9 @@ func newCLICommand(name, synopsis, description, examples string, stdout, stderr 
 	c.fs.StringVar(&c.endpoints, "endpoints", envOr("TENURE_ENDPOINTS", "127.0.0.1:7070"), "comma-separated API addresses of cluster members (env TENURE_ENDPOINTS)")
 	c.fs.StringVar(&c.namespace, "namespace", envOr("TENURE_NAMESPACE", tenure.DefaultNamespace), "namespace (env TENURE_NAMESPACE)")
 	c.fs.StringVar(&c.token, "token", os.Getenv("TENURE_TOKEN"), "bearer token (env TENURE_TOKEN)")
+	c.fs.StringVar(&c.tlsCA, "tls-ca", os.Getenv("TENURE_TLS_CA"), "PEM file of the CA(s) to trust for https endpoints instead of the system's (env TENURE_TLS_CA); any --tls-* flag turns TLS on")
+	c.fs.StringVar(&c.tlsCert, "tls-cert", os.Getenv("TENURE_TLS_CERT"), "PEM client certificate, for servers that require one (env TENURE_TLS_CERT)")
+	c.fs.StringVar(&c.tlsKey, "tls-key", os.Getenv("TENURE_TLS_KEY"), "PEM key of --tls-cert (env TENURE_TLS_KEY)")
 	c.fs.StringVar(&c.output, "o", "table", "output format: table or json")
 	c.fs.Usage = func() {} // the flag package calls it on every error; help is printed by parse
 	c.help = func() {
@@ -106,6 +119,13 @@ func (c *cliCommand) parse(args []string, min, max int) ([]string, error) {
 	default:
 		return nil, c.usageError("-o must be table or json, got %q", c.output)
 	}
+	if c.fs.Lookup("holder") != nil && (c.token != "" || c.tlsCert != "") && os.Getenv("TENURE_HOLDER") == "" {
+		explicit := false
+		c.fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "holder" })
+		if !explicit {
+			c.holder, c.principalHolder = "", true
+		}
+	}
 	return pos, nil
 }
 
@@ -138,6 +158,31 @@ func (c *cliCommand) client(opts ...tenure.Option) (*tenure.Client, error) {
 	if c.token != "" {
 		opts = append(opts, tenure.WithToken(c.token))
 	}
+	tc, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		opts = append(opts, tenure.WithTLS(tc))
+	}
+	if c.principalHolder && c.holder == "" {
+		// Act as the principal of the credentials; a server without
+		// authentication leaves the client's own default holder.
+		cl, err := tenure.New(eps, opts...)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		who, err := cl.WhoAmI(ctx)
+		cancel()
+		cl.Close()
+		if err != nil {
+			return nil, err
+		}
+		if who.Authenticated {
+			c.holder = who.Principal
+		}
+	}
 	if c.holder != "" {
 		opts = append(opts, tenure.WithHolder(c.holder))
 	}
@@ -151,14 +196,23 @@ func (c *cliCommand) remote() (*remote, error) {
 	if len(eps) == 0 {
 		return nil, c.usageError("--endpoints is empty")
 	}
+	tc, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
 	var p http.Protocols
 	p.SetHTTP2(true)
 	p.SetUnencryptedHTTP2(true)
 	hc := &http.Client{Transport: &http.Transport{
 		Protocols:         &p,
+		TLSClientConfig:   tc,
 		ForceAttemptHTTP2: true,
 		DialContext:       (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
 	}}
+	scheme := "http://"
+	if tc != nil {
+		scheme = "https://"
+	}
 	var opts []connect.ClientOption
 	if c.token != "" {
 		opts = append(opts, connect.WithInterceptors(bearerToken(c.token)))
@@ -166,7 +220,7 @@ func (c *cliCommand) remote() (*remote, error) {
 	r := &remote{}
 	for _, e := range eps {
 		if !strings.Contains(e, "://") {
-			e = "http://" + e
+			e = scheme + e
 		}
 		e = strings.TrimRight(e, "/")
 		r.leases = append(r.leases, tenurev1connect.NewLeaseServiceClient(hc, e, opts...))
@@ -175,6 +229,41 @@ func (c *cliCommand) remote() (*remote, error) {
 		r.queues = append(r.queues, tenurev1connect.NewQueueServiceClient(hc, e, opts...))
 	}
 	return r, nil
+}
+
+// tlsConfig builds the client TLS configuration from --tls-ca,
+// --tls-cert and --tls-key: nil (h2c) when none is given and no endpoint
+// is an https:// URL; an https:// endpoint alone trusts the system's CAs.
+func (c *cliCommand) tlsConfig() (*tls.Config, error) {
+	https := false
+	for _, e := range c.endpointList() {
+		https = https || strings.HasPrefix(strings.ToLower(e), "https://")
+	}
+	if c.tlsCA == "" && c.tlsCert == "" && c.tlsKey == "" && !https {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.tlsCA != "" {
+		pem, err := os.ReadFile(c.tlsCA)
+		if err != nil {
+			return nil, c.usageError("--tls-ca: %v", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, c.usageError("--tls-ca: %s holds no PEM certificate", c.tlsCA)
+		}
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return nil, c.usageError("--tls-cert and --tls-key go together")
+	}
+	if c.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+		if err != nil {
+			return nil, c.usageError("--tls-cert/--tls-key: %v", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }
 
 // remote is the generated Connect clients, one per endpoint.

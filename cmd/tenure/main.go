@@ -54,7 +54,9 @@ commands:
 global flags of client commands:
   --endpoints ADDR,…   API addresses (env TENURE_ENDPOINTS, default 127.0.0.1:7070)
   --namespace NS       (env TENURE_NAMESPACE, default "default")
-  --token TOKEN        bearer token (env TENURE_TOKEN)
+  --token TOKEN        bearer token (env TENURE_TOKEN); without --holder, act as its principal
+  --tls-ca FILE        CA(s) to trust for TLS endpoints (env TENURE_TLS_CA)
+  --tls-cert, --tls-key FILE   client certificate (env TENURE_TLS_CERT, TENURE_TLS_KEY)
   -o table|json        output format
 `
 

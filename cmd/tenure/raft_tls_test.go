@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,7 +54,7 @@ func TestRaftTLSFlagsTogether(t *testing.T) {
 }
 
 // writePKI writes a CA and member certificates (PEM) into dir and returns
-// the CA's path; member n gets n.crt and n.key.
+// the CA's path; member n gets n.crt and n.key, valid for 127.0.0.1 too.
 func writePKI(t *testing.T, dir, caName string, members ...string) string {
 	t.Helper()
 	put := func(name, typ string, der []byte) {
@@ -81,7 +82,8 @@ func writePKI(t *testing.T, dir, caName string, members ...string) string {
 		}
 		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(i + 2)), Subject: pkix.Name{CommonName: m},
 			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 		if err != nil {
 			t.Fatal(err)

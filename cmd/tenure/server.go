@@ -8,9 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/auth"
 	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/internal/server"
 )
@@ -42,6 +46,14 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	raftKey := fs.String("raft-tls-key", env("raft-tls-key", ""), "PEM private key of --raft-tls-cert (env TENURE_RAFT_TLS_KEY)")
 	raftCA := fs.String("raft-tls-ca", env("raft-tls-ca", ""), "PEM CA that every member's Raft certificate must chain to (env TENURE_RAFT_TLS_CA)")
 	logLevel := fs.String("log-level", env("log-level", "info"), "debug, info, warn or error (env TENURE_LOG_LEVEL)")
+	authFile := fs.String("auth-file", env("auth-file", ""), "JSON file of bearer tokens and principals; turns authentication on; re-read on SIGHUP (env TENURE_AUTH_FILE)")
+	tlsCert := fs.String("tls-cert", env("tls-cert", ""), "PEM certificate of the API; serves TLS only; re-read on SIGHUP (env TENURE_TLS_CERT)")
+	tlsKey := fs.String("tls-key", env("tls-key", ""), "PEM key of --tls-cert (env TENURE_TLS_KEY)")
+	tlsClientCA := fs.String("tls-client-ca", env("tls-client-ca", ""), "PEM CA(s) of client certificates: require and verify one on every connection (env TENURE_TLS_CLIENT_CA)")
+	tlsCA := fs.String("tls-ca", env("tls-ca", ""), "PEM CA(s) this member trusts when it calls other members over TLS (default: the system's, plus --tls-client-ca) (env TENURE_TLS_CA)")
+	memberToken := fs.String("member-token", env("member-token", ""), "admin bearer token this member presents to other members when joining or publishing its address (env TENURE_MEMBER_TOKEN)")
+	rateLimit := fs.String("rate-limit", env("rate-limit", "0"), "requests per second per principal, for auth file entries without a rate; 0 = unlimited (env TENURE_RATE_LIMIT)")
+	rateBurst := fs.String("rate-burst", env("rate-burst", "0"), "token bucket size of --rate-limit; 0 = the rate rounded up (env TENURE_RATE_BURST)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -69,8 +81,15 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	if len(peerList) > 0 && *nodeID == "" {
 		return usagef("--peers needs --node-id: this member's id in the list")
 	}
-	if !*insecure && !loopback(*listen) {
-		return usagef("--listen %s is not a loopback address; authentication is not available yet, so pass --insecure to serve it anyway", *listen)
+	if *authFile == "" && !*insecure && !loopback(*listen) {
+		return usagef("--listen %s is not a loopback address, and without --auth-file anyone who reaches it may acquire, "+
+			"revoke and read every lease: give --auth-file (with --tls-cert/--tls-key), or --insecure to serve it without authentication anyway", *listen)
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usagef("--tls-cert and --tls-key go together")
+	}
+	if *tlsCert == "" && (*tlsClientCA != "" || *tlsCA != "") {
+		return usagef("--tls-client-ca and --tls-ca need --tls-cert and --tls-key")
 	}
 	raftTLS, err := loadRaftTLS(*raftCert, *raftKey, *raftCA)
 	if err != nil {
@@ -93,6 +112,36 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Cluster.Peers = peerList
 	cfg.Cluster.RaftTLS = raftTLS
 	cfg.Join = *join
+	cfg.MemberToken = *memberToken
+	var limits auth.Limits
+	if limits.Rate, err = strconv.ParseFloat(*rateLimit, 64); err != nil {
+		return usagef("--rate-limit: %q is not a number", *rateLimit)
+	}
+	if limits.Burst, err = strconv.Atoi(*rateBurst); err != nil {
+		return usagef("--rate-burst: %q is not a whole number", *rateBurst)
+	}
+	if err := limits.Validate(); err != nil {
+		return usagef("--%v", err)
+	}
+	if *authFile != "" {
+		store, err := auth.Open(*authFile, limits)
+		if err != nil {
+			return usagef("--auth-file: %v", err)
+		}
+		cfg.Auth = store
+	}
+	if cfg.Auth != nil && *tlsCert == "" && !loopback(*listen) {
+		log.Warn("authentication without TLS: bearer tokens cross the network in clear text; give --tls-cert and --tls-key")
+	}
+	var kp *keyPair
+	if *tlsCert != "" {
+		if kp, err = loadKeyPair(*tlsCert, *tlsKey); err != nil {
+			return usagef("%v", err)
+		}
+		if cfg.TLS, cfg.PeerTLS, err = apiTLS(kp, *tlsClientCA, *tlsCA); err != nil {
+			return usagef("%v", err)
+		}
+	}
 	srv, err := server.Start(cfg)
 	if err != nil {
 		return err
@@ -100,6 +149,25 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	if onServerReady != nil {
 		onServerReady(srv)
 	}
+	// SIGHUP re-reads the auth file and the TLS key pair; what fails to
+	// load leaves what is in force in force.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			if cfg.Auth != nil {
+				_ = srv.ReloadAuth() // logs its outcome
+			}
+			if kp != nil {
+				if err := kp.reload(); err != nil {
+					log.Error("TLS key pair reload failed; keeping the one in force", "err", err)
+				} else {
+					log.Info("TLS key pair reloaded", "cert", *tlsCert)
+				}
+			}
+		}
+	}()
 	<-ctx.Done()
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

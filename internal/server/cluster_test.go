@@ -61,6 +61,13 @@ func (m *member) stop(t *testing.T) {
 // (--peers), each on its own data dir and pre-bound Raft port.
 func startCluster(t *testing.T, n int) []*member {
 	t.Helper()
+	return startClusterWith(t, n, nil)
+}
+
+// startClusterWith is startCluster with each member's config passed
+// through mod (when not nil).
+func startClusterWith(t *testing.T, n int, mod func(*Config)) []*member {
+	t.Helper()
 	var peers []cluster.Peer
 	var lns []net.Listener
 	for i := range n {
@@ -76,6 +83,9 @@ func startCluster(t *testing.T, n int) []*member {
 		cfg := clusterTestConfig(t.TempDir(), p.ID)
 		cfg.Cluster.Peers = peers
 		cfg.Cluster.RaftListener = lns[i]
+		if mod != nil {
+			mod(&cfg)
+		}
 		srv, err := Start(cfg)
 		if err != nil {
 			t.Fatalf("Start %s: %v", p.ID, err)
@@ -479,7 +489,7 @@ func TestForwardErrorClassification(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
-	_, err = routes[tenurev1connect.LeaseServiceAcquireProcedure].call(ctx, s, "http://"+dead, &tenurev1.AcquireRequest{})
+	_, err = routes[tenurev1connect.LeaseServiceAcquireProcedure].call(ctx, s, "http://"+dead, &tenurev1.AcquireRequest{}, http.Header{})
 	werr := s.forwardError(ctx, err, true, "n9", dead)
 	wantReason(t, werr, connect.CodeUnavailable, "NOT_LEADER")
 	var ce *connect.Error
@@ -512,9 +522,9 @@ func TestForwardErrorClassification(t *testing.T) {
 			}()
 		}
 	}()
-	_, err = routes[tenurev1connect.LeaseServiceAcquireProcedure].call(ctx, s, "http://"+hang.Addr().String(), &tenurev1.AcquireRequest{})
+	_, err = routes[tenurev1connect.LeaseServiceAcquireProcedure].call(ctx, s, "http://"+hang.Addr().String(), &tenurev1.AcquireRequest{}, http.Header{})
 	wantReason(t, s.forwardError(ctx, err, true, "n9", hang.Addr().String()), connect.CodeUnavailable, "OUTCOME_UNKNOWN")
 	// The leader's own rejection passes through unchanged.
-	_, err = routes[tenurev1connect.LeaseServiceGetProcedure].call(ctx, s, b.base, &tenurev1.GetRequest{LeaseId: "zzz"})
+	_, err = routes[tenurev1connect.LeaseServiceGetProcedure].call(ctx, s, b.base, &tenurev1.GetRequest{LeaseId: "zzz"}, http.Header{})
 	wantReason(t, s.forwardError(ctx, err, false, "n1", s.Addr()), connect.CodeNotFound, "LEASE_NOT_FOUND")
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -43,8 +44,9 @@ const (
 	HeaderConsistency = "Tenure-Consistency"
 )
 
-// forwarder calls one procedure on base (http://leader) with msg.
-type forwarder func(ctx context.Context, s *Server, base string, msg any) (connect.AnyResponse, error)
+// forwarder calls one procedure on base (http(s)://leader) with msg, on
+// behalf of the caller whose request headers are hdr.
+type forwarder func(ctx context.Context, s *Server, base string, msg any, hdr http.Header) (connect.AnyResponse, error)
 
 type route struct {
 	write bool
@@ -73,19 +75,36 @@ var routes = map[string]route{
 		via[tenurev1.TransferLeadershipRequest, tenurev1.TransferLeadershipResponse](v1c.ClusterServiceTransferLeadershipProcedure)},
 }
 
-// forwardClients caches one Connect client per leader address and procedure.
+// forwardClients caches one Connect client per leader address and
+// procedure. Members talk HTTP/2: over TLS with the PeerTLS config when
+// the members serve TLS, else h2c.
 type forwardClients struct {
-	http *http.Client
-	mu   sync.Mutex
-	m    map[string]any
+	http   *http.Client
+	scheme string // "http://" or "https://"
+	// token is the member's own bearer token (for its own calls).
+	token string
+	mu    sync.Mutex
+	m     map[string]any
 }
 
-func newForwardClients() *forwardClients {
+func newForwardClients(tlsCfg *tls.Config, token string) *forwardClients {
 	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	return &forwardClients{
-		http: &http.Client{Transport: &http.Transport{Protocols: &p, MaxIdleConnsPerHost: 64}},
-		m:    map[string]any{},
+	tr := &http.Transport{Protocols: &p, MaxIdleConnsPerHost: 64}
+	scheme := "http://"
+	if tlsCfg != nil {
+		p.SetHTTP2(true)
+		tr.TLSClientConfig = tlsCfg.Clone()
+		scheme = "https://"
+	} else {
+		p.SetUnencryptedHTTP2(true)
+	}
+	return &forwardClients{http: &http.Client{Transport: tr}, scheme: scheme, token: token, m: map[string]any{}}
+}
+
+// own sets this member's credentials on a request it makes for itself.
+func (f *forwardClients) own(h http.Header) {
+	if f.token != "" {
+		h.Set("Authorization", "Bearer "+f.token)
 	}
 }
 
@@ -105,10 +124,14 @@ func (f *forwardClients) close() { f.http.CloseIdleConnections() }
 // via builds the forwarder of one procedure.
 func via[Req, Res any](proc string) forwarder {
 	mk := func(hc connect.HTTPClient, url string) any { return connect.NewClient[Req, Res](hc, url) }
-	return func(ctx context.Context, s *Server, base string, msg any) (connect.AnyResponse, error) {
+	return func(ctx context.Context, s *Server, base string, msg any, hdr http.Header) (connect.AnyResponse, error) {
 		c := s.fwd.get(base+proc, mk).(*connect.Client[Req, Res])
 		req := connect.NewRequest(msg.(*Req))
 		req.Header().Set(HeaderForwardedBy, s.node.ID())
+		// The leader authenticates and authorizes the caller again.
+		if a := hdr.Get("Authorization"); a != "" {
+			req.Header().Set("Authorization", a)
+		}
 		resp, err := c.CallUnary(ctx, req)
 		if err != nil {
 			return nil, err
@@ -139,6 +162,9 @@ func (s *Server) forwardInterceptor() connect.UnaryInterceptorFunc {
 			if resp, ok, err := s.forward(ctx, req.Spec().Procedure, req.Any(), req.Header()); ok {
 				return resp, err
 			}
+			if err := s.checkLeases(ctx, req.Spec().Procedure, req.Any()); err != nil {
+				return nil, s.toConnect(err)
+			}
 			return next(ctx, req)
 		}
 	}
@@ -161,7 +187,12 @@ func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Hea
 	if addr == "" {
 		return nil, true, s.toConnect(notLeader(id, "", "the leader's API address is not published yet"))
 	}
-	resp, err = r.call(ctx, s, "http://"+addr, msg)
+	if p := principalOf(ctx); p != nil && p.Certificate {
+		// The leader could not authenticate the caller: its certificate
+		// ends at this member. Nothing was proposed; ask the leader.
+		return nil, true, s.toConnect(notLeader(id, addr, "a caller authenticated by a client certificate must call the leader itself"))
+	}
+	resp, err = r.call(ctx, s, s.fwd.scheme+addr, msg, hdr)
 	if err != nil {
 		s.metrics.forwardErrors.Inc()
 		return nil, true, s.forwardError(ctx, err, r.write, id, addr)
@@ -210,6 +241,9 @@ func callOp[Req, Res any](ctx context.Context, s *Server, hdr http.Header, proc 
 			return nil, err
 		}
 		return resp.Any().(*Res), nil
+	}
+	if err := s.checkLeases(ctx, proc, req); err != nil {
+		return nil, err
 	}
 	r, err := local(ctx, connect.NewRequest(req))
 	if err != nil {

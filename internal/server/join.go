@@ -24,12 +24,14 @@ func (s *Server) join(addr string) error {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, timeout)
 	defer cancel()
-	c := tenurev1connect.NewClusterServiceClient(s.fwd.http, "http://"+addr)
+	c := tenurev1connect.NewClusterServiceClient(s.fwd.http, s.fwd.scheme+addr)
 	req := &tenurev1.AddVoterRequest{Id: s.node.ID(), RaftAddress: s.node.RaftAddr(), ApiAddress: s.Addr()}
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		actx, acancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := c.AddVoter(actx, connect.NewRequest(req))
+		creq := connect.NewRequest(req)
+		s.fwd.own(creq.Header())
+		_, err := c.AddVoter(actx, creq)
 		acancel()
 		if err == nil {
 			s.log.Info("joined the cluster", "via", addr, "attempts", attempt)
@@ -81,12 +83,13 @@ func (s *Server) publishSelf() {
 		}
 		cl, ok := c[addr]
 		if !ok {
-			cl = tenurev1connect.NewClusterServiceClient(s.fwd.http, "http://"+addr)
+			cl = tenurev1connect.NewClusterServiceClient(s.fwd.http, s.fwd.scheme+addr)
 			c[addr] = cl
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 		req := connect.NewRequest(&tenurev1.AddVoterRequest{Id: s.node.ID(), RaftAddress: s.node.RaftAddr(), ApiAddress: s.Addr()})
 		req.Header().Set(HeaderForwardedBy, s.node.ID())
+		s.fwd.own(req.Header())
 		if _, err := cl.AddVoter(ctx, req); err != nil {
 			s.log.Debug("publishing this member's address", "leader", id, "err", err)
 		}

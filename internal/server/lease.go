@@ -231,7 +231,7 @@ func (h *leaseService) Renew(ctx context.Context, req *connect.Request[tenurev1.
 	if err := validateRenew(c); err != nil {
 		return nil, s.toConnect(err)
 	}
-	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: c}})
+	out, err := s.renewOwn(ctx, c)
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
@@ -240,6 +240,43 @@ func (h *leaseService) Renew(ctx context.Context, req *connect.Request[tenurev1.
 		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&tenurev1.RenewResponse{Leases: leases, Failures: failures(out.Failures)}), nil
+}
+
+// renewOwn renews c's leases that the caller may renew (all of them
+// without authentication) and lists the others as failures. A single-id
+// renewal answers its failure as the error, as the registrar does.
+func (s *Server) renewOwn(ctx context.Context, c *logpb.Renew) (registrar.Outcome, error) {
+	own, denied, err := s.ownLeases(ctx, c.LeaseIds)
+	if err != nil {
+		return registrar.Outcome{}, err
+	}
+	single := len(c.LeaseIds) == 1 && !c.AllOfHolder
+	if len(denied) == 0 {
+		return s.propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: c}})
+	}
+	if single {
+		return registrar.Outcome{}, denied[0].Err
+	}
+	var out registrar.Outcome
+	if len(own) > 0 || c.AllOfHolder {
+		rc := &logpb.Renew{LeaseIds: own, Holder: c.Holder, AllOfHolder: c.AllOfHolder, Namespace: c.Namespace, TtlMs: c.TtlMs}
+		res, err := s.node.Propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: rc}})
+		if err != nil {
+			logUnexpected(s.log, "proposal broke off", err)
+			return registrar.Outcome{}, err
+		}
+		out = res.Outcome
+		if out.Err != nil {
+			if len(own) != 1 || c.AllOfHolder {
+				return registrar.Outcome{}, out.Err
+			}
+			// The one remaining id's failure came back as the call's
+			// error; the caller asked about several.
+			out.Failures, out.Err = append(out.Failures, registrar.Failure{LeaseID: own[0], Err: out.Err}), nil
+		}
+	}
+	out.Failures = append(denied, out.Failures...)
+	return out, nil
 }
 
 func (h *leaseService) Release(ctx context.Context, req *connect.Request[tenurev1.ReleaseRequest]) (*connect.Response[tenurev1.ReleaseResponse], error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"runtime"
 
 	"connectrpc.com/connect"
@@ -121,6 +122,10 @@ func sendResults(ctx context.Context, stream *connect.BidiStream[tenurev1.Pipeli
 func (h *leaseService) runOp(ctx context.Context, hdr http.Header, op *tenurev1.PipelineOp) *tenurev1.PipelineResult {
 	r := &tenurev1.PipelineResult{Id: op.Id}
 	s := h.s
+	if err := h.authorizeOp(ctx, op); err != nil {
+		r.Result = &tenurev1.PipelineResult_Error{Error: pipelineError(s.toConnect(err))}
+		return r
+	}
 	var err error
 	switch o := op.Op.(type) {
 	case *tenurev1.PipelineOp_Acquire:
@@ -151,11 +156,14 @@ func (h *leaseService) runOp(ctx context.Context, hdr http.Header, op *tenurev1.
 	case *tenurev1.PipelineOp_Get:
 		var m *tenurev1.GetResponse
 		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceGetProcedure, o.Get, h.Get); err == nil {
-			r.Result = &tenurev1.PipelineResult_Get{Get: m}
+			if _, err = filterResponse(ctx, v1c.LeaseServiceGetProcedure, m); err == nil {
+				r.Result = &tenurev1.PipelineResult_Get{Get: m}
+			}
 		}
 	case *tenurev1.PipelineOp_Verify:
 		var m *tenurev1.VerifyResponse
 		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceVerifyProcedure, o.Verify, h.Verify); err == nil {
+			_, _ = filterResponse(ctx, v1c.LeaseServiceVerifyProcedure, m) // filters in place
 			r.Result = &tenurev1.PipelineResult_Verify{Verify: m}
 		}
 	case *tenurev1.PipelineOp_CheckFence:
@@ -175,6 +183,49 @@ func (h *leaseService) runOp(ctx context.Context, hdr http.Header, op *tenurev1.
 		r.Result = &tenurev1.PipelineResult_Error{Error: pipelineError(s.toConnect(err))}
 	}
 	return r
+}
+
+// opProcedures names the unary RPC each Pipeline operation stands for.
+func opRequest(op *tenurev1.PipelineOp) (proc string, msg any) {
+	switch o := op.Op.(type) {
+	case *tenurev1.PipelineOp_Acquire:
+		return v1c.LeaseServiceAcquireProcedure, o.Acquire
+	case *tenurev1.PipelineOp_Renew:
+		return v1c.LeaseServiceRenewProcedure, o.Renew
+	case *tenurev1.PipelineOp_Release:
+		return v1c.LeaseServiceReleaseProcedure, o.Release
+	case *tenurev1.PipelineOp_Transfer:
+		return v1c.LeaseServiceTransferProcedure, o.Transfer
+	case *tenurev1.PipelineOp_WriteState:
+		return v1c.LeaseServiceWriteStateProcedure, o.WriteState
+	case *tenurev1.PipelineOp_Get:
+		return v1c.LeaseServiceGetProcedure, o.Get
+	case *tenurev1.PipelineOp_Verify:
+		return v1c.LeaseServiceVerifyProcedure, o.Verify
+	case *tenurev1.PipelineOp_CheckFence:
+		return v1c.LeaseServiceCheckFenceProcedure, o.CheckFence
+	case *tenurev1.PipelineOp_Revoke:
+		return v1c.LeaseServiceRevokeProcedure, o.Revoke
+	}
+	return "", nil
+}
+
+// authorizeOp charges one operation to the caller's rate limit and
+// checks it against the rule of its unary RPC, exactly as that RPC would
+// be checked (an unknown operation is left to runOp's answer).
+func (h *leaseService) authorizeOp(ctx context.Context, op *tenurev1.PipelineOp) error {
+	p := principalOf(ctx)
+	if p == nil {
+		return nil
+	}
+	proc, msg := opRequest(op)
+	if proc == "" || reflect.ValueOf(msg).IsNil() {
+		return nil
+	}
+	if err := h.s.charge(p, 1); err != nil {
+		return err
+	}
+	return h.s.authorize(ctx, proc, msg)
 }
 
 // pipelineError renders a Connect error (as the handlers return them) in

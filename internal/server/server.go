@@ -4,10 +4,16 @@
 // requests, convert them to logpb commands for the cluster package, and map
 // every domain error through one table (errors.go) to a Connect code with a
 // google.rpc.ErrorInfo detail.
+//
+// With Config.Auth set, every request but the health checks is
+// authenticated (auth.go) and every RPC, stream message and pipelined
+// operation is authorized by one table (access.go); see
+// docs/security.md.
 package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +29,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/auth"
 	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/internal/ui"
 )
@@ -53,6 +60,26 @@ type Config struct {
 	JoinTimeout time.Duration
 	// Logger receives structured logs (nil: discarded).
 	Logger *slog.Logger
+
+	// Auth, when set, turns authentication and authorization on: every
+	// request but /healthz and /readyz needs a bearer token or a client
+	// certificate of a principal of the store (docs/security.md). Nil:
+	// no checks at all (for loopback and --insecure).
+	Auth *auth.Store
+	// TLS, when set, serves the API over TLS only (HTTP/2 and HTTP/1.1);
+	// with ClientCAs and ClientAuth set, client certificates are checked
+	// and a verified one authenticates its subject common name.
+	TLS *tls.Config
+	// PeerTLS is the client side of TLS for calls to other members
+	// (forwarding to the leader, joining): the CAs to trust and, when the
+	// members require client certificates, this member's certificate.
+	// Needed when the members serve TLS.
+	PeerTLS *tls.Config
+	// MemberToken is the bearer token this member presents when it calls
+	// another member on its own behalf (joining, publishing its address):
+	// an admin token of the auth file. Requests forwarded for a caller
+	// carry the caller's own Authorization header instead.
+	MemberToken string
 }
 
 // DefaultConfig returns the defaults of API.md's command line contract.
@@ -98,7 +125,7 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
 	}
 	s := &Server{cfg: cfg, log: log, ln: ln, reg: prometheus.NewRegistry(), served: make(chan error, 1),
-		closing: make(chan struct{}), fwd: newForwardClients()}
+		closing: make(chan struct{}), fwd: newForwardClients(cfg.PeerTLS, cfg.MemberToken)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.metrics = &metrics{rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenure_rejections_total", Help: "Requests answered with an error, by reason.",
@@ -133,7 +160,9 @@ func Start(cfg Config) (*Server, error) {
 		// Compressing a few hundred bytes costs more CPU than it saves on
 		// the wire (gzip was a fifth of the server's CPU for small calls).
 		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithInterceptors(s.forwardInterceptor()),
+		// Authorization first: a follower refuses what the caller may not
+		// do before forwarding it (the leader checks again).
+		connect.WithInterceptors(authInterceptor{s}, s.forwardInterceptor()),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, opts...))
@@ -163,15 +192,25 @@ func Start(cfg Config) (*Server, error) {
 
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
+	if cfg.TLS != nil {
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
 	s.http = &http.Server{
-		Handler:           limitBody(mux, int64(cfg.MaxRequestBytes)),
+		Handler:           s.authenticate(limitBody(mux, int64(cfg.MaxRequestBytes))),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	go func() { s.served <- s.http.Serve(ln) }()
-	log.Info("serving", "listen", ln.Addr().String(), "raft", s.node.RaftAddr(), "node", s.node.ID())
+	if cfg.TLS != nil {
+		s.http.TLSConfig = cfg.TLS.Clone()
+		go func() { s.served <- s.http.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { s.served <- s.http.Serve(ln) }()
+	}
+	log.Info("serving", "listen", ln.Addr().String(), "raft", s.node.RaftAddr(), "node", s.node.ID(),
+		"tls", cfg.TLS != nil, "client_certificates", cfg.TLS != nil && cfg.TLS.ClientCAs != nil, "auth", cfg.Auth != nil)
 	if cfg.Join != "" && !s.node.HadState() {
 		if err := s.join(cfg.Join); err != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -29,6 +29,10 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	if len(m.Prefix) > registrar.MaxResourceBytes {
 		return s.toConnect(invalidArg("prefix", "is too long"))
 	}
+	if err := s.authorize(ctx, v1c.LeaseServiceWatchProcedure, m); err != nil {
+		return s.toConnect(err)
+	}
+	visible := watchScope(ctx)
 	feed := s.node.Feed()
 	after := m.AfterIndex
 	if after == 0 {
@@ -48,7 +52,7 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 		for _, sl := range recs {
 			after = sl.Record.Index
 			ns, res := eventScope(sl.Record)
-			if m.Namespace != "" && ns != m.Namespace {
+			if m.Namespace != "" && ns != m.Namespace || !visible(ns) {
 				continue
 			}
 			if m.Prefix != "" && !strings.HasPrefix(res, m.Prefix) {
@@ -88,13 +92,23 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 		if err != nil {
 			return s.toConnect(err)
 		}
-		c := &logpb.Renew{LeaseIds: m.LeaseIds, TtlMs: ttl}
+		// Each message is a Renew, authorized as one: the holder is
+		// the caller, so only its own leases are renewed.
+		rr := &tenurev1.RenewRequest{LeaseIds: m.LeaseIds, Ttl: m.Ttl}
+		if p := principalOf(ctx); p != nil {
+			if err := s.charge(p, 1); err != nil {
+				return s.toConnect(err)
+			}
+			if err := s.authorize(ctx, v1c.LeaseServiceRenewProcedure, rr); err != nil {
+				return s.toConnect(err)
+			}
+		}
+		c := &logpb.Renew{LeaseIds: m.LeaseIds, Holder: rr.Holder, TtlMs: ttl}
 		if err := validateRenew(c); err != nil {
 			return s.toConnect(err)
 		}
 		resp := &tenurev1.KeepAliveResponse{RequestId: m.RequestId}
-		if fr, ok, err := s.forward(ctx, v1c.LeaseServiceRenewProcedure,
-			&tenurev1.RenewRequest{LeaseIds: m.LeaseIds, Ttl: m.Ttl}, stream.RequestHeader()); ok {
+		if fr, ok, err := s.forward(ctx, v1c.LeaseServiceRenewProcedure, rr, stream.RequestHeader()); ok {
 			if err := keepAliveForwarded(resp, fr, err, c.LeaseIds); err != nil {
 				return err
 			}
@@ -103,11 +117,20 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 			}
 			continue
 		}
-		res, err := s.node.Propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: c}})
+		// Leases the caller may not renew are listed as failures.
+		own, denied, err := s.ownLeases(ctx, c.LeaseIds)
 		if err != nil {
 			return s.toConnect(err)
 		}
-		out := res.Outcome
+		c.LeaseIds = own
+		var out registrar.Outcome
+		if len(own) > 0 {
+			res, err := s.node.Propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: c}})
+			if err != nil {
+				return s.toConnect(err)
+			}
+			out = res.Outcome
+		}
 		if out.Err != nil {
 			// A single-id renew answers its failure as Err; list it instead.
 			id := ""
@@ -117,6 +140,7 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 			out.Failures = append(out.Failures, registrar.Failure{LeaseID: id, Err: out.Err})
 			s.metrics.rejections.WithLabelValues(string(registrar.ReasonOf(out.Err))).Inc()
 		}
+		out.Failures = append(denied, out.Failures...)
 		if resp.Leases, err = s.leaseProtos(out.Leases, false); err != nil {
 			return s.toConnect(err)
 		}
@@ -155,4 +179,21 @@ func keepAliveForwarded(resp *tenurev1.KeepAliveResponse, fr connect.AnyResponse
 	}
 	resp.Failures = append(resp.Failures, &tenurev1.RenewFailure{LeaseId: id, Reason: pe.Reason, Message: pe.Message})
 	return nil
+}
+
+// watchScope returns which event namespaces the caller may see: all
+// without authentication; else those matching its patterns, and events
+// of no namespace (cluster-wide ones) only for a caller of every
+// namespace.
+func watchScope(ctx context.Context) func(ns string) bool {
+	p := principalOf(ctx)
+	if p == nil {
+		return func(string) bool { return true }
+	}
+	return func(ns string) bool {
+		if ns == "" {
+			return p.AllNamespaces()
+		}
+		return p.InNamespace(ns)
+	}
 }

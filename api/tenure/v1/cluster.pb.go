@@ -923,6 +923,124 @@ func (x *SetPolicyResponse) GetPolicy() *NamespacePolicy {
 	return nil
 }
 
+type WhoAmIRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIRequest) Reset() {
+	*x = WhoAmIRequest{}
+	mi := &file_tenure_v1_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIRequest) ProtoMessage() {}
+
+func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
+func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+// WhoAmIResponse describes the caller as the server authenticated it.
+type WhoAmIResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the server runs without authentication (then every caller
+	// may do everything and names its own holder).
+	Authenticated bool `protobuf:"varint,1,opt,name=authenticated,proto3" json:"authenticated,omitempty"`
+	// The principal: the holder, worker or peer of what the caller acquires.
+	Principal string   `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	Roles     []string `protobuf:"bytes,3,rep,name=roles,proto3" json:"roles,omitempty"`
+	// Namespace patterns ("team-*", "*").
+	Namespaces []string `protobuf:"bytes,4,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	// How the caller authenticated: "token" or "certificate".
+	Method        string `protobuf:"bytes,5,opt,name=method,proto3" json:"method,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIResponse) Reset() {
+	*x = WhoAmIResponse{}
+	mi := &file_tenure_v1_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIResponse) ProtoMessage() {}
+
+func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
+func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WhoAmIResponse) GetAuthenticated() bool {
+	if x != nil {
+		return x.Authenticated
+	}
+	return false
+}
+
+func (x *WhoAmIResponse) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetRoles() []string {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *WhoAmIResponse) GetNamespaces() []string {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+func (x *WhoAmIResponse) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
 var File_tenure_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_cluster_proto_rawDesc = "" +
@@ -977,13 +1095,22 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x122\n" +
 	"\x06policy\x18\x02 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\x06policy\"G\n" +
 	"\x11SetPolicyResponse\x122\n" +
-	"\x06policy\x18\x01 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\x06policy*g\n" +
+	"\x06policy\x18\x01 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\x06policy\"\x0f\n" +
+	"\rWhoAmIRequest\"\xa2\x01\n" +
+	"\x0eWhoAmIResponse\x12$\n" +
+	"\rauthenticated\x18\x01 \x01(\bR\rauthenticated\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x14\n" +
+	"\x05roles\x18\x03 \x03(\tR\x05roles\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\x04 \x03(\tR\n" +
+	"namespaces\x12\x16\n" +
+	"\x06method\x18\x05 \x01(\tR\x06method*g\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_LEADER\x10\x01\x12\x11\n" +
 	"\rROLE_FOLLOWER\x10\x02\x12\x12\n" +
 	"\x0eROLE_CANDIDATE\x10\x03\x12\x11\n" +
-	"\rROLE_NONVOTER\x10\x042\xe5\x04\n" +
+	"\rROLE_NONVOTER\x10\x042\xa4\x05\n" +
 	"\x0eClusterService\x12=\n" +
 	"\x06Status\x12\x18.tenure.v1.StatusRequest\x1a\x19.tenure.v1.StatusResponse\x12C\n" +
 	"\bAddVoter\x12\x1a.tenure.v1.AddVoterRequest\x1a\x1b.tenure.v1.AddVoterResponse\x12O\n" +
@@ -992,7 +1119,8 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\bSnapshot\x12\x1a.tenure.v1.SnapshotRequest\x1a\x1b.tenure.v1.SnapshotResponse\x12F\n" +
 	"\tPublicKey\x12\x1b.tenure.v1.PublicKeyRequest\x1a\x1c.tenure.v1.PublicKeyResponse\x12F\n" +
 	"\tGetPolicy\x12\x1b.tenure.v1.GetPolicyRequest\x1a\x1c.tenure.v1.GetPolicyResponse\x12F\n" +
-	"\tSetPolicy\x12\x1b.tenure.v1.SetPolicyRequest\x1a\x1c.tenure.v1.SetPolicyResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
+	"\tSetPolicy\x12\x1b.tenure.v1.SetPolicyRequest\x1a\x1c.tenure.v1.SetPolicyResponse\x12=\n" +
+	"\x06WhoAmI\x12\x18.tenure.v1.WhoAmIRequest\x1a\x19.tenure.v1.WhoAmIResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_cluster_proto_rawDescOnce sync.Once
@@ -1007,7 +1135,7 @@ func file_tenure_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_tenure_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_tenure_v1_cluster_proto_goTypes = []any{
 	(Role)(0),                          // 0: tenure.v1.Role
 	(*Member)(nil),                     // 1: tenure.v1.Member
@@ -1027,14 +1155,16 @@ var file_tenure_v1_cluster_proto_goTypes = []any{
 	(*GetPolicyResponse)(nil),          // 15: tenure.v1.GetPolicyResponse
 	(*SetPolicyRequest)(nil),           // 16: tenure.v1.SetPolicyRequest
 	(*SetPolicyResponse)(nil),          // 17: tenure.v1.SetPolicyResponse
-	(*NamespacePolicy)(nil),            // 18: tenure.v1.NamespacePolicy
+	(*WhoAmIRequest)(nil),              // 18: tenure.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),             // 19: tenure.v1.WhoAmIResponse
+	(*NamespacePolicy)(nil),            // 20: tenure.v1.NamespacePolicy
 }
 var file_tenure_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: tenure.v1.Member.role:type_name -> tenure.v1.Role
 	1,  // 1: tenure.v1.StatusResponse.members:type_name -> tenure.v1.Member
-	18, // 2: tenure.v1.GetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
-	18, // 3: tenure.v1.SetPolicyRequest.policy:type_name -> tenure.v1.NamespacePolicy
-	18, // 4: tenure.v1.SetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
+	20, // 2: tenure.v1.GetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
+	20, // 3: tenure.v1.SetPolicyRequest.policy:type_name -> tenure.v1.NamespacePolicy
+	20, // 4: tenure.v1.SetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
 	2,  // 5: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
 	4,  // 6: tenure.v1.ClusterService.AddVoter:input_type -> tenure.v1.AddVoterRequest
 	6,  // 7: tenure.v1.ClusterService.RemoveServer:input_type -> tenure.v1.RemoveServerRequest
@@ -1043,16 +1173,18 @@ var file_tenure_v1_cluster_proto_depIdxs = []int32{
 	12, // 10: tenure.v1.ClusterService.PublicKey:input_type -> tenure.v1.PublicKeyRequest
 	14, // 11: tenure.v1.ClusterService.GetPolicy:input_type -> tenure.v1.GetPolicyRequest
 	16, // 12: tenure.v1.ClusterService.SetPolicy:input_type -> tenure.v1.SetPolicyRequest
-	3,  // 13: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
-	5,  // 14: tenure.v1.ClusterService.AddVoter:output_type -> tenure.v1.AddVoterResponse
-	7,  // 15: tenure.v1.ClusterService.RemoveServer:output_type -> tenure.v1.RemoveServerResponse
-	9,  // 16: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
-	11, // 17: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotResponse
-	13, // 18: tenure.v1.ClusterService.PublicKey:output_type -> tenure.v1.PublicKeyResponse
-	15, // 19: tenure.v1.ClusterService.GetPolicy:output_type -> tenure.v1.GetPolicyResponse
-	17, // 20: tenure.v1.ClusterService.SetPolicy:output_type -> tenure.v1.SetPolicyResponse
-	13, // [13:21] is the sub-list for method output_type
-	5,  // [5:13] is the sub-list for method input_type
+	18, // 13: tenure.v1.ClusterService.WhoAmI:input_type -> tenure.v1.WhoAmIRequest
+	3,  // 14: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
+	5,  // 15: tenure.v1.ClusterService.AddVoter:output_type -> tenure.v1.AddVoterResponse
+	7,  // 16: tenure.v1.ClusterService.RemoveServer:output_type -> tenure.v1.RemoveServerResponse
+	9,  // 17: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
+	11, // 18: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotResponse
+	13, // 19: tenure.v1.ClusterService.PublicKey:output_type -> tenure.v1.PublicKeyResponse
+	15, // 20: tenure.v1.ClusterService.GetPolicy:output_type -> tenure.v1.GetPolicyResponse
+	17, // 21: tenure.v1.ClusterService.SetPolicy:output_type -> tenure.v1.SetPolicyResponse
+	19, // 22: tenure.v1.ClusterService.WhoAmI:output_type -> tenure.v1.WhoAmIResponse
+	14, // [14:23] is the sub-list for method output_type
+	5,  // [5:14] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
 	5,  // [5:5] is the sub-list for extension extendee
 	0,  // [0:5] is the sub-list for field type_name
@@ -1070,7 +1202,7 @@ func file_tenure_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_cluster_proto_rawDesc), len(file_tenure_v1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -54,6 +54,8 @@ const (
 	// ClusterServiceSetPolicyProcedure is the fully-qualified name of the ClusterService's SetPolicy
 	// RPC.
 	ClusterServiceSetPolicyProcedure = "/tenure.v1.ClusterService/SetPolicy"
+	// ClusterServiceWhoAmIProcedure is the fully-qualified name of the ClusterService's WhoAmI RPC.
+	ClusterServiceWhoAmIProcedure = "/tenure.v1.ClusterService/WhoAmI"
 )
 
 // ClusterServiceClient is a client for the tenure.v1.ClusterService service.
@@ -66,6 +68,9 @@ type ClusterServiceClient interface {
 	PublicKey(context.Context, *connect.Request[v1.PublicKeyRequest]) (*connect.Response[v1.PublicKeyResponse], error)
 	GetPolicy(context.Context, *connect.Request[v1.GetPolicyRequest]) (*connect.Response[v1.GetPolicyResponse], error)
 	SetPolicy(context.Context, *connect.Request[v1.SetPolicyRequest]) (*connect.Response[v1.SetPolicyResponse], error)
+	// WhoAmI answers who the credentials of the call belong to. Any
+	// authenticated caller may ask, whatever its roles.
+	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
 }
 
 // NewClusterServiceClient constructs a client for the tenure.v1.ClusterService service. By default,
@@ -127,6 +132,12 @@ func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(clusterServiceMethods.ByName("SetPolicy")),
 			connect.WithClientOptions(opts...),
 		),
+		whoAmI: connect.NewClient[v1.WhoAmIRequest, v1.WhoAmIResponse](
+			httpClient,
+			baseURL+ClusterServiceWhoAmIProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("WhoAmI")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -140,6 +151,7 @@ type clusterServiceClient struct {
 	publicKey          *connect.Client[v1.PublicKeyRequest, v1.PublicKeyResponse]
 	getPolicy          *connect.Client[v1.GetPolicyRequest, v1.GetPolicyResponse]
 	setPolicy          *connect.Client[v1.SetPolicyRequest, v1.SetPolicyResponse]
+	whoAmI             *connect.Client[v1.WhoAmIRequest, v1.WhoAmIResponse]
 }
 
 // Status calls tenure.v1.ClusterService.Status.
@@ -182,6 +194,11 @@ func (c *clusterServiceClient) SetPolicy(ctx context.Context, req *connect.Reque
 	return c.setPolicy.CallUnary(ctx, req)
 }
 
+// WhoAmI calls tenure.v1.ClusterService.WhoAmI.
+func (c *clusterServiceClient) WhoAmI(ctx context.Context, req *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error) {
+	return c.whoAmI.CallUnary(ctx, req)
+}
+
 // ClusterServiceHandler is an implementation of the tenure.v1.ClusterService service.
 type ClusterServiceHandler interface {
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
@@ -192,6 +209,9 @@ type ClusterServiceHandler interface {
 	PublicKey(context.Context, *connect.Request[v1.PublicKeyRequest]) (*connect.Response[v1.PublicKeyResponse], error)
 	GetPolicy(context.Context, *connect.Request[v1.GetPolicyRequest]) (*connect.Response[v1.GetPolicyResponse], error)
 	SetPolicy(context.Context, *connect.Request[v1.SetPolicyRequest]) (*connect.Response[v1.SetPolicyResponse], error)
+	// WhoAmI answers who the credentials of the call belong to. Any
+	// authenticated caller may ask, whatever its roles.
+	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
 }
 
 // NewClusterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -249,6 +269,12 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 		connect.WithSchema(clusterServiceMethods.ByName("SetPolicy")),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterServiceWhoAmIHandler := connect.NewUnaryHandler(
+		ClusterServiceWhoAmIProcedure,
+		svc.WhoAmI,
+		connect.WithSchema(clusterServiceMethods.ByName("WhoAmI")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.ClusterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ClusterServiceStatusProcedure:
@@ -267,6 +293,8 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 			clusterServiceGetPolicyHandler.ServeHTTP(w, r)
 		case ClusterServiceSetPolicyProcedure:
 			clusterServiceSetPolicyHandler.ServeHTTP(w, r)
+		case ClusterServiceWhoAmIProcedure:
+			clusterServiceWhoAmIHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -306,4 +334,8 @@ func (UnimplementedClusterServiceHandler) GetPolicy(context.Context, *connect.Re
 
 func (UnimplementedClusterServiceHandler) SetPolicy(context.Context, *connect.Request[v1.SetPolicyRequest]) (*connect.Response[v1.SetPolicyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ClusterService.SetPolicy is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ClusterService.WhoAmI is not implemented"))
 }

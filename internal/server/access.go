@@ -1,0 +1,174 @@
+package server
+
+import (
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/auth"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// Access control: the one place that says who may call what
+// (docs/security.md). Each procedure needs one of its roles (admin
+// passes every check) and names, through its request, what it touches:
+//
+//   - namespace: must match one of the caller's namespace patterns
+//     (an empty namespace is "default", except where anyNamespace says
+//     that it means "all of them": then the handler restricts the answer,
+//     or the holder check does);
+//   - acting: the field naming who acts (holder, worker, peer). Empty, it
+//     is filled with the caller's principal; naming anyone else is
+//     PERMISSION_DENIED, except for an admin;
+//   - leases: lease ids the request acts on, which must be the caller's
+//     own and in its namespaces. That needs state, so it is checked by
+//     the member that runs the request (after forwarding), just before
+//     the handler: see checkLeases;
+//   - reads by lease id (Get, Verify) are filtered after the handler: a
+//     lease outside the caller's namespaces reads as not found.
+
+// any role at all (an authenticated principal with no role gets nothing).
+var anyRole = []auth.Role{auth.RoleHolder, auth.RoleWorker, auth.RoleReader}
+
+var (
+	holderOnly = []auth.Role{auth.RoleHolder}
+	workerOnly = []auth.Role{auth.RoleWorker}
+	readerOnly = []auth.Role{auth.RoleReader}
+	adminOnly  = []auth.Role{auth.RoleAdmin}
+	workerRead = []auth.Role{auth.RoleWorker, auth.RoleReader}
+)
+
+// target is what a request names, for the checks above.
+type target struct {
+	namespace    string
+	hasNamespace bool
+	anyNamespace bool // "" means every namespace
+	// acting points at the request field naming who acts, and field is its name.
+	acting *string
+	field  string
+	leases []string
+	// defaults is true for a change of the server-wide policy defaults
+	// (namespace "*"): only an admin of every namespace may.
+	defaults bool
+}
+
+// rule is one procedure's access rule.
+type rule struct {
+	// roles: the caller needs one of them (none listed: any
+	// authenticated principal may call).
+	roles  []auth.Role
+	target func(msg any) target
+}
+
+func ns(n string) target { return target{namespace: n, hasNamespace: true} }
+
+func nsActing(n string, acting *string, field string) target {
+	return target{namespace: n, hasNamespace: true, acting: acting, field: field}
+}
+
+func none(any) target { return target{} }
+
+// rules maps every procedure to its rule. A procedure missing here is
+// refused (PERMISSION_DENIED) when authentication is on: a new RPC must
+// be given a rule before anyone can call it.
+var rules = map[string]rule{
+	// LeaseService.
+	v1c.LeaseServiceAcquireProcedure: {holderOnly, func(m any) target {
+		r := m.(*tenurev1.AcquireRequest)
+		return nsActing(r.Namespace, &r.Holder, "holder")
+	}},
+	v1c.LeaseServiceRenewProcedure: {holderOnly, func(m any) target {
+		r := m.(*tenurev1.RenewRequest)
+		// Its lease ids are checked by the handler (ownLeases), one by one.
+		return target{namespace: r.Namespace, hasNamespace: true, anyNamespace: true, acting: &r.Holder, field: "holder"}
+	}},
+	v1c.LeaseServiceReleaseProcedure: {holderOnly, func(m any) target {
+		r := m.(*tenurev1.ReleaseRequest)
+		return target{acting: &r.Holder, field: "holder", leases: []string{r.LeaseId}}
+	}},
+	v1c.LeaseServiceRevokeProcedure: {adminOnly, func(m any) target {
+		return target{leases: []string{m.(*tenurev1.RevokeRequest).LeaseId}}
+	}},
+	v1c.LeaseServiceTransferProcedure: {holderOnly, func(m any) target {
+		r := m.(*tenurev1.TransferRequest)
+		return target{acting: &r.Holder, field: "holder", leases: []string{r.LeaseId}}
+	}},
+	v1c.LeaseServiceDeclareRestartProcedure: {holderOnly, func(m any) target {
+		r := m.(*tenurev1.DeclareRestartRequest)
+		return target{namespace: r.Namespace, hasNamespace: true, anyNamespace: true, acting: &r.Holder, field: "holder"}
+	}},
+	v1c.LeaseServiceVerifyProcedure: {anyRole, none},
+	v1c.LeaseServiceGetProcedure:    {anyRole, none},
+	v1c.LeaseServiceListProcedure:   {readerOnly, func(m any) target { return ns(m.(*tenurev1.ListRequest).Namespace) }},
+	v1c.LeaseServiceCheckFenceProcedure: {anyRole, func(m any) target {
+		return ns(m.(*tenurev1.CheckFenceRequest).Namespace)
+	}},
+	v1c.LeaseServiceReadStateProcedure: {anyRole, func(m any) target {
+		return ns(m.(*tenurev1.ReadStateRequest).Namespace)
+	}},
+	v1c.LeaseServiceWriteStateProcedure: {holderOnly, func(m any) target {
+		r := m.(*tenurev1.WriteStateRequest)
+		return target{namespace: r.Namespace, hasNamespace: true, leases: []string{r.LeaseId}}
+	}},
+	v1c.LeaseServiceHistoryProcedure: {readerOnly, func(m any) target { return ns(m.(*tenurev1.HistoryRequest).Namespace) }},
+	v1c.LeaseServiceWatchProcedure: {readerOnly, func(m any) target {
+		return target{namespace: m.(*tenurev1.WatchRequest).Namespace, hasNamespace: true, anyNamespace: true}
+	}},
+	// Streams of operations: each message is checked with the rule of
+	// the unary RPC it stands for (KeepAlive: Renew; Pipeline: its op).
+	v1c.LeaseServiceKeepAliveProcedure: {holderOnly, none},
+	v1c.LeaseServicePipelineProcedure:  {anyRole, none},
+
+	// QueueService.
+	v1c.QueueServiceEnqueueProcedure: {workerOnly, func(m any) target { return ns(m.(*tenurev1.EnqueueRequest).Namespace) }},
+	v1c.QueueServiceClaimProcedure: {workerOnly, func(m any) target {
+		r := m.(*tenurev1.ClaimRequest)
+		return nsActing(r.Namespace, &r.Worker, "worker")
+	}},
+	v1c.QueueServiceCompleteProcedure: {workerOnly, func(m any) target {
+		r := m.(*tenurev1.CompleteRequest)
+		return target{namespace: r.Namespace, hasNamespace: true, leases: []string{r.LeaseId}}
+	}},
+	v1c.QueueServiceFailProcedure: {workerOnly, func(m any) target {
+		r := m.(*tenurev1.FailRequest)
+		return target{namespace: r.Namespace, hasNamespace: true, leases: []string{r.LeaseId}}
+	}},
+	v1c.QueueServiceCancelProcedure:    {workerOnly, func(m any) target { return ns(m.(*tenurev1.CancelRequest).Namespace) }},
+	v1c.QueueServiceGetTaskProcedure:   {workerRead, func(m any) target { return ns(m.(*tenurev1.GetTaskRequest).Namespace) }},
+	v1c.QueueServiceListTasksProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.ListTasksRequest).Namespace) }},
+	v1c.QueueServiceStatsProcedure:     {workerRead, func(m any) target { return ns(m.(*tenurev1.QueueStatsRequest).Namespace) }},
+
+	// PoolService.
+	v1c.PoolServiceCreatePoolProcedure: {workerOnly, func(m any) target { return ns(m.(*tenurev1.CreatePoolRequest).Namespace) }},
+	v1c.PoolServiceWantProcedure:       {workerOnly, func(m any) target { return ns(m.(*tenurev1.WantRequest).Namespace) }},
+	v1c.PoolServiceRequestLeasesProcedure: {workerOnly, func(m any) target {
+		r := m.(*tenurev1.RequestLeasesRequest)
+		return nsActing(r.Namespace, &r.Peer, "peer")
+	}},
+	v1c.PoolServiceCompletePieceProcedure: {workerOnly, func(m any) target {
+		r := m.(*tenurev1.CompletePieceRequest)
+		return nsActing(r.Namespace, &r.Peer, "peer")
+	}},
+	v1c.PoolServiceRankingsProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.RankingsRequest).Namespace) }},
+	v1c.PoolServiceStatusProcedure:   {workerRead, func(m any) target { return ns(m.(*tenurev1.PoolStatusRequest).Namespace) }},
+
+	// ClusterService.
+	v1c.ClusterServiceStatusProcedure:             {anyRole, none},
+	v1c.ClusterServicePublicKeyProcedure:          {anyRole, none},
+	v1c.ClusterServiceGetPolicyProcedure:          {anyRole, func(m any) target { return policyTarget(m.(*tenurev1.GetPolicyRequest).Namespace, false) }},
+	v1c.ClusterServiceSetPolicyProcedure:          {adminOnly, func(m any) target { return policyTarget(m.(*tenurev1.SetPolicyRequest).Namespace, true) }},
+	v1c.ClusterServiceAddVoterProcedure:           {adminOnly, none},
+	v1c.ClusterServiceRemoveServerProcedure:       {adminOnly, none},
+	v1c.ClusterServiceTransferLeadershipProcedure: {adminOnly, none},
+	v1c.ClusterServiceSnapshotProcedure:           {adminOnly, none},
+	// Any authenticated principal, even one with no role.
+	v1c.ClusterServiceWhoAmIProcedure: {nil, none},
+}
+
+// policyTarget: the defaults ("*") are readable by anyone and writable
+// only by an admin of every namespace; a namespace's policy is in scope
+// like anything else of the namespace.
+func policyTarget(n string, write bool) target {
+	if n == registrar.DefaultsNamespace {
+		return target{defaults: write}
+	}
+	return ns(n)
+}

@@ -1,0 +1,341 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/auth"
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// Authentication happens once per HTTP request, before anything decodes
+// it (authenticate): a bearer token, else a verified client certificate.
+// The principal travels in the request's context; authorization needs
+// the decoded message and happens in the interceptor (unary calls) or in
+// the stream handlers, message by message (Watch, KeepAlive, Pipeline),
+// all through authorize and the rules table (access.go). With no auth
+// store configured every check passes and nothing changes.
+
+type principalKey struct{}
+
+// principalOf returns the caller, or nil when authentication is off.
+func principalOf(ctx context.Context) *auth.Principal {
+	p, _ := ctx.Value(principalKey{}).(*auth.Principal)
+	return p
+}
+
+func authError(reason registrar.Reason, meta map[string]string, format string, args ...any) error {
+	return &registrar.Error{Reason: reason, Message: string(reason) + ": " + fmt.Sprintf(format, args...), Metadata: meta}
+}
+
+// ReloadAuth re-reads the auth file (SIGHUP). On error the tokens in
+// force stay in force.
+func (s *Server) ReloadAuth() error {
+	if s.cfg.Auth == nil {
+		return fmt.Errorf("server: no auth file configured")
+	}
+	if err := s.cfg.Auth.Reload(); err != nil {
+		s.log.Error("auth file reload failed; keeping the tokens in force", "path", s.cfg.Auth.Path(), "err", err)
+		return err
+	}
+	s.log.Info("auth file reloaded", "path", s.cfg.Auth.Path())
+	return nil
+}
+
+// open reports the paths served without credentials: health checks, and
+// the dashboard's static files under /ui/ (they hold no data; the
+// dashboard's API calls carry the user's bearer token like any other).
+func open(path string) bool {
+	return path == "/healthz" || path == "/readyz" || path == "/ui" || strings.HasPrefix(path, "/ui/")
+}
+
+// authenticate wraps the mux: every request but the health checks must
+// carry credentials. A request whose principal is over its rate limit is
+// answered QUOTA_EXCEEDED here, before it costs anything.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	store := s.cfg.Auth
+	if store == nil {
+		return next
+	}
+	ew := connect.NewErrorWriter()
+	fail := func(w http.ResponseWriter, r *http.Request, err error) {
+		ce := s.toConnect(err)
+		if strings.HasPrefix(r.URL.Path, "/tenure.v1.") && ew.IsSupported(r) {
+			_ = ew.Write(w, r, ce.(*connect.Error))
+			return
+		}
+		status := http.StatusUnauthorized
+		if connect.CodeOf(ce) == connect.CodeResourceExhausted {
+			status = http.StatusTooManyRequests
+		}
+		if status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tenure"`)
+		}
+		http.Error(w, ce.(*connect.Error).Message(), status)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if open(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		p, err := s.principal(r)
+		if err != nil {
+			fail(w, r, err)
+			return
+		}
+		if err := s.charge(p, 1); err != nil {
+			fail(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	})
+}
+
+// principal finds who sent r: its bearer token, else its verified client
+// certificate's subject common name.
+func (s *Server) principal(r *http.Request) (*auth.Principal, error) {
+	token, err := auth.ParseAuthorization(r.Header.Get("Authorization"))
+	switch {
+	case err == nil:
+		p, ok := s.cfg.Auth.Token(token)
+		if !ok {
+			return nil, authError(registrar.ReasonUnauthenticated, nil, "the bearer token is not valid (unknown, or revoked by an auth file reload)")
+		}
+		return p, nil
+	case err != auth.ErrNoCredentials:
+		return nil, authError(registrar.ReasonUnauthenticated, nil, "%v", err)
+	}
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
+		if cn := r.TLS.PeerCertificates[0].Subject.CommonName; cn != "" {
+			return s.cfg.Auth.Certificate(cn), nil
+		}
+	}
+	how := `send "Authorization: Bearer <token>"`
+	if s.cfg.TLS != nil && s.cfg.TLS.ClientCAs != nil {
+		how += " or a client certificate"
+	}
+	return nil, authError(registrar.ReasonUnauthenticated, nil, "no credentials: %s", how)
+}
+
+// charge takes n requests from p's token bucket, or answers QUOTA_EXCEEDED.
+func (s *Server) charge(p *auth.Principal, n int) error {
+	l := p.Limiter()
+	if l == nil || l.Allow(time.Now(), n) {
+		return nil
+	}
+	return authError(registrar.ReasonQuotaExceeded, map[string]string{
+		"quota": "requests_per_second", "limit": strconv.FormatFloat(l.Rate(), 'g', -1, 64),
+		"burst": strconv.Itoa(l.Burst()), "principal": p.Name,
+	}, "principal %s is over its rate limit of %g requests per second (burst %d)", p.Name, l.Rate(), l.Burst())
+}
+
+// authorize checks that the caller may make the call proc with msg (a
+// unary request, or one operation of a stream), filling an empty acting
+// field (holder, worker, peer) with the caller's name. It does not look
+// at state (see checkLeases).
+func (s *Server) authorize(ctx context.Context, proc string, msg any) error {
+	p := principalOf(ctx)
+	if p == nil {
+		return nil
+	}
+	ru, ok := rules[proc]
+	if !ok {
+		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "procedure": proc},
+			"%s has no access rule; nobody may call it while authentication is on", proc)
+	}
+	if len(ru.roles) > 0 && !p.HasAny(ru.roles...) {
+		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "procedure": proc, "roles": rolesText(ru.roles)},
+			"principal %s may not call %s: it needs the role %s", p.Name, shortProc(proc), rolesText(ru.roles))
+	}
+	t := ru.target(msg)
+	switch {
+	case t.defaults && !(p.Admin() && p.AllNamespaces()):
+		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "namespace": registrar.DefaultsNamespace},
+			`principal %s may not change the server-wide policy defaults: that needs admin on namespace "*"`, p.Name)
+	case t.hasNamespace && !(t.anyNamespace && t.namespace == "") && !p.InNamespace(t.namespace):
+		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "namespace": orDefault(t.namespace)},
+			"principal %s may not use namespace %s", p.Name, orDefault(t.namespace))
+	}
+	if t.acting != nil {
+		switch {
+		case *t.acting == "":
+			*t.acting = p.Name
+		case *t.acting != p.Name && !p.Admin():
+			return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "field": t.field, t.field: *t.acting},
+				"principal %s may not act as %s %s: the %s of a request is the authenticated principal", p.Name, t.field, *t.acting, t.field)
+		}
+	}
+	return nil
+}
+
+func rolesText(rs []auth.Role) string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = string(r)
+	}
+	return strings.Join(out, " or ")
+}
+
+func shortProc(proc string) string { return strings.TrimPrefix(proc, "/tenure.v1.") }
+
+// checkLeases checks, on the member that runs a request, that the leases
+// it acts on are the caller's (see leaseAccess). Unknown ids are left to
+// the handler. Renew partitions its ids instead (ownLeases), so that a
+// batch answers each refused lease as its own failure.
+func (s *Server) checkLeases(ctx context.Context, proc string, msg any) error {
+	p := principalOf(ctx)
+	if p == nil {
+		return nil
+	}
+	ru, ok := rules[proc]
+	if !ok {
+		return nil
+	}
+	ids := ru.target(msg).leases
+	if len(ids) == 0 {
+		return nil
+	}
+	return s.node.Read(ctx, true, func(mc *statemachine.Machine, t registrar.Tick) error {
+		for _, id := range ids {
+			if err := leaseAccess(p, mc.Registrar(), id, t); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ownLeases splits lease ids into those the caller may act on and a
+// failure for each other one. Without authentication every id passes.
+func (s *Server) ownLeases(ctx context.Context, ids []string) (own []string, denied []registrar.Failure, err error) {
+	p := principalOf(ctx)
+	if p == nil || len(ids) == 0 {
+		return ids, nil, nil
+	}
+	err = s.node.Read(ctx, true, func(mc *statemachine.Machine, t registrar.Tick) error {
+		for _, id := range ids {
+			if err := leaseAccess(p, mc.Registrar(), id, t); err != nil {
+				denied = append(denied, registrar.Failure{LeaseID: id, Err: err})
+			} else {
+				own = append(own, id)
+			}
+		}
+		return nil
+	})
+	return own, denied, err
+}
+
+// leaseAccess decides whether p may act on lease id: it must be in p's
+// namespaces (else LEASE_NOT_FOUND, as for an unknown id, so nothing about
+// other namespaces leaks) and held by p (else PERMISSION_DENIED; an admin
+// may act on any). A lease's namespace and holder never change, so
+// reading them before proposing cannot race with the write. An unknown
+// id passes: the handler answers it.
+func leaseAccess(p *auth.Principal, r *registrar.Registrar, id string, t registrar.Tick) error {
+	l, err := r.Get(id, t)
+	switch {
+	case err != nil:
+		return nil
+	case !p.InNamespace(l.Namespace):
+		return authError(registrar.ReasonLeaseNotFound, map[string]string{"lease_id": id}, "no lease %s", id)
+	case l.Holder != p.Name && !p.Admin():
+		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "lease_id": id},
+			"principal %s may not act on lease %s: it is not its holder", p.Name, id)
+	}
+	return nil
+}
+
+// filterResponse hides what a read by lease id found outside the
+// caller's namespaces: Get answers LEASE_NOT_FOUND, Verify reports the id
+// as not found — exactly what an unknown id gets.
+func filterResponse(ctx context.Context, proc string, resp any) (any, error) {
+	p := principalOf(ctx)
+	if p == nil {
+		return resp, nil
+	}
+	switch proc {
+	case v1c.LeaseServiceGetProcedure:
+		if r, ok := resp.(*tenurev1.GetResponse); ok && r.Lease != nil && !p.InNamespace(r.Lease.Namespace) {
+			id := r.Lease.LeaseId
+			return nil, authError(registrar.ReasonLeaseNotFound, map[string]string{"lease_id": id}, "no lease %s", id)
+		}
+	case v1c.LeaseServiceVerifyProcedure:
+		if r, ok := resp.(*tenurev1.VerifyResponse); ok {
+			for i, v := range r.Results {
+				if v.Lease != nil && !p.InNamespace(v.Lease.Namespace) {
+					r.Results[i] = &tenurev1.VerifyResult{LeaseId: v.LeaseId}
+				}
+			}
+		}
+	}
+	return resp, nil
+}
+
+// authInterceptor authorizes unary calls and filters their answers; for
+// streams it checks the stream's role (each message is checked by the
+// handler).
+type authInterceptor struct{ s *Server }
+
+func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if principalOf(ctx) == nil {
+			return next(ctx, req)
+		}
+		proc := req.Spec().Procedure
+		if err := a.s.authorize(ctx, proc, req.Any()); err != nil {
+			return nil, a.s.toConnect(err)
+		}
+		resp, err := next(ctx, req)
+		if err != nil {
+			return resp, err
+		}
+		if _, ferr := filterResponse(ctx, proc, resp.Any()); ferr != nil {
+			return nil, a.s.toConnect(ferr)
+		}
+		return resp, nil
+	}
+}
+
+func (authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		p := principalOf(ctx)
+		if p == nil {
+			return next(ctx, conn)
+		}
+		proc := conn.Spec().Procedure
+		ru, ok := rules[proc]
+		if !ok || len(ru.roles) > 0 && !p.HasAny(ru.roles...) {
+			return a.s.toConnect(a.s.authorize(ctx, proc, nil))
+		}
+		return next(ctx, conn)
+	}
+}
+
+// WhoAmI answers who the call's credentials belong to.
+func (h *clusterService) WhoAmI(ctx context.Context, _ *connect.Request[tenurev1.WhoAmIRequest]) (*connect.Response[tenurev1.WhoAmIResponse], error) {
+	p := principalOf(ctx)
+	if p == nil {
+		return connect.NewResponse(&tenurev1.WhoAmIResponse{}), nil
+	}
+	resp := &tenurev1.WhoAmIResponse{Authenticated: true, Principal: p.Name, Namespaces: p.Namespaces, Method: "token"}
+	if p.Certificate {
+		resp.Method = "certificate"
+	}
+	for _, r := range p.Roles {
+		resp.Roles = append(resp.Roles, string(r))
+	}
+	return connect.NewResponse(resp), nil
+}

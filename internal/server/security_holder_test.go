@@ -1,0 +1,372 @@
+package server
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// TestHolderIsThePrincipal: the holder (worker, peer) of a request is the
+// caller; naming another is refused, and another principal's lease can
+// be neither renewed, released, transferred, written with nor completed
+// — in unary calls, KeepAlive and Pipeline alike. An admin may act for
+// anyone.
+func TestHolderIsThePrincipal(t *testing.T) {
+	b := startSecure(t, nil)
+	w1, w2, root := b.as("tok-w1"), b.as("tok-w2"), b.as("tok-root")
+	ctx := context.Background()
+
+	// An empty holder is filled with the principal.
+	resp, err := w1.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "orders/1", Ttl: ttl(time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := resp.Msg.Lease
+	if l.Holder != "w1" {
+		t.Fatalf("holder = %q, want the principal w1", l.Holder)
+	}
+	_, err = w2.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "orders/2", Holder: "w1"}))
+	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+	if md := errorMeta(t, err); md["principal"] != "w2" || md["holder"] != "w1" {
+		t.Errorf("metadata %v", md)
+	}
+
+	denied := map[string]func() error{
+		"renew": func() error {
+			_, err := w2.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{l.LeaseId}}))
+			return err
+		},
+		"renew naming the holder": func() error {
+			_, err := w2.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{l.LeaseId}, Holder: "w1"}))
+			return err
+		},
+		"release": func() error {
+			_, err := w2.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: l.LeaseId}))
+			return err
+		},
+		"transfer": func() error {
+			_, err := w2.leases.Transfer(ctx, connect.NewRequest(&tenurev1.TransferRequest{LeaseId: l.LeaseId, NewHolder: "w2"}))
+			return err
+		},
+		"write state": func() error {
+			_, err := w2.leases.WriteState(ctx, connect.NewRequest(&tenurev1.WriteStateRequest{Resource: "orders/1", LeaseId: l.LeaseId, Data: []byte("x")}))
+			return err
+		},
+		"declare restart for another": func() error {
+			_, err := w2.leases.DeclareRestart(ctx, connect.NewRequest(&tenurev1.DeclareRestartRequest{Holder: "w1"}))
+			return err
+		},
+	}
+	for name, call := range denied {
+		t.Run(name, func(t *testing.T) { wantReason(t, call(), connect.CodePermissionDenied, "PERMISSION_DENIED") })
+	}
+
+	// A batch renews the caller's own leases and lists the other's as a
+	// failure, in Renew and KeepAlive alike.
+	own, err := w2.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "orders/w2", Ttl: ttl(time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := []string{l.LeaseId, own.Msg.Lease.LeaseId}
+	br, err := w2.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: batch}))
+	if err != nil {
+		t.Fatalf("batch renew: %v", err)
+	}
+	if len(br.Msg.Leases) != 1 || br.Msg.Leases[0].LeaseId != own.Msg.Lease.LeaseId || len(br.Msg.Failures) != 1 ||
+		br.Msg.Failures[0].LeaseId != l.LeaseId || br.Msg.Failures[0].Reason != "PERMISSION_DENIED" {
+		t.Errorf("batch renew: %v", br.Msg)
+	}
+	kb := w2.leases.KeepAlive(ctx)
+	if err := kb.Send(&tenurev1.KeepAliveRequest{LeaseIds: batch, RequestId: 1}); err != nil {
+		t.Fatal(err)
+	}
+	kbr, err := kb.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kbr.Leases) != 1 || kbr.Leases[0].LeaseId != own.Msg.Lease.LeaseId || len(kbr.Failures) != 1 ||
+		kbr.Failures[0].LeaseId != l.LeaseId || kbr.Failures[0].Reason != "PERMISSION_DENIED" {
+		t.Errorf("batch KeepAlive: %v", kbr)
+	}
+	_ = kb.CloseRequest()
+	_ = kb.CloseResponse()
+
+	// KeepAlive: the other's lease is listed as a failure, not renewed.
+	ka := w2.leases.KeepAlive(ctx)
+	if err := ka.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{l.LeaseId}, RequestId: 7}); err != nil {
+		t.Fatal(err)
+	}
+	kr, err := ka.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kr.Leases) != 0 || len(kr.Failures) != 1 || kr.Failures[0].Reason != "PERMISSION_DENIED" {
+		t.Errorf("KeepAlive of another's lease: %v", kr)
+	}
+	_ = ka.CloseRequest()
+	_ = ka.CloseResponse()
+
+	// Pipeline: each operation is authorized on its own.
+	ps := w2.leases.Pipeline(ctx)
+	if err := ps.Send(&tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{
+		{Id: 1, Op: &tenurev1.PipelineOp_Release{Release: &tenurev1.ReleaseRequest{LeaseId: l.LeaseId}}},
+		{Id: 2, Op: &tenurev1.PipelineOp_Acquire{Acquire: &tenurev1.AcquireRequest{Resource: "orders/3", Holder: "w1"}}},
+		{Id: 3, Op: &tenurev1.PipelineOp_Revoke{Revoke: &tenurev1.RevokeRequest{LeaseId: l.LeaseId}}},
+		{Id: 4, Op: &tenurev1.PipelineOp_Acquire{Acquire: &tenurev1.AcquireRequest{Resource: "orders/4"}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]*tenurev1.PipelineResult{}
+	for len(got) < 4 {
+		pr, err := ps.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range pr.Results {
+			got[r.Id] = r
+		}
+	}
+	for id := uint64(1); id <= 3; id++ {
+		if e := got[id].GetError(); e == nil || e.Reason != "PERMISSION_DENIED" || e.Code != "permission_denied" {
+			t.Errorf("pipeline op %d: %v", id, got[id])
+		}
+	}
+	if a := got[4].GetAcquire(); a == nil || a.Lease.Holder != "w2" {
+		t.Errorf("pipeline op 4 (own acquire): %v", got[4])
+	}
+	_ = ps.CloseRequest()
+	_ = ps.CloseResponse()
+
+	// The lease is untouched, and its holder still renews and releases it.
+	if _, err := w1.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{l.LeaseId}})); err != nil {
+		t.Fatalf("holder's own renew: %v", err)
+	}
+	// An admin may act for anyone.
+	if _, err := root.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: l.LeaseId, Holder: "w1"})); err != nil {
+		t.Fatalf("admin release: %v", err)
+	}
+}
+
+// TestWorkerCompletesOnlyItsOwnTask: another worker of the namespace
+// cannot complete or fail a task under someone else's lease, nor claim
+// as someone else.
+func TestWorkerCompletesOnlyItsOwnTask(t *testing.T) {
+	b := startSecure(t, nil)
+	q1, q2 := b.as("tok-q1"), b.as("tok-q2")
+	ctx := context.Background()
+	if _, err := q1.queues.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Namespace: "jobs", Queue: "q",
+		Tasks: []*tenurev1.NewTask{{TaskId: "t1", Payload: []byte("p")}}})); err != nil {
+		t.Fatal(err)
+	}
+	_, err := q2.queues.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Namespace: "jobs", Queue: "q", Worker: "q1", Max: 1}))
+	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+	cr, err := q1.queues.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Namespace: "jobs", Queue: "q", Max: 1}))
+	if err != nil || len(cr.Msg.Tasks) != 1 {
+		t.Fatalf("claim: %v %v", cr, err)
+	}
+	task := cr.Msg.Tasks[0]
+	if task.Worker != "q1" || task.Lease.Holder != "q1" {
+		t.Fatalf("task claimed for %q (lease holder %q), want q1", task.Worker, task.Lease.Holder)
+	}
+	_, err = q2.queues.Complete(ctx, connect.NewRequest(&tenurev1.CompleteRequest{Namespace: "jobs", Queue: "q", TaskId: "t1", LeaseId: task.LeaseId}))
+	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+	_, err = q2.queues.Fail(ctx, connect.NewRequest(&tenurev1.FailRequest{Namespace: "jobs", Queue: "q", TaskId: "t1", LeaseId: task.LeaseId}))
+	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+	if _, err := q1.queues.Complete(ctx, connect.NewRequest(&tenurev1.CompleteRequest{Namespace: "jobs", Queue: "q", TaskId: "t1", LeaseId: task.LeaseId})); err != nil {
+		t.Fatalf("own complete: %v", err)
+	}
+	// Pool peers are principals too.
+	_, err = q2.pools.RequestLeases(ctx, connect.NewRequest(&tenurev1.RequestLeasesRequest{Namespace: "jobs", Pool: "p", Peer: "q1", Max: 1}))
+	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+}
+
+// TestQuotasAndRateLimits: policy quotas (set at run time by an admin
+// only) and per-principal rate limits answer QUOTA_EXCEEDED with the
+// limit in the metadata.
+func TestQuotasAndRateLimits(t *testing.T) {
+	b := startSecure(t, nil)
+	w1, w2, root, slow := b.as("tok-w1"), b.as("tok-w2"), b.as("tok-root"), b.as("tok-slow")
+	ctx := context.Background()
+	setPolicy := func(c clients, p *tenurev1.NamespacePolicy) error {
+		_, err := c.cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "default", Policy: p}))
+		return err
+	}
+	wantReason(t, setPolicy(w1, &tenurev1.NamespacePolicy{MaxActivePerHolder: 1}), connect.CodePermissionDenied, "PERMISSION_DENIED")
+	if err := setPolicy(root, &tenurev1.NamespacePolicy{MaxActivePerHolder: 1, MaxActivePerNamespace: 2, MaxWaitersPerResource: 1}); err != nil {
+		t.Fatalf("admin SetPolicy: %v", err)
+	}
+	acq := func(c clients, res string, wait time.Duration) error {
+		r := &tenurev1.AcquireRequest{Resource: res, Ttl: ttl(time.Minute)}
+		if wait > 0 {
+			r.Wait = ttl(wait)
+		}
+		_, err := c.leases.Acquire(ctx, connect.NewRequest(r))
+		return err
+	}
+	if err := acq(w1, "a", 0); err != nil {
+		t.Fatal(err)
+	}
+	err := acq(w1, "b", 0)
+	wantReason(t, err, connect.CodeResourceExhausted, "QUOTA_EXCEEDED")
+	if md := errorMeta(t, err); md["quota"] != "max_active_per_holder" || md["limit"] != "1" {
+		t.Errorf("holder quota metadata %v", md)
+	}
+	if err := acq(w2, "b", 0); err != nil {
+		t.Fatal(err)
+	}
+	err = acq(root, "c", 0)
+	wantReason(t, err, connect.CodeResourceExhausted, "QUOTA_EXCEEDED")
+	if md := errorMeta(t, err); md["quota"] != "max_active_per_namespace" || md["limit"] != "2" {
+		t.Errorf("namespace quota metadata %v", md)
+	}
+
+	// Rate limit: slow has a bucket of 2 that refills in ~17 minutes.
+	status := func() error {
+		_, err := slow.cluster.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
+		return err
+	}
+	for i := range 2 {
+		if err := status(); err != nil {
+			t.Fatalf("request %d within the burst: %v", i+1, err)
+		}
+	}
+	err = status()
+	wantReason(t, err, connect.CodeResourceExhausted, "QUOTA_EXCEEDED")
+	if md := errorMeta(t, err); md["quota"] != "requests_per_second" || md["limit"] != "0.001" || md["burst"] != "2" || md["principal"] != "slow" {
+		t.Errorf("rate limit metadata %v", md)
+	}
+	// Other principals have their own budget.
+	if _, err := w1.cluster.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{})); err != nil {
+		t.Errorf("another principal is limited too: %v", err)
+	}
+}
+
+// TestWaiterQuota: the per-resource waiter limit of the policy holds end
+// to end.
+func TestWaiterQuota(t *testing.T) {
+	b := startSecure(t, nil)
+	w1, w2, root := b.as("tok-w1"), b.as("tok-w2"), b.as("tok-root")
+	ctx := context.Background()
+	if _, err := root.cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "default",
+		Policy: &tenurev1.NamespacePolicy{MaxWaitersPerResource: 1}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w1.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "r", Ttl: ttl(time.Minute)})); err != nil {
+		t.Fatal(err)
+	}
+	// w2 waits; an admin's wait on the same resource is one too many.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := w2.leases.Acquire(wctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "r", Wait: ttl(time.Minute)}))
+		waiting <- err
+	}()
+	waitFor(t, "w2 to queue", 10*time.Second, func() bool {
+		resp, err := root.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{}))
+		return err == nil && resp.Msg.Counts.Waiters == 1
+	})
+	_, err := root.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "r", Wait: ttl(time.Minute)}))
+	wantReason(t, err, connect.CodeResourceExhausted, "QUOTA_EXCEEDED")
+	if md := errorMeta(t, err); md["quota"] != "max_waiters_per_resource" || md["limit"] != "1" {
+		t.Errorf("waiter quota metadata %v", md)
+	}
+	cancel()
+	<-waiting
+}
+
+// TestAuthReload: a rewritten auth file takes effect on ReloadAuth (what
+// SIGHUP calls) without a restart; an invalid one changes nothing.
+func TestAuthReload(t *testing.T) {
+	b := startSecure(t, nil)
+	ctx := context.Background()
+	status := func(token string) error {
+		_, err := b.as(token).cluster.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
+		return err
+	}
+	if err := status("tok-w1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b.authPath, []byte(`{"tokens":[{"token":"tok-new","principal":"w1","roles":["reader"],"namespaces":["*"]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.srv.ReloadAuth(); err != nil {
+		t.Fatal(err)
+	}
+	wantReason(t, status("tok-w1"), connect.CodeUnauthenticated, "UNAUTHENTICATED")
+	if err := status("tok-new"); err != nil {
+		t.Fatalf("new token: %v", err)
+	}
+	// Roles changed too: w1 is a reader now.
+	_, err := b.as("tok-new").leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "x"}))
+	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+
+	if err := os.WriteFile(b.authPath, []byte(`{"tokens":[{"token":"bad token"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.srv.ReloadAuth(); err == nil {
+		t.Fatal("an invalid auth file was accepted")
+	}
+	if err := status("tok-new"); err != nil {
+		t.Fatalf("a failed reload locked out a valid token: %v", err)
+	}
+}
+
+// TestRateLimitCountsStreamMessages: every Pipeline operation and every
+// KeepAlive message takes a token from the caller's bucket, not only the
+// HTTP request that opens the stream.
+func TestRateLimitCountsStreamMessages(t *testing.T) {
+	b := startSecure(t, nil)
+	slow := b.as("tok-slow") // burst 2, refills in ~17 minutes
+	ctx := context.Background()
+	ps := slow.leases.Pipeline(ctx) // opening the stream: the first token
+	if err := ps.Send(&tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{
+		{Id: 1, Op: &tenurev1.PipelineOp_Get{Get: &tenurev1.GetRequest{LeaseId: "01M8APPNBHV260000000000001"}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := ps.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := first.Results[0].GetError(); e == nil || e.Reason != "LEASE_NOT_FOUND" {
+		t.Fatalf("first op (the second token): %v", first.Results[0])
+	}
+	if err := ps.Send(&tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{
+		{Id: 2, Op: &tenurev1.PipelineOp_Get{Get: &tenurev1.GetRequest{LeaseId: "01M8APPNBHV260000000000001"}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := ps.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := second.Results[0].GetError(); e == nil || e.Reason != "QUOTA_EXCEEDED" || e.Metadata["burst"] != "2" {
+		t.Fatalf("op past the budget: %v", second.Results[0])
+	}
+	_ = ps.CloseRequest()
+	_ = ps.CloseResponse()
+
+	// KeepAlive: the stream and one message fit; the next ends the
+	// stream with QUOTA_EXCEEDED.
+	ka := b.as("tok-slowholder").leases.KeepAlive(ctx)
+	if err := ka.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{"01M8APPNBHV260000000000001"}, RequestId: 1}); err != nil {
+		t.Fatal(err)
+	}
+	kr, err := ka.Receive()
+	if err != nil || len(kr.Failures) != 1 || kr.Failures[0].Reason != "LEASE_NOT_FOUND" {
+		t.Fatalf("first KeepAlive message: %v %v", kr, err)
+	}
+	if err := ka.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{"01M8APPNBHV260000000000001"}, RequestId: 2}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ka.Receive()
+	wantReason(t, err, connect.CodeResourceExhausted, "QUOTA_EXCEEDED")
+	_ = ka.CloseRequest()
+	_ = ka.CloseResponse()
+}
