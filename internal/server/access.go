@@ -131,10 +131,11 @@ var rules = map[string]rule{
 		r := m.(*tenurev1.FailRequest)
 		return target{namespace: r.Namespace, hasNamespace: true, leases: []string{r.LeaseId}}
 	}},
-	v1c.QueueServiceCancelProcedure:    {workerOnly, func(m any) target { return ns(m.(*tenurev1.CancelRequest).Namespace) }},
-	v1c.QueueServiceGetTaskProcedure:   {workerRead, func(m any) target { return ns(m.(*tenurev1.GetTaskRequest).Namespace) }},
-	v1c.QueueServiceListTasksProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.ListTasksRequest).Namespace) }},
-	v1c.QueueServiceStatsProcedure:     {workerRead, func(m any) target { return ns(m.(*tenurev1.QueueStatsRequest).Namespace) }},
+	v1c.QueueServiceCancelProcedure:     {workerOnly, func(m any) target { return ns(m.(*tenurev1.CancelRequest).Namespace) }},
+	v1c.QueueServiceGetTaskProcedure:    {workerRead, func(m any) target { return ns(m.(*tenurev1.GetTaskRequest).Namespace) }},
+	v1c.QueueServiceListTasksProcedure:  {workerRead, func(m any) target { return ns(m.(*tenurev1.ListTasksRequest).Namespace) }},
+	v1c.QueueServiceStatsProcedure:      {workerRead, func(m any) target { return ns(m.(*tenurev1.QueueStatsRequest).Namespace) }},
+	v1c.QueueServiceListQueuesProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.ListQueuesRequest).Namespace) }},
 
 	// PoolService.
 	v1c.PoolServiceCreatePoolProcedure: {workerOnly, func(m any) target { return ns(m.(*tenurev1.CreatePoolRequest).Namespace) }},
@@ -147,8 +148,9 @@ var rules = map[string]rule{
 		r := m.(*tenurev1.CompletePieceRequest)
 		return nsActing(r.Namespace, &r.Peer, "peer")
 	}},
-	v1c.PoolServiceRankingsProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.RankingsRequest).Namespace) }},
-	v1c.PoolServiceStatusProcedure:   {workerRead, func(m any) target { return ns(m.(*tenurev1.PoolStatusRequest).Namespace) }},
+	v1c.PoolServiceRankingsProcedure:  {workerRead, func(m any) target { return ns(m.(*tenurev1.RankingsRequest).Namespace) }},
+	v1c.PoolServiceStatusProcedure:    {workerRead, func(m any) target { return ns(m.(*tenurev1.PoolStatusRequest).Namespace) }},
+	v1c.PoolServiceListPoolsProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.ListPoolsRequest).Namespace) }},
 
 	// ClusterService.
 	v1c.ClusterServiceStatusProcedure:             {anyRole, none},
