@@ -18,7 +18,8 @@ func appendRecord(b []byte, s *scratch, rec *logpb.Record) ([]byte, bool) {
 	var num protowire.Number
 	switch x := rec.Body.(type) {
 	case *logpb.Record_Issued:
-		if x.Issued == nil {
+		if x.Issued == nil || x.Issued.Derivation != nil {
+			// A lease in a lease tree is rare: proto encodes it.
 			return b, false
 		}
 		num, s.body = 11, appendIssued(s.body[:0], x.Issued)
@@ -114,5 +115,6 @@ func appendEnded(b []byte, s *scratch, m *logpb.LeaseEnded) []byte {
 	b = appendUint(b, 2, uint64(m.State))
 	b = appendUint(b, 3, uint64(m.Reason))
 	b = appendString(b, 4, m.RevokeReason)
-	return appendUint(b, 5, m.TransferredTo)
+	b = appendUint(b, 5, m.TransferredTo)
+	return appendUint(b, 6, m.EndedBy)
 }

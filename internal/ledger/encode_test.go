@@ -64,7 +64,8 @@ func randRecord(r *rand.Rand) *logpb.Record {
 		rec.Body = &logpb.Record_Renewed{Renewed: &logpb.LeaseRenewed{Lease: randRef(r), ExpiresTick: randInt(r), ExpiresWall: randInt(r), TtlMs: randInt(r)}}
 	default:
 		rec.Body = &logpb.Record_Ended{Ended: &logpb.LeaseEnded{Lease: randRef(r), State: tenurev1.State(r.IntN(6)),
-			Reason: tenurev1.ReleaseReason(r.IntN(6)), RevokeReason: randString(r), TransferredTo: uint64(randInt(r))}}
+			Reason: tenurev1.ReleaseReason(r.IntN(6)), RevokeReason: randString(r), TransferredTo: uint64(randInt(r)),
+			EndedBy: uint64(randInt(r))}}
 	}
 	return rec
 }
@@ -99,6 +100,9 @@ func TestHandEncodingDeclinesOtherRecords(t *testing.T) {
 	for _, rec := range []*logpb.Record{
 		{Body: &logpb.Record_Grace{Grace: &logpb.LeaseGrace{}}},
 		{Body: &logpb.Record_Checkpoint{Checkpoint: &logpb.Checkpoint{}}},
+		{Body: &logpb.Record_Consumed{Consumed: &logpb.LeaseConsumed{Counter: "tokens", Amount: 1}}},
+		// Derived leases go through proto (and so are byte-identical by definition).
+		{Body: &logpb.Record_Issued{Issued: &logpb.LeaseIssued{Seq: 2, Derivation: &logpb.Derivation{ParentSeq: 1}}}},
 		{},
 	} {
 		if _, ok := appendRecord(nil, &scratch{}, rec); ok {

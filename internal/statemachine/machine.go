@@ -206,6 +206,10 @@ func (m *Machine) dispatch(tx *registrar.Tx, cmd *logpb.Command) registrar.Outco
 		return registrar.Outcome{}
 	case *logpb.Command_CancelWait:
 		return m.reg.CancelWait(tx, op.CancelWait)
+	case *logpb.Command_Derive:
+		return m.reg.Derive(tx, op.Derive)
+	case *logpb.Command_Consume:
+		return m.reg.Consume(tx, op.Consume)
 	case *logpb.Command_SetMember:
 		return m.setMember(tx, op.SetMember)
 	case *logpb.Command_Enqueue, *logpb.Command_Claim, *logpb.Command_CompleteTask, *logpb.Command_FailTask, *logpb.Command_CancelTask:
