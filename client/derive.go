@@ -53,12 +53,12 @@ func (b Budget) proto() *tenurev1.Budget {
 
 // deriveConfig is the result of applying DeriveOptions.
 type deriveConfig struct {
-	namespace   string
-	holder      string
-	ttl         time.Duration
-	mode        Mode
-	scope       Scope
-	budget      Budget
+	namespace string
+	holder    string
+	ttl       time.Duration
+	mode      Mode
+	scope     Scope
+	budget    Budget
 }
 
 // A DeriveOption configures one Derive: TTL, Namespace, DeriveFor,
