@@ -1,6 +1,7 @@
 package registrar
 
 import (
+	"slices"
 	"strconv"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -693,24 +694,41 @@ func (r *Registrar) DeclareRestart(tx *Tx, c *logpb.DeclareRestart) Outcome {
 		if c.GraceMs != nil && *c.GraceMs < grace {
 			grace = *c.GraceMs
 		}
-		for l := h.head; l != nil && tx.err == nil; l = l.hNext {
+		var derived []*lease
+		graceOne := func(l *lease) {
 			if (l.extra != nil && l.extra.graceUsed) || grace == 0 {
-				continue
+				return
 			}
 			until := l.expiresTick + Tick(grace)
 			if cp := l.lifetimeCap(); until > cp {
 				until = cp
 			}
-			if p := l.parent(); p != nil && until > p.deadline() {
-				until = p.deadline() // a child never outlives its parent
+			untilWall := l.expiresWall + int64(until-l.expiresTick)
+			if p := l.parent(); p != nil && until >= p.deadline() {
+				until, untilWall = p.deadline(), p.deadlineWall() // a child never outlives its parent
 			}
 			if until <= l.expiresTick {
-				continue
+				return
 			}
 			tx.Emit(&logpb.Record{Body: &logpb.Record_Grace{Grace: &logpb.LeaseGrace{
-				Lease: r.ref(l), UntilTick: int64(until), UntilWall: l.expiresWall + int64(until-l.expiresTick),
+				Lease: r.ref(l), UntilTick: int64(until), UntilWall: untilWall,
 			}}})
 			out.Leases = append(out.Leases, r.view(l, tx.Tick))
+		}
+		for l := h.head; l != nil && tx.err == nil; l = l.hNext {
+			if l.parent() != nil {
+				derived = append(derived, l)
+				continue
+			}
+			graceOne(l)
+		}
+		// Derived leases after the roots, parents before children, so a
+		// child's grace can reach as far as its parent's new deadline.
+		slices.SortFunc(derived, func(a, b *lease) int { return cmpUint(a.seq, b.seq) })
+		for _, l := range derived {
+			if tx.err == nil {
+				graceOne(l)
+			}
 		}
 	}
 	out.Err = tx.err

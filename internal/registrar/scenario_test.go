@@ -581,4 +581,12 @@ func (e *env) wantReplayEqual() {
 	if !bytes.Equal(got, want) {
 		e.t.Fatalf("replayed state differs from the live one (%d vs %d snapshot bytes)", len(got), len(want))
 	}
+	// And the snapshot restores to itself.
+	r, err := statemachine.Restore(statemachine.DefaultConfig(), want)
+	if err != nil {
+		e.t.Fatalf("restore: %v", err)
+	}
+	if again, err := r.Snapshot(); err != nil || !bytes.Equal(again, want) {
+		e.t.Fatalf("snapshot does not round-trip (%v)", err)
+	}
 }

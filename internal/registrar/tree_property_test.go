@@ -8,6 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
@@ -123,6 +124,7 @@ func (p *treeRun) drawCommand() *logpb.Command {
 		}
 		return &logpb.Command{Op: &logpb.Command_Derive{Derive: &logpb.Derive{
 			ParentLeaseId: parent, Holder: h, NewHolder: rapid.SampledFrom(treeHolders).Draw(p.t, "new_holder"),
+			Namespace:  rapid.SampledFrom([]string{"", "", "other"}).Draw(p.t, "ns"),
 			Resource:   fmt.Sprintf("r/%d/%d", rapid.IntRange(0, 2).Draw(p.t, "res"), rapid.IntRange(0, 20).Draw(p.t, "sub")),
 			TtlMs:      ttl("ttl"),
 			Derivation: p.drawDerivation("child", 60),
@@ -262,6 +264,16 @@ func TestPropertyLeaseTrees(t *testing.T) {
 			m: statemachine.New(cfg), replica: statemachine.New(cfg), holder: map[string]string{}, stats: stats}
 		p.replica.SetKeySeed(p.seed)
 		p.do(&logpb.Command{Op: &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: p.seed}}})
+		// Short retentions, different per namespace, so that parents and
+		// children are pruned, sometimes parents first.
+		for _, ns := range []string{"default", "other"} {
+			ret := rapid.SampledFrom([]int64{2000, 5000, 3_600_000}).Draw(rt, "retention_"+ns)
+			res := p.do(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: ns,
+				Policy: &tenurev1.NamespacePolicy{LeaseRetention: dms(ret)}}}})
+			if res.Outcome.Err != nil {
+				rt.Fatal(res.Outcome.Err)
+			}
+		}
 		n := rapid.IntRange(40, 120).Draw(rt, "steps")
 		cut := rapid.IntRange(0, n).Draw(rt, "cut")
 		for p.step = 0; p.step < n; p.step++ {
