@@ -163,6 +163,13 @@ func (r *Registrar) Derive(tx *Tx, c *logpb.Derive) Outcome {
 		return fail(err)
 	}
 	parentID := FormatLeaseID(p.issuedWall, r.tag, p.seq)
+	depth := 1
+	for a := p.parent(); a != nil; a = a.parent() {
+		depth++
+	}
+	if depth > MaxTreeDepth {
+		return fail(quota("max_tree_depth", MaxTreeDepth, "lease %s is already %d levels deep; the limit is %d", parentID, depth-1, MaxTreeDepth))
+	}
 	nsName := c.Namespace
 	if nsName == "" {
 		nsName = p.res.ns.name

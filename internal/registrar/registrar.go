@@ -274,6 +274,13 @@ func (r *Registrar) applyEnded(rec *logpb.Record, l *lease, e *logpb.LeaseEnded)
 		if gt, gw := l.grace(); gt > l.expiresTick {
 			l.terminatedWall = gw
 		}
+		// Ended with an ancestor whose deadline came first (ancestors are
+		// still active here: descendants end first): it terminated there.
+		if e.EndedBy != 0 {
+			if _, w := l.chainDeadlineWall(); w < l.terminatedWall {
+				l.terminatedWall = w
+			}
+		}
 	} else {
 		l.terminatedWall = rec.Wall
 	}

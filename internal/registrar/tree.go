@@ -15,6 +15,9 @@ const (
 	// MaxAmount bounds one limit or one charge, so that sums of them
 	// never overflow.
 	MaxAmount = int64(1) << 53
+	// MaxTreeDepth bounds a lease tree's depth (a root is at depth 0), so
+	// that walks up a chain stay short.
+	MaxTreeDepth = 32
 )
 
 // Scope restricts what a lease authorizes. An empty list is unrestricted
@@ -113,14 +116,22 @@ func (l *lease) deadlineWall() int64 {
 // chainDeadline is the earliest deadline of the lease and its ancestors:
 // a lease is honoured only while all of them are.
 func (l *lease) chainDeadline() Tick {
-	d := l.deadline()
+	d, _ := l.chainDeadlineWall()
+	return d
+}
+
+// chainDeadlineWall is chainDeadline with its wall time.
+func (l *lease) chainDeadlineWall() (Tick, int64) {
+	d, w := l.deadline(), l.deadlineWall()
 	for a := l.parent(); a != nil; a = a.parent() {
 		if a.state != Active {
 			break
 		}
-		d = min(d, a.deadline())
+		if ad := a.deadline(); ad < d {
+			d, w = ad, a.deadlineWall()
+		}
 	}
-	return d
+	return d, w
 }
 
 func satAdd(a, b int64) int64 {
@@ -271,8 +282,16 @@ func (r *Registrar) unlink(l *lease) {
 		return
 	}
 	if p := t.parent; p != nil && p.tree != nil {
-		if i := slices.Index(p.tree.children, l); i >= 0 {
-			p.tree.children = slices.Delete(p.tree.children, i, i+1)
+		// Children are by seq and mostly pruned in the order they were
+		// derived: usually the first one goes, which costs nothing.
+		cs := p.tree.children
+		if i, ok := slices.BinarySearchFunc(cs, l.seq, func(x *lease, s uint64) int { return cmpUint(x.seq, s) }); ok {
+			if i == 0 {
+				cs[0] = nil
+				p.tree.children = cs[1:]
+			} else {
+				p.tree.children = slices.Delete(cs, i, i+1)
+			}
 		}
 	}
 	for _, c := range t.children {

@@ -96,14 +96,12 @@ func (r *Registrar) viewID(l *lease, t Tick, id string) Lease {
 	}
 	if l.state == Active {
 		// A lease is honoured only while its ancestors are.
-		if d := l.chainDeadline(); t < d {
+		if d, w := l.chainDeadlineWall(); t < d {
 			v.Remaining = Dur(int64(d - t))
 		} else {
+			// Expired at its own deadline, or at an ancestor's earlier one.
 			v.State = Expired
-			v.TerminatedAt = v.ExpiresAt
-			if x.graceTick > l.expiresTick {
-				v.TerminatedAt = v.GraceUntil
-			}
+			v.TerminatedAt = WallTime(w)
 		}
 	}
 	return v
