@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -323,5 +325,56 @@ func TestDeriveJSON(t *testing.T) {
 	l := body["lease"].(map[string]any)
 	if code != 200 || l["reserved"].(map[string]any)["tokens"] != "4" || l["used"].(map[string]any)["tokens"] != "0" {
 		t.Errorf("root: %d %v", code, l)
+	}
+}
+
+// BenchmarkConsumeDepth4 charges the leaf of a four-level lease tree
+// through the unary Connect API of a durable single node, with 1 and 64
+// concurrent callers (each on its own chain).
+func BenchmarkConsumeDepth4(b *testing.B) {
+	for _, clients := range []int{1, 64} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			bd := setup(b)
+			ctx := context.Background()
+			leaves := make([]string, clients)
+			for c := range clients {
+				res := fmt.Sprintf("bench/%d", c)
+				l, err := bd.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: res, Holder: "h",
+					Ttl: durationpb.New(5 * time.Minute), Budget: &tenurev1.Budget{Limits: map[string]int64{"tokens": 1 << 50}}}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				id := l.Msg.Lease.LeaseId
+				for depth := 1; depth <= 3; depth++ {
+					res += "/x"
+					d, err := bd.leases.Derive(ctx, connect.NewRequest(&tenurev1.DeriveRequest{ParentLeaseId: id, Holder: "h", Resource: res,
+						Budget: &tenurev1.Budget{Limits: map[string]int64{"tokens": 1<<50 - int64(depth)}}}))
+					if err != nil {
+						b.Fatal(err)
+					}
+					id = d.Msg.Lease.LeaseId
+				}
+				leaves[c] = id
+			}
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for c := range clients {
+				n := b.N / clients
+				if c < b.N%clients {
+					n++
+				}
+				wg.Go(func() {
+					req := &tenurev1.ConsumeRequest{LeaseId: leaves[c], Counter: "tokens", Amount: 1}
+					for range n {
+						if _, err := bd.leases.Consume(ctx, connect.NewRequest(req)); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		})
 	}
 }
