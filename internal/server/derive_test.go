@@ -328,45 +328,85 @@ func TestDeriveJSON(t *testing.T) {
 	}
 }
 
-// BenchmarkConsumeDepth4 charges the leaf of a four-level lease tree
-// through the unary Connect API of a durable single node, with 1 and 64
-// concurrent callers (each on its own chain).
-func BenchmarkConsumeDepth4(b *testing.B) {
-	for _, clients := range []int{1, 64} {
-		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
-			bd := setup(b)
-			ctx := context.Background()
-			leaves := make([]string, clients)
-			for c := range clients {
-				res := fmt.Sprintf("bench/%d", c)
-				l, err := bd.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: res, Holder: "h",
-					Ttl: durationpb.New(5 * time.Minute), Budget: &tenurev1.Budget{Limits: map[string]int64{"tokens": 1 << 50}}}))
-				if err != nil {
-					b.Fatal(err)
-				}
-				id := l.Msg.Lease.LeaseId
-				for depth := 1; depth <= 3; depth++ {
-					res += "/x"
-					d, err := bd.leases.Derive(ctx, connect.NewRequest(&tenurev1.DeriveRequest{ParentLeaseId: id, Holder: "h", Resource: res,
-						Budget: &tenurev1.Budget{Limits: map[string]int64{"tokens": 1<<50 - int64(depth)}}}))
-					if err != nil {
-						b.Fatal(err)
-					}
-					id = d.Msg.Lease.LeaseId
-				}
-				leaves[c] = id
+// chains builds n four-level lease trees and returns their leaves.
+func chains(t testing.TB, bd *bundle, n int) []string {
+	ctx := context.Background()
+	leaves := make([]string, n)
+	for c := range n {
+		res := fmt.Sprintf("chain/%d", c)
+		l, err := bd.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: res, Holder: "h",
+			Ttl: durationpb.New(5 * time.Minute), Budget: &tenurev1.Budget{Limits: map[string]int64{"tokens": 1 << 50}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := l.Msg.Lease.LeaseId
+		for depth := 1; depth <= 3; depth++ {
+			res += "/x"
+			d, err := bd.leases.Derive(ctx, connect.NewRequest(&tenurev1.DeriveRequest{ParentLeaseId: id, Holder: "h", Resource: res,
+				Budget: &tenurev1.Budget{Limits: map[string]int64{"tokens": 1<<50 - int64(depth)}}}))
+			if err != nil {
+				t.Fatal(err)
 			}
+			id = d.Msg.Lease.LeaseId
+		}
+		leaves[c] = id
+	}
+	return leaves
+}
+
+func TestDeriveConsumeOverPipeline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, mid, _ := threeLevels(t, b, 30*time.Second)
+	p := newPipeliner(t.Context(), t, b)
+	r, err := p.do(&tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Consume{Consume: &tenurev1.ConsumeRequest{
+		LeaseId: mid.LeaseId, Counter: "tokens", Amount: 150}}})
+	if err != nil || r.GetConsume().GetRemaining()["tokens"] != 50 {
+		t.Fatalf("consume over the pipeline: %v %v", r, err)
+	}
+	_, err = p.do(&tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Consume{Consume: &tenurev1.ConsumeRequest{
+		LeaseId: mid.LeaseId, Counter: "tokens", Amount: 51}}})
+	if err == nil || !strings.HasPrefix(err.Error(), "BUDGET_EXHAUSTED") {
+		t.Fatalf("over budget over the pipeline: %v", err)
+	}
+}
+
+// BenchmarkConsumeDepth4 charges the leaves of four-level lease trees
+// through a durable single node: unary calls from 1 and 64 concurrent
+// callers, and 64 callers sharing one Pipeline stream.
+func BenchmarkConsumeDepth4(b *testing.B) {
+	unary := func(bd *bundle) func(string) error {
+		return func(leaf string) error {
+			_, err := bd.leases.Consume(context.Background(), connect.NewRequest(&tenurev1.ConsumeRequest{LeaseId: leaf, Counter: "tokens", Amount: 1}))
+			return err
+		}
+	}
+	pipelined := func(bd *bundle) func(string) error {
+		p := newPipeliner(b.Context(), b, bd)
+		return func(leaf string) error {
+			_, err := p.do(&tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Consume{Consume: &tenurev1.ConsumeRequest{LeaseId: leaf, Counter: "tokens", Amount: 1}}})
+			return err
+		}
+	}
+	for _, bc := range []struct {
+		name    string
+		clients int
+		mk      func(*bundle) func(string) error
+	}{{"unary/clients=1", 1, unary}, {"unary/clients=64", 64, unary}, {"pipeline/clients=64", 64, pipelined}} {
+		b.Run(bc.name, func(b *testing.B) {
+			bd := setup(b)
+			leaves := chains(b, bd, bc.clients)
+			consume := bc.mk(bd)
 			b.ResetTimer()
 			var wg sync.WaitGroup
-			for c := range clients {
-				n := b.N / clients
-				if c < b.N%clients {
+			for c := range bc.clients {
+				n := b.N / bc.clients
+				if c < b.N%bc.clients {
 					n++
 				}
 				wg.Go(func() {
-					req := &tenurev1.ConsumeRequest{LeaseId: leaves[c], Counter: "tokens", Amount: 1}
 					for range n {
-						if _, err := bd.leases.Consume(ctx, connect.NewRequest(req)); err != nil {
+						if err := consume(leaves[c]); err != nil {
 							b.Error(err)
 							return
 						}

@@ -2812,6 +2812,7 @@ type PipelineOp struct {
 	//	*PipelineOp_Verify
 	//	*PipelineOp_CheckFence
 	//	*PipelineOp_Revoke
+	//	*PipelineOp_Consume
 	Op            isPipelineOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2942,6 +2943,15 @@ func (x *PipelineOp) GetRevoke() *RevokeRequest {
 	return nil
 }
 
+func (x *PipelineOp) GetConsume() *ConsumeRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineOp_Consume); ok {
+			return x.Consume
+		}
+	}
+	return nil
+}
+
 type isPipelineOp_Op interface {
 	isPipelineOp_Op()
 }
@@ -2982,6 +2992,10 @@ type PipelineOp_Revoke struct {
 	Revoke *RevokeRequest `protobuf:"bytes,18,opt,name=revoke,proto3,oneof"`
 }
 
+type PipelineOp_Consume struct {
+	Consume *ConsumeRequest `protobuf:"bytes,19,opt,name=consume,proto3,oneof"`
+}
+
 func (*PipelineOp_Acquire) isPipelineOp_Op() {}
 
 func (*PipelineOp_Renew) isPipelineOp_Op() {}
@@ -2999,6 +3013,8 @@ func (*PipelineOp_Verify) isPipelineOp_Op() {}
 func (*PipelineOp_CheckFence) isPipelineOp_Op() {}
 
 func (*PipelineOp_Revoke) isPipelineOp_Op() {}
+
+func (*PipelineOp_Consume) isPipelineOp_Op() {}
 
 // PipelineError is a failed operation: the Connect code name (e.g.
 // "failed_precondition"), the reason, a message starting with the reason
@@ -3085,6 +3101,7 @@ type PipelineResult struct {
 	//	*PipelineResult_Verify
 	//	*PipelineResult_CheckFence
 	//	*PipelineResult_Revoke
+	//	*PipelineResult_Consume
 	//	*PipelineResult_Error
 	Result        isPipelineResult_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
@@ -3216,6 +3233,15 @@ func (x *PipelineResult) GetRevoke() *RevokeResponse {
 	return nil
 }
 
+func (x *PipelineResult) GetConsume() *ConsumeResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResult_Consume); ok {
+			return x.Consume
+		}
+	}
+	return nil
+}
+
 func (x *PipelineResult) GetError() *PipelineError {
 	if x != nil {
 		if x, ok := x.Result.(*PipelineResult_Error); ok {
@@ -3265,6 +3291,10 @@ type PipelineResult_Revoke struct {
 	Revoke *RevokeResponse `protobuf:"bytes,18,opt,name=revoke,proto3,oneof"`
 }
 
+type PipelineResult_Consume struct {
+	Consume *ConsumeResponse `protobuf:"bytes,19,opt,name=consume,proto3,oneof"`
+}
+
 type PipelineResult_Error struct {
 	Error *PipelineError `protobuf:"bytes,30,opt,name=error,proto3,oneof"`
 }
@@ -3286,6 +3316,8 @@ func (*PipelineResult_Verify) isPipelineResult_Result() {}
 func (*PipelineResult_CheckFence) isPipelineResult_Result() {}
 
 func (*PipelineResult_Revoke) isPipelineResult_Result() {}
+
+func (*PipelineResult_Consume) isPipelineResult_Result() {}
 
 func (*PipelineResult_Error) isPipelineResult_Result() {}
 
@@ -4100,7 +4132,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06leases\x18\x01 \x03(\v2\x10.tenure.v1.LeaseR\x06leases\x123\n" +
 	"\bfailures\x18\x02 \x03(\v2\x17.tenure.v1.RenewFailureR\bfailures\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\x04R\trequestId\"\x90\x04\n" +
+	"request_id\x18\x03 \x01(\x04R\trequestId\"\xc7\x04\n" +
 	"\n" +
 	"PipelineOp\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
@@ -4115,7 +4147,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06verify\x18\x10 \x01(\v2\x18.tenure.v1.VerifyRequestH\x00R\x06verify\x12?\n" +
 	"\vcheck_fence\x18\x11 \x01(\v2\x1c.tenure.v1.CheckFenceRequestH\x00R\n" +
 	"checkFence\x122\n" +
-	"\x06revoke\x18\x12 \x01(\v2\x18.tenure.v1.RevokeRequestH\x00R\x06revokeB\x04\n" +
+	"\x06revoke\x18\x12 \x01(\v2\x18.tenure.v1.RevokeRequestH\x00R\x06revoke\x125\n" +
+	"\aconsume\x18\x13 \x01(\v2\x19.tenure.v1.ConsumeRequestH\x00R\aconsumeB\x04\n" +
 	"\x02op\"\xd6\x01\n" +
 	"\rPipelineError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
@@ -4124,7 +4157,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\bmetadata\x18\x04 \x03(\v2&.tenure.v1.PipelineError.MetadataEntryR\bmetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x05\n" +
 	"\x0ePipelineResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
 	"\aacquire\x18\n" +
@@ -4138,7 +4171,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06verify\x18\x10 \x01(\v2\x19.tenure.v1.VerifyResponseH\x00R\x06verify\x12@\n" +
 	"\vcheck_fence\x18\x11 \x01(\v2\x1d.tenure.v1.CheckFenceResponseH\x00R\n" +
 	"checkFence\x123\n" +
-	"\x06revoke\x18\x12 \x01(\v2\x19.tenure.v1.RevokeResponseH\x00R\x06revoke\x120\n" +
+	"\x06revoke\x18\x12 \x01(\v2\x19.tenure.v1.RevokeResponseH\x00R\x06revoke\x126\n" +
+	"\aconsume\x18\x13 \x01(\v2\x1a.tenure.v1.ConsumeResponseH\x00R\aconsume\x120\n" +
 	"\x05error\x18\x1e \x01(\v2\x18.tenure.v1.PipelineErrorH\x00R\x05errorB\b\n" +
 	"\x06result\":\n" +
 	"\x0fPipelineRequest\x12'\n" +
@@ -4366,72 +4400,74 @@ var file_tenure_v1_lease_proto_depIdxs = []int32{
 	19,  // 60: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
 	29,  // 61: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
 	15,  // 62: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
-	58,  // 63: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
-	9,   // 64: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
-	12,  // 65: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
-	14,  // 66: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
-	18,  // 67: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
-	34,  // 68: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
-	25,  // 69: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
-	21,  // 70: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
-	30,  // 71: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
-	16,  // 72: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
-	42,  // 73: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
-	41,  // 74: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
-	43,  // 75: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
-	60,  // 76: tenure.v1.DeriveRequest.ttl:type_name -> google.protobuf.Duration
-	3,   // 77: tenure.v1.DeriveRequest.scope:type_name -> tenure.v1.Scope
-	4,   // 78: tenure.v1.DeriveRequest.budget:type_name -> tenure.v1.Budget
-	0,   // 79: tenure.v1.DeriveRequest.mode:type_name -> tenure.v1.Mode
-	5,   // 80: tenure.v1.DeriveResponse.lease:type_name -> tenure.v1.Lease
-	59,  // 81: tenure.v1.ConsumeResponse.remaining:type_name -> tenure.v1.ConsumeResponse.RemainingEntry
-	5,   // 82: tenure.v1.ConsumeResponse.lease:type_name -> tenure.v1.Lease
-	5,   // 83: tenure.v1.TreeResponse.leases:type_name -> tenure.v1.Lease
-	8,   // 84: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	10,  // 85: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	13,  // 86: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	15,  // 87: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	17,  // 88: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
-	19,  // 89: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
-	22,  // 90: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
-	24,  // 91: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
-	26,  // 92: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
-	29,  // 93: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
-	31,  // 94: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
-	33,  // 95: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
-	35,  // 96: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
-	37,  // 97: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
-	39,  // 98: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	44,  // 99: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
-	46,  // 100: tenure.v1.LeaseService.Derive:input_type -> tenure.v1.DeriveRequest
-	48,  // 101: tenure.v1.LeaseService.Consume:input_type -> tenure.v1.ConsumeRequest
-	50,  // 102: tenure.v1.LeaseService.Authorize:input_type -> tenure.v1.AuthorizeRequest
-	52,  // 103: tenure.v1.LeaseService.Tree:input_type -> tenure.v1.TreeRequest
-	9,   // 104: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	12,  // 105: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	14,  // 106: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	16,  // 107: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	18,  // 108: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
-	21,  // 109: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
-	23,  // 110: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
-	25,  // 111: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
-	28,  // 112: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
-	30,  // 113: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
-	32,  // 114: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
-	34,  // 115: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
-	36,  // 116: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
-	38,  // 117: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
-	40,  // 118: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	45,  // 119: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
-	47,  // 120: tenure.v1.LeaseService.Derive:output_type -> tenure.v1.DeriveResponse
-	49,  // 121: tenure.v1.LeaseService.Consume:output_type -> tenure.v1.ConsumeResponse
-	51,  // 122: tenure.v1.LeaseService.Authorize:output_type -> tenure.v1.AuthorizeResponse
-	53,  // 123: tenure.v1.LeaseService.Tree:output_type -> tenure.v1.TreeResponse
-	104, // [104:124] is the sub-list for method output_type
-	84,  // [84:104] is the sub-list for method input_type
-	84,  // [84:84] is the sub-list for extension type_name
-	84,  // [84:84] is the sub-list for extension extendee
-	0,   // [0:84] is the sub-list for field type_name
+	48,  // 63: tenure.v1.PipelineOp.consume:type_name -> tenure.v1.ConsumeRequest
+	58,  // 64: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
+	9,   // 65: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
+	12,  // 66: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
+	14,  // 67: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
+	18,  // 68: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
+	34,  // 69: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
+	25,  // 70: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
+	21,  // 71: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
+	30,  // 72: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
+	16,  // 73: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
+	49,  // 74: tenure.v1.PipelineResult.consume:type_name -> tenure.v1.ConsumeResponse
+	42,  // 75: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
+	41,  // 76: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
+	43,  // 77: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
+	60,  // 78: tenure.v1.DeriveRequest.ttl:type_name -> google.protobuf.Duration
+	3,   // 79: tenure.v1.DeriveRequest.scope:type_name -> tenure.v1.Scope
+	4,   // 80: tenure.v1.DeriveRequest.budget:type_name -> tenure.v1.Budget
+	0,   // 81: tenure.v1.DeriveRequest.mode:type_name -> tenure.v1.Mode
+	5,   // 82: tenure.v1.DeriveResponse.lease:type_name -> tenure.v1.Lease
+	59,  // 83: tenure.v1.ConsumeResponse.remaining:type_name -> tenure.v1.ConsumeResponse.RemainingEntry
+	5,   // 84: tenure.v1.ConsumeResponse.lease:type_name -> tenure.v1.Lease
+	5,   // 85: tenure.v1.TreeResponse.leases:type_name -> tenure.v1.Lease
+	8,   // 86: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	10,  // 87: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	13,  // 88: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	15,  // 89: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	17,  // 90: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
+	19,  // 91: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
+	22,  // 92: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
+	24,  // 93: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
+	26,  // 94: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
+	29,  // 95: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
+	31,  // 96: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
+	33,  // 97: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
+	35,  // 98: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
+	37,  // 99: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
+	39,  // 100: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	44,  // 101: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
+	46,  // 102: tenure.v1.LeaseService.Derive:input_type -> tenure.v1.DeriveRequest
+	48,  // 103: tenure.v1.LeaseService.Consume:input_type -> tenure.v1.ConsumeRequest
+	50,  // 104: tenure.v1.LeaseService.Authorize:input_type -> tenure.v1.AuthorizeRequest
+	52,  // 105: tenure.v1.LeaseService.Tree:input_type -> tenure.v1.TreeRequest
+	9,   // 106: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	12,  // 107: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	14,  // 108: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	16,  // 109: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	18,  // 110: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
+	21,  // 111: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
+	23,  // 112: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
+	25,  // 113: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
+	28,  // 114: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
+	30,  // 115: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
+	32,  // 116: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
+	34,  // 117: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
+	36,  // 118: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
+	38,  // 119: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
+	40,  // 120: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	45,  // 121: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
+	47,  // 122: tenure.v1.LeaseService.Derive:output_type -> tenure.v1.DeriveResponse
+	49,  // 123: tenure.v1.LeaseService.Consume:output_type -> tenure.v1.ConsumeResponse
+	51,  // 124: tenure.v1.LeaseService.Authorize:output_type -> tenure.v1.AuthorizeResponse
+	53,  // 125: tenure.v1.LeaseService.Tree:output_type -> tenure.v1.TreeResponse
+	106, // [106:126] is the sub-list for method output_type
+	86,  // [86:106] is the sub-list for method input_type
+	86,  // [86:86] is the sub-list for extension type_name
+	86,  // [86:86] is the sub-list for extension extendee
+	0,   // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -4449,6 +4485,7 @@ func file_tenure_v1_lease_proto_init() {
 		(*PipelineOp_Verify)(nil),
 		(*PipelineOp_CheckFence)(nil),
 		(*PipelineOp_Revoke)(nil),
+		(*PipelineOp_Consume)(nil),
 	}
 	file_tenure_v1_lease_proto_msgTypes[40].OneofWrappers = []any{
 		(*PipelineResult_Acquire)(nil),
@@ -4460,6 +4497,7 @@ func file_tenure_v1_lease_proto_init() {
 		(*PipelineResult_Verify)(nil),
 		(*PipelineResult_CheckFence)(nil),
 		(*PipelineResult_Revoke)(nil),
+		(*PipelineResult_Consume)(nil),
 		(*PipelineResult_Error)(nil),
 	}
 	type x struct{}
