@@ -418,3 +418,69 @@ func BenchmarkConsumeDepth4(b *testing.B) {
 		})
 	}
 }
+
+// TestClusterLeaseTreeFailover builds a lease tree through a follower
+// (every write forwarded), stops the leader, and finds the tree, its
+// budgets and its cascade intact on the new leader.
+func TestClusterLeaseTreeFailover(t *testing.T) {
+	t.Parallel()
+	ms := startCluster(t, 3)
+	leader := leaderOf(t, ms, 15*time.Second)
+	f := followerOf(ms, leader)
+	ctx := context.Background()
+	var root, child *tenurev1.Lease
+	if err := whileNotLeader(func() error {
+		resp, err := f.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "ha/job", Holder: "agent",
+			Ttl: durationpb.New(time.Minute), Budget: &tenurev1.Budget{Limits: map[string]int64{"tokens": 100}}}))
+		if err == nil {
+			root = resp.Msg.Lease
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.leases.Derive(ctx, connect.NewRequest(&tenurev1.DeriveRequest{ParentLeaseId: root.LeaseId, Holder: "agent",
+		NewHolder: "sub", Resource: "ha/job/a", Budget: &tenurev1.Budget{Limits: map[string]int64{"tokens": 60}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	child = resp.Msg.Lease
+	if _, err := f.leases.Consume(ctx, connect.NewRequest(&tenurev1.ConsumeRequest{LeaseId: child.LeaseId, Counter: "tokens", Amount: 25})); err != nil {
+		t.Fatal(err)
+	}
+
+	leader.stop(t)
+	nl := leaderOf(t, ms, 15*time.Second)
+	var tree []*tenurev1.Lease
+	if err := whileNotLeader(func() error {
+		tr, err := nl.leases.Tree(ctx, connect.NewRequest(&tenurev1.TreeRequest{LeaseId: root.LeaseId}))
+		if err == nil {
+			tree = tr.Msg.Leases
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(tree) != 2 || tree[0].Reserved["tokens"] != 60 || tree[1].Used["tokens"] != 25 || tree[1].ParentLeaseId != root.LeaseId {
+		t.Fatalf("tree on the new leader: %v", tree)
+	}
+	// The carve still binds: the root has 40 left.
+	_, err = nl.leases.Derive(ctx, connect.NewRequest(&tenurev1.DeriveRequest{ParentLeaseId: root.LeaseId, Holder: "agent",
+		Resource: "ha/job/b", Budget: &tenurev1.Budget{Limits: map[string]int64{"tokens": 41}}}))
+	wantReason(t, err, connect.CodeResourceExhausted, "BUDGET_EXHAUSTED")
+	if _, err := nl.leases.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{LeaseId: root.LeaseId, Reason: "failover test"})); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := getVia(nl, child.LeaseId, false); err != nil || g.State != tenurev1.State_STATE_REVOKED || g.EndedByLeaseId != root.LeaseId {
+		t.Fatalf("child after the root's revoke on the new leader: %v %v", g, err)
+	}
+	// And the surviving follower applied the same cascade.
+	other := followerOf(ms, nl)
+	waitFor(t, "the follower to apply the revoke", 10*time.Second, func() bool {
+		g, err := getVia(other, child.LeaseId, true)
+		return err == nil && g.State == tenurev1.State_STATE_REVOKED
+	})
+	if g, _ := getVia(other, root.LeaseId, true); g.Used["tokens"] != 25 || g.Reserved["tokens"] != 0 {
+		t.Fatalf("root on the follower: used %v reserved %v", g.Used, g.Reserved)
+	}
+}
