@@ -244,7 +244,7 @@ func (r *Registrar) Consume(tx *Tx, c *logpb.Consume) Outcome {
 	if err := r.checkLive(c.LeaseId, l, c.Holder, tx.Tick); err != nil {
 		return fail(err)
 	}
-	if !l.activeAt(tx.Tick) || l.chainDeadline() <= tx.Tick {
+	if l.chainDeadline() <= tx.Tick { // an ancestor's deadline passed (its end is not applied yet)
 		return fail(newError(ReasonLeaseExpired, map[string]string{"lease_id": c.LeaseId}, "lease %s expired with an ancestor", c.LeaseId))
 	}
 	if cc := l.tree.counter(c.Counter); cc != nil && cc.Limited {
