@@ -106,6 +106,20 @@
 // *RejectedError matching ErrInvalidRequest, ErrPeerRankingTooLow,
 // ErrPeerAtCapacity or ErrNoAvailablePieces (and ErrRejected).
 //
+// # Lease trees
+//
+// A lease acquired WithScope and WithBudget is the root of a lease tree.
+// Lease.Derive issues a narrower, budgeted child for a sub-agent (DeriveFor):
+// its budget is carved out of the parent's, its expiry never passes the
+// parent's (the client trusts it only as long as the registrar granted),
+// and it is kept alive like any lease. A child's Done closes when its parent
+// ends in this client (cause ErrParentEnded), or at its next heartbeat when
+// an ancestor ended elsewhere (revoked, say). Lease.Consume spends from a
+// counter (ErrBudgetExhausted, nothing charged, past the limit);
+// Lease.Authorize answers nil or ErrScopeViolation; Client.Tree lists a
+// lease's subtree. Derive and Consume are not repeated after an unknown
+// outcome: either could take budget twice.
+//
 // # Closing
 //
 // Close releases every lease the client still holds, stops the heartbeats and

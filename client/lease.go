@@ -235,6 +235,8 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		Holder:      c.cfg.holder,
 		Mode:        tenurev1.Mode(ac.mode),
 		Certificate: ac.certificate,
+		Scope:       ac.scope.proto(),
+		Budget:      ac.budget.proto(),
 	}
 	if ac.ttl != 0 {
 		req.Ttl = durationpb.New(ac.ttl)
@@ -291,7 +293,7 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		return nil, fmt.Errorf("tenure: acquire %q: the registrar answered without a lease id or ttl", resource)
 	}
 	l := newLease(c, granted, ac.certificate)
-	trusted := sent.Add(l.ttl - l.margin)
+	trusted := sent.Add(pbTTL(granted, l.ttl) - l.margin)
 	if !c.clock.Now().Before(trusted) {
 		// Granted after its own trust window: only a renewal sent now can
 		// prove the lease is still ours.
@@ -382,11 +384,18 @@ func (c *Client) forget(l *Lease) {
 	c.mu.Unlock()
 }
 
+// pbTTL is how long a grant or renewal in pb lasts from its send time: the
+// ttl, or less when the registrar gave less (a derived lease capped at its
+// parent's expiry, a lease at its max lifetime), per time_remaining.
 func pbTTL(pb *tenurev1.Lease, fallback time.Duration) time.Duration {
-	if d := pb.GetTtl().AsDuration(); d > 0 {
-		return d
+	d := pb.GetTtl().AsDuration()
+	if d <= 0 {
+		d = fallback
 	}
-	return fallback
+	if left := pb.GetTimeRemaining().AsDuration(); left > 0 && left < d {
+		d = left
+	}
+	return d
 }
 
 // renewOnce renews one lease by a unary call and returns the send time of
@@ -510,7 +519,7 @@ func (c *Client) Resume(ctx context.Context, leaseID string) (*Lease, error) {
 		return nil, fmt.Errorf("tenure: resume %s: the lease is held by %q, not by this client's holder %q", leaseID, pb.GetHolder(), c.cfg.holder)
 	}
 	l = newLease(c, pb, false)
-	trusted := sent.Add(l.ttl - l.margin)
+	trusted := sent.Add(pbTTL(pb, l.ttl) - l.margin)
 	l.update(nil, trusted)
 	if err := c.track(l, sent, trusted); err != nil {
 		return nil, err

@@ -229,10 +229,12 @@ type acquireConfig struct {
 	mode        Mode
 	wait        time.Duration
 	certificate bool
+	scope       Scope
+	budget      Budget
 }
 
 // An AcquireOption configures one Acquire: TTL, Wait, Namespace, RequestCertificate,
-// or a Mode (Exclusive, Shared).
+// WithScope, WithBudget, or a Mode (Exclusive, Shared).
 type AcquireOption interface{ applyAcquire(*acquireConfig) }
 
 // A CallOption configures a call that names a resource: Namespace.
@@ -247,7 +249,14 @@ func (f acquireFunc) applyAcquire(a *acquireConfig) { f(a) }
 // TTL sets the lease's ttl; without it the namespace policy's default applies
 // (60 s unless configured). The registrar refuses a ttl outside the policy's
 // range with ErrTTLOutOfRange.
-func TTL(d time.Duration) AcquireOption { return acquireFunc(func(a *acquireConfig) { a.ttl = d }) }
+// TTL is also a DeriveOption; a derived lease's expiry is capped at its
+// parent's.
+func TTL(d time.Duration) TTLOption { return TTLOption(d) }
+
+// TTLOption sets a lease's ttl: an AcquireOption and a DeriveOption.
+type TTLOption time.Duration
+
+func (t TTLOption) applyAcquire(a *acquireConfig) { a.ttl = time.Duration(t) }
 
 // Wait makes Acquire queue for up to d in the resource's FIFO wait queue
 // when it is held, instead of failing at once with ErrLeaseHeld. The call's

@@ -26,7 +26,8 @@ lease is lost meanwhile (and the default holder is user@host:pid).`
 const acquireExamples = `  tenure acquire orders/42 --ttl 30s
   tenure acquire orders/42 --wait 1m -o json
   tenure acquire reports/daily --hold --ttl 15s
-  tenure acquire orders/42 --certificate -o json > lease.json`
+  tenure acquire orders/42 --certificate -o json > lease.json
+  tenure acquire job/42 --ttl 2m --scope-prefix job/42/,repo/ --scope-action read,write --budget tokens=1000`
 
 // runAcquire is `tenure acquire`.
 func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -36,17 +37,30 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	wait := c.fs.Duration("wait", 0, "queue for up to this long when the resource is held (0: fail at once with LEASE_HELD)")
 	hold := c.fs.Bool("hold", false, "keep the lease alive until interrupted, then release it")
 	cert := c.fs.Bool("certificate", false, "ask for a signed lease certificate (see tenure cert verify)")
+	sf := c.scopeFlags()
 	c.holderFlag("", "user@host, or user@host:pid with --hold")
 	pos, err := c.parse(args, 1, 1)
 	if err != nil {
 		return err
 	}
+	budget, err := sf.limits()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+
 	m, err := parseMode(*mode)
 	if err != nil {
 		return c.usageError("%v", err)
 	}
 	if *hold {
-		return holdLease(ctx, c, pos[0], *ttl, m, *wait, *cert)
+		opts := []tenure.AcquireOption{m}
+		if sc := sf.scope(); sc != nil {
+			opts = append(opts, tenure.WithScope(tenure.Scope{Namespaces: sc.Namespaces, ResourcePrefixes: sc.ResourcePrefixes, Actions: sc.Actions}))
+		}
+		if budget != nil {
+			opts = append(opts, tenure.WithBudget(budget.Limits))
+		}
+		return holdLease(ctx, c, pos[0], *ttl, *wait, *cert, opts...)
 	}
 	if c.holder == "" && !c.principalHolder {
 		c.holder = stableHolder()
@@ -57,7 +71,7 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	req := &tenurev1.AcquireRequest{
 		Namespace: c.namespace, Resource: pos[0], Holder: c.holder,
-		Mode: tenurev1.Mode(m), Certificate: *cert,
+		Mode: tenurev1.Mode(m), Certificate: *cert, Scope: sf.scope(), Budget: budget,
 	}
 	if *ttl != 0 {
 		req.Ttl = durationpb.New(*ttl)
@@ -84,13 +98,12 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // holdLease is `tenure acquire --hold`: acquire through the Go client, print
 // the lease, keep it alive until ctx ends (SIGINT/SIGTERM) and release it.
-func holdLease(ctx context.Context, c *cliCommand, resource string, ttl time.Duration, mode tenure.Mode, wait time.Duration, cert bool) error {
+func holdLease(ctx context.Context, c *cliCommand, resource string, ttl time.Duration, wait time.Duration, cert bool, opts ...tenure.AcquireOption) error {
 	cl, err := c.client()
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	opts := []tenure.AcquireOption{mode}
 	if ttl != 0 {
 		opts = append(opts, tenure.TTL(ttl))
 	}

@@ -218,6 +218,10 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"exec without command", []string{"exec", "r"}},
 		{"bench unknown workload", []string{"bench", "--workload", "sprint"}},
 		{"renew ids and --all", []string{"renew", "a", "--all"}},
+		{"derive without resource", []string{"derive", "id"}},
+		{"bad budget", []string{"derive", "id", "r", "--budget", "tokens"}},
+		{"consume not a number", []string{"consume", "id", "tokens", "many"}},
+		{"authorize nothing", []string{"authorize", "id"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -232,7 +236,7 @@ func TestCLIUsageErrors(t *testing.T) {
 
 func TestCLIHelp(t *testing.T) {
 	t.Parallel()
-	for _, c := range []string{"acquire", "renew", "release", "get", "ls", "watch", "history", "verify", "revoke", "transfer", "state", "fence", "cert", "cluster", "exec", "bench", "version"} {
+	for _, c := range []string{"acquire", "renew", "release", "get", "ls", "watch", "history", "verify", "revoke", "transfer", "derive", "consume", "authorize", "tree", "state", "fence", "cert", "cluster", "exec", "bench", "version"} {
 		t.Run(c, func(t *testing.T) {
 			t.Parallel()
 			out := ok(t, c, "--help")

@@ -40,6 +40,10 @@ commands:
   verify      check the current state of lease ids
   revoke      revoke a lease (admin)
   transfer    hand a lease over to another holder
+  derive      derive a scoped, budgeted child lease for a sub-agent
+  consume     charge a lease's budget counter
+  authorize   ask whether a lease's scope allows a resource or action
+  tree        print a lease and its derived leases with their budgets
   state       read or write a resource's guarded state (get, put)
   fence       check a fence (check)
   cert        verify a lease certificate offline (verify)
@@ -62,24 +66,28 @@ global flags of client commands:
 
 // commands are the client subcommands, each in its own file.
 var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
-	"acquire":  runAcquire,
-	"renew":    runRenew,
-	"release":  runRelease,
-	"get":      runGet,
-	"ls":       runLs,
-	"watch":    runWatch,
-	"history":  runHistory,
-	"verify":   runVerify,
-	"revoke":   runRevoke,
-	"transfer": runTransfer,
-	"fence":    runFence,
-	"cluster":  runCluster,
-	"exec":     runExec,
-	"bench":    runBench,
-	"queue":    runQueue,
-	"pool":     runPool,
-	"version":  runVersion,
-	"audit":    runAudit,
+	"acquire":   runAcquire,
+	"renew":     runRenew,
+	"release":   runRelease,
+	"get":       runGet,
+	"ls":        runLs,
+	"watch":     runWatch,
+	"history":   runHistory,
+	"verify":    runVerify,
+	"revoke":    runRevoke,
+	"transfer":  runTransfer,
+	"derive":    runDerive,
+	"consume":   runConsume,
+	"authorize": runAuthorize,
+	"tree":      runTree,
+	"fence":     runFence,
+	"cluster":   runCluster,
+	"exec":      runExec,
+	"bench":     runBench,
+	"queue":     runQueue,
+	"pool":      runPool,
+	"version":   runVersion,
+	"audit":     runAudit,
 	"state": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runState(ctx, args, os.Stdin, stdout, stderr)
 	},

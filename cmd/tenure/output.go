@@ -133,6 +133,9 @@ func writeLeaseDetail(w io.Writer, l *tenurev1.Lease) error {
 	}
 	row("revoke reason", l.GetRevokeReason())
 	row("parent", l.GetParentLeaseId())
+	row("ended by", l.GetEndedByLeaseId())
+	row("scope", scopeText(l.GetScope()))
+	row("budget", budgetText(l))
 	if len(l.GetSignature()) > 0 {
 		row("certificate", fmt.Sprintf("signed (key %s)", l.GetKeyId()))
 	}

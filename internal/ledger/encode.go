@@ -6,7 +6,7 @@ import (
 	"github.com/tenurehq/tenure/internal/logpb"
 )
 
-// The hottest records (a lease issued, renewed or ended) are encoded by
+// The hottest records (a lease issued, renewed, ended or charged) are encoded by
 // hand: the same bytes as deterministic protobuf marshalling (fields in
 // number order, zero values omitted), at a fraction of the cost. Tests
 // compare the two on random records; anything else goes through proto.
@@ -18,7 +18,8 @@ func appendRecord(b []byte, s *scratch, rec *logpb.Record) ([]byte, bool) {
 	var num protowire.Number
 	switch x := rec.Body.(type) {
 	case *logpb.Record_Issued:
-		if x.Issued == nil {
+		if x.Issued == nil || x.Issued.Derivation != nil {
+			// A lease in a lease tree is rare: proto encodes it.
 			return b, false
 		}
 		num, s.body = 11, appendIssued(s.body[:0], x.Issued)
@@ -32,6 +33,11 @@ func appendRecord(b []byte, s *scratch, rec *logpb.Record) ([]byte, bool) {
 			return b, false
 		}
 		num, s.body = 13, appendEnded(s.body[:0], s, x.Ended)
+	case *logpb.Record_Consumed:
+		if x.Consumed == nil {
+			return b, false
+		}
+		num, s.body = 21, appendConsumed(s.body[:0], s, x.Consumed)
 	default:
 		return b, false
 	}
@@ -114,5 +120,12 @@ func appendEnded(b []byte, s *scratch, m *logpb.LeaseEnded) []byte {
 	b = appendUint(b, 2, uint64(m.State))
 	b = appendUint(b, 3, uint64(m.Reason))
 	b = appendString(b, 4, m.RevokeReason)
-	return appendUint(b, 5, m.TransferredTo)
+	b = appendUint(b, 5, m.TransferredTo)
+	return appendUint(b, 6, m.EndedBy)
+}
+
+func appendConsumed(b []byte, s *scratch, m *logpb.LeaseConsumed) []byte {
+	b = appendRef(b, s, 1, m.Lease)
+	b = appendString(b, 2, m.Counter)
+	return appendUint(b, 3, uint64(m.Amount))
 }

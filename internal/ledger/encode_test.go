@@ -52,7 +52,7 @@ func randRecord(r *rand.Rand) *logpb.Record {
 			rec.PrevHash[i] = byte(r.IntN(256))
 		}
 	}
-	switch r.IntN(3) {
+	switch r.IntN(4) {
 	case 0:
 		rec.Body = &logpb.Record_Issued{Issued: &logpb.LeaseIssued{
 			Seq: uint64(randInt(r)), Namespace: randString(r), Resource: randString(r), Holder: randString(r),
@@ -60,11 +60,14 @@ func randRecord(r *rand.Rand) *logpb.Record {
 			MaxRenewals: uint32(randInt(r)), MaxLifetimeMs: randInt(r), WaiterId: uint64(randInt(r)),
 			TransferredFrom: uint64(randInt(r)), LeaseId: randString(r),
 		}}
+	case 3:
+		rec.Body = &logpb.Record_Consumed{Consumed: &logpb.LeaseConsumed{Lease: randRef(r), Counter: randString(r), Amount: randInt(r)}}
 	case 1:
 		rec.Body = &logpb.Record_Renewed{Renewed: &logpb.LeaseRenewed{Lease: randRef(r), ExpiresTick: randInt(r), ExpiresWall: randInt(r), TtlMs: randInt(r)}}
 	default:
 		rec.Body = &logpb.Record_Ended{Ended: &logpb.LeaseEnded{Lease: randRef(r), State: tenurev1.State(r.IntN(6)),
-			Reason: tenurev1.ReleaseReason(r.IntN(6)), RevokeReason: randString(r), TransferredTo: uint64(randInt(r))}}
+			Reason: tenurev1.ReleaseReason(r.IntN(6)), RevokeReason: randString(r), TransferredTo: uint64(randInt(r)),
+			EndedBy: uint64(randInt(r))}}
 	}
 	return rec
 }
@@ -99,6 +102,8 @@ func TestHandEncodingDeclinesOtherRecords(t *testing.T) {
 	for _, rec := range []*logpb.Record{
 		{Body: &logpb.Record_Grace{Grace: &logpb.LeaseGrace{}}},
 		{Body: &logpb.Record_Checkpoint{Checkpoint: &logpb.Checkpoint{}}},
+		// Derived leases go through proto (and so are byte-identical by definition).
+		{Body: &logpb.Record_Issued{Issued: &logpb.LeaseIssued{Seq: 2, Derivation: &logpb.Derivation{ParentSeq: 1}}}},
 		{},
 	} {
 		if _, ok := appendRecord(nil, &scratch{}, rec); ok {

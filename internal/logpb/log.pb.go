@@ -93,6 +93,8 @@ type Command struct {
 	//	*Command_Advance
 	//	*Command_SetMember
 	//	*Command_CancelWait
+	//	*Command_Derive
+	//	*Command_Consume
 	//	*Command_Pool
 	//	*Command_Enqueue
 	//	*Command_Claim
@@ -279,6 +281,24 @@ func (x *Command) GetCancelWait() *CancelWait {
 	return nil
 }
 
+func (x *Command) GetDerive() *Derive {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Derive); ok {
+			return x.Derive
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetConsume() *Consume {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Consume); ok {
+			return x.Consume
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetPool() *PoolCommand {
 	if x != nil {
 		if x, ok := x.Op.(*Command_Pool); ok {
@@ -389,6 +409,14 @@ type Command_CancelWait struct {
 	CancelWait *CancelWait `protobuf:"bytes,22,opt,name=cancel_wait,json=cancelWait,proto3,oneof"`
 }
 
+type Command_Derive struct {
+	Derive *Derive `protobuf:"bytes,23,opt,name=derive,proto3,oneof"`
+}
+
+type Command_Consume struct {
+	Consume *Consume `protobuf:"bytes,24,opt,name=consume,proto3,oneof"`
+}
+
 type Command_Pool struct {
 	// Piece pool (internal/pool; pool.proto): 50–59.
 	Pool *PoolCommand `protobuf:"bytes,50,opt,name=pool,proto3,oneof"`
@@ -440,6 +468,10 @@ func (*Command_Advance) isCommand_Op() {}
 func (*Command_SetMember) isCommand_Op() {}
 
 func (*Command_CancelWait) isCommand_Op() {}
+
+func (*Command_Derive) isCommand_Op() {}
+
+func (*Command_Consume) isCommand_Op() {}
 
 func (*Command_Pool) isCommand_Op() {}
 
@@ -584,9 +616,11 @@ type Acquire struct {
 	Resource  string                 `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
 	Holder    string                 `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
 	// Absent: the namespace default.
-	TtlMs         *int64  `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3,oneof" json:"ttl_ms,omitempty"`
-	Mode          v1.Mode `protobuf:"varint,5,opt,name=mode,proto3,enum=tenure.v1.Mode" json:"mode,omitempty"`
-	WaitMs        int64   `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	TtlMs  *int64  `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3,oneof" json:"ttl_ms,omitempty"`
+	Mode   v1.Mode `protobuf:"varint,5,opt,name=mode,proto3,enum=tenure.v1.Mode" json:"mode,omitempty"`
+	WaitMs int64   `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// Scope and budget of a root lease (parent_seq unset); absent = none.
+	Derivation    *Derivation `protobuf:"bytes,7,opt,name=derivation,proto3" json:"derivation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -663,6 +697,390 @@ func (x *Acquire) GetWaitMs() int64 {
 	return 0
 }
 
+func (x *Acquire) GetDerivation() *Derivation {
+	if x != nil {
+		return x.Derivation
+	}
+	return nil
+}
+
+// Derive issues a child lease under an active parent, for the parent's
+// holder: scope within the parent's, budget carved out of its remaining.
+type Derive struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ParentLeaseId string                 `protobuf:"bytes,1,opt,name=parent_lease_id,json=parentLeaseId,proto3" json:"parent_lease_id,omitempty"`
+	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	NewHolder     string                 `protobuf:"bytes,3,opt,name=new_holder,json=newHolder,proto3" json:"new_holder,omitempty"`
+	// Empty: the parent's namespace.
+	Namespace string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Resource  string `protobuf:"bytes,5,opt,name=resource,proto3" json:"resource,omitempty"`
+	// Absent: the namespace default. Capped at the parent's expiry.
+	TtlMs *int64  `protobuf:"varint,6,opt,name=ttl_ms,json=ttlMs,proto3,oneof" json:"ttl_ms,omitempty"`
+	Mode  v1.Mode `protobuf:"varint,7,opt,name=mode,proto3,enum=tenure.v1.Mode" json:"mode,omitempty"`
+	// Requested scope (an empty list inherits the parent's) and limits.
+	Derivation    *Derivation `protobuf:"bytes,8,opt,name=derivation,proto3" json:"derivation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Derive) Reset() {
+	*x = Derive{}
+	mi := &file_log_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Derive) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Derive) ProtoMessage() {}
+
+func (x *Derive) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Derive.ProtoReflect.Descriptor instead.
+func (*Derive) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Derive) GetParentLeaseId() string {
+	if x != nil {
+		return x.ParentLeaseId
+	}
+	return ""
+}
+
+func (x *Derive) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Derive) GetNewHolder() string {
+	if x != nil {
+		return x.NewHolder
+	}
+	return ""
+}
+
+func (x *Derive) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Derive) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *Derive) GetTtlMs() int64 {
+	if x != nil && x.TtlMs != nil {
+		return *x.TtlMs
+	}
+	return 0
+}
+
+func (x *Derive) GetMode() v1.Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return v1.Mode(0)
+}
+
+func (x *Derive) GetDerivation() *Derivation {
+	if x != nil {
+		return x.Derivation
+	}
+	return nil
+}
+
+// Consume charges amount of a counter to a lease.
+type Consume struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Counter string                 `protobuf:"bytes,2,opt,name=counter,proto3" json:"counter,omitempty"`
+	Amount  int64                  `protobuf:"varint,3,opt,name=amount,proto3" json:"amount,omitempty"`
+	// When set, must be the lease's holder.
+	Holder        string `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Consume) Reset() {
+	*x = Consume{}
+	mi := &file_log_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Consume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Consume) ProtoMessage() {}
+
+func (x *Consume) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Consume.ProtoReflect.Descriptor instead.
+func (*Consume) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Consume) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *Consume) GetCounter() string {
+	if x != nil {
+		return x.Counter
+	}
+	return ""
+}
+
+func (x *Consume) GetAmount() int64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
+func (x *Consume) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+// Derivation is a lease's place in a lease tree: its parent (0 for a
+// root), its scope (an empty list is unrestricted of that kind) and its
+// budget limits, sorted by counter name.
+type Derivation struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ParentSeq        uint64                 `protobuf:"varint,1,opt,name=parent_seq,json=parentSeq,proto3" json:"parent_seq,omitempty"`
+	Namespaces       []string               `protobuf:"bytes,2,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	ResourcePrefixes []string               `protobuf:"bytes,3,rep,name=resource_prefixes,json=resourcePrefixes,proto3" json:"resource_prefixes,omitempty"`
+	Actions          []string               `protobuf:"bytes,4,rep,name=actions,proto3" json:"actions,omitempty"`
+	Limits           []*CounterLimit        `protobuf:"bytes,5,rep,name=limits,proto3" json:"limits,omitempty"`
+	// The parent's id, kept so a child names its parent after it is pruned.
+	ParentLeaseId string `protobuf:"bytes,6,opt,name=parent_lease_id,json=parentLeaseId,proto3" json:"parent_lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Derivation) Reset() {
+	*x = Derivation{}
+	mi := &file_log_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Derivation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Derivation) ProtoMessage() {}
+
+func (x *Derivation) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Derivation.ProtoReflect.Descriptor instead.
+func (*Derivation) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Derivation) GetParentSeq() uint64 {
+	if x != nil {
+		return x.ParentSeq
+	}
+	return 0
+}
+
+func (x *Derivation) GetNamespaces() []string {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+func (x *Derivation) GetResourcePrefixes() []string {
+	if x != nil {
+		return x.ResourcePrefixes
+	}
+	return nil
+}
+
+func (x *Derivation) GetActions() []string {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
+func (x *Derivation) GetLimits() []*CounterLimit {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Derivation) GetParentLeaseId() string {
+	if x != nil {
+		return x.ParentLeaseId
+	}
+	return ""
+}
+
+type CounterLimit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Counter       string                 `protobuf:"bytes,1,opt,name=counter,proto3" json:"counter,omitempty"`
+	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CounterLimit) Reset() {
+	*x = CounterLimit{}
+	mi := &file_log_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CounterLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CounterLimit) ProtoMessage() {}
+
+func (x *CounterLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CounterLimit.ProtoReflect.Descriptor instead.
+func (*CounterLimit) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CounterLimit) GetCounter() string {
+	if x != nil {
+		return x.Counter
+	}
+	return ""
+}
+
+func (x *CounterLimit) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// CounterUse is what a lease has spent of a counter itself (including
+// what its ended children spent) and what its active children reserve.
+type CounterUse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Counter       string                 `protobuf:"bytes,1,opt,name=counter,proto3" json:"counter,omitempty"`
+	Used          int64                  `protobuf:"varint,2,opt,name=used,proto3" json:"used,omitempty"`
+	Reserved      int64                  `protobuf:"varint,3,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CounterUse) Reset() {
+	*x = CounterUse{}
+	mi := &file_log_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CounterUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CounterUse) ProtoMessage() {}
+
+func (x *CounterUse) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CounterUse.ProtoReflect.Descriptor instead.
+func (*CounterUse) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CounterUse) GetCounter() string {
+	if x != nil {
+		return x.Counter
+	}
+	return ""
+}
+
+func (x *CounterUse) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *CounterUse) GetReserved() int64 {
+	if x != nil {
+		return x.Reserved
+	}
+	return 0
+}
+
 type Renew struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LeaseIds      []string               `protobuf:"bytes,1,rep,name=lease_ids,json=leaseIds,proto3" json:"lease_ids,omitempty"`
@@ -676,7 +1094,7 @@ type Renew struct {
 
 func (x *Renew) Reset() {
 	*x = Renew{}
-	mi := &file_log_proto_msgTypes[5]
+	mi := &file_log_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +1106,7 @@ func (x *Renew) String() string {
 func (*Renew) ProtoMessage() {}
 
 func (x *Renew) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[5]
+	mi := &file_log_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +1119,7 @@ func (x *Renew) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Renew.ProtoReflect.Descriptor instead.
 func (*Renew) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{5}
+	return file_log_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Renew) GetLeaseIds() []string {
@@ -750,7 +1168,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_log_proto_msgTypes[6]
+	mi := &file_log_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +1180,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[6]
+	mi := &file_log_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +1193,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{6}
+	return file_log_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Release) GetLeaseId() string {
@@ -809,7 +1227,7 @@ type Revoke struct {
 
 func (x *Revoke) Reset() {
 	*x = Revoke{}
-	mi := &file_log_proto_msgTypes[7]
+	mi := &file_log_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +1239,7 @@ func (x *Revoke) String() string {
 func (*Revoke) ProtoMessage() {}
 
 func (x *Revoke) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[7]
+	mi := &file_log_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +1252,7 @@ func (x *Revoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Revoke.ProtoReflect.Descriptor instead.
 func (*Revoke) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{7}
+	return file_log_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Revoke) GetLeaseId() string {
@@ -863,7 +1281,7 @@ type Transfer struct {
 
 func (x *Transfer) Reset() {
 	*x = Transfer{}
-	mi := &file_log_proto_msgTypes[8]
+	mi := &file_log_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1293,7 @@ func (x *Transfer) String() string {
 func (*Transfer) ProtoMessage() {}
 
 func (x *Transfer) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[8]
+	mi := &file_log_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1306,7 @@ func (x *Transfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transfer.ProtoReflect.Descriptor instead.
 func (*Transfer) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{8}
+	return file_log_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Transfer) GetLeaseId() string {
@@ -928,7 +1346,7 @@ type Expire struct {
 
 func (x *Expire) Reset() {
 	*x = Expire{}
-	mi := &file_log_proto_msgTypes[9]
+	mi := &file_log_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1358,7 @@ func (x *Expire) String() string {
 func (*Expire) ProtoMessage() {}
 
 func (x *Expire) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[9]
+	mi := &file_log_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1371,7 @@ func (x *Expire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Expire.ProtoReflect.Descriptor instead.
 func (*Expire) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{9}
+	return file_log_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Expire) GetLeaseIds() []string {
@@ -974,7 +1392,7 @@ type DeclareRestart struct {
 
 func (x *DeclareRestart) Reset() {
 	*x = DeclareRestart{}
-	mi := &file_log_proto_msgTypes[10]
+	mi := &file_log_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1404,7 @@ func (x *DeclareRestart) String() string {
 func (*DeclareRestart) ProtoMessage() {}
 
 func (x *DeclareRestart) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[10]
+	mi := &file_log_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1417,7 @@ func (x *DeclareRestart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareRestart.ProtoReflect.Descriptor instead.
 func (*DeclareRestart) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{10}
+	return file_log_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeclareRestart) GetHolder() string {
@@ -1036,7 +1454,7 @@ type WriteState struct {
 
 func (x *WriteState) Reset() {
 	*x = WriteState{}
-	mi := &file_log_proto_msgTypes[11]
+	mi := &file_log_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1466,7 @@ func (x *WriteState) String() string {
 func (*WriteState) ProtoMessage() {}
 
 func (x *WriteState) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[11]
+	mi := &file_log_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1479,7 @@ func (x *WriteState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteState.ProtoReflect.Descriptor instead.
 func (*WriteState) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{11}
+	return file_log_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WriteState) GetNamespace() string {
@@ -1109,7 +1527,7 @@ type SetPolicy struct {
 
 func (x *SetPolicy) Reset() {
 	*x = SetPolicy{}
-	mi := &file_log_proto_msgTypes[12]
+	mi := &file_log_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1539,7 @@ func (x *SetPolicy) String() string {
 func (*SetPolicy) ProtoMessage() {}
 
 func (x *SetPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[12]
+	mi := &file_log_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1552,7 @@ func (x *SetPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicy.ProtoReflect.Descriptor instead.
 func (*SetPolicy) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{12}
+	return file_log_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetPolicy) GetNamespace() string {
@@ -1163,7 +1581,7 @@ type CancelWait struct {
 
 func (x *CancelWait) Reset() {
 	*x = CancelWait{}
-	mi := &file_log_proto_msgTypes[13]
+	mi := &file_log_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1593,7 @@ func (x *CancelWait) String() string {
 func (*CancelWait) ProtoMessage() {}
 
 func (x *CancelWait) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[13]
+	mi := &file_log_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1606,7 @@ func (x *CancelWait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWait.ProtoReflect.Descriptor instead.
 func (*CancelWait) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{13}
+	return file_log_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelWait) GetWaiterId() uint64 {
@@ -1214,7 +1632,7 @@ type Advance struct {
 
 func (x *Advance) Reset() {
 	*x = Advance{}
-	mi := &file_log_proto_msgTypes[14]
+	mi := &file_log_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1644,7 @@ func (x *Advance) String() string {
 func (*Advance) ProtoMessage() {}
 
 func (x *Advance) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[14]
+	mi := &file_log_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1657,7 @@ func (x *Advance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Advance.ProtoReflect.Descriptor instead.
 func (*Advance) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{14}
+	return file_log_proto_rawDescGZIP(), []int{19}
 }
 
 // Record is one ledger event. Its canonical bytes are its deterministic
@@ -1264,6 +1682,7 @@ type Record struct {
 	//	*Record_PolicySet
 	//	*Record_Checkpoint
 	//	*Record_MemberSet
+	//	*Record_Consumed
 	//	*Record_TaskEnqueued
 	//	*Record_TaskClaimed
 	//	*Record_TaskCompleted
@@ -1279,7 +1698,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_log_proto_msgTypes[15]
+	mi := &file_log_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1710,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[15]
+	mi := &file_log_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1723,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{15}
+	return file_log_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Record) GetIndex() uint64 {
@@ -1448,6 +1867,15 @@ func (x *Record) GetMemberSet() *MemberSet {
 	return nil
 }
 
+func (x *Record) GetConsumed() *LeaseConsumed {
+	if x != nil {
+		if x, ok := x.Body.(*Record_Consumed); ok {
+			return x.Consumed
+		}
+	}
+	return nil
+}
+
 func (x *Record) GetTaskEnqueued() *TaskEnqueued {
 	if x != nil {
 		if x, ok := x.Body.(*Record_TaskEnqueued); ok {
@@ -1568,6 +1996,10 @@ type Record_MemberSet struct {
 	MemberSet *MemberSet `protobuf:"bytes,20,opt,name=member_set,json=memberSet,proto3,oneof"`
 }
 
+type Record_Consumed struct {
+	Consumed *LeaseConsumed `protobuf:"bytes,21,opt,name=consumed,proto3,oneof"`
+}
+
 type Record_TaskEnqueued struct {
 	// Work queue (internal/queue): 40–49.
 	TaskEnqueued *TaskEnqueued `protobuf:"bytes,40,opt,name=task_enqueued,json=taskEnqueued,proto3,oneof"`
@@ -1624,6 +2056,8 @@ func (*Record_Checkpoint) isRecord_Body() {}
 
 func (*Record_MemberSet) isRecord_Body() {}
 
+func (*Record_Consumed) isRecord_Body() {}
+
 func (*Record_TaskEnqueued) isRecord_Body() {}
 
 func (*Record_TaskClaimed) isRecord_Body() {}
@@ -1654,7 +2088,7 @@ type MemberSet struct {
 
 func (x *MemberSet) Reset() {
 	*x = MemberSet{}
-	mi := &file_log_proto_msgTypes[16]
+	mi := &file_log_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +2100,7 @@ func (x *MemberSet) String() string {
 func (*MemberSet) ProtoMessage() {}
 
 func (x *MemberSet) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[16]
+	mi := &file_log_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +2113,7 @@ func (x *MemberSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSet.ProtoReflect.Descriptor instead.
 func (*MemberSet) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{16}
+	return file_log_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MemberSet) GetId() string {
@@ -1720,7 +2154,7 @@ type Initialized struct {
 
 func (x *Initialized) Reset() {
 	*x = Initialized{}
-	mi := &file_log_proto_msgTypes[17]
+	mi := &file_log_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +2166,7 @@ func (x *Initialized) String() string {
 func (*Initialized) ProtoMessage() {}
 
 func (x *Initialized) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[17]
+	mi := &file_log_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +2179,7 @@ func (x *Initialized) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Initialized.ProtoReflect.Descriptor instead.
 func (*Initialized) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{17}
+	return file_log_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Initialized) GetPublicKey() []byte {
@@ -1780,13 +2214,16 @@ type LeaseIssued struct {
 	// Non-zero when issued by a transfer of that lease.
 	TransferredFrom uint64 `protobuf:"varint,12,opt,name=transferred_from,json=transferredFrom,proto3" json:"transferred_from,omitempty"`
 	LeaseId         string `protobuf:"bytes,13,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Set for a derived lease, or a root lease with a scope or budget: the
+	// effective scope (inherited lists filled in) and the limits.
+	Derivation    *Derivation `protobuf:"bytes,14,opt,name=derivation,proto3" json:"derivation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseIssued) Reset() {
 	*x = LeaseIssued{}
-	mi := &file_log_proto_msgTypes[18]
+	mi := &file_log_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +2235,7 @@ func (x *LeaseIssued) String() string {
 func (*LeaseIssued) ProtoMessage() {}
 
 func (x *LeaseIssued) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[18]
+	mi := &file_log_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +2248,7 @@ func (x *LeaseIssued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseIssued.ProtoReflect.Descriptor instead.
 func (*LeaseIssued) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{18}
+	return file_log_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LeaseIssued) GetSeq() uint64 {
@@ -1905,6 +2342,74 @@ func (x *LeaseIssued) GetLeaseId() string {
 	return ""
 }
 
+func (x *LeaseIssued) GetDerivation() *Derivation {
+	if x != nil {
+		return x.Derivation
+	}
+	return nil
+}
+
+// LeaseConsumed charges amount of counter to the lease.
+type LeaseConsumed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lease         *LeaseRef              `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	Counter       string                 `protobuf:"bytes,2,opt,name=counter,proto3" json:"counter,omitempty"`
+	Amount        int64                  `protobuf:"varint,3,opt,name=amount,proto3" json:"amount,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseConsumed) Reset() {
+	*x = LeaseConsumed{}
+	mi := &file_log_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseConsumed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseConsumed) ProtoMessage() {}
+
+func (x *LeaseConsumed) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseConsumed.ProtoReflect.Descriptor instead.
+func (*LeaseConsumed) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *LeaseConsumed) GetLease() *LeaseRef {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *LeaseConsumed) GetCounter() string {
+	if x != nil {
+		return x.Counter
+	}
+	return ""
+}
+
+func (x *LeaseConsumed) GetAmount() int64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
 // LeaseRef names a lease in a record so that every record is self-describing
 // (history and watch need no other state to render it). fence == seq.
 type LeaseRef struct {
@@ -1920,7 +2425,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_log_proto_msgTypes[19]
+	mi := &file_log_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2437,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[19]
+	mi := &file_log_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2450,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{19}
+	return file_log_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LeaseRef) GetSeq() uint64 {
@@ -1995,7 +2500,7 @@ type LeaseRenewed struct {
 
 func (x *LeaseRenewed) Reset() {
 	*x = LeaseRenewed{}
-	mi := &file_log_proto_msgTypes[20]
+	mi := &file_log_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2512,7 @@ func (x *LeaseRenewed) String() string {
 func (*LeaseRenewed) ProtoMessage() {}
 
 func (x *LeaseRenewed) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[20]
+	mi := &file_log_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2525,7 @@ func (x *LeaseRenewed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRenewed.ProtoReflect.Descriptor instead.
 func (*LeaseRenewed) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{20}
+	return file_log_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LeaseRenewed) GetLease() *LeaseRef {
@@ -2059,13 +2564,15 @@ type LeaseEnded struct {
 	RevokeReason string                 `protobuf:"bytes,4,opt,name=revoke_reason,json=revokeReason,proto3" json:"revoke_reason,omitempty"`
 	// For a transfer: the lease that replaces this one.
 	TransferredTo uint64 `protobuf:"varint,5,opt,name=transferred_to,json=transferredTo,proto3" json:"transferred_to,omitempty"`
+	// Set when the lease ended because an ancestor did: that ancestor.
+	EndedBy       uint64 `protobuf:"varint,6,opt,name=ended_by,json=endedBy,proto3" json:"ended_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseEnded) Reset() {
 	*x = LeaseEnded{}
-	mi := &file_log_proto_msgTypes[21]
+	mi := &file_log_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2077,7 +2584,7 @@ func (x *LeaseEnded) String() string {
 func (*LeaseEnded) ProtoMessage() {}
 
 func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[21]
+	mi := &file_log_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2090,7 +2597,7 @@ func (x *LeaseEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEnded.ProtoReflect.Descriptor instead.
 func (*LeaseEnded) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{21}
+	return file_log_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LeaseEnded) GetLease() *LeaseRef {
@@ -2128,6 +2635,13 @@ func (x *LeaseEnded) GetTransferredTo() uint64 {
 	return 0
 }
 
+func (x *LeaseEnded) GetEndedBy() uint64 {
+	if x != nil {
+		return x.EndedBy
+	}
+	return 0
+}
+
 type LeaseGrace struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Lease         *LeaseRef              `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
@@ -2139,7 +2653,7 @@ type LeaseGrace struct {
 
 func (x *LeaseGrace) Reset() {
 	*x = LeaseGrace{}
-	mi := &file_log_proto_msgTypes[22]
+	mi := &file_log_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2151,7 +2665,7 @@ func (x *LeaseGrace) String() string {
 func (*LeaseGrace) ProtoMessage() {}
 
 func (x *LeaseGrace) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[22]
+	mi := &file_log_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2164,7 +2678,7 @@ func (x *LeaseGrace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrace.ProtoReflect.Descriptor instead.
 func (*LeaseGrace) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{22}
+	return file_log_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaseGrace) GetLease() *LeaseRef {
@@ -2199,13 +2713,15 @@ type WaiterQueued struct {
 	DeadlineTick  int64                  `protobuf:"varint,7,opt,name=deadline_tick,json=deadlineTick,proto3" json:"deadline_tick,omitempty"`
 	MaxRenewals   uint32                 `protobuf:"varint,8,opt,name=max_renewals,json=maxRenewals,proto3" json:"max_renewals,omitempty"`
 	MaxLifetimeMs int64                  `protobuf:"varint,9,opt,name=max_lifetime_ms,json=maxLifetimeMs,proto3" json:"max_lifetime_ms,omitempty"`
+	// Scope and budget the granted root lease will carry.
+	Derivation    *Derivation `protobuf:"bytes,10,opt,name=derivation,proto3" json:"derivation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WaiterQueued) Reset() {
 	*x = WaiterQueued{}
-	mi := &file_log_proto_msgTypes[23]
+	mi := &file_log_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2733,7 @@ func (x *WaiterQueued) String() string {
 func (*WaiterQueued) ProtoMessage() {}
 
 func (x *WaiterQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[23]
+	mi := &file_log_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2746,7 @@ func (x *WaiterQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterQueued.ProtoReflect.Descriptor instead.
 func (*WaiterQueued) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{23}
+	return file_log_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WaiterQueued) GetWaiterId() uint64 {
@@ -2296,6 +2812,13 @@ func (x *WaiterQueued) GetMaxLifetimeMs() int64 {
 	return 0
 }
 
+func (x *WaiterQueued) GetDerivation() *Derivation {
+	if x != nil {
+		return x.Derivation
+	}
+	return nil
+}
+
 type WaiterEnded struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WaiterId      uint64                 `protobuf:"varint,1,opt,name=waiter_id,json=waiterId,proto3" json:"waiter_id,omitempty"`
@@ -2308,7 +2831,7 @@ type WaiterEnded struct {
 
 func (x *WaiterEnded) Reset() {
 	*x = WaiterEnded{}
-	mi := &file_log_proto_msgTypes[24]
+	mi := &file_log_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +2843,7 @@ func (x *WaiterEnded) String() string {
 func (*WaiterEnded) ProtoMessage() {}
 
 func (x *WaiterEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[24]
+	mi := &file_log_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +2856,7 @@ func (x *WaiterEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaiterEnded.ProtoReflect.Descriptor instead.
 func (*WaiterEnded) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{24}
+	return file_log_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WaiterEnded) GetWaiterId() uint64 {
@@ -2378,7 +2901,7 @@ type StateWritten struct {
 
 func (x *StateWritten) Reset() {
 	*x = StateWritten{}
-	mi := &file_log_proto_msgTypes[25]
+	mi := &file_log_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2913,7 @@ func (x *StateWritten) String() string {
 func (*StateWritten) ProtoMessage() {}
 
 func (x *StateWritten) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[25]
+	mi := &file_log_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2926,7 @@ func (x *StateWritten) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateWritten.ProtoReflect.Descriptor instead.
 func (*StateWritten) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{25}
+	return file_log_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StateWritten) GetNamespace() string {
@@ -2451,7 +2974,7 @@ type PolicySet struct {
 
 func (x *PolicySet) Reset() {
 	*x = PolicySet{}
-	mi := &file_log_proto_msgTypes[26]
+	mi := &file_log_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2463,7 +2986,7 @@ func (x *PolicySet) String() string {
 func (*PolicySet) ProtoMessage() {}
 
 func (x *PolicySet) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[26]
+	mi := &file_log_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2476,7 +2999,7 @@ func (x *PolicySet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicySet.ProtoReflect.Descriptor instead.
 func (*PolicySet) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{26}
+	return file_log_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PolicySet) GetNamespace() string {
@@ -2505,7 +3028,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_log_proto_msgTypes[27]
+	mi := &file_log_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +3040,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[27]
+	mi := &file_log_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +3053,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{27}
+	return file_log_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Checkpoint) GetCoversIndex() uint64 {
@@ -2579,14 +3102,18 @@ type LeaseSnap struct {
 	MaxLifetimeMs   int64                  `protobuf:"varint,21,opt,name=max_lifetime_ms,json=maxLifetimeMs,proto3" json:"max_lifetime_ms,omitempty"`
 	RevokeReason    string                 `protobuf:"bytes,22,opt,name=revoke_reason,json=revokeReason,proto3" json:"revoke_reason,omitempty"`
 	// Tick of the record that ended the lease (pruning clock).
-	EndedTick     int64 `protobuf:"varint,23,opt,name=ended_tick,json=endedTick,proto3" json:"ended_tick,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	EndedTick  int64       `protobuf:"varint,23,opt,name=ended_tick,json=endedTick,proto3" json:"ended_tick,omitempty"`
+	Derivation *Derivation `protobuf:"bytes,24,opt,name=derivation,proto3" json:"derivation,omitempty"`
+	// By counter name; only counters with use or reservations.
+	Usage          []*CounterUse `protobuf:"bytes,25,rep,name=usage,proto3" json:"usage,omitempty"`
+	EndedByLeaseId string        `protobuf:"bytes,26,opt,name=ended_by_lease_id,json=endedByLeaseId,proto3" json:"ended_by_lease_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LeaseSnap) Reset() {
 	*x = LeaseSnap{}
-	mi := &file_log_proto_msgTypes[28]
+	mi := &file_log_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2598,7 +3125,7 @@ func (x *LeaseSnap) String() string {
 func (*LeaseSnap) ProtoMessage() {}
 
 func (x *LeaseSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[28]
+	mi := &file_log_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2611,7 +3138,7 @@ func (x *LeaseSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseSnap.ProtoReflect.Descriptor instead.
 func (*LeaseSnap) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{28}
+	return file_log_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LeaseSnap) GetSeq() uint64 {
@@ -2768,6 +3295,27 @@ func (x *LeaseSnap) GetEndedTick() int64 {
 	return 0
 }
 
+func (x *LeaseSnap) GetDerivation() *Derivation {
+	if x != nil {
+		return x.Derivation
+	}
+	return nil
+}
+
+func (x *LeaseSnap) GetUsage() []*CounterUse {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *LeaseSnap) GetEndedByLeaseId() string {
+	if x != nil {
+		return x.EndedByLeaseId
+	}
+	return ""
+}
+
 type GuardedStateSnap struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -2780,7 +3328,7 @@ type GuardedStateSnap struct {
 
 func (x *GuardedStateSnap) Reset() {
 	*x = GuardedStateSnap{}
-	mi := &file_log_proto_msgTypes[29]
+	mi := &file_log_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +3340,7 @@ func (x *GuardedStateSnap) String() string {
 func (*GuardedStateSnap) ProtoMessage() {}
 
 func (x *GuardedStateSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[29]
+	mi := &file_log_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +3353,7 @@ func (x *GuardedStateSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuardedStateSnap.ProtoReflect.Descriptor instead.
 func (*GuardedStateSnap) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{29}
+	return file_log_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GuardedStateSnap) GetNamespace() string {
@@ -2868,7 +3416,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_log_proto_msgTypes[30]
+	mi := &file_log_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +3428,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[30]
+	mi := &file_log_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +3441,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{30}
+	return file_log_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Snapshot) GetVersion() uint32 {
@@ -3044,7 +3592,7 @@ type NewTask struct {
 
 func (x *NewTask) Reset() {
 	*x = NewTask{}
-	mi := &file_log_proto_msgTypes[31]
+	mi := &file_log_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3056,7 +3604,7 @@ func (x *NewTask) String() string {
 func (*NewTask) ProtoMessage() {}
 
 func (x *NewTask) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[31]
+	mi := &file_log_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3069,7 +3617,7 @@ func (x *NewTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewTask.ProtoReflect.Descriptor instead.
 func (*NewTask) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{31}
+	return file_log_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NewTask) GetTaskId() string {
@@ -3118,7 +3666,7 @@ type Enqueue struct {
 
 func (x *Enqueue) Reset() {
 	*x = Enqueue{}
-	mi := &file_log_proto_msgTypes[32]
+	mi := &file_log_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3678,7 @@ func (x *Enqueue) String() string {
 func (*Enqueue) ProtoMessage() {}
 
 func (x *Enqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[32]
+	mi := &file_log_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3691,7 @@ func (x *Enqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Enqueue.ProtoReflect.Descriptor instead.
 func (*Enqueue) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{32}
+	return file_log_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Enqueue) GetNamespace() string {
@@ -3181,7 +3729,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_log_proto_msgTypes[33]
+	mi := &file_log_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3741,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[33]
+	mi := &file_log_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3754,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{33}
+	return file_log_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Claim) GetNamespace() string {
@@ -3257,7 +3805,7 @@ type CompleteTask struct {
 
 func (x *CompleteTask) Reset() {
 	*x = CompleteTask{}
-	mi := &file_log_proto_msgTypes[34]
+	mi := &file_log_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3269,7 +3817,7 @@ func (x *CompleteTask) String() string {
 func (*CompleteTask) ProtoMessage() {}
 
 func (x *CompleteTask) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[34]
+	mi := &file_log_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3282,7 +3830,7 @@ func (x *CompleteTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteTask.ProtoReflect.Descriptor instead.
 func (*CompleteTask) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{34}
+	return file_log_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CompleteTask) GetNamespace() string {
@@ -3335,7 +3883,7 @@ type FailTask struct {
 
 func (x *FailTask) Reset() {
 	*x = FailTask{}
-	mi := &file_log_proto_msgTypes[35]
+	mi := &file_log_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3347,7 +3895,7 @@ func (x *FailTask) String() string {
 func (*FailTask) ProtoMessage() {}
 
 func (x *FailTask) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[35]
+	mi := &file_log_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3360,7 +3908,7 @@ func (x *FailTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTask.ProtoReflect.Descriptor instead.
 func (*FailTask) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{35}
+	return file_log_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FailTask) GetNamespace() string {
@@ -3416,7 +3964,7 @@ type CancelTask struct {
 
 func (x *CancelTask) Reset() {
 	*x = CancelTask{}
-	mi := &file_log_proto_msgTypes[36]
+	mi := &file_log_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3976,7 @@ func (x *CancelTask) String() string {
 func (*CancelTask) ProtoMessage() {}
 
 func (x *CancelTask) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[36]
+	mi := &file_log_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3989,7 @@ func (x *CancelTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTask.ProtoReflect.Descriptor instead.
 func (*CancelTask) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{36}
+	return file_log_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelTask) GetNamespace() string {
@@ -3478,7 +4026,7 @@ type TaskRef struct {
 
 func (x *TaskRef) Reset() {
 	*x = TaskRef{}
-	mi := &file_log_proto_msgTypes[37]
+	mi := &file_log_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3490,7 +4038,7 @@ func (x *TaskRef) String() string {
 func (*TaskRef) ProtoMessage() {}
 
 func (x *TaskRef) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[37]
+	mi := &file_log_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3503,7 +4051,7 @@ func (x *TaskRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRef.ProtoReflect.Descriptor instead.
 func (*TaskRef) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{37}
+	return file_log_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TaskRef) GetNamespace() string {
@@ -3547,7 +4095,7 @@ type TaskEnqueued struct {
 
 func (x *TaskEnqueued) Reset() {
 	*x = TaskEnqueued{}
-	mi := &file_log_proto_msgTypes[38]
+	mi := &file_log_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3559,7 +4107,7 @@ func (x *TaskEnqueued) String() string {
 func (*TaskEnqueued) ProtoMessage() {}
 
 func (x *TaskEnqueued) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[38]
+	mi := &file_log_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3572,7 +4120,7 @@ func (x *TaskEnqueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEnqueued.ProtoReflect.Descriptor instead.
 func (*TaskEnqueued) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{38}
+	return file_log_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TaskEnqueued) GetTask() *TaskRef {
@@ -3624,7 +4172,7 @@ type TaskClaimed struct {
 
 func (x *TaskClaimed) Reset() {
 	*x = TaskClaimed{}
-	mi := &file_log_proto_msgTypes[39]
+	mi := &file_log_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3636,7 +4184,7 @@ func (x *TaskClaimed) String() string {
 func (*TaskClaimed) ProtoMessage() {}
 
 func (x *TaskClaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[39]
+	mi := &file_log_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3649,7 +4197,7 @@ func (x *TaskClaimed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskClaimed.ProtoReflect.Descriptor instead.
 func (*TaskClaimed) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{39}
+	return file_log_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TaskClaimed) GetTask() *TaskRef {
@@ -3699,7 +4247,7 @@ type TaskCompleted struct {
 
 func (x *TaskCompleted) Reset() {
 	*x = TaskCompleted{}
-	mi := &file_log_proto_msgTypes[40]
+	mi := &file_log_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +4259,7 @@ func (x *TaskCompleted) String() string {
 func (*TaskCompleted) ProtoMessage() {}
 
 func (x *TaskCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[40]
+	mi := &file_log_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +4272,7 @@ func (x *TaskCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCompleted.ProtoReflect.Descriptor instead.
 func (*TaskCompleted) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{40}
+	return file_log_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TaskCompleted) GetTask() *TaskRef {
@@ -3760,7 +4308,7 @@ type TaskFailed struct {
 
 func (x *TaskFailed) Reset() {
 	*x = TaskFailed{}
-	mi := &file_log_proto_msgTypes[41]
+	mi := &file_log_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +4320,7 @@ func (x *TaskFailed) String() string {
 func (*TaskFailed) ProtoMessage() {}
 
 func (x *TaskFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[41]
+	mi := &file_log_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +4333,7 @@ func (x *TaskFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFailed.ProtoReflect.Descriptor instead.
 func (*TaskFailed) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{41}
+	return file_log_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TaskFailed) GetTask() *TaskRef {
@@ -3821,7 +4369,7 @@ type TaskRequeued struct {
 
 func (x *TaskRequeued) Reset() {
 	*x = TaskRequeued{}
-	mi := &file_log_proto_msgTypes[42]
+	mi := &file_log_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3833,7 +4381,7 @@ func (x *TaskRequeued) String() string {
 func (*TaskRequeued) ProtoMessage() {}
 
 func (x *TaskRequeued) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[42]
+	mi := &file_log_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3846,7 +4394,7 @@ func (x *TaskRequeued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRequeued.ProtoReflect.Descriptor instead.
 func (*TaskRequeued) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{42}
+	return file_log_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TaskRequeued) GetTask() *TaskRef {
@@ -3883,7 +4431,7 @@ type TaskDead struct {
 
 func (x *TaskDead) Reset() {
 	*x = TaskDead{}
-	mi := &file_log_proto_msgTypes[43]
+	mi := &file_log_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3895,7 +4443,7 @@ func (x *TaskDead) String() string {
 func (*TaskDead) ProtoMessage() {}
 
 func (x *TaskDead) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[43]
+	mi := &file_log_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3908,7 +4456,7 @@ func (x *TaskDead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDead.ProtoReflect.Descriptor instead.
 func (*TaskDead) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{43}
+	return file_log_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TaskDead) GetTask() *TaskRef {
@@ -3949,7 +4497,7 @@ type TaskCancelled struct {
 
 func (x *TaskCancelled) Reset() {
 	*x = TaskCancelled{}
-	mi := &file_log_proto_msgTypes[44]
+	mi := &file_log_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3961,7 +4509,7 @@ func (x *TaskCancelled) String() string {
 func (*TaskCancelled) ProtoMessage() {}
 
 func (x *TaskCancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[44]
+	mi := &file_log_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3974,7 +4522,7 @@ func (x *TaskCancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCancelled.ProtoReflect.Descriptor instead.
 func (*TaskCancelled) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{44}
+	return file_log_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TaskCancelled) GetTask() *TaskRef {
@@ -4021,7 +4569,7 @@ type TaskSnap struct {
 
 func (x *TaskSnap) Reset() {
 	*x = TaskSnap{}
-	mi := &file_log_proto_msgTypes[45]
+	mi := &file_log_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4033,7 +4581,7 @@ func (x *TaskSnap) String() string {
 func (*TaskSnap) ProtoMessage() {}
 
 func (x *TaskSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[45]
+	mi := &file_log_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4046,7 +4594,7 @@ func (x *TaskSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSnap.ProtoReflect.Descriptor instead.
 func (*TaskSnap) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{45}
+	return file_log_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TaskSnap) GetSeq() uint64 {
@@ -4203,7 +4751,7 @@ const file_log_proto_rawDesc = "" +
 	"\tlog.proto\x12\rtenure.log.v1\x1a\x15tenure/v1/lease.proto\x1a\n" +
 	"pool.proto\";\n" +
 	"\x05Batch\x122\n" +
-	"\bcommands\x18\x01 \x03(\v2\x16.tenure.log.v1.CommandR\bcommands\"\xf4\b\n" +
+	"\bcommands\x18\x01 \x03(\v2\x16.tenure.log.v1.CommandR\bcommands\"\xd9\t\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04tick\x18\x01 \x01(\x03R\x04tick\x12\x12\n" +
 	"\x04wall\x18\x02 \x01(\x03R\x04wall\x12\x14\n" +
@@ -4225,7 +4773,9 @@ const file_log_proto_rawDesc = "" +
 	"\n" +
 	"set_member\x18\x15 \x01(\v2\x18.tenure.log.v1.SetMemberH\x00R\tsetMember\x12<\n" +
 	"\vcancel_wait\x18\x16 \x01(\v2\x19.tenure.log.v1.CancelWaitH\x00R\n" +
-	"cancelWait\x120\n" +
+	"cancelWait\x12/\n" +
+	"\x06derive\x18\x17 \x01(\v2\x15.tenure.log.v1.DeriveH\x00R\x06derive\x122\n" +
+	"\aconsume\x18\x18 \x01(\v2\x16.tenure.log.v1.ConsumeH\x00R\aconsume\x120\n" +
 	"\x04pool\x182 \x01(\v2\x1a.tenure.log.v1.PoolCommandH\x00R\x04pool\x122\n" +
 	"\aenqueue\x18( \x01(\v2\x16.tenure.log.v1.EnqueueH\x00R\aenqueue\x12,\n" +
 	"\x05claim\x18) \x01(\v2\x14.tenure.log.v1.ClaimH\x00R\x05claim\x12B\n" +
@@ -4242,15 +4792,55 @@ const file_log_proto_rawDesc = "" +
 	"\aremoved\x18\x04 \x01(\bR\aremoved\"i\n" +
 	"\tBootstrap\x12\x19\n" +
 	"\bkey_seed\x18\x01 \x01(\fR\akeySeed\x12A\n" +
-	"\x0edefault_policy\x18\x02 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\rdefaultPolicy\"\xc0\x01\n" +
+	"\x0edefault_policy\x18\x02 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\rdefaultPolicy\"\xfb\x01\n" +
 	"\aAcquire\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x16\n" +
 	"\x06holder\x18\x03 \x01(\tR\x06holder\x12\x1a\n" +
 	"\x06ttl_ms\x18\x04 \x01(\x03H\x00R\x05ttlMs\x88\x01\x01\x12#\n" +
 	"\x04mode\x18\x05 \x01(\x0e2\x0f.tenure.v1.ModeR\x04mode\x12\x17\n" +
-	"\await_ms\x18\x06 \x01(\x03R\x06waitMsB\t\n" +
-	"\a_ttl_ms\"\xa5\x01\n" +
+	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\x129\n" +
+	"\n" +
+	"derivation\x18\a \x01(\v2\x19.tenure.log.v1.DerivationR\n" +
+	"derivationB\t\n" +
+	"\a_ttl_ms\"\xa8\x02\n" +
+	"\x06Derive\x12&\n" +
+	"\x0fparent_lease_id\x18\x01 \x01(\tR\rparentLeaseId\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1d\n" +
+	"\n" +
+	"new_holder\x18\x03 \x01(\tR\tnewHolder\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\x12\x1a\n" +
+	"\bresource\x18\x05 \x01(\tR\bresource\x12\x1a\n" +
+	"\x06ttl_ms\x18\x06 \x01(\x03H\x00R\x05ttlMs\x88\x01\x01\x12#\n" +
+	"\x04mode\x18\a \x01(\x0e2\x0f.tenure.v1.ModeR\x04mode\x129\n" +
+	"\n" +
+	"derivation\x18\b \x01(\v2\x19.tenure.log.v1.DerivationR\n" +
+	"derivationB\t\n" +
+	"\a_ttl_ms\"n\n" +
+	"\aConsume\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x18\n" +
+	"\acounter\x18\x02 \x01(\tR\acounter\x12\x16\n" +
+	"\x06amount\x18\x03 \x01(\x03R\x06amount\x12\x16\n" +
+	"\x06holder\x18\x04 \x01(\tR\x06holder\"\xef\x01\n" +
+	"\n" +
+	"Derivation\x12\x1d\n" +
+	"\n" +
+	"parent_seq\x18\x01 \x01(\x04R\tparentSeq\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\x02 \x03(\tR\n" +
+	"namespaces\x12+\n" +
+	"\x11resource_prefixes\x18\x03 \x03(\tR\x10resourcePrefixes\x12\x18\n" +
+	"\aactions\x18\x04 \x03(\tR\aactions\x123\n" +
+	"\x06limits\x18\x05 \x03(\v2\x1b.tenure.log.v1.CounterLimitR\x06limits\x12&\n" +
+	"\x0fparent_lease_id\x18\x06 \x01(\tR\rparentLeaseId\">\n" +
+	"\fCounterLimit\x12\x18\n" +
+	"\acounter\x18\x01 \x01(\tR\acounter\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\"V\n" +
+	"\n" +
+	"CounterUse\x12\x18\n" +
+	"\acounter\x18\x01 \x01(\tR\acounter\x12\x12\n" +
+	"\x04used\x18\x02 \x01(\x03R\x04used\x12\x1a\n" +
+	"\breserved\x18\x03 \x01(\x03R\breserved\"\xa5\x01\n" +
 	"\x05Renew\x12\x1b\n" +
 	"\tlease_ids\x18\x01 \x03(\tR\bleaseIds\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\"\n" +
@@ -4293,7 +4883,7 @@ const file_log_proto_rawDesc = "" +
 	"CancelWait\x12\x1b\n" +
 	"\twaiter_id\x18\x01 \x01(\x04R\bwaiterId\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\"\t\n" +
-	"\aAdvance\"\x81\n" +
+	"\aAdvance\"\xbd\n" +
 	"\n" +
 	"\x06Record\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
@@ -4317,7 +4907,8 @@ const file_log_proto_rawDesc = "" +
 	"checkpoint\x18\x13 \x01(\v2\x19.tenure.log.v1.CheckpointH\x00R\n" +
 	"checkpoint\x129\n" +
 	"\n" +
-	"member_set\x18\x14 \x01(\v2\x18.tenure.log.v1.MemberSetH\x00R\tmemberSet\x12B\n" +
+	"member_set\x18\x14 \x01(\v2\x18.tenure.log.v1.MemberSetH\x00R\tmemberSet\x12:\n" +
+	"\bconsumed\x18\x15 \x01(\v2\x1c.tenure.log.v1.LeaseConsumedH\x00R\bconsumed\x12B\n" +
 	"\rtask_enqueued\x18( \x01(\v2\x1b.tenure.log.v1.TaskEnqueuedH\x00R\ftaskEnqueued\x12?\n" +
 	"\ftask_claimed\x18) \x01(\v2\x1a.tenure.log.v1.TaskClaimedH\x00R\vtaskClaimed\x12E\n" +
 	"\x0etask_completed\x18* \x01(\v2\x1c.tenure.log.v1.TaskCompletedH\x00R\rtaskCompleted\x12<\n" +
@@ -4337,7 +4928,7 @@ const file_log_proto_rawDesc = "" +
 	"\vInitialized\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x01 \x01(\fR\tpublicKey\x12A\n" +
-	"\x0edefault_policy\x18\x02 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\rdefaultPolicy\"\xa1\x03\n" +
+	"\x0edefault_policy\x18\x02 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\rdefaultPolicy\"\xdc\x03\n" +
 	"\vLeaseIssued\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -4352,7 +4943,14 @@ const file_log_proto_rawDesc = "" +
 	" \x01(\x03R\rmaxLifetimeMs\x12\x1b\n" +
 	"\twaiter_id\x18\v \x01(\x04R\bwaiterId\x12)\n" +
 	"\x10transferred_from\x18\f \x01(\x04R\x0ftransferredFrom\x12\x19\n" +
-	"\blease_id\x18\r \x01(\tR\aleaseId\"\x89\x01\n" +
+	"\blease_id\x18\r \x01(\tR\aleaseId\x129\n" +
+	"\n" +
+	"derivation\x18\x0e \x01(\v2\x19.tenure.log.v1.DerivationR\n" +
+	"derivation\"p\n" +
+	"\rLeaseConsumed\x12-\n" +
+	"\x05lease\x18\x01 \x01(\v2\x17.tenure.log.v1.LeaseRefR\x05lease\x12\x18\n" +
+	"\acounter\x18\x02 \x01(\tR\acounter\x12\x16\n" +
+	"\x06amount\x18\x03 \x01(\x03R\x06amount\"\x89\x01\n" +
 	"\bLeaseRef\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x1c\n" +
@@ -4363,21 +4961,22 @@ const file_log_proto_rawDesc = "" +
 	"\x05lease\x18\x01 \x01(\v2\x17.tenure.log.v1.LeaseRefR\x05lease\x12!\n" +
 	"\fexpires_tick\x18\x02 \x01(\x03R\vexpiresTick\x12!\n" +
 	"\fexpires_wall\x18\x03 \x01(\x03R\vexpiresWall\x12\x15\n" +
-	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\"\xe1\x01\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\"\xfc\x01\n" +
 	"\n" +
 	"LeaseEnded\x12-\n" +
 	"\x05lease\x18\x01 \x01(\v2\x17.tenure.log.v1.LeaseRefR\x05lease\x12&\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x10.tenure.v1.StateR\x05state\x120\n" +
 	"\x06reason\x18\x03 \x01(\x0e2\x18.tenure.v1.ReleaseReasonR\x06reason\x12#\n" +
 	"\rrevoke_reason\x18\x04 \x01(\tR\frevokeReason\x12%\n" +
-	"\x0etransferred_to\x18\x05 \x01(\x04R\rtransferredTo\"y\n" +
+	"\x0etransferred_to\x18\x05 \x01(\x04R\rtransferredTo\x12\x19\n" +
+	"\bended_by\x18\x06 \x01(\x04R\aendedBy\"y\n" +
 	"\n" +
 	"LeaseGrace\x12-\n" +
 	"\x05lease\x18\x01 \x01(\v2\x17.tenure.log.v1.LeaseRefR\x05lease\x12\x1d\n" +
 	"\n" +
 	"until_tick\x18\x02 \x01(\x03R\tuntilTick\x12\x1d\n" +
 	"\n" +
-	"until_wall\x18\x03 \x01(\x03R\tuntilWall\"\xa9\x02\n" +
+	"until_wall\x18\x03 \x01(\x03R\tuntilWall\"\xe4\x02\n" +
 	"\fWaiterQueued\x12\x1b\n" +
 	"\twaiter_id\x18\x01 \x01(\x04R\bwaiterId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -4387,7 +4986,11 @@ const file_log_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x06 \x01(\x03R\x05ttlMs\x12#\n" +
 	"\rdeadline_tick\x18\a \x01(\x03R\fdeadlineTick\x12!\n" +
 	"\fmax_renewals\x18\b \x01(\rR\vmaxRenewals\x12&\n" +
-	"\x0fmax_lifetime_ms\x18\t \x01(\x03R\rmaxLifetimeMs\"|\n" +
+	"\x0fmax_lifetime_ms\x18\t \x01(\x03R\rmaxLifetimeMs\x129\n" +
+	"\n" +
+	"derivation\x18\n" +
+	" \x01(\v2\x19.tenure.log.v1.DerivationR\n" +
+	"derivation\"|\n" +
 	"\vWaiterEnded\x12\x1b\n" +
 	"\twaiter_id\x18\x01 \x01(\x04R\bwaiterId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -4406,7 +5009,7 @@ const file_log_proto_rawDesc = "" +
 	"Checkpoint\x12!\n" +
 	"\fcovers_index\x18\x01 \x01(\x04R\vcoversIndex\x12\x12\n" +
 	"\x04head\x18\x02 \x01(\fR\x04head\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\"\x8f\x06\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xa6\a\n" +
 	"\tLeaseSnap\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -4434,7 +5037,12 @@ const file_log_proto_rawDesc = "" +
 	"\x0fmax_lifetime_ms\x18\x15 \x01(\x03R\rmaxLifetimeMs\x12#\n" +
 	"\rrevoke_reason\x18\x16 \x01(\tR\frevokeReason\x12\x1d\n" +
 	"\n" +
-	"ended_tick\x18\x17 \x01(\x03R\tendedTickJ\x04\b\x0f\x10\x10\"v\n" +
+	"ended_tick\x18\x17 \x01(\x03R\tendedTick\x129\n" +
+	"\n" +
+	"derivation\x18\x18 \x01(\v2\x19.tenure.log.v1.DerivationR\n" +
+	"derivation\x12/\n" +
+	"\x05usage\x18\x19 \x03(\v2\x19.tenure.log.v1.CounterUseR\x05usage\x12)\n" +
+	"\x11ended_by_lease_id\x18\x1a \x01(\tR\x0eendedByLeaseIdJ\x04\b\x0f\x10\x10\"v\n" +
 	"\x10GuardedStateSnap\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x14\n" +
@@ -4583,139 +5191,157 @@ func file_log_proto_rawDescGZIP() []byte {
 	return file_log_proto_rawDescData
 }
 
-var file_log_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_log_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_log_proto_goTypes = []any{
 	(*Batch)(nil),              // 0: tenure.log.v1.Batch
 	(*Command)(nil),            // 1: tenure.log.v1.Command
 	(*SetMember)(nil),          // 2: tenure.log.v1.SetMember
 	(*Bootstrap)(nil),          // 3: tenure.log.v1.Bootstrap
 	(*Acquire)(nil),            // 4: tenure.log.v1.Acquire
-	(*Renew)(nil),              // 5: tenure.log.v1.Renew
-	(*Release)(nil),            // 6: tenure.log.v1.Release
-	(*Revoke)(nil),             // 7: tenure.log.v1.Revoke
-	(*Transfer)(nil),           // 8: tenure.log.v1.Transfer
-	(*Expire)(nil),             // 9: tenure.log.v1.Expire
-	(*DeclareRestart)(nil),     // 10: tenure.log.v1.DeclareRestart
-	(*WriteState)(nil),         // 11: tenure.log.v1.WriteState
-	(*SetPolicy)(nil),          // 12: tenure.log.v1.SetPolicy
-	(*CancelWait)(nil),         // 13: tenure.log.v1.CancelWait
-	(*Advance)(nil),            // 14: tenure.log.v1.Advance
-	(*Record)(nil),             // 15: tenure.log.v1.Record
-	(*MemberSet)(nil),          // 16: tenure.log.v1.MemberSet
-	(*Initialized)(nil),        // 17: tenure.log.v1.Initialized
-	(*LeaseIssued)(nil),        // 18: tenure.log.v1.LeaseIssued
-	(*LeaseRef)(nil),           // 19: tenure.log.v1.LeaseRef
-	(*LeaseRenewed)(nil),       // 20: tenure.log.v1.LeaseRenewed
-	(*LeaseEnded)(nil),         // 21: tenure.log.v1.LeaseEnded
-	(*LeaseGrace)(nil),         // 22: tenure.log.v1.LeaseGrace
-	(*WaiterQueued)(nil),       // 23: tenure.log.v1.WaiterQueued
-	(*WaiterEnded)(nil),        // 24: tenure.log.v1.WaiterEnded
-	(*StateWritten)(nil),       // 25: tenure.log.v1.StateWritten
-	(*PolicySet)(nil),          // 26: tenure.log.v1.PolicySet
-	(*Checkpoint)(nil),         // 27: tenure.log.v1.Checkpoint
-	(*LeaseSnap)(nil),          // 28: tenure.log.v1.LeaseSnap
-	(*GuardedStateSnap)(nil),   // 29: tenure.log.v1.GuardedStateSnap
-	(*Snapshot)(nil),           // 30: tenure.log.v1.Snapshot
-	(*NewTask)(nil),            // 31: tenure.log.v1.NewTask
-	(*Enqueue)(nil),            // 32: tenure.log.v1.Enqueue
-	(*Claim)(nil),              // 33: tenure.log.v1.Claim
-	(*CompleteTask)(nil),       // 34: tenure.log.v1.CompleteTask
-	(*FailTask)(nil),           // 35: tenure.log.v1.FailTask
-	(*CancelTask)(nil),         // 36: tenure.log.v1.CancelTask
-	(*TaskRef)(nil),            // 37: tenure.log.v1.TaskRef
-	(*TaskEnqueued)(nil),       // 38: tenure.log.v1.TaskEnqueued
-	(*TaskClaimed)(nil),        // 39: tenure.log.v1.TaskClaimed
-	(*TaskCompleted)(nil),      // 40: tenure.log.v1.TaskCompleted
-	(*TaskFailed)(nil),         // 41: tenure.log.v1.TaskFailed
-	(*TaskRequeued)(nil),       // 42: tenure.log.v1.TaskRequeued
-	(*TaskDead)(nil),           // 43: tenure.log.v1.TaskDead
-	(*TaskCancelled)(nil),      // 44: tenure.log.v1.TaskCancelled
-	(*TaskSnap)(nil),           // 45: tenure.log.v1.TaskSnap
-	(*PoolCommand)(nil),        // 46: tenure.log.v1.PoolCommand
-	(*v1.NamespacePolicy)(nil), // 47: tenure.v1.NamespacePolicy
-	(v1.Mode)(0),               // 48: tenure.v1.Mode
-	(v1.ReleaseReason)(0),      // 49: tenure.v1.ReleaseReason
-	(*PoolRecord)(nil),         // 50: tenure.log.v1.PoolRecord
-	(v1.State)(0),              // 51: tenure.v1.State
-	(*PoolSnap)(nil),           // 52: tenure.log.v1.PoolSnap
+	(*Derive)(nil),             // 5: tenure.log.v1.Derive
+	(*Consume)(nil),            // 6: tenure.log.v1.Consume
+	(*Derivation)(nil),         // 7: tenure.log.v1.Derivation
+	(*CounterLimit)(nil),       // 8: tenure.log.v1.CounterLimit
+	(*CounterUse)(nil),         // 9: tenure.log.v1.CounterUse
+	(*Renew)(nil),              // 10: tenure.log.v1.Renew
+	(*Release)(nil),            // 11: tenure.log.v1.Release
+	(*Revoke)(nil),             // 12: tenure.log.v1.Revoke
+	(*Transfer)(nil),           // 13: tenure.log.v1.Transfer
+	(*Expire)(nil),             // 14: tenure.log.v1.Expire
+	(*DeclareRestart)(nil),     // 15: tenure.log.v1.DeclareRestart
+	(*WriteState)(nil),         // 16: tenure.log.v1.WriteState
+	(*SetPolicy)(nil),          // 17: tenure.log.v1.SetPolicy
+	(*CancelWait)(nil),         // 18: tenure.log.v1.CancelWait
+	(*Advance)(nil),            // 19: tenure.log.v1.Advance
+	(*Record)(nil),             // 20: tenure.log.v1.Record
+	(*MemberSet)(nil),          // 21: tenure.log.v1.MemberSet
+	(*Initialized)(nil),        // 22: tenure.log.v1.Initialized
+	(*LeaseIssued)(nil),        // 23: tenure.log.v1.LeaseIssued
+	(*LeaseConsumed)(nil),      // 24: tenure.log.v1.LeaseConsumed
+	(*LeaseRef)(nil),           // 25: tenure.log.v1.LeaseRef
+	(*LeaseRenewed)(nil),       // 26: tenure.log.v1.LeaseRenewed
+	(*LeaseEnded)(nil),         // 27: tenure.log.v1.LeaseEnded
+	(*LeaseGrace)(nil),         // 28: tenure.log.v1.LeaseGrace
+	(*WaiterQueued)(nil),       // 29: tenure.log.v1.WaiterQueued
+	(*WaiterEnded)(nil),        // 30: tenure.log.v1.WaiterEnded
+	(*StateWritten)(nil),       // 31: tenure.log.v1.StateWritten
+	(*PolicySet)(nil),          // 32: tenure.log.v1.PolicySet
+	(*Checkpoint)(nil),         // 33: tenure.log.v1.Checkpoint
+	(*LeaseSnap)(nil),          // 34: tenure.log.v1.LeaseSnap
+	(*GuardedStateSnap)(nil),   // 35: tenure.log.v1.GuardedStateSnap
+	(*Snapshot)(nil),           // 36: tenure.log.v1.Snapshot
+	(*NewTask)(nil),            // 37: tenure.log.v1.NewTask
+	(*Enqueue)(nil),            // 38: tenure.log.v1.Enqueue
+	(*Claim)(nil),              // 39: tenure.log.v1.Claim
+	(*CompleteTask)(nil),       // 40: tenure.log.v1.CompleteTask
+	(*FailTask)(nil),           // 41: tenure.log.v1.FailTask
+	(*CancelTask)(nil),         // 42: tenure.log.v1.CancelTask
+	(*TaskRef)(nil),            // 43: tenure.log.v1.TaskRef
+	(*TaskEnqueued)(nil),       // 44: tenure.log.v1.TaskEnqueued
+	(*TaskClaimed)(nil),        // 45: tenure.log.v1.TaskClaimed
+	(*TaskCompleted)(nil),      // 46: tenure.log.v1.TaskCompleted
+	(*TaskFailed)(nil),         // 47: tenure.log.v1.TaskFailed
+	(*TaskRequeued)(nil),       // 48: tenure.log.v1.TaskRequeued
+	(*TaskDead)(nil),           // 49: tenure.log.v1.TaskDead
+	(*TaskCancelled)(nil),      // 50: tenure.log.v1.TaskCancelled
+	(*TaskSnap)(nil),           // 51: tenure.log.v1.TaskSnap
+	(*PoolCommand)(nil),        // 52: tenure.log.v1.PoolCommand
+	(*v1.NamespacePolicy)(nil), // 53: tenure.v1.NamespacePolicy
+	(v1.Mode)(0),               // 54: tenure.v1.Mode
+	(v1.ReleaseReason)(0),      // 55: tenure.v1.ReleaseReason
+	(*PoolRecord)(nil),         // 56: tenure.log.v1.PoolRecord
+	(v1.State)(0),              // 57: tenure.v1.State
+	(*PoolSnap)(nil),           // 58: tenure.log.v1.PoolSnap
 }
 var file_log_proto_depIdxs = []int32{
 	1,  // 0: tenure.log.v1.Batch.commands:type_name -> tenure.log.v1.Command
 	3,  // 1: tenure.log.v1.Command.bootstrap:type_name -> tenure.log.v1.Bootstrap
 	4,  // 2: tenure.log.v1.Command.acquire:type_name -> tenure.log.v1.Acquire
-	5,  // 3: tenure.log.v1.Command.renew:type_name -> tenure.log.v1.Renew
-	6,  // 4: tenure.log.v1.Command.release:type_name -> tenure.log.v1.Release
-	7,  // 5: tenure.log.v1.Command.revoke:type_name -> tenure.log.v1.Revoke
-	8,  // 6: tenure.log.v1.Command.transfer:type_name -> tenure.log.v1.Transfer
-	9,  // 7: tenure.log.v1.Command.expire:type_name -> tenure.log.v1.Expire
-	10, // 8: tenure.log.v1.Command.declare_restart:type_name -> tenure.log.v1.DeclareRestart
-	11, // 9: tenure.log.v1.Command.write_state:type_name -> tenure.log.v1.WriteState
-	12, // 10: tenure.log.v1.Command.set_policy:type_name -> tenure.log.v1.SetPolicy
-	14, // 11: tenure.log.v1.Command.advance:type_name -> tenure.log.v1.Advance
+	10, // 3: tenure.log.v1.Command.renew:type_name -> tenure.log.v1.Renew
+	11, // 4: tenure.log.v1.Command.release:type_name -> tenure.log.v1.Release
+	12, // 5: tenure.log.v1.Command.revoke:type_name -> tenure.log.v1.Revoke
+	13, // 6: tenure.log.v1.Command.transfer:type_name -> tenure.log.v1.Transfer
+	14, // 7: tenure.log.v1.Command.expire:type_name -> tenure.log.v1.Expire
+	15, // 8: tenure.log.v1.Command.declare_restart:type_name -> tenure.log.v1.DeclareRestart
+	16, // 9: tenure.log.v1.Command.write_state:type_name -> tenure.log.v1.WriteState
+	17, // 10: tenure.log.v1.Command.set_policy:type_name -> tenure.log.v1.SetPolicy
+	19, // 11: tenure.log.v1.Command.advance:type_name -> tenure.log.v1.Advance
 	2,  // 12: tenure.log.v1.Command.set_member:type_name -> tenure.log.v1.SetMember
-	13, // 13: tenure.log.v1.Command.cancel_wait:type_name -> tenure.log.v1.CancelWait
-	46, // 14: tenure.log.v1.Command.pool:type_name -> tenure.log.v1.PoolCommand
-	32, // 15: tenure.log.v1.Command.enqueue:type_name -> tenure.log.v1.Enqueue
-	33, // 16: tenure.log.v1.Command.claim:type_name -> tenure.log.v1.Claim
-	34, // 17: tenure.log.v1.Command.complete_task:type_name -> tenure.log.v1.CompleteTask
-	35, // 18: tenure.log.v1.Command.fail_task:type_name -> tenure.log.v1.FailTask
-	36, // 19: tenure.log.v1.Command.cancel_task:type_name -> tenure.log.v1.CancelTask
-	47, // 20: tenure.log.v1.Bootstrap.default_policy:type_name -> tenure.v1.NamespacePolicy
-	48, // 21: tenure.log.v1.Acquire.mode:type_name -> tenure.v1.Mode
-	49, // 22: tenure.log.v1.Release.reason:type_name -> tenure.v1.ReleaseReason
-	47, // 23: tenure.log.v1.SetPolicy.policy:type_name -> tenure.v1.NamespacePolicy
-	17, // 24: tenure.log.v1.Record.initialized:type_name -> tenure.log.v1.Initialized
-	18, // 25: tenure.log.v1.Record.issued:type_name -> tenure.log.v1.LeaseIssued
-	20, // 26: tenure.log.v1.Record.renewed:type_name -> tenure.log.v1.LeaseRenewed
-	21, // 27: tenure.log.v1.Record.ended:type_name -> tenure.log.v1.LeaseEnded
-	22, // 28: tenure.log.v1.Record.grace:type_name -> tenure.log.v1.LeaseGrace
-	23, // 29: tenure.log.v1.Record.waiting:type_name -> tenure.log.v1.WaiterQueued
-	24, // 30: tenure.log.v1.Record.wait_ended:type_name -> tenure.log.v1.WaiterEnded
-	25, // 31: tenure.log.v1.Record.state_written:type_name -> tenure.log.v1.StateWritten
-	26, // 32: tenure.log.v1.Record.policy_set:type_name -> tenure.log.v1.PolicySet
-	27, // 33: tenure.log.v1.Record.checkpoint:type_name -> tenure.log.v1.Checkpoint
-	16, // 34: tenure.log.v1.Record.member_set:type_name -> tenure.log.v1.MemberSet
-	38, // 35: tenure.log.v1.Record.task_enqueued:type_name -> tenure.log.v1.TaskEnqueued
-	39, // 36: tenure.log.v1.Record.task_claimed:type_name -> tenure.log.v1.TaskClaimed
-	40, // 37: tenure.log.v1.Record.task_completed:type_name -> tenure.log.v1.TaskCompleted
-	41, // 38: tenure.log.v1.Record.task_failed:type_name -> tenure.log.v1.TaskFailed
-	42, // 39: tenure.log.v1.Record.task_requeued:type_name -> tenure.log.v1.TaskRequeued
-	43, // 40: tenure.log.v1.Record.task_dead:type_name -> tenure.log.v1.TaskDead
-	44, // 41: tenure.log.v1.Record.task_cancelled:type_name -> tenure.log.v1.TaskCancelled
-	50, // 42: tenure.log.v1.Record.pool:type_name -> tenure.log.v1.PoolRecord
-	47, // 43: tenure.log.v1.Initialized.default_policy:type_name -> tenure.v1.NamespacePolicy
-	48, // 44: tenure.log.v1.LeaseIssued.mode:type_name -> tenure.v1.Mode
-	19, // 45: tenure.log.v1.LeaseRenewed.lease:type_name -> tenure.log.v1.LeaseRef
-	19, // 46: tenure.log.v1.LeaseEnded.lease:type_name -> tenure.log.v1.LeaseRef
-	51, // 47: tenure.log.v1.LeaseEnded.state:type_name -> tenure.v1.State
-	49, // 48: tenure.log.v1.LeaseEnded.reason:type_name -> tenure.v1.ReleaseReason
-	19, // 49: tenure.log.v1.LeaseGrace.lease:type_name -> tenure.log.v1.LeaseRef
-	48, // 50: tenure.log.v1.WaiterQueued.mode:type_name -> tenure.v1.Mode
-	47, // 51: tenure.log.v1.PolicySet.policy:type_name -> tenure.v1.NamespacePolicy
-	48, // 52: tenure.log.v1.LeaseSnap.mode:type_name -> tenure.v1.Mode
-	51, // 53: tenure.log.v1.LeaseSnap.state:type_name -> tenure.v1.State
-	49, // 54: tenure.log.v1.LeaseSnap.reason:type_name -> tenure.v1.ReleaseReason
-	28, // 55: tenure.log.v1.Snapshot.leases:type_name -> tenure.log.v1.LeaseSnap
-	23, // 56: tenure.log.v1.Snapshot.waiters:type_name -> tenure.log.v1.WaiterQueued
-	29, // 57: tenure.log.v1.Snapshot.states:type_name -> tenure.log.v1.GuardedStateSnap
-	26, // 58: tenure.log.v1.Snapshot.policies:type_name -> tenure.log.v1.PolicySet
-	47, // 59: tenure.log.v1.Snapshot.default_policy:type_name -> tenure.v1.NamespacePolicy
-	16, // 60: tenure.log.v1.Snapshot.members:type_name -> tenure.log.v1.MemberSet
-	45, // 61: tenure.log.v1.Snapshot.tasks:type_name -> tenure.log.v1.TaskSnap
-	52, // 62: tenure.log.v1.Snapshot.pools:type_name -> tenure.log.v1.PoolSnap
-	31, // 63: tenure.log.v1.Enqueue.tasks:type_name -> tenure.log.v1.NewTask
-	37, // 64: tenure.log.v1.TaskEnqueued.task:type_name -> tenure.log.v1.TaskRef
-	37, // 65: tenure.log.v1.TaskClaimed.task:type_name -> tenure.log.v1.TaskRef
-	37, // 66: tenure.log.v1.TaskCompleted.task:type_name -> tenure.log.v1.TaskRef
-	37, // 67: tenure.log.v1.TaskFailed.task:type_name -> tenure.log.v1.TaskRef
-	37, // 68: tenure.log.v1.TaskRequeued.task:type_name -> tenure.log.v1.TaskRef
-	37, // 69: tenure.log.v1.TaskDead.task:type_name -> tenure.log.v1.TaskRef
-	37, // 70: tenure.log.v1.TaskCancelled.task:type_name -> tenure.log.v1.TaskRef
-	71, // [71:71] is the sub-list for method output_type
-	71, // [71:71] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	18, // 13: tenure.log.v1.Command.cancel_wait:type_name -> tenure.log.v1.CancelWait
+	5,  // 14: tenure.log.v1.Command.derive:type_name -> tenure.log.v1.Derive
+	6,  // 15: tenure.log.v1.Command.consume:type_name -> tenure.log.v1.Consume
+	52, // 16: tenure.log.v1.Command.pool:type_name -> tenure.log.v1.PoolCommand
+	38, // 17: tenure.log.v1.Command.enqueue:type_name -> tenure.log.v1.Enqueue
+	39, // 18: tenure.log.v1.Command.claim:type_name -> tenure.log.v1.Claim
+	40, // 19: tenure.log.v1.Command.complete_task:type_name -> tenure.log.v1.CompleteTask
+	41, // 20: tenure.log.v1.Command.fail_task:type_name -> tenure.log.v1.FailTask
+	42, // 21: tenure.log.v1.Command.cancel_task:type_name -> tenure.log.v1.CancelTask
+	53, // 22: tenure.log.v1.Bootstrap.default_policy:type_name -> tenure.v1.NamespacePolicy
+	54, // 23: tenure.log.v1.Acquire.mode:type_name -> tenure.v1.Mode
+	7,  // 24: tenure.log.v1.Acquire.derivation:type_name -> tenure.log.v1.Derivation
+	54, // 25: tenure.log.v1.Derive.mode:type_name -> tenure.v1.Mode
+	7,  // 26: tenure.log.v1.Derive.derivation:type_name -> tenure.log.v1.Derivation
+	8,  // 27: tenure.log.v1.Derivation.limits:type_name -> tenure.log.v1.CounterLimit
+	55, // 28: tenure.log.v1.Release.reason:type_name -> tenure.v1.ReleaseReason
+	53, // 29: tenure.log.v1.SetPolicy.policy:type_name -> tenure.v1.NamespacePolicy
+	22, // 30: tenure.log.v1.Record.initialized:type_name -> tenure.log.v1.Initialized
+	23, // 31: tenure.log.v1.Record.issued:type_name -> tenure.log.v1.LeaseIssued
+	26, // 32: tenure.log.v1.Record.renewed:type_name -> tenure.log.v1.LeaseRenewed
+	27, // 33: tenure.log.v1.Record.ended:type_name -> tenure.log.v1.LeaseEnded
+	28, // 34: tenure.log.v1.Record.grace:type_name -> tenure.log.v1.LeaseGrace
+	29, // 35: tenure.log.v1.Record.waiting:type_name -> tenure.log.v1.WaiterQueued
+	30, // 36: tenure.log.v1.Record.wait_ended:type_name -> tenure.log.v1.WaiterEnded
+	31, // 37: tenure.log.v1.Record.state_written:type_name -> tenure.log.v1.StateWritten
+	32, // 38: tenure.log.v1.Record.policy_set:type_name -> tenure.log.v1.PolicySet
+	33, // 39: tenure.log.v1.Record.checkpoint:type_name -> tenure.log.v1.Checkpoint
+	21, // 40: tenure.log.v1.Record.member_set:type_name -> tenure.log.v1.MemberSet
+	24, // 41: tenure.log.v1.Record.consumed:type_name -> tenure.log.v1.LeaseConsumed
+	44, // 42: tenure.log.v1.Record.task_enqueued:type_name -> tenure.log.v1.TaskEnqueued
+	45, // 43: tenure.log.v1.Record.task_claimed:type_name -> tenure.log.v1.TaskClaimed
+	46, // 44: tenure.log.v1.Record.task_completed:type_name -> tenure.log.v1.TaskCompleted
+	47, // 45: tenure.log.v1.Record.task_failed:type_name -> tenure.log.v1.TaskFailed
+	48, // 46: tenure.log.v1.Record.task_requeued:type_name -> tenure.log.v1.TaskRequeued
+	49, // 47: tenure.log.v1.Record.task_dead:type_name -> tenure.log.v1.TaskDead
+	50, // 48: tenure.log.v1.Record.task_cancelled:type_name -> tenure.log.v1.TaskCancelled
+	56, // 49: tenure.log.v1.Record.pool:type_name -> tenure.log.v1.PoolRecord
+	53, // 50: tenure.log.v1.Initialized.default_policy:type_name -> tenure.v1.NamespacePolicy
+	54, // 51: tenure.log.v1.LeaseIssued.mode:type_name -> tenure.v1.Mode
+	7,  // 52: tenure.log.v1.LeaseIssued.derivation:type_name -> tenure.log.v1.Derivation
+	25, // 53: tenure.log.v1.LeaseConsumed.lease:type_name -> tenure.log.v1.LeaseRef
+	25, // 54: tenure.log.v1.LeaseRenewed.lease:type_name -> tenure.log.v1.LeaseRef
+	25, // 55: tenure.log.v1.LeaseEnded.lease:type_name -> tenure.log.v1.LeaseRef
+	57, // 56: tenure.log.v1.LeaseEnded.state:type_name -> tenure.v1.State
+	55, // 57: tenure.log.v1.LeaseEnded.reason:type_name -> tenure.v1.ReleaseReason
+	25, // 58: tenure.log.v1.LeaseGrace.lease:type_name -> tenure.log.v1.LeaseRef
+	54, // 59: tenure.log.v1.WaiterQueued.mode:type_name -> tenure.v1.Mode
+	7,  // 60: tenure.log.v1.WaiterQueued.derivation:type_name -> tenure.log.v1.Derivation
+	53, // 61: tenure.log.v1.PolicySet.policy:type_name -> tenure.v1.NamespacePolicy
+	54, // 62: tenure.log.v1.LeaseSnap.mode:type_name -> tenure.v1.Mode
+	57, // 63: tenure.log.v1.LeaseSnap.state:type_name -> tenure.v1.State
+	55, // 64: tenure.log.v1.LeaseSnap.reason:type_name -> tenure.v1.ReleaseReason
+	7,  // 65: tenure.log.v1.LeaseSnap.derivation:type_name -> tenure.log.v1.Derivation
+	9,  // 66: tenure.log.v1.LeaseSnap.usage:type_name -> tenure.log.v1.CounterUse
+	34, // 67: tenure.log.v1.Snapshot.leases:type_name -> tenure.log.v1.LeaseSnap
+	29, // 68: tenure.log.v1.Snapshot.waiters:type_name -> tenure.log.v1.WaiterQueued
+	35, // 69: tenure.log.v1.Snapshot.states:type_name -> tenure.log.v1.GuardedStateSnap
+	32, // 70: tenure.log.v1.Snapshot.policies:type_name -> tenure.log.v1.PolicySet
+	53, // 71: tenure.log.v1.Snapshot.default_policy:type_name -> tenure.v1.NamespacePolicy
+	21, // 72: tenure.log.v1.Snapshot.members:type_name -> tenure.log.v1.MemberSet
+	51, // 73: tenure.log.v1.Snapshot.tasks:type_name -> tenure.log.v1.TaskSnap
+	58, // 74: tenure.log.v1.Snapshot.pools:type_name -> tenure.log.v1.PoolSnap
+	37, // 75: tenure.log.v1.Enqueue.tasks:type_name -> tenure.log.v1.NewTask
+	43, // 76: tenure.log.v1.TaskEnqueued.task:type_name -> tenure.log.v1.TaskRef
+	43, // 77: tenure.log.v1.TaskClaimed.task:type_name -> tenure.log.v1.TaskRef
+	43, // 78: tenure.log.v1.TaskCompleted.task:type_name -> tenure.log.v1.TaskRef
+	43, // 79: tenure.log.v1.TaskFailed.task:type_name -> tenure.log.v1.TaskRef
+	43, // 80: tenure.log.v1.TaskRequeued.task:type_name -> tenure.log.v1.TaskRef
+	43, // 81: tenure.log.v1.TaskDead.task:type_name -> tenure.log.v1.TaskRef
+	43, // 82: tenure.log.v1.TaskCancelled.task:type_name -> tenure.log.v1.TaskRef
+	83, // [83:83] is the sub-list for method output_type
+	83, // [83:83] is the sub-list for method input_type
+	83, // [83:83] is the sub-list for extension type_name
+	83, // [83:83] is the sub-list for extension extendee
+	0,  // [0:83] is the sub-list for field type_name
 }
 
 func init() { file_log_proto_init() }
@@ -4738,6 +5364,8 @@ func file_log_proto_init() {
 		(*Command_Advance)(nil),
 		(*Command_SetMember)(nil),
 		(*Command_CancelWait)(nil),
+		(*Command_Derive)(nil),
+		(*Command_Consume)(nil),
 		(*Command_Pool)(nil),
 		(*Command_Enqueue)(nil),
 		(*Command_Claim)(nil),
@@ -4747,9 +5375,10 @@ func file_log_proto_init() {
 	}
 	file_log_proto_msgTypes[4].OneofWrappers = []any{}
 	file_log_proto_msgTypes[5].OneofWrappers = []any{}
-	file_log_proto_msgTypes[8].OneofWrappers = []any{}
 	file_log_proto_msgTypes[10].OneofWrappers = []any{}
-	file_log_proto_msgTypes[15].OneofWrappers = []any{
+	file_log_proto_msgTypes[13].OneofWrappers = []any{}
+	file_log_proto_msgTypes[15].OneofWrappers = []any{}
+	file_log_proto_msgTypes[20].OneofWrappers = []any{
 		(*Record_Initialized)(nil),
 		(*Record_Issued)(nil),
 		(*Record_Renewed)(nil),
@@ -4761,6 +5390,7 @@ func file_log_proto_init() {
 		(*Record_PolicySet)(nil),
 		(*Record_Checkpoint)(nil),
 		(*Record_MemberSet)(nil),
+		(*Record_Consumed)(nil),
 		(*Record_TaskEnqueued)(nil),
 		(*Record_TaskClaimed)(nil),
 		(*Record_TaskCompleted)(nil),
@@ -4770,15 +5400,15 @@ func file_log_proto_init() {
 		(*Record_TaskCancelled)(nil),
 		(*Record_Pool)(nil),
 	}
-	file_log_proto_msgTypes[33].OneofWrappers = []any{}
-	file_log_proto_msgTypes[35].OneofWrappers = []any{}
+	file_log_proto_msgTypes[39].OneofWrappers = []any{}
+	file_log_proto_msgTypes[41].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_log_proto_rawDesc), len(file_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,6 +1,7 @@
 package registrar
 
 import (
+	"slices"
 	"strconv"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -98,6 +99,13 @@ func (r *Registrar) Advance(tx *Tx) {
 // handoff is set, grants the resource to its waiters in the same step.
 // It returns the lease's id.
 func (r *Registrar) end(tx *Tx, l *lease, e *logpb.LeaseEnded, handoff bool) string {
+	if l.tree != nil {
+		top := e.EndedBy
+		if top == 0 {
+			top = l.seq
+		}
+		r.endDescendants(tx, l, e, top)
+	}
 	e.Lease = r.ref(l)
 	tx.Emit(&logpb.Record{Body: &logpb.Record_Ended{Ended: e}})
 	if len(r.onEnd) > 0 {
@@ -131,7 +139,7 @@ func (r *Registrar) handoff(tx *Tx, res *resource) {
 		}
 		r.issue(tx, issueArgs{
 			ns: res.ns.name, resource: res.name, holder: w.holder, mode: w.mode, ttl: w.ttl,
-			maxRenewals: w.maxRenewals, maxLifetime: w.maxLifetime, waiterID: w.id,
+			maxRenewals: w.maxRenewals, maxLifetime: w.maxLifetime, waiterID: w.id, deriv: w.deriv,
 		})
 	}
 }
@@ -144,6 +152,13 @@ type issueArgs struct {
 	maxLifetime          int64
 	waiterID             uint64
 	transferredFrom      uint64
+	// deriv places the lease in a lease tree (parent, scope, limits).
+	deriv *logpb.Derivation
+	// capTick, when set, caps the expiry (a child never outlives its
+	// parent); a capped expiry takes capWall as its wall time, so the
+	// two read alike.
+	capTick Tick
+	capWall int64
 }
 
 // issue emits a new lease and returns it with its id.
@@ -152,6 +167,10 @@ func (r *Registrar) issue(tx *Tx, a issueArgs) (*lease, string) {
 	exp := tx.Tick + Tick(a.ttl)
 	if a.maxLifetime > 0 && a.ttl > a.maxLifetime {
 		exp = tx.Tick + Tick(a.maxLifetime)
+	}
+	expWall := tx.Wall + int64(exp-tx.Tick)
+	if a.capTick != 0 && exp >= a.capTick {
+		exp, expWall = a.capTick, a.capWall
 	}
 	id := FormatLeaseID(tx.Wall, r.tag, seq)
 	tx.Emit(&logpb.Record{Body: &logpb.Record_Issued{Issued: &logpb.LeaseIssued{
@@ -163,11 +182,12 @@ func (r *Registrar) issue(tx *Tx, a issueArgs) (*lease, string) {
 		Mode:            tenurev1.Mode(a.mode),
 		TtlMs:           a.ttl,
 		ExpiresTick:     int64(exp),
-		ExpiresWall:     tx.Wall + int64(exp-tx.Tick),
+		ExpiresWall:     expWall,
 		MaxRenewals:     a.maxRenewals,
 		MaxLifetimeMs:   a.maxLifetime,
 		WaiterId:        a.waiterID,
 		TransferredFrom: a.transferredFrom,
+		Derivation:      a.deriv,
 	}}})
 	return r.leases[seq], id
 }
@@ -229,6 +249,12 @@ func ValidateAcquire(c *logpb.Acquire) error {
 		return newError(ReasonTTLOutOfRange, map[string]string{"field": "ttl", "ttl_ms": strconv.FormatInt(*c.TtlMs, 10)},
 			"ttl must be positive, got %s", Dur(*c.TtlMs))
 	}
+	if d := c.Derivation; d != nil && (d.ParentSeq != 0 || d.ParentLeaseId != "") {
+		return invalid("derivation", "an acquire issues a root lease; derive a child with Derive")
+	}
+	if _, err := ValidateDerivation(c.Derivation); err != nil {
+		return err
+	}
 	if c.TtlMs != nil && *c.TtlMs > maxDurationMs {
 		// Above any policy max: the same answer as any other ttl above it (API.md).
 		return newError(ReasonTTLOutOfRange, map[string]string{"field": "ttl", "ttl_ms": strconv.FormatInt(*c.TtlMs, 10)},
@@ -248,6 +274,10 @@ func (r *Registrar) Acquire(tx *Tx, c *logpb.Acquire) Outcome {
 	ttl, err := ttlFor(p, "ttl", c.TtlMs)
 	if err != nil {
 		return fail(err)
+	}
+	deriv, _ := ValidateDerivation(c.Derivation) // checked by ValidateAcquire
+	if emptyDerivation(deriv) {
+		deriv = nil
 	}
 	mode := Mode(c.Mode)
 	if mode == 0 {
@@ -270,7 +300,7 @@ func (r *Registrar) Acquire(tx *Tx, c *logpb.Acquire) Outcome {
 	if free {
 		l, id := r.issue(tx, issueArgs{
 			ns: nsName, resource: c.Resource, holder: c.Holder, mode: mode, ttl: ttl,
-			maxRenewals: p.MaxRenewals, maxLifetime: p.MaxLifetime,
+			maxRenewals: p.MaxRenewals, maxLifetime: p.MaxLifetime, deriv: deriv,
 		})
 		if tx.err != nil {
 			return fail(tx.err)
@@ -287,7 +317,7 @@ func (r *Registrar) Acquire(tx *Tx, c *logpb.Acquire) Outcome {
 		tx.Emit(&logpb.Record{Body: &logpb.Record_Waiting{Waiting: &logpb.WaiterQueued{
 			WaiterId: id, Namespace: nsName, Resource: c.Resource, Holder: c.Holder,
 			Mode: tenurev1.Mode(mode), TtlMs: ttl, DeadlineTick: int64(tx.Tick) + c.WaitMs,
-			MaxRenewals: p.MaxRenewals, MaxLifetimeMs: p.MaxLifetime,
+			MaxRenewals: p.MaxRenewals, MaxLifetimeMs: p.MaxLifetime, Derivation: deriv,
 		}}})
 		return Outcome{WaiterID: id, Err: tx.err}
 	}
@@ -451,6 +481,10 @@ func (r *Registrar) renewOne(tx *Tx, id string, l *lease, holder string, ttlReq 
 		}
 	}
 	want := tx.Tick + Tick(ttl)
+	var capWall int64
+	if p := l.parent(); p != nil && want >= p.deadline() {
+		want, capWall = p.deadline(), p.deadlineWall() // a child never outlives its parent
+	}
 	if want == l.expiresTick {
 		// A retry within the same tick: a successful no-op that does not
 		// count as a renewal (API.md), even after the last allowed one.
@@ -481,8 +515,12 @@ func (r *Registrar) renewOne(tx *Tx, id string, l *lease, holder string, ttlReq 
 			"lease_id": id, "expires_tick": strconv.FormatInt(int64(l.expiresTick), 10), "requested_tick": strconv.FormatInt(int64(exp), 10),
 		}, "renewing lease %s would move its expiry earlier (%s left, asked for %s)", id, Dur(int64(l.expiresTick-tx.Tick)), Dur(int64(exp-tx.Tick)))
 	}
+	expWall := tx.Wall + int64(exp-tx.Tick)
+	if capWall != 0 && exp == want {
+		expWall = capWall
+	}
 	tx.Emit(&logpb.Record{Body: &logpb.Record_Renewed{Renewed: &logpb.LeaseRenewed{
-		Lease: r.ref(l), ExpiresTick: int64(exp), ExpiresWall: tx.Wall + int64(exp-tx.Tick), TtlMs: ttl,
+		Lease: r.ref(l), ExpiresTick: int64(exp), ExpiresWall: expWall, TtlMs: ttl,
 	}}})
 	return r.view(l, tx.Tick), tx.err
 }
@@ -586,12 +624,17 @@ func (r *Registrar) Transfer(tx *Tx, c *logpb.Transfer) Outcome {
 			return fail(err)
 		}
 	}
-	r.end(tx, l, &logpb.LeaseEnded{
-		State: tenurev1.State_STATE_RELEASED, Reason: tenurev1.ReleaseReason_RELEASE_REASON_TRANSFERRED, TransferredTo: r.nextSeq,
-	}, false)
+	ended := &logpb.LeaseEnded{State: tenurev1.State_STATE_RELEASED, Reason: tenurev1.ReleaseReason_RELEASE_REASON_TRANSFERRED}
+	// The subtree ends first: its handoffs may issue leases, and the
+	// record must name the sequence the new lease really gets.
+	r.endDescendants(tx, l, ended, l.seq)
+	ended.TransferredTo = r.nextSeq
+	r.end(tx, l, ended, false)
+	deriv, capTick, capWall := r.carryOver(l)
 	nl, _ := r.issue(tx, issueArgs{
 		ns: ns.name, resource: l.res.name, holder: c.NewHolder, mode: l.mode, ttl: ttl,
 		maxRenewals: ns.policy.MaxRenewals, maxLifetime: ns.policy.MaxLifetime, transferredFrom: l.seq,
+		deriv: deriv, capTick: capTick, capWall: capWall,
 	})
 	if tx.err != nil {
 		return fail(tx.err)
@@ -651,21 +694,41 @@ func (r *Registrar) DeclareRestart(tx *Tx, c *logpb.DeclareRestart) Outcome {
 		if c.GraceMs != nil && *c.GraceMs < grace {
 			grace = *c.GraceMs
 		}
-		for l := h.head; l != nil && tx.err == nil; l = l.hNext {
+		var derived []*lease
+		graceOne := func(l *lease) {
 			if (l.extra != nil && l.extra.graceUsed) || grace == 0 {
-				continue
+				return
 			}
 			until := l.expiresTick + Tick(grace)
 			if cp := l.lifetimeCap(); until > cp {
 				until = cp
 			}
+			untilWall := l.expiresWall + int64(until-l.expiresTick)
+			if p := l.parent(); p != nil && until >= p.deadline() {
+				until, untilWall = p.deadline(), p.deadlineWall() // a child never outlives its parent
+			}
 			if until <= l.expiresTick {
-				continue
+				return
 			}
 			tx.Emit(&logpb.Record{Body: &logpb.Record_Grace{Grace: &logpb.LeaseGrace{
-				Lease: r.ref(l), UntilTick: int64(until), UntilWall: l.expiresWall + int64(until-l.expiresTick),
+				Lease: r.ref(l), UntilTick: int64(until), UntilWall: untilWall,
 			}}})
 			out.Leases = append(out.Leases, r.view(l, tx.Tick))
+		}
+		for l := h.head; l != nil && tx.err == nil; l = l.hNext {
+			if l.parent() != nil {
+				derived = append(derived, l)
+				continue
+			}
+			graceOne(l)
+		}
+		// Derived leases after the roots, parents before children, so a
+		// child's grace can reach as far as its parent's new deadline.
+		slices.SortFunc(derived, func(a, b *lease) int { return cmpUint(a.seq, b.seq) })
+		for _, l := range derived {
+			if tx.err == nil {
+				graceOne(l)
+			}
 		}
 	}
 	out.Err = tx.err

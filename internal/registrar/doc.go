@@ -76,4 +76,49 @@
 // active exclusive lease may write it, and only at the current epoch
 // (LEASE_VIOLATION, STALE_EPOCH, FUTURE_EPOCH). The state outlives leases,
 // so a successor resumes where a crashed holder stopped.
+//
+// # Lease trees: scope, budget, derivation
+//
+// A lease may carry a scope (namespaces, resource prefixes, actions; an
+// empty list is unrestricted of that kind) and a budget (named counters
+// with limits). Derive issues a child lease for the holder of an active
+// parent: the child's empty scope lists are inherited, its non-empty ones
+// must lie inside the parent's (a namespace or action listed by the
+// parent, a resource prefix extending one of the parent's), and its own
+// namespace and resource must be inside the parent's scope, else
+// SCOPE_VIOLATION. The child is an ordinary lease (own id and fence, on
+// its own resource, renewed like any lease) whose expiry, at grant and at
+// every renewal, is capped at its parent's deadline (a longer ttl is
+// shortened, not refused). Any depth.
+//
+// Budgets are carved, never shared. Each counter of a lease has a limit
+// (or none), used and reserved; remaining = limit − used − reserved. A
+// child's limits are reserved out of its parent's remaining at derive time
+// (BUDGET_EXHAUSTED naming the parent otherwise). Consume charges the lease
+// itself, within its own remaining; since every ancestor's share for the
+// lease was reserved when it was derived, no ancestor can be overspent, so
+// the charge is one record and "charging every ancestor" needs no
+// ancestor write: an ancestor's reservation is its charge. A counter the
+// lease does not limit is spendable only if no ancestor limits it (a
+// counter limited above and not carved down has nothing to spend: the
+// answer is BUDGET_EXHAUSTED with limit 0); limited nowhere in the chain it
+// is unlimited and only counted. On BUDGET_EXHAUSTED nothing is charged.
+// When a child ends, its reservation in the parent is freed and what it
+// (and through it, its ended subtree) used is added to the parent's used:
+// the unused share returns, the spending shows up where it was granted.
+// So at every step used + reserved ≤ limit on every lease, and the
+// limits carved to a lease's active children sum to its reserved.
+//
+// Ending a lease (release, expiry, revoke, transfer) ends its whole
+// subtree in the same command, deepest first, each descendant with the
+// lease's terminal state, reason and revoke reason and an ended_by naming
+// the ancestor whose end caused it; so when the lease's own record is
+// applied its subtree's spending has come back to it, and sibling domains
+// hear of every cascaded end through OnLeaseEnd. A transfer ends the
+// subtree, and the successor keeps the old lease's parent and scope with
+// what it had left as its limits, so a transfer never widens a budget.
+// Reads evaluate a lease at its chain deadline: it reads EXPIRED once an
+// ancestor's deadline passed, even before the records are applied.
+// Authorize answers whether a lease's scope covers a resource or action;
+// Tree lists a lease's subtree, parents before children.
 package registrar

@@ -28,6 +28,8 @@ type fuzzBase struct {
 	ids  map[string]string // name → lease id
 }
 
+func i64p(v int64) *int64 { return &v }
+
 func newFuzzBase(t testing.TB) *fuzzBase {
 	t.Helper()
 	cfg := statemachine.DefaultConfig()
@@ -67,6 +69,18 @@ func newFuzzBase(t testing.TB) *fuzzBase {
 	acq("", "b", "h1", tenurev1.Mode_MODE_SHARED, 4000, 12_000)  // waiter behind it
 	ids["c"] = acq("team-b", "c", "h3", 0, 3000, 0).Lease.ID
 	do(&logpb.Command{Actor: "h3", Op: &logpb.Command_DeclareRestart{DeclareRestart: &logpb.DeclareRestart{Holder: "h3"}}})
+	// A lease tree: a scoped, budgeted root, a child and a grandchild.
+	ids["root"] = do(&logpb.Command{Actor: "agent", Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{
+		Resource: "job", Holder: "agent", TtlMs: i64p(10_000), Derivation: &logpb.Derivation{
+			ResourcePrefixes: []string{"job/"}, Actions: []string{"read", "write"},
+			Limits: []*logpb.CounterLimit{{Counter: "calls", Limit: 10}, {Counter: "tokens", Limit: 100}}}}}}).Lease.ID
+	ids["mid"] = do(&logpb.Command{Actor: "agent", Op: &logpb.Command_Derive{Derive: &logpb.Derive{
+		ParentLeaseId: ids["root"], Holder: "agent", NewHolder: "sub", Resource: "job/a",
+		Derivation: &logpb.Derivation{Actions: []string{"read"}, Limits: []*logpb.CounterLimit{{Counter: "tokens", Limit: 40}}}}}}).Lease.ID
+	ids["leaf"] = do(&logpb.Command{Actor: "sub", Op: &logpb.Command_Derive{Derive: &logpb.Derive{
+		ParentLeaseId: ids["mid"], Holder: "sub", NewHolder: "subsub", Resource: "job/a/1",
+		Derivation: &logpb.Derivation{Limits: []*logpb.CounterLimit{{Counter: "tokens", Limit: 10}}}}}}).Lease.ID
+	do(&logpb.Command{Op: &logpb.Command_Consume{Consume: &logpb.Consume{LeaseId: ids["leaf"], Counter: "tokens", Amount: 4}}})
 	tick += 500
 	do(&logpb.Command{Op: &logpb.Command_Renew{Renew: &logpb.Renew{LeaseIds: []string{ids["b1"]}}}})
 	snap, err := m.Snapshot()
@@ -105,6 +119,22 @@ func (b *fuzzBase) seedCommands() []*logpb.Command {
 		{Tick: t0 + 100, Op: &logpb.Command_DeclareRestart{DeclareRestart: &logpb.DeclareRestart{Holder: "h1", GraceMs: i64(5000)}}},
 		{Tick: t0 + 100, Op: &logpb.Command_WriteState{WriteState: &logpb.WriteState{Resource: "a", LeaseId: id["a"], ExpectedEpoch: 1, Data: []byte("v2")}}},
 		{Tick: t0 + 100, Op: &logpb.Command_WriteState{WriteState: &logpb.WriteState{Resource: "a", LeaseId: id["a"], ExpectedEpoch: 0}}},
+		{Tick: t0 + 10, Op: &logpb.Command_Derive{Derive: &logpb.Derive{ParentLeaseId: id["leaf"], Holder: "subsub", Resource: "job/a/1/x",
+			TtlMs: i64(60_000), Derivation: &logpb.Derivation{Limits: []*logpb.CounterLimit{{Counter: "tokens", Limit: 6}}}}}},
+		{Tick: t0 + 10, Op: &logpb.Command_Derive{Derive: &logpb.Derive{ParentLeaseId: id["mid"], Holder: "sub", Resource: "job/a/2",
+			Derivation: &logpb.Derivation{Limits: []*logpb.CounterLimit{{Counter: "tokens", Limit: 31}}}}}},
+		{Tick: t0 + 10, Op: &logpb.Command_Derive{Derive: &logpb.Derive{ParentLeaseId: id["mid"], Holder: "sub", Resource: "job/a/2",
+			Derivation: &logpb.Derivation{Actions: []string{"write"}}}}},
+		{Tick: t0 + 10, Op: &logpb.Command_Derive{Derive: &logpb.Derive{ParentLeaseId: id["root"], Holder: "agent", Resource: "elsewhere"}}},
+		{Tick: t0 + 10, Op: &logpb.Command_Consume{Consume: &logpb.Consume{LeaseId: id["leaf"], Counter: "tokens", Amount: 6}}},
+		{Tick: t0 + 10, Op: &logpb.Command_Consume{Consume: &logpb.Consume{LeaseId: id["leaf"], Counter: "tokens", Amount: 7}}},
+		{Tick: t0 + 10, Op: &logpb.Command_Consume{Consume: &logpb.Consume{LeaseId: id["leaf"], Counter: "calls", Amount: 1}}},
+		{Tick: t0 + 10, Op: &logpb.Command_Consume{Consume: &logpb.Consume{LeaseId: id["root"], Counter: "bytes", Amount: 1 << 40}}},
+		{Tick: t0 + 10, Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: id["mid"], Holder: "sub"}}},
+		{Tick: t0 + 10, Op: &logpb.Command_Transfer{Transfer: &logpb.Transfer{LeaseId: id["mid"], Holder: "sub", NewHolder: "sub2"}}},
+		{Tick: t0 + 10, Op: &logpb.Command_Revoke{Revoke: &logpb.Revoke{LeaseId: id["root"], Reason: "tree"}}},
+		{Tick: t0 + 10, Op: &logpb.Command_Renew{Renew: &logpb.Renew{LeaseIds: []string{id["leaf"]}, TtlMs: i64(60_000)}}},
+		{Tick: t0 + 20_000, Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}},
 		{Tick: t0 + 100, Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "*", Policy: &tenurev1.NamespacePolicy{LeaseRetention: dms(1000), MaxRenewals: 3}}}},
 		{Tick: t0 + 30_000, Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}},
 		{Tick: t0 + 5_000_000, Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}},
@@ -186,6 +216,18 @@ func FuzzApplyCommand(f *testing.F) {
 			}
 		}
 		if err := checkInvariants(m, T, namespacesOf(t, snap)); err != nil {
+			t.Fatalf("after %v: %v", cmd, err)
+		}
+		var ids []string
+		for _, id := range base.ids {
+			ids = append(ids, id)
+		}
+		for _, s := range res.Records {
+			if is := s.Record.GetIssued(); is != nil {
+				ids = append(ids, is.LeaseId)
+			}
+		}
+		if err := checkTrees(m.Registrar(), ids, T); err != nil {
 			t.Fatalf("after %v: %v", cmd, err)
 		}
 

@@ -396,7 +396,10 @@ func checkInvariants(m *statemachine.Machine, t registrar.Tick, namespaces []str
 			} else if l.TerminatedAt.IsZero() {
 				return fmt.Errorf("terminal lease %s has no terminated_at", l.ID)
 			}
-			if l.State == registrar.Expired && !l.TerminatedAt.Equal(l.ExpiresAt) && !l.TerminatedAt.Equal(l.GraceUntil) {
+			// A lease expired with an ancestor terminated at the ancestor's
+			// deadline, which may come before its own.
+			if l.State == registrar.Expired && !l.TerminatedAt.Equal(l.ExpiresAt) && !l.TerminatedAt.Equal(l.GraceUntil) &&
+				!(l.EndedBy != "" && l.TerminatedAt.Before(l.ExpiresAt)) {
 				return fmt.Errorf("expired lease %s terminated at %v, not at its expiry %v", l.ID, l.TerminatedAt, l.ExpiresAt)
 			}
 			if l.MaxRenewals > 0 && l.RenewalCount > l.MaxRenewals {

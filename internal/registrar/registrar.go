@@ -162,6 +162,8 @@ func (r *Registrar) Apply(rec *logpb.Record) error {
 		r.schedulePrune()
 	case *logpb.Record_Initialized:
 		r.SetDefaults(PolicyFromProto(DefaultPolicy(), b.Initialized.DefaultPolicy))
+	case *logpb.Record_Consumed:
+		return r.applyConsumed(rec, b.Consumed)
 	case *logpb.Record_Checkpoint:
 		// The chain is the state machine's business.
 	default:
@@ -245,6 +247,12 @@ func (r *Registrar) applyIssued(rec *logpb.Record, is *logpb.LeaseIssued) error 
 	h.refs++
 	ns.counts[Active]++
 	r.expiry.push(l)
+	if !emptyDerivation(is.Derivation) {
+		if p := is.Derivation.ParentSeq; p != 0 && (r.leases[p] == nil || r.leases[p].state.Terminal()) {
+			return fmt.Errorf("record %d: lease %d derived from lease %d, which is not active", rec.Index, is.Seq, p)
+		}
+		r.applyDerivation(l, is.Derivation)
+	}
 	return nil
 }
 
@@ -265,6 +273,13 @@ func (r *Registrar) applyEnded(rec *logpb.Record, l *lease, e *logpb.LeaseEnded)
 		l.terminatedWall = l.expiresWall
 		if gt, gw := l.grace(); gt > l.expiresTick {
 			l.terminatedWall = gw
+		}
+		// Ended with an ancestor whose deadline came first (ancestors are
+		// still active here: descendants end first): it terminated there.
+		if e.EndedBy != 0 {
+			if _, w := l.chainDeadlineWall(); w < l.terminatedWall {
+				l.terminatedWall = w
+			}
 		}
 	} else {
 		l.terminatedWall = rec.Wall
@@ -294,6 +309,7 @@ func (r *Registrar) applyEnded(rec *logpb.Record, l *lease, e *logpb.LeaseEnded)
 	if due := l.endedTick + Tick(ns.policy.LeaseRetention); due < r.nextPrune {
 		r.nextPrune = due
 	}
+	r.settleEnded(l, e.EndedBy)
 }
 
 func (r *Registrar) applyWaiting(wq *logpb.WaiterQueued) error {
@@ -315,6 +331,7 @@ func (r *Registrar) applyWaiting(wq *logpb.WaiterQueued) error {
 		maxRenewals: wq.MaxRenewals,
 		maxLifetime: wq.MaxLifetimeMs,
 		heapIdx:     -1,
+		deriv:       wq.Derivation,
 	}
 	r.nextWaiter = w.id + 1
 	r.waiters[w.id] = w
@@ -383,6 +400,7 @@ func (r *Registrar) schedulePrune() {
 
 func (r *Registrar) prune(l *lease) {
 	delete(r.leases, l.seq)
+	r.unlink(l)
 	res := l.res
 	ns := res.ns
 	ns.counts[l.state]--

@@ -44,6 +44,12 @@ import (
 //	policy NS [max_renewals=N] [max_lifetime=MS] [max_waiters=N]
 //	       [max_per_holder=N] [max_per_namespace=N] [retention=MS]
 //	get L.. | active RES | queue RES | fence RES FENCE
+//	derive L HOLDER RES [new=H] [ttl=MS] [ns=NS] [SCOPE] [budget=C:N,..]
+//	consume L COUNTER AMOUNT [holder=H]
+//	authorize L [res=R] [action=A] [ns=NS] | tree L
+//
+// SCOPE is any of namespaces=A,B prefixes=P,Q actions=X,Y; acquire takes
+// SCOPE and budget= too (a root lease's scope and budget).
 var scenarioRewrite = flag.Bool("scenario-rewrite", false, "rewrite the expected output of scenario files")
 
 func TestScenarios(t *testing.T) {
@@ -222,6 +228,7 @@ func (s *scenario) run(line string) []string {
 				a.Mode = tenurev1.Mode_MODE_SHARED
 			}
 		}
+		a.Derivation = s.derivation(opt)
 		out = e.do(&logpb.Command{Actor: a.Holder, Op: &logpb.Command_Acquire{Acquire: a}})
 	case "renew":
 		out = e.renewWith(&logpb.Renew{LeaseIds: ids(pos), TtlMs: optMs("ttl"), Holder: opt["holder"]})
@@ -271,6 +278,42 @@ func (s *scenario) run(line string) []string {
 			}
 		}
 		out = e.do(&logpb.Command{Actor: "admin", Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: pos[0], Policy: p}}})
+	case "derive":
+		need(3)
+		d := &logpb.Derive{ParentLeaseId: s.id(pos[0]), Holder: pos[1], Resource: pos[2], NewHolder: opt["new"],
+			TtlMs: optMs("ttl"), Namespace: opt["ns"], Derivation: s.derivation(opt)}
+		out = e.do(&logpb.Command{Actor: d.Holder, Op: &logpb.Command_Derive{Derive: d}})
+	case "consume":
+		need(3)
+		out = e.do(&logpb.Command{Op: &logpb.Command_Consume{Consume: &logpb.Consume{
+			LeaseId: s.id(pos[0]), Counter: pos[1], Amount: num(pos[2]), Holder: opt["holder"]}}})
+	case "authorize":
+		need(1)
+		denied, err := e.m.Registrar().Authorize(s.id(pos[0]), opt["ns"], opt["res"], opt["action"], e.tick)
+		switch {
+		case err != nil:
+			return []string{"error " + s.redact(err.Error())}
+		case denied != nil:
+			return []string{"denied " + s.redact(denied.Error())}
+		}
+		return []string{"allowed"}
+	case "tree":
+		need(1)
+		ls, err := e.m.Registrar().Tree(s.id(pos[0]), e.tick)
+		if err != nil {
+			return []string{"error " + s.redact(err.Error())}
+		}
+		depth := map[string]int{}
+		var lines []string
+		for _, l := range ls {
+			d := 0
+			if pd, ok := depth[l.ParentID]; ok {
+				d = pd + 1
+			}
+			depth[l.ID] = d
+			lines = append(lines, strings.Repeat("  ", d)+s.lease(l))
+		}
+		return lines
 	case "get":
 		var lines []string
 		for _, r := range pos {
@@ -346,7 +389,63 @@ func (s *scenario) lease(l registrar.Lease) string {
 	if l.ReleaseReason != 0 {
 		b += " reason=" + strings.TrimPrefix(l.ReleaseReason.String(), "RELEASE_REASON_")
 	}
+	if l.ParentID != "" {
+		b += " parent=" + s.name(l.ParentID)
+	}
+	if l.EndedBy != "" {
+		b += " by=" + s.name(l.EndedBy)
+	}
+	if sc := scopeText(l.Scope.Namespaces, l.Scope.ResourcePrefixes, l.Scope.Actions); sc != "" {
+		b += " scope=" + sc
+	}
+	for _, c := range l.Counters {
+		if c.Limited {
+			b += fmt.Sprintf(" %s=%d/%d", c.Name, c.Used, c.Limit)
+			if c.Reserved != 0 {
+				b += fmt.Sprintf("+%d", c.Reserved)
+			}
+		} else {
+			b += fmt.Sprintf(" %s=%d", c.Name, c.Used)
+		}
+	}
 	return b
+}
+
+// scopeText renders a scope compactly: ns[..] pre[..] act[..].
+func scopeText(ns, pre, act []string) string {
+	var parts []string
+	for _, k := range []struct {
+		name string
+		v    []string
+	}{{"ns", ns}, {"pre", pre}, {"act", act}} {
+		if len(k.v) > 0 {
+			parts = append(parts, k.name+"["+strings.Join(k.v, ",")+"]")
+		}
+	}
+	return strings.Join(parts, "")
+}
+
+// derivation reads SCOPE and budget= options.
+func (s *scenario) derivation(opt map[string]string) *logpb.Derivation {
+	list := func(k string) []string {
+		if v, ok := opt[k]; ok {
+			return strings.Split(v, ",")
+		}
+		return nil
+	}
+	d := &logpb.Derivation{Namespaces: list("namespaces"), ResourcePrefixes: list("prefixes"), Actions: list("actions")}
+	for _, kv := range list("budget") {
+		name, n, _ := strings.Cut(kv, ":")
+		v, err := strconv.ParseInt(n, 10, 64)
+		if err != nil {
+			s.e.t.Fatalf("budget %q: %v", kv, err)
+		}
+		d.Limits = append(d.Limits, &logpb.CounterLimit{Counter: name, Limit: v})
+	}
+	if len(d.Namespaces)+len(d.ResourcePrefixes)+len(d.Actions)+len(d.Limits) == 0 {
+		return nil
+	}
+	return d
 }
 
 func (s *scenario) record(rec *logpb.Record) string {
@@ -360,6 +459,17 @@ func (s *scenario) record(rec *logpb.Record) string {
 		}
 		if is.TransferredFrom != 0 {
 			x += fmt.Sprintf(" from=L%d", is.TransferredFrom)
+		}
+		if d := is.Derivation; d != nil {
+			if d.ParentSeq != 0 {
+				x += fmt.Sprintf(" parent=L%d", d.ParentSeq)
+			}
+			if sc := scopeText(d.Namespaces, d.ResourcePrefixes, d.Actions); sc != "" {
+				x += " scope=" + sc
+			}
+			for _, cl := range d.Limits {
+				x += fmt.Sprintf(" %s<=%d", cl.Counter, cl.Limit)
+			}
 		}
 		return x
 	case *logpb.Record_Renewed:
@@ -376,13 +486,27 @@ func (s *scenario) record(rec *logpb.Record) string {
 		if en.TransferredTo != 0 {
 			x += fmt.Sprintf(" to=L%d", en.TransferredTo)
 		}
+		if en.EndedBy != 0 {
+			x += fmt.Sprintf(" by=L%d", en.EndedBy)
+		}
 		return x
+	case *logpb.Record_Consumed:
+		return fmt.Sprintf("consumed L%d %s=%d", b.Consumed.GetLease().GetSeq(), b.Consumed.Counter, b.Consumed.Amount)
 	case *logpb.Record_Grace:
 		return fmt.Sprintf("grace L%d until=%d", b.Grace.GetLease().GetSeq(), b.Grace.UntilTick)
 	case *logpb.Record_Waiting:
 		w := b.Waiting
-		return fmt.Sprintf("waiting W%d %s/%s %s %s deadline=%d", w.WaiterId, w.Namespace, w.Resource, w.Holder,
+		x := fmt.Sprintf("waiting W%d %s/%s %s %s deadline=%d", w.WaiterId, w.Namespace, w.Resource, w.Holder,
 			strings.TrimPrefix(w.Mode.String(), "MODE_"), w.DeadlineTick)
+		if d := w.Derivation; d != nil {
+			if sc := scopeText(d.Namespaces, d.ResourcePrefixes, d.Actions); sc != "" {
+				x += " scope=" + sc
+			}
+			for _, cl := range d.Limits {
+				x += fmt.Sprintf(" %s<=%d", cl.Counter, cl.Limit)
+			}
+		}
+		return x
 	case *logpb.Record_WaitEnded:
 		w := b.WaitEnded
 		return fmt.Sprintf("wait_ended W%d %s/%s %s", w.WaiterId, w.Namespace, w.Resource, w.Holder)
@@ -456,5 +580,13 @@ func (e *env) wantReplayEqual() {
 	}
 	if !bytes.Equal(got, want) {
 		e.t.Fatalf("replayed state differs from the live one (%d vs %d snapshot bytes)", len(got), len(want))
+	}
+	// And the snapshot restores to itself.
+	r, err := statemachine.Restore(statemachine.DefaultConfig(), want)
+	if err != nil {
+		e.t.Fatalf("restore: %v", err)
+	}
+	if again, err := r.Snapshot(); err != nil || !bytes.Equal(again, want) {
+		e.t.Fatalf("snapshot does not round-trip (%v)", err)
 	}
 }

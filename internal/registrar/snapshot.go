@@ -23,7 +23,7 @@ func (r *Registrar) SnapshotInto(s *logpb.Snapshot) {
 		if l.extra != nil {
 			x = *l.extra
 		}
-		s.Leases = append(s.Leases, &logpb.LeaseSnap{
+		ls := &logpb.LeaseSnap{
 			Seq: l.seq, Namespace: l.res.ns.name, Resource: l.res.name, Holder: l.holder.name,
 			Mode: tenurev1.Mode(l.mode), State: tenurev1.State(l.state), TtlMs: l.ttl,
 			IssuedTick: int64(l.issuedTick), IssuedWall: l.issuedWall,
@@ -33,7 +33,17 @@ func (r *Registrar) SnapshotInto(s *logpb.Snapshot) {
 			GraceUntilTick: int64(x.graceTick), GraceUntilWall: x.graceWall, GraceUsed: x.graceUsed,
 			MaxRenewals: l.maxRenewals, MaxLifetimeMs: l.maxLifetime, RevokeReason: x.revokeReason,
 			EndedTick: int64(l.endedTick),
-		})
+		}
+		if t := l.tree; t != nil {
+			ls.Derivation = r.derivationOf(l)
+			ls.EndedByLeaseId = t.endedBy
+			for _, c := range t.counters {
+				if c.Used != 0 || c.Reserved != 0 {
+					ls.Usage = append(ls.Usage, &logpb.CounterUse{Counter: c.Name, Used: c.Used, Reserved: c.Reserved})
+				}
+			}
+		}
+		s.Leases = append(s.Leases, ls)
 	}
 	slices.SortFunc(s.Leases, func(a, b *logpb.LeaseSnap) int { return cmp.Compare(a.Seq, b.Seq) })
 	s.Waiters = make([]*logpb.WaiterQueued, 0, len(r.waiters))
@@ -41,7 +51,7 @@ func (r *Registrar) SnapshotInto(s *logpb.Snapshot) {
 		s.Waiters = append(s.Waiters, &logpb.WaiterQueued{
 			WaiterId: w.id, Namespace: w.res.ns.name, Resource: w.res.name, Holder: w.holder,
 			Mode: tenurev1.Mode(w.mode), TtlMs: w.ttl, DeadlineTick: int64(w.deadline),
-			MaxRenewals: w.maxRenewals, MaxLifetimeMs: w.maxLifetime,
+			MaxRenewals: w.maxRenewals, MaxLifetimeMs: w.maxLifetime, Derivation: w.deriv,
 		})
 	}
 	slices.SortFunc(s.Waiters, func(a, b *logpb.WaiterQueued) int { return cmp.Compare(a.WaiterId, b.WaiterId) })
@@ -105,6 +115,9 @@ func Restore(s *logpb.Snapshot) (*Registrar, error) {
 		if l.mode != Exclusive && l.mode != Shared {
 			return nil, fmt.Errorf("snapshot: lease %d has bad mode %d", ls.Seq, ls.Mode)
 		}
+		if err := r.restoreTree(l, ls); err != nil {
+			return nil, err
+		}
 		r.leases[l.seq] = l
 		l.holder.refs++
 		res.leases = append(res.leases, l) // snapshot order is by seq
@@ -152,4 +165,34 @@ func Restore(s *logpb.Snapshot) (*Registrar, error) {
 	}
 	r.schedulePrune()
 	return r, nil
+}
+
+// restoreTree rebuilds a lease's tree node from its snapshot. Leases come
+// in sequence order, so a parent is restored before its children and
+// children are appended in order. Reservations are restored as recorded
+// rather than re-derived: the snapshot is the state.
+func (r *Registrar) restoreTree(l *lease, ls *logpb.LeaseSnap) error {
+	d := ls.Derivation
+	if d == nil && len(ls.Usage) == 0 && ls.EndedByLeaseId == "" {
+		return nil
+	}
+	if d != nil {
+		if d.ParentSeq >= ls.Seq {
+			return fmt.Errorf("snapshot: lease %d derived from later lease %d", ls.Seq, d.ParentSeq)
+		}
+		if p := r.leases[d.ParentSeq]; d.ParentSeq != 0 && p != nil {
+			if l.state == Active && p.state != Active {
+				return fmt.Errorf("snapshot: active lease %d under ended lease %d", ls.Seq, d.ParentSeq)
+			}
+		}
+		// The parent's own snapshot already holds its reservations.
+		r.link(l, d, false)
+	}
+	t := l.node()
+	t.endedBy = ls.EndedByLeaseId
+	for _, u := range ls.Usage {
+		c := t.counterFor(u.Counter)
+		c.Used, c.Reserved = u.Used, u.Reserved
+	}
+	return nil
 }

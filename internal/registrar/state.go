@@ -3,6 +3,8 @@ package registrar
 import (
 	"strings"
 
+	"github.com/tenurehq/tenure/internal/logpb"
+
 	"github.com/google/btree"
 )
 
@@ -31,6 +33,9 @@ type lease struct {
 	// extra holds what few leases need (grace, revoke reason), to keep
 	// the common lease small.
 	extra *leaseExtra
+	// tree is set for a lease in a lease tree (a derived lease, a parent,
+	// a lease with a scope or budget, or one that consumed a counter).
+	tree *tree
 }
 
 type leaseExtra struct {
@@ -144,6 +149,7 @@ type waiter struct {
 	maxRenewals uint32
 	maxLifetime int64
 	heapIdx     int32
+	deriv       *logpb.Derivation // scope and budget of the root lease it will get
 }
 
 // holderEntry is one holder's active leases in one namespace.

@@ -1,6 +1,7 @@
 package registrar
 
 import (
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -37,6 +38,13 @@ type Lease struct {
 	MaxLifetime   time.Duration
 	// Remaining is the time left at the tick of the view.
 	Remaining time.Duration
+	// ParentID names the parent of a derived lease; EndedBy the ancestor
+	// whose end ended this one.
+	ParentID string
+	EndedBy  string
+	Scope    Scope
+	// Counters are the lease's budget counters, by name.
+	Counters []Counter
 }
 
 // Deadline is the tick at which the lease stops being honoured.
@@ -80,15 +88,20 @@ func (r *Registrar) viewID(l *lease, t Tick, id string) Lease {
 		MaxRenewals:   l.maxRenewals,
 		MaxLifetime:   Dur(l.maxLifetime),
 	}
+	if tr := l.tree; tr != nil {
+		v.ParentID = tr.parentID
+		v.Scope = tr.scope
+		v.Counters = slices.Clone(tr.counters)
+		v.EndedBy = tr.endedBy
+	}
 	if l.state == Active {
-		if d := l.deadline(); t < d {
+		// A lease is honoured only while its ancestors are.
+		if d, w := l.chainDeadlineWall(); t < d {
 			v.Remaining = Dur(int64(d - t))
 		} else {
+			// Expired at its own deadline, or at an ancestor's earlier one.
 			v.State = Expired
-			v.TerminatedAt = v.ExpiresAt
-			if x.graceTick > l.expiresTick {
-				v.TerminatedAt = v.GraceUntil
-			}
+			v.TerminatedAt = WallTime(w)
 		}
 	}
 	return v
@@ -103,29 +116,52 @@ func (l Lease) Proto() *tenurev1.Lease {
 		return timestamppb.New(t)
 	}
 	pb := &tenurev1.Lease{
-		LeaseId:       l.ID,
-		Namespace:     l.Namespace,
-		Resource:      l.Resource,
-		Holder:        l.Holder,
-		Mode:          tenurev1.Mode(l.Mode),
-		State:         tenurev1.State(l.State),
-		Fence:         l.Fence,
-		Ttl:           durationpb.New(l.TTL),
-		IssuedAt:      ts(l.IssuedAt),
-		ExpiresAt:     ts(l.ExpiresAt),
-		TerminatedAt:  ts(l.TerminatedAt),
-		LastRenewedAt: ts(l.LastRenewedAt),
-		RenewalCount:  l.RenewalCount,
-		ReleaseReason: l.ReleaseReason,
-		TimeRemaining: durationpb.New(l.Remaining),
-		IssuedTick:    int64(l.IssuedTick),
-		ExpiresTick:   int64(l.ExpiresTick),
-		AcquiredTick:  int64(l.IssuedTick),
-		AcquiredAt:    ts(l.IssuedAt),
-		GraceUntil:    ts(l.GraceUntil),
-		MaxRenewals:   l.MaxRenewals,
-		MaxLifetime:   durationpb.New(l.MaxLifetime),
-		RevokeReason:  l.RevokeReason,
+		LeaseId:        l.ID,
+		Namespace:      l.Namespace,
+		Resource:       l.Resource,
+		Holder:         l.Holder,
+		Mode:           tenurev1.Mode(l.Mode),
+		State:          tenurev1.State(l.State),
+		Fence:          l.Fence,
+		Ttl:            durationpb.New(l.TTL),
+		IssuedAt:       ts(l.IssuedAt),
+		ExpiresAt:      ts(l.ExpiresAt),
+		TerminatedAt:   ts(l.TerminatedAt),
+		LastRenewedAt:  ts(l.LastRenewedAt),
+		RenewalCount:   l.RenewalCount,
+		ReleaseReason:  l.ReleaseReason,
+		TimeRemaining:  durationpb.New(l.Remaining),
+		IssuedTick:     int64(l.IssuedTick),
+		ExpiresTick:    int64(l.ExpiresTick),
+		AcquiredTick:   int64(l.IssuedTick),
+		AcquiredAt:     ts(l.IssuedAt),
+		GraceUntil:     ts(l.GraceUntil),
+		MaxRenewals:    l.MaxRenewals,
+		MaxLifetime:    durationpb.New(l.MaxLifetime),
+		RevokeReason:   l.RevokeReason,
+		ParentLeaseId:  l.ParentID,
+		EndedByLeaseId: l.EndedBy,
+	}
+	if !l.Scope.Empty() {
+		pb.Scope = &tenurev1.Scope{Namespaces: l.Scope.Namespaces, ResourcePrefixes: l.Scope.ResourcePrefixes, Actions: l.Scope.Actions}
+	}
+	for _, c := range l.Counters {
+		if c.Limited {
+			if pb.Budget == nil {
+				pb.Budget = &tenurev1.Budget{Limits: map[string]int64{}}
+			}
+			pb.Budget.Limits[c.Name] = c.Limit
+		}
+		if pb.Used == nil {
+			pb.Used = map[string]int64{}
+		}
+		pb.Used[c.Name] = c.Used
+		if c.Reserved != 0 {
+			if pb.Reserved == nil {
+				pb.Reserved = map[string]int64{}
+			}
+			pb.Reserved[c.Name] = c.Reserved
+		}
 	}
 	return pb
 }

@@ -23,7 +23,9 @@ import (
 //     the member that runs the request (after forwarding), just before
 //     the handler: see checkLeases;
 //   - reads by lease id (Get, Verify) are filtered after the handler: a
-//     lease outside the caller's namespaces reads as not found.
+//     lease outside the caller's namespaces reads as not found; reads of
+//     one lease's relations (Authorize, Tree) are checked before it, the
+//     same way (reads), and Tree's answer is filtered too.
 
 // any role at all (an authenticated principal with no role gets nothing).
 var anyRole = []auth.Role{auth.RoleHolder, auth.RoleWorker, auth.RoleReader}
@@ -45,6 +47,9 @@ type target struct {
 	acting *string
 	field  string
 	leases []string
+	// reads: lease ids the request reads, which must be in the caller's
+	// namespaces (held by anyone); checked like leases.
+	reads []string
 	// defaults is true for a change of the server-wide policy defaults
 	// (namespace "*"): only an admin of every namespace may.
 	defaults bool
@@ -111,6 +116,24 @@ var rules = map[string]rule{
 	v1c.LeaseServiceHistoryProcedure: {readerOnly, func(m any) target { return ns(m.(*tenurev1.HistoryRequest).Namespace) }},
 	v1c.LeaseServiceWatchProcedure: {readerOnly, func(m any) target {
 		return target{namespace: m.(*tenurev1.WatchRequest).Namespace, hasNamespace: true, anyNamespace: true}
+	}},
+	// Derived leases: deriving and consuming act on one's own lease (the
+	// child may be held by another principal: that is delegation);
+	// Authorize and Tree read a lease of one's namespaces.
+	v1c.LeaseServiceDeriveProcedure: {holderOnly, func(m any) target {
+		r := m.(*tenurev1.DeriveRequest)
+		return target{namespace: r.Namespace, hasNamespace: r.Namespace != "", acting: &r.Holder, field: "holder",
+			leases: []string{r.ParentLeaseId}}
+	}},
+	v1c.LeaseServiceConsumeProcedure: {holderOnly, func(m any) target {
+		r := m.(*tenurev1.ConsumeRequest)
+		return target{acting: &r.Holder, field: "holder", leases: []string{r.LeaseId}}
+	}},
+	v1c.LeaseServiceAuthorizeProcedure: {anyRole, func(m any) target {
+		return target{reads: []string{m.(*tenurev1.AuthorizeRequest).LeaseId}}
+	}},
+	v1c.LeaseServiceTreeProcedure: {anyRole, func(m any) target {
+		return target{reads: []string{m.(*tenurev1.TreeRequest).LeaseId}}
 	}},
 	// Streams of operations: each message is checked with the rule of
 	// the unary RPC it stands for (KeepAlive: Renew; Pipeline: its op).

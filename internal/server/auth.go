@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -200,14 +201,19 @@ func (s *Server) checkLeases(ctx context.Context, proc string, msg any) error {
 	if !ok {
 		return nil
 	}
-	ids := ru.target(msg).leases
-	if len(ids) == 0 {
+	tg := ru.target(msg)
+	if len(tg.leases) == 0 && len(tg.reads) == 0 {
 		return nil
 	}
 	return s.node.Read(ctx, true, func(mc *statemachine.Machine, t registrar.Tick) error {
-		for _, id := range ids {
+		for _, id := range tg.leases {
 			if err := leaseAccess(p, mc.Registrar(), id, t); err != nil {
 				return err
+			}
+		}
+		for _, id := range tg.reads {
+			if l, err := mc.Registrar().Get(id, t); err == nil && !p.InNamespace(l.Namespace) {
+				return authError(registrar.ReasonLeaseNotFound, map[string]string{"lease_id": id}, "no lease %s", id)
 			}
 		}
 		return nil
@@ -256,7 +262,8 @@ func leaseAccess(p *auth.Principal, r *registrar.Registrar, id string, t registr
 
 // filterResponse hides what a read by lease id found outside the
 // caller's namespaces: Get answers LEASE_NOT_FOUND, Verify reports the id
-// as not found — exactly what an unknown id gets.
+// as not found — exactly what an unknown id gets — and Tree leaves out
+// the descendants that live in other namespaces.
 func filterResponse(ctx context.Context, proc string, resp any) (any, error) {
 	p := principalOf(ctx)
 	if p == nil {
@@ -267,6 +274,10 @@ func filterResponse(ctx context.Context, proc string, resp any) (any, error) {
 		if r, ok := resp.(*tenurev1.GetResponse); ok && r.Lease != nil && !p.InNamespace(r.Lease.Namespace) {
 			id := r.Lease.LeaseId
 			return nil, authError(registrar.ReasonLeaseNotFound, map[string]string{"lease_id": id}, "no lease %s", id)
+		}
+	case v1c.LeaseServiceTreeProcedure:
+		if r, ok := resp.(*tenurev1.TreeResponse); ok {
+			r.Leases = slices.DeleteFunc(r.Leases, func(l *tenurev1.Lease) bool { return !p.InNamespace(l.Namespace) })
 		}
 	case v1c.LeaseServiceVerifyProcedure:
 		if r, ok := resp.(*tenurev1.VerifyResponse); ok {

@@ -40,6 +40,7 @@ const (
 	EventLeaseRevoked         = "lease.revoked"
 	EventLeaseTransferred     = "lease.transferred"
 	EventLeaseGrace           = "lease.grace"
+	EventLeaseConsumed        = "lease.consumed"
 	EventLeaseWaiting         = "lease.waiting"
 	EventLeaseWaitEnded       = "lease.wait_ended"
 	EventStateWritten         = "state.written"
@@ -98,6 +99,7 @@ func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 		if is.TransferredFrom != 0 {
 			d["transferred_from_fence"] = utoa(is.TransferredFrom)
 		}
+		renderTreeEvent(d, is.Derivation)
 	case *logpb.Record_Renewed:
 		ev.Type = EventLeaseRenewed
 		ref(b.Renewed.Lease)
@@ -108,7 +110,7 @@ func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 		e := b.Ended
 		ref(e.Lease)
 		switch {
-		case e.State == tenurev1.State_STATE_RELEASED && e.Reason == tenurev1.ReleaseReason_RELEASE_REASON_TRANSFERRED:
+		case e.State == tenurev1.State_STATE_RELEASED && e.Reason == tenurev1.ReleaseReason_RELEASE_REASON_TRANSFERRED && e.EndedBy == 0:
 			ev.Type = EventLeaseTransferred
 			d["transferred_to_fence"] = utoa(e.TransferredTo)
 		case e.State == tenurev1.State_STATE_RELEASED:
@@ -125,6 +127,15 @@ func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 		if e.RevokeReason != "" {
 			d["revoke_reason"] = e.RevokeReason
 		}
+		if e.EndedBy != 0 {
+			// Ended because an ancestor ended (a lease tree cascade).
+			d["ended_by_fence"] = utoa(e.EndedBy)
+		}
+	case *logpb.Record_Consumed:
+		ev.Type = EventLeaseConsumed
+		ref(b.Consumed.Lease)
+		d["counter"] = b.Consumed.Counter
+		d["amount"] = itoa(b.Consumed.Amount)
 	case *logpb.Record_Grace:
 		ev.Type = EventLeaseGrace
 		ref(b.Grace.Lease)
@@ -189,6 +200,8 @@ func eventScope(rec *logpb.Record) (ns, resource string) {
 		return b.Ended.GetLease().GetNamespace(), b.Ended.GetLease().GetResource()
 	case *logpb.Record_Grace:
 		return b.Grace.GetLease().GetNamespace(), b.Grace.GetLease().GetResource()
+	case *logpb.Record_Consumed:
+		return b.Consumed.GetLease().GetNamespace(), b.Consumed.GetLease().GetResource()
 	case *logpb.Record_Waiting:
 		return b.Waiting.Namespace, b.Waiting.Resource
 	case *logpb.Record_WaitEnded:

@@ -124,11 +124,11 @@ func (s *Server) acquire(ctx context.Context, m *tenurev1.AcquireRequest) (*tenu
 	if wait != nil && *wait < 0 {
 		return nil, invalidArg("wait", "must not be negative")
 	}
-	if len(m.GetScope().GetNamespaces())+len(m.GetScope().GetResourcePrefixes())+len(m.GetScope().GetActions()) > 0 ||
-		len(m.GetBudget().GetLimits()) > 0 {
-		return nil, invalidArg("scope", "scoped and budgeted leases are not supported by this server yet")
+	deriv, err := derivation(m.Scope, m.Budget)
+	if err != nil {
+		return nil, err
 	}
-	c := &logpb.Acquire{Namespace: m.Namespace, Resource: m.Resource, Holder: m.Holder, TtlMs: ttl, Mode: m.Mode}
+	c := &logpb.Acquire{Namespace: m.Namespace, Resource: m.Resource, Holder: m.Holder, TtlMs: ttl, Mode: m.Mode, Derivation: deriv}
 	if wait != nil {
 		c.WaitMs = *wait
 	}

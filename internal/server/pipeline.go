@@ -176,6 +176,11 @@ func (h *leaseService) runOp(ctx context.Context, hdr http.Header, op *tenurev1.
 		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceRevokeProcedure, o.Revoke, h.Revoke); err == nil {
 			r.Result = &tenurev1.PipelineResult_Revoke{Revoke: m}
 		}
+	case *tenurev1.PipelineOp_Consume:
+		var m *tenurev1.ConsumeResponse
+		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceConsumeProcedure, o.Consume, h.Consume); err == nil {
+			r.Result = &tenurev1.PipelineResult_Consume{Consume: m}
+		}
 	default:
 		err = s.toConnect(invalidArg("op", fmt.Sprintf("unknown or missing operation %T", op.Op)))
 	}

@@ -26,7 +26,13 @@ import (
 )
 
 // SnapshotVersion is the version of the snapshot encoding this code writes.
-const SnapshotVersion = 1
+// Version 2 added lease trees (derivation, usage, ended_by of a lease); a
+// version 1 snapshot has none and restores as is. A build that only reads
+// version 1 refuses version 2 rather than drop the trees.
+const SnapshotVersion = 2
+
+// minSnapshotVersion is the oldest snapshot encoding this code reads.
+const minSnapshotVersion = 1
 
 // MaxTick and MaxWall bound the times a command may carry: ticks leave
 // room for any ttl without overflow; walls fit the 48 bits of a lease id.
@@ -206,6 +212,10 @@ func (m *Machine) dispatch(tx *registrar.Tx, cmd *logpb.Command) registrar.Outco
 		return registrar.Outcome{}
 	case *logpb.Command_CancelWait:
 		return m.reg.CancelWait(tx, op.CancelWait)
+	case *logpb.Command_Derive:
+		return m.reg.Derive(tx, op.Derive)
+	case *logpb.Command_Consume:
+		return m.reg.Consume(tx, op.Consume)
 	case *logpb.Command_SetMember:
 		return m.setMember(tx, op.SetMember)
 	case *logpb.Command_Enqueue, *logpb.Command_Claim, *logpb.Command_CompleteTask, *logpb.Command_FailTask, *logpb.Command_CancelTask:
@@ -378,8 +388,8 @@ func Restore(cfg Config, b []byte) (*Machine, error) {
 	if err := proto.Unmarshal(b, s); err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	if s.Version != SnapshotVersion {
-		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrUnsupportedSnapshot, s.Version, SnapshotVersion)
+	if s.Version < minSnapshotVersion || s.Version > SnapshotVersion {
+		return nil, fmt.Errorf("%w: version %d (this build reads %d to %d)", ErrUnsupportedSnapshot, s.Version, minSnapshotVersion, SnapshotVersion)
 	}
 	if len(s.ChainHead) != len(ledger.Hash{}) || s.NextIndex == 0 {
 		return nil, fmt.Errorf("snapshot: bad chain head")

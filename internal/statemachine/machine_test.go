@@ -587,7 +587,22 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 		unsupported bool
 	}{
 		{"version 0", mutate(func(s *logpb.Snapshot) { s.Version = 0 }), true},
-		{"version 2", mutate(func(s *logpb.Snapshot) { s.Version = statemachine.SnapshotVersion + 1 }), true},
+		{"a future version", mutate(func(s *logpb.Snapshot) { s.Version = statemachine.SnapshotVersion + 1 }), true},
+		{"lease derived from a later lease", mutate(func(s *logpb.Snapshot) {
+			s.Leases[0].Derivation = &logpb.Derivation{ParentSeq: s.Leases[0].Seq + 1}
+		}), false},
+		{"active lease under an ended parent", mutate(func(s *logpb.Snapshot) {
+			var ended, active *logpb.LeaseSnap
+			for _, l := range s.Leases {
+				if l.State != tenurev1.State_STATE_ACTIVE && ended == nil {
+					ended = l
+				}
+				if l.State == tenurev1.State_STATE_ACTIVE && ended != nil && l.Seq > ended.Seq {
+					active = l
+				}
+			}
+			active.Derivation = &logpb.Derivation{ParentSeq: ended.Seq}
+		}), false},
 		{"not protobuf", []byte{0xff, 0xff, 0xff}, false},
 		{"empty", nil, true}, // decodes as version 0
 		{"short chain head", mutate(func(s *logpb.Snapshot) { s.ChainHead = s.ChainHead[:5] }), false},
@@ -623,6 +638,29 @@ func TestRestoreRefusesBadSnapshots(t *testing.T) {
 				t.Fatalf("errors.Is(%v, ErrUnsupportedSnapshot) = %v, want %v", err, got, tc.unsupported)
 			}
 		})
+	}
+}
+
+// TestRestoreReadsVersion1 restores a snapshot written before lease trees
+// (version 1: no derivation or usage on any lease).
+func TestRestoreReadsVersion1(t *testing.T) {
+	r := newRig(t, 4)
+	r.scenario()
+	s := &logpb.Snapshot{}
+	if err := proto.Unmarshal(r.snapshot(r.m), s); err != nil {
+		t.Fatal(err)
+	}
+	s.Version = 1
+	b, err := proto.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := statemachine.Restore(r.cfg, b)
+	if err != nil {
+		t.Fatalf("version 1 snapshot: %v", err)
+	}
+	if !bytes.Equal(r.snapshot(m), r.snapshot(r.m)) {
+		t.Fatal("version 1 snapshot restores to a different state")
 	}
 }
 

@@ -338,9 +338,11 @@ type Lease struct {
 	Used          map[string]int64 `protobuf:"bytes,28,rep,name=used,proto3" json:"used,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	Reserved      map[string]int64 `protobuf:"bytes,29,rep,name=reserved,proto3" json:"reserved,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Identifier of the registrar key that made signature.
-	KeyId         string `protobuf:"bytes,30,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	KeyId string `protobuf:"bytes,30,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	// Set when the lease ended because an ancestor ended: that ancestor.
+	EndedByLeaseId string `protobuf:"bytes,31,opt,name=ended_by_lease_id,json=endedByLeaseId,proto3" json:"ended_by_lease_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -579,6 +581,13 @@ func (x *Lease) GetReserved() map[string]int64 {
 func (x *Lease) GetKeyId() string {
 	if x != nil {
 		return x.KeyId
+	}
+	return ""
+}
+
+func (x *Lease) GetEndedByLeaseId() string {
+	if x != nil {
+		return x.EndedByLeaseId
 	}
 	return ""
 }
@@ -2803,6 +2812,7 @@ type PipelineOp struct {
 	//	*PipelineOp_Verify
 	//	*PipelineOp_CheckFence
 	//	*PipelineOp_Revoke
+	//	*PipelineOp_Consume
 	Op            isPipelineOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2933,6 +2943,15 @@ func (x *PipelineOp) GetRevoke() *RevokeRequest {
 	return nil
 }
 
+func (x *PipelineOp) GetConsume() *ConsumeRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineOp_Consume); ok {
+			return x.Consume
+		}
+	}
+	return nil
+}
+
 type isPipelineOp_Op interface {
 	isPipelineOp_Op()
 }
@@ -2973,6 +2992,10 @@ type PipelineOp_Revoke struct {
 	Revoke *RevokeRequest `protobuf:"bytes,18,opt,name=revoke,proto3,oneof"`
 }
 
+type PipelineOp_Consume struct {
+	Consume *ConsumeRequest `protobuf:"bytes,19,opt,name=consume,proto3,oneof"`
+}
+
 func (*PipelineOp_Acquire) isPipelineOp_Op() {}
 
 func (*PipelineOp_Renew) isPipelineOp_Op() {}
@@ -2990,6 +3013,8 @@ func (*PipelineOp_Verify) isPipelineOp_Op() {}
 func (*PipelineOp_CheckFence) isPipelineOp_Op() {}
 
 func (*PipelineOp_Revoke) isPipelineOp_Op() {}
+
+func (*PipelineOp_Consume) isPipelineOp_Op() {}
 
 // PipelineError is a failed operation: the Connect code name (e.g.
 // "failed_precondition"), the reason, a message starting with the reason
@@ -3076,6 +3101,7 @@ type PipelineResult struct {
 	//	*PipelineResult_Verify
 	//	*PipelineResult_CheckFence
 	//	*PipelineResult_Revoke
+	//	*PipelineResult_Consume
 	//	*PipelineResult_Error
 	Result        isPipelineResult_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
@@ -3207,6 +3233,15 @@ func (x *PipelineResult) GetRevoke() *RevokeResponse {
 	return nil
 }
 
+func (x *PipelineResult) GetConsume() *ConsumeResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResult_Consume); ok {
+			return x.Consume
+		}
+	}
+	return nil
+}
+
 func (x *PipelineResult) GetError() *PipelineError {
 	if x != nil {
 		if x, ok := x.Result.(*PipelineResult_Error); ok {
@@ -3256,6 +3291,10 @@ type PipelineResult_Revoke struct {
 	Revoke *RevokeResponse `protobuf:"bytes,18,opt,name=revoke,proto3,oneof"`
 }
 
+type PipelineResult_Consume struct {
+	Consume *ConsumeResponse `protobuf:"bytes,19,opt,name=consume,proto3,oneof"`
+}
+
 type PipelineResult_Error struct {
 	Error *PipelineError `protobuf:"bytes,30,opt,name=error,proto3,oneof"`
 }
@@ -3277,6 +3316,8 @@ func (*PipelineResult_Verify) isPipelineResult_Result() {}
 func (*PipelineResult_CheckFence) isPipelineResult_Result() {}
 
 func (*PipelineResult_Revoke) isPipelineResult_Result() {}
+
+func (*PipelineResult_Consume) isPipelineResult_Result() {}
 
 func (*PipelineResult_Error) isPipelineResult_Result() {}
 
@@ -3370,6 +3411,505 @@ func (x *PipelineResponse) GetResults() []*PipelineResult {
 	return nil
 }
 
+type DeriveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ParentLeaseId string                 `protobuf:"bytes,1,opt,name=parent_lease_id,json=parentLeaseId,proto3" json:"parent_lease_id,omitempty"`
+	// The caller: must be the parent's holder.
+	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The child's holder (empty: the caller).
+	NewHolder string `protobuf:"bytes,3,opt,name=new_holder,json=newHolder,proto3" json:"new_holder,omitempty"`
+	Resource  string `protobuf:"bytes,4,opt,name=resource,proto3" json:"resource,omitempty"`
+	// Absent: the namespace default; capped at the parent's expiry.
+	Ttl *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// An empty list inherits the parent's list of that kind.
+	Scope *Scope `protobuf:"bytes,6,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Carved out of the parent's remaining budget.
+	Budget *Budget `protobuf:"bytes,7,opt,name=budget,proto3" json:"budget,omitempty"`
+	// Empty: the parent's namespace.
+	Namespace     string `protobuf:"bytes,8,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Mode          Mode   `protobuf:"varint,9,opt,name=mode,proto3,enum=tenure.v1.Mode" json:"mode,omitempty"`
+	Certificate   bool   `protobuf:"varint,10,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeriveRequest) Reset() {
+	*x = DeriveRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeriveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeriveRequest) ProtoMessage() {}
+
+func (x *DeriveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeriveRequest.ProtoReflect.Descriptor instead.
+func (*DeriveRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *DeriveRequest) GetParentLeaseId() string {
+	if x != nil {
+		return x.ParentLeaseId
+	}
+	return ""
+}
+
+func (x *DeriveRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *DeriveRequest) GetNewHolder() string {
+	if x != nil {
+		return x.NewHolder
+	}
+	return ""
+}
+
+func (x *DeriveRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *DeriveRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *DeriveRequest) GetScope() *Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
+}
+
+func (x *DeriveRequest) GetBudget() *Budget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+func (x *DeriveRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *DeriveRequest) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *DeriveRequest) GetCertificate() bool {
+	if x != nil {
+		return x.Certificate
+	}
+	return false
+}
+
+type DeriveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lease         *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeriveResponse) Reset() {
+	*x = DeriveResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeriveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeriveResponse) ProtoMessage() {}
+
+func (x *DeriveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeriveResponse.ProtoReflect.Descriptor instead.
+func (*DeriveResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *DeriveResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+type ConsumeRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Counter string                 `protobuf:"bytes,2,opt,name=counter,proto3" json:"counter,omitempty"`
+	Amount  int64                  `protobuf:"varint,3,opt,name=amount,proto3" json:"amount,omitempty"`
+	// When set, must be the lease's holder.
+	Holder        string `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumeRequest) Reset() {
+	*x = ConsumeRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumeRequest) ProtoMessage() {}
+
+func (x *ConsumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumeRequest.ProtoReflect.Descriptor instead.
+func (*ConsumeRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ConsumeRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *ConsumeRequest) GetCounter() string {
+	if x != nil {
+		return x.Counter
+	}
+	return ""
+}
+
+func (x *ConsumeRequest) GetAmount() int64 {
+	if x != nil {
+		return x.Amount
+	}
+	return 0
+}
+
+func (x *ConsumeRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+type ConsumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Per limited counter: limit - used - reserved, after this charge.
+	Remaining     map[string]int64 `protobuf:"bytes,1,rep,name=remaining,proto3" json:"remaining,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Lease         *Lease           `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumeResponse) Reset() {
+	*x = ConsumeResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumeResponse) ProtoMessage() {}
+
+func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumeResponse.ProtoReflect.Descriptor instead.
+func (*ConsumeResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ConsumeResponse) GetRemaining() map[string]int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return nil
+}
+
+func (x *ConsumeResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+type AuthorizeRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// Resource to check (in namespace, default the lease's), or an action.
+	Resource      string `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	Action        string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	Namespace     string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthorizeRequest) Reset() {
+	*x = AuthorizeRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizeRequest) ProtoMessage() {}
+
+func (x *AuthorizeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizeRequest.ProtoReflect.Descriptor instead.
+func (*AuthorizeRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *AuthorizeRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *AuthorizeRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *AuthorizeRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuthorizeRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type AuthorizeResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Allowed bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// Empty when allowed; otherwise starts with SCOPE_VIOLATION and names the rule.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthorizeResponse) Reset() {
+	*x = AuthorizeResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthorizeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthorizeResponse) ProtoMessage() {}
+
+func (x *AuthorizeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthorizeResponse.ProtoReflect.Descriptor instead.
+func (*AuthorizeResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *AuthorizeResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *AuthorizeResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type TreeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TreeRequest) Reset() {
+	*x = TreeRequest{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TreeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TreeRequest) ProtoMessage() {}
+
+func (x *TreeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TreeRequest.ProtoReflect.Descriptor instead.
+func (*TreeRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *TreeRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+type TreeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease first, then its descendants depth first, parents before children.
+	Leases        []*Lease `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TreeResponse) Reset() {
+	*x = TreeResponse{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TreeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TreeResponse) ProtoMessage() {}
+
+func (x *TreeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TreeResponse.ProtoReflect.Descriptor instead.
+func (*TreeResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *TreeResponse) GetLeases() []*Lease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
 var File_tenure_v1_lease_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_lease_proto_rawDesc = "" +
@@ -3385,7 +3925,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06limits\x18\x01 \x03(\v2\x1d.tenure.v1.Budget.LimitsEntryR\x06limits\x1a9\n" +
 	"\vLimitsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xa0\v\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xcb\v\n" +
 	"\x05Lease\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -3421,7 +3961,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06budget\x18\x1b \x01(\v2\x11.tenure.v1.BudgetR\x06budget\x12.\n" +
 	"\x04used\x18\x1c \x03(\v2\x1a.tenure.v1.Lease.UsedEntryR\x04used\x12:\n" +
 	"\breserved\x18\x1d \x03(\v2\x1e.tenure.v1.Lease.ReservedEntryR\breserved\x12\x15\n" +
-	"\x06key_id\x18\x1e \x01(\tR\x05keyId\x1a7\n" +
+	"\x06key_id\x18\x1e \x01(\tR\x05keyId\x12)\n" +
+	"\x11ended_by_lease_id\x18\x1f \x01(\tR\x0eendedByLeaseId\x1a7\n" +
 	"\tUsedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a;\n" +
@@ -3591,7 +4132,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06leases\x18\x01 \x03(\v2\x10.tenure.v1.LeaseR\x06leases\x123\n" +
 	"\bfailures\x18\x02 \x03(\v2\x17.tenure.v1.RenewFailureR\bfailures\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\x04R\trequestId\"\x90\x04\n" +
+	"request_id\x18\x03 \x01(\x04R\trequestId\"\xc7\x04\n" +
 	"\n" +
 	"PipelineOp\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
@@ -3606,7 +4147,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06verify\x18\x10 \x01(\v2\x18.tenure.v1.VerifyRequestH\x00R\x06verify\x12?\n" +
 	"\vcheck_fence\x18\x11 \x01(\v2\x1c.tenure.v1.CheckFenceRequestH\x00R\n" +
 	"checkFence\x122\n" +
-	"\x06revoke\x18\x12 \x01(\v2\x18.tenure.v1.RevokeRequestH\x00R\x06revokeB\x04\n" +
+	"\x06revoke\x18\x12 \x01(\v2\x18.tenure.v1.RevokeRequestH\x00R\x06revoke\x125\n" +
+	"\aconsume\x18\x13 \x01(\v2\x19.tenure.v1.ConsumeRequestH\x00R\aconsumeB\x04\n" +
 	"\x02op\"\xd6\x01\n" +
 	"\rPipelineError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x16\n" +
@@ -3615,7 +4157,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\bmetadata\x18\x04 \x03(\v2&.tenure.v1.PipelineError.MetadataEntryR\bmetadata\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x05\n" +
 	"\x0ePipelineResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
 	"\aacquire\x18\n" +
@@ -3629,13 +4171,52 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06verify\x18\x10 \x01(\v2\x19.tenure.v1.VerifyResponseH\x00R\x06verify\x12@\n" +
 	"\vcheck_fence\x18\x11 \x01(\v2\x1d.tenure.v1.CheckFenceResponseH\x00R\n" +
 	"checkFence\x123\n" +
-	"\x06revoke\x18\x12 \x01(\v2\x19.tenure.v1.RevokeResponseH\x00R\x06revoke\x120\n" +
+	"\x06revoke\x18\x12 \x01(\v2\x19.tenure.v1.RevokeResponseH\x00R\x06revoke\x126\n" +
+	"\aconsume\x18\x13 \x01(\v2\x1a.tenure.v1.ConsumeResponseH\x00R\aconsume\x120\n" +
 	"\x05error\x18\x1e \x01(\v2\x18.tenure.v1.PipelineErrorH\x00R\x05errorB\b\n" +
 	"\x06result\":\n" +
 	"\x0fPipelineRequest\x12'\n" +
 	"\x03ops\x18\x01 \x03(\v2\x15.tenure.v1.PipelineOpR\x03ops\"G\n" +
 	"\x10PipelineResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.tenure.v1.PipelineResultR\aresults*A\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.tenure.v1.PipelineResultR\aresults\"\xef\x02\n" +
+	"\rDeriveRequest\x12&\n" +
+	"\x0fparent_lease_id\x18\x01 \x01(\tR\rparentLeaseId\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1d\n" +
+	"\n" +
+	"new_holder\x18\x03 \x01(\tR\tnewHolder\x12\x1a\n" +
+	"\bresource\x18\x04 \x01(\tR\bresource\x12+\n" +
+	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12&\n" +
+	"\x05scope\x18\x06 \x01(\v2\x10.tenure.v1.ScopeR\x05scope\x12)\n" +
+	"\x06budget\x18\a \x01(\v2\x11.tenure.v1.BudgetR\x06budget\x12\x1c\n" +
+	"\tnamespace\x18\b \x01(\tR\tnamespace\x12#\n" +
+	"\x04mode\x18\t \x01(\x0e2\x0f.tenure.v1.ModeR\x04mode\x12 \n" +
+	"\vcertificate\x18\n" +
+	" \x01(\bR\vcertificate\"8\n" +
+	"\x0eDeriveResponse\x12&\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"u\n" +
+	"\x0eConsumeRequest\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x18\n" +
+	"\acounter\x18\x02 \x01(\tR\acounter\x12\x16\n" +
+	"\x06amount\x18\x03 \x01(\x03R\x06amount\x12\x16\n" +
+	"\x06holder\x18\x04 \x01(\tR\x06holder\"\xc0\x01\n" +
+	"\x0fConsumeResponse\x12G\n" +
+	"\tremaining\x18\x01 \x03(\v2).tenure.v1.ConsumeResponse.RemainingEntryR\tremaining\x12&\n" +
+	"\x05lease\x18\x02 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\x1a<\n" +
+	"\x0eRemainingEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x7f\n" +
+	"\x10AuthorizeRequest\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1a\n" +
+	"\bresource\x18\x02 \x01(\tR\bresource\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\"E\n" +
+	"\x11AuthorizeResponse\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"(\n" +
+	"\vTreeRequest\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\"8\n" +
+	"\fTreeResponse\x12(\n" +
+	"\x06leases\x18\x01 \x03(\v2\x10.tenure.v1.LeaseR\x06leases*A\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_EXCLUSIVE\x10\x01\x12\x0f\n" +
@@ -3651,7 +4232,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x18RELEASE_REASON_COMPLETED\x10\x01\x12\x1a\n" +
 	"\x16RELEASE_REASON_ABORTED\x10\x02\x12\x1c\n" +
 	"\x18RELEASE_REASON_VOLUNTARY\x10\x03\x12\x1e\n" +
-	"\x1aRELEASE_REASON_TRANSFERRED\x10\x042\xca\b\n" +
+	"\x1aRELEASE_REASON_TRANSFERRED\x10\x042\xcc\n" +
+	"\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.tenure.v1.AcquireRequest\x1a\x1a.tenure.v1.AcquireResponse\x12:\n" +
 	"\x05Renew\x12\x17.tenure.v1.RenewRequest\x1a\x18.tenure.v1.RenewResponse\x12@\n" +
@@ -3670,7 +4252,11 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\aHistory\x12\x19.tenure.v1.HistoryRequest\x1a\x1a.tenure.v1.HistoryResponse\x12<\n" +
 	"\x05Watch\x12\x17.tenure.v1.WatchRequest\x1a\x18.tenure.v1.WatchResponse0\x01\x12J\n" +
 	"\tKeepAlive\x12\x1b.tenure.v1.KeepAliveRequest\x1a\x1c.tenure.v1.KeepAliveResponse(\x010\x01\x12G\n" +
-	"\bPipeline\x12\x1a.tenure.v1.PipelineRequest\x1a\x1b.tenure.v1.PipelineResponse(\x010\x01B3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
+	"\bPipeline\x12\x1a.tenure.v1.PipelineRequest\x1a\x1b.tenure.v1.PipelineResponse(\x010\x01\x12=\n" +
+	"\x06Derive\x12\x18.tenure.v1.DeriveRequest\x1a\x19.tenure.v1.DeriveResponse\x12@\n" +
+	"\aConsume\x12\x19.tenure.v1.ConsumeRequest\x1a\x1a.tenure.v1.ConsumeResponse\x12F\n" +
+	"\tAuthorize\x12\x1b.tenure.v1.AuthorizeRequest\x1a\x1c.tenure.v1.AuthorizeResponse\x127\n" +
+	"\x04Tree\x12\x16.tenure.v1.TreeRequest\x1a\x17.tenure.v1.TreeResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_lease_proto_rawDescOnce sync.Once
@@ -3685,7 +4271,7 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_tenure_v1_lease_proto_goTypes = []any{
 	(Mode)(0),                      // 0: tenure.v1.Mode
 	(State)(0),                     // 1: tenure.v1.State
@@ -3733,128 +4319,155 @@ var file_tenure_v1_lease_proto_goTypes = []any{
 	(*PipelineResult)(nil),         // 43: tenure.v1.PipelineResult
 	(*PipelineRequest)(nil),        // 44: tenure.v1.PipelineRequest
 	(*PipelineResponse)(nil),       // 45: tenure.v1.PipelineResponse
-	nil,                            // 46: tenure.v1.Budget.LimitsEntry
-	nil,                            // 47: tenure.v1.Lease.UsedEntry
-	nil,                            // 48: tenure.v1.Lease.ReservedEntry
-	nil,                            // 49: tenure.v1.Event.DetailsEntry
-	nil,                            // 50: tenure.v1.PipelineError.MetadataEntry
-	(*durationpb.Duration)(nil),    // 51: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 52: google.protobuf.Timestamp
+	(*DeriveRequest)(nil),          // 46: tenure.v1.DeriveRequest
+	(*DeriveResponse)(nil),         // 47: tenure.v1.DeriveResponse
+	(*ConsumeRequest)(nil),         // 48: tenure.v1.ConsumeRequest
+	(*ConsumeResponse)(nil),        // 49: tenure.v1.ConsumeResponse
+	(*AuthorizeRequest)(nil),       // 50: tenure.v1.AuthorizeRequest
+	(*AuthorizeResponse)(nil),      // 51: tenure.v1.AuthorizeResponse
+	(*TreeRequest)(nil),            // 52: tenure.v1.TreeRequest
+	(*TreeResponse)(nil),           // 53: tenure.v1.TreeResponse
+	nil,                            // 54: tenure.v1.Budget.LimitsEntry
+	nil,                            // 55: tenure.v1.Lease.UsedEntry
+	nil,                            // 56: tenure.v1.Lease.ReservedEntry
+	nil,                            // 57: tenure.v1.Event.DetailsEntry
+	nil,                            // 58: tenure.v1.PipelineError.MetadataEntry
+	nil,                            // 59: tenure.v1.ConsumeResponse.RemainingEntry
+	(*durationpb.Duration)(nil),    // 60: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 61: google.protobuf.Timestamp
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	46, // 0: tenure.v1.Budget.limits:type_name -> tenure.v1.Budget.LimitsEntry
-	0,  // 1: tenure.v1.Lease.mode:type_name -> tenure.v1.Mode
-	1,  // 2: tenure.v1.Lease.state:type_name -> tenure.v1.State
-	51, // 3: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	52, // 4: tenure.v1.Lease.issued_at:type_name -> google.protobuf.Timestamp
-	52, // 5: tenure.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	52, // 6: tenure.v1.Lease.terminated_at:type_name -> google.protobuf.Timestamp
-	52, // 7: tenure.v1.Lease.last_renewed_at:type_name -> google.protobuf.Timestamp
-	2,  // 8: tenure.v1.Lease.release_reason:type_name -> tenure.v1.ReleaseReason
-	51, // 9: tenure.v1.Lease.time_remaining:type_name -> google.protobuf.Duration
-	52, // 10: tenure.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
-	52, // 11: tenure.v1.Lease.grace_until:type_name -> google.protobuf.Timestamp
-	51, // 12: tenure.v1.Lease.max_lifetime:type_name -> google.protobuf.Duration
-	3,  // 13: tenure.v1.Lease.scope:type_name -> tenure.v1.Scope
-	4,  // 14: tenure.v1.Lease.budget:type_name -> tenure.v1.Budget
-	47, // 15: tenure.v1.Lease.used:type_name -> tenure.v1.Lease.UsedEntry
-	48, // 16: tenure.v1.Lease.reserved:type_name -> tenure.v1.Lease.ReservedEntry
-	52, // 17: tenure.v1.Event.time:type_name -> google.protobuf.Timestamp
-	49, // 18: tenure.v1.Event.details:type_name -> tenure.v1.Event.DetailsEntry
-	51, // 19: tenure.v1.NamespacePolicy.default_ttl:type_name -> google.protobuf.Duration
-	51, // 20: tenure.v1.NamespacePolicy.min_ttl:type_name -> google.protobuf.Duration
-	51, // 21: tenure.v1.NamespacePolicy.max_ttl:type_name -> google.protobuf.Duration
-	51, // 22: tenure.v1.NamespacePolicy.max_lifetime:type_name -> google.protobuf.Duration
-	51, // 23: tenure.v1.NamespacePolicy.max_grace:type_name -> google.protobuf.Duration
-	51, // 24: tenure.v1.NamespacePolicy.lease_retention:type_name -> google.protobuf.Duration
-	51, // 25: tenure.v1.NamespacePolicy.history_retention:type_name -> google.protobuf.Duration
-	51, // 26: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	0,  // 27: tenure.v1.AcquireRequest.mode:type_name -> tenure.v1.Mode
-	51, // 28: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	3,  // 29: tenure.v1.AcquireRequest.scope:type_name -> tenure.v1.Scope
-	4,  // 30: tenure.v1.AcquireRequest.budget:type_name -> tenure.v1.Budget
-	5,  // 31: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	51, // 32: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	5,  // 33: tenure.v1.RenewResponse.leases:type_name -> tenure.v1.Lease
-	11, // 34: tenure.v1.RenewResponse.failures:type_name -> tenure.v1.RenewFailure
-	2,  // 35: tenure.v1.ReleaseRequest.reason:type_name -> tenure.v1.ReleaseReason
-	5,  // 36: tenure.v1.ReleaseResponse.lease:type_name -> tenure.v1.Lease
-	5,  // 37: tenure.v1.RevokeResponse.lease:type_name -> tenure.v1.Lease
-	51, // 38: tenure.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
-	5,  // 39: tenure.v1.TransferResponse.released:type_name -> tenure.v1.Lease
-	5,  // 40: tenure.v1.TransferResponse.lease:type_name -> tenure.v1.Lease
-	5,  // 41: tenure.v1.VerifyResult.lease:type_name -> tenure.v1.Lease
-	20, // 42: tenure.v1.VerifyResponse.results:type_name -> tenure.v1.VerifyResult
-	51, // 43: tenure.v1.DeclareRestartRequest.grace:type_name -> google.protobuf.Duration
-	5,  // 44: tenure.v1.DeclareRestartResponse.leases:type_name -> tenure.v1.Lease
-	5,  // 45: tenure.v1.GetResponse.lease:type_name -> tenure.v1.Lease
-	1,  // 46: tenure.v1.ListRequest.states:type_name -> tenure.v1.State
-	5,  // 47: tenure.v1.ListResponse.leases:type_name -> tenure.v1.Lease
-	27, // 48: tenure.v1.ListResponse.counts:type_name -> tenure.v1.LeaseCounts
-	6,  // 49: tenure.v1.HistoryResponse.events:type_name -> tenure.v1.Event
-	6,  // 50: tenure.v1.WatchResponse.event:type_name -> tenure.v1.Event
-	51, // 51: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	5,  // 52: tenure.v1.KeepAliveResponse.leases:type_name -> tenure.v1.Lease
-	11, // 53: tenure.v1.KeepAliveResponse.failures:type_name -> tenure.v1.RenewFailure
-	8,  // 54: tenure.v1.PipelineOp.acquire:type_name -> tenure.v1.AcquireRequest
-	10, // 55: tenure.v1.PipelineOp.renew:type_name -> tenure.v1.RenewRequest
-	13, // 56: tenure.v1.PipelineOp.release:type_name -> tenure.v1.ReleaseRequest
-	17, // 57: tenure.v1.PipelineOp.transfer:type_name -> tenure.v1.TransferRequest
-	33, // 58: tenure.v1.PipelineOp.write_state:type_name -> tenure.v1.WriteStateRequest
-	24, // 59: tenure.v1.PipelineOp.get:type_name -> tenure.v1.GetRequest
-	19, // 60: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
-	29, // 61: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
-	15, // 62: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
-	50, // 63: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
-	9,  // 64: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
-	12, // 65: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
-	14, // 66: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
-	18, // 67: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
-	34, // 68: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
-	25, // 69: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
-	21, // 70: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
-	30, // 71: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
-	16, // 72: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
-	42, // 73: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
-	41, // 74: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
-	43, // 75: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
-	8,  // 76: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	10, // 77: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	13, // 78: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	15, // 79: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	17, // 80: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
-	19, // 81: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
-	22, // 82: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
-	24, // 83: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
-	26, // 84: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
-	29, // 85: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
-	31, // 86: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
-	33, // 87: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
-	35, // 88: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
-	37, // 89: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
-	39, // 90: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	44, // 91: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
-	9,  // 92: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	12, // 93: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	14, // 94: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	16, // 95: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	18, // 96: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
-	21, // 97: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
-	23, // 98: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
-	25, // 99: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
-	28, // 100: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
-	30, // 101: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
-	32, // 102: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
-	34, // 103: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
-	36, // 104: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
-	38, // 105: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
-	40, // 106: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	45, // 107: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
-	92, // [92:108] is the sub-list for method output_type
-	76, // [76:92] is the sub-list for method input_type
-	76, // [76:76] is the sub-list for extension type_name
-	76, // [76:76] is the sub-list for extension extendee
-	0,  // [0:76] is the sub-list for field type_name
+	54,  // 0: tenure.v1.Budget.limits:type_name -> tenure.v1.Budget.LimitsEntry
+	0,   // 1: tenure.v1.Lease.mode:type_name -> tenure.v1.Mode
+	1,   // 2: tenure.v1.Lease.state:type_name -> tenure.v1.State
+	60,  // 3: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	61,  // 4: tenure.v1.Lease.issued_at:type_name -> google.protobuf.Timestamp
+	61,  // 5: tenure.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	61,  // 6: tenure.v1.Lease.terminated_at:type_name -> google.protobuf.Timestamp
+	61,  // 7: tenure.v1.Lease.last_renewed_at:type_name -> google.protobuf.Timestamp
+	2,   // 8: tenure.v1.Lease.release_reason:type_name -> tenure.v1.ReleaseReason
+	60,  // 9: tenure.v1.Lease.time_remaining:type_name -> google.protobuf.Duration
+	61,  // 10: tenure.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
+	61,  // 11: tenure.v1.Lease.grace_until:type_name -> google.protobuf.Timestamp
+	60,  // 12: tenure.v1.Lease.max_lifetime:type_name -> google.protobuf.Duration
+	3,   // 13: tenure.v1.Lease.scope:type_name -> tenure.v1.Scope
+	4,   // 14: tenure.v1.Lease.budget:type_name -> tenure.v1.Budget
+	55,  // 15: tenure.v1.Lease.used:type_name -> tenure.v1.Lease.UsedEntry
+	56,  // 16: tenure.v1.Lease.reserved:type_name -> tenure.v1.Lease.ReservedEntry
+	61,  // 17: tenure.v1.Event.time:type_name -> google.protobuf.Timestamp
+	57,  // 18: tenure.v1.Event.details:type_name -> tenure.v1.Event.DetailsEntry
+	60,  // 19: tenure.v1.NamespacePolicy.default_ttl:type_name -> google.protobuf.Duration
+	60,  // 20: tenure.v1.NamespacePolicy.min_ttl:type_name -> google.protobuf.Duration
+	60,  // 21: tenure.v1.NamespacePolicy.max_ttl:type_name -> google.protobuf.Duration
+	60,  // 22: tenure.v1.NamespacePolicy.max_lifetime:type_name -> google.protobuf.Duration
+	60,  // 23: tenure.v1.NamespacePolicy.max_grace:type_name -> google.protobuf.Duration
+	60,  // 24: tenure.v1.NamespacePolicy.lease_retention:type_name -> google.protobuf.Duration
+	60,  // 25: tenure.v1.NamespacePolicy.history_retention:type_name -> google.protobuf.Duration
+	60,  // 26: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	0,   // 27: tenure.v1.AcquireRequest.mode:type_name -> tenure.v1.Mode
+	60,  // 28: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	3,   // 29: tenure.v1.AcquireRequest.scope:type_name -> tenure.v1.Scope
+	4,   // 30: tenure.v1.AcquireRequest.budget:type_name -> tenure.v1.Budget
+	5,   // 31: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
+	60,  // 32: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	5,   // 33: tenure.v1.RenewResponse.leases:type_name -> tenure.v1.Lease
+	11,  // 34: tenure.v1.RenewResponse.failures:type_name -> tenure.v1.RenewFailure
+	2,   // 35: tenure.v1.ReleaseRequest.reason:type_name -> tenure.v1.ReleaseReason
+	5,   // 36: tenure.v1.ReleaseResponse.lease:type_name -> tenure.v1.Lease
+	5,   // 37: tenure.v1.RevokeResponse.lease:type_name -> tenure.v1.Lease
+	60,  // 38: tenure.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
+	5,   // 39: tenure.v1.TransferResponse.released:type_name -> tenure.v1.Lease
+	5,   // 40: tenure.v1.TransferResponse.lease:type_name -> tenure.v1.Lease
+	5,   // 41: tenure.v1.VerifyResult.lease:type_name -> tenure.v1.Lease
+	20,  // 42: tenure.v1.VerifyResponse.results:type_name -> tenure.v1.VerifyResult
+	60,  // 43: tenure.v1.DeclareRestartRequest.grace:type_name -> google.protobuf.Duration
+	5,   // 44: tenure.v1.DeclareRestartResponse.leases:type_name -> tenure.v1.Lease
+	5,   // 45: tenure.v1.GetResponse.lease:type_name -> tenure.v1.Lease
+	1,   // 46: tenure.v1.ListRequest.states:type_name -> tenure.v1.State
+	5,   // 47: tenure.v1.ListResponse.leases:type_name -> tenure.v1.Lease
+	27,  // 48: tenure.v1.ListResponse.counts:type_name -> tenure.v1.LeaseCounts
+	6,   // 49: tenure.v1.HistoryResponse.events:type_name -> tenure.v1.Event
+	6,   // 50: tenure.v1.WatchResponse.event:type_name -> tenure.v1.Event
+	60,  // 51: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	5,   // 52: tenure.v1.KeepAliveResponse.leases:type_name -> tenure.v1.Lease
+	11,  // 53: tenure.v1.KeepAliveResponse.failures:type_name -> tenure.v1.RenewFailure
+	8,   // 54: tenure.v1.PipelineOp.acquire:type_name -> tenure.v1.AcquireRequest
+	10,  // 55: tenure.v1.PipelineOp.renew:type_name -> tenure.v1.RenewRequest
+	13,  // 56: tenure.v1.PipelineOp.release:type_name -> tenure.v1.ReleaseRequest
+	17,  // 57: tenure.v1.PipelineOp.transfer:type_name -> tenure.v1.TransferRequest
+	33,  // 58: tenure.v1.PipelineOp.write_state:type_name -> tenure.v1.WriteStateRequest
+	24,  // 59: tenure.v1.PipelineOp.get:type_name -> tenure.v1.GetRequest
+	19,  // 60: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
+	29,  // 61: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
+	15,  // 62: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
+	48,  // 63: tenure.v1.PipelineOp.consume:type_name -> tenure.v1.ConsumeRequest
+	58,  // 64: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
+	9,   // 65: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
+	12,  // 66: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
+	14,  // 67: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
+	18,  // 68: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
+	34,  // 69: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
+	25,  // 70: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
+	21,  // 71: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
+	30,  // 72: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
+	16,  // 73: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
+	49,  // 74: tenure.v1.PipelineResult.consume:type_name -> tenure.v1.ConsumeResponse
+	42,  // 75: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
+	41,  // 76: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
+	43,  // 77: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
+	60,  // 78: tenure.v1.DeriveRequest.ttl:type_name -> google.protobuf.Duration
+	3,   // 79: tenure.v1.DeriveRequest.scope:type_name -> tenure.v1.Scope
+	4,   // 80: tenure.v1.DeriveRequest.budget:type_name -> tenure.v1.Budget
+	0,   // 81: tenure.v1.DeriveRequest.mode:type_name -> tenure.v1.Mode
+	5,   // 82: tenure.v1.DeriveResponse.lease:type_name -> tenure.v1.Lease
+	59,  // 83: tenure.v1.ConsumeResponse.remaining:type_name -> tenure.v1.ConsumeResponse.RemainingEntry
+	5,   // 84: tenure.v1.ConsumeResponse.lease:type_name -> tenure.v1.Lease
+	5,   // 85: tenure.v1.TreeResponse.leases:type_name -> tenure.v1.Lease
+	8,   // 86: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	10,  // 87: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	13,  // 88: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	15,  // 89: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	17,  // 90: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
+	19,  // 91: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
+	22,  // 92: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
+	24,  // 93: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
+	26,  // 94: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
+	29,  // 95: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
+	31,  // 96: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
+	33,  // 97: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
+	35,  // 98: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
+	37,  // 99: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
+	39,  // 100: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	44,  // 101: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
+	46,  // 102: tenure.v1.LeaseService.Derive:input_type -> tenure.v1.DeriveRequest
+	48,  // 103: tenure.v1.LeaseService.Consume:input_type -> tenure.v1.ConsumeRequest
+	50,  // 104: tenure.v1.LeaseService.Authorize:input_type -> tenure.v1.AuthorizeRequest
+	52,  // 105: tenure.v1.LeaseService.Tree:input_type -> tenure.v1.TreeRequest
+	9,   // 106: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	12,  // 107: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	14,  // 108: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	16,  // 109: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	18,  // 110: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
+	21,  // 111: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
+	23,  // 112: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
+	25,  // 113: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
+	28,  // 114: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
+	30,  // 115: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
+	32,  // 116: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
+	34,  // 117: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
+	36,  // 118: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
+	38,  // 119: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
+	40,  // 120: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	45,  // 121: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
+	47,  // 122: tenure.v1.LeaseService.Derive:output_type -> tenure.v1.DeriveResponse
+	49,  // 123: tenure.v1.LeaseService.Consume:output_type -> tenure.v1.ConsumeResponse
+	51,  // 124: tenure.v1.LeaseService.Authorize:output_type -> tenure.v1.AuthorizeResponse
+	53,  // 125: tenure.v1.LeaseService.Tree:output_type -> tenure.v1.TreeResponse
+	106, // [106:126] is the sub-list for method output_type
+	86,  // [86:106] is the sub-list for method input_type
+	86,  // [86:86] is the sub-list for extension type_name
+	86,  // [86:86] is the sub-list for extension extendee
+	0,   // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -3872,6 +4485,7 @@ func file_tenure_v1_lease_proto_init() {
 		(*PipelineOp_Verify)(nil),
 		(*PipelineOp_CheckFence)(nil),
 		(*PipelineOp_Revoke)(nil),
+		(*PipelineOp_Consume)(nil),
 	}
 	file_tenure_v1_lease_proto_msgTypes[40].OneofWrappers = []any{
 		(*PipelineResult_Acquire)(nil),
@@ -3883,6 +4497,7 @@ func file_tenure_v1_lease_proto_init() {
 		(*PipelineResult_Verify)(nil),
 		(*PipelineResult_CheckFence)(nil),
 		(*PipelineResult_Revoke)(nil),
+		(*PipelineResult_Consume)(nil),
 		(*PipelineResult_Error)(nil),
 	}
 	type x struct{}
@@ -3891,7 +4506,7 @@ func file_tenure_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   48,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

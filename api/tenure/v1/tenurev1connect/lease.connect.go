@@ -67,6 +67,14 @@ const (
 	LeaseServiceKeepAliveProcedure = "/tenure.v1.LeaseService/KeepAlive"
 	// LeaseServicePipelineProcedure is the fully-qualified name of the LeaseService's Pipeline RPC.
 	LeaseServicePipelineProcedure = "/tenure.v1.LeaseService/Pipeline"
+	// LeaseServiceDeriveProcedure is the fully-qualified name of the LeaseService's Derive RPC.
+	LeaseServiceDeriveProcedure = "/tenure.v1.LeaseService/Derive"
+	// LeaseServiceConsumeProcedure is the fully-qualified name of the LeaseService's Consume RPC.
+	LeaseServiceConsumeProcedure = "/tenure.v1.LeaseService/Consume"
+	// LeaseServiceAuthorizeProcedure is the fully-qualified name of the LeaseService's Authorize RPC.
+	LeaseServiceAuthorizeProcedure = "/tenure.v1.LeaseService/Authorize"
+	// LeaseServiceTreeProcedure is the fully-qualified name of the LeaseService's Tree RPC.
+	LeaseServiceTreeProcedure = "/tenure.v1.LeaseService/Tree"
 )
 
 // LeaseServiceClient is a client for the tenure.v1.LeaseService service.
@@ -91,6 +99,15 @@ type LeaseServiceClient interface {
 	// client reaches full speed: a unary HTTP/2 call costs more CPU than
 	// the registrar spends on the operation.
 	Pipeline(context.Context) *connect.BidiStreamForClient[v1.PipelineRequest, v1.PipelineResponse]
+	// Derive issues a child lease under an active parent, for the parent's
+	// holder: a narrower scope, a budget carved out of the parent's.
+	Derive(context.Context, *connect.Request[v1.DeriveRequest]) (*connect.Response[v1.DeriveResponse], error)
+	// Consume charges a lease's budget counter.
+	Consume(context.Context, *connect.Request[v1.ConsumeRequest]) (*connect.Response[v1.ConsumeResponse], error)
+	// Authorize answers whether a resource or action is in a lease's scope.
+	Authorize(context.Context, *connect.Request[v1.AuthorizeRequest]) (*connect.Response[v1.AuthorizeResponse], error)
+	// Tree returns a lease and its descendants, parents before children.
+	Tree(context.Context, *connect.Request[v1.TreeRequest]) (*connect.Response[v1.TreeResponse], error)
 }
 
 // NewLeaseServiceClient constructs a client for the tenure.v1.LeaseService service. By default, it
@@ -200,6 +217,30 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("Pipeline")),
 			connect.WithClientOptions(opts...),
 		),
+		derive: connect.NewClient[v1.DeriveRequest, v1.DeriveResponse](
+			httpClient,
+			baseURL+LeaseServiceDeriveProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("Derive")),
+			connect.WithClientOptions(opts...),
+		),
+		consume: connect.NewClient[v1.ConsumeRequest, v1.ConsumeResponse](
+			httpClient,
+			baseURL+LeaseServiceConsumeProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("Consume")),
+			connect.WithClientOptions(opts...),
+		),
+		authorize: connect.NewClient[v1.AuthorizeRequest, v1.AuthorizeResponse](
+			httpClient,
+			baseURL+LeaseServiceAuthorizeProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("Authorize")),
+			connect.WithClientOptions(opts...),
+		),
+		tree: connect.NewClient[v1.TreeRequest, v1.TreeResponse](
+			httpClient,
+			baseURL+LeaseServiceTreeProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("Tree")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -221,6 +262,10 @@ type leaseServiceClient struct {
 	watch          *connect.Client[v1.WatchRequest, v1.WatchResponse]
 	keepAlive      *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
 	pipeline       *connect.Client[v1.PipelineRequest, v1.PipelineResponse]
+	derive         *connect.Client[v1.DeriveRequest, v1.DeriveResponse]
+	consume        *connect.Client[v1.ConsumeRequest, v1.ConsumeResponse]
+	authorize      *connect.Client[v1.AuthorizeRequest, v1.AuthorizeResponse]
+	tree           *connect.Client[v1.TreeRequest, v1.TreeResponse]
 }
 
 // Acquire calls tenure.v1.LeaseService.Acquire.
@@ -303,6 +348,26 @@ func (c *leaseServiceClient) Pipeline(ctx context.Context) *connect.BidiStreamFo
 	return c.pipeline.CallBidiStream(ctx)
 }
 
+// Derive calls tenure.v1.LeaseService.Derive.
+func (c *leaseServiceClient) Derive(ctx context.Context, req *connect.Request[v1.DeriveRequest]) (*connect.Response[v1.DeriveResponse], error) {
+	return c.derive.CallUnary(ctx, req)
+}
+
+// Consume calls tenure.v1.LeaseService.Consume.
+func (c *leaseServiceClient) Consume(ctx context.Context, req *connect.Request[v1.ConsumeRequest]) (*connect.Response[v1.ConsumeResponse], error) {
+	return c.consume.CallUnary(ctx, req)
+}
+
+// Authorize calls tenure.v1.LeaseService.Authorize.
+func (c *leaseServiceClient) Authorize(ctx context.Context, req *connect.Request[v1.AuthorizeRequest]) (*connect.Response[v1.AuthorizeResponse], error) {
+	return c.authorize.CallUnary(ctx, req)
+}
+
+// Tree calls tenure.v1.LeaseService.Tree.
+func (c *leaseServiceClient) Tree(ctx context.Context, req *connect.Request[v1.TreeRequest]) (*connect.Response[v1.TreeResponse], error) {
+	return c.tree.CallUnary(ctx, req)
+}
+
 // LeaseServiceHandler is an implementation of the tenure.v1.LeaseService service.
 type LeaseServiceHandler interface {
 	Acquire(context.Context, *connect.Request[v1.AcquireRequest]) (*connect.Response[v1.AcquireResponse], error)
@@ -325,6 +390,15 @@ type LeaseServiceHandler interface {
 	// client reaches full speed: a unary HTTP/2 call costs more CPU than
 	// the registrar spends on the operation.
 	Pipeline(context.Context, *connect.BidiStream[v1.PipelineRequest, v1.PipelineResponse]) error
+	// Derive issues a child lease under an active parent, for the parent's
+	// holder: a narrower scope, a budget carved out of the parent's.
+	Derive(context.Context, *connect.Request[v1.DeriveRequest]) (*connect.Response[v1.DeriveResponse], error)
+	// Consume charges a lease's budget counter.
+	Consume(context.Context, *connect.Request[v1.ConsumeRequest]) (*connect.Response[v1.ConsumeResponse], error)
+	// Authorize answers whether a resource or action is in a lease's scope.
+	Authorize(context.Context, *connect.Request[v1.AuthorizeRequest]) (*connect.Response[v1.AuthorizeResponse], error)
+	// Tree returns a lease and its descendants, parents before children.
+	Tree(context.Context, *connect.Request[v1.TreeRequest]) (*connect.Response[v1.TreeResponse], error)
 }
 
 // NewLeaseServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -430,6 +504,30 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(leaseServiceMethods.ByName("Pipeline")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServiceDeriveHandler := connect.NewUnaryHandler(
+		LeaseServiceDeriveProcedure,
+		svc.Derive,
+		connect.WithSchema(leaseServiceMethods.ByName("Derive")),
+		connect.WithHandlerOptions(opts...),
+	)
+	leaseServiceConsumeHandler := connect.NewUnaryHandler(
+		LeaseServiceConsumeProcedure,
+		svc.Consume,
+		connect.WithSchema(leaseServiceMethods.ByName("Consume")),
+		connect.WithHandlerOptions(opts...),
+	)
+	leaseServiceAuthorizeHandler := connect.NewUnaryHandler(
+		LeaseServiceAuthorizeProcedure,
+		svc.Authorize,
+		connect.WithSchema(leaseServiceMethods.ByName("Authorize")),
+		connect.WithHandlerOptions(opts...),
+	)
+	leaseServiceTreeHandler := connect.NewUnaryHandler(
+		LeaseServiceTreeProcedure,
+		svc.Tree,
+		connect.WithSchema(leaseServiceMethods.ByName("Tree")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.LeaseService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LeaseServiceAcquireProcedure:
@@ -464,6 +562,14 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceKeepAliveHandler.ServeHTTP(w, r)
 		case LeaseServicePipelineProcedure:
 			leaseServicePipelineHandler.ServeHTTP(w, r)
+		case LeaseServiceDeriveProcedure:
+			leaseServiceDeriveHandler.ServeHTTP(w, r)
+		case LeaseServiceConsumeProcedure:
+			leaseServiceConsumeHandler.ServeHTTP(w, r)
+		case LeaseServiceAuthorizeProcedure:
+			leaseServiceAuthorizeHandler.ServeHTTP(w, r)
+		case LeaseServiceTreeProcedure:
+			leaseServiceTreeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -535,4 +641,20 @@ func (UnimplementedLeaseServiceHandler) KeepAlive(context.Context, *connect.Bidi
 
 func (UnimplementedLeaseServiceHandler) Pipeline(context.Context, *connect.BidiStream[v1.PipelineRequest, v1.PipelineResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.Pipeline is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) Derive(context.Context, *connect.Request[v1.DeriveRequest]) (*connect.Response[v1.DeriveResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.Derive is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) Consume(context.Context, *connect.Request[v1.ConsumeRequest]) (*connect.Response[v1.ConsumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.Consume is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) Authorize(context.Context, *connect.Request[v1.AuthorizeRequest]) (*connect.Response[v1.AuthorizeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.Authorize is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) Tree(context.Context, *connect.Request[v1.TreeRequest]) (*connect.Response[v1.TreeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.Tree is not implemented"))
 }
