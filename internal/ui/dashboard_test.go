@@ -281,6 +281,8 @@ func TestDashboard(t *testing.T) {
 		e.waitJS(t, "the revoked row", fmt.Sprintf(`document.querySelector('tr[data-lease=%s]')?.dataset.state === "revoked"`, q(s.o2.LeaseId)))
 	})
 
+	t.Run("tree", func(t *testing.T) { testTree(t, e) })
+
 	t.Run("events", func(t *testing.T) {
 		e.open(t, "/events")
 		e.waitJS(t, "the live feed", `document.querySelector("#live")?.classList.contains("ok")`)

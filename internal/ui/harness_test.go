@@ -48,6 +48,13 @@ type env struct {
 
 func startServer(t *testing.T) *env {
 	t.Helper()
+	return startServerWith(t, nil)
+}
+
+// startServerWith is startServer with mod applied to the config first
+// (e.g. to require authentication).
+func startServerWith(t *testing.T, mod func(*server.Config)) *env {
+	t.Helper()
 	cfg := server.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Cluster = cluster.DefaultConfig()
@@ -55,6 +62,9 @@ func startServer(t *testing.T) *env {
 	cfg.Cluster.RaftAddr = "127.0.0.1:0"
 	cfg.Cluster.HeartbeatTimeout = 50 * time.Millisecond
 	cfg.Cluster.ElectionTimeout = 50 * time.Millisecond
+	if mod != nil {
+		mod(&cfg)
+	}
 	e := &env{cfg: cfg}
 	e.start(t)
 	t.Cleanup(func() { e.stop(t) })

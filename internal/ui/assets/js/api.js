@@ -18,6 +18,61 @@ export const refused = { admin: '' };
 export function noteRefusal(err) {
   if (err instanceof ApiError && (err.reason === 'PERMISSION_DENIED' || err.reason === 'UNAUTHENTICATED')) refused.admin = err.message;
 }
+
+// me is the caller as ClusterService.WhoAmI describes it: state is
+// 'unknown' (not asked yet, or the server cannot say), 'open' (the server
+// runs without authentication: everyone may do everything),
+// 'unauthenticated' (it needs a token and has none that it accepts;
+// error says why) or 'authenticated' (principal, roles, namespaces).
+export const me = { state: 'unknown', principal: '', roles: [], namespaces: [], method: '', error: '' };
+
+// whoAmI asks the server who the current token belongs to and updates me.
+export async function whoAmI() {
+  const tok = token();
+  let next;
+  try {
+    const r = await call('ClusterService', 'WhoAmI');
+    next = r.authenticated
+      ? { state: 'authenticated', principal: r.principal || '', roles: r.roles || [], namespaces: r.namespaces || [], method: r.method || '', error: '' }
+      : { state: 'open', principal: '', roles: [], namespaces: [], method: '', error: '' };
+  } catch (e) {
+    // A server from before WhoAmI, or one out of reach: fall back to
+    // offering everything and learning from refusals.
+    next = e instanceof ApiError && e.code === 'unauthenticated'
+      ? { state: 'unauthenticated', principal: '', roles: [], namespaces: [], method: '', error: e.message }
+      : { state: 'unknown', principal: '', roles: [], namespaces: [], method: '', error: e instanceof ApiError ? e.message : String(e) };
+  }
+  if (tok === token()) Object.assign(me, next); // a newer token won meanwhile
+  return me;
+}
+
+// matchNamespace is the server's namespace pattern rule ("team-*", "*").
+export function matchNamespace(pattern, ns) {
+  return pattern.endsWith('*') ? ns.startsWith(pattern.slice(0, -1)) : pattern === ns;
+}
+
+// ROLES_OF are the roles that may take each admin action (admin passes
+// every check on the server); see internal/server/access.go.
+const ROLES_OF = { revoke: ['admin'], cancel: ['admin', 'worker'] };
+
+// may says whether to offer action ('revoke', 'cancel') in namespace ns:
+// what WhoAmI said when it said something, and not after the server
+// refused the current token an admin action.
+export function may(action, ns) {
+  if (refused.admin) return false;
+  if (me.state === 'unauthenticated') return false;
+  if (me.state !== 'authenticated') return true;
+  return me.roles.some((r) => ROLES_OF[action].includes(r)) && me.namespaces.some((p) => matchNamespace(p, ns));
+}
+
+// whyNot says why action is not offered in ns ('' when it is).
+export function whyNot(action, ns) {
+  if (may(action, ns)) return '';
+  if (refused.admin) return `the server refused an admin action for this token (${refused.admin})`;
+  if (me.state === 'unauthenticated') return 'the server needs a token';
+  const roles = me.roles.length ? me.roles.join(', ') : 'no role';
+  return `${me.principal} (${roles}; namespaces ${me.namespaces.join(', ') || 'none'}) may not ${action} in ${ns}`;
+}
 export function namespace() { return localStorage.getItem(NS_KEY) || 'default'; }
 export function setNamespace(ns) { ns && ns !== 'default' ? localStorage.setItem(NS_KEY, ns) : localStorage.removeItem(NS_KEY); }
 

@@ -4,6 +4,7 @@ import * as api from './api.js';
 import { h, replace, errorBox } from './dom.js';
 import overview from './overview.js';
 import leases from './leases.js';
+import lease from './lease.js';
 import resource from './resource.js';
 import { queues, queuePage, taskPage } from './queues.js';
 import { pools, poolPage } from './pools.js';
@@ -13,6 +14,7 @@ const routes = [
   [/^\/?$/, overview, 'overview'],
   [/^\/leases$/, leases, 'leases'],
   [/^\/resource\/(.+)$/, resource, 'leases'],
+  [/^\/lease\/([^/]+)$/, lease, 'leases'],
   [/^\/queues$/, queues, 'queues'],
   [/^\/queues\/([^/]+)$/, queuePage, 'queues'],
   [/^\/queues\/([^/]+)\/([^/]+)$/, taskPage, 'queues'],
@@ -59,6 +61,50 @@ async function startWatch() {
     live.className = `live ${state === 'live' ? 'ok' : state === 'down' ? 'bad' : ''}`;
     live.title = detail || 'Live event feed (LeaseService.Watch)';
   });
+}
+
+// showMe puts WhoAmI's answer in the header: the principal, roles and
+// namespaces; or UNAUTHENTICATED with a prompt for a token.
+function showMe() {
+  const me = api.me;
+  const el = document.getElementById('whoami');
+  const prompt = document.getElementById('auth-prompt');
+  const tok = document.getElementById('token');
+  el.dataset.state = me.state;
+  el.className = `whoami ${me.state === 'unauthenticated' ? 'bad' : me.state === 'authenticated' ? 'ok' : ''}`;
+  tok.classList.toggle('attention', me.state === 'unauthenticated');
+  prompt.hidden = me.state !== 'unauthenticated';
+  switch (me.state) {
+    case 'authenticated':
+      replace(el, h('strong', { id: 'me-principal' }, me.principal), ' · ',
+        h('span', { id: 'me-roles' }, me.roles.join(', ') || 'no role'), ' · ',
+        h('span', { id: 'me-namespaces' }, me.namespaces.join(', ') || 'no namespace'));
+      el.title = `Signed in as ${me.principal} by ${me.method}: roles ${me.roles.join(', ') || 'none'}; namespaces ${me.namespaces.join(', ') || 'none'}`;
+      break;
+    case 'unauthenticated':
+      replace(el, 'UNAUTHENTICATED');
+      el.title = me.error;
+      replace(prompt, h('strong', {}, 'UNAUTHENTICATED: '),
+        api.token() ? `the server refuses this token (${me.error}). ` : 'this server requires a token. ',
+        'Enter a token in the Token field above and press Apply.');
+      if (document.activeElement !== tok) tok.focus();
+      break;
+    case 'open':
+      replace(el, 'no authentication');
+      el.title = 'The server runs without authentication: every caller may do everything.';
+      break;
+    default:
+      replace(el);
+      el.title = me.error ? `Who am I? ${me.error}` : '';
+  }
+}
+
+// identify asks who the token belongs to, then shows the view with the
+// actions that token may take.
+async function identify() {
+  await api.whoAmI();
+  showMe();
+  route();
 }
 
 let cleanup = [];
@@ -128,11 +174,11 @@ function init() {
     api.setToken(tokInput.value.trim());
     nsInput.value = api.namespace();
     startWatch();
-    route();
+    identify();
   });
   window.addEventListener('hashchange', route);
   startWatch();
-  route();
+  identify();
 }
 
 init();

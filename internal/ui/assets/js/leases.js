@@ -18,10 +18,19 @@ export async function revoke(lease) {
   }
 }
 
-// adminNote says why admin actions are not offered, when they are not.
-export function adminNote() {
-  return api.refused.admin && h('p', { class: 'muted', id: 'admin-refused' },
-    `Admin actions are hidden: the server refused them for this token (${api.refused.admin}).`);
+// adminNote says why revoke is not offered in ns, when it is not.
+export function adminNote(ns) {
+  const why = api.whyNot('revoke', ns);
+  return why && h('p', { class: 'muted', id: 'admin-refused' }, `Revoke is not offered: ${why}.`);
+}
+
+// inTree says whether a lease belongs to a lease tree: derived from a
+// parent, or with budget carved to children (or a budget to carve).
+export const inTree = (l) => Boolean(l.parentLeaseId || Object.keys(l.reserved || {}).length || Object.keys((l.budget && l.budget.limits) || {}).length);
+
+// leaseLink links to a lease's page (with its tree).
+export function leaseLink(l) {
+  return h('a', { class: 'lease-link', href: `#/lease/${seg(l.leaseId)}`, title: l.leaseId }, short(l.leaseId));
 }
 
 // leaseTable renders leases as a table; onAction gets the answer (a notice
@@ -41,8 +50,9 @@ export function leaseTable(leases, { onAction, showResource = true } = {}) {
         h('td', { class: 'num mono' }, l.fence),
         h('td', { class: 'num' }, `${l.renewalCount || 0}${l.maxRenewals ? ` / ${l.maxRenewals}` : ''}`),
         h('td', {}, state === 'active' ? countdown(durMs(l.timeRemaining), durMs(l.ttl)) : h('span', { class: 'muted' }, '—')),
-        h('td', { class: 'mono', title: l.leaseId }, short(l.leaseId)),
-        h('td', { class: 'row-actions' }, state === 'active' && !api.refused.admin &&
+        h('td', { class: 'mono' }, leaseLink(l), inTree(l) && h('a', { class: 'tree-mark', href: `#/lease/${seg(l.leaseId)}`,
+          title: l.parentLeaseId ? `derived from ${l.parentLeaseId}` : 'root of a lease tree' }, l.parentLeaseId ? ' ↳ tree' : ' ⊤ tree')),
+        h('td', { class: 'row-actions' }, state === 'active' && api.may('revoke', l.namespace || 'default') &&
           h('button', { class: 'danger revoke', onclick: async () => onAction && onAction(await revoke(l)) }, 'Revoke')));
     })));
 }
@@ -87,7 +97,7 @@ export default function leases(root, ctx) {
         `${fmtNum(all.length)} shown · namespace: ${fmtNum(counts.active)} active, ${fmtNum(counts.waiters)} waiting`;
       replace(body, all.length === 0
         ? empty(req.prefix || req.holder || req.states ? 'No lease matches these filters.' : 'No leases in this namespace yet.')
-        : [adminNote(), leaseTable(all, { onAction: (note) => { if (note) replace(msg, note); load(); } }),
+        : [adminNote(ctx.ns), leaseTable(all, { onAction: (note) => { if (note) replace(msg, note); load(); } }),
           next && h('div', { class: 'more' }, h('button', { onclick: () => { pages++; load(); } }, 'Load more'))]);
     } catch (e) {
       replace(body, errorBox(e));

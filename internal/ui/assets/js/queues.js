@@ -43,7 +43,7 @@ async function cancel(ns, queue, task) {
 }
 
 const finished = (s) => ['succeeded', 'dead', 'cancelled'].includes(s);
-const cancellable = (s) => !finished(s) && !api.refused.admin;
+const cancellable = (s, ns) => !finished(s) && api.may('cancel', ns);
 
 export function queuePage(root, ctx) {
   const queue = ctx.params[0];
@@ -83,7 +83,7 @@ export function queuePage(root, ctx) {
               h('td', {}, t.worker || ''),
               h('td', {}, fmtTime(t.createdAt)),
               h('td', { class: 'muted' }, (t.lastError || '').slice(0, 80)),
-              h('td', { class: 'row-actions' }, cancellable(s) && h('button', { class: 'danger cancel', onclick: async () => {
+              h('td', { class: 'row-actions' }, cancellable(s, ctx.ns) && h('button', { class: 'danger cancel', onclick: async () => {
                 const note = await cancel(ctx.ns, queue, t);
                 if (note) { replace(msg, note); load(); }
               } }, 'Cancel')));
@@ -119,7 +119,7 @@ export function taskPage(root, ctx) {
         row('last error', t.lastError && h('pre', {}, t.lastError), { id: 'task-last-error' }),
         row('payload', t.payload && h('pre', {}, b64text(t.payload))),
         row('result', t.result && h('pre', {}, b64text(t.result)))),
-      cancellable(s) && h('p', {}, h('button', { class: 'danger cancel', onclick: async () => {
+      cancellable(s, ctx.ns) && h('p', {}, h('button', { class: 'danger cancel', onclick: async () => {
         const note = await cancel(ctx.ns, queue, t);
         if (note) { replace(msg, note); load(); }
       } }, 'Cancel task'))));

@@ -86,7 +86,7 @@ export default function resource(root, ctx) {
     await Promise.all([
       resourceLeases(ctx.ns, name).then((ls) => {
         ls.sort((a, b) => Number(b.fence) - Number(a.fence));
-        replace(leasesBox, h('h2', {}, 'Leases'), adminNote(), ls.length === 0 ? empty('No lease of this resource is retained.') :
+        replace(leasesBox, h('h2', {}, 'Leases'), adminNote(ctx.ns), ls.length === 0 ? empty('No lease of this resource is retained.') :
           leaseTable(ls, { showResource: false, onAction: (note) => { if (note) replace(msg, note); load(); } }));
       }).catch((e) => replace(leasesBox, h('h2', {}, 'Leases'), errorBox(e))),
       api.call('LeaseService', 'ReadState', { namespace: ctx.ns, resource: name }).then((r) => {
