@@ -31,9 +31,19 @@
 //
 // Authentication: when the server requires tokens, the token typed into the
 // header is kept in the browser's localStorage and sent as
-// `Authorization: Bearer <token>` on every call. Admin actions (revoke a
-// lease, cancel a task) are always offered; the server decides, and a
-// refusal (UNAUTHENTICATED, PERMISSION_DENIED…) is shown with its reason.
+// `Authorization: Bearer <token>` on every call. On load and on every
+// Apply the dashboard asks ClusterService.WhoAmI who the token belongs to
+// and shows the principal, roles and namespaces in the header, or
+// UNAUTHENTICATED with a prompt for a token. Admin actions (revoke a lease,
+// cancel a task) are offered up front only where WhoAmI's roles and
+// namespace patterns allow them (the rules of internal/server/access.go);
+// a server without authentication, or one that cannot say, gets them all.
+// The server still decides: a refusal (PERMISSION_DENIED…) is shown with
+// its reason and hides those actions for that token.
+//
+// Lease trees: a lease's page (#/lease/<id>) walks parentLeaseId up to the
+// root it may read and draws LeaseService.Tree from there, indented, with
+// per-counter budget bars (used, reserved for children, left of the limit).
 //
 // Views are addressed by the URL fragment (#/leases?prefix=orders/), so the
 // server only serves static files and the API.

@@ -22,6 +22,7 @@ func TestHandler(t *testing.T) {
 		{"/ui/app.css", "200 OK", "text/css", "prefers-color-scheme: dark"},
 		{"/ui/js/app.js", "200 OK", "text/javascript", "import * as api"},
 		{"/ui/js/api.js", "200 OK", "text/javascript", "application/connect+json"},
+		{"/ui/js/lease.js", "200 OK", "text/javascript", "LeaseService', 'Tree'"},
 		{"/ui/nope.js", "404 Not Found", "text/plain", ""},
 	} {
 		t.Run(c.path, func(t *testing.T) {
