@@ -53,10 +53,11 @@ func (s *Server) ReloadAuth() error {
 }
 
 // open reports the paths served without credentials: health checks, and
-// the dashboard's static files under /ui/ (they hold no data; the
-// dashboard's API calls carry the user's bearer token like any other).
+// the dashboard's static files under /ui/ and the redirect of / to them
+// (they hold no data; the dashboard's API calls carry the user's bearer
+// token like any other, and it asks for one when there is none).
 func open(path string) bool {
-	return path == "/healthz" || path == "/readyz" || path == "/ui" || strings.HasPrefix(path, "/ui/")
+	return path == "/healthz" || path == "/readyz" || path == "/" || path == "/ui" || strings.HasPrefix(path, "/ui/")
 }
 
 // authenticate wraps the mux: every request but the health checks must

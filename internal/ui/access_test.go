@@ -75,6 +75,9 @@ func TestDashboardAccess(t *testing.T) {
 	row := fmt.Sprintf(`tr[data-lease=%s]`, q(l.LeaseId))
 
 	t.Run("no token", func(t *testing.T) {
+		// / leads to the dashboard without credentials too.
+		e.step(t, "open /", chromedp.Navigate(e.base+"/"))
+		e.waitJS(t, "the dashboard", `location.pathname === "/ui/" && document.querySelector("#whoami")?.dataset.state === "unauthenticated"`)
 		e.open(t, "/leases")
 		e.waitJS(t, "UNAUTHENTICATED in the header", `(() => { const w = document.querySelector("#whoami");
 			return w.dataset.state === "unauthenticated" && w.textContent === "UNAUTHENTICATED" && w.classList.contains("bad") })()`)
