@@ -85,6 +85,7 @@ func TestDashboardAccess(t *testing.T) {
 			return !p.hidden && p.textContent.includes("UNAUTHENTICATED") && p.textContent.includes("requires a token") &&
 				document.activeElement === document.querySelector("#token") && document.querySelector("#token").classList.contains("attention") })()`)
 		e.waitJS(t, "the table's error", `document.querySelector("#lease-body .error")?.textContent.startsWith("unauthenticated:")`)
+		e.waitJS(t, "the feed's state", `document.querySelector("#live").textContent === "feed: needs a token" && document.querySelector("#live").classList.contains("bad")`)
 		e.screenshot(t, "unauthenticated")
 		// A token the server does not know is refused the same way.
 		e.applyToken(t, "tok-unknown")

@@ -58,6 +58,10 @@ async function startWatch() {
     feed.state = state;
     feed.detail = detail || '';
     live.textContent = { connecting: 'feed: connecting', live: 'feed: live', down: 'feed: reconnecting', gap: 'feed: resumed live (gap)' }[state];
+    // A refusal is not an outage: say what it needs (Apply restarts the
+    // feed with the new token).
+    if (state === 'down' && feed.detail.startsWith('unauthenticated:')) live.textContent = 'feed: needs a token';
+    if (state === 'down' && feed.detail.startsWith('permission_denied:')) live.textContent = 'feed: not allowed';
     live.className = `live ${state === 'live' ? 'ok' : state === 'down' ? 'bad' : ''}`;
     live.title = detail || 'Live event feed (LeaseService.Watch)';
   });
