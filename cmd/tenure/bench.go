@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	tenure "github.com/tenurehq/tenure/client"
 )
 
@@ -61,6 +62,17 @@ type benchConfig struct {
 	streams     int
 	prefix      string // bench/<run id>
 	holder      string // holder prefix
+	principal   string // with credentials: every worker holds as this principal
+}
+
+// holderOf names worker w's holder: its own, or with credentials the
+// authenticated principal (a server with authentication refuses any
+// other holder).
+func (cfg benchConfig) holderOf(w int) string {
+	if cfg.principal != "" {
+		return cfg.principal
+	}
+	return fmt.Sprintf("%s-w%d", cfg.holder, w)
 }
 
 // benchResult is the outcome, printed as a table or JSON.
@@ -114,6 +126,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	_, _ = rand.Read(id[:])
 	run := hex.EncodeToString(id[:])
 	cfg.prefix, cfg.holder = "bench/"+run, "bench-"+run
+	if c.token != "" || c.tlsCert != "" {
+		r, err := c.remote()
+		if err != nil {
+			return err
+		}
+		who, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.WhoAmI, &tenurev1.WhoAmIRequest{})
+		if err != nil {
+			return err
+		}
+		if who.GetAuthenticated() {
+			cfg.principal = who.GetPrincipal()
+		}
+	}
 
 	var res *benchResult
 	var err error
@@ -181,7 +206,7 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 		for w := range cfg.concurrency {
 			wg.Go(func() {
 				for i := w; i < cfg.leases; i += cfg.concurrency {
-					l, err := ops.acquire(ctx, &tenurev1.AcquireRequest{Namespace: c.namespace, Resource: fmt.Sprintf("%s/l%d", cfg.prefix, i), Holder: fmt.Sprintf("%s-w%d", cfg.holder, w), Ttl: ttl})
+					l, err := ops.acquire(ctx, &tenurev1.AcquireRequest{Namespace: c.namespace, Resource: fmt.Sprintf("%s/l%d", cfg.prefix, i), Holder: cfg.holderOf(w), Ttl: ttl})
 					if err != nil {
 						errs[w] = err
 						return
@@ -198,7 +223,7 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 			for w, ids := range held {
 				wg.Go(func() {
 					for _, id := range ids {
-						_ = ops.release(rctx, &tenurev1.ReleaseRequest{LeaseId: id, Holder: fmt.Sprintf("%s-w%d", cfg.holder, w)})
+						_ = ops.release(rctx, &tenurev1.ReleaseRequest{LeaseId: id, Holder: cfg.holderOf(w)})
 					}
 				})
 			}
@@ -222,7 +247,7 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 	var wg sync.WaitGroup
 	for w := range cfg.concurrency {
 		wg.Go(func() {
-			holder := fmt.Sprintf("%s-w%d", cfg.holder, w)
+			holder := cfg.holderOf(w)
 			resource := fmt.Sprintf("%s/c%d", cfg.prefix, w)
 			if cfg.workload == "contended" {
 				resource = fmt.Sprintf("%s/r%d", cfg.prefix, w%cfg.resources)
@@ -290,6 +315,9 @@ func benchKeepAlive(ctx context.Context, c *cliCommand, cfg benchConfig) (*bench
 	clients := make([]*tenure.Client, (cfg.leases+perClient-1)/perClient)
 	for i := range clients {
 		c.holder = fmt.Sprintf("%s-k%d", cfg.holder, i)
+		if cfg.principal != "" {
+			c.holder = cfg.principal
+		}
 		cl, err := c.client()
 		if err != nil {
 			return nil, err

@@ -125,6 +125,11 @@ func TestCLISecureServer(t *testing.T) {
 	if r := run([]string{"TENURE_TOKEN=tok-w1"}, "exec", "jobs/x", "--", "true"); r.code != 0 {
 		t.Fatalf("exec with a token: %d %s", r.code, r.stderr)
 	}
+	// The load generator holds as the principal: no refusals.
+	if r := run([]string{"TENURE_TOKEN=tok-w1"}, "bench", "--workload", "cycle", "--concurrency", "2", "--duration", "1s", "-o", "json"); r.code != 0 ||
+		!strings.Contains(r.stdout, `"ops":`) || strings.Contains(r.stdout, "PERMISSION_DENIED") {
+		t.Fatalf("bench with a token: %+v", r)
+	}
 	// Plain text against the TLS port fails.
 	if r := run([]string{"TENURE_TOKEN=tok-w1", "TENURE_TLS_CA=", "TENURE_ENDPOINTS=http://" + api}, "get", "01ABC"); r.code == 0 {
 		t.Fatal("a plain-text call to the TLS server succeeded")
