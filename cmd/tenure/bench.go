@@ -42,7 +42,8 @@ by id), so that the measurement is not one HTTP/2 request per operation;
 
 Progress goes to stderr (a live line on a terminal), the result table (or
 -o json) to stdout. Resources are named bench/<run id>/…; leases are released
-at the end.`
+at the end. Workers hold as bench-<run id>-w<n>, or, with credentials (--token,
+client certificate) on a server with authentication, as the principal.`
 
 const benchExamples = `  tenure bench --workload cycle --concurrency 64 --duration 10s
   tenure bench --workload contended --resources 4 --concurrency 32 --wait 5s
