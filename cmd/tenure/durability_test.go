@@ -81,6 +81,7 @@ func TestKill9UnderWriteLoadLosesNoAcknowledgedGrant(t *testing.T) {
 
 	var mu sync.Mutex
 	acked := map[string]uint64{} // lease id → fence
+	var loadErr error            // the first failed Acquire; none before the kill
 	ctx, stopLoad := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for w := range 16 {
@@ -91,7 +92,14 @@ func TestKill9UnderWriteLoadLosesNoAcknowledgedGrant(t *testing.T) {
 				resp, err := leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{
 					Resource: fmt.Sprintf("crash/%d/%d", w, i), Holder: fmt.Sprintf("w%d", w)}))
 				if err != nil {
-					return // the server died under us: unknown outcomes are not acknowledged
+					// The server died under us: unknown outcomes are not
+					// acknowledged.
+					mu.Lock()
+					if loadErr == nil {
+						loadErr = err
+					}
+					mu.Unlock()
+					return
 				}
 				mu.Lock()
 				acked[resp.Msg.Lease.LeaseId] = resp.Msg.Lease.Fence
@@ -99,7 +107,16 @@ func TestKill9UnderWriteLoadLosesNoAcknowledgedGrant(t *testing.T) {
 			}
 		}()
 	}
-	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
+	// count is polled before the kill, when a failed Acquire stops a
+	// worker for nothing: say why rather than time out.
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		if loadErr != nil {
+			t.Fatalf("Acquire before the kill: %v", loadErr)
+		}
+		return len(acked)
+	}
 	waitFor(t, 30*time.Second, "grants before the snapshot", func() bool { return count() >= 300 })
 	if _, err := clusterc.Snapshot(context.Background(), connect.NewRequest(&tenurev1.SnapshotRequest{})); err != nil {
 		t.Fatalf("Snapshot: %v", err)

@@ -51,7 +51,9 @@
 // the same list of initial voters on every initial member; each
 // bootstraps that configuration on a fresh data dir (Raft accepts the
 // identical bootstrap from every member) and the first leader proposes
-// the registrar's key (only while the machine is not bootstrapped). A
+// the registrar's key (only while the machine is not bootstrapped) before
+// its term begins: nothing is served, and Ready is false, until lease ids
+// carry the key's tag. A
 // later member opens with NoBootstrap and is added by the leader
 // (AddVoter). Members publish their API addresses in replicated state
 // (SetMember commands, kept in the statemachine's members map and its

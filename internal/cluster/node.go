@@ -19,9 +19,11 @@ import (
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
 // Node is one member of a Tenure cluster: Raft, its stores and transport,
@@ -308,6 +310,9 @@ func (n *Node) watchLeadership() {
 
 // lead runs one leadership term: barrier, clock anchor, bootstrap of the
 // registrar key (first leader only), then the expirer until the term ends.
+// The term begins (IsLeader, Propose, linearizable reads) only after the
+// registrar has its key: a lease granted before would carry an id without
+// the key's tag, which no lookup resolves once the key is set.
 func (n *Node) lead() {
 	defer n.wg.Done()
 	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
@@ -328,26 +333,48 @@ func (n *Node) lead() {
 		cancel()
 		return
 	}
-	n.leader.Store(t)
-	n.log.Info("leading", "tick", base)
 	if !bootstrapped {
-		seed := make([]byte, 32)
-		if _, err := rand.Read(seed); err != nil {
-			n.log.Error("drawing registrar key seed", "err", err)
+		if err := n.bootstrapRegistrar(base); err != nil {
+			n.log.Error("bootstrapping the registrar; this term serves nothing", "err", err)
+			cancel()
 			return
 		}
-		res, err := n.Propose(ctx, &logpb.Command{Op: &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: seed}}})
-		if err == nil {
-			err = res.Outcome.Err
-		}
-		if err != nil && registrar.ReasonOf(err) != registrar.ReasonAlreadyBootstrapped {
-			n.log.Error("bootstrapping the registrar", "err", err)
-		} else {
-			n.log.Info("registrar initialized")
-		}
+		n.log.Info("registrar initialized")
 	}
+	n.leader.Store(t)
+	n.log.Info("leading", "tick", base)
 	n.publishMembers(ctx)
 	n.expire(t)
+}
+
+// bootstrapRegistrar gives the registrar its key, straight through Raft:
+// the proposer serves only a term that has begun, and nothing else may be
+// proposed before this.
+func (n *Node) bootstrapRegistrar(tick registrar.Tick) error {
+	seed := make([]byte, 32)
+	if _, err := rand.Read(seed); err != nil {
+		return fmt.Errorf("drawing the key seed: %w", err)
+	}
+	data, err := proto.Marshal(&logpb.Batch{Commands: []*logpb.Command{{
+		Op:   &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: seed}},
+		Tick: int64(tick), Wall: time.Now().UTC().UnixMilli(),
+	}}})
+	if err != nil {
+		return err
+	}
+	fut := n.raft.Apply(data, n.cfg.ApplyTimeout)
+	if err := fut.Error(); err != nil {
+		return err
+	}
+	switch r := fut.Response().(type) {
+	case error:
+		return r
+	case []statemachine.Result:
+		if err := r[0].Outcome.Err; err != nil && registrar.ReasonOf(err) != registrar.ReasonAlreadyBootstrapped {
+			return err
+		}
+	}
+	return nil
 }
 
 // publishMembers runs when this node takes office: it publishes its own
@@ -407,11 +434,23 @@ func outcomeUnknown(why string) error {
 // IsLeader reports whether this node leads and serves writes.
 func (n *Node) IsLeader() bool { return n.leader.Load() != nil }
 
-// Ready reports whether a leader is known and this node has applied
-// everything committed.
+// Ready reports whether this node can serve or route a request: it leads
+// and its term has begun (everything before it applied, the registrar has
+// its key, writes and linearizable reads are answered), or it follows a
+// known leader and has applied everything committed.
 func (n *Node) Ready() bool {
-	addr, _ := n.raft.LeaderWithID()
-	return addr != "" && n.fsm.applied.Load() >= n.raft.CommitIndex()
+	addr, id := n.raft.LeaderWithID()
+	if addr == "" {
+		return false
+	}
+	if id == raft.ServerID(n.id) {
+		// Raft names this node leader as soon as it wins the election, but
+		// it serves only once lead's barrier is through; until then its
+		// commit index still trails (0 after a restart), so the follower
+		// check below would pass while every call answers NOT_LEADER.
+		return n.IsLeader()
+	}
+	return n.fsm.applied.Load() >= n.raft.CommitIndex()
 }
 
 // streamLayer is Raft's TCP stream layer over a listener we own, so that
