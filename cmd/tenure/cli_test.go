@@ -136,17 +136,44 @@ func tenureStdin(t *testing.T, stdin string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := tenureCmd(ctx, args...)
-	var out, errb bytes.Buffer
 	cmd.Stdin = strings.NewReader(stdin)
+	return runCmd(t, cmd)
+}
+
+// runCmd runs cmd to completion and returns its output and exit code.
+func runCmd(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
+	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	r := result{stdout: out.String(), stderr: errb.String()}
 	if ee, ok := err.(*exec.ExitError); ok {
 		r.code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("tenure %v: %v", args, err)
+		t.Fatalf("%v: %v", cmd.Args, err)
 	}
 	return r
+}
+
+// startBackground starts cmd (a server) and, when the test ends, stops it
+// with SIGTERM (SIGKILL after 15 s). The channel closes when it exits.
+func startBackground(t *testing.T, cmd *exec.Cmd) <-chan struct{} {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	return exited
 }
 
 // ok runs the binary and fails the test unless it exits 0.

@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -158,25 +157,14 @@ func startServerProcess(t *testing.T, dir, name string, args []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(tenureBin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
 		logf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
 			t.Logf("%s log:\n%s", name, b)
 		}
 	})
+	cmd := exec.Command(tenureBin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	startBackground(t, cmd)
 }

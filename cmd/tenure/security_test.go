@@ -50,20 +50,7 @@ func TestCLISecureServer(t *testing.T) {
 	srv.Env = append(os.Environ(), "TENURE_AUTH_FILE="+authFile)
 	var log bytes.Buffer
 	srv.Stdout, srv.Stderr = &log, &log
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = srv.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = srv.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = srv.Process.Kill()
-			<-exited
-		}
-	})
+	exited := startBackground(t, srv)
 	pool := x509.NewCertPool()
 	caPEM, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
 	pool.AppendCertsFromPEM(caPEM)
@@ -89,16 +76,7 @@ func TestCLISecureServer(t *testing.T) {
 		cmd := exec.CommandContext(ctx, tenureBin, args...)
 		cmd.Env = append(os.Environ(), "TENURE_ENDPOINTS="+api, "TENURE_HOLDER=", "TENURE_TOKEN=", "TENURE_TLS_CA="+filepath.Join(dir, "ca.crt"))
 		cmd.Env = append(cmd.Env, env...)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		r := result{stdout: out.String(), stderr: errb.String()}
-		if ee, ok := err.(*exec.ExitError); ok {
-			r.code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("tenure %v: %v", args, err)
-		}
-		return r
+		return runCmd(t, cmd)
 	}
 	wantFail := func(r result, reason string) {
 		t.Helper()
