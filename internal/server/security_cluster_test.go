@@ -43,18 +43,7 @@ func TestForwardingCarriesTheCaller(t *testing.T) {
 		return (&secureBundle{base: "http://" + follower.srv.Addr()}).as(token)
 	}
 	root := as("tok-root")
-	waitFor(t, "every member to publish its address", 30*time.Second, func() bool {
-		resp, err := root.cluster.Status(context.Background(), connect.NewRequest(&tenurev1.StatusRequest{}))
-		if err != nil || resp.Msg.LeaderApiAddress == "" || len(resp.Msg.Members) != 3 {
-			return false
-		}
-		for _, m := range resp.Msg.Members {
-			if m.ApiAddress == "" {
-				return false
-			}
-		}
-		return true
-	})
+	waitPublished(t, root, "every member to publish its address")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -127,18 +116,7 @@ func TestForwardingOverTLS(t *testing.T) {
 		return (&secureBundle{base: "https://" + m.srv.Addr()}).as(token, cfg)
 	}
 	root := at(follower, "tok-root", clientTLS("ops"))
-	waitFor(t, "every member to publish its address over TLS", 30*time.Second, func() bool {
-		resp, err := root.cluster.Status(context.Background(), connect.NewRequest(&tenurev1.StatusRequest{}))
-		if err != nil || resp.Msg.LeaderApiAddress == "" || len(resp.Msg.Members) != 3 {
-			return false
-		}
-		for _, m := range resp.Msg.Members {
-			if m.ApiAddress == "" {
-				return false
-			}
-		}
-		return true
-	})
+	waitPublished(t, root, "every member to publish its address over TLS")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	resp, err := at(follower, "tok-w1", clientTLS("laptop")).leases.Acquire(ctx,
@@ -159,4 +137,22 @@ func TestForwardingOverTLS(t *testing.T) {
 	if err := enqueue(leader); err != nil {
 		t.Fatalf("certificate principal at the leader: %v", err)
 	}
+}
+
+// waitPublished waits until, as c sees it, a leader and three members
+// are known with their API addresses.
+func waitPublished(t *testing.T, c clients, what string) {
+	t.Helper()
+	waitFor(t, what, 30*time.Second, func() bool {
+		resp, err := c.cluster.Status(context.Background(), connect.NewRequest(&tenurev1.StatusRequest{}))
+		if err != nil || resp.Msg.LeaderApiAddress == "" || len(resp.Msg.Members) != 3 {
+			return false
+		}
+		for _, m := range resp.Msg.Members {
+			if m.ApiAddress == "" {
+				return false
+			}
+		}
+		return true
+	})
 }
