@@ -14,6 +14,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/registrar"
 )
 
 // maxPipelineInFlight bounds the operations one Pipeline stream may have
@@ -211,20 +212,27 @@ func opRequest(op *tenurev1.PipelineOp) (proc string, msg any) {
 		return v1c.LeaseServiceCheckFenceProcedure, o.CheckFence
 	case *tenurev1.PipelineOp_Revoke:
 		return v1c.LeaseServiceRevokeProcedure, o.Revoke
+	case *tenurev1.PipelineOp_Consume:
+		return v1c.LeaseServiceConsumeProcedure, o.Consume
 	}
 	return "", nil
 }
 
 // authorizeOp charges one operation to the caller's rate limit and
 // checks it against the rule of its unary RPC, exactly as that RPC would
-// be checked (an unknown operation is left to runOp's answer).
+// be checked (a missing operation is left to runOp's answer).
 func (h *leaseService) authorizeOp(ctx context.Context, op *tenurev1.PipelineOp) error {
 	p := principalOf(ctx)
 	if p == nil {
 		return nil
 	}
 	proc, msg := opRequest(op)
-	if proc == "" || reflect.ValueOf(msg).IsNil() {
+	switch {
+	case proc == "" && op.Op != nil:
+		// An operation runOp knows but this check does not: refuse it
+		// rather than run it unchecked.
+		return authError(registrar.ReasonPermissionDenied, nil, "operation %T has no access rule", op.Op)
+	case proc == "" || reflect.ValueOf(msg).IsNil():
 		return nil
 	}
 	if err := h.s.charge(p, 1); err != nil {

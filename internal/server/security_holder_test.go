@@ -118,11 +118,12 @@ func TestHolderIsThePrincipal(t *testing.T) {
 		{Id: 2, Op: &tenurev1.PipelineOp_Acquire{Acquire: &tenurev1.AcquireRequest{Resource: "orders/3", Holder: "w1"}}},
 		{Id: 3, Op: &tenurev1.PipelineOp_Revoke{Revoke: &tenurev1.RevokeRequest{LeaseId: l.LeaseId}}},
 		{Id: 4, Op: &tenurev1.PipelineOp_Acquire{Acquire: &tenurev1.AcquireRequest{Resource: "orders/4"}}},
+		{Id: 5, Op: &tenurev1.PipelineOp_Consume{Consume: &tenurev1.ConsumeRequest{LeaseId: l.LeaseId, Counter: "c", Amount: 1}}},
 	}}); err != nil {
 		t.Fatal(err)
 	}
 	got := map[uint64]*tenurev1.PipelineResult{}
-	for len(got) < 4 {
+	for len(got) < 5 {
 		pr, err := ps.Receive()
 		if err != nil {
 			t.Fatal(err)
@@ -131,7 +132,7 @@ func TestHolderIsThePrincipal(t *testing.T) {
 			got[r.Id] = r
 		}
 	}
-	for id := uint64(1); id <= 3; id++ {
+	for _, id := range []uint64{1, 2, 3, 5} {
 		if e := got[id].GetError(); e == nil || e.Reason != "PERMISSION_DENIED" || e.Code != "permission_denied" {
 			t.Errorf("pipeline op %d: %v", id, got[id])
 		}
