@@ -64,6 +64,13 @@ type Config struct {
 	RaftLogOutput io.Writer
 	// Registerer receives the node's metrics; nil skips registration.
 	Registerer prometheus.Registerer
+	// TestWallOffset is a fault-injection hook (tenure server reads it
+	// from TENURE_TEST_WALL_OFFSET): it is added to the wall time this
+	// node stamps on commands while it leads, as if its wall clock were
+	// off by that much. Only the informative wall times (issued_at,
+	// expires_at, lease ids) move; validity runs on registrar ticks, which
+	// the fault tests check. Zero in production.
+	TestWallOffset time.Duration
 }
 
 // DefaultNodeID is the member id of a node started without one.

@@ -414,7 +414,16 @@ type streamLayer struct {
 func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return net.DialTimeout("tcp", string(addr), timeout)
+	d := net.Dialer{Timeout: timeout}
+	// A member listening on a specific IPv4 loopback address (127.0.0.2,
+	// …) dials its peers from that address, so that several members on one
+	// host can be told apart by source address: the fault harness
+	// (internal/fault) cuts links between chosen pairs that way. Anywhere
+	// else the kernel picks the source as usual.
+	if a, ok := s.Listener.Addr().(*net.TCPAddr); ok && a.IP.To4() != nil && a.IP.IsLoopback() {
+		d.LocalAddr = &net.TCPAddr{IP: a.IP}
+	}
+	return d.Dial("tcp", string(addr))
 }
 
 // peerAddr is a Raft address as given in the peer list.

@@ -114,7 +114,7 @@ func (n *Node) propose() {
 		n.fsm.mu.RUnlock()
 		tick := max(t.now(), last, applied)
 		last = tick
-		wall := time.Now().UTC().UnixMilli()
+		wall := time.Now().Add(n.cfg.TestWallOffset).UTC().UnixMilli()
 		b := &logpb.Batch{Commands: make([]*logpb.Command, len(batch))}
 		for i, p := range batch {
 			p.cmd.Tick, p.cmd.Wall = int64(tick), wall
