@@ -53,6 +53,14 @@ type Config struct {
 	MaxInflightEntries int
 	// ApplyTimeout bounds how long a proposal may wait to enter Raft.
 	ApplyTimeout time.Duration
+	// ClockHeartbeat bounds how far the replicated clock (the tick of the
+	// last applied command) may lag the leader's while anything is due: the
+	// leader proposes an Advance when no command has carried the clock for
+	// this long. A successor continues from the last applied tick, so this
+	// is how much later than the failure time stops, and so how much a
+	// failover can add to a lease beyond the election (zero: the default,
+	// 100 ms).
+	ClockHeartbeat time.Duration
 	// HeartbeatTimeout and ElectionTimeout tune Raft (zero: Raft's defaults).
 	HeartbeatTimeout, ElectionTimeout time.Duration
 	// SnapshotThreshold is how many log entries trigger a snapshot (zero:
@@ -87,6 +95,7 @@ func DefaultConfig() Config {
 		MaxBatch:           1024,
 		MaxInflightEntries: 1,
 		ApplyTimeout:       5 * time.Second,
+		ClockHeartbeat:     100 * time.Millisecond,
 	}
 }
 

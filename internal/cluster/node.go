@@ -86,6 +86,9 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.ApplyTimeout == 0 {
 		cfg.ApplyTimeout = def.ApplyTimeout
 	}
+	if cfg.ClockHeartbeat <= 0 {
+		cfg.ClockHeartbeat = def.ClockHeartbeat
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -196,3 +196,39 @@ func TestFeedReadsAndCompacts(t *testing.T) {
 		t.Fatalf("Head = %d", f.Head())
 	}
 }
+
+// While a lease is due, the replicated clock keeps up with the leader's
+// even when nobody writes: the leader proposes an Advance whenever no
+// command has carried the clock for ClockHeartbeat. A successor resumes
+// from the last applied tick, so a leader that crashed after an idle spell
+// would otherwise add the whole spell to every lease (found by the fault
+// tests, internal/fault).
+func TestReplicatedClockKeepsUpWhileLeasesAreDue(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	out := acquire(t, n, "clock/a", "h", time.Minute, 0)
+	if out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	appliedTick := func() registrar.Tick {
+		n.fsm.mu.RLock()
+		defer n.fsm.mu.RUnlock()
+		return n.fsm.maxTick
+	}
+	start := appliedTick()
+	deadline := time.Now().Add(10 * time.Second)
+	for appliedTick() < start+1000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("applied tick stuck at %d (started at %d) with a lease due and no writes", appliedTick(), start)
+		}
+		select {
+		case <-n.fsm.changes():
+		case <-time.After(time.Second):
+		}
+	}
+	// And it stays close to the leader's clock (ClockHeartbeat 100 ms,
+	// plus one Raft round).
+	if lag := n.leader.Load().now() - appliedTick(); lag > 1000 {
+		t.Fatalf("applied tick lags the leader's clock by %d ms", lag)
+	}
+}

@@ -17,7 +17,7 @@ type proxy struct {
 	target string
 
 	mu      sync.Mutex
-	blocked map[string]bool           // source IPs refused
+	blocked map[string]bool              // source IPs refused
 	conns   map[string]map[net.Conn]bool // open client-side connections by source IP
 	closed  bool
 	wg      sync.WaitGroup
