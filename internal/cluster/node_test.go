@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"errors"
+	"github.com/hashicorp/raft"
+	"runtime"
 	"testing"
 	"time"
 
@@ -230,5 +232,63 @@ func TestReplicatedClockKeepsUpWhileLeasesAreDue(t *testing.T) {
 	// plus one Raft round).
 	if lag := n.leader.Load().now() - appliedTick(); lag > 1000 {
 		t.Fatalf("applied tick lags the leader's clock by %d ms", lag)
+	}
+}
+
+// A node is never ready (/readyz) while it is the leader Raft elected but
+// has not yet taken office (barrier, clock anchor): in that window every
+// request answered NOT_LEADER naming the node itself, and the fault tests
+// (internal/fault) saw requests made right after readiness fail so.
+func TestReadyOnlyOnceTheLeaderServes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.RaftAddr = "127.0.0.1:0"
+	cfg.HeartbeatTimeout = 50 * time.Millisecond
+	cfg.ElectionTimeout = 50 * time.Millisecond
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for !n.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("never ready")
+		}
+		runtime.Gosched() // poll as tightly as we can: the window is short
+	}
+	if !n.IsLeader() {
+		t.Fatal("ready while elected but not yet serving as leader")
+	}
+}
+
+// Closing a node right after Raft elected it, while its leadership
+// barrier is in flight, returns: the barrier may never be answered once
+// Raft shuts down, and Close used to wait for it forever.
+func TestCloseRightAfterElection(t *testing.T) {
+	for range 5 {
+		cfg := DefaultConfig()
+		cfg.DataDir = t.TempDir()
+		cfg.RaftAddr = "127.0.0.1:0"
+		cfg.HeartbeatTimeout = 50 * time.Millisecond
+		cfg.ElectionTimeout = 50 * time.Millisecond
+		n, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for n.raft.State() != raft.Leader {
+			if time.Now().After(deadline) {
+				t.Fatal("never elected")
+			}
+			runtime.Gosched()
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- n.Close() }()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Close did not return within 10 s of an election")
+		}
 	}
 }

@@ -350,3 +350,22 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		<-tick.C
 	}
 }
+
+// Retry runs call until it returns an error other than one that proves
+// nothing happened (NOT_LEADER, UNAVAILABLE, a refused connection: a
+// cluster between leaders), for at most timeout.
+func Retry[T any](t testing.TB, timeout time.Duration, call func(ctx context.Context) (T, error)) (T, error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		v, err := call(ctx)
+		cancel()
+		if o, _ := classify(err); o != NoEffect || time.Now().After(deadline) {
+			return v, err
+		}
+		<-tick.C
+	}
+}

@@ -86,7 +86,9 @@ func TestKill9UnderLoadLosesNoAcknowledgedWrite(t *testing.T) {
 				maxFence = max(maxFence, a.fence)
 			}
 			for start := 0; start < len(ids); start += 1000 {
-				resp, err := lc.Verify(context.Background(), connect.NewRequest(&tenurev1.VerifyRequest{LeaseIds: ids[start:min(start+1000, len(ids))]}))
+				resp, err := Retry(t, time.Minute, func(ctx context.Context) (*connect.Response[tenurev1.VerifyResponse], error) {
+					return lc.Verify(ctx, connect.NewRequest(&tenurev1.VerifyRequest{LeaseIds: ids[start:min(start+1000, len(ids))]}))
+				})
 				if err != nil {
 					t.Fatalf("Verify after restart: %v", err)
 				}
@@ -101,7 +103,9 @@ func TestKill9UnderLoadLosesNoAcknowledgedWrite(t *testing.T) {
 					continue
 				}
 				writes++
-				st, err := lc.ReadState(context.Background(), connect.NewRequest(&tenurev1.ReadStateRequest{Resource: a.resource}))
+				st, err := Retry(t, time.Minute, func(ctx context.Context) (*connect.Response[tenurev1.ReadStateResponse], error) {
+					return lc.ReadState(ctx, connect.NewRequest(&tenurev1.ReadStateRequest{Resource: a.resource}))
+				})
 				if err != nil {
 					t.Fatalf("ReadState after restart: %v", err)
 				}
@@ -109,7 +113,9 @@ func TestKill9UnderLoadLosesNoAcknowledgedWrite(t *testing.T) {
 					t.Errorf("acknowledged write to %s lost after kill -9: epoch %d data %q, want epoch 1 %q", a.resource, st.Msg.Epoch, st.Msg.Data, a.data)
 				}
 			}
-			resp, err := lc.Acquire(context.Background(), connect.NewRequest(&tenurev1.AcquireRequest{Resource: "crash/after", Holder: "w"}))
+			resp, err := Retry(t, time.Minute, func(ctx context.Context) (*connect.Response[tenurev1.AcquireResponse], error) {
+				return lc.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "crash/after", Holder: "w"}))
+			})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -60,7 +60,12 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		wk := &worker{w: w, id: w.Clients, clients: map[string]tenurev1connect.LeaseServiceClient{
 			c.Endpoints()[0]: tenurev1connect.NewLeaseServiceClient(h2c(), "http://"+c.Endpoints()[0], connect.WithGRPC())},
 			endpoint: c.Endpoints()[0]}
-		if o := wk.read(context.Background(), r); o.Outcome != OK {
+		var o Op
+		waitFor(t, time.Minute, "a final read of "+r, func() bool {
+			o = wk.read(context.Background(), r)
+			return o.Outcome != NoEffect
+		})
+		if o.Outcome != OK {
 			t.Errorf("final read of %s after healing: %s %s", r, o.Outcome, o.Err)
 		}
 	}
@@ -88,9 +93,9 @@ func checkPresent(t *testing.T, c *Cluster, rec *Recorder) []string {
 	var bad []string
 	for start := 0; start < len(ids); start += 500 {
 		batch := ids[start:min(start+500, len(ids))]
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		resp, err := lc.Verify(ctx, connect.NewRequest(&tenurev1.VerifyRequest{LeaseIds: batch}))
-		cancel()
+		resp, err := Retry(t, time.Minute, func(ctx context.Context) (*connect.Response[tenurev1.VerifyResponse], error) {
+			return lc.Verify(ctx, connect.NewRequest(&tenurev1.VerifyRequest{LeaseIds: batch}))
+		})
 		if err != nil {
 			t.Fatalf("Verify after healing: %v", err)
 		}

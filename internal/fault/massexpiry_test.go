@@ -103,8 +103,10 @@ func TestMassExpiry100kWithinOneSecond(t *testing.T) {
 	lc := tenurev1connect.NewLeaseServiceClient(hc, "http://"+api, connect.WithGRPC())
 	cc := tenurev1connect.NewClusterServiceClient(hc, "http://"+api, connect.WithGRPC())
 	ctx := context.Background()
-	if _, err := cc.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{
-		Namespace: "default", Policy: &tenurev1.NamespacePolicy{MaxActivePerHolder: n}})); err != nil {
+	if _, err := Retry(t, time.Minute, func(ctx context.Context) (*connect.Response[tenurev1.SetPolicyResponse], error) {
+		return cc.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{
+			Namespace: "default", Policy: &tenurev1.NamespacePolicy{MaxActivePerHolder: n}}))
+	}); err != nil {
 		t.Fatal(err)
 	}
 	// Granted with a ttl long enough for all of them to be granted, then
