@@ -92,7 +92,9 @@ func (n *Node) AwaitWaiter(ctx context.Context, id uint64) (WaitResult, error) {
 func (n *Node) expire(t *term) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	beat := registrar.Tick(registrar.Ms(n.cfg.ClockHeartbeat))
+	// Proposed at half the heartbeat, so that the Raft round of the
+	// Advance itself stays within it.
+	beat := registrar.Tick(registrar.Ms(n.cfg.ClockHeartbeat / 2))
 	for {
 		changed := n.fsm.changes()
 		n.fsm.mu.RLock()

@@ -57,9 +57,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	// history, so the guarded state is checked too), and every acknowledged
 	// grant must be found with its fence.
 	for _, r := range resources {
-		wk := &worker{w: w, id: w.Clients, clients: map[string]tenurev1connect.LeaseServiceClient{
-			c.Endpoints()[0]: tenurev1connect.NewLeaseServiceClient(h2c(), "http://"+c.Endpoints()[0], connect.WithGRPC())},
-			endpoint: c.Endpoints()[0]}
+		wk := w.worker(h2c(), w.Clients)
 		var o Op
 		waitFor(t, time.Minute, "a final read of "+r, func() bool {
 			o = wk.read(context.Background(), r)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -32,22 +33,26 @@ type Workload struct {
 // Run runs the clients until ctx ends.
 func (w *Workload) Run(ctx context.Context) {
 	hc := h2c()
-	clients := map[string]tenurev1connect.LeaseServiceClient{}
-	for _, e := range w.Endpoints {
-		clients[e] = tenurev1connect.NewLeaseServiceClient(hc, "http://"+e, connect.WithGRPC())
-	}
 	var wg sync.WaitGroup
 	for i := range w.Clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := &worker{w: w, id: i, clients: clients, rnd: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))}
-			c.endpoint = w.Endpoints[i%len(w.Endpoints)]
-			c.run(ctx)
+			w.worker(hc, i).run(ctx)
 		}()
 	}
 	wg.Wait()
 	hc.CloseIdleConnections()
+}
+
+// worker returns client id of the workload, starting on one member.
+func (w *Workload) worker(hc *http.Client, id int) *worker {
+	clients := map[string]tenurev1connect.LeaseServiceClient{}
+	for _, e := range w.Endpoints {
+		clients[e] = tenurev1connect.NewLeaseServiceClient(hc, "http://"+e, connect.WithGRPC())
+	}
+	return &worker{w: w, id: id, clients: clients, endpoint: w.Endpoints[id%len(w.Endpoints)],
+		rnd: rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano())))}
 }
 
 type worker struct {
