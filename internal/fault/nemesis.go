@@ -91,12 +91,18 @@ func (n *Nemesis) Inject(ctx context.Context, kind string) {
 	case "pause-leader":
 		n.note(kind, "SIGSTOP %s for %v", l.ID, n.Hold)
 		l.Pause()
-		hold(ctx, n.Hold)
+		paused := time.Now()
+		// Longer than the election timeout: the others elect a leader.
+		c.WaitLeader(30*time.Second, l)
+		hold(ctx, n.Hold-time.Since(paused))
 		l.Resume()
 	case "isolate-leader":
 		n.note(kind, "cut %s from every member for %v", l.ID, n.Hold)
 		c.Isolate(l)
-		hold(ctx, n.Hold)
+		cut := time.Now()
+		// The cut works: the majority side elects a leader of its own.
+		c.WaitLeader(30*time.Second, l)
+		hold(ctx, n.Hold-time.Since(cut))
 		c.Heal()
 	case "wall-offset":
 		// Restart a follower with its wall clock an hour off (alternating
