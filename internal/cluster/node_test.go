@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/hashicorp/raft"
 	"runtime"
 	"testing"
@@ -290,5 +291,22 @@ func TestCloseRightAfterElection(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("Close did not return within 10 s of an election")
 		}
+	}
+}
+
+// A command Raft refuses because the leadership is being transferred was
+// never appended: it answers NOT_LEADER (retry), not OUTCOME_UNKNOWN. The
+// fault tests saw every write during a TransferLeadership answered as
+// unknown.
+func TestRefusalDuringLeadershipTransferIsNotLeader(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	err := n.raftError(fmt.Errorf("apply: %w", raft.ErrLeadershipTransferInProgress))
+	if r := registrar.ReasonOf(err); r != registrar.ReasonNotLeader {
+		t.Fatalf("refused during a leadership transfer: reason %q (%v), want NOT_LEADER", r, err)
+	}
+	// Broken off after appending stays unknown.
+	if r := registrar.ReasonOf(n.raftError(raft.ErrLeadershipLost)); r != registrar.ReasonOutcomeUnknown {
+		t.Fatalf("leadership lost while committing: reason %q, want OUTCOME_UNKNOWN", r)
 	}
 }

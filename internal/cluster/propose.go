@@ -186,6 +186,13 @@ func (n *Node) raftError(err error) error {
 		return n.notLeader()
 	case errors.Is(err, raft.ErrEnqueueTimeout):
 		return unavailable("raft did not accept the command in time")
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Raft refuses new entries while it hands leadership over, before
+		// appending them: nothing was proposed, so the caller may retry
+		// (it used to answer OUTCOME_UNKNOWN, found by the fault tests).
+		return &registrar.Error{Reason: registrar.ReasonNotLeader,
+			Message:  string(registrar.ReasonNotLeader) + ": this node is handing its leadership over; nothing was proposed, retry shortly",
+			Metadata: map[string]string{"leader_id": "", "leader": ""}}
 	}
 	return outcomeUnknown(err.Error())
 }

@@ -42,6 +42,7 @@ type Report struct {
 // extra violations found by the caller's direct checks. On any failure it
 // writes the history, porcupine's visualisation and the cluster's logs
 // to an artifacts directory, names it in the test output, and fails t.
+// With TENURE_FAULT_KEEP set it writes them for a passing run too.
 func Check(t testing.TB, rec *Recorder, c *Cluster, timeout time.Duration, extra ...string) Report {
 	t.Helper()
 	ops := rec.Ops()
@@ -56,6 +57,11 @@ func Check(t testing.TB, rec *Recorder, c *Cluster, timeout time.Duration, extra
 	r.Linearizable, r.info = porcupine.CheckOperationsVerbose(Model(), pops, timeout)
 	r.Violations = append(CheckGrants(ops), extra...)
 	if r.Linearizable == porcupine.Ok && len(r.Violations) == 0 {
+		if os.Getenv("TENURE_FAULT_KEEP") != "" {
+			dir := ArtifactsDir(t)
+			WriteArtifacts(t, dir, rec, c, &r)
+			t.Logf("TENURE_FAULT_KEEP: artifacts of this passing run in %s", dir)
+		}
 		return r
 	}
 	dir := ArtifactsDir(t)

@@ -30,8 +30,9 @@
 // connection: nothing was proposed) or unknown (timeout, broken
 // connection, OUTCOME_UNKNOWN: it may have happened). Nemesis injects
 // faults (Faults: leader kill, follower kill, leader pause past the
-// election timeout, leader isolation, a member with its wall clock an hour
-// off made leader) and notes each in the history.
+// election timeout, leader isolation, a cut link between the leader and
+// one follower, a member with its wall clock an hour off made leader) and
+// notes each in the history.
 //
 // # Checks
 //

@@ -67,7 +67,7 @@ func (n *Nemesis) recover() {
 }
 
 // Faults are the nemesis's fault kinds, in the order a round runs them.
-var Faults = []string{"kill-leader", "kill-follower", "pause-leader", "isolate-leader", "wall-offset"}
+var Faults = []string{"kill-leader", "kill-follower", "pause-leader", "isolate-leader", "cut-link", "wall-offset"}
 
 // Inject runs one fault of the given kind and recovers from it.
 func (n *Nemesis) Inject(ctx context.Context, kind string) {
@@ -103,6 +103,14 @@ func (n *Nemesis) Inject(ctx context.Context, kind string) {
 		// The cut works: the majority side elects a leader of its own.
 		c.WaitLeader(30*time.Second, l)
 		hold(ctx, n.Hold-time.Since(cut))
+		c.Heal()
+	case "cut-link":
+		// A partial partition: the leader loses one follower and keeps
+		// its majority through the other.
+		f := n.follower(l)
+		n.note(kind, "cut the link %s–%s for %v", l.ID, f.ID, n.Hold)
+		c.Cut(l, f)
+		hold(ctx, n.Hold)
 		c.Heal()
 	case "wall-offset":
 		// Restart a follower with its wall clock an hour off (alternating
