@@ -310,3 +310,27 @@ func TestRefusalDuringLeadershipTransferIsNotLeader(t *testing.T) {
 		t.Fatalf("leadership lost while committing: reason %q, want OUTCOME_UNKNOWN", r)
 	}
 }
+
+// Ticks stamped in an earlier term of this node never carry into a later
+// one: a leader paused past the election timeout kept stamping its (then
+// far ahead) clock on entries that never committed, and when it led again
+// its first ticks jumped ahead of the committed timeline by the pause,
+// so leases expired that much early in real time (found by a 10-minute
+// soak of the fault tests).
+func TestStampsDoNotCarryAcrossTerms(t *testing.T) {
+	var s stamper
+	now := time.Now()
+	old := &term{start: now, base: 50_000} // stamped far ahead, never committed
+	if got := s.stamp(old, 40_000); got < 50_000 {
+		t.Fatalf("stamp %d below the term's clock", got)
+	}
+	next := &term{start: now, base: 46_000} // resumes from the last applied tick
+	got := s.stamp(next, 46_000)
+	if got >= 47_000 {
+		t.Fatalf("new term stamped %d: carried the earlier term's tick (want about 46000)", got)
+	}
+	// Within a term, stamps never go backwards, nor below what applied.
+	if again := s.stamp(next, 46_500); again < got || again < 46_500 {
+		t.Fatalf("stamp %d after %d with applied 46500", again, got)
+	}
+}
