@@ -57,9 +57,9 @@ type Config struct {
 	// last applied command) may lag the leader's while anything is due: the
 	// leader proposes an Advance when no command has carried the clock for
 	// this long. A successor continues from the last applied tick, so this
-	// is how much later than the failure time stops, and so how much a
-	// failover can add to a lease beyond the election (zero: the default,
-	// 100 ms).
+	// bounds how long before a failure registrar time stops, and so how
+	// much a failover can add to a lease beyond the election (zero: the
+	// default, 100 ms).
 	ClockHeartbeat time.Duration
 	// HeartbeatTimeout and ElectionTimeout tune Raft (zero: Raft's defaults).
 	HeartbeatTimeout, ElectionTimeout time.Duration
