@@ -142,6 +142,17 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 			return usagef("%v", err)
 		}
 	}
+	// A fault-injection hook for the fault tests (internal/fault): an
+	// offset added to this node's wall clock readings; lease validity must
+	// not move with it. Not a flag: nobody should set it in production.
+	if v := os.Getenv("TENURE_TEST_WALL_OFFSET"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return usagef("TENURE_TEST_WALL_OFFSET: %v", err)
+		}
+		log.Warn("test hook: wall clock offset", "offset", d)
+		cfg.Cluster.TestWallOffset = d
+	}
 	srv, err := server.Start(cfg)
 	if err != nil {
 		return err

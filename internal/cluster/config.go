@@ -61,6 +61,14 @@ type Config struct {
 	MaxInflightEntries int
 	// ApplyTimeout bounds how long a proposal may wait to enter Raft.
 	ApplyTimeout time.Duration
+	// ClockHeartbeat bounds how far the replicated clock (the tick of the
+	// last applied command) may lag the leader's while anything is due: the
+	// leader proposes an Advance when no command has carried the clock for
+	// this long. A successor continues from the last applied tick, so this
+	// bounds how long before a failure registrar time stops, and so how
+	// much a failover can add to a lease beyond the election (zero: the
+	// default, 100 ms).
+	ClockHeartbeat time.Duration
 	// HeartbeatTimeout and ElectionTimeout tune Raft (zero: Raft's defaults).
 	HeartbeatTimeout, ElectionTimeout time.Duration
 	// SnapshotThreshold is how many log entries trigger a snapshot (zero:
@@ -72,6 +80,13 @@ type Config struct {
 	RaftLogOutput io.Writer
 	// Registerer receives the node's metrics; nil skips registration.
 	Registerer prometheus.Registerer
+	// TestWallOffset is a fault-injection hook (tenure server reads it
+	// from TENURE_TEST_WALL_OFFSET): it is added to the wall time this
+	// node stamps on commands while it leads, as if its wall clock were
+	// off by that much. Only the informative wall times (issued_at,
+	// expires_at, lease ids) move; validity runs on registrar ticks, which
+	// the fault tests check. Zero in production.
+	TestWallOffset time.Duration
 }
 
 // DefaultNodeID is the member id of a node started without one.
@@ -88,6 +103,7 @@ func DefaultConfig() Config {
 		MaxBatch:           1024,
 		MaxInflightEntries: 1,
 		ApplyTimeout:       5 * time.Second,
+		ClockHeartbeat:     100 * time.Millisecond,
 	}
 }
 

@@ -20,7 +20,11 @@
 // that an expiry is never earlier than receipt + ttl. Stamped ticks never
 // go backwards (the proposer also takes the max with the last stamped and
 // the last applied tick), and time stands still while there is no leader.
-// Replicas never read their clocks while applying.
+// Replicas never read their clocks while applying. A new leader resumes
+// from the last applied tick, so while anything is due the leader keeps
+// that tick within ClockHeartbeat (100 ms) of its clock with Advance
+// commands when no other command carries it: a failover then lengthens a
+// lease by at most the election plus that heartbeat.
 //
 // # Reads
 //

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
@@ -255,5 +257,113 @@ func TestReadyOnlyOnceLeaderServes(t *testing.T) {
 		if err := n.Close(); err != nil {
 			t.Fatalf("start %d: Close: %v", start, err)
 		}
+	}
+}
+
+// While a lease is due, the replicated clock keeps up with the leader's
+// even when nobody writes: the leader proposes an Advance whenever no
+// command has carried the clock for ClockHeartbeat. A successor resumes
+// from the last applied tick, so a leader that crashed after an idle spell
+// would otherwise add the whole spell to every lease (found by the fault
+// tests, internal/fault).
+func TestReplicatedClockKeepsUpWhileLeasesAreDue(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	out := acquire(t, n, "clock/a", "h", time.Minute, 0)
+	if out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	appliedTick := func() registrar.Tick {
+		n.fsm.mu.RLock()
+		defer n.fsm.mu.RUnlock()
+		return n.fsm.maxTick
+	}
+	start := appliedTick()
+	deadline := time.Now().Add(10 * time.Second)
+	for appliedTick() < start+1000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("applied tick stuck at %d (started at %d) with a lease due and no writes", appliedTick(), start)
+		}
+		select {
+		case <-n.fsm.changes():
+		case <-time.After(time.Second):
+		}
+	}
+	// And it stays close to the leader's clock (ClockHeartbeat 100 ms,
+	// plus one Raft round).
+	if lag := n.leader.Load().now() - appliedTick(); lag > 1000 {
+		t.Fatalf("applied tick lags the leader's clock by %d ms", lag)
+	}
+}
+
+// Closing a node right after Raft elected it, while its leadership
+// barrier is in flight, returns: the barrier may never be answered once
+// Raft shuts down, and Close used to wait for it forever.
+func TestCloseRightAfterElection(t *testing.T) {
+	for range 5 {
+		cfg := DefaultConfig()
+		cfg.DataDir = t.TempDir()
+		cfg.RaftAddr = "127.0.0.1:0"
+		cfg.HeartbeatTimeout = 50 * time.Millisecond
+		cfg.ElectionTimeout = 50 * time.Millisecond
+		n, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for n.raft.State() != raft.Leader {
+			if time.Now().After(deadline) {
+				t.Fatal("never elected")
+			}
+			runtime.Gosched()
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- n.Close() }()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Close did not return within 10 s of an election")
+		}
+	}
+}
+
+// A command Raft refuses because the leadership is being transferred was
+// never appended: it answers NOT_LEADER (retry), not OUTCOME_UNKNOWN. The
+// fault tests saw every write during a TransferLeadership answered as
+// unknown.
+func TestRefusalDuringLeadershipTransferIsNotLeader(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	err := n.raftError(fmt.Errorf("apply: %w", raft.ErrLeadershipTransferInProgress))
+	if r := registrar.ReasonOf(err); r != registrar.ReasonNotLeader {
+		t.Fatalf("refused during a leadership transfer: reason %q (%v), want NOT_LEADER", r, err)
+	}
+	// Broken off after appending stays unknown.
+	if r := registrar.ReasonOf(n.raftError(raft.ErrLeadershipLost)); r != registrar.ReasonOutcomeUnknown {
+		t.Fatalf("leadership lost while committing: reason %q, want OUTCOME_UNKNOWN", r)
+	}
+}
+
+// Ticks stamped in an earlier term of this node never carry into a later
+// one: a leader paused past the election timeout kept stamping its (then
+// far ahead) clock on entries that never committed, and when it led again
+// its first ticks jumped ahead of the committed timeline by the pause,
+// so leases expired that much early in real time (found by a 10-minute
+// soak of the fault tests).
+func TestStampsDoNotCarryAcrossTerms(t *testing.T) {
+	var s stamper
+	now := time.Now()
+	old := &term{start: now, base: 50_000} // stamped far ahead, never committed
+	if got := s.stamp(old, 40_000); got < 50_000 {
+		t.Fatalf("stamp %d below the term's clock", got)
+	}
+	next := &term{start: now, base: 46_000} // resumes from the last applied tick
+	got := s.stamp(next, 46_000)
+	if got >= 47_000 {
+		t.Fatalf("new term stamped %d: carried the earlier term's tick (want about 46000)", got)
+	}
+	// Within a term, stamps never go backwards, nor below what applied.
+	if again := s.stamp(next, 46_500); again < got || again < 46_500 {
+		t.Fatalf("stamp %d after %d with applied 46500", again, got)
 	}
 }

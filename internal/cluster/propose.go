@@ -71,7 +71,7 @@ func unavailable(why string) error {
 func (n *Node) propose() {
 	defer n.wg.Done()
 	defer close(n.inflight)
-	var last registrar.Tick
+	var clock stamper
 	batch := make([]*proposal, 0, n.cfg.MaxBatch)
 	for {
 		batch = batch[:0]
@@ -112,9 +112,8 @@ func (n *Node) propose() {
 		n.fsm.mu.RLock()
 		applied := n.fsm.maxTick
 		n.fsm.mu.RUnlock()
-		tick := max(t.now(), last, applied)
-		last = tick
-		wall := time.Now().UTC().UnixMilli()
+		tick := clock.stamp(t, applied)
+		wall := time.Now().Add(n.cfg.TestWallOffset).UTC().UnixMilli()
 		b := &logpb.Batch{Commands: make([]*logpb.Command, len(batch))}
 		for i, p := range batch {
 			p.cmd.Tick, p.cmd.Wall = int64(tick), wall
@@ -186,6 +185,35 @@ func (n *Node) raftError(err error) error {
 		return n.notLeader()
 	case errors.Is(err, raft.ErrEnqueueTimeout):
 		return unavailable("raft did not accept the command in time")
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Raft refuses new entries while it hands leadership over, before
+		// appending them: nothing was proposed, so the caller may retry
+		// (it used to answer OUTCOME_UNKNOWN, found by the fault tests).
+		return &registrar.Error{Reason: registrar.ReasonNotLeader,
+			Message:  string(registrar.ReasonNotLeader) + ": this node is handing its leadership over; nothing was proposed, retry shortly",
+			Metadata: map[string]string{"leader_id": "", "leader": ""}}
 	}
 	return outcomeUnknown(err.Error())
+}
+
+// stamper hands out the ticks the proposer stamps on batches: the term's
+// clock, never below the last applied tick nor below what it stamped
+// before in the same term.
+type stamper struct {
+	term *term
+	last registrar.Tick
+}
+
+// stamp returns the tick for the next batch of term t. What an earlier
+// term stamped does not count: a leader that was paused or cut off keeps
+// stamping ticks from its own clock on entries that never commit, and
+// carrying those into a later term of the same node moved registrar time
+// forward by the pause, expiring leases early (the fault tests' soak run
+// found it). What did commit is in applied.
+func (s *stamper) stamp(t *term, applied registrar.Tick) registrar.Tick {
+	if s.term != t {
+		s.term, s.last = t, 0
+	}
+	s.last = max(t.now(), s.last, applied)
+	return s.last
 }

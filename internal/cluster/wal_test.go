@@ -1,0 +1,63 @@
+package cluster
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+)
+
+// A follower that loses an uncommitted suffix of its log (Raft truncates
+// the tail when a new leader's log disagrees) and is then killed must open
+// its log again. raft-wal v0.4.0 marked the truncated segment sealed
+// without writing its index block, and every later start panicked with
+// "sealed segment has no index block" (hashicorp/raft-wal#31); the fault
+// tests (internal/fault) hit it after a leader kill. Fixed by v0.4.1.
+func TestLogReopensAfterTailTruncation(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "wal")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	open := func() (*wal.WAL, *metadb.BoltMetaDB) {
+		meta := &metadb.BoltMetaDB{}
+		w, err := wal.Open(dir, wal.WithMetaStore(meta))
+		if err != nil {
+			t.Fatalf("opening the log: %v", err)
+		}
+		return w, meta
+	}
+	w, meta := open()
+	var logs []*raft.Log
+	for i := uint64(1); i <= 10; i++ {
+		logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte("entry")})
+	}
+	if err := w.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.DeleteRange(8, 10); err != nil { // the tail truncation
+		t.Fatal(err)
+	}
+	if err := w.StoreLogs([]*raft.Log{{Index: 8, Term: 2, Type: raft.LogCommand, Data: []byte("new")}}); err != nil {
+		t.Fatal(err)
+	}
+	// No clean shutdown: a crash leaves the files as they are.
+	_ = w.Close()
+	_ = meta.Close()
+
+	w, meta = open()
+	defer meta.Close()
+	defer w.Close()
+	var l raft.Log
+	if err := w.GetLog(1, &l); err != nil {
+		t.Fatalf("entry 1 after reopening: %v", err)
+	}
+	if err := w.GetLog(8, &l); err != nil || string(l.Data) != "new" || l.Term != 2 {
+		t.Fatalf("entry 8 after reopening: %v %+v", err, l)
+	}
+	if last, _ := w.LastIndex(); last != 8 {
+		t.Fatalf("last index %d after reopening, want 8", last)
+	}
+}
