@@ -51,6 +51,7 @@ type Node struct {
 	inflight chan *inflight
 	slots    chan struct{} // one per Raft entry in flight (MaxInflightEntries)
 	stop     chan struct{}
+	raftDown chan struct{} // closed once Raft has shut down
 	wg       sync.WaitGroup
 	closed   sync.Once
 	closeErr error
@@ -117,6 +118,7 @@ func Open(cfg Config) (*Node, error) {
 		inflight: make(chan *inflight, 256),
 		slots:    make(chan struct{}, cfg.MaxInflightEntries),
 		stop:     make(chan struct{}),
+		raftDown: make(chan struct{}),
 	}
 	n.fsm = newFSM(cfg.Machine, n.feed)
 	n.metrics = newMetrics(cfg.Registerer, n)
@@ -266,6 +268,7 @@ func (n *Node) Close() error {
 			t.cancel()
 		}
 		err := n.raft.Shutdown().Error()
+		close(n.raftDown)
 		n.wg.Wait()
 		n.closeErr = errors.Join(err, n.closeStores())
 	})
@@ -355,17 +358,30 @@ func (n *Node) lead() {
 // errStopping is await's answer when the node closes first.
 var errStopping = errors.New("the node is shutting down")
 
-// await waits for a Raft future, or for the node to close: a future in
-// flight when Raft shuts down may never be answered (seen in the fault
-// tests: Close hung on a node stopped right after its election).
-func (n *Node) await(f raft.Future) error {
+// await waits for a Raft future, or for the node to close.
+func (n *Node) await(f raft.Future) error { return awaitFuture(f, n.stop, errStopping) }
+
+// awaitFuture waits for f, or until gone closes (then it answers
+// f's error if f is already answered, else ifGone). A future still queued
+// in Raft when Raft shuts down is never answered (hashicorp/raft#498):
+// without this, Close hung waiting for it — seen in the fault tests on a
+// node stopped right after its election, and in the dashboard's tests on
+// a server closed right after a write. raft.Future has no channel, so a
+// goroutine waits on it (one per Raft entry, not per command); it stays
+// blocked only for a future Raft abandoned.
+func awaitFuture(f raft.Future, gone <-chan struct{}, ifGone error) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	select {
 	case err := <-done:
 		return err
-	case <-n.stop:
-		return errStopping
+	case <-gone:
+		select {
+		case err := <-done:
+			return err
+		default:
+			return ifGone
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -365,5 +366,50 @@ func TestStampsDoNotCarryAcrossTerms(t *testing.T) {
 	// Within a term, stamps never go backwards, nor below what applied.
 	if again := s.stamp(next, 46_500); again < got || again < 46_500 {
 		t.Fatalf("stamp %d after %d with applied 46500", again, got)
+	}
+}
+
+// Closing a node while writes pour in returns, and every write gets an
+// answer: Raft leaves a command still queued at Shutdown unanswered
+// (hashicorp/raft#498), and Close used to wait for it forever (seen in the
+// dashboard's tests, closing a server right after a write).
+func TestCloseUnderWriteLoad(t *testing.T) {
+	for round := range 10 {
+		n := open(t, t.TempDir())
+		var wg sync.WaitGroup
+		started := make(chan struct{}, 8)
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					_, err := n.Propose(context.Background(), &logpb.Command{Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{
+						Resource: fmt.Sprintf("load/%d/%d", w, i), Holder: "w", TtlMs: ms(time.Minute)}}})
+					if i == 0 {
+						started <- struct{}{}
+					}
+					if err != nil {
+						return // the node is closing: NOT_LEADER, UNAVAILABLE or OUTCOME_UNKNOWN
+					}
+				}
+			}()
+		}
+		for range 8 {
+			<-started
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- n.Close() }()
+		select {
+		case <-closed:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: Close did not return within 20 s under load", round)
+		}
+		answered := make(chan struct{})
+		go func() { wg.Wait(); close(answered) }()
+		select {
+		case <-answered:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: a write was never answered after Close", round)
+		}
 	}
 }

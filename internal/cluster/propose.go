@@ -149,7 +149,9 @@ func (n *Node) drainProposals() {
 func (n *Node) complete() {
 	defer n.wg.Done()
 	for in := range n.inflight {
-		err := in.future.Error()
+		// Once Raft is down, an entry it never answered may or may not
+		// have been applied: OUTCOME_UNKNOWN (raftError).
+		err := awaitFuture(in.future, n.raftDown, raft.ErrRaftShutdown)
 		<-n.slots
 		var results []statemachine.Result
 		if err == nil {
