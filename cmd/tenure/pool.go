@@ -61,11 +61,6 @@ func runPool(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return c.usageError("unknown subcommand %q", pos[0])
 }
 
-// pool is remote.lease for the PoolService.
-func (r *remote) pool(fn func(tenurev1connect.PoolServiceClient) error) error {
-	return firstAnswer(r.pools, fn)
-}
-
 // poolCall is leaseCall for the PoolService.
 func poolCall[Req, Resp any](ctx context.Context, r *remote,
 	method func(tenurev1connect.PoolServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Resp], error),

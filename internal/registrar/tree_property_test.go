@@ -170,15 +170,6 @@ func coveredBy(child, parent []string, prefix bool) bool {
 	return true
 }
 
-func counterOf(l registrar.Lease, name string) (registrar.Counter, bool) {
-	for _, c := range l.Counters {
-		if c.Name == name {
-			return c, true
-		}
-	}
-	return registrar.Counter{}, false
-}
-
 // checkTrees checks the lease tree invariants at tick t.
 func checkTrees(r *registrar.Registrar, ids []string, t registrar.Tick) error {
 	views := map[string]registrar.Lease{}

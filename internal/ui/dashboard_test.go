@@ -210,7 +210,7 @@ func TestDashboard(t *testing.T) {
 			}
 		}
 		// The countdown runs in the browser: time left decreases.
-		sel := fmt.Sprintf(`document.querySelector('tr[data-resource="orders/2"] .timeleft')`)
+		sel := `document.querySelector('tr[data-resource="orders/2"] .timeleft')`
 		left := eval[float64](t, e, "Number("+sel+".dataset.left)")
 		if left <= 0 || left > 30_000 {
 			t.Fatalf("orders/2 time left %v ms, want within its 30s ttl", left)
