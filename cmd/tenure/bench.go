@@ -22,6 +22,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	tenure "github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/registrar"
 )
 
 const benchHelp = `The built-in load generator: measure Tenure on your own hardware.
@@ -30,7 +31,9 @@ Workloads:
   cycle      acquire + release, each worker on its own resource (one op = one cycle)
   contended  --concurrency workers on --resources resources: acquire + release,
              failing with LEASE_HELD, or with --wait queueing for the lease
-  renew      --leases held leases renewed one Renew call at a time
+  renew      --leases held leases renewed by Renew calls of --batch leases each
+             (each worker renews its share of the leases in turn); ops are
+             renewals, latency is per call
   keepalive  --leases leases kept alive by the Go client's batched KeepAlive
              stream (one client per 5,000 leases); reports the leases kept alive
              per second (leases / (ttl/3)) and the renewals confirmed per second
@@ -48,6 +51,7 @@ client certificate) on a server with authentication, as the principal.`
 const benchExamples = `  tenure bench --workload cycle --concurrency 64 --duration 10s
   tenure bench --workload contended --resources 4 --concurrency 32 --wait 5s
   tenure bench --workload renew --leases 1000 --unary
+  tenure bench --workload renew --leases 10000 --concurrency 64 --batch 100
   tenure bench --workload keepalive --leases 10000 --ttl 10s --duration 30s -o json`
 
 // benchConfig is what `tenure bench` was asked to do.
@@ -61,6 +65,7 @@ type benchConfig struct {
 	wait        time.Duration
 	unary       bool
 	streams     int
+	batch       int
 	prefix      string // bench/<run id>
 	holder      string // holder prefix
 	principal   string // with credentials: every worker holds as this principal
@@ -114,14 +119,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.fs.DurationVar(&cfg.wait, "wait", 0, "contended: queue up to this long instead of failing with LEASE_HELD")
 	c.fs.BoolVar(&cfg.unary, "unary", false, "one unary call per operation instead of Pipeline streams")
 	c.fs.IntVar(&cfg.streams, "streams", 1, "number of Pipeline streams")
+	c.fs.IntVar(&cfg.batch, "batch", 1, "renew: leases renewed per Renew call")
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
 	}
 	switch {
 	case !slices.Contains([]string{"cycle", "contended", "renew", "keepalive"}, cfg.workload):
 		return c.usageError("--workload must be cycle, contended, renew or keepalive, got %q", cfg.workload)
-	case cfg.concurrency < 1, cfg.duration <= 0, cfg.leases < 1, cfg.resources < 1, cfg.streams < 1:
-		return c.usageError("--concurrency, --duration, --leases, --resources and --streams must be positive")
+	case cfg.concurrency < 1, cfg.duration <= 0, cfg.leases < 1, cfg.resources < 1, cfg.streams < 1, cfg.batch < 1:
+		return c.usageError("--concurrency, --duration, --leases, --resources, --streams and --batch must be positive")
+	case cfg.batch > registrar.MaxBatchIDs:
+		return c.usageError("--batch must be at most %d (a Renew call's limit), got %d", registrar.MaxBatchIDs, cfg.batch)
 	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
@@ -269,10 +277,24 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 					if len(ids) == 0 {
 						return
 					}
-					if err := ops.renew(ctx, &tenurev1.RenewRequest{LeaseIds: []string{ids[i%len(ids)]}}); err != nil {
+					k := min(cfg.batch, len(ids))
+					batch := make([]string, k)
+					for j := range batch {
+						batch[j] = ids[(i*k+j)%len(ids)]
+					}
+					res, err := ops.renew(ctx, &tenurev1.RenewRequest{LeaseIds: batch})
+					if err != nil {
 						fail(err)
 						continue
 					}
+					// A batch answers per lease: count what was renewed.
+					for _, f := range res.GetFailures() {
+						fail(&pipelineError{reason: f.GetReason(), message: f.GetMessage()})
+					}
+					if len(res.GetLeases()) == 0 {
+						continue
+					}
+					stats.ops.Add(int64(len(res.GetLeases()) - 1)) // one more below
 				default: // cycle, contended
 					req := &tenurev1.AcquireRequest{Namespace: c.namespace, Resource: resource, Holder: holder, Ttl: ttl}
 					if cfg.wait > 0 {
@@ -301,7 +323,7 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 	if cfg.unary {
 		transport = "unary"
 	}
-	n := int64(len(stats.lat))
+	n := stats.ops.Load()
 	return &benchResult{
 		Workload: cfg.workload, Transport: transport, Concurrency: cfg.concurrency,
 		Seconds: elapsed.Seconds(), Ops: n, OpsPerSec: float64(n) / elapsed.Seconds(),

@@ -16,7 +16,7 @@ import (
 // benchTransport carries the operations of `tenure bench`.
 type benchTransport interface {
 	acquire(ctx context.Context, req *tenurev1.AcquireRequest) (*tenurev1.Lease, error)
-	renew(ctx context.Context, req *tenurev1.RenewRequest) error
+	renew(ctx context.Context, req *tenurev1.RenewRequest) (*tenurev1.RenewResponse, error)
 	release(ctx context.Context, req *tenurev1.ReleaseRequest) error
 }
 
@@ -35,11 +35,16 @@ func (u *unaryOps) acquire(ctx context.Context, req *tenurev1.AcquireRequest) (*
 	return l, err
 }
 
-func (u *unaryOps) renew(ctx context.Context, req *tenurev1.RenewRequest) error {
-	return u.r.lease(func(c tenurev1connect.LeaseServiceClient) error {
-		_, err := c.Renew(ctx, connect.NewRequest(req))
+func (u *unaryOps) renew(ctx context.Context, req *tenurev1.RenewRequest) (*tenurev1.RenewResponse, error) {
+	var out *tenurev1.RenewResponse
+	err := u.r.lease(func(c tenurev1connect.LeaseServiceClient) error {
+		res, err := c.Renew(ctx, connect.NewRequest(req))
+		if err == nil {
+			out = res.Msg
+		}
 		return err
 	})
+	return out, err
 }
 
 func (u *unaryOps) release(ctx context.Context, req *tenurev1.ReleaseRequest) error {
@@ -212,9 +217,12 @@ func (p *pipelineOps) acquire(ctx context.Context, req *tenurev1.AcquireRequest)
 	return r.GetAcquire().GetLease(), nil
 }
 
-func (p *pipelineOps) renew(ctx context.Context, req *tenurev1.RenewRequest) error {
-	_, err := p.do(ctx, &tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Renew{Renew: req}})
-	return err
+func (p *pipelineOps) renew(ctx context.Context, req *tenurev1.RenewRequest) (*tenurev1.RenewResponse, error) {
+	r, err := p.do(ctx, &tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Renew{Renew: req}})
+	if err != nil {
+		return nil, err
+	}
+	return r.GetRenew(), nil
 }
 
 func (p *pipelineOps) release(ctx context.Context, req *tenurev1.ReleaseRequest) error {

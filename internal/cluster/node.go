@@ -49,7 +49,7 @@ type Node struct {
 
 	in       chan *proposal
 	inflight chan *inflight
-	slots    chan struct{} // one per Raft entry in flight (MaxInflightEntries)
+	slots    *entrySlots // Raft entries proposed and not yet in the leader's log
 	stop     chan struct{}
 	raftDown chan struct{} // closed once Raft has shut down
 	wg       sync.WaitGroup
@@ -116,7 +116,7 @@ func Open(cfg Config) (*Node, error) {
 		feed:     NewFeed(cfg.FeedSize),
 		in:       make(chan *proposal, 4*cfg.MaxBatch),
 		inflight: make(chan *inflight, 256),
-		slots:    make(chan struct{}, cfg.MaxInflightEntries),
+		slots:    newEntrySlots(cfg.MaxInflightEntries),
 		stop:     make(chan struct{}),
 		raftDown: make(chan struct{}),
 	}
@@ -196,7 +196,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: reading raft state: %w", err)
 	}
-	n.raft, err = raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans)
+	n.raft, err = raft.NewRaft(rc, n.fsm, &writtenStore{WAL: n.store, slots: n.slots}, n.store, snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: starting raft: %w", err)
 	}

@@ -27,6 +27,7 @@ type proposalResult struct {
 // inflight is one proposed Raft entry and the proposals it carries.
 type inflight struct {
 	future raft.ApplyFuture
+	data   []byte
 	batch  []*proposal
 	start  time.Time
 }
@@ -85,7 +86,7 @@ func (n *Node) propose() {
 		// Group commit: while the maximum of entries is in flight, hold
 		// the batch open so that what arrives meanwhile shares one entry.
 		select {
-		case n.slots <- struct{}{}:
+		case n.slots.take() <- struct{}{}:
 		case <-n.stop:
 			batch[0].done <- proposalResult{err: unavailable("the node is shutting down")}
 			n.drainProposals()
@@ -106,7 +107,7 @@ func (n *Node) propose() {
 			for _, p := range batch {
 				p.done <- proposalResult{err: err}
 			}
-			<-n.slots
+			n.slots.put()
 			continue
 		}
 		n.fsm.mu.RLock()
@@ -124,12 +125,13 @@ func (n *Node) propose() {
 			for _, p := range batch {
 				p.done <- proposalResult{err: unavailable("encoding the command: " + err.Error())}
 			}
-			<-n.slots
+			n.slots.put()
 			continue
 		}
 		n.metrics.batchSize.Observe(float64(len(batch)))
+		n.slots.hold(data)
 		f := n.raft.Apply(data, n.cfg.ApplyTimeout)
-		n.inflight <- &inflight{future: f, batch: append([]*proposal(nil), batch...), start: time.Now()}
+		n.inflight <- &inflight{future: f, data: data, batch: append([]*proposal(nil), batch...), start: time.Now()}
 	}
 }
 
@@ -152,7 +154,7 @@ func (n *Node) complete() {
 		// Once Raft is down, an entry it never answered may or may not
 		// have been applied: OUTCOME_UNKNOWN (raftError).
 		err := awaitFuture(in.future, n.raftDown, raft.ErrRaftShutdown)
-		<-n.slots
+		n.slots.release(in.data)
 		var results []statemachine.Result
 		if err == nil {
 			switch r := in.future.Response().(type) {

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 )
@@ -167,6 +170,71 @@ func BenchmarkPipelineAcquireRelease(b *testing.B) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+		})
+	}
+}
+
+// BenchmarkPipelineRenew measures renewals/s of 10,000 held leases from
+// 64 callers sharing one Pipeline stream, each renewing its share of the
+// leases in Renew calls of batch ids (one renewal per id).
+func BenchmarkPipelineRenew(b *testing.B) {
+	const leases, clients = 10_000, 64
+	for _, batch := range []int{1, 156} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			bd := setup(b)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			p := newPipeliner(ctx, b, bd)
+			held := make([][]string, clients)
+			var setup sync.WaitGroup
+			for c := range clients {
+				setup.Go(func() {
+					for i := c; i < leases; i += clients {
+						a, err := p.do(&tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Acquire{Acquire: &tenurev1.AcquireRequest{
+							Resource: fmt.Sprintf("renew/%d", i), Holder: fmt.Sprintf("w%d", c), Ttl: durationpb.New(5 * time.Minute)}}})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						held[c] = append(held[c], a.GetAcquire().Lease.LeaseId)
+					}
+				})
+			}
+			setup.Wait()
+			if b.Failed() {
+				return
+			}
+			calls := max(1, b.N/batch) // b.N renewals
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			var renewed atomic.Int64
+			for c := range clients {
+				n := calls / clients
+				if c < calls%clients {
+					n++
+				}
+				wg.Go(func() {
+					ids := held[c]
+					for i := range n {
+						req := &tenurev1.RenewRequest{LeaseIds: make([]string, batch), Holder: fmt.Sprintf("w%d", c)}
+						for j := range req.LeaseIds {
+							req.LeaseIds[j] = ids[(i*batch+j)%len(ids)]
+						}
+						r, err := p.do(&tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Renew{Renew: req}})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if f := r.GetRenew().GetFailures(); len(f) > 0 {
+							b.Errorf("renewal failed: %v", f[0])
+							return
+						}
+						renewed.Add(int64(len(r.GetRenew().GetLeases())))
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(renewed.Load())/b.Elapsed().Seconds(), "renewals/s")
 		})
 	}
 }
