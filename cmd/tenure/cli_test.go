@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -244,6 +245,8 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"unknown cluster subcommand", []string{"cluster", "explode"}},
 		{"exec without command", []string{"exec", "r"}},
 		{"bench unknown workload", []string{"bench", "--workload", "sprint"}},
+		{"bench batch of none", []string{"bench", "--workload", "renew", "--batch", "0"}},
+		{"bench batch past the limit", []string{"bench", "--workload", "renew", "--batch", "10001"}},
 		{"renew ids and --all", []string{"renew", "a", "--all"}},
 		{"derive without resource", []string{"derive", "id"}},
 		{"bad budget", []string{"derive", "id", "r", "--budget", "tokens"}},
@@ -661,6 +664,7 @@ func TestCLIBench(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"--workload", "renew", "--leases", "20", "--concurrency", "4", "--duration", "1s"},
+		{"--workload", "renew", "--leases", "40", "--concurrency", "4", "--batch", "10", "--duration", "1s"},
 		{"--workload", "contended", "--resources", "1", "--concurrency", "4", "--duration", "1s", "--unary"},
 		{"--workload", "keepalive", "--leases", "50", "--ttl", "1500ms", "--duration", "1500ms"},
 	} {
@@ -671,6 +675,9 @@ func TestCLIBench(t *testing.T) {
 		}
 		if res.Ops == 0 || res.OpsPerSec <= 0 {
 			t.Fatalf("bench %v: %+v", args, res)
+		}
+		if slices.Contains(args, "--batch") && (res.Ops%10 != 0 || len(res.Errors) != 0) {
+			t.Errorf("renew --batch 10: %d renewals (not whole batches) or errors %v", res.Ops, res.Errors)
 		}
 		if res.Workload == "contended" && res.Errors["LEASE_HELD"] == 0 {
 			t.Errorf("contended without --wait: no LEASE_HELD in %+v", res)
