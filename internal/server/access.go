@@ -159,6 +159,8 @@ var rules = map[string]rule{
 	v1c.QueueServiceListTasksProcedure:  {workerRead, func(m any) target { return ns(m.(*tenurev1.ListTasksRequest).Namespace) }},
 	v1c.QueueServiceStatsProcedure:      {workerRead, func(m any) target { return ns(m.(*tenurev1.QueueStatsRequest).Namespace) }},
 	v1c.QueueServiceListQueuesProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.ListQueuesRequest).Namespace) }},
+	// Each operation is checked with its unary RPC's rule.
+	v1c.QueueServicePipelineProcedure: {anyRole, none},
 
 	// PoolService.
 	v1c.PoolServiceCreatePoolProcedure: {workerOnly, func(m any) target { return ns(m.(*tenurev1.CreatePoolRequest).Namespace) }},

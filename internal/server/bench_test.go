@@ -54,22 +54,50 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
-// pipeliner multiplexes operations over one Pipeline stream, matching
-// results by id and batching whatever operations are waiting into one
-// message, the way the Go client does.
-type pipeliner struct {
+// pipeliner multiplexes operations over one Pipeline stream (of either
+// service), matching results by id and batching whatever operations are
+// waiting into one message, the way the Go client does.
+type pipeliner[Req, Res, Op, Result any] struct {
 	mu      sync.Mutex
-	stream  *connect.BidiStreamForClient[tenurev1.PipelineRequest, tenurev1.PipelineResponse]
+	stream  *connect.BidiStreamForClient[Req, Res]
 	next    uint64
-	waiting map[uint64]chan *tenurev1.PipelineResult
-	ops     chan *tenurev1.PipelineOp
+	waiting map[uint64]chan *Result
+	ops     chan *Op
+	setID   func(*Op, uint64)
+	errOf   func(*Result) *tenurev1.PipelineError
 }
 
-func newPipeliner(ctx context.Context, b testing.TB, bd *bundle) *pipeliner {
-	p := &pipeliner{
-		stream:  bd.leases.Pipeline(ctx),
-		waiting: make(map[uint64]chan *tenurev1.PipelineResult),
-		ops:     make(chan *tenurev1.PipelineOp, 1024),
+// leasePipeliner runs LeaseService.Pipeline operations.
+type leasePipeliner = pipeliner[tenurev1.PipelineRequest, tenurev1.PipelineResponse, tenurev1.PipelineOp, tenurev1.PipelineResult]
+
+func newPipeliner(ctx context.Context, b testing.TB, bd *bundle) *leasePipeliner {
+	return startPipeliner(ctx, bd.leases.Pipeline(ctx),
+		func(ops []*tenurev1.PipelineOp) *tenurev1.PipelineRequest { return &tenurev1.PipelineRequest{Ops: ops} },
+		(*tenurev1.PipelineResponse).GetResults, (*tenurev1.PipelineResult).GetId,
+		func(op *tenurev1.PipelineOp, id uint64) { op.Id = id }, (*tenurev1.PipelineResult).GetError)
+}
+
+// queuePipeliner runs QueueService.Pipeline operations.
+type queuePipeliner = pipeliner[tenurev1.QueuePipelineRequest, tenurev1.QueuePipelineResponse, tenurev1.QueueOp, tenurev1.QueueResult]
+
+func newQueuePipeliner(ctx context.Context, bd *bundle) *queuePipeliner {
+	return startPipeliner(ctx, bd.queueClient().Pipeline(ctx),
+		func(ops []*tenurev1.QueueOp) *tenurev1.QueuePipelineRequest {
+			return &tenurev1.QueuePipelineRequest{Ops: ops}
+		},
+		(*tenurev1.QueuePipelineResponse).GetResults, (*tenurev1.QueueResult).GetId,
+		func(op *tenurev1.QueueOp, id uint64) { op.Id = id }, (*tenurev1.QueueResult).GetError)
+}
+
+func startPipeliner[Req, Res, Op, Result any](ctx context.Context, stream *connect.BidiStreamForClient[Req, Res],
+	wrap func([]*Op) *Req, results func(*Res) []*Result, idOf func(*Result) uint64,
+	setID func(*Op, uint64), errOf func(*Result) *tenurev1.PipelineError) *pipeliner[Req, Res, Op, Result] {
+	p := &pipeliner[Req, Res, Op, Result]{
+		stream:  stream,
+		waiting: make(map[uint64]chan *Result),
+		ops:     make(chan *Op, 1024),
+		setID:   setID,
+		errOf:   errOf,
 	}
 	go func() {
 		for {
@@ -78,28 +106,28 @@ func newPipeliner(ctx context.Context, b testing.TB, bd *bundle) *pipeliner {
 				return
 			}
 			p.mu.Lock()
-			for _, r := range resp.Results {
-				p.waiting[r.Id] <- r
-				delete(p.waiting, r.Id)
+			for _, r := range results(resp) {
+				p.waiting[idOf(r)] <- r
+				delete(p.waiting, idOf(r))
 			}
 			p.mu.Unlock()
 		}
 	}()
 	go func() {
 		for {
-			var op *tenurev1.PipelineOp
+			var op *Op
 			select {
 			case op = <-p.ops:
 			case <-ctx.Done():
 				return
 			}
-			req := &tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{op}}
+			ops := []*Op{op}
 			// Let callers that were just woken enqueue before sending, so
 			// that one message carries a whole round of operations.
 			for yielded := false; ; {
 				select {
 				case op := <-p.ops:
-					req.Ops = append(req.Ops, op)
+					ops = append(ops, op)
 					yielded = false
 					continue
 				default:
@@ -110,7 +138,7 @@ func newPipeliner(ctx context.Context, b testing.TB, bd *bundle) *pipeliner {
 				runtime.Gosched()
 				yielded = true
 			}
-			if err := p.stream.Send(req); err != nil {
+			if err := p.stream.Send(wrap(ops)); err != nil {
 				return
 			}
 		}
@@ -118,16 +146,16 @@ func newPipeliner(ctx context.Context, b testing.TB, bd *bundle) *pipeliner {
 	return p
 }
 
-func (p *pipeliner) do(op *tenurev1.PipelineOp) (*tenurev1.PipelineResult, error) {
-	ch := make(chan *tenurev1.PipelineResult, 1)
+func (p *pipeliner[Req, Res, Op, Result]) do(op *Op) (*Result, error) {
+	ch := make(chan *Result, 1)
 	p.mu.Lock()
 	p.next++
-	op.Id = p.next
-	p.waiting[op.Id] = ch
+	p.setID(op, p.next)
+	p.waiting[p.next] = ch
 	p.mu.Unlock()
 	p.ops <- op
 	r := <-ch
-	if e := r.GetError(); e != nil {
+	if e := p.errOf(r); e != nil {
 		return nil, fmt.Errorf("%s", e.Message)
 	}
 	return r, nil

@@ -28,23 +28,35 @@ const maxPipelineInFlight = 4096
 // entries through the proposer, so a pipelined client gets group commit
 // without paying for an HTTP/2 request per operation.
 func (h *leaseService) Pipeline(ctx context.Context, stream *connect.BidiStream[tenurev1.PipelineRequest, tenurev1.PipelineResponse]) error {
+	return servePipeline(ctx, stream, (*tenurev1.PipelineRequest).GetOps, h.runOp,
+		func(rs []*tenurev1.PipelineResult) *tenurev1.PipelineResponse {
+			return &tenurev1.PipelineResponse{Results: rs}
+		})
+}
+
+// servePipeline serves one Pipeline stream of either service: it runs
+// every operation of every request message in its own goroutine (at most
+// maxPipelineInFlight at once; past that the stream waits) and sends the
+// results back as they complete (sendResults).
+func servePipeline[Req, Res, Op, Result any](ctx context.Context, stream *connect.BidiStream[Req, Res],
+	ops func(*Req) []*Op, run func(context.Context, http.Header, *Op) *Result, respond func([]*Result) *Res) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	hdr := stream.RequestHeader()
 	ctx = withConsistency(ctx, hdr)
-	results := make(chan *tenurev1.PipelineResult, maxPipelineInFlight)
+	results := make(chan *Result, maxPipelineInFlight)
 	slots := make(chan struct{}, maxPipelineInFlight)
 	sendErr := make(chan error, 1)
-	go func() { sendErr <- sendResults(ctx, stream, results) }()
+	go func() { sendErr <- sendResults(ctx, stream, results, respond) }()
 
 	var recvErr error
 	for recvErr == nil {
-		var req *tenurev1.PipelineRequest
+		var req *Req
 		req, recvErr = stream.Receive()
 		if recvErr != nil {
 			break
 		}
-		for _, op := range req.Ops {
+		for _, op := range ops(req) {
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
@@ -53,7 +65,7 @@ func (h *leaseService) Pipeline(ctx context.Context, stream *connect.BidiStream[
 				return err
 			}
 			go func() {
-				results <- h.runOp(ctx, hdr, op) // never blocks: room for every slot
+				results <- run(ctx, hdr, op) // never blocks: room for every slot
 				<-slots
 			}()
 		}
@@ -78,9 +90,9 @@ func (h *leaseService) Pipeline(ctx context.Context, stream *connect.BidiStream[
 
 // sendResults sends results as they come, each message carrying every
 // result ready at that moment.
-func sendResults(ctx context.Context, stream *connect.BidiStream[tenurev1.PipelineRequest, tenurev1.PipelineResponse], results <-chan *tenurev1.PipelineResult) error {
+func sendResults[Req, Res, Result any](ctx context.Context, stream *connect.BidiStream[Req, Res], results <-chan *Result, respond func([]*Result) *Res) error {
 	for {
-		var r *tenurev1.PipelineResult
+		var r *Result
 		var ok bool
 		select {
 		case r, ok = <-results:
@@ -90,18 +102,18 @@ func sendResults(ctx context.Context, stream *connect.BidiStream[tenurev1.Pipeli
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		resp := &tenurev1.PipelineResponse{Results: []*tenurev1.PipelineResult{r}}
+		batch := []*Result{r}
 		// The results of one Raft entry arrive together, each from its
 		// own goroutine: yield once the channel is empty so that those
 		// just woken can add theirs to this message.
 	drain:
-		for yielded := false; len(resp.Results) < 1024; {
+		for yielded := false; len(batch) < 1024; {
 			select {
 			case r, ok := <-results:
 				if !ok {
 					break drain
 				}
-				resp.Results = append(resp.Results, r)
+				batch = append(batch, r)
 				yielded = false
 				continue
 			default:
@@ -112,7 +124,7 @@ func sendResults(ctx context.Context, stream *connect.BidiStream[tenurev1.Pipeli
 			runtime.Gosched()
 			yielded = true
 		}
-		if err := stream.Send(resp); err != nil {
+		if err := stream.Send(respond(batch)); err != nil {
 			return err
 		}
 	}
@@ -123,7 +135,8 @@ func sendResults(ctx context.Context, stream *connect.BidiStream[tenurev1.Pipeli
 func (h *leaseService) runOp(ctx context.Context, hdr http.Header, op *tenurev1.PipelineOp) *tenurev1.PipelineResult {
 	r := &tenurev1.PipelineResult{Id: op.Id}
 	s := h.s
-	if err := h.authorizeOp(ctx, op); err != nil {
+	proc, msg := opRequest(op)
+	if err := s.authorizeOp(ctx, op.Op, proc, msg); err != nil {
 		r.Result = &tenurev1.PipelineResult_Error{Error: pipelineError(s.toConnect(err))}
 		return r
 	}
@@ -219,26 +232,27 @@ func opRequest(op *tenurev1.PipelineOp) (proc string, msg any) {
 }
 
 // authorizeOp charges one operation to the caller's rate limit and
-// checks it against the rule of its unary RPC, exactly as that RPC would
-// be checked (a missing operation is left to runOp's answer).
-func (h *leaseService) authorizeOp(ctx context.Context, op *tenurev1.PipelineOp) error {
+// checks it against the rule of its unary RPC proc (with that RPC's
+// request msg), exactly as that RPC would be checked. op is the
+// operation's oneof: one that is set but has no procedure is refused
+// (fail closed); a missing operation is left to the runner's answer.
+func (s *Server) authorizeOp(ctx context.Context, op any, proc string, msg any) error {
 	p := principalOf(ctx)
 	if p == nil {
 		return nil
 	}
-	proc, msg := opRequest(op)
 	switch {
-	case proc == "" && op.Op != nil:
-		// An operation runOp knows but this check does not: refuse it
-		// rather than run it unchecked.
-		return authError(registrar.ReasonPermissionDenied, nil, "operation %T has no access rule", op.Op)
+	case proc == "" && op != nil:
+		// An operation the runner knows but this check does not: refuse
+		// it rather than run it unchecked.
+		return authError(registrar.ReasonPermissionDenied, nil, "operation %T has no access rule", op)
 	case proc == "" || reflect.ValueOf(msg).IsNil():
 		return nil
 	}
-	if err := h.s.charge(p, 1); err != nil {
+	if err := s.charge(p, 1); err != nil {
 		return err
 	}
-	return h.s.authorize(ctx, proc, msg)
+	return s.authorize(ctx, proc, msg)
 }
 
 // pipelineError renders a Connect error (as the handlers return them) in

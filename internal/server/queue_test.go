@@ -145,49 +145,113 @@ func TestQueueErrorsAndZombie(t *testing.T) {
 }
 
 // BenchmarkQueueThroughput: enqueue → claim → complete through the server
-// with 64 workers; reports tasks/s.
+// with 64 workers; reports tasks/s. The tasks are enqueued in batches of
+// 500 first (counted in the time), then the workers claim up to claim
+// tasks at a time and complete each: with one unary call per operation,
+// or over one shared QueueService.Pipeline stream.
 func BenchmarkQueueThroughput(b *testing.B) {
-	bd := setup(b)
-	qc := bd.queueClient()
-	ctx := context.Background()
-	n := b.N
-	b.ResetTimer()
-	start := time.Now()
-	for i := 0; i < n; i += 500 {
-		var ts []*tenurev1.NewTask
-		for j := i; j < min(i+500, n); j++ {
-			ts = append(ts, &tenurev1.NewTask{Payload: []byte("x")})
-		}
-		if _, err := qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "bench", Tasks: ts})); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var left atomic.Int64
-	left.Store(int64(n))
-	var wg sync.WaitGroup
-	for w := 0; w < 64; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for left.Load() > 0 {
-				resp, err := qc.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Queue: "bench", Worker: fmt.Sprintf("w%d", w), Max: 1}))
-				if err != nil {
-					b.Error(err)
-					return
+	for _, c := range []struct {
+		transport string
+		claim     uint32
+	}{{"unary", 1}, {"pipeline", 1}, {"pipeline", 8}} {
+		b.Run(fmt.Sprintf("transport=%s/claim=%d", c.transport, c.claim), func(b *testing.B) {
+			bd := setup(b)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var ops queueOps = unaryQueue{bd.queueClient()}
+			if c.transport == "pipeline" {
+				ops = pipelinedQueue{newQueuePipeliner(ctx, bd)}
+			}
+			n := b.N
+			b.ResetTimer()
+			for i := 0; i < n; i += 500 {
+				var ts []*tenurev1.NewTask
+				for j := i; j < min(i+500, n); j++ {
+					ts = append(ts, &tenurev1.NewTask{Payload: []byte("x")})
 				}
-				if len(resp.Msg.Tasks) == 0 {
-					return
-				}
-				for _, tk := range resp.Msg.Tasks {
-					if _, err := qc.Complete(ctx, connect.NewRequest(&tenurev1.CompleteRequest{Queue: "bench", TaskId: tk.TaskId, LeaseId: tk.LeaseId})); err != nil {
-						b.Error(err)
-						return
-					}
-					left.Add(-1)
+				if err := ops.enqueue(&tenurev1.EnqueueRequest{Queue: "bench", Tasks: ts}); err != nil {
+					b.Fatal(err)
 				}
 			}
-		}(w)
+			var left atomic.Int64
+			left.Store(int64(n))
+			var wg sync.WaitGroup
+			for w := range 64 {
+				wg.Go(func() {
+					worker := fmt.Sprintf("w%d", w)
+					for left.Load() > 0 {
+						tasks, err := ops.claim(&tenurev1.ClaimRequest{Queue: "bench", Worker: worker, Max: c.claim})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if len(tasks) == 0 {
+							return
+						}
+						for _, tk := range tasks {
+							if err := ops.complete(&tenurev1.CompleteRequest{Queue: "bench", TaskId: tk.TaskId, LeaseId: tk.LeaseId}); err != nil {
+								b.Error(err)
+								return
+							}
+							left.Add(-1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if left.Load() != 0 {
+				b.Fatalf("%d tasks left", left.Load())
+			}
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "tasks/s")
+		})
 	}
-	wg.Wait()
-	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "tasks/s")
+}
+
+// queueOps is how BenchmarkQueueThroughput reaches the queue.
+type queueOps interface {
+	enqueue(*tenurev1.EnqueueRequest) error
+	claim(*tenurev1.ClaimRequest) ([]*tenurev1.Task, error)
+	complete(*tenurev1.CompleteRequest) error
+}
+
+type unaryQueue struct {
+	c tenurev1connect.QueueServiceClient
+}
+
+func (u unaryQueue) enqueue(r *tenurev1.EnqueueRequest) error {
+	_, err := u.c.Enqueue(context.Background(), connect.NewRequest(r))
+	return err
+}
+
+func (u unaryQueue) claim(r *tenurev1.ClaimRequest) ([]*tenurev1.Task, error) {
+	resp, err := u.c.Claim(context.Background(), connect.NewRequest(r))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.Tasks, nil
+}
+
+func (u unaryQueue) complete(r *tenurev1.CompleteRequest) error {
+	_, err := u.c.Complete(context.Background(), connect.NewRequest(r))
+	return err
+}
+
+type pipelinedQueue struct{ p *queuePipeliner }
+
+func (q pipelinedQueue) enqueue(r *tenurev1.EnqueueRequest) error {
+	_, err := q.p.do(&tenurev1.QueueOp{Op: &tenurev1.QueueOp_Enqueue{Enqueue: r}})
+	return err
+}
+
+func (q pipelinedQueue) claim(r *tenurev1.ClaimRequest) ([]*tenurev1.Task, error) {
+	res, err := q.p.do(&tenurev1.QueueOp{Op: &tenurev1.QueueOp_Claim{Claim: r}})
+	if err != nil {
+		return nil, err
+	}
+	return res.GetClaim().GetTasks(), nil
+}
+
+func (q pipelinedQueue) complete(r *tenurev1.CompleteRequest) error {
+	_, err := q.p.do(&tenurev1.QueueOp{Op: &tenurev1.QueueOp_Complete{Complete: r}})
+	return err
 }

@@ -1455,6 +1455,425 @@ func (x *ListQueuesResponse) GetQueues() []*QueueSummary {
 	return nil
 }
 
+// QueueOp is one operation on a QueueService.Pipeline stream: the request
+// of the unary RPC of the same name, with an id chosen by the client to
+// match its result.
+type QueueOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*QueueOp_Enqueue
+	//	*QueueOp_Claim
+	//	*QueueOp_Complete
+	//	*QueueOp_Fail
+	//	*QueueOp_Cancel
+	//	*QueueOp_GetTask
+	Op            isQueueOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueOp) Reset() {
+	*x = QueueOp{}
+	mi := &file_tenure_v1_queue_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueOp) ProtoMessage() {}
+
+func (x *QueueOp) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_queue_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueOp.ProtoReflect.Descriptor instead.
+func (*QueueOp) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *QueueOp) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueOp) GetOp() isQueueOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *QueueOp) GetEnqueue() *EnqueueRequest {
+	if x != nil {
+		if x, ok := x.Op.(*QueueOp_Enqueue); ok {
+			return x.Enqueue
+		}
+	}
+	return nil
+}
+
+func (x *QueueOp) GetClaim() *ClaimRequest {
+	if x != nil {
+		if x, ok := x.Op.(*QueueOp_Claim); ok {
+			return x.Claim
+		}
+	}
+	return nil
+}
+
+func (x *QueueOp) GetComplete() *CompleteRequest {
+	if x != nil {
+		if x, ok := x.Op.(*QueueOp_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
+func (x *QueueOp) GetFail() *FailRequest {
+	if x != nil {
+		if x, ok := x.Op.(*QueueOp_Fail); ok {
+			return x.Fail
+		}
+	}
+	return nil
+}
+
+func (x *QueueOp) GetCancel() *CancelRequest {
+	if x != nil {
+		if x, ok := x.Op.(*QueueOp_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+func (x *QueueOp) GetGetTask() *GetTaskRequest {
+	if x != nil {
+		if x, ok := x.Op.(*QueueOp_GetTask); ok {
+			return x.GetTask
+		}
+	}
+	return nil
+}
+
+type isQueueOp_Op interface {
+	isQueueOp_Op()
+}
+
+type QueueOp_Enqueue struct {
+	Enqueue *EnqueueRequest `protobuf:"bytes,10,opt,name=enqueue,proto3,oneof"`
+}
+
+type QueueOp_Claim struct {
+	Claim *ClaimRequest `protobuf:"bytes,11,opt,name=claim,proto3,oneof"`
+}
+
+type QueueOp_Complete struct {
+	Complete *CompleteRequest `protobuf:"bytes,12,opt,name=complete,proto3,oneof"`
+}
+
+type QueueOp_Fail struct {
+	Fail *FailRequest `protobuf:"bytes,13,opt,name=fail,proto3,oneof"`
+}
+
+type QueueOp_Cancel struct {
+	Cancel *CancelRequest `protobuf:"bytes,14,opt,name=cancel,proto3,oneof"`
+}
+
+type QueueOp_GetTask struct {
+	GetTask *GetTaskRequest `protobuf:"bytes,15,opt,name=get_task,json=getTask,proto3,oneof"`
+}
+
+func (*QueueOp_Enqueue) isQueueOp_Op() {}
+
+func (*QueueOp_Claim) isQueueOp_Op() {}
+
+func (*QueueOp_Complete) isQueueOp_Op() {}
+
+func (*QueueOp_Fail) isQueueOp_Op() {}
+
+func (*QueueOp_Cancel) isQueueOp_Op() {}
+
+func (*QueueOp_GetTask) isQueueOp_Op() {}
+
+// QueueResult is the result of the QueueOp with the same id: the unary
+// RPC's response, or its error.
+type QueueResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*QueueResult_Enqueue
+	//	*QueueResult_Claim
+	//	*QueueResult_Complete
+	//	*QueueResult_Fail
+	//	*QueueResult_Cancel
+	//	*QueueResult_GetTask
+	//	*QueueResult_Error
+	Result        isQueueResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueResult) Reset() {
+	*x = QueueResult{}
+	mi := &file_tenure_v1_queue_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueResult) ProtoMessage() {}
+
+func (x *QueueResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_queue_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueResult.ProtoReflect.Descriptor instead.
+func (*QueueResult) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *QueueResult) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *QueueResult) GetResult() isQueueResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *QueueResult) GetEnqueue() *EnqueueResponse {
+	if x != nil {
+		if x, ok := x.Result.(*QueueResult_Enqueue); ok {
+			return x.Enqueue
+		}
+	}
+	return nil
+}
+
+func (x *QueueResult) GetClaim() *ClaimResponse {
+	if x != nil {
+		if x, ok := x.Result.(*QueueResult_Claim); ok {
+			return x.Claim
+		}
+	}
+	return nil
+}
+
+func (x *QueueResult) GetComplete() *CompleteResponse {
+	if x != nil {
+		if x, ok := x.Result.(*QueueResult_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
+func (x *QueueResult) GetFail() *FailResponse {
+	if x != nil {
+		if x, ok := x.Result.(*QueueResult_Fail); ok {
+			return x.Fail
+		}
+	}
+	return nil
+}
+
+func (x *QueueResult) GetCancel() *CancelResponse {
+	if x != nil {
+		if x, ok := x.Result.(*QueueResult_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+func (x *QueueResult) GetGetTask() *GetTaskResponse {
+	if x != nil {
+		if x, ok := x.Result.(*QueueResult_GetTask); ok {
+			return x.GetTask
+		}
+	}
+	return nil
+}
+
+func (x *QueueResult) GetError() *PipelineError {
+	if x != nil {
+		if x, ok := x.Result.(*QueueResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isQueueResult_Result interface {
+	isQueueResult_Result()
+}
+
+type QueueResult_Enqueue struct {
+	Enqueue *EnqueueResponse `protobuf:"bytes,10,opt,name=enqueue,proto3,oneof"`
+}
+
+type QueueResult_Claim struct {
+	Claim *ClaimResponse `protobuf:"bytes,11,opt,name=claim,proto3,oneof"`
+}
+
+type QueueResult_Complete struct {
+	Complete *CompleteResponse `protobuf:"bytes,12,opt,name=complete,proto3,oneof"`
+}
+
+type QueueResult_Fail struct {
+	Fail *FailResponse `protobuf:"bytes,13,opt,name=fail,proto3,oneof"`
+}
+
+type QueueResult_Cancel struct {
+	Cancel *CancelResponse `protobuf:"bytes,14,opt,name=cancel,proto3,oneof"`
+}
+
+type QueueResult_GetTask struct {
+	GetTask *GetTaskResponse `protobuf:"bytes,15,opt,name=get_task,json=getTask,proto3,oneof"`
+}
+
+type QueueResult_Error struct {
+	Error *PipelineError `protobuf:"bytes,30,opt,name=error,proto3,oneof"`
+}
+
+func (*QueueResult_Enqueue) isQueueResult_Result() {}
+
+func (*QueueResult_Claim) isQueueResult_Result() {}
+
+func (*QueueResult_Complete) isQueueResult_Result() {}
+
+func (*QueueResult_Fail) isQueueResult_Result() {}
+
+func (*QueueResult_Cancel) isQueueResult_Result() {}
+
+func (*QueueResult_GetTask) isQueueResult_Result() {}
+
+func (*QueueResult_Error) isQueueResult_Result() {}
+
+// QueuePipelineRequest carries a batch of operations.
+type QueuePipelineRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ops           []*QueueOp             `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePipelineRequest) Reset() {
+	*x = QueuePipelineRequest{}
+	mi := &file_tenure_v1_queue_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePipelineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePipelineRequest) ProtoMessage() {}
+
+func (x *QueuePipelineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_queue_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePipelineRequest.ProtoReflect.Descriptor instead.
+func (*QueuePipelineRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *QueuePipelineRequest) GetOps() []*QueueOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// QueuePipelineResponse carries a batch of results, in completion order.
+type QueuePipelineResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*QueueResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePipelineResponse) Reset() {
+	*x = QueuePipelineResponse{}
+	mi := &file_tenure_v1_queue_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePipelineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePipelineResponse) ProtoMessage() {}
+
+func (x *QueuePipelineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_queue_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePipelineResponse.ProtoReflect.Descriptor instead.
+func (*QueuePipelineResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *QueuePipelineResponse) GetResults() []*QueueResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_tenure_v1_queue_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_queue_proto_rawDesc = "" +
@@ -1561,7 +1980,32 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x123\n" +
 	"\x05stats\x18\x02 \x01(\v2\x1d.tenure.v1.QueueStatsResponseR\x05stats\"E\n" +
 	"\x12ListQueuesResponse\x12/\n" +
-	"\x06queues\x18\x01 \x03(\v2\x17.tenure.v1.QueueSummaryR\x06queues*\xb5\x01\n" +
+	"\x06queues\x18\x01 \x03(\v2\x17.tenure.v1.QueueSummaryR\x06queues\"\xdb\x02\n" +
+	"\aQueueOp\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
+	"\aenqueue\x18\n" +
+	" \x01(\v2\x19.tenure.v1.EnqueueRequestH\x00R\aenqueue\x12/\n" +
+	"\x05claim\x18\v \x01(\v2\x17.tenure.v1.ClaimRequestH\x00R\x05claim\x128\n" +
+	"\bcomplete\x18\f \x01(\v2\x1a.tenure.v1.CompleteRequestH\x00R\bcomplete\x12,\n" +
+	"\x04fail\x18\r \x01(\v2\x16.tenure.v1.FailRequestH\x00R\x04fail\x122\n" +
+	"\x06cancel\x18\x0e \x01(\v2\x18.tenure.v1.CancelRequestH\x00R\x06cancel\x126\n" +
+	"\bget_task\x18\x0f \x01(\v2\x19.tenure.v1.GetTaskRequestH\x00R\agetTaskB\x04\n" +
+	"\x02op\"\x9b\x03\n" +
+	"\vQueueResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
+	"\aenqueue\x18\n" +
+	" \x01(\v2\x1a.tenure.v1.EnqueueResponseH\x00R\aenqueue\x120\n" +
+	"\x05claim\x18\v \x01(\v2\x18.tenure.v1.ClaimResponseH\x00R\x05claim\x129\n" +
+	"\bcomplete\x18\f \x01(\v2\x1b.tenure.v1.CompleteResponseH\x00R\bcomplete\x12-\n" +
+	"\x04fail\x18\r \x01(\v2\x17.tenure.v1.FailResponseH\x00R\x04fail\x123\n" +
+	"\x06cancel\x18\x0e \x01(\v2\x19.tenure.v1.CancelResponseH\x00R\x06cancel\x127\n" +
+	"\bget_task\x18\x0f \x01(\v2\x1a.tenure.v1.GetTaskResponseH\x00R\agetTask\x120\n" +
+	"\x05error\x18\x1e \x01(\v2\x18.tenure.v1.PipelineErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"<\n" +
+	"\x14QueuePipelineRequest\x12$\n" +
+	"\x03ops\x18\x01 \x03(\v2\x12.tenure.v1.QueueOpR\x03ops\"I\n" +
+	"\x15QueuePipelineResponse\x120\n" +
+	"\aresults\x18\x01 \x03(\v2\x16.tenure.v1.QueueResultR\aresults*\xb5\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11TASK_STATE_QUEUED\x10\x01\x12\x15\n" +
@@ -1569,7 +2013,7 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\x14TASK_STATE_SUCCEEDED\x10\x03\x12\x15\n" +
 	"\x11TASK_STATE_FAILED\x10\x04\x12\x13\n" +
 	"\x0fTASK_STATE_DEAD\x10\x05\x12\x18\n" +
-	"\x14TASK_STATE_CANCELLED\x10\x062\xe4\x04\n" +
+	"\x14TASK_STATE_CANCELLED\x10\x062\xb7\x05\n" +
 	"\fQueueService\x12@\n" +
 	"\aEnqueue\x12\x19.tenure.v1.EnqueueRequest\x1a\x1a.tenure.v1.EnqueueResponse\x12:\n" +
 	"\x05Claim\x12\x17.tenure.v1.ClaimRequest\x1a\x18.tenure.v1.ClaimResponse\x12C\n" +
@@ -1580,7 +2024,8 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\tListTasks\x12\x1b.tenure.v1.ListTasksRequest\x1a\x1c.tenure.v1.ListTasksResponse\x12D\n" +
 	"\x05Stats\x12\x1c.tenure.v1.QueueStatsRequest\x1a\x1d.tenure.v1.QueueStatsResponse\x12I\n" +
 	"\n" +
-	"ListQueues\x12\x1c.tenure.v1.ListQueuesRequest\x1a\x1d.tenure.v1.ListQueuesResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
+	"ListQueues\x12\x1c.tenure.v1.ListQueuesRequest\x1a\x1d.tenure.v1.ListQueuesResponse\x12Q\n" +
+	"\bPipeline\x12\x1f.tenure.v1.QueuePipelineRequest\x1a .tenure.v1.QueuePipelineResponse(\x010\x01B3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_queue_proto_rawDescOnce sync.Once
@@ -1595,7 +2040,7 @@ func file_tenure_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_tenure_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_tenure_v1_queue_proto_goTypes = []any{
 	(TaskState)(0),                // 0: tenure.v1.TaskState
 	(*Task)(nil),                  // 1: tenure.v1.Task
@@ -1619,25 +2064,30 @@ var file_tenure_v1_queue_proto_goTypes = []any{
 	(*ListQueuesRequest)(nil),     // 19: tenure.v1.ListQueuesRequest
 	(*QueueSummary)(nil),          // 20: tenure.v1.QueueSummary
 	(*ListQueuesResponse)(nil),    // 21: tenure.v1.ListQueuesResponse
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*Lease)(nil),                 // 23: tenure.v1.Lease
-	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(*QueueOp)(nil),               // 22: tenure.v1.QueueOp
+	(*QueueResult)(nil),           // 23: tenure.v1.QueueResult
+	(*QueuePipelineRequest)(nil),  // 24: tenure.v1.QueuePipelineRequest
+	(*QueuePipelineResponse)(nil), // 25: tenure.v1.QueuePipelineResponse
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*Lease)(nil),                 // 27: tenure.v1.Lease
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*PipelineError)(nil),         // 29: tenure.v1.PipelineError
 }
 var file_tenure_v1_queue_proto_depIdxs = []int32{
 	0,  // 0: tenure.v1.Task.state:type_name -> tenure.v1.TaskState
-	22, // 1: tenure.v1.Task.not_before:type_name -> google.protobuf.Timestamp
-	22, // 2: tenure.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	22, // 3: tenure.v1.Task.claimed_at:type_name -> google.protobuf.Timestamp
-	22, // 4: tenure.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
-	23, // 5: tenure.v1.Task.lease:type_name -> tenure.v1.Lease
-	22, // 6: tenure.v1.NewTask.not_before:type_name -> google.protobuf.Timestamp
+	26, // 1: tenure.v1.Task.not_before:type_name -> google.protobuf.Timestamp
+	26, // 2: tenure.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	26, // 3: tenure.v1.Task.claimed_at:type_name -> google.protobuf.Timestamp
+	26, // 4: tenure.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
+	27, // 5: tenure.v1.Task.lease:type_name -> tenure.v1.Lease
+	26, // 6: tenure.v1.NewTask.not_before:type_name -> google.protobuf.Timestamp
 	2,  // 7: tenure.v1.EnqueueRequest.tasks:type_name -> tenure.v1.NewTask
 	1,  // 8: tenure.v1.EnqueueResponse.tasks:type_name -> tenure.v1.Task
-	24, // 9: tenure.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
-	24, // 10: tenure.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	28, // 9: tenure.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
+	28, // 10: tenure.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 11: tenure.v1.ClaimResponse.tasks:type_name -> tenure.v1.Task
 	1,  // 12: tenure.v1.CompleteResponse.task:type_name -> tenure.v1.Task
-	24, // 13: tenure.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
+	28, // 13: tenure.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
 	1,  // 14: tenure.v1.FailResponse.task:type_name -> tenure.v1.Task
 	1,  // 15: tenure.v1.CancelResponse.task:type_name -> tenure.v1.Task
 	1,  // 16: tenure.v1.GetTaskResponse.task:type_name -> tenure.v1.Task
@@ -1645,29 +2095,46 @@ var file_tenure_v1_queue_proto_depIdxs = []int32{
 	1,  // 18: tenure.v1.ListTasksResponse.tasks:type_name -> tenure.v1.Task
 	18, // 19: tenure.v1.QueueSummary.stats:type_name -> tenure.v1.QueueStatsResponse
 	20, // 20: tenure.v1.ListQueuesResponse.queues:type_name -> tenure.v1.QueueSummary
-	3,  // 21: tenure.v1.QueueService.Enqueue:input_type -> tenure.v1.EnqueueRequest
-	5,  // 22: tenure.v1.QueueService.Claim:input_type -> tenure.v1.ClaimRequest
-	7,  // 23: tenure.v1.QueueService.Complete:input_type -> tenure.v1.CompleteRequest
-	9,  // 24: tenure.v1.QueueService.Fail:input_type -> tenure.v1.FailRequest
-	11, // 25: tenure.v1.QueueService.Cancel:input_type -> tenure.v1.CancelRequest
-	13, // 26: tenure.v1.QueueService.GetTask:input_type -> tenure.v1.GetTaskRequest
-	15, // 27: tenure.v1.QueueService.ListTasks:input_type -> tenure.v1.ListTasksRequest
-	17, // 28: tenure.v1.QueueService.Stats:input_type -> tenure.v1.QueueStatsRequest
-	19, // 29: tenure.v1.QueueService.ListQueues:input_type -> tenure.v1.ListQueuesRequest
-	4,  // 30: tenure.v1.QueueService.Enqueue:output_type -> tenure.v1.EnqueueResponse
-	6,  // 31: tenure.v1.QueueService.Claim:output_type -> tenure.v1.ClaimResponse
-	8,  // 32: tenure.v1.QueueService.Complete:output_type -> tenure.v1.CompleteResponse
-	10, // 33: tenure.v1.QueueService.Fail:output_type -> tenure.v1.FailResponse
-	12, // 34: tenure.v1.QueueService.Cancel:output_type -> tenure.v1.CancelResponse
-	14, // 35: tenure.v1.QueueService.GetTask:output_type -> tenure.v1.GetTaskResponse
-	16, // 36: tenure.v1.QueueService.ListTasks:output_type -> tenure.v1.ListTasksResponse
-	18, // 37: tenure.v1.QueueService.Stats:output_type -> tenure.v1.QueueStatsResponse
-	21, // 38: tenure.v1.QueueService.ListQueues:output_type -> tenure.v1.ListQueuesResponse
-	30, // [30:39] is the sub-list for method output_type
-	21, // [21:30] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	3,  // 21: tenure.v1.QueueOp.enqueue:type_name -> tenure.v1.EnqueueRequest
+	5,  // 22: tenure.v1.QueueOp.claim:type_name -> tenure.v1.ClaimRequest
+	7,  // 23: tenure.v1.QueueOp.complete:type_name -> tenure.v1.CompleteRequest
+	9,  // 24: tenure.v1.QueueOp.fail:type_name -> tenure.v1.FailRequest
+	11, // 25: tenure.v1.QueueOp.cancel:type_name -> tenure.v1.CancelRequest
+	13, // 26: tenure.v1.QueueOp.get_task:type_name -> tenure.v1.GetTaskRequest
+	4,  // 27: tenure.v1.QueueResult.enqueue:type_name -> tenure.v1.EnqueueResponse
+	6,  // 28: tenure.v1.QueueResult.claim:type_name -> tenure.v1.ClaimResponse
+	8,  // 29: tenure.v1.QueueResult.complete:type_name -> tenure.v1.CompleteResponse
+	10, // 30: tenure.v1.QueueResult.fail:type_name -> tenure.v1.FailResponse
+	12, // 31: tenure.v1.QueueResult.cancel:type_name -> tenure.v1.CancelResponse
+	14, // 32: tenure.v1.QueueResult.get_task:type_name -> tenure.v1.GetTaskResponse
+	29, // 33: tenure.v1.QueueResult.error:type_name -> tenure.v1.PipelineError
+	22, // 34: tenure.v1.QueuePipelineRequest.ops:type_name -> tenure.v1.QueueOp
+	23, // 35: tenure.v1.QueuePipelineResponse.results:type_name -> tenure.v1.QueueResult
+	3,  // 36: tenure.v1.QueueService.Enqueue:input_type -> tenure.v1.EnqueueRequest
+	5,  // 37: tenure.v1.QueueService.Claim:input_type -> tenure.v1.ClaimRequest
+	7,  // 38: tenure.v1.QueueService.Complete:input_type -> tenure.v1.CompleteRequest
+	9,  // 39: tenure.v1.QueueService.Fail:input_type -> tenure.v1.FailRequest
+	11, // 40: tenure.v1.QueueService.Cancel:input_type -> tenure.v1.CancelRequest
+	13, // 41: tenure.v1.QueueService.GetTask:input_type -> tenure.v1.GetTaskRequest
+	15, // 42: tenure.v1.QueueService.ListTasks:input_type -> tenure.v1.ListTasksRequest
+	17, // 43: tenure.v1.QueueService.Stats:input_type -> tenure.v1.QueueStatsRequest
+	19, // 44: tenure.v1.QueueService.ListQueues:input_type -> tenure.v1.ListQueuesRequest
+	24, // 45: tenure.v1.QueueService.Pipeline:input_type -> tenure.v1.QueuePipelineRequest
+	4,  // 46: tenure.v1.QueueService.Enqueue:output_type -> tenure.v1.EnqueueResponse
+	6,  // 47: tenure.v1.QueueService.Claim:output_type -> tenure.v1.ClaimResponse
+	8,  // 48: tenure.v1.QueueService.Complete:output_type -> tenure.v1.CompleteResponse
+	10, // 49: tenure.v1.QueueService.Fail:output_type -> tenure.v1.FailResponse
+	12, // 50: tenure.v1.QueueService.Cancel:output_type -> tenure.v1.CancelResponse
+	14, // 51: tenure.v1.QueueService.GetTask:output_type -> tenure.v1.GetTaskResponse
+	16, // 52: tenure.v1.QueueService.ListTasks:output_type -> tenure.v1.ListTasksResponse
+	18, // 53: tenure.v1.QueueService.Stats:output_type -> tenure.v1.QueueStatsResponse
+	21, // 54: tenure.v1.QueueService.ListQueues:output_type -> tenure.v1.ListQueuesResponse
+	25, // 55: tenure.v1.QueueService.Pipeline:output_type -> tenure.v1.QueuePipelineResponse
+	46, // [46:56] is the sub-list for method output_type
+	36, // [36:46] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_queue_proto_init() }
@@ -1676,13 +2143,30 @@ func file_tenure_v1_queue_proto_init() {
 		return
 	}
 	file_tenure_v1_lease_proto_init()
+	file_tenure_v1_queue_proto_msgTypes[21].OneofWrappers = []any{
+		(*QueueOp_Enqueue)(nil),
+		(*QueueOp_Claim)(nil),
+		(*QueueOp_Complete)(nil),
+		(*QueueOp_Fail)(nil),
+		(*QueueOp_Cancel)(nil),
+		(*QueueOp_GetTask)(nil),
+	}
+	file_tenure_v1_queue_proto_msgTypes[22].OneofWrappers = []any{
+		(*QueueResult_Enqueue)(nil),
+		(*QueueResult_Claim)(nil),
+		(*QueueResult_Complete)(nil),
+		(*QueueResult_Fail)(nil),
+		(*QueueResult_Cancel)(nil),
+		(*QueueResult_GetTask)(nil),
+		(*QueueResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_queue_proto_rawDesc), len(file_tenure_v1_queue_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

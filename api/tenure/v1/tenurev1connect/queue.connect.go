@@ -51,6 +51,8 @@ const (
 	QueueServiceStatsProcedure = "/tenure.v1.QueueService/Stats"
 	// QueueServiceListQueuesProcedure is the fully-qualified name of the QueueService's ListQueues RPC.
 	QueueServiceListQueuesProcedure = "/tenure.v1.QueueService/ListQueues"
+	// QueueServicePipelineProcedure is the fully-qualified name of the QueueService's Pipeline RPC.
+	QueueServicePipelineProcedure = "/tenure.v1.QueueService/Pipeline"
 )
 
 // QueueServiceClient is a client for the tenure.v1.QueueService service.
@@ -66,6 +68,11 @@ type QueueServiceClient interface {
 	// ListQueues names a namespace's queues with their counts (the dashboard's
 	// queue list).
 	ListQueues(context.Context, *connect.Request[v1.ListQueuesRequest]) (*connect.Response[v1.ListQueuesResponse], error)
+	// Pipeline runs many queue operations in flight on one stream, as
+	// LeaseService.Pipeline does for leases: each goes through its unary
+	// RPC's checks and handler (a Claim with wait long-polls without holding
+	// up the others); results come back as they complete.
+	Pipeline(context.Context) *connect.BidiStreamForClient[v1.QueuePipelineRequest, v1.QueuePipelineResponse]
 }
 
 // NewQueueServiceClient constructs a client for the tenure.v1.QueueService service. By default, it
@@ -133,6 +140,12 @@ func NewQueueServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(queueServiceMethods.ByName("ListQueues")),
 			connect.WithClientOptions(opts...),
 		),
+		pipeline: connect.NewClient[v1.QueuePipelineRequest, v1.QueuePipelineResponse](
+			httpClient,
+			baseURL+QueueServicePipelineProcedure,
+			connect.WithSchema(queueServiceMethods.ByName("Pipeline")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -147,6 +160,7 @@ type queueServiceClient struct {
 	listTasks  *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
 	stats      *connect.Client[v1.QueueStatsRequest, v1.QueueStatsResponse]
 	listQueues *connect.Client[v1.ListQueuesRequest, v1.ListQueuesResponse]
+	pipeline   *connect.Client[v1.QueuePipelineRequest, v1.QueuePipelineResponse]
 }
 
 // Enqueue calls tenure.v1.QueueService.Enqueue.
@@ -194,6 +208,11 @@ func (c *queueServiceClient) ListQueues(ctx context.Context, req *connect.Reques
 	return c.listQueues.CallUnary(ctx, req)
 }
 
+// Pipeline calls tenure.v1.QueueService.Pipeline.
+func (c *queueServiceClient) Pipeline(ctx context.Context) *connect.BidiStreamForClient[v1.QueuePipelineRequest, v1.QueuePipelineResponse] {
+	return c.pipeline.CallBidiStream(ctx)
+}
+
 // QueueServiceHandler is an implementation of the tenure.v1.QueueService service.
 type QueueServiceHandler interface {
 	Enqueue(context.Context, *connect.Request[v1.EnqueueRequest]) (*connect.Response[v1.EnqueueResponse], error)
@@ -207,6 +226,11 @@ type QueueServiceHandler interface {
 	// ListQueues names a namespace's queues with their counts (the dashboard's
 	// queue list).
 	ListQueues(context.Context, *connect.Request[v1.ListQueuesRequest]) (*connect.Response[v1.ListQueuesResponse], error)
+	// Pipeline runs many queue operations in flight on one stream, as
+	// LeaseService.Pipeline does for leases: each goes through its unary
+	// RPC's checks and handler (a Claim with wait long-polls without holding
+	// up the others); results come back as they complete.
+	Pipeline(context.Context, *connect.BidiStream[v1.QueuePipelineRequest, v1.QueuePipelineResponse]) error
 }
 
 // NewQueueServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -270,6 +294,12 @@ func NewQueueServiceHandler(svc QueueServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(queueServiceMethods.ByName("ListQueues")),
 		connect.WithHandlerOptions(opts...),
 	)
+	queueServicePipelineHandler := connect.NewBidiStreamHandler(
+		QueueServicePipelineProcedure,
+		svc.Pipeline,
+		connect.WithSchema(queueServiceMethods.ByName("Pipeline")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.QueueService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case QueueServiceEnqueueProcedure:
@@ -290,6 +320,8 @@ func NewQueueServiceHandler(svc QueueServiceHandler, opts ...connect.HandlerOpti
 			queueServiceStatsHandler.ServeHTTP(w, r)
 		case QueueServiceListQueuesProcedure:
 			queueServiceListQueuesHandler.ServeHTTP(w, r)
+		case QueueServicePipelineProcedure:
+			queueServicePipelineHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -333,4 +365,8 @@ func (UnimplementedQueueServiceHandler) Stats(context.Context, *connect.Request[
 
 func (UnimplementedQueueServiceHandler) ListQueues(context.Context, *connect.Request[v1.ListQueuesRequest]) (*connect.Response[v1.ListQueuesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.QueueService.ListQueues is not implemented"))
+}
+
+func (UnimplementedQueueServiceHandler) Pipeline(context.Context, *connect.BidiStream[v1.QueuePipelineRequest, v1.QueuePipelineResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.QueueService.Pipeline is not implemented"))
 }
