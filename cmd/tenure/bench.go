@@ -22,6 +22,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	tenure "github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/queue"
 	"github.com/tenurehq/tenure/internal/registrar"
 )
 
@@ -34,11 +35,15 @@ Workloads:
   renew      --leases held leases renewed by Renew calls of --batch leases each
              (each worker renews its share of the leases in turn); ops are
              renewals, latency is per call
+  queue      a producer keeps a queue topped up (Enqueue of 500 tasks per call);
+             --concurrency workers claim up to --batch tasks per Claim and
+             complete each; ops are completed tasks, latency is per round
+             (a Claim and the completion of what it claimed)
   keepalive  --leases leases kept alive by the Go client's batched KeepAlive
              stream (one client per 5,000 leases); reports the leases kept alive
              per second (leases / (ttl/3)) and the renewals confirmed per second
 
-cycle, contended and renew send their operations over LeaseService.Pipeline
+cycle, contended, renew and queue send their operations over Pipeline
 streams (operations from all workers batched into one message, results matched
 by id), so that the measurement is not one HTTP/2 request per operation;
 --unary sends one unary call per operation instead, for comparison.
@@ -52,6 +57,7 @@ const benchExamples = `  tenure bench --workload cycle --concurrency 64 --durati
   tenure bench --workload contended --resources 4 --concurrency 32 --wait 5s
   tenure bench --workload renew --leases 1000 --unary
   tenure bench --workload renew --leases 10000 --concurrency 64 --batch 100
+  tenure bench --workload queue --concurrency 64 --batch 8
   tenure bench --workload keepalive --leases 10000 --ttl 10s --duration 30s -o json`
 
 // benchConfig is what `tenure bench` was asked to do.
@@ -96,6 +102,8 @@ type benchResult struct {
 	LeasesAlive     int     `json:"leasesAlive,omitempty"`
 	LeasesLost      int     `json:"leasesLost,omitempty"`
 	KeptAlivePerSec float64 `json:"keptAlivePerSecond,omitempty"`
+	// queue only
+	Queue string `json:"queue,omitempty"`
 }
 
 // benchLatency is in milliseconds.
@@ -110,7 +118,7 @@ type benchLatency struct {
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure bench", "[flags]", benchHelp, benchExamples, stdout, stderr)
 	var cfg benchConfig
-	c.fs.StringVar(&cfg.workload, "workload", "cycle", "cycle, contended, renew or keepalive")
+	c.fs.StringVar(&cfg.workload, "workload", "cycle", "cycle, contended, renew, queue or keepalive")
 	c.fs.IntVar(&cfg.concurrency, "concurrency", 16, "concurrent workers (operations in flight)")
 	c.fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long to measure")
 	c.fs.IntVar(&cfg.leases, "leases", 1000, "renew, keepalive: number of leases held")
@@ -119,17 +127,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.fs.DurationVar(&cfg.wait, "wait", 0, "contended: queue up to this long instead of failing with LEASE_HELD")
 	c.fs.BoolVar(&cfg.unary, "unary", false, "one unary call per operation instead of Pipeline streams")
 	c.fs.IntVar(&cfg.streams, "streams", 1, "number of Pipeline streams")
-	c.fs.IntVar(&cfg.batch, "batch", 1, "renew: leases renewed per Renew call")
+	c.fs.IntVar(&cfg.batch, "batch", 1, "renew: leases renewed per Renew call; queue: tasks claimed per Claim call")
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
 	}
 	switch {
-	case !slices.Contains([]string{"cycle", "contended", "renew", "keepalive"}, cfg.workload):
-		return c.usageError("--workload must be cycle, contended, renew or keepalive, got %q", cfg.workload)
+	case !slices.Contains([]string{"cycle", "contended", "renew", "queue", "keepalive"}, cfg.workload):
+		return c.usageError("--workload must be cycle, contended, renew, queue or keepalive, got %q", cfg.workload)
 	case cfg.concurrency < 1, cfg.duration <= 0, cfg.leases < 1, cfg.resources < 1, cfg.streams < 1, cfg.batch < 1:
 		return c.usageError("--concurrency, --duration, --leases, --resources, --streams and --batch must be positive")
-	case cfg.batch > registrar.MaxBatchIDs:
+	case cfg.workload == "renew" && cfg.batch > registrar.MaxBatchIDs:
 		return c.usageError("--batch must be at most %d (a Renew call's limit), got %d", registrar.MaxBatchIDs, cfg.batch)
+	case cfg.workload == "queue" && cfg.batch > queue.MaxClaim:
+		return c.usageError("--batch must be at most %d (a Claim call's limit), got %d", queue.MaxClaim, cfg.batch)
 	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
@@ -151,9 +161,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	var res *benchResult
 	var err error
-	if cfg.workload == "keepalive" {
+	switch cfg.workload {
+	case "keepalive":
 		res, err = benchKeepAlive(ctx, c, cfg)
-	} else {
+	case "queue":
+		res, err = benchQueue(ctx, c, cfg)
+	default:
 		res, err = benchOps(ctx, c, cfg)
 	}
 	if err != nil {
@@ -482,6 +495,9 @@ func writeBench(w io.Writer, r *benchResult) error {
 		fmt.Fprintf(tw, "concurrency\t%d\n", r.Concurrency)
 	}
 	fmt.Fprintf(tw, "duration\t%s\n", fmtDuration(time.Duration(r.Seconds*float64(time.Second))))
+	if r.Queue != "" {
+		fmt.Fprintf(tw, "queue\t%s\n", r.Queue)
+	}
 	if r.Workload == "keepalive" {
 		fmt.Fprintf(tw, "leases\t%d (%d alive, %d lost)\n", r.Leases, r.LeasesAlive, r.LeasesLost)
 		fmt.Fprintf(tw, "kept alive/s\t%.0f (leases / (ttl/3))\n", r.KeptAlivePerSec)

@@ -62,45 +62,85 @@ func (e *pipelineError) Error() string { return e.message }
 // errPipelineClosed is returned for operations whose stream broke.
 var errPipelineClosed = errors.New("pipeline stream closed")
 
-// pipelineOps sends operations over LeaseService.Pipeline streams: many in
-// flight on each, whatever is waiting batched into one message, results
-// matched by id. Operations are spread over the streams round-robin.
-type pipelineOps struct {
-	streams []*pipelineStream
+// opStreams sends operations over Pipeline streams of either service:
+// many in flight on each, whatever is waiting batched into one message,
+// results matched by id. Operations are spread over the streams
+// round-robin.
+type opStreams[Req, Res, Op, Result any] struct {
+	streams []*opStream[Req, Res, Op, Result]
 	next    atomic.Uint64
 	cancel  context.CancelFunc
+	// The service's message shapes.
+	wrap    func([]*Op) *Req
+	results func(*Res) []*Result
+	idOf    func(*Result) uint64
+	setID   func(*Op, uint64)
+	errOf   func(*Result) *tenurev1.PipelineError
 }
 
-type pipelineStream struct {
-	stream *connect.BidiStreamForClient[tenurev1.PipelineRequest, tenurev1.PipelineResponse]
-	ops    chan *tenurev1.PipelineOp
+type opStream[Req, Res, Op, Result any] struct {
+	set    *opStreams[Req, Res, Op, Result]
+	stream *connect.BidiStreamForClient[Req, Res]
+	ops    chan *Op
 	dead   chan struct{} // closed when the stream broke
 	once   sync.Once
 	err    error
 
 	mu      sync.Mutex
 	nextID  uint64
-	waiting map[uint64]chan *tenurev1.PipelineResult
+	waiting map[uint64]chan *Result
+}
+
+// pipelineOps sends lease operations over LeaseService.Pipeline streams.
+type pipelineOps struct {
+	*opStreams[tenurev1.PipelineRequest, tenurev1.PipelineResponse, tenurev1.PipelineOp, tenurev1.PipelineResult]
 }
 
 func newPipelineOps(ctx context.Context, r *remote, n int) (*pipelineOps, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	p := &pipelineOps{cancel: cancel}
+	p := &opStreams[tenurev1.PipelineRequest, tenurev1.PipelineResponse, tenurev1.PipelineOp, tenurev1.PipelineResult]{
+		wrap:    func(ops []*tenurev1.PipelineOp) *tenurev1.PipelineRequest { return &tenurev1.PipelineRequest{Ops: ops} },
+		results: (*tenurev1.PipelineResponse).GetResults,
+		idOf:    (*tenurev1.PipelineResult).GetId,
+		setID:   func(op *tenurev1.PipelineOp, id uint64) { op.Id = id },
+		errOf:   (*tenurev1.PipelineResult).GetError,
+	}
+	p.open(ctx, n, r.leases[0].Pipeline)
+	return &pipelineOps{p}, nil
+}
+
+// queuePipelineOps sends queue operations over QueueService.Pipeline
+// streams.
+type queuePipelineOps = opStreams[tenurev1.QueuePipelineRequest, tenurev1.QueuePipelineResponse, tenurev1.QueueOp, tenurev1.QueueResult]
+
+func newQueuePipelineOps(ctx context.Context, r *remote, n int) *queuePipelineOps {
+	p := &queuePipelineOps{
+		wrap:    func(ops []*tenurev1.QueueOp) *tenurev1.QueuePipelineRequest { return &tenurev1.QueuePipelineRequest{Ops: ops} },
+		results: (*tenurev1.QueuePipelineResponse).GetResults,
+		idOf:    (*tenurev1.QueueResult).GetId,
+		setID:   func(op *tenurev1.QueueOp, id uint64) { op.Id = id },
+		errOf:   (*tenurev1.QueueResult).GetError,
+	}
+	p.open(ctx, n, r.queues[0].Pipeline)
+	return p
+}
+
+func (p *opStreams[Req, Res, Op, Result]) open(ctx context.Context, n int, open func(context.Context) *connect.BidiStreamForClient[Req, Res]) {
+	ctx, p.cancel = context.WithCancel(ctx)
 	for range n {
-		s := &pipelineStream{
-			stream:  r.leases[0].Pipeline(ctx),
-			ops:     make(chan *tenurev1.PipelineOp, 4096),
+		s := &opStream[Req, Res, Op, Result]{
+			set:     p,
+			stream:  open(ctx),
+			ops:     make(chan *Op, 4096),
 			dead:    make(chan struct{}),
-			waiting: make(map[uint64]chan *tenurev1.PipelineResult),
+			waiting: make(map[uint64]chan *Result),
 		}
 		go s.receive()
 		go s.send(ctx)
 		p.streams = append(p.streams, s)
 	}
-	return p, nil
 }
 
-func (p *pipelineOps) close() {
+func (p *opStreams[Req, Res, Op, Result]) close() {
 	p.cancel()
 	for _, s := range p.streams {
 		_ = s.stream.CloseRequest()
@@ -108,14 +148,14 @@ func (p *pipelineOps) close() {
 	}
 }
 
-func (s *pipelineStream) fail(err error) {
+func (s *opStream[Req, Res, Op, Result]) fail(err error) {
 	s.once.Do(func() {
 		s.err = err
 		close(s.dead)
 	})
 }
 
-func (s *pipelineStream) receive() {
+func (s *opStream[Req, Res, Op, Result]) receive() {
 	for {
 		resp, err := s.stream.Receive()
 		if err != nil {
@@ -123,19 +163,20 @@ func (s *pipelineStream) receive() {
 			return
 		}
 		s.mu.Lock()
-		for _, r := range resp.GetResults() {
-			if ch, ok := s.waiting[r.GetId()]; ok {
+		for _, r := range s.set.results(resp) {
+			id := s.set.idOf(r)
+			if ch, ok := s.waiting[id]; ok {
 				ch <- r
-				delete(s.waiting, r.GetId())
+				delete(s.waiting, id)
 			}
 		}
 		s.mu.Unlock()
 	}
 }
 
-func (s *pipelineStream) send(ctx context.Context) {
+func (s *opStream[Req, Res, Op, Result]) send(ctx context.Context) {
 	for {
-		var op *tenurev1.PipelineOp
+		var op *Op
 		select {
 		case op = <-s.ops:
 		case <-ctx.Done():
@@ -143,14 +184,14 @@ func (s *pipelineStream) send(ctx context.Context) {
 		case <-s.dead:
 			return
 		}
-		req := &tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{op}}
+		ops := []*Op{op}
 		// Yield once the queue is empty, so that workers just woken by
 		// results enqueue their next operation into this message rather
 		// than each into its own (one message per round, not per op).
-		for yielded := false; len(req.Ops) < 1000; {
+		for yielded := false; len(ops) < 1000; {
 			select {
 			case op := <-s.ops:
-				req.Ops = append(req.Ops, op)
+				ops = append(ops, op)
 				yielded = false
 				continue
 			default:
@@ -161,24 +202,25 @@ func (s *pipelineStream) send(ctx context.Context) {
 			runtime.Gosched()
 			yielded = true
 		}
-		if err := s.stream.Send(req); err != nil {
+		if err := s.stream.Send(s.set.wrap(ops)); err != nil {
 			s.fail(err)
 			return
 		}
 	}
 }
 
-func (p *pipelineOps) do(ctx context.Context, op *tenurev1.PipelineOp) (*tenurev1.PipelineResult, error) {
+func (p *opStreams[Req, Res, Op, Result]) do(ctx context.Context, op *Op) (*Result, error) {
 	s := p.streams[p.next.Add(1)%uint64(len(p.streams))]
-	ch := make(chan *tenurev1.PipelineResult, 1)
+	ch := make(chan *Result, 1)
 	s.mu.Lock()
 	s.nextID++
-	op.Id = s.nextID
-	s.waiting[op.Id] = ch
+	id := s.nextID
+	p.setID(op, id)
+	s.waiting[id] = ch
 	s.mu.Unlock()
 	abandon := func() {
 		s.mu.Lock()
-		delete(s.waiting, op.Id)
+		delete(s.waiting, id)
 		s.mu.Unlock()
 	}
 	select {
@@ -192,7 +234,7 @@ func (p *pipelineOps) do(ctx context.Context, op *tenurev1.PipelineOp) (*tenurev
 	}
 	select {
 	case r := <-ch:
-		if e := r.GetError(); e != nil {
+		if e := p.errOf(r); e != nil {
 			reason := e.GetReason()
 			if reason == "" {
 				reason = e.GetCode()

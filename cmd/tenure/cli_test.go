@@ -247,6 +247,7 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"bench unknown workload", []string{"bench", "--workload", "sprint"}},
 		{"bench batch of none", []string{"bench", "--workload", "renew", "--batch", "0"}},
 		{"bench batch past the limit", []string{"bench", "--workload", "renew", "--batch", "10001"}},
+		{"bench claim past the limit", []string{"bench", "--workload", "queue", "--batch", "1001"}},
 		{"renew ids and --all", []string{"renew", "a", "--all"}},
 		{"derive without resource", []string{"derive", "id"}},
 		{"bad budget", []string{"derive", "id", "r", "--budget", "tokens"}},
@@ -665,6 +666,8 @@ func TestCLIBench(t *testing.T) {
 	for _, args := range [][]string{
 		{"--workload", "renew", "--leases", "20", "--concurrency", "4", "--duration", "1s"},
 		{"--workload", "renew", "--leases", "40", "--concurrency", "4", "--batch", "10", "--duration", "1s"},
+		{"--workload", "queue", "--concurrency", "4", "--batch", "3", "--duration", "1s"},
+		{"--workload", "queue", "--concurrency", "2", "--duration", "1s", "--unary"},
 		{"--workload", "contended", "--resources", "1", "--concurrency", "4", "--duration", "1s", "--unary"},
 		{"--workload", "keepalive", "--leases", "50", "--ttl", "1500ms", "--duration", "1500ms"},
 	} {
@@ -676,7 +679,24 @@ func TestCLIBench(t *testing.T) {
 		if res.Ops == 0 || res.OpsPerSec <= 0 {
 			t.Fatalf("bench %v: %+v", args, res)
 		}
-		if slices.Contains(args, "--batch") && (res.Ops%10 != 0 || len(res.Errors) != 0) {
+		if res.Workload == "queue" {
+			if len(res.Errors) != 0 {
+				t.Errorf("queue: errors %v", res.Errors)
+			}
+			// The run drains what it left: nothing queued or leased.
+			var st struct { // protojson: 64-bit counts are strings, zeros are left out
+				Queued    int64 `json:"queued,string"`
+				Leased    int64 `json:"leased,string"`
+				Succeeded int64 `json:"succeeded,string"`
+			}
+			if err := json.Unmarshal([]byte(ok(t, "queue", "stats", res.Queue, "-o", "json")), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Queued != 0 || st.Leased != 0 || st.Succeeded < res.Ops {
+				t.Errorf("queue %s after the run: %+v; want nothing queued or leased, at least %d succeeded", res.Queue, st, res.Ops)
+			}
+		}
+		if res.Workload == "renew" && slices.Contains(args, "--batch") && (res.Ops%10 != 0 || len(res.Errors) != 0) {
 			t.Errorf("renew --batch 10: %d renewals (not whole batches) or errors %v", res.Ops, res.Errors)
 		}
 		if res.Workload == "contended" && res.Errors["LEASE_HELD"] == 0 {
