@@ -114,7 +114,9 @@ type queuePipelineOps = opStreams[tenurev1.QueuePipelineRequest, tenurev1.QueueP
 
 func newQueuePipelineOps(ctx context.Context, r *remote, n int) *queuePipelineOps {
 	p := &queuePipelineOps{
-		wrap:    func(ops []*tenurev1.QueueOp) *tenurev1.QueuePipelineRequest { return &tenurev1.QueuePipelineRequest{Ops: ops} },
+		wrap: func(ops []*tenurev1.QueueOp) *tenurev1.QueuePipelineRequest {
+			return &tenurev1.QueuePipelineRequest{Ops: ops}
+		},
 		results: (*tenurev1.QueuePipelineResponse).GetResults,
 		idOf:    (*tenurev1.QueueResult).GetId,
 		setID:   func(op *tenurev1.QueueOp, id uint64) { op.Id = id },
