@@ -49,6 +49,22 @@ func servePipeline[Req, Res, Op, Result any](ctx context.Context, stream *connec
 	sendErr := make(chan error, 1)
 	go func() { sendErr <- sendResults(ctx, stream, results, respond) }()
 
+	// Operations run on workers that live as long as the stream: an idle
+	// worker takes the next operation, else a new one starts. A goroutine
+	// per operation would grow a fresh stack through the handlers every
+	// time (stack copying was a tenth of a busy stream's CPU).
+	work := make(chan *Op)
+	worker := func(op *Op) {
+		for {
+			results <- run(ctx, hdr, op) // never blocks: room for every slot
+			<-slots
+			select {
+			case op = <-work:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
 	var recvErr error
 	for recvErr == nil {
 		var req *Req
@@ -64,10 +80,11 @@ func servePipeline[Req, Res, Op, Result any](ctx context.Context, stream *connec
 			case err := <-sendErr:
 				return err
 			}
-			go func() {
-				results <- run(ctx, hdr, op) // never blocks: room for every slot
-				<-slots
-			}()
+			select {
+			case work <- op:
+			default:
+				go worker(op)
+			}
 		}
 	}
 	// Wait for what is in flight, then let the sender drain.
