@@ -116,65 +116,6 @@ func (p *pool) peer(name string, tick int64) *peer {
 	return pe
 }
 
-func (p *pool) incLevel(lv uint32) {
-	if p.levelN[lv] == 0 {
-		i, _ := slices.BinarySearch(p.levels, lv)
-		p.levels = slices.Insert(p.levels, i, lv)
-	}
-	p.levelN[lv]++
-}
-
-func (p *pool) decLevel(lv uint32) {
-	p.levelN[lv]--
-	if p.levelN[lv] == 0 {
-		delete(p.levelN, lv)
-		if i, ok := slices.BinarySearch(p.levels, lv); ok {
-			p.levels = slices.Delete(p.levels, i, i+1)
-		}
-	}
-}
-
-// addWanted puts a piece in wanted (and its availability bucket).
-func (p *pool) addWanted(f *file, x uint32) {
-	if !f.wanted.CheckedAdd(x) {
-		return
-	}
-	lv := f.avail[x]
-	b := f.byLevel[lv]
-	if b == nil {
-		b = roaring.New()
-		f.byLevel[lv] = b
-	}
-	b.Add(x)
-	p.incLevel(lv)
-}
-
-// removeWanted takes a piece out of wanted.
-func (p *pool) removeWanted(f *file, x uint32) {
-	if !f.wanted.CheckedRemove(x) {
-		return
-	}
-	lv := f.avail[x]
-	if b := f.byLevel[lv]; b != nil {
-		b.Remove(x)
-		if b.IsEmpty() {
-			delete(f.byLevel, lv)
-		}
-	}
-	p.decLevel(lv)
-}
-
-// setAvail changes a piece's availability, moving it between buckets.
-func (p *pool) setAvail(f *file, x, v uint32) {
-	if f.wanted.Contains(x) {
-		p.removeWanted(f, x)
-		f.avail[x] = v
-		p.addWanted(f, x)
-		return
-	}
-	f.avail[x] = v
-}
-
 // Apply applies one sealed pool record.
 func (ps *Pools) Apply(rec *logpb.Record) error {
 	pr := rec.GetPool()
@@ -211,10 +152,7 @@ func (ps *Pools) Apply(rec *logpb.Record) error {
 		set.AndNot(f.leased)
 		set.AndNot(f.done)
 		set.AndNot(f.wanted)
-		it := set.Iterator()
-		for it.HasNext() {
-			p.addWanted(f, it.Next())
-		}
+		p.addWantedSet(f, set)
 	case *logpb.PoolRecord_Have:
 		h := ev.Have
 		f := p.files[h.FileIndex]
@@ -277,30 +215,6 @@ func (ps *Pools) dropLease(pl *pieceLease) {
 	delete(p.held, pl.pieceKey)
 	delete(ps.byLease, pl.seq)
 	pl.peer.current--
-}
-
-// replaceHave installs a peer's new have-map of f, adjusting availability
-// by the difference only.
-func (p *pool) replaceHave(f *file, pe *peer, nw *roaring.Bitmap) {
-	old := pe.have[f.index]
-	if old == nil {
-		old = roaring.New()
-	}
-	added := roaring.AndNot(nw, old)
-	removed := roaring.AndNot(old, nw)
-	for it := added.Iterator(); it.HasNext(); {
-		x := it.Next()
-		p.setAvail(f, x, f.avail[x]+1)
-	}
-	for it := removed.Iterator(); it.HasNext(); {
-		x := it.Next()
-		p.setAvail(f, x, f.avail[x]-1)
-	}
-	if nw.IsEmpty() {
-		delete(pe.have, f.index)
-	} else {
-		pe.have[f.index] = nw
-	}
 }
 
 func (p *pool) sortedFiles() []*file {
