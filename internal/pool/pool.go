@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -36,18 +37,10 @@ type pool struct {
 	// levelN counts wanted pieces per availability (all files).
 	levels []uint32
 	levelN map[uint32]int
-	// seen caches the raw bytes of each peer's last have-map per file and
-	// the recorded set they gave, so an unchanged have-map is recognised
-	// without decoding it. Not replicated: it only saves work, the answer
-	// is the same without it.
-	seen map[cacheKey]seenHave
 }
 
-type cacheKey struct {
-	peer string
-	file uint32
-}
-
+// seenHave is the raw bytes of a peer's last have-map of a file and the
+// recorded set they gave.
 type seenHave struct {
 	raw []byte
 	set *roaring.Bitmap
@@ -81,6 +74,10 @@ type peer struct {
 	lastTick            int64
 	current             uint32
 	have                map[uint32]*roaring.Bitmap
+	// seen caches, per file, the bytes of the peer's last have-map, so an
+	// unchanged have-map is recognised without decoding it. Not
+	// replicated: it only saves work, the answer is the same without it.
+	seen map[uint32]seenHave
 }
 
 // New returns an empty pool domain hooked to reg's lease ends.
@@ -99,7 +96,7 @@ func orDefault(ns string) string {
 
 func newPool(k key, cfg Config) *pool {
 	return &pool{key: k, cfg: cfg, files: map[uint32]*file{}, peers: map[string]*peer{},
-		held: map[pieceKey]*pieceLease{}, levelN: map[uint32]int{}, seen: map[cacheKey]seenHave{}}
+		held: map[pieceKey]*pieceLease{}, levelN: map[uint32]int{}}
 }
 
 func newFile(index, count uint32) *file {
@@ -110,7 +107,7 @@ func newFile(index, count uint32) *file {
 func (p *pool) peer(name string, tick int64) *peer {
 	pe := p.peers[name]
 	if pe == nil {
-		pe = &peer{name: name, score: StartScore, lastTick: tick, have: map[uint32]*roaring.Bitmap{}}
+		pe = &peer{name: name, score: StartScore, lastTick: tick, have: map[uint32]*roaring.Bitmap{}, seen: map[uint32]seenHave{}}
 		p.peers[name] = pe
 	}
 	return pe
@@ -251,5 +248,9 @@ func (ps *Pools) sortedPools() []*pool {
 
 // Resource is the registrar resource of a piece lease.
 func Resource(pool string, file, piece uint32) string {
-	return fmt.Sprintf("pool/%s/%d/%d", pool, file, piece)
+	b := make([]byte, 0, len("pool///")+len(pool)+20)
+	b = append(append(b, "pool/"...), pool...)
+	b = strconv.AppendUint(append(b, '/'), uint64(file), 10)
+	b = strconv.AppendUint(append(b, '/'), uint64(piece), 10)
+	return string(b)
 }
