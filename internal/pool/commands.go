@@ -188,6 +188,7 @@ type haveIn struct {
 	// have-map found to share no piece with wanted.
 	tested int
 	idle   bool
+	it     roaring.IntIterator // reused: a local one would escape
 }
 
 // emptySet stands for a missing have-map; never modified.
@@ -286,7 +287,7 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 	}
 	need := int(min(r.Max, p.cfg.MaxLeasesPerPeer-current))
 	pol := ps.reg.Policy(k.ns)
-	var out Outcome
+	out := Outcome{Leases: make([]Grant, 0, min(need, 64))}
 	var skip map[pieceKey]bool
 	for len(out.Leases) < need {
 		chosen := p.choose(haves, need-len(out.Leases), skip)
@@ -298,7 +299,7 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 				Namespace: k.ns, Resource: Resource(k.name, pk.file, pk.piece), Holder: r.Peer,
 				TTL: p.cfg.LeaseMs, MaxRenewals: pol.MaxRenewals, MaxLifetime: pol.MaxLifetime,
 			})
-			if registrar.ReasonOf(err) == registrar.ReasonLeaseHeld {
+			if err != nil && registrar.ReasonOf(err) == registrar.ReasonLeaseHeld {
 				// Held outside the pool: skip this piece.
 				if skip == nil {
 					skip = map[pieceKey]bool{}
@@ -341,7 +342,14 @@ func (p *pool) choose(haves []haveIn, need int, skip map[pieceKey]bool) []pieceK
 		haves[i].tested, haves[i].idle = 0, false
 	}
 	out := make([]pieceKey, 0, need)
+	// per[i] collects have-map i's pieces of one level (at most need; the
+	// shared backing array covers small needs, larger ones grow).
 	per := make([][]uint32, len(haves))
+	c := min(need, 16)
+	buf := make([]uint32, c*len(haves))
+	for i := range per {
+		per[i] = buf[i*c : i*c : (i+1)*c]
+	}
 	for _, lv := range p.levels {
 		found := false
 		for i := range haves {
@@ -385,18 +393,16 @@ func (p *pool) choose(haves []haveIn, need int, skip map[pieceKey]bool) []pieceK
 // the rest of the choose), the bitmaps are intersected.
 func (h *haveIn) collect(dst []uint32, b *roaring.Bitmap, need int, skip map[pieceKey]bool) []uint32 {
 	if h.tested < scanLimit {
-		finished := true
-		b.Iterate(func(x uint32) bool {
+		it := &h.it
+		for it.Initialize(b); it.HasNext() && len(dst) < need; {
 			if h.tested++; h.tested > scanLimit {
-				finished = false
-				return false
+				break
 			}
-			if h.has(x) && !skip[pieceKey{h.f.index, x}] {
+			if x := it.Next(); h.has(x) && !skip[pieceKey{h.f.index, x}] {
 				dst = append(dst, x)
 			}
-			return len(dst) < need
-		})
-		if finished {
+		}
+		if h.tested <= scanLimit {
 			return dst
 		}
 		if !h.f.wanted.Intersects(h.bm) {
