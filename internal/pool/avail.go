@@ -108,12 +108,46 @@ func (p *pool) replaceHave(f *file, pe *peer, nw *roaring.Bitmap) {
 }
 
 // shiftAvail raises (up) or lowers by one the availability of every piece
-// of set, moving the wanted ones to the next bucket. Buckets are visited
-// away from the direction of the move (down from the highest when raising),
-// so a piece moved into a bucket is never moved again. set is not changed.
+// of set, moving the wanted ones to the next bucket. Only the buckets the
+// moving pieces are in are visited (a have-map that gains one piece costs
+// one bucket), away from the direction of the move (down from the highest
+// when raising), so a piece moved into a bucket is never moved again. set
+// is not changed.
 func (p *pool) shiftAvail(f *file, set *roaring.Bitmap, up bool) {
 	if set.IsEmpty() {
 		return
+	}
+	if moving := roaring.And(set, f.wanted); !moving.IsEmpty() {
+		lo, hi := ^uint32(0), uint32(0)
+		forEach(moving, func(xs []uint32) {
+			for _, x := range xs {
+				lo, hi = min(lo, f.avail[x]), max(hi, f.avail[x])
+			}
+		})
+		for _, lv := range f.levelsWithin(lo, hi, up) {
+			b := f.byLevel[lv]
+			moved := roaring.And(b, moving)
+			n := moved.GetCardinality()
+			if n == 0 {
+				continue
+			}
+			if n == b.GetCardinality() {
+				delete(f.byLevel, lv)
+			} else {
+				b.AndNot(moved)
+			}
+			to := lv - 1
+			if up {
+				to = lv + 1
+			}
+			if d := f.byLevel[to]; d != nil {
+				d.Or(moved)
+			} else {
+				f.byLevel[to] = moved
+			}
+			p.addLevel(lv, -int(n))
+			p.addLevel(to, int(n))
+		}
 	}
 	forEach(set, func(xs []uint32) {
 		if up {
@@ -126,41 +160,33 @@ func (p *pool) shiftAvail(f *file, set *roaring.Bitmap, up bool) {
 			}
 		}
 	})
-	if !f.wanted.Intersects(set) {
-		return
+}
+
+// levelsWithin lists the file's bucket levels within [lo, hi], ascending
+// or descending.
+func (f *file) levelsWithin(lo, hi uint32, descending bool) []uint32 {
+	var lvs []uint32
+	if uint64(hi-lo) < uint64(len(f.byLevel)) {
+		for lv := lo; ; lv++ {
+			if f.byLevel[lv] != nil {
+				lvs = append(lvs, lv)
+			}
+			if lv == hi {
+				break
+			}
+		}
+	} else {
+		for lv := range f.byLevel {
+			if lv >= lo && lv <= hi {
+				lvs = append(lvs, lv)
+			}
+		}
+		slices.Sort(lvs)
 	}
-	lvs := make([]uint32, 0, len(f.byLevel))
-	for lv := range f.byLevel {
-		lvs = append(lvs, lv)
-	}
-	slices.Sort(lvs)
-	if up {
+	if descending {
 		slices.Reverse(lvs)
 	}
-	for _, lv := range lvs {
-		b := f.byLevel[lv]
-		moved := roaring.And(b, set)
-		n := moved.GetCardinality()
-		if n == 0 {
-			continue
-		}
-		if n == b.GetCardinality() {
-			delete(f.byLevel, lv)
-		} else {
-			b.AndNot(moved)
-		}
-		to := lv - 1
-		if up {
-			to = lv + 1
-		}
-		if d := f.byLevel[to]; d != nil {
-			d.Or(moved)
-		} else {
-			f.byLevel[to] = moved
-		}
-		p.addLevel(lv, -int(n))
-		p.addLevel(to, int(n))
-	}
+	return lvs
 }
 
 // forEach calls fn with the members of b, ascending, a batch at a time.
