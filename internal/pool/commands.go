@@ -339,7 +339,8 @@ const scanLimit = 1024
 // (ascending index), lowest piece first.
 func (p *pool) choose(haves []haveIn, need int, skip map[pieceKey]bool) []pieceKey {
 	for i := range haves {
-		haves[i].tested, haves[i].idle = 0, false
+		h := &haves[i]
+		h.tested, h.idle = 0, h.bm.IsEmpty() || h.f.wanted.IsEmpty()
 	}
 	out := make([]pieceKey, 0, need)
 	// per[i] collects have-map i's pieces of one level (at most need; the
