@@ -1,18 +1,20 @@
 package ledger
 
 import (
+	"math"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tenurehq/tenure/internal/logpb"
 )
 
-// The hottest records (a lease issued, renewed, ended or charged) are encoded by
-// hand: the same bytes as deterministic protobuf marshalling (fields in
+// The hottest records (a lease issued, renewed, ended or charged; a pool
+// piece leased or done) are encoded by hand: the same bytes as deterministic protobuf marshalling (fields in
 // number order, zero values omitted), at a fraction of the cost. Tests
 // compare the two on random records; anything else goes through proto.
 
 // scratch holds reusable buffers for nested messages.
-type scratch struct{ body, ref []byte }
+type scratch struct{ body, ref, event []byte }
 
 func appendRecord(b []byte, s *scratch, rec *logpb.Record) ([]byte, bool) {
 	var num protowire.Number
@@ -38,6 +40,12 @@ func appendRecord(b []byte, s *scratch, rec *logpb.Record) ([]byte, bool) {
 			return b, false
 		}
 		num, s.body = 21, appendConsumed(s.body[:0], s, x.Consumed)
+	case *logpb.Record_Pool:
+		var ok bool
+		if s.body, ok = appendPool(s.body[:0], s, x.Pool); !ok {
+			return b, false
+		}
+		num = 50
 	default:
 		return b, false
 	}
@@ -128,4 +136,52 @@ func appendConsumed(b []byte, s *scratch, m *logpb.LeaseConsumed) []byte {
 	b = appendRef(b, s, 1, m.Lease)
 	b = appendString(b, 2, m.Counter)
 	return appendUint(b, 3, uint64(m.Amount))
+}
+
+// appendPool encodes a pool record whose event is a piece leased or done;
+// it declines the others (rare: creation, wanted sets, have-maps).
+func appendPool(b []byte, s *scratch, m *logpb.PoolRecord) ([]byte, bool) {
+	if m == nil || len(m.ProtoReflect().GetUnknown()) != 0 {
+		return b, false
+	}
+	var num protowire.Number
+	switch x := m.Event.(type) {
+	case *logpb.PoolRecord_Leased:
+		e := x.Leased
+		if e == nil || len(e.ProtoReflect().GetUnknown()) != 0 {
+			return b, false
+		}
+		ev := appendString(s.event[:0], 1, e.Peer)
+		ev = appendUint(ev, 2, uint64(e.FileIndex))
+		ev = appendUint(ev, 3, uint64(e.PieceIndex))
+		ev = appendUint(ev, 4, e.LeaseSeq)
+		num, s.event = 13, appendString(ev, 5, e.LeaseId)
+	case *logpb.PoolRecord_Done:
+		e := x.Done
+		if e == nil || len(e.ProtoReflect().GetUnknown()) != 0 {
+			return b, false
+		}
+		ev := appendString(s.event[:0], 1, e.Peer)
+		ev = appendUint(ev, 2, uint64(e.FileIndex))
+		ev = appendUint(ev, 3, uint64(e.PieceIndex))
+		ev = appendUint(ev, 4, e.LeaseSeq)
+		ev = appendUint(ev, 5, uint64(e.Result))
+		ev = appendUint(ev, 6, uint64(e.FailureReason))
+		ev = appendUint(ev, 7, uint64(e.LeaseState))
+		if e.Ranked {
+			ev = appendUint(ev, 8, 1)
+		}
+		if bits := math.Float64bits(e.Score); bits != 0 {
+			ev = protowire.AppendTag(ev, 9, protowire.Fixed64Type)
+			ev = protowire.AppendFixed64(ev, bits)
+		}
+		ev = appendUint(ev, 10, e.Successes)
+		num, s.event = 14, appendUint(ev, 11, e.Failures)
+	default:
+		return b, false
+	}
+	b = appendString(b, 1, m.Namespace)
+	b = appendString(b, 2, m.Pool)
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendBytes(b, s.event), true
 }

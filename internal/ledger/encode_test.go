@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -52,7 +53,21 @@ func randRecord(r *rand.Rand) *logpb.Record {
 			rec.PrevHash[i] = byte(r.IntN(256))
 		}
 	}
-	switch r.IntN(4) {
+	switch r.IntN(6) {
+	case 4:
+		rec.Body = &logpb.Record_Pool{Pool: &logpb.PoolRecord{Namespace: randString(r), Pool: randString(r),
+			Event: &logpb.PoolRecord_Leased{Leased: &logpb.PieceLeased{Peer: randString(r), FileIndex: uint32(randInt(r)),
+				PieceIndex: uint32(randInt(r)), LeaseSeq: uint64(randInt(r)), LeaseId: randString(r)}}}}
+	case 5:
+		score := float64(randInt(r)) / 1e18
+		if r.IntN(8) == 0 {
+			score = math.Copysign(0, -1)
+		}
+		rec.Body = &logpb.Record_Pool{Pool: &logpb.PoolRecord{Namespace: randString(r), Pool: randString(r),
+			Event: &logpb.PoolRecord_Done{Done: &logpb.PieceDone{Peer: randString(r), FileIndex: uint32(randInt(r)),
+				PieceIndex: uint32(randInt(r)), LeaseSeq: uint64(randInt(r)), Result: tenurev1.CompletionResult(r.IntN(3)),
+				FailureReason: tenurev1.FailureReason(r.IntN(5)), LeaseState: tenurev1.State(r.IntN(6)), Ranked: r.IntN(2) == 0,
+				Score: score, Successes: uint64(randInt(r)), Failures: uint64(randInt(r))}}}}
 	case 0:
 		rec.Body = &logpb.Record_Issued{Issued: &logpb.LeaseIssued{
 			Seq: uint64(randInt(r)), Namespace: randString(r), Resource: randString(r), Holder: randString(r),
@@ -102,6 +117,9 @@ func TestHandEncodingDeclinesOtherRecords(t *testing.T) {
 	for _, rec := range []*logpb.Record{
 		{Body: &logpb.Record_Grace{Grace: &logpb.LeaseGrace{}}},
 		{Body: &logpb.Record_Checkpoint{Checkpoint: &logpb.Checkpoint{}}},
+		// Pool records other than a piece leased or done go through proto.
+		{Body: &logpb.Record_Pool{Pool: &logpb.PoolRecord{Event: &logpb.PoolRecord_Have{Have: &logpb.PeerHave{Peer: "a"}}}}},
+		{Body: &logpb.Record_Pool{Pool: &logpb.PoolRecord{Pool: "p"}}},
 		// Derived leases go through proto (and so are byte-identical by definition).
 		{Body: &logpb.Record_Issued{Issued: &logpb.LeaseIssued{Seq: 2, Derivation: &logpb.Derivation{ParentSeq: 1}}}},
 		{},

@@ -181,10 +181,14 @@ func (f *file) status() FileStatus {
 
 // haveIn is one have-map of a request.
 type haveIn struct {
-	f     *file
-	words []uint64
-	raw   []byte
-	bm    *roaring.Bitmap
+	f   *file
+	raw []byte          // the request's bits
+	bm  *roaring.Bitmap // the recorded have-map
+	// tested counts the members a choose tested bit by bit; idle marks a
+	// have-map found to share no piece with wanted.
+	tested int
+	idle   bool
+	it     roaring.IntIterator // reused: a local one would escape
 }
 
 // emptySet stands for a missing have-map; never modified.
@@ -198,8 +202,8 @@ func (pe *peer) haveOf(file uint32) *roaring.Bitmap {
 }
 
 func (h *haveIn) has(x uint32) bool {
-	i := x / 64
-	return int(i) < len(h.words) && h.words[i]>>(x%64)&1 != 0
+	i := x / 8
+	return int(i) < len(h.raw) && h.raw[i]>>(x%8)&1 != 0
 }
 
 func sameSet(a, b *roaring.Bitmap) bool {
@@ -232,7 +236,7 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 			return reject(tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST,
 				"have-map of file "+strconv.FormatUint(uint64(h.FileIndex), 10)+" "+err.Error())
 		}
-		haves = append(haves, haveIn{f: f, words: denseWords(h.Bits), raw: h.Bits})
+		haves = append(haves, haveIn{f: f, raw: h.Bits})
 	}
 	slices.SortFunc(haves, func(a, b haveIn) int { return int(a.f.index) - int(b.f.index) })
 	for i := 1; i < len(haves); i++ {
@@ -243,18 +247,18 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 	}
 	// The pool has seen these have-maps, whatever the answer. The set
 	// operations below use the recorded (compact) have-map.
+	pe := p.peers[r.Peer]
 	for i := range haves {
 		h := &haves[i]
 		var old *roaring.Bitmap
-		if pe := p.peers[r.Peer]; pe != nil {
+		if pe != nil {
 			old = pe.have[h.f.index]
+			if c, ok := pe.seen[h.f.index]; ok && c.set == old && old != nil && bytes.Equal(c.raw, h.raw) {
+				h.bm = old
+				continue
+			}
 		}
-		ck := cacheKey{r.Peer, h.f.index}
-		if c, ok := p.seen[ck]; ok && c.set == old && old != nil && bytes.Equal(c.raw, h.raw) {
-			h.bm = old
-			continue
-		}
-		bm := roaring.FromDense(h.words, false)
+		bm := fromBits(h.raw)
 		if !sameSet(old, bm) {
 			ps.emit(tx, k, &logpb.PoolRecord{Event: &logpb.PoolRecord_Have{Have: &logpb.PeerHave{
 				Peer: r.Peer, FileIndex: h.f.index, Pieces: encodeSet(bm),
@@ -262,14 +266,15 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 			if err := tx.Err(); err != nil {
 				return fail(err)
 			}
+			pe = p.peers[r.Peer]
 		}
-		h.bm = p.peers[r.Peer].haveOf(h.f.index)
+		h.bm = pe.haveOf(h.f.index)
 		if h.bm != emptySet {
-			p.seen[ck] = seenHave{raw: bytes.Clone(h.raw), set: h.bm}
+			pe.seen[h.f.index] = seenHave{raw: bytes.Clone(h.raw), set: h.bm}
 		}
 	}
 	score, current := StartScore, uint32(0)
-	if pe := p.peers[r.Peer]; pe != nil {
+	if pe != nil {
 		score, current = pe.score, pe.current
 	}
 	if score < p.cfg.MinScore {
@@ -282,7 +287,7 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 	}
 	need := int(min(r.Max, p.cfg.MaxLeasesPerPeer-current))
 	pol := ps.reg.Policy(k.ns)
-	var out Outcome
+	out := Outcome{Leases: make([]Grant, 0, min(need, 64))}
 	var skip map[pieceKey]bool
 	for len(out.Leases) < need {
 		chosen := p.choose(haves, need-len(out.Leases), skip)
@@ -294,7 +299,7 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 				Namespace: k.ns, Resource: Resource(k.name, pk.file, pk.piece), Holder: r.Peer,
 				TTL: p.cfg.LeaseMs, MaxRenewals: pol.MaxRenewals, MaxLifetime: pol.MaxLifetime,
 			})
-			if registrar.ReasonOf(err) == registrar.ReasonLeaseHeld {
+			if err != nil && registrar.ReasonOf(err) == registrar.ReasonLeaseHeld {
 				// Held outside the pool: skip this piece.
 				if skip == nil {
 					skip = map[pieceKey]bool{}
@@ -325,31 +330,34 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 	return out
 }
 
-// scanLimit bounds how many members of an availability bucket are tested
-// one by one against a have-map before intersecting the bitmaps instead.
+// scanLimit bounds how many bucket members one choose tests bit by bit
+// against a have-map; after that it intersects bitmaps instead.
 const scanLimit = 1024
 
 // choose picks up to need wanted pieces from the have-maps: lowest
 // availability first; within one availability, round robin across files
 // (ascending index), lowest piece first.
 func (p *pool) choose(haves []haveIn, need int, skip map[pieceKey]bool) []pieceKey {
-	active := make([]*haveIn, 0, len(haves))
 	for i := range haves {
-		if haves[i].f.wanted.Intersects(haves[i].bm) {
-			active = append(active, &haves[i])
-		}
-	}
-	if len(active) == 0 {
-		return nil
+		h := &haves[i]
+		h.tested, h.idle = 0, h.bm.IsEmpty() || h.f.wanted.IsEmpty()
 	}
 	out := make([]pieceKey, 0, need)
-	per := make([][]uint32, len(active))
+	// per[i] collects have-map i's pieces of one level (at most need; the
+	// shared backing array covers small needs, larger ones grow).
+	per := make([][]uint32, len(haves))
+	c := min(need, 16)
+	buf := make([]uint32, c*len(haves))
+	for i := range per {
+		per[i] = buf[i*c : i*c : (i+1)*c]
+	}
 	for _, lv := range p.levels {
 		found := false
-		for i, h := range active {
+		for i := range haves {
+			h := &haves[i]
 			per[i] = per[i][:0]
-			if b := h.f.byLevel[lv]; b != nil {
-				per[i] = collect(per[i], b, h, need, skip)
+			if b := h.f.byLevel[lv]; b != nil && !h.idle {
+				per[i] = h.collect(per[i], b, need, skip)
 				found = found || len(per[i]) > 0
 			}
 		}
@@ -358,9 +366,9 @@ func (p *pool) choose(haves []haveIn, need int, skip map[pieceKey]bool) []pieceK
 		}
 		for round := 0; len(out) < need; round++ {
 			took := false
-			for i, h := range active {
+			for i := range haves {
 				if round < len(per[i]) {
-					out = append(out, pieceKey{h.f.index, per[i][round]})
+					out = append(out, pieceKey{haves[i].f.index, per[i][round]})
 					took = true
 					if len(out) == need {
 						break
@@ -378,25 +386,36 @@ func (p *pool) choose(haves []haveIn, need int, skip map[pieceKey]bool) []pieceK
 	return out
 }
 
-func collect(dst []uint32, b *roaring.Bitmap, h *haveIn, need int, skip map[pieceKey]bool) []uint32 {
+// collect appends to dst, ascending, up to need members of bucket b that
+// the peer has and that are not skipped. Members are tested against the
+// request's bits (cheap for the small buckets of rare pieces) until this
+// choose has tested scanLimit of them for this have-map; then, unless the
+// have-map shares no piece with wanted at all (the have-map is idle for
+// the rest of the choose), the bitmaps are intersected.
+func (h *haveIn) collect(dst []uint32, b *roaring.Bitmap, need int, skip map[pieceKey]bool) []uint32 {
+	if h.tested < scanLimit {
+		it := &h.it
+		for it.Initialize(b); it.HasNext() && len(dst) < need; {
+			if h.tested++; h.tested > scanLimit {
+				break
+			}
+			if x := it.Next(); h.has(x) && !skip[pieceKey{h.f.index, x}] {
+				dst = append(dst, x)
+			}
+		}
+		if h.tested <= scanLimit {
+			return dst
+		}
+		if !h.f.wanted.Intersects(h.bm) {
+			h.idle = true
+			return dst
+		}
+	}
 	if !b.Intersects(h.bm) {
 		return dst
 	}
-	// Test members against the request's bits; after scanLimit misses,
-	// intersect the bitmaps instead.
-	visited := 0
-	it := b.Iterator()
-	for it.HasNext() && len(dst) < need {
-		if visited++; visited > scanLimit {
-			for it2 := roaring.And(b, h.bm).Iterator(); it2.HasNext() && len(dst) < need; {
-				if x := it2.Next(); !slices.Contains(dst, x) && !skip[pieceKey{h.f.index, x}] {
-					dst = append(dst, x)
-				}
-			}
-			return dst
-		}
-		x := it.Next()
-		if h.has(x) && !skip[pieceKey{h.f.index, x}] {
+	for it := roaring.And(b, h.bm).Iterator(); it.HasNext() && len(dst) < need; {
+		if x := it.Next(); !slices.Contains(dst, x) && !skip[pieceKey{h.f.index, x}] {
 			dst = append(dst, x)
 		}
 	}

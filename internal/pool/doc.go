@@ -43,6 +43,19 @@
 // score on outcomes, so a refused peer with no lease stays refused).
 // Records carry the new score, so every replica applies the same bits.
 //
+// # Availability index
+//
+// Derived state, rebuilt on restore: per file, each piece's availability
+// and the wanted pieces bucketed by availability (roaring bitmaps); per
+// pool, the availabilities present among wanted pieces, ascending. A
+// have-map change moves the wanted pieces it touches between buckets a
+// bucket at a time (bitmap operations, not piece by piece), so a new
+// peer's have-map costs set operations over the levels it spans. Choosing
+// walks the levels upward and tests bucket members against the request's
+// bits, switching to bitmap intersection after a bounded number of tests.
+// Nothing in it depends on the order of past operations: equal states give
+// equal choices.
+//
 // # Purity
 //
 // Like the registrar: commands decide and emit records through a

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -36,18 +37,10 @@ type pool struct {
 	// levelN counts wanted pieces per availability (all files).
 	levels []uint32
 	levelN map[uint32]int
-	// seen caches the raw bytes of each peer's last have-map per file and
-	// the recorded set they gave, so an unchanged have-map is recognised
-	// without decoding it. Not replicated: it only saves work, the answer
-	// is the same without it.
-	seen map[cacheKey]seenHave
 }
 
-type cacheKey struct {
-	peer string
-	file uint32
-}
-
+// seenHave is the raw bytes of a peer's last have-map of a file and the
+// recorded set they gave.
 type seenHave struct {
 	raw []byte
 	set *roaring.Bitmap
@@ -81,6 +74,10 @@ type peer struct {
 	lastTick            int64
 	current             uint32
 	have                map[uint32]*roaring.Bitmap
+	// seen caches, per file, the bytes of the peer's last have-map, so an
+	// unchanged have-map is recognised without decoding it. Not
+	// replicated: it only saves work, the answer is the same without it.
+	seen map[uint32]seenHave
 }
 
 // New returns an empty pool domain hooked to reg's lease ends.
@@ -99,7 +96,7 @@ func orDefault(ns string) string {
 
 func newPool(k key, cfg Config) *pool {
 	return &pool{key: k, cfg: cfg, files: map[uint32]*file{}, peers: map[string]*peer{},
-		held: map[pieceKey]*pieceLease{}, levelN: map[uint32]int{}, seen: map[cacheKey]seenHave{}}
+		held: map[pieceKey]*pieceLease{}, levelN: map[uint32]int{}}
 }
 
 func newFile(index, count uint32) *file {
@@ -110,69 +107,10 @@ func newFile(index, count uint32) *file {
 func (p *pool) peer(name string, tick int64) *peer {
 	pe := p.peers[name]
 	if pe == nil {
-		pe = &peer{name: name, score: StartScore, lastTick: tick, have: map[uint32]*roaring.Bitmap{}}
+		pe = &peer{name: name, score: StartScore, lastTick: tick, have: map[uint32]*roaring.Bitmap{}, seen: map[uint32]seenHave{}}
 		p.peers[name] = pe
 	}
 	return pe
-}
-
-func (p *pool) incLevel(lv uint32) {
-	if p.levelN[lv] == 0 {
-		i, _ := slices.BinarySearch(p.levels, lv)
-		p.levels = slices.Insert(p.levels, i, lv)
-	}
-	p.levelN[lv]++
-}
-
-func (p *pool) decLevel(lv uint32) {
-	p.levelN[lv]--
-	if p.levelN[lv] == 0 {
-		delete(p.levelN, lv)
-		if i, ok := slices.BinarySearch(p.levels, lv); ok {
-			p.levels = slices.Delete(p.levels, i, i+1)
-		}
-	}
-}
-
-// addWanted puts a piece in wanted (and its availability bucket).
-func (p *pool) addWanted(f *file, x uint32) {
-	if !f.wanted.CheckedAdd(x) {
-		return
-	}
-	lv := f.avail[x]
-	b := f.byLevel[lv]
-	if b == nil {
-		b = roaring.New()
-		f.byLevel[lv] = b
-	}
-	b.Add(x)
-	p.incLevel(lv)
-}
-
-// removeWanted takes a piece out of wanted.
-func (p *pool) removeWanted(f *file, x uint32) {
-	if !f.wanted.CheckedRemove(x) {
-		return
-	}
-	lv := f.avail[x]
-	if b := f.byLevel[lv]; b != nil {
-		b.Remove(x)
-		if b.IsEmpty() {
-			delete(f.byLevel, lv)
-		}
-	}
-	p.decLevel(lv)
-}
-
-// setAvail changes a piece's availability, moving it between buckets.
-func (p *pool) setAvail(f *file, x, v uint32) {
-	if f.wanted.Contains(x) {
-		p.removeWanted(f, x)
-		f.avail[x] = v
-		p.addWanted(f, x)
-		return
-	}
-	f.avail[x] = v
 }
 
 // Apply applies one sealed pool record.
@@ -211,10 +149,7 @@ func (ps *Pools) Apply(rec *logpb.Record) error {
 		set.AndNot(f.leased)
 		set.AndNot(f.done)
 		set.AndNot(f.wanted)
-		it := set.Iterator()
-		for it.HasNext() {
-			p.addWanted(f, it.Next())
-		}
+		p.addWantedSet(f, set)
 	case *logpb.PoolRecord_Have:
 		h := ev.Have
 		f := p.files[h.FileIndex]
@@ -279,30 +214,6 @@ func (ps *Pools) dropLease(pl *pieceLease) {
 	pl.peer.current--
 }
 
-// replaceHave installs a peer's new have-map of f, adjusting availability
-// by the difference only.
-func (p *pool) replaceHave(f *file, pe *peer, nw *roaring.Bitmap) {
-	old := pe.have[f.index]
-	if old == nil {
-		old = roaring.New()
-	}
-	added := roaring.AndNot(nw, old)
-	removed := roaring.AndNot(old, nw)
-	for it := added.Iterator(); it.HasNext(); {
-		x := it.Next()
-		p.setAvail(f, x, f.avail[x]+1)
-	}
-	for it := removed.Iterator(); it.HasNext(); {
-		x := it.Next()
-		p.setAvail(f, x, f.avail[x]-1)
-	}
-	if nw.IsEmpty() {
-		delete(pe.have, f.index)
-	} else {
-		pe.have[f.index] = nw
-	}
-}
-
 func (p *pool) sortedFiles() []*file {
 	out := make([]*file, 0, len(p.files))
 	for _, f := range p.files {
@@ -337,5 +248,9 @@ func (ps *Pools) sortedPools() []*pool {
 
 // Resource is the registrar resource of a piece lease.
 func Resource(pool string, file, piece uint32) string {
-	return fmt.Sprintf("pool/%s/%d/%d", pool, file, piece)
+	b := make([]byte, 0, len("pool///")+len(pool)+20)
+	b = append(append(b, "pool/"...), pool...)
+	b = strconv.AppendUint(append(b, '/'), uint64(file), 10)
+	b = strconv.AppendUint(append(b, '/'), uint64(piece), 10)
+	return string(b)
 }

@@ -91,9 +91,7 @@ func Restore(s *logpb.Snapshot, reg *registrar.Registrar) (*Pools, error) {
 			if err != nil {
 				return nil, fmt.Errorf("snapshot: pool %s file %d: %w", k.name, f.index, err)
 			}
-			for it := w.Iterator(); it.HasNext(); {
-				p.addWanted(f, it.Next())
-			}
+			p.addWantedSet(f, w)
 		}
 		for _, ls := range sp.Leases {
 			f := p.files[ls.FileIndex]

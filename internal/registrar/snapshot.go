@@ -60,7 +60,8 @@ func (r *Registrar) SnapshotInto(s *logpb.Snapshot) {
 		if ns.hasPolicy {
 			s.Policies = append(s.Policies, &logpb.PolicySet{Namespace: ns.name, Policy: ns.policy.Proto()})
 		}
-		ns.ordered.Ascend(func(res *resource) bool {
+		ns.ordered.Ascend(func(e named) bool {
+			res := e.res
 			if res.guarded != nil {
 				s.States = append(s.States, &logpb.GuardedStateSnap{
 					Namespace: ns.name, Resource: res.name, Epoch: res.guarded.epoch, Data: res.guarded.data,

@@ -174,14 +174,22 @@ type namespace struct {
 	policy    Policy
 	hasPolicy bool // set explicitly (replicated), not just the defaults
 	resources map[string]*resource
-	ordered   *btree.BTreeG[*resource]
+	ordered   *btree.BTreeG[named]
 	holders   map[string]*holderEntry
 	retired   leaseFIFO // terminal leases in the order they ended
 	counts    [5]uint64 // by State
 	waiters   uint64
 }
 
-func lessResource(a, b *resource) bool { return a.name < b.name }
+// named is an entry of a namespace's ordered resources. The name is
+// inline so that the tree's comparisons read only the names, not the
+// resources they point to (each a likely cache miss in a large tree).
+type named struct {
+	name string
+	res  *resource
+}
+
+func lessResource(a, b named) bool { return a.name < b.name }
 
 func newNamespace(name string, p Policy) *namespace {
 	return &namespace{
@@ -199,14 +207,14 @@ func (ns *namespace) resource(name string, create bool) *resource {
 	}
 	r := &resource{ns: ns, name: strings.Clone(name)}
 	ns.resources[r.name] = r
-	ns.ordered.ReplaceOrInsert(r)
+	ns.ordered.ReplaceOrInsert(named{r.name, r})
 	return r
 }
 
 func (ns *namespace) dropIfEmpty(r *resource) {
 	if r.empty() {
 		delete(ns.resources, r.name)
-		ns.ordered.Delete(r)
+		ns.ordered.Delete(named{name: r.name})
 	}
 }
 
