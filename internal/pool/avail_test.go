@@ -16,7 +16,7 @@ func TestAvailabilityIndex(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		p := newPool(key{"default", "p"}, DefaultConfig())
 		ps := &Pools{pools: map[key]*pool{p.key: p}, byLease: map[uint64]*pieceLease{}}
-		counts := []uint32{rapid.Uint32Range(1, 40).Draw(rt, "small"), rapid.Uint32Range(65_000, 140_000).Draw(rt, "large")}
+		counts := []uint32{rapid.Uint32Range(1, 40).Draw(rt, "small"), rapid.Uint32Range(65_000, 70_000).Draw(rt, "large")}
 		for i, n := range counts {
 			p.files[uint32(i)] = newFile(uint32(i), n)
 		}
@@ -37,7 +37,7 @@ func TestAvailabilityIndex(t *testing.T) {
 			return b
 		}
 		names := []string{"a", "b", "c", "d"}
-		for range rapid.IntRange(1, 40).Draw(rt, "steps") {
+		for range rapid.IntRange(1, 25).Draw(rt, "steps") {
 			f := p.files[uint32(rapid.IntRange(0, len(counts)-1).Draw(rt, "file"))]
 			switch rapid.IntRange(0, 3).Draw(rt, "op") {
 			case 0:
