@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
@@ -81,12 +80,16 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 			f.applied.Store(max(f.applied.Load(), l.Index))
 			continue
 		}
-		b := &logpb.Batch{}
-		if err := proto.Unmarshal(l.Data, b); err != nil {
+		b, err := decodeBatch(l.Data)
+		if err != nil {
 			// Every replica refuses the entry alike, so state stays equal.
 			out[i] = fmt.Errorf("cluster: undecodable log entry %d: %w", l.Index, err)
 			f.applied.Store(max(f.applied.Load(), l.Index))
 			continue
+		}
+		if sealed == nil {
+			// Most commands emit one record.
+			sealed = make([]statemachine.Sealed, 0, len(b.Commands)+1)
 		}
 		results := make([]statemachine.Result, len(b.Commands))
 		for j, cmd := range b.Commands {
