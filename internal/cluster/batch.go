@@ -96,18 +96,38 @@ func decodeBatchFast(data []byte) (*logpb.Batch, bool) {
 	cmds := make([]*logpb.Command, n)
 	slab := make([]logpb.Command, n)
 	r := wireReader{b: data, ok: true}
+	actor := ""
 	for i := range cmds {
 		r.tag()
 		c := &slab[i]
-		if !decodeCommand(r.bytes(), c) {
+		if !decodeCommand(r.bytes(), c, actor) {
 			return nil, false
 		}
 		cmds[i] = c
+		actor = c.Actor
 	}
 	return &logpb.Batch{Commands: cmds}, true
 }
 
-func decodeCommand(b []byte, c *logpb.Command) bool {
+// The op of a command shares one allocation with its oneof wrapper.
+type (
+	acquireOp struct {
+		op  logpb.Command_Acquire
+		msg logpb.Acquire
+	}
+	renewOp struct {
+		op  logpb.Command_Renew
+		msg logpb.Renew
+	}
+	releaseOp struct {
+		op  logpb.Command_Release
+		msg logpb.Release
+	}
+)
+
+// decodeCommand decodes b into c. prevActor is the actor of the command
+// before, whose string c shares when it has the same (the usual case).
+func decodeCommand(b []byte, c *logpb.Command, prevActor string) bool {
 	r := wireReader{b: b, ok: true}
 	for r.more() {
 		num, typ := r.tag()
@@ -117,28 +137,37 @@ func decodeCommand(b []byte, c *logpb.Command) bool {
 		case num == 2 && typ == protowire.VarintType:
 			c.Wall = int64(r.varint())
 		case num == 3 && typ == protowire.BytesType:
-			c.Actor = r.string()
+			if v := r.bytes(); r.ok && string(v) == prevActor {
+				c.Actor = prevActor
+			} else if r.ok && utf8.Valid(v) {
+				c.Actor = string(v)
+			} else {
+				return false
+			}
 		case c.Op != nil || typ != protowire.BytesType:
 			// A second op replaces or merges into the first: proto's call.
 			return false
 		case num == 11:
-			a := &logpb.Acquire{}
-			if v := r.bytes(); !r.ok || !decodeAcquire(v, a) {
+			x := &acquireOp{}
+			if v := r.bytes(); !r.ok || !decodeAcquire(v, &x.msg) {
 				return false
 			}
-			c.Op = &logpb.Command_Acquire{Acquire: a}
+			x.op.Acquire = &x.msg
+			c.Op = &x.op
 		case num == 12:
-			rn := &logpb.Renew{}
-			if v := r.bytes(); !r.ok || !decodeRenew(v, rn) {
+			x := &renewOp{}
+			if v := r.bytes(); !r.ok || !decodeRenew(v, &x.msg) {
 				return false
 			}
-			c.Op = &logpb.Command_Renew{Renew: rn}
+			x.op.Renew = &x.msg
+			c.Op = &x.op
 		case num == 13:
-			rl := &logpb.Release{}
-			if v := r.bytes(); !r.ok || !decodeRelease(v, rl) {
+			x := &releaseOp{}
+			if v := r.bytes(); !r.ok || !decodeRelease(v, &x.msg) {
 				return false
 			}
-			c.Op = &logpb.Command_Release{Release: rl}
+			x.op.Release = &x.msg
+			c.Op = &x.op
 		default:
 			return false
 		}
