@@ -54,6 +54,11 @@ func TestAuditVerifyAndExport(t *testing.T) {
 	for i := range 5 {
 		ok(t, "acquire", fmt.Sprintf("audit/%d", i), "--endpoints", api, "--holder", "auditor")
 	}
+	// The node's ledger writer may trail an acknowledged write by the
+	// batches it has queued (cluster package, "Durable ledger").
+	waitFor(t, 10*time.Second, "the ledger to hold the last acquire", func() bool {
+		return strings.Contains(ok(t, "audit", "export", "--data-dir", data), `"resource":"audit/4"`)
+	})
 
 	// While running, with the key fetched from the cluster.
 	out := ok(t, "audit", "verify", "--data-dir", data, "--public-key", "cluster", "--endpoints", api)

@@ -3,12 +3,17 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
 // BenchmarkProposeCycle measures acquire+release cycles proposed straight
@@ -77,4 +82,78 @@ func BenchmarkProposeCycle(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkApplyBatch measures the FSM's apply path alone (no Raft, no
+// log fsync): entries of 46 acquires, then 46 releases of those leases,
+// decoded, applied, sealed, observed by the metrics, appended to the feed
+// and handed to a durable ledger. It reports the time per command the
+// FSM goroutine spends, which every caller of Propose waits for.
+func BenchmarkApplyBatch(b *testing.B) {
+	const perEntry = 46
+	f := newFSM(statemachine.DefaultConfig(), NewFeed(0))
+	f.observe = newMetrics(nil, nil).observe
+	var err error
+	if f.ledger, err = openLedger(b.TempDir(), 0, slog.New(slog.DiscardHandler)); err != nil {
+		b.Fatal(err)
+	}
+	defer f.ledger.close()
+	index := uint64(0)
+	apply := func(cmds ...*logpb.Command) []statemachine.Result {
+		data, err := proto.Marshal(&logpb.Batch{Commands: cmds})
+		if err != nil {
+			b.Fatal(err)
+		}
+		index++
+		out := f.ApplyBatch([]*raft.Log{{Index: index, Type: raft.LogCommand, Data: data}})
+		res, ok := out[0].([]statemachine.Result)
+		if !ok {
+			b.Fatalf("apply: %v", out[0])
+		}
+		return res
+	}
+	const wall = 1_700_000_000_000
+	apply(&logpb.Command{Tick: 1, Wall: wall, Op: &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: make([]byte, 32)}}})
+	acq := make([]*logpb.Command, perEntry)
+	rel := make([]*logpb.Command, perEntry)
+	tick := int64(1)
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		tick++
+		for i := range acq {
+			acq[i] = &logpb.Command{Tick: tick, Wall: wall + tick, Actor: "bench", Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{
+				Resource: fmt.Sprintf("bench/%d", i), Holder: fmt.Sprintf("w%d", i)}}}
+		}
+		data, err := proto.Marshal(&logpb.Batch{Commands: acq})
+		if err != nil {
+			b.Fatal(err)
+		}
+		index++
+		b.StartTimer()
+		out := f.ApplyBatch([]*raft.Log{{Index: index, Type: raft.LogCommand, Data: data}})
+		b.StopTimer()
+		res := out[0].([]statemachine.Result)
+		for i, r := range res {
+			if r.Outcome.Err != nil {
+				b.Fatal(r.Outcome.Err)
+			}
+			rel[i] = &logpb.Command{Tick: tick, Wall: wall + tick, Actor: "bench", Op: &logpb.Command_Release{Release: &logpb.Release{
+				LeaseId: r.Outcome.Lease.ID, Holder: fmt.Sprintf("w%d", i)}}}
+		}
+		if data, err = proto.Marshal(&logpb.Batch{Commands: rel}); err != nil {
+			b.Fatal(err)
+		}
+		index++
+		b.StartTimer()
+		out = f.ApplyBatch([]*raft.Log{{Index: index, Type: raft.LogCommand, Data: data}})
+		b.StopTimer()
+		for _, r := range out[0].([]statemachine.Result) {
+			if r.Outcome.Err != nil {
+				b.Fatal(r.Outcome.Err)
+			}
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*2*perEntry), "ns/cmd")
 }

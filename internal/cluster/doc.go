@@ -69,15 +69,18 @@
 //
 // # Durable ledger
 //
-// After each applied batch the FSM appends the sealed records to the
-// ledger files in DataDir/ledger (ledger.Writer, NDJSON), outside its lock
-// and without an fsync: the Raft log already holds the entries. Records
-// the file holds already (Raft re-applies its log after a restart) are
-// skipped; a restored snapshot that jumps ahead (one installed from the
-// leader) writes a start marker at its chain head. Before every snapshot
-// the FSM fsyncs the ledger, since Raft may then drop the entries the
-// lines came from; if writing fails, snapshots fail too, so that the log
-// stays and refills the ledger after a restart. `tenure audit verify`
+// After each applied batch the FSM hands the sealed records to the ledger
+// writer, a goroutine that appends them to the ledger files in
+// DataDir/ledger (ledger.Writer, NDJSON) without an fsync: the Raft log
+// already holds the entries. Callers get their results without waiting
+// for that write, so the files trail the applied state by the batches
+// still queued (microseconds, unless the disk stalls). Records the file
+// holds already (Raft re-applies its log after a restart) are skipped; a
+// restored snapshot that jumps ahead (one installed from the leader)
+// writes a start marker at its chain head. Before every snapshot the FSM
+// waits for the writer to fsync everything queued before, since Raft may
+// then drop the entries the lines came from; if writing fails, snapshots
+// fail too, so that the log stays and refills the ledger after a restart. `tenure audit verify`
 // checks the files, also against the newest snapshot (SnapshotAnchor).
 //
 // # Transport security

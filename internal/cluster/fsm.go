@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
@@ -47,8 +46,9 @@ type fsm struct {
 
 	feed *Feed
 	// ledger, when set, receives every sealed record: the durable ledger
-	// in the data dir (ledger.go). Raft calls ApplyBatch, Snapshot and
-	// Restore from one goroutine, the only one that uses it.
+	// in the data dir (ledger.go), written on a goroutine of its own. Raft
+	// calls ApplyBatch, Snapshot and Restore one at a time, so the
+	// ledger's queue holds their requests in apply order.
 	ledger *durableLedger
 	// observe, when set, sees every applied command's result (metrics).
 	observe func(m *statemachine.Machine, cmd *logpb.Command, res statemachine.Result)
@@ -80,12 +80,16 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 			f.applied.Store(max(f.applied.Load(), l.Index))
 			continue
 		}
-		b := &logpb.Batch{}
-		if err := proto.Unmarshal(l.Data, b); err != nil {
+		b, err := decodeBatch(l.Data)
+		if err != nil {
 			// Every replica refuses the entry alike, so state stays equal.
 			out[i] = fmt.Errorf("cluster: undecodable log entry %d: %w", l.Index, err)
 			f.applied.Store(max(f.applied.Load(), l.Index))
 			continue
+		}
+		if sealed == nil {
+			// Most commands emit one record.
+			sealed = make([]statemachine.Sealed, 0, len(b.Commands)+1)
 		}
 		results := make([]statemachine.Result, len(b.Commands))
 		for j, cmd := range b.Commands {
@@ -108,7 +112,8 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 	f.changed = make(chan struct{})
 	pub := f.m.PublicKey()
 	f.mu.Unlock()
-	// Outside the lock: readers need not wait for the write.
+	// Outside the lock: readers need not wait for the hand-over. The
+	// writer goroutine encodes and writes; the callers do not wait for it.
 	f.ledger.write(sealed, pub)
 	return out
 }
@@ -207,8 +212,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.m = m
 	f.maxTick = max(f.maxTick, m.Registrar().Tick())
 	ch := m.Chain()
-	f.ledger.restored(ch.Next, ch.Head)
-	f.ledger.savePublicKey(m.PublicKey())
+	f.ledger.restored(ch.Next, ch.Head, m.PublicKey())
 	close(f.changed)
 	f.changed = make(chan struct{})
 	f.mu.Unlock()

@@ -11,19 +11,48 @@ import (
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
+// ledgerQueue bounds the batches handed to the ledger writer and not yet
+// written; a full queue holds the FSM back until the disk catches up.
+const ledgerQueue = 256
+
 // durableLedger writes the sealed records of every applied batch to the
 // ledger files in the data dir (ledger.Writer), without an fsync of its
 // own: the entries are durable in the Raft log, and Raft re-applies
 // whatever the ledger lacks after a crash. It fsyncs before every
 // snapshot, because Raft may then drop the entries the lines came from.
-// A nil *durableLedger does nothing.
+//
+// The writing happens on a goroutine of its own, fed in apply order
+// through a bounded queue, so that the FSM (and so every caller waiting
+// for a result) does not wait for the encoding and the write syscall. The
+// files therefore trail the applied state by the batches still queued
+// (microseconds, unless the disk stalls). Writes, restores, sync requests
+// and the close take that one queue, so they happen in the order the FSM
+// asked for them: a sync answers once everything queued before it is on
+// disk. A nil *durableLedger does nothing.
 type durableLedger struct {
-	dir      string
-	w        *ledger.Writer
-	log      *slog.Logger
+	dir string
+	w   *ledger.Writer
+	log *slog.Logger
+	ops chan ledgerOp
+	// done is closed when the writer goroutine has drained ops.
+	done chan struct{}
+	// keySaved is the writer goroutine's.
 	keySaved bool
-	// failed is set when writing stopped (atomic: the metrics read it).
+	// failed is set when writing stopped (atomic: the FSM and the
+	// metrics read it).
 	failed atomic.Bool
+}
+
+// ledgerOp is one request to the writer goroutine: the records of an
+// applied batch, a restored snapshot's chain head (resume), or a sync
+// (synced set, answered with its error).
+type ledgerOp struct {
+	sealed []statemachine.Sealed
+	pub    ed25519.PublicKey
+	resume bool
+	next   uint64
+	head   ledger.Hash
+	synced chan error
 }
 
 func openLedger(dataDir string, segSize int64, log *slog.Logger) (*durableLedger, error) {
@@ -36,11 +65,69 @@ func openLedger(dataDir string, segSize int64, log *slog.Logger) (*durableLedger
 		log.Warn("ledger: cut a partial last line left by a crash; Raft re-applies the records it held",
 			"segment", rec.Segment, "bytes", rec.TornBytes, "last_index", rec.Last)
 	}
-	return &durableLedger{dir: dir, w: w, log: log}, nil
+	d := &durableLedger{dir: dir, w: w, log: log, ops: make(chan ledgerOp, ledgerQueue), done: make(chan struct{})}
+	go d.run()
+	return d, nil
 }
 
+// write queues the sealed records of an applied batch; pub is the
+// registrar's public key as of the batch (nil before bootstrap).
 func (d *durableLedger) write(sealed []statemachine.Sealed, pub ed25519.PublicKey) {
-	if d == nil || d.failed.Load() {
+	if d == nil || len(sealed) == 0 || d.failed.Load() {
+		return
+	}
+	d.ops <- ledgerOp{sealed: sealed, pub: pub}
+}
+
+// restored queues positioning the ledger at a restored snapshot's chain
+// head, and storing the snapshot's public key.
+func (d *durableLedger) restored(next uint64, head ledger.Hash, pub ed25519.PublicKey) {
+	if d == nil {
+		return
+	}
+	d.ops <- ledgerOp{resume: true, next: next, head: head, pub: pub}
+}
+
+// sync returns once everything queued before it is written and fsynced,
+// or why it is not.
+func (d *durableLedger) sync() error {
+	if d == nil {
+		return nil
+	}
+	synced := make(chan error, 1)
+	d.ops <- ledgerOp{synced: synced}
+	return <-synced
+}
+
+// close writes what is queued, fsyncs and closes the files. Nothing may
+// be queued after it (Raft is shut down first).
+func (d *durableLedger) close() error {
+	if d == nil {
+		return nil
+	}
+	close(d.ops)
+	<-d.done
+	return d.w.Close()
+}
+
+// run is the writer goroutine.
+func (d *durableLedger) run() {
+	defer close(d.done)
+	for op := range d.ops {
+		switch {
+		case op.synced != nil:
+			op.synced <- d.syncNow()
+		case op.resume:
+			d.resumeNow(op.next, op.head)
+			d.savePublicKey(op.pub)
+		default:
+			d.writeNow(op.sealed, op.pub)
+		}
+	}
+}
+
+func (d *durableLedger) writeNow(sealed []statemachine.Sealed, pub ed25519.PublicKey) {
+	if d.failed.Load() {
 		return
 	}
 	for _, s := range sealed {
@@ -57,16 +144,14 @@ func (d *durableLedger) write(sealed []statemachine.Sealed, pub ed25519.PublicKe
 }
 
 // fail stops the ledger until the node restarts: snapshots fail from now
-// on, so Raft keeps the log the missing lines can be rebuilt from.
+// on, so Raft keeps the log the missing lines can be rebuilt from. Safe
+// for concurrent use.
 func (d *durableLedger) fail(err error) {
 	d.failed.Store(true)
 	d.log.Error("ledger: writing stopped; restart the node once the cause is fixed, and Raft's log refills it", "err", err)
 }
 
-func (d *durableLedger) sync() error {
-	if d == nil {
-		return nil
-	}
+func (d *durableLedger) syncNow() error {
 	if d.failed.Load() {
 		return fmt.Errorf("cluster: not snapshotting: the ledger stopped writing (see the log), and the Raft log is what can refill it")
 	}
@@ -77,9 +162,8 @@ func (d *durableLedger) sync() error {
 	return nil
 }
 
-// restored positions the ledger at a restored snapshot's chain head.
-func (d *durableLedger) restored(next uint64, head ledger.Hash) {
-	if d == nil || d.failed.Load() {
+func (d *durableLedger) resumeNow(next uint64, head ledger.Hash) {
+	if d.failed.Load() {
 		return
 	}
 	if err := d.w.Resume(next, head); err != nil {
@@ -88,7 +172,7 @@ func (d *durableLedger) restored(next uint64, head ledger.Hash) {
 }
 
 func (d *durableLedger) savePublicKey(pub ed25519.PublicKey) {
-	if d == nil || d.keySaved || pub == nil {
+	if d.keySaved || pub == nil {
 		return
 	}
 	if err := ledger.SavePublicKey(d.dir, pub); err != nil {
@@ -96,11 +180,4 @@ func (d *durableLedger) savePublicKey(pub ed25519.PublicKey) {
 		return
 	}
 	d.keySaved = true
-}
-
-func (d *durableLedger) close() error {
-	if d == nil {
-		return nil
-	}
-	return d.w.Close()
 }

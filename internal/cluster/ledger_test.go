@@ -115,6 +115,35 @@ func TestLedgerResumesAfterSnapshot(t *testing.T) {
 	}
 }
 
+// TestLedgerSyncCoversQueuedWrites: the ledger is written behind the
+// FSM, but a sync (what a snapshot starts with) returns only once the
+// files hold every record applied before it.
+func TestLedgerSyncCoversQueuedWrites(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, dir)
+	defer n.Close()
+	for i := range 20 {
+		if out := acquire(t, n, fmt.Sprintf("r/%d", i), "w", time.Minute, 0); out.Err != nil {
+			t.Fatal(out.Err)
+		}
+	}
+	n.fsm.mu.RLock()
+	last := n.fsm.m.Chain().Next - 1
+	pub := n.fsm.m.PublicKey()
+	n.fsm.mu.RUnlock()
+	if err := n.fsm.ledger.sync(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := ledger.Verify(filepath.Join(dir, ledger.DirName), ledger.VerifyOptions{PublicKey: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Background commands (the leader publishing itself) may add more.
+	if rep.First != 1 || rep.Last < last || rep.Records != rep.Last {
+		t.Fatalf("ledger %+v after sync; want records 1..%d at least", rep, last)
+	}
+}
+
 // TestLedgerFailureHoldsSnapshots: once the ledger cannot be written,
 // snapshots fail, so that Raft keeps the log the ledger can be refilled
 // from after a restart.

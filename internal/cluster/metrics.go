@@ -20,6 +20,10 @@ type metrics struct {
 	applyLatency  prometheus.Histogram
 	batchSize     prometheus.Histogram
 	leaderChanges prometheus.Counter
+
+	// endedBy caches ended's counters by state (observe's, under the
+	// FSM's lock), sparing a label lookup per ended lease.
+	endedBy [8]prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
@@ -89,7 +93,7 @@ func (m *metrics) observe(sm *statemachine.Machine, _ *logpb.Command, res statem
 		case *logpb.Record_Ended:
 			m.active.Dec()
 			st := registrar.State(b.Ended.State)
-			m.ended.WithLabelValues(st.String()).Inc()
+			m.endedCounter(st).Inc()
 			if st == registrar.Expired {
 				if l, err := sm.Registrar().Get(b.Ended.GetLease().GetLeaseId(), registrar.Tick(s.Record.Tick)); err == nil {
 					late := registrar.Tick(s.Record.Tick) - l.Deadline()
@@ -102,4 +106,14 @@ func (m *metrics) observe(sm *statemachine.Machine, _ *logpb.Command, res statem
 			m.waiters.Dec()
 		}
 	}
+}
+
+func (m *metrics) endedCounter(st registrar.State) prometheus.Counter {
+	if int(st) >= len(m.endedBy) {
+		return m.ended.WithLabelValues(st.String())
+	}
+	if m.endedBy[st] == nil {
+		m.endedBy[st] = m.ended.WithLabelValues(st.String())
+	}
+	return m.endedBy[st]
 }

@@ -40,8 +40,11 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 // hash is the SHA-256 of the returned bytes.
 func (c *Chain) Seal(rec *logpb.Record) ([]byte, Hash, error) {
 	rec.Index = c.Next
-	rec.PrevHash = append(rec.PrevHash[:0], c.Head[:]...)
-	b, ok := appendRecord(make([]byte, 0, 192), &c.buf, rec)
+	// One allocation holds the previous hash and, after it, the encoding.
+	buf := make([]byte, len(c.Head), len(c.Head)+192)
+	copy(buf, c.Head[:])
+	rec.PrevHash = buf[:len(c.Head):len(c.Head)]
+	b, ok := appendRecord(buf[len(c.Head):len(c.Head)], &c.buf, rec)
 	if !ok {
 		var err error
 		if b, err = marshal.Marshal(rec); err != nil {

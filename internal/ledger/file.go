@@ -61,7 +61,7 @@ type Entry struct {
 }
 
 // Writer appends sealed records to a ledger directory. It is not safe for
-// concurrent use: the node calls it from Raft's FSM goroutine only.
+// concurrent use: the node calls it from its ledger writer goroutine only.
 type Writer struct {
 	dir     string
 	segSize int64

@@ -59,13 +59,9 @@ func notFound(id string) error {
 }
 
 func (r *Registrar) ref(l *lease) *logpb.LeaseRef {
-	return &logpb.LeaseRef{
-		Seq:       l.seq,
-		LeaseId:   FormatLeaseID(l.issuedWall, r.tag, l.seq),
-		Namespace: l.res.ns.name,
-		Resource:  l.res.name,
-		Holder:    l.holder.name,
-	}
+	x := &logpb.LeaseRef{}
+	r.setRef(x, l)
+	return x
 }
 
 // Advance applies everything due by the transaction's tick, in time order:
@@ -106,8 +102,7 @@ func (r *Registrar) end(tx *Tx, l *lease, e *logpb.LeaseEnded, handoff bool) str
 		}
 		r.endDescendants(tx, l, e, top)
 	}
-	e.Lease = r.ref(l)
-	tx.Emit(&logpb.Record{Body: &logpb.Record_Ended{Ended: e}})
+	tx.Emit(r.endedRec(l, e))
 	if len(r.onEnd) > 0 {
 		v := r.viewID(l, tx.Tick, e.Lease.LeaseId)
 		for _, f := range r.onEnd {
@@ -173,7 +168,7 @@ func (r *Registrar) issue(tx *Tx, a issueArgs) (*lease, string) {
 		exp, expWall = a.capTick, a.capWall
 	}
 	id := FormatLeaseID(tx.Wall, r.tag, seq)
-	tx.Emit(&logpb.Record{Body: &logpb.Record_Issued{Issued: &logpb.LeaseIssued{
+	x := &issuedRecord{msg: logpb.LeaseIssued{
 		Seq:             seq,
 		LeaseId:         id,
 		Namespace:       a.ns,
@@ -188,7 +183,10 @@ func (r *Registrar) issue(tx *Tx, a issueArgs) (*lease, string) {
 		WaiterId:        a.waiterID,
 		TransferredFrom: a.transferredFrom,
 		Derivation:      a.deriv,
-	}}})
+	}}
+	x.body.Issued = &x.msg
+	x.rec.Body = &x.body
+	tx.Emit(&x.rec)
 	return r.leases[seq], id
 }
 
@@ -519,9 +517,12 @@ func (r *Registrar) renewOne(tx *Tx, id string, l *lease, holder string, ttlReq 
 	if capWall != 0 && exp == want {
 		expWall = capWall
 	}
-	tx.Emit(&logpb.Record{Body: &logpb.Record_Renewed{Renewed: &logpb.LeaseRenewed{
-		Lease: r.ref(l), ExpiresTick: int64(exp), ExpiresWall: expWall, TtlMs: ttl,
-	}}})
+	x := &renewedRecord{msg: logpb.LeaseRenewed{ExpiresTick: int64(exp), ExpiresWall: expWall, TtlMs: ttl}}
+	r.setRef(&x.ref, l)
+	x.msg.Lease = &x.ref
+	x.body.Renewed = &x.msg
+	x.rec.Body = &x.body
+	tx.Emit(&x.rec)
 	return r.view(l, tx.Tick), tx.err
 }
 

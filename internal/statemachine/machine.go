@@ -94,7 +94,13 @@ type Machine struct {
 	tx      *registrar.Tx
 	txv     registrar.Tx // reused for every command
 	out     []Sealed
+	// recs is room for the records of commands to come: a command's
+	// Records are its next slots (one allocation for many commands).
+	recs []Sealed
 }
+
+// recsChunk is how many records' room recs takes at a time.
+const recsChunk = 64
 
 // New returns an empty machine.
 func New(cfg Config) *Machine {
@@ -167,7 +173,10 @@ func (m *Machine) Apply(cmd *logpb.Command) Result {
 	}
 	tx := &m.txv
 	tx.Reset(tick, cmd.Wall, actor, m)
-	m.tx, m.out, m.qout, m.pout = tx, nil, nil, nil
+	if len(m.recs) == cap(m.recs) {
+		m.recs = make([]Sealed, 0, recsChunk)
+	}
+	m.tx, m.out, m.qout, m.pout = tx, m.recs[len(m.recs):], nil, nil
 	defer func() { m.tx = nil }()
 
 	var out registrar.Outcome
@@ -185,7 +194,21 @@ func (m *Machine) Apply(cmd *logpb.Command) Result {
 		// than carry on with a state that may differ between replicas.
 		panic(fmt.Sprintf("statemachine: applying command at tick %d: %v", tick, err))
 	}
-	return Result{Outcome: out, Records: m.out, Queue: m.qout, Pool: m.pout}
+	return Result{Outcome: out, Records: m.records(), Queue: m.qout, Pool: m.pout}
+}
+
+// records returns the current command's records, nil for none. Records
+// that fit the room in recs take it for good; the slice is capped so that
+// appending to it never reaches the next command's.
+func (m *Machine) records() []Sealed {
+	n := len(m.out)
+	if n == 0 {
+		return nil
+	}
+	if rest := m.recs[len(m.recs):cap(m.recs)]; n <= len(rest) && &rest[0] == &m.out[0] {
+		m.recs = m.recs[:len(m.recs)+n]
+	}
+	return m.out[:n:n]
 }
 
 func (m *Machine) dispatch(tx *registrar.Tx, cmd *logpb.Command) registrar.Outcome {
