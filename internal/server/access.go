@@ -173,8 +173,10 @@ var rules = map[string]rule{
 		r := m.(*tenurev1.CompletePieceRequest)
 		return nsActing(r.Namespace, &r.Peer, "peer")
 	}},
-	v1c.PoolServiceRankingsProcedure:  {workerRead, func(m any) target { return ns(m.(*tenurev1.RankingsRequest).Namespace) }},
-	v1c.PoolServiceStatusProcedure:    {workerRead, func(m any) target { return ns(m.(*tenurev1.PoolStatusRequest).Namespace) }},
+	v1c.PoolServiceRankingsProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.RankingsRequest).Namespace) }},
+	v1c.PoolServiceStatusProcedure:   {workerRead, func(m any) target { return ns(m.(*tenurev1.PoolStatusRequest).Namespace) }},
+	// Each operation is checked with its unary RPC's rule.
+	v1c.PoolServicePipelineProcedure:  {anyRole, none},
 	v1c.PoolServiceListPoolsProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.ListPoolsRequest).Namespace) }},
 
 	// ClusterService.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
 
 // BenchmarkAcquireRelease measures acquire+release cycles through the
@@ -89,6 +90,18 @@ func newQueuePipeliner(ctx context.Context, bd *bundle) *queuePipeliner {
 		func(op *tenurev1.QueueOp, id uint64) { op.Id = id }, (*tenurev1.QueueResult).GetError)
 }
 
+// poolPipeliner runs PoolService.Pipeline operations.
+type poolPipeliner = pipeliner[tenurev1.PoolPipelineRequest, tenurev1.PoolPipelineResponse, tenurev1.PoolOp, tenurev1.PoolResult]
+
+func newPoolPipeliner(ctx context.Context, pc tenurev1connect.PoolServiceClient) *poolPipeliner {
+	return startPipeliner(ctx, pc.Pipeline(ctx),
+		func(ops []*tenurev1.PoolOp) *tenurev1.PoolPipelineRequest {
+			return &tenurev1.PoolPipelineRequest{Ops: ops}
+		},
+		(*tenurev1.PoolPipelineResponse).GetResults, (*tenurev1.PoolResult).GetId,
+		func(op *tenurev1.PoolOp, id uint64) { op.Id = id }, (*tenurev1.PoolResult).GetError)
+}
+
 func startPipeliner[Req, Res, Op, Result any](ctx context.Context, stream *connect.BidiStreamForClient[Req, Res],
 	wrap func([]*Op) *Req, results func(*Res) []*Result, idOf func(*Result) uint64,
 	setID func(*Op, uint64), errOf func(*Result) *tenurev1.PipelineError) *pipeliner[Req, Res, Op, Result] {
@@ -119,6 +132,8 @@ func startPipeliner[Req, Res, Op, Result any](ctx context.Context, stream *conne
 			select {
 			case op = <-p.ops:
 			case <-ctx.Done():
+				// Half-close, or the server's shutdown waits for the stream.
+				_ = p.stream.CloseRequest()
 				return
 			}
 			ops := []*Op{op}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -97,60 +98,83 @@ func TestPoolEndToEnd(t *testing.T) {
 }
 
 // BenchmarkPoolRequestComplete: 64 peers, each looping RequestLeases (up
-// to 4) and CompletePiece(SUCCESS) for what it got, through the generated
-// Connect client against a durable single node; pool of 100,000 pieces
-// in 10 files, every peer has every piece.
+// to 4) and CompletePiece(SUCCESS) for what it got, against a durable
+// single node: one unary call per operation through the generated Connect
+// client, or over one shared PoolService.Pipeline stream. Pool of 100,000
+// pieces in 10 files, every peer has every piece.
 func BenchmarkPoolRequestComplete(b *testing.B) {
-	bd := setup(b)
-	pc := poolClient(bd)
-	ctx := context.Background()
-	const files, perFile, peers = 10, 10_000, 64
-	var have []*tenurev1.HaveMap
-	for f := range files {
-		if _, err := pc.Want(ctx, connect.NewRequest(&tenurev1.WantRequest{Pool: "bench", FileIndex: uint32(f), PieceCount: perFile,
-			Ranges: []*tenurev1.PieceRange{{Start: 0, End: perFile}}})); err != nil {
-			b.Fatal(err)
-		}
-		bits := make([]byte, perFile/8)
-		for i := range bits {
-			bits[i] = 0xff
-		}
-		have = append(have, &tenurev1.HaveMap{FileIndex: uint32(f), Bits: bits})
-	}
-	var mu sync.Mutex
-	requests, leases := 0, 0
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for c := range peers {
-		n := b.N / peers
-		if c < b.N%peers {
-			n++
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			peer := fmt.Sprintf("peer%d", c)
-			for range n {
-				rl, err := pc.RequestLeases(ctx, connect.NewRequest(&tenurev1.RequestLeasesRequest{Pool: "bench", Peer: peer, Max: 4, Have: have}))
+	for _, transport := range []string{"unary", "pipeline"} {
+		b.Run("transport="+transport, func(b *testing.B) {
+			bd := setup(b)
+			pc := poolClient(bd)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			request := func(r *tenurev1.RequestLeasesRequest) (*tenurev1.RequestLeasesResponse, error) {
+				res, err := pc.RequestLeases(ctx, connect.NewRequest(r))
 				if err != nil {
-					b.Error(err)
-					return
+					return nil, err
 				}
-				for _, l := range rl.Msg.Leases {
-					if _, err := pc.CompletePiece(ctx, connect.NewRequest(&tenurev1.CompletePieceRequest{Pool: "bench", Peer: peer,
-						FileIndex: l.FileIndex, PieceIndex: l.PieceIndex, Result: tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS})); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-				mu.Lock()
-				requests++
-				leases += len(rl.Msg.Leases)
-				mu.Unlock()
+				return res.Msg, nil
 			}
-		}()
+			complete := func(r *tenurev1.CompletePieceRequest) error {
+				_, err := pc.CompletePiece(ctx, connect.NewRequest(r))
+				return err
+			}
+			if transport == "pipeline" {
+				p := newPoolPipeliner(ctx, pc)
+				request = func(r *tenurev1.RequestLeasesRequest) (*tenurev1.RequestLeasesResponse, error) {
+					res, err := p.do(&tenurev1.PoolOp{Op: &tenurev1.PoolOp_RequestLeases{RequestLeases: r}})
+					return res.GetRequestLeases(), err
+				}
+				complete = func(r *tenurev1.CompletePieceRequest) error {
+					_, err := p.do(&tenurev1.PoolOp{Op: &tenurev1.PoolOp_CompletePiece{CompletePiece: r}})
+					return err
+				}
+			}
+			const files, perFile, peers = 10, 10_000, 64
+			var have []*tenurev1.HaveMap
+			for f := range files {
+				if _, err := pc.Want(ctx, connect.NewRequest(&tenurev1.WantRequest{Pool: "bench", FileIndex: uint32(f), PieceCount: perFile,
+					Ranges: []*tenurev1.PieceRange{{Start: 0, End: perFile}}})); err != nil {
+					b.Fatal(err)
+				}
+				bits := make([]byte, perFile/8)
+				for i := range bits {
+					bits[i] = 0xff
+				}
+				have = append(have, &tenurev1.HaveMap{FileIndex: uint32(f), Bits: bits})
+			}
+			var requests, leases atomic.Int64
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for c := range peers {
+				n := b.N / peers
+				if c < b.N%peers {
+					n++
+				}
+				wg.Go(func() {
+					peer := fmt.Sprintf("peer%d", c)
+					for range n {
+						rl, err := request(&tenurev1.RequestLeasesRequest{Pool: "bench", Peer: peer, Max: 4, Have: have})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						for _, l := range rl.Leases {
+							if err := complete(&tenurev1.CompletePieceRequest{Pool: "bench", Peer: peer,
+								FileIndex: l.FileIndex, PieceIndex: l.PieceIndex, Result: tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS}); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+						requests.Add(1)
+						leases.Add(int64(len(rl.Leases)))
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(requests.Load())/b.Elapsed().Seconds(), "requests/s")
+			b.ReportMetric(float64(requests.Load()+leases.Load())/b.Elapsed().Seconds(), "calls/s")
+		})
 	}
-	wg.Wait()
-	b.ReportMetric(float64(requests)/b.Elapsed().Seconds(), "requests/s")
-	b.ReportMetric(float64(requests+leases)/b.Elapsed().Seconds(), "calls/s")
 }

@@ -1505,11 +1505,334 @@ func (x *ListPoolsResponse) GetPools() []string {
 	return nil
 }
 
+// PoolOp is one operation on a PoolService.Pipeline stream: the request of
+// the unary RPC of the same name, with an id chosen by the client to match
+// its result.
+type PoolOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*PoolOp_RequestLeases
+	//	*PoolOp_CompletePiece
+	//	*PoolOp_Want
+	Op            isPoolOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolOp) Reset() {
+	*x = PoolOp{}
+	mi := &file_tenure_v1_pool_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolOp) ProtoMessage() {}
+
+func (x *PoolOp) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_pool_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolOp.ProtoReflect.Descriptor instead.
+func (*PoolOp) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PoolOp) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PoolOp) GetOp() isPoolOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *PoolOp) GetRequestLeases() *RequestLeasesRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PoolOp_RequestLeases); ok {
+			return x.RequestLeases
+		}
+	}
+	return nil
+}
+
+func (x *PoolOp) GetCompletePiece() *CompletePieceRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PoolOp_CompletePiece); ok {
+			return x.CompletePiece
+		}
+	}
+	return nil
+}
+
+func (x *PoolOp) GetWant() *WantRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PoolOp_Want); ok {
+			return x.Want
+		}
+	}
+	return nil
+}
+
+type isPoolOp_Op interface {
+	isPoolOp_Op()
+}
+
+type PoolOp_RequestLeases struct {
+	RequestLeases *RequestLeasesRequest `protobuf:"bytes,10,opt,name=request_leases,json=requestLeases,proto3,oneof"`
+}
+
+type PoolOp_CompletePiece struct {
+	CompletePiece *CompletePieceRequest `protobuf:"bytes,11,opt,name=complete_piece,json=completePiece,proto3,oneof"`
+}
+
+type PoolOp_Want struct {
+	Want *WantRequest `protobuf:"bytes,12,opt,name=want,proto3,oneof"`
+}
+
+func (*PoolOp_RequestLeases) isPoolOp_Op() {}
+
+func (*PoolOp_CompletePiece) isPoolOp_Op() {}
+
+func (*PoolOp_Want) isPoolOp_Op() {}
+
+// PoolResult is the result of the PoolOp with the same id: the unary RPC's
+// response, or its error.
+type PoolResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*PoolResult_RequestLeases
+	//	*PoolResult_CompletePiece
+	//	*PoolResult_Want
+	//	*PoolResult_Error
+	Result        isPoolResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolResult) Reset() {
+	*x = PoolResult{}
+	mi := &file_tenure_v1_pool_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolResult) ProtoMessage() {}
+
+func (x *PoolResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_pool_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolResult.ProtoReflect.Descriptor instead.
+func (*PoolResult) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PoolResult) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PoolResult) GetResult() isPoolResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *PoolResult) GetRequestLeases() *RequestLeasesResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PoolResult_RequestLeases); ok {
+			return x.RequestLeases
+		}
+	}
+	return nil
+}
+
+func (x *PoolResult) GetCompletePiece() *CompletePieceResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PoolResult_CompletePiece); ok {
+			return x.CompletePiece
+		}
+	}
+	return nil
+}
+
+func (x *PoolResult) GetWant() *WantResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PoolResult_Want); ok {
+			return x.Want
+		}
+	}
+	return nil
+}
+
+func (x *PoolResult) GetError() *PipelineError {
+	if x != nil {
+		if x, ok := x.Result.(*PoolResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isPoolResult_Result interface {
+	isPoolResult_Result()
+}
+
+type PoolResult_RequestLeases struct {
+	RequestLeases *RequestLeasesResponse `protobuf:"bytes,10,opt,name=request_leases,json=requestLeases,proto3,oneof"`
+}
+
+type PoolResult_CompletePiece struct {
+	CompletePiece *CompletePieceResponse `protobuf:"bytes,11,opt,name=complete_piece,json=completePiece,proto3,oneof"`
+}
+
+type PoolResult_Want struct {
+	Want *WantResponse `protobuf:"bytes,12,opt,name=want,proto3,oneof"`
+}
+
+type PoolResult_Error struct {
+	Error *PipelineError `protobuf:"bytes,30,opt,name=error,proto3,oneof"`
+}
+
+func (*PoolResult_RequestLeases) isPoolResult_Result() {}
+
+func (*PoolResult_CompletePiece) isPoolResult_Result() {}
+
+func (*PoolResult_Want) isPoolResult_Result() {}
+
+func (*PoolResult_Error) isPoolResult_Result() {}
+
+// PoolPipelineRequest carries a batch of operations.
+type PoolPipelineRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ops           []*PoolOp              `protobuf:"bytes,1,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolPipelineRequest) Reset() {
+	*x = PoolPipelineRequest{}
+	mi := &file_tenure_v1_pool_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolPipelineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolPipelineRequest) ProtoMessage() {}
+
+func (x *PoolPipelineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_pool_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolPipelineRequest.ProtoReflect.Descriptor instead.
+func (*PoolPipelineRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PoolPipelineRequest) GetOps() []*PoolOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// PoolPipelineResponse carries a batch of results, in completion order.
+type PoolPipelineResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*PoolResult          `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolPipelineResponse) Reset() {
+	*x = PoolPipelineResponse{}
+	mi := &file_tenure_v1_pool_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolPipelineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolPipelineResponse) ProtoMessage() {}
+
+func (x *PoolPipelineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_pool_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolPipelineResponse.ProtoReflect.Descriptor instead.
+func (*PoolPipelineResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PoolPipelineResponse) GetResults() []*PoolResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_tenure_v1_pool_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\n" +
-	"\x14tenure/v1/pool.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x83\x03\n" +
+	"\x14tenure/v1/pool.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tenure/v1/lease.proto\"\x83\x03\n" +
 	"\n" +
 	"PoolConfig\x12@\n" +
 	"\x0elease_duration\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x12-\n" +
@@ -1614,7 +1937,27 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\x10ListPoolsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\")\n" +
 	"\x11ListPoolsResponse\x12\x14\n" +
-	"\x05pools\x18\x01 \x03(\tR\x05pools*\xcf\x01\n" +
+	"\x05pools\x18\x01 \x03(\tR\x05pools\"\xe0\x01\n" +
+	"\x06PoolOp\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12H\n" +
+	"\x0erequest_leases\x18\n" +
+	" \x01(\v2\x1f.tenure.v1.RequestLeasesRequestH\x00R\rrequestLeases\x12H\n" +
+	"\x0ecomplete_piece\x18\v \x01(\v2\x1f.tenure.v1.CompletePieceRequestH\x00R\rcompletePiece\x12,\n" +
+	"\x04want\x18\f \x01(\v2\x16.tenure.v1.WantRequestH\x00R\x04wantB\x04\n" +
+	"\x02op\"\x9d\x02\n" +
+	"\n" +
+	"PoolResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12I\n" +
+	"\x0erequest_leases\x18\n" +
+	" \x01(\v2 .tenure.v1.RequestLeasesResponseH\x00R\rrequestLeases\x12I\n" +
+	"\x0ecomplete_piece\x18\v \x01(\v2 .tenure.v1.CompletePieceResponseH\x00R\rcompletePiece\x12-\n" +
+	"\x04want\x18\f \x01(\v2\x17.tenure.v1.WantResponseH\x00R\x04want\x120\n" +
+	"\x05error\x18\x1e \x01(\v2\x18.tenure.v1.PipelineErrorH\x00R\x05errorB\b\n" +
+	"\x06result\":\n" +
+	"\x13PoolPipelineRequest\x12#\n" +
+	"\x03ops\x18\x01 \x03(\v2\x11.tenure.v1.PoolOpR\x03ops\"G\n" +
+	"\x14PoolPipelineResponse\x12/\n" +
+	"\aresults\x18\x01 \x03(\v2\x15.tenure.v1.PoolResultR\aresults*\xcf\x01\n" +
 	"\x0eRejectedReason\x12\x1f\n" +
 	"\x1bREJECTED_REASON_UNSPECIFIED\x10\x00\x12'\n" +
 	"#REJECTED_REASON_NO_AVAILABLE_PIECES\x10\x01\x12$\n" +
@@ -1630,7 +1973,7 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\"FAILURE_REASON_VERIFICATION_FAILED\x10\x01\x12 \n" +
 	"\x1cFAILURE_REASON_NETWORK_ERROR\x10\x02\x12\x1a\n" +
 	"\x16FAILURE_REASON_TIMEOUT\x10\x03\x12\x1f\n" +
-	"\x1bFAILURE_REASON_INVALID_DATA\x10\x042\x8d\x04\n" +
+	"\x1bFAILURE_REASON_INVALID_DATA\x10\x042\xde\x04\n" +
 	"\vPoolService\x12I\n" +
 	"\n" +
 	"CreatePool\x12\x1c.tenure.v1.CreatePoolRequest\x1a\x1d.tenure.v1.CreatePoolResponse\x127\n" +
@@ -1639,7 +1982,8 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\rCompletePiece\x12\x1f.tenure.v1.CompletePieceRequest\x1a .tenure.v1.CompletePieceResponse\x12C\n" +
 	"\bRankings\x12\x1a.tenure.v1.RankingsRequest\x1a\x1b.tenure.v1.RankingsResponse\x12E\n" +
 	"\x06Status\x12\x1c.tenure.v1.PoolStatusRequest\x1a\x1d.tenure.v1.PoolStatusResponse\x12F\n" +
-	"\tListPools\x12\x1b.tenure.v1.ListPoolsRequest\x1a\x1c.tenure.v1.ListPoolsResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
+	"\tListPools\x12\x1b.tenure.v1.ListPoolsRequest\x1a\x1c.tenure.v1.ListPoolsResponse\x12O\n" +
+	"\bPipeline\x12\x1e.tenure.v1.PoolPipelineRequest\x1a\x1f.tenure.v1.PoolPipelineResponse(\x010\x01B3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_pool_proto_rawDescOnce sync.Once
@@ -1654,7 +1998,7 @@ func file_tenure_v1_pool_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_pool_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tenure_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_tenure_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_tenure_v1_pool_proto_goTypes = []any{
 	(RejectedReason)(0),           // 0: tenure.v1.RejectedReason
 	(CompletionResult)(0),         // 1: tenure.v1.CompletionResult
@@ -1680,17 +2024,22 @@ var file_tenure_v1_pool_proto_goTypes = []any{
 	(*PoolStatusResponse)(nil),    // 21: tenure.v1.PoolStatusResponse
 	(*ListPoolsRequest)(nil),      // 22: tenure.v1.ListPoolsRequest
 	(*ListPoolsResponse)(nil),     // 23: tenure.v1.ListPoolsResponse
-	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*PoolOp)(nil),                // 24: tenure.v1.PoolOp
+	(*PoolResult)(nil),            // 25: tenure.v1.PoolResult
+	(*PoolPipelineRequest)(nil),   // 26: tenure.v1.PoolPipelineRequest
+	(*PoolPipelineResponse)(nil),  // 27: tenure.v1.PoolPipelineResponse
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*PipelineError)(nil),         // 30: tenure.v1.PipelineError
 }
 var file_tenure_v1_pool_proto_depIdxs = []int32{
-	24, // 0: tenure.v1.PoolConfig.lease_duration:type_name -> google.protobuf.Duration
+	28, // 0: tenure.v1.PoolConfig.lease_duration:type_name -> google.protobuf.Duration
 	3,  // 1: tenure.v1.CreatePoolRequest.config:type_name -> tenure.v1.PoolConfig
 	3,  // 2: tenure.v1.CreatePoolResponse.config:type_name -> tenure.v1.PoolConfig
 	4,  // 3: tenure.v1.WantRequest.ranges:type_name -> tenure.v1.PieceRange
 	18, // 4: tenure.v1.WantResponse.file:type_name -> tenure.v1.PoolFileStatus
 	5,  // 5: tenure.v1.RequestLeasesRequest.have:type_name -> tenure.v1.HaveMap
-	25, // 6: tenure.v1.PieceLease.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 6: tenure.v1.PieceLease.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 7: tenure.v1.RequestLeasesResponse.leases:type_name -> tenure.v1.PieceLease
 	0,  // 8: tenure.v1.RequestLeasesResponse.rejected_reason:type_name -> tenure.v1.RejectedReason
 	1,  // 9: tenure.v1.CompletePieceRequest.result:type_name -> tenure.v1.CompletionResult
@@ -1700,25 +2049,36 @@ var file_tenure_v1_pool_proto_depIdxs = []int32{
 	3,  // 13: tenure.v1.PoolStatusResponse.config:type_name -> tenure.v1.PoolConfig
 	18, // 14: tenure.v1.PoolStatusResponse.files:type_name -> tenure.v1.PoolFileStatus
 	19, // 15: tenure.v1.PoolStatusResponse.peers:type_name -> tenure.v1.PoolPeerStatus
-	6,  // 16: tenure.v1.PoolService.CreatePool:input_type -> tenure.v1.CreatePoolRequest
-	8,  // 17: tenure.v1.PoolService.Want:input_type -> tenure.v1.WantRequest
-	10, // 18: tenure.v1.PoolService.RequestLeases:input_type -> tenure.v1.RequestLeasesRequest
-	13, // 19: tenure.v1.PoolService.CompletePiece:input_type -> tenure.v1.CompletePieceRequest
-	16, // 20: tenure.v1.PoolService.Rankings:input_type -> tenure.v1.RankingsRequest
-	20, // 21: tenure.v1.PoolService.Status:input_type -> tenure.v1.PoolStatusRequest
-	22, // 22: tenure.v1.PoolService.ListPools:input_type -> tenure.v1.ListPoolsRequest
-	7,  // 23: tenure.v1.PoolService.CreatePool:output_type -> tenure.v1.CreatePoolResponse
-	9,  // 24: tenure.v1.PoolService.Want:output_type -> tenure.v1.WantResponse
-	12, // 25: tenure.v1.PoolService.RequestLeases:output_type -> tenure.v1.RequestLeasesResponse
-	14, // 26: tenure.v1.PoolService.CompletePiece:output_type -> tenure.v1.CompletePieceResponse
-	17, // 27: tenure.v1.PoolService.Rankings:output_type -> tenure.v1.RankingsResponse
-	21, // 28: tenure.v1.PoolService.Status:output_type -> tenure.v1.PoolStatusResponse
-	23, // 29: tenure.v1.PoolService.ListPools:output_type -> tenure.v1.ListPoolsResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	10, // 16: tenure.v1.PoolOp.request_leases:type_name -> tenure.v1.RequestLeasesRequest
+	13, // 17: tenure.v1.PoolOp.complete_piece:type_name -> tenure.v1.CompletePieceRequest
+	8,  // 18: tenure.v1.PoolOp.want:type_name -> tenure.v1.WantRequest
+	12, // 19: tenure.v1.PoolResult.request_leases:type_name -> tenure.v1.RequestLeasesResponse
+	14, // 20: tenure.v1.PoolResult.complete_piece:type_name -> tenure.v1.CompletePieceResponse
+	9,  // 21: tenure.v1.PoolResult.want:type_name -> tenure.v1.WantResponse
+	30, // 22: tenure.v1.PoolResult.error:type_name -> tenure.v1.PipelineError
+	24, // 23: tenure.v1.PoolPipelineRequest.ops:type_name -> tenure.v1.PoolOp
+	25, // 24: tenure.v1.PoolPipelineResponse.results:type_name -> tenure.v1.PoolResult
+	6,  // 25: tenure.v1.PoolService.CreatePool:input_type -> tenure.v1.CreatePoolRequest
+	8,  // 26: tenure.v1.PoolService.Want:input_type -> tenure.v1.WantRequest
+	10, // 27: tenure.v1.PoolService.RequestLeases:input_type -> tenure.v1.RequestLeasesRequest
+	13, // 28: tenure.v1.PoolService.CompletePiece:input_type -> tenure.v1.CompletePieceRequest
+	16, // 29: tenure.v1.PoolService.Rankings:input_type -> tenure.v1.RankingsRequest
+	20, // 30: tenure.v1.PoolService.Status:input_type -> tenure.v1.PoolStatusRequest
+	22, // 31: tenure.v1.PoolService.ListPools:input_type -> tenure.v1.ListPoolsRequest
+	26, // 32: tenure.v1.PoolService.Pipeline:input_type -> tenure.v1.PoolPipelineRequest
+	7,  // 33: tenure.v1.PoolService.CreatePool:output_type -> tenure.v1.CreatePoolResponse
+	9,  // 34: tenure.v1.PoolService.Want:output_type -> tenure.v1.WantResponse
+	12, // 35: tenure.v1.PoolService.RequestLeases:output_type -> tenure.v1.RequestLeasesResponse
+	14, // 36: tenure.v1.PoolService.CompletePiece:output_type -> tenure.v1.CompletePieceResponse
+	17, // 37: tenure.v1.PoolService.Rankings:output_type -> tenure.v1.RankingsResponse
+	21, // 38: tenure.v1.PoolService.Status:output_type -> tenure.v1.PoolStatusResponse
+	23, // 39: tenure.v1.PoolService.ListPools:output_type -> tenure.v1.ListPoolsResponse
+	27, // 40: tenure.v1.PoolService.Pipeline:output_type -> tenure.v1.PoolPipelineResponse
+	33, // [33:41] is the sub-list for method output_type
+	25, // [25:33] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_pool_proto_init() }
@@ -1726,14 +2086,26 @@ func file_tenure_v1_pool_proto_init() {
 	if File_tenure_v1_pool_proto != nil {
 		return
 	}
+	file_tenure_v1_lease_proto_init()
 	file_tenure_v1_pool_proto_msgTypes[0].OneofWrappers = []any{}
+	file_tenure_v1_pool_proto_msgTypes[21].OneofWrappers = []any{
+		(*PoolOp_RequestLeases)(nil),
+		(*PoolOp_CompletePiece)(nil),
+		(*PoolOp_Want)(nil),
+	}
+	file_tenure_v1_pool_proto_msgTypes[22].OneofWrappers = []any{
+		(*PoolResult_RequestLeases)(nil),
+		(*PoolResult_CompletePiece)(nil),
+		(*PoolResult_Want)(nil),
+		(*PoolResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_pool_proto_rawDesc), len(file_tenure_v1_pool_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

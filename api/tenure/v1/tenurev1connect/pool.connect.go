@@ -49,6 +49,8 @@ const (
 	PoolServiceStatusProcedure = "/tenure.v1.PoolService/Status"
 	// PoolServiceListPoolsProcedure is the fully-qualified name of the PoolService's ListPools RPC.
 	PoolServiceListPoolsProcedure = "/tenure.v1.PoolService/ListPools"
+	// PoolServicePipelineProcedure is the fully-qualified name of the PoolService's Pipeline RPC.
+	PoolServicePipelineProcedure = "/tenure.v1.PoolService/Pipeline"
 )
 
 // PoolServiceClient is a client for the tenure.v1.PoolService service.
@@ -61,6 +63,10 @@ type PoolServiceClient interface {
 	Status(context.Context, *connect.Request[v1.PoolStatusRequest]) (*connect.Response[v1.PoolStatusResponse], error)
 	// ListPools names a namespace's pools (the dashboard's pool list).
 	ListPools(context.Context, *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error)
+	// Pipeline runs many pool operations in flight on one stream, as
+	// LeaseService.Pipeline does for leases: each goes through its unary
+	// RPC's checks and handler; results come back as they complete.
+	Pipeline(context.Context) *connect.BidiStreamForClient[v1.PoolPipelineRequest, v1.PoolPipelineResponse]
 }
 
 // NewPoolServiceClient constructs a client for the tenure.v1.PoolService service. By default, it
@@ -116,6 +122,12 @@ func NewPoolServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(poolServiceMethods.ByName("ListPools")),
 			connect.WithClientOptions(opts...),
 		),
+		pipeline: connect.NewClient[v1.PoolPipelineRequest, v1.PoolPipelineResponse](
+			httpClient,
+			baseURL+PoolServicePipelineProcedure,
+			connect.WithSchema(poolServiceMethods.ByName("Pipeline")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -128,6 +140,7 @@ type poolServiceClient struct {
 	rankings      *connect.Client[v1.RankingsRequest, v1.RankingsResponse]
 	status        *connect.Client[v1.PoolStatusRequest, v1.PoolStatusResponse]
 	listPools     *connect.Client[v1.ListPoolsRequest, v1.ListPoolsResponse]
+	pipeline      *connect.Client[v1.PoolPipelineRequest, v1.PoolPipelineResponse]
 }
 
 // CreatePool calls tenure.v1.PoolService.CreatePool.
@@ -165,6 +178,11 @@ func (c *poolServiceClient) ListPools(ctx context.Context, req *connect.Request[
 	return c.listPools.CallUnary(ctx, req)
 }
 
+// Pipeline calls tenure.v1.PoolService.Pipeline.
+func (c *poolServiceClient) Pipeline(ctx context.Context) *connect.BidiStreamForClient[v1.PoolPipelineRequest, v1.PoolPipelineResponse] {
+	return c.pipeline.CallBidiStream(ctx)
+}
+
 // PoolServiceHandler is an implementation of the tenure.v1.PoolService service.
 type PoolServiceHandler interface {
 	CreatePool(context.Context, *connect.Request[v1.CreatePoolRequest]) (*connect.Response[v1.CreatePoolResponse], error)
@@ -175,6 +193,10 @@ type PoolServiceHandler interface {
 	Status(context.Context, *connect.Request[v1.PoolStatusRequest]) (*connect.Response[v1.PoolStatusResponse], error)
 	// ListPools names a namespace's pools (the dashboard's pool list).
 	ListPools(context.Context, *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error)
+	// Pipeline runs many pool operations in flight on one stream, as
+	// LeaseService.Pipeline does for leases: each goes through its unary
+	// RPC's checks and handler; results come back as they complete.
+	Pipeline(context.Context, *connect.BidiStream[v1.PoolPipelineRequest, v1.PoolPipelineResponse]) error
 }
 
 // NewPoolServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -226,6 +248,12 @@ func NewPoolServiceHandler(svc PoolServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(poolServiceMethods.ByName("ListPools")),
 		connect.WithHandlerOptions(opts...),
 	)
+	poolServicePipelineHandler := connect.NewBidiStreamHandler(
+		PoolServicePipelineProcedure,
+		svc.Pipeline,
+		connect.WithSchema(poolServiceMethods.ByName("Pipeline")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.PoolService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case PoolServiceCreatePoolProcedure:
@@ -242,6 +270,8 @@ func NewPoolServiceHandler(svc PoolServiceHandler, opts ...connect.HandlerOption
 			poolServiceStatusHandler.ServeHTTP(w, r)
 		case PoolServiceListPoolsProcedure:
 			poolServiceListPoolsHandler.ServeHTTP(w, r)
+		case PoolServicePipelineProcedure:
+			poolServicePipelineHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -277,4 +307,8 @@ func (UnimplementedPoolServiceHandler) Status(context.Context, *connect.Request[
 
 func (UnimplementedPoolServiceHandler) ListPools(context.Context, *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.PoolService.ListPools is not implemented"))
+}
+
+func (UnimplementedPoolServiceHandler) Pipeline(context.Context, *connect.BidiStream[v1.PoolPipelineRequest, v1.PoolPipelineResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.PoolService.Pipeline is not implemented"))
 }
