@@ -153,72 +153,83 @@ func (h *leaseService) runOp(ctx context.Context, hdr http.Header, op *tenurev1.
 	r := &tenurev1.PipelineResult{Id: op.Id}
 	s := h.s
 	proc, msg := opRequest(op)
-	if err := s.authorizeOp(ctx, op.Op, proc, msg); err != nil {
-		r.Result = &tenurev1.PipelineResult_Error{Error: pipelineError(s.toConnect(err))}
-		return r
-	}
-	var err error
-	switch o := op.Op.(type) {
-	case *tenurev1.PipelineOp_Acquire:
-		var m *tenurev1.AcquireResponse
-		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceAcquireProcedure, o.Acquire, h.Acquire); err == nil {
-			r.Result = &tenurev1.PipelineResult_Acquire{Acquire: m}
-		}
-	case *tenurev1.PipelineOp_Renew:
-		var m *tenurev1.RenewResponse
-		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceRenewProcedure, o.Renew, h.Renew); err == nil {
-			r.Result = &tenurev1.PipelineResult_Renew{Renew: m}
-		}
-	case *tenurev1.PipelineOp_Release:
-		var m *tenurev1.ReleaseResponse
-		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceReleaseProcedure, o.Release, h.Release); err == nil {
-			r.Result = &tenurev1.PipelineResult_Release{Release: m}
-		}
-	case *tenurev1.PipelineOp_Transfer:
-		var m *tenurev1.TransferResponse
-		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceTransferProcedure, o.Transfer, h.Transfer); err == nil {
-			r.Result = &tenurev1.PipelineResult_Transfer{Transfer: m}
-		}
-	case *tenurev1.PipelineOp_WriteState:
-		var m *tenurev1.WriteStateResponse
-		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceWriteStateProcedure, o.WriteState, h.WriteState); err == nil {
-			r.Result = &tenurev1.PipelineResult_WriteState{WriteState: m}
-		}
-	case *tenurev1.PipelineOp_Get:
-		var m *tenurev1.GetResponse
-		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceGetProcedure, o.Get, h.Get); err == nil {
-			if _, err = filterResponse(ctx, v1c.LeaseServiceGetProcedure, m); err == nil {
-				r.Result = &tenurev1.PipelineResult_Get{Get: m}
+	s.runPipelineOp(ctx, op.Op, proc, msg, func() (err error) {
+		switch o := op.Op.(type) {
+		case *tenurev1.PipelineOp_Acquire:
+			var m *tenurev1.AcquireResponse
+			if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceAcquireProcedure, o.Acquire, h.Acquire); err == nil {
+				r.Result = &tenurev1.PipelineResult_Acquire{Acquire: m}
+			}
+		case *tenurev1.PipelineOp_Renew:
+			var m *tenurev1.RenewResponse
+			if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceRenewProcedure, o.Renew, h.Renew); err == nil {
+				r.Result = &tenurev1.PipelineResult_Renew{Renew: m}
+			}
+		case *tenurev1.PipelineOp_Release:
+			var m *tenurev1.ReleaseResponse
+			if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceReleaseProcedure, o.Release, h.Release); err == nil {
+				r.Result = &tenurev1.PipelineResult_Release{Release: m}
+			}
+		case *tenurev1.PipelineOp_Transfer:
+			var m *tenurev1.TransferResponse
+			if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceTransferProcedure, o.Transfer, h.Transfer); err == nil {
+				r.Result = &tenurev1.PipelineResult_Transfer{Transfer: m}
+			}
+		case *tenurev1.PipelineOp_WriteState:
+			var m *tenurev1.WriteStateResponse
+			if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceWriteStateProcedure, o.WriteState, h.WriteState); err == nil {
+				r.Result = &tenurev1.PipelineResult_WriteState{WriteState: m}
+			}
+		case *tenurev1.PipelineOp_Get:
+			var m *tenurev1.GetResponse
+			if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceGetProcedure, o.Get, h.Get); err == nil {
+				if _, err = filterResponse(ctx, v1c.LeaseServiceGetProcedure, m); err == nil {
+					r.Result = &tenurev1.PipelineResult_Get{Get: m}
+				}
+			}
+		case *tenurev1.PipelineOp_Verify:
+			var m *tenurev1.VerifyResponse
+			if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceVerifyProcedure, o.Verify, h.Verify); err == nil {
+				_, _ = filterResponse(ctx, v1c.LeaseServiceVerifyProcedure, m) // filters in place
+				r.Result = &tenurev1.PipelineResult_Verify{Verify: m}
+			}
+		case *tenurev1.PipelineOp_CheckFence:
+			var m *tenurev1.CheckFenceResponse
+			if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceCheckFenceProcedure, o.CheckFence, h.CheckFence); err == nil {
+				r.Result = &tenurev1.PipelineResult_CheckFence{CheckFence: m}
+			}
+		case *tenurev1.PipelineOp_Revoke:
+			var m *tenurev1.RevokeResponse
+			if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceRevokeProcedure, o.Revoke, h.Revoke); err == nil {
+				r.Result = &tenurev1.PipelineResult_Revoke{Revoke: m}
+			}
+		case *tenurev1.PipelineOp_Consume:
+			var m *tenurev1.ConsumeResponse
+			if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceConsumeProcedure, o.Consume, h.Consume); err == nil {
+				r.Result = &tenurev1.PipelineResult_Consume{Consume: m}
 			}
 		}
-	case *tenurev1.PipelineOp_Verify:
-		var m *tenurev1.VerifyResponse
-		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceVerifyProcedure, o.Verify, h.Verify); err == nil {
-			_, _ = filterResponse(ctx, v1c.LeaseServiceVerifyProcedure, m) // filters in place
-			r.Result = &tenurev1.PipelineResult_Verify{Verify: m}
+		return err
+	}, func(e *tenurev1.PipelineError) { r.Result = &tenurev1.PipelineResult_Error{Error: e} })
+	return r
+}
+
+// runPipelineOp authorizes one operation of a Pipeline stream as its unary
+// RPC proc would be, then runs it (run calls the RPC's handler and sets
+// the result). An operation without a procedure, or an error of either
+// step, is the operation's answer, handed to fail.
+func (s *Server) runPipelineOp(ctx context.Context, op any, proc string, msg any, run func() error, fail func(*tenurev1.PipelineError)) {
+	err := s.authorizeOp(ctx, op, proc, msg)
+	if err == nil {
+		if proc == "" {
+			err = invalidArg("op", fmt.Sprintf("unknown or missing operation %T", op))
+		} else {
+			err = run()
 		}
-	case *tenurev1.PipelineOp_CheckFence:
-		var m *tenurev1.CheckFenceResponse
-		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceCheckFenceProcedure, o.CheckFence, h.CheckFence); err == nil {
-			r.Result = &tenurev1.PipelineResult_CheckFence{CheckFence: m}
-		}
-	case *tenurev1.PipelineOp_Revoke:
-		var m *tenurev1.RevokeResponse
-		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceRevokeProcedure, o.Revoke, h.Revoke); err == nil {
-			r.Result = &tenurev1.PipelineResult_Revoke{Revoke: m}
-		}
-	case *tenurev1.PipelineOp_Consume:
-		var m *tenurev1.ConsumeResponse
-		if m, err = callOp(ctx, s, hdr, v1c.LeaseServiceConsumeProcedure, o.Consume, h.Consume); err == nil {
-			r.Result = &tenurev1.PipelineResult_Consume{Consume: m}
-		}
-	default:
-		err = s.toConnect(invalidArg("op", fmt.Sprintf("unknown or missing operation %T", op.Op)))
 	}
 	if err != nil {
-		r.Result = &tenurev1.PipelineResult_Error{Error: pipelineError(s.toConnect(err))}
+		fail(pipelineError(s.toConnect(err)))
 	}
-	return r
 }
 
 // opProcedures names the unary RPC each Pipeline operation stands for.

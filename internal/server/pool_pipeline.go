@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -28,33 +27,26 @@ func (h *poolService) runOp(ctx context.Context, hdr http.Header, op *tenurev1.P
 	r := &tenurev1.PoolResult{Id: op.Id}
 	s := h.s
 	proc, msg := poolOpRequest(op)
-	if err := s.authorizeOp(ctx, op.Op, proc, msg); err != nil {
-		r.Result = &tenurev1.PoolResult_Error{Error: pipelineError(s.toConnect(err))}
-		return r
-	}
-	var err error
-	switch o := op.Op.(type) {
-	case *tenurev1.PoolOp_RequestLeases:
-		var m *tenurev1.RequestLeasesResponse
-		if m, err = callOp(ctx, s, hdr, proc, o.RequestLeases, h.RequestLeases); err == nil {
-			r.Result = &tenurev1.PoolResult_RequestLeases{RequestLeases: m}
+	s.runPipelineOp(ctx, op.Op, proc, msg, func() (err error) {
+		switch o := op.Op.(type) {
+		case *tenurev1.PoolOp_RequestLeases:
+			var m *tenurev1.RequestLeasesResponse
+			if m, err = callOp(ctx, s, hdr, proc, o.RequestLeases, h.RequestLeases); err == nil {
+				r.Result = &tenurev1.PoolResult_RequestLeases{RequestLeases: m}
+			}
+		case *tenurev1.PoolOp_CompletePiece:
+			var m *tenurev1.CompletePieceResponse
+			if m, err = callOp(ctx, s, hdr, proc, o.CompletePiece, h.CompletePiece); err == nil {
+				r.Result = &tenurev1.PoolResult_CompletePiece{CompletePiece: m}
+			}
+		case *tenurev1.PoolOp_Want:
+			var m *tenurev1.WantResponse
+			if m, err = callOp(ctx, s, hdr, proc, o.Want, h.Want); err == nil {
+				r.Result = &tenurev1.PoolResult_Want{Want: m}
+			}
 		}
-	case *tenurev1.PoolOp_CompletePiece:
-		var m *tenurev1.CompletePieceResponse
-		if m, err = callOp(ctx, s, hdr, proc, o.CompletePiece, h.CompletePiece); err == nil {
-			r.Result = &tenurev1.PoolResult_CompletePiece{CompletePiece: m}
-		}
-	case *tenurev1.PoolOp_Want:
-		var m *tenurev1.WantResponse
-		if m, err = callOp(ctx, s, hdr, proc, o.Want, h.Want); err == nil {
-			r.Result = &tenurev1.PoolResult_Want{Want: m}
-		}
-	default:
-		err = s.toConnect(invalidArg("op", fmt.Sprintf("unknown or missing operation %T", op.Op)))
-	}
-	if err != nil {
-		r.Result = &tenurev1.PoolResult_Error{Error: pipelineError(s.toConnect(err))}
-	}
+		return err
+	}, func(e *tenurev1.PipelineError) { r.Result = &tenurev1.PoolResult_Error{Error: e} })
 	return r
 }
 

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 
 	"connectrpc.com/connect"
@@ -28,48 +27,41 @@ func (h *queueService) runOp(ctx context.Context, hdr http.Header, op *tenurev1.
 	r := &tenurev1.QueueResult{Id: op.Id}
 	s := h.s
 	proc, msg := queueOpRequest(op)
-	if err := s.authorizeOp(ctx, op.Op, proc, msg); err != nil {
-		r.Result = &tenurev1.QueueResult_Error{Error: pipelineError(s.toConnect(err))}
-		return r
-	}
-	var err error
-	switch o := op.Op.(type) {
-	case *tenurev1.QueueOp_Enqueue:
-		var m *tenurev1.EnqueueResponse
-		if m, err = callOp(ctx, s, hdr, proc, o.Enqueue, h.Enqueue); err == nil {
-			r.Result = &tenurev1.QueueResult_Enqueue{Enqueue: m}
+	s.runPipelineOp(ctx, op.Op, proc, msg, func() (err error) {
+		switch o := op.Op.(type) {
+		case *tenurev1.QueueOp_Enqueue:
+			var m *tenurev1.EnqueueResponse
+			if m, err = callOp(ctx, s, hdr, proc, o.Enqueue, h.Enqueue); err == nil {
+				r.Result = &tenurev1.QueueResult_Enqueue{Enqueue: m}
+			}
+		case *tenurev1.QueueOp_Claim:
+			var m *tenurev1.ClaimResponse
+			if m, err = callOp(ctx, s, hdr, proc, o.Claim, h.Claim); err == nil {
+				r.Result = &tenurev1.QueueResult_Claim{Claim: m}
+			}
+		case *tenurev1.QueueOp_Complete:
+			var m *tenurev1.CompleteResponse
+			if m, err = callOp(ctx, s, hdr, proc, o.Complete, h.Complete); err == nil {
+				r.Result = &tenurev1.QueueResult_Complete{Complete: m}
+			}
+		case *tenurev1.QueueOp_Fail:
+			var m *tenurev1.FailResponse
+			if m, err = callOp(ctx, s, hdr, proc, o.Fail, h.Fail); err == nil {
+				r.Result = &tenurev1.QueueResult_Fail{Fail: m}
+			}
+		case *tenurev1.QueueOp_Cancel:
+			var m *tenurev1.CancelResponse
+			if m, err = callOp(ctx, s, hdr, proc, o.Cancel, h.Cancel); err == nil {
+				r.Result = &tenurev1.QueueResult_Cancel{Cancel: m}
+			}
+		case *tenurev1.QueueOp_GetTask:
+			var m *tenurev1.GetTaskResponse
+			if m, err = callOp(ctx, s, hdr, proc, o.GetTask, h.GetTask); err == nil {
+				r.Result = &tenurev1.QueueResult_GetTask{GetTask: m}
+			}
 		}
-	case *tenurev1.QueueOp_Claim:
-		var m *tenurev1.ClaimResponse
-		if m, err = callOp(ctx, s, hdr, proc, o.Claim, h.Claim); err == nil {
-			r.Result = &tenurev1.QueueResult_Claim{Claim: m}
-		}
-	case *tenurev1.QueueOp_Complete:
-		var m *tenurev1.CompleteResponse
-		if m, err = callOp(ctx, s, hdr, proc, o.Complete, h.Complete); err == nil {
-			r.Result = &tenurev1.QueueResult_Complete{Complete: m}
-		}
-	case *tenurev1.QueueOp_Fail:
-		var m *tenurev1.FailResponse
-		if m, err = callOp(ctx, s, hdr, proc, o.Fail, h.Fail); err == nil {
-			r.Result = &tenurev1.QueueResult_Fail{Fail: m}
-		}
-	case *tenurev1.QueueOp_Cancel:
-		var m *tenurev1.CancelResponse
-		if m, err = callOp(ctx, s, hdr, proc, o.Cancel, h.Cancel); err == nil {
-			r.Result = &tenurev1.QueueResult_Cancel{Cancel: m}
-		}
-	case *tenurev1.QueueOp_GetTask:
-		var m *tenurev1.GetTaskResponse
-		if m, err = callOp(ctx, s, hdr, proc, o.GetTask, h.GetTask); err == nil {
-			r.Result = &tenurev1.QueueResult_GetTask{GetTask: m}
-		}
-	default:
-		err = s.toConnect(invalidArg("op", fmt.Sprintf("unknown or missing operation %T", op.Op)))
-	}
-	if err != nil {
-		r.Result = &tenurev1.QueueResult_Error{Error: pipelineError(s.toConnect(err))}
-	}
+		return err
+	}, func(e *tenurev1.PipelineError) { r.Result = &tenurev1.QueueResult_Error{Error: e} })
 	return r
 }
 
