@@ -315,3 +315,33 @@ func TestDefaultHolder(t *testing.T) {
 		t.Errorf("default holder %q, want user@host:pid", h)
 	}
 }
+
+// TestEndpointWithoutPipelineGetsUnaryCalls: the fake serves no Pipeline;
+// the first call finds out (nothing ran), is made again as a unary call,
+// and so are the calls after it.
+func TestEndpointWithoutPipelineGetsUnaryCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		l, err := c.Acquire(t.Context(), "orders/1", TTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep, _ := c.pick()
+		ep.pipe.mu.Lock()
+		off := ep.pipe.off
+		ep.pipe.mu.Unlock()
+		if !off {
+			t.Error("the endpoint still counts as serving Pipeline")
+		}
+		if _, err := c.Acquire(t.Context(), "orders/2"); err != nil {
+			t.Fatal(err)
+		}
+		if n := fc.members["a:1"].acquireCount(); n != 2 {
+			t.Errorf("%d unary Acquire calls reached the fake, want 2 (one per Acquire)", n)
+		}
+		if err := l.Release(t.Context(), ReleaseCompleted); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -34,6 +34,10 @@ type Client struct {
 	acquiring map[string]int    // Acquire calls in flight per namespace + resource
 
 	hb *heartbeat
+
+	// pipeCtx bounds the endpoints' Pipeline streams (pipeline.go).
+	pipeCtx    context.Context
+	pipeCancel context.CancelFunc
 }
 
 // endpoint is one member's API address and its service clients.
@@ -43,6 +47,7 @@ type endpoint struct {
 	cluster tenurev1connect.ClusterServiceClient
 	queue   tenurev1connect.QueueServiceClient
 	pool    tenurev1connect.PoolServiceClient
+	pipe    leasePipe
 }
 
 // New returns a client for the cluster reachable at endpoints: API
@@ -102,6 +107,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 			c.endpoints = append(c.endpoints, c.newEndpoint(u))
 		}
 	}
+	c.pipeCtx, c.pipeCancel = context.WithCancel(context.Background())
 	c.hb = newHeartbeat(c)
 	return c, nil
 }
@@ -201,6 +207,8 @@ func (c *Client) Close() error {
 	wg.Wait()
 	cancel()
 	c.hb.stop()
+	c.pipeCancel()
+	c.closePipes()
 	if c.ownHTTP {
 		c.httpClient.CloseIdleConnections()
 	}

@@ -618,3 +618,106 @@ func TestIntegrationGRPCProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// countingTransport counts the HTTP requests made per path.
+type countingTransport struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	n    map[string]int
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.n[r.URL.Path]++
+	c.mu.Unlock()
+	return c.next.RoundTrip(r)
+}
+
+func (c *countingTransport) count(path string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[path]
+}
+
+// TestIntegrationCallsSharePipeline: concurrent Acquire, Renew and Release
+// calls of one Client travel over one LeaseService.Pipeline stream, with
+// the same results and errors as unary calls; WithoutPipeline makes them
+// unary.
+func TestIntegrationCallsSharePipeline(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	const (
+		pipePath    = "/tenure.v1.LeaseService/Pipeline"
+		acquirePath = "/tenure.v1.LeaseService/Acquire"
+		releasePath = "/tenure.v1.LeaseService/Release"
+		renewPath   = "/tenure.v1.LeaseService/Renew"
+	)
+	run := func(t *testing.T, opts ...Option) *countingTransport {
+		cfg := defaultConfig()
+		ct := &countingTransport{next: newHTTPClient(&cfg).Transport, n: map[string]int{}}
+		c := s.client(t, append(opts, WithHTTPClient(&http.Client{Transport: ct}), WithHolder(t.Name()))...)
+		const callers, cycles = 16, 10
+		var wg sync.WaitGroup
+		for w := range callers {
+			wg.Go(func() {
+				for i := range cycles {
+					res := fmt.Sprintf("%s/%d/%d", t.Name(), w, i)
+					l, err := c.Acquire(ctx, res, TTL(30*time.Second))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					// A second Acquire of the held resource is refused
+					// with the holder's lease in the error.
+					var held *HeldError
+					if _, err := c.Acquire(ctx, res); !errors.As(err, &held) || held.LeaseID != l.ID() || held.Fence != l.Fence() {
+						t.Errorf("acquiring a held resource: %v, want a HeldError naming %s", err, l.ID())
+					}
+					if err := l.Renew(ctx); err != nil {
+						t.Error(err)
+					}
+					if err := l.Release(ctx, ReleaseCompleted); err != nil {
+						t.Error(err)
+					}
+					if l.Err() != ErrReleased {
+						t.Errorf("after release: %v", l.Err())
+					}
+				}
+			})
+		}
+		wg.Wait()
+		// A refusal for the lease itself: renewing a released lease.
+		l, err := c.Acquire(ctx, t.Name()+"/last")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx, ReleaseCompleted); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := c.renewOnce(ctx, l.ID(), false); !errors.Is(err, ErrLeaseTerminal) {
+			t.Errorf("renewing a released lease: %v, want ErrLeaseTerminal", err)
+		}
+		return ct
+	}
+	t.Run("pipeline", func(t *testing.T) {
+		ct := run(t)
+		if n := ct.count(pipePath); n != 1 {
+			t.Errorf("%d Pipeline streams, want 1", n)
+		}
+		for _, p := range []string{acquirePath, releasePath, renewPath} {
+			if n := ct.count(p); n != 0 {
+				t.Errorf("%d unary calls to %s, want none", n, p)
+			}
+		}
+	})
+	t.Run("unary", func(t *testing.T) {
+		ct := run(t, WithoutPipeline())
+		if n := ct.count(pipePath); n != 0 {
+			t.Errorf("%d Pipeline streams WithoutPipeline, want none", n)
+		}
+		if n := ct.count(acquirePath); n != 16*10*2+1 {
+			t.Errorf("%d unary Acquire calls, want %d", n, 16*10*2+1)
+		}
+	})
+}

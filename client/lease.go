@@ -267,9 +267,9 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		if firstSent.IsZero() {
 			firstSent = now
 		}
-		resp, err := ep.lease.Acquire(ctx, connect.NewRequest(req))
+		resp, err := c.acquireRPC(ctx, ep, req)
 		if err == nil {
-			granted, sent = resp.Msg.GetLease(), now
+			granted, sent = resp.GetLease(), now
 			return nil
 		}
 		err = fromConnect(err)
@@ -351,9 +351,9 @@ func (c *Client) abandon(l *Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
-		_, err := ep.lease.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{
+		_, err := c.releaseRPC(ctx, ep, &tenurev1.ReleaseRequest{
 			LeaseId: l.id, Holder: c.cfg.holder, Reason: tenurev1.ReleaseReason_RELEASE_REASON_ABORTED,
-		}))
+		})
 		return err
 	})
 	l.end(ErrReleased)
@@ -398,8 +398,8 @@ func pbTTL(pb *tenurev1.Lease, fallback time.Duration) time.Duration {
 	return d
 }
 
-// renewOnce renews one lease by a unary call and returns the send time of
-// the attempt that succeeded.
+// renewOnce renews one lease by one call (not the heartbeat stream) and
+// returns the send time of the attempt that succeeded.
 func (c *Client) renewOnce(ctx context.Context, id string, cert bool) (time.Time, *tenurev1.Lease, error) {
 	var (
 		sent time.Time
@@ -407,16 +407,16 @@ func (c *Client) renewOnce(ctx context.Context, id string, cert bool) (time.Time
 	)
 	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
 		now := c.clock.Now()
-		resp, err := ep.lease.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{id}, Certificate: cert}))
+		resp, err := c.renewRPC(ctx, ep, &tenurev1.RenewRequest{LeaseIds: []string{id}, Certificate: cert})
 		if err != nil {
 			return err
 		}
-		for _, f := range resp.Msg.GetFailures() {
+		for _, f := range resp.GetFailures() {
 			if f.GetLeaseId() == id {
 				return failureError(f)
 			}
 		}
-		for _, l := range resp.Msg.GetLeases() {
+		for _, l := range resp.GetLeases() {
 			if l.GetLeaseId() == id {
 				sent, pb = now, l
 				return nil
@@ -479,11 +479,11 @@ func (l *Lease) Release(ctx context.Context, reason ReleaseReason) error {
 	}
 	var pb *tenurev1.Lease
 	err := l.c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
-		resp, err := ep.lease.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{
+		resp, err := l.c.releaseRPC(ctx, ep, &tenurev1.ReleaseRequest{
 			LeaseId: l.id, Holder: l.holder, Reason: tenurev1.ReleaseReason(reason),
-		}))
+		})
 		if err == nil {
-			pb = resp.Msg.GetLease()
+			pb = resp.GetLease()
 		}
 		return err
 	})

@@ -78,6 +78,7 @@ type config struct {
 	retryBudget  time.Duration
 	closeTimeout time.Duration
 	dialTimeout  time.Duration
+	pipeline     bool
 }
 
 func defaultConfig() config {
@@ -89,6 +90,7 @@ func defaultConfig() config {
 		retryBudget:  DefaultRetryBudget,
 		closeTimeout: DefaultCloseTimeout,
 		dialTimeout:  DefaultDialTimeout,
+		pipeline:     true,
 	}
 }
 
@@ -185,6 +187,14 @@ func WithRetryBudget(d time.Duration) Option { return func(c *config) { c.retryB
 // WithCloseTimeout bounds how long Close spends releasing the leases it
 // still holds (default 5 s).
 func WithCloseTimeout(d time.Duration) Option { return func(c *config) { c.closeTimeout = d } }
+
+// WithoutPipeline makes Acquire, Renew and Release one unary call each.
+// By default they share a LeaseService.Pipeline stream per endpoint, many
+// in flight at once, which is much cheaper for the server and the client
+// when many goroutines share a Client; an endpoint that does not serve
+// Pipeline is detected and gets unary calls anyway. Use this behind
+// proxies that break long-lived bidirectional HTTP/2 streams.
+func WithoutPipeline() Option { return func(c *config) { c.pipeline = false } }
 
 // WithDialTimeout bounds one connection attempt (default 3 s) when New builds
 // the HTTP client.

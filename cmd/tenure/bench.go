@@ -21,6 +21,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/opstream"
 	tenure "github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/internal/queue"
 	"github.com/tenurehq/tenure/internal/registrar"
@@ -210,11 +211,8 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 	if cfg.unary {
 		ops = &unaryOps{r: r}
 	} else {
-		p, err := newPipelineOps(ctx, r, cfg.streams)
-		if err != nil {
-			return nil, err
-		}
-		defer p.close()
+		p := newPipelineOps(ctx, r, cfg.streams)
+		defer p.Close()
 		ops = p
 	}
 	ttl := durationpb.New(cfg.ttl)
@@ -302,7 +300,7 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 					}
 					// A batch answers per lease: count what was renewed.
 					for _, f := range res.GetFailures() {
-						fail(&pipelineError{reason: f.GetReason(), message: f.GetMessage()})
+						fail(&opstream.OpError{PipelineError: &tenurev1.PipelineError{Reason: f.GetReason(), Message: f.GetMessage()}})
 					}
 					if len(res.GetLeases()) == 0 {
 						continue
@@ -476,9 +474,9 @@ func benchReason(err error) string {
 	if r := tenure.ReasonOf(err); r != "" {
 		return string(r)
 	}
-	var pe *pipelineError
-	if errors.As(err, &pe) {
-		return pe.reason
+	var oe *opstream.OpError
+	if errors.As(err, &oe) {
+		return oe.Reason()
 	}
 	if code := connect.CodeOf(err); code != connect.CodeUnknown {
 		return strings.ToUpper(code.String())

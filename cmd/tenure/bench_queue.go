@@ -12,6 +12,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/opstream"
 )
 
 // queueTransport carries the queue workload's operations.
@@ -51,15 +52,15 @@ func (u unaryQueueOps) complete(ctx context.Context, req *tenurev1.CompleteReque
 }
 
 // queuePipe sends the queue workload's operations over QueueService.Pipeline.
-type queuePipe struct{ p *queuePipelineOps }
+type queuePipe struct{ p *opstream.QueueSet }
 
 func (q queuePipe) enqueue(ctx context.Context, req *tenurev1.EnqueueRequest) error {
-	_, err := q.p.do(ctx, &tenurev1.QueueOp{Op: &tenurev1.QueueOp_Enqueue{Enqueue: req}})
+	_, err := q.p.Do(ctx, &tenurev1.QueueOp{Op: &tenurev1.QueueOp_Enqueue{Enqueue: req}})
 	return err
 }
 
 func (q queuePipe) claim(ctx context.Context, req *tenurev1.ClaimRequest) ([]*tenurev1.Task, error) {
-	r, err := q.p.do(ctx, &tenurev1.QueueOp{Op: &tenurev1.QueueOp_Claim{Claim: req}})
+	r, err := q.p.Do(ctx, &tenurev1.QueueOp{Op: &tenurev1.QueueOp_Claim{Claim: req}})
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +68,7 @@ func (q queuePipe) claim(ctx context.Context, req *tenurev1.ClaimRequest) ([]*te
 }
 
 func (q queuePipe) complete(ctx context.Context, req *tenurev1.CompleteRequest) error {
-	_, err := q.p.do(ctx, &tenurev1.QueueOp{Op: &tenurev1.QueueOp_Complete{Complete: req}})
+	_, err := q.p.Do(ctx, &tenurev1.QueueOp{Op: &tenurev1.QueueOp_Complete{Complete: req}})
 	return err
 }
 
@@ -88,8 +89,8 @@ func benchQueue(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResu
 	}
 	var q queueTransport = unaryQueueOps{r}
 	if !cfg.unary {
-		p := newQueuePipelineOps(ctx, r, cfg.streams)
-		defer p.close()
+		p := opstream.OpenQueue(ctx, r.queues[0], cfg.streams)
+		defer p.Close()
 		q = queuePipe{p}
 	}
 	name := cfg.holder // bench-<run id>: one queue per run

@@ -31,8 +31,10 @@ type fsm struct {
 	mu sync.RWMutex
 	m  *statemachine.Machine
 	// maxTick is the highest tick of any applied command (a command that
-	// emits no record still moved time forward for its caller).
-	maxTick registrar.Tick
+	// emits no record still moved time forward for its caller). It is
+	// written under mu by ApplyBatch and Restore and read without mu: the
+	// proposer stamps the next entry while the FSM applies the last one.
+	maxTick atomicTick
 	// applied is the highest Raft index the FSM has seen (see Node.Read).
 	applied atomic.Uint64
 	// waits holds a channel for each waiter somebody awaits.
@@ -50,6 +52,9 @@ type fsm struct {
 	// calls ApplyBatch, Snapshot and Restore one at a time, so the
 	// ledger's queue holds their requests in apply order.
 	ledger *durableLedger
+	// applying, when set, is handed each batch of logs before it is
+	// applied (entrySlots.written).
+	applying func([]*raft.Log)
 	// observe, when set, sees every applied command's result (metrics).
 	observe func(m *statemachine.Machine, cmd *logpb.Command, res statemachine.Result)
 }
@@ -72,6 +77,9 @@ func (f *fsm) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 // commands in order. The response of an entry is []statemachine.Result
 // (one per command) or an error for an undecodable entry.
 func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	if f.applying != nil {
+		f.applying(logs)
+	}
 	out := make([]any, len(logs))
 	f.mu.Lock()
 	var sealed []statemachine.Sealed
@@ -93,7 +101,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		}
 		results := make([]statemachine.Result, len(b.Commands))
 		for j, cmd := range b.Commands {
-			f.maxTick = max(f.maxTick, registrar.Tick(cmd.Tick))
+			f.maxTick.raise(registrar.Tick(cmd.Tick))
 			res := f.m.Apply(cmd)
 			results[j] = res
 			for _, s := range res.Records {
@@ -210,7 +218,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.m = m
-	f.maxTick = max(f.maxTick, m.Registrar().Tick())
+	f.maxTick.raise(m.Registrar().Tick())
 	ch := m.Chain()
 	f.ledger.restored(ch.Next, ch.Head, m.PublicKey())
 	close(f.changed)
@@ -230,3 +238,16 @@ func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s fsmSnapshot) Release() {}
+
+// atomicTick is a registrar tick that only moves forward.
+type atomicTick struct{ v atomic.Int64 }
+
+func (t *atomicTick) load() registrar.Tick { return registrar.Tick(t.v.Load()) }
+
+// raise moves the tick up to x. Its callers are serialized (Raft calls
+// the FSM one call at a time), so a load and a store suffice.
+func (t *atomicTick) raise(x registrar.Tick) {
+	if int64(x) > t.v.Load() {
+		t.v.Store(int64(x))
+	}
+}

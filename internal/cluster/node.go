@@ -123,6 +123,7 @@ func Open(cfg Config) (*Node, error) {
 	n.fsm = newFSM(cfg.Machine, n.feed)
 	n.metrics = newMetrics(cfg.Registerer, n)
 	n.fsm.observe = n.metrics.observe
+	n.fsm.applying = n.slots.written
 
 	ok := false
 	defer func() {
@@ -330,7 +331,7 @@ func (n *Node) lead() {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := n.fsm
 	f.mu.RLock()
-	base := max(f.maxTick, f.m.Registrar().Tick())
+	base := max(f.maxTick.load(), f.m.Registrar().Tick())
 	bootstrapped := f.m.Bootstrapped()
 	f.mu.RUnlock()
 	// Everything up to the barrier is applied; the entries the FSM never
@@ -349,6 +350,7 @@ func (n *Node) lead() {
 		}
 		n.log.Info("registrar initialized")
 	}
+	n.noteVoters()
 	n.leader.Store(t)
 	n.log.Info("leading", "tick", base)
 	n.publishMembers(ctx)

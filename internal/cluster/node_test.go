@@ -274,11 +274,7 @@ func TestReplicatedClockKeepsUpWhileLeasesAreDue(t *testing.T) {
 	if out.Err != nil {
 		t.Fatal(out.Err)
 	}
-	appliedTick := func() registrar.Tick {
-		n.fsm.mu.RLock()
-		defer n.fsm.mu.RUnlock()
-		return n.fsm.maxTick
-	}
+	appliedTick := n.fsm.maxTick.load
 	start := appliedTick()
 	deadline := time.Now().Add(10 * time.Second)
 	for appliedTick() < start+1000 {

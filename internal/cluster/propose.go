@@ -110,10 +110,7 @@ func (n *Node) propose() {
 			n.slots.put()
 			continue
 		}
-		n.fsm.mu.RLock()
-		applied := n.fsm.maxTick
-		n.fsm.mu.RUnlock()
-		tick := clock.stamp(t, applied)
+		tick := clock.stamp(t, n.fsm.maxTick.load())
 		wall := time.Now().Add(n.cfg.TestWallOffset).UTC().UnixMilli()
 		b := &logpb.Batch{Commands: make([]*logpb.Command, len(batch))}
 		for i, p := range batch {

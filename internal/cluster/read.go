@@ -34,7 +34,7 @@ func (n *Node) Read(ctx context.Context, stale bool, fn func(m *statemachine.Mac
 	f := n.fsm
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	tick := max(f.maxTick, f.m.Registrar().Tick())
+	tick := max(f.maxTick.load(), f.m.Registrar().Tick())
 	if t != nil {
 		tick = max(tick, t.now())
 	}
@@ -99,8 +99,8 @@ func (n *Node) expire(t *term) {
 		changed := n.fsm.changes()
 		n.fsm.mu.RLock()
 		next, ok := n.fsm.m.Registrar().NextDeadline()
-		applied := n.fsm.maxTick
 		n.fsm.mu.RUnlock()
+		applied := n.fsm.maxTick.load()
 		timer.Stop()
 		if ok {
 			now := t.now()
@@ -310,10 +310,29 @@ func (n *Node) NeedsPublish() bool {
 func (n *Node) APIAddr() string { return n.cfg.APIAddr }
 
 func (n *Node) membership(f raft.IndexFuture) error {
-	if err := f.Error(); err != nil {
+	err := f.Error()
+	n.noteVoters()
+	if err != nil {
 		return n.raftError(err)
 	}
 	return nil
+}
+
+// noteVoters tells the proposer whether other voters share the log
+// (entrySlots.atWrite); the leader calls it on taking office and after
+// each membership change it makes.
+func (n *Node) noteVoters() {
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return
+	}
+	voters := 0
+	for _, srv := range cf.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	n.slots.atWrite.Store(voters > 1)
 }
 
 // TransferLeadership asks Raft to hand leadership to id ("" lets Raft pick).

@@ -2,15 +2,16 @@ package cluster
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
 )
 
 // writtenStore is the Raft log store, telling the proposer when the
-// leader's own copy of an entry it proposed is on disk: from then the
-// disk is free for the next entry while Raft commits and applies this
-// one, so the log write of entry N+1 overlaps the apply of entry N.
+// leader's own copy of an entry it proposed is on disk, if the cluster
+// has other voters (entrySlots.atWrite): from then the disk is free for
+// the next entry while the followers write this one.
 type writtenStore struct {
 	*wal.WAL
 	slots *entrySlots
@@ -20,7 +21,9 @@ func (s *writtenStore) StoreLogs(logs []*raft.Log) error {
 	if err := s.WAL.StoreLogs(logs); err != nil {
 		return err
 	}
-	s.slots.written(logs)
+	if s.slots.atWrite.Load() {
+		s.slots.written(logs)
+	}
 	return nil
 }
 
@@ -29,13 +32,26 @@ func (s *writtenStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.
 // entrySlots bounds the entries proposed and not yet written to the
 // leader's log (Config.MaxInflightEntries). A slot is taken by the
 // proposer and given back once, by whichever comes first: the leader's log
-// write of the entry (recognised by its data, which Raft hands to the log
-// store as the very slice it was given) or the end of the entry's future
-// (applied, refused or abandoned).
+// write of the entry if the cluster has other voters, or else the start
+// of its apply (the entry is recognised by its data, which Raft hands to
+// the log store and the FSM as the very slice it was given), or the end
+// of the entry's future (applied, refused or abandoned).
+//
+// A lone voter commits an entry the moment its log write returns, and
+// freeing the slot then lost time twice over (measured): Raft's leader
+// loop, seeing the next entry and the commit at once, picks one at random,
+// so half the commits waited behind the next entry's fsync; and with
+// callers not yet answered, the next entry carried only the few commands
+// that happened to be waiting. Freed when the FSM starts to apply the
+// entry, the commit has been handed over and the next entry's fsync still
+// overlaps the apply.
 type entrySlots struct {
 	free chan struct{}
-	mu   sync.Mutex
-	held map[*byte]struct{}
+	// atWrite frees slots at the leader's log write: the node leads
+	// other voters, whose writes then overlap the leader's next one.
+	atWrite atomic.Bool
+	mu      sync.Mutex
+	held    map[*byte]struct{}
 }
 
 func newEntrySlots(n int) *entrySlots {
@@ -66,6 +82,8 @@ func (s *entrySlots) release(data []byte) {
 	}
 }
 
+// written gives back the slots of logs, written to the leader's log or
+// about to be applied.
 func (s *entrySlots) written(logs []*raft.Log) {
 	for _, l := range logs {
 		if l.Type == raft.LogCommand && len(l.Data) > 0 {

@@ -1,0 +1,306 @@
+// Package opstream multiplexes operations over the Pipeline streams of
+// Tenure's services (LeaseService, QueueService and PoolService): many
+// operations in flight on one bidirectional stream, whatever is waiting
+// batched into one message, results matched to their callers by id. The
+// Go client and `tenure bench` use it; a pipelined caller shares Raft
+// entries through group commit without paying for an HTTP/2 request per
+// operation.
+package opstream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+)
+
+// Shape describes one service's Pipeline messages.
+type Shape[Req, Res, Op, Result any] struct {
+	Wrap    func([]*Op) *Req                      // a request carrying ops
+	Results func(*Res) []*Result                  // a response's results
+	ID      func(*Result) uint64                  // the id of the op a result answers
+	SetID   func(*Op, uint64)                     // numbers an op
+	Err     func(*Result) *tenurev1.PipelineError // a failed op's error, or nil
+}
+
+// Lease, Queue and Pool are the shapes of the three services' pipelines.
+var (
+	Lease = Shape[tenurev1.PipelineRequest, tenurev1.PipelineResponse, tenurev1.PipelineOp, tenurev1.PipelineResult]{
+		Wrap:    func(ops []*tenurev1.PipelineOp) *tenurev1.PipelineRequest { return &tenurev1.PipelineRequest{Ops: ops} },
+		Results: (*tenurev1.PipelineResponse).GetResults,
+		ID:      (*tenurev1.PipelineResult).GetId,
+		SetID:   func(op *tenurev1.PipelineOp, id uint64) { op.Id = id },
+		Err:     (*tenurev1.PipelineResult).GetError,
+	}
+	Queue = Shape[tenurev1.QueuePipelineRequest, tenurev1.QueuePipelineResponse, tenurev1.QueueOp, tenurev1.QueueResult]{
+		Wrap: func(ops []*tenurev1.QueueOp) *tenurev1.QueuePipelineRequest {
+			return &tenurev1.QueuePipelineRequest{Ops: ops}
+		},
+		Results: (*tenurev1.QueuePipelineResponse).GetResults,
+		ID:      (*tenurev1.QueueResult).GetId,
+		SetID:   func(op *tenurev1.QueueOp, id uint64) { op.Id = id },
+		Err:     (*tenurev1.QueueResult).GetError,
+	}
+	Pool = Shape[tenurev1.PoolPipelineRequest, tenurev1.PoolPipelineResponse, tenurev1.PoolOp, tenurev1.PoolResult]{
+		Wrap: func(ops []*tenurev1.PoolOp) *tenurev1.PoolPipelineRequest {
+			return &tenurev1.PoolPipelineRequest{Ops: ops}
+		},
+		Results: (*tenurev1.PoolPipelineResponse).GetResults,
+		ID:      (*tenurev1.PoolResult).GetId,
+		SetID:   func(op *tenurev1.PoolOp, id uint64) { op.Id = id },
+		Err:     (*tenurev1.PoolResult).GetError,
+	}
+)
+
+// LeaseSet, QueueSet and PoolSet are sets of the three services' streams.
+type (
+	LeaseSet = Set[tenurev1.PipelineRequest, tenurev1.PipelineResponse, tenurev1.PipelineOp, tenurev1.PipelineResult]
+	QueueSet = Set[tenurev1.QueuePipelineRequest, tenurev1.QueuePipelineResponse, tenurev1.QueueOp, tenurev1.QueueResult]
+	PoolSet  = Set[tenurev1.PoolPipelineRequest, tenurev1.PoolPipelineResponse, tenurev1.PoolOp, tenurev1.PoolResult]
+)
+
+// OpenLease, OpenQueue and OpenPool open n streams of a service.
+func OpenLease(ctx context.Context, c tenurev1connect.LeaseServiceClient, n int) *LeaseSet {
+	return Open(ctx, Lease, n, c.Pipeline)
+}
+
+func OpenQueue(ctx context.Context, c tenurev1connect.QueueServiceClient, n int) *QueueSet {
+	return Open(ctx, Queue, n, c.Pipeline)
+}
+
+func OpenPool(ctx context.Context, c tenurev1connect.PoolServiceClient, n int) *PoolSet {
+	return Open(ctx, Pool, n, c.Pipeline)
+}
+
+// OpError is an operation the server answered with an error. Its
+// PipelineError holds what a unary call's error would: the Connect code
+// name, the reason, the message and the reason's metadata.
+type OpError struct{ *tenurev1.PipelineError }
+
+func (e *OpError) Error() string { return e.GetMessage() }
+
+// Code is the error's Connect code (CodeUnknown if the name is unknown).
+func (e *OpError) Code() connect.Code {
+	var c connect.Code
+	if c.UnmarshalText([]byte(e.GetCode())) != nil {
+		return connect.CodeUnknown
+	}
+	return c
+}
+
+// Reason is the error's reason, else its code name.
+func (e *OpError) Reason() string {
+	if r := e.GetReason(); r != "" {
+		return r
+	}
+	return e.GetCode()
+}
+
+// StreamError is an operation whose stream broke before its result came
+// back. Sent reports whether the operation had been handed to the stream:
+// if so, the server may have run it.
+type StreamError struct {
+	Err  error
+	Sent bool
+}
+
+func (e *StreamError) Error() string { return "pipeline stream closed: " + e.Err.Error() }
+func (e *StreamError) Unwrap() error { return e.Err }
+
+// Set sends operations over a set of Pipeline streams of one service,
+// spread round-robin. A stream that breaks stays broken (Broken); open a
+// new Set to go on.
+type Set[Req, Res, Op, Result any] struct {
+	shape   Shape[Req, Res, Op, Result]
+	streams []*stream[Req, Res, Op, Result]
+	next    atomic.Uint64
+	cancel  context.CancelFunc
+}
+
+type stream[Req, Res, Op, Result any] struct {
+	set    *Set[Req, Res, Op, Result]
+	stream *connect.BidiStreamForClient[Req, Res]
+	ops    chan *Op
+	dead   chan struct{} // closed when the stream broke
+	once   sync.Once
+	err    error
+
+	mu      sync.Mutex
+	nextID  uint64
+	waiting map[uint64]chan *Result
+}
+
+// Open opens n streams (at least one) with open. They live until ctx ends
+// or Close.
+func Open[Req, Res, Op, Result any](ctx context.Context, shape Shape[Req, Res, Op, Result], n int,
+	open func(context.Context) *connect.BidiStreamForClient[Req, Res]) *Set[Req, Res, Op, Result] {
+	p := &Set[Req, Res, Op, Result]{shape: shape}
+	ctx, p.cancel = context.WithCancel(ctx)
+	for range max(n, 1) {
+		s := &stream[Req, Res, Op, Result]{
+			set:     p,
+			stream:  open(ctx),
+			ops:     make(chan *Op, 4096),
+			dead:    make(chan struct{}),
+			waiting: make(map[uint64]chan *Result),
+		}
+		go s.receive()
+		go s.send(ctx)
+		p.streams = append(p.streams, s)
+	}
+	return p
+}
+
+// Close ends the streams; operations in flight end with a StreamError.
+func (p *Set[Req, Res, Op, Result]) Close() {
+	p.cancel()
+	for _, s := range p.streams {
+		_ = s.stream.CloseRequest()
+		_ = s.stream.CloseResponse()
+		s.fail(errors.New("closed"))
+	}
+}
+
+// Broken reports whether any of the streams broke.
+func (p *Set[Req, Res, Op, Result]) Broken() bool {
+	for _, s := range p.streams {
+		select {
+		case <-s.dead:
+			return true
+		default:
+		}
+	}
+	return false
+}
+
+// Do runs op and returns its result, an *OpError for an operation the
+// server refused, a *StreamError if the stream broke, or ctx's error if ctx
+// ended first (the operation may still run: the stream does not cancel
+// it).
+func (p *Set[Req, Res, Op, Result]) Do(ctx context.Context, op *Op) (*Result, error) {
+	s := p.streams[p.next.Add(1)%uint64(len(p.streams))]
+	ch := make(chan *Result, 1)
+	s.mu.Lock()
+	s.nextID++
+	id := s.nextID
+	p.shape.SetID(op, id)
+	s.waiting[id] = ch
+	s.mu.Unlock()
+	abandon := func() {
+		s.mu.Lock()
+		delete(s.waiting, id)
+		s.mu.Unlock()
+	}
+	select {
+	case <-s.dead: // checked first: a broken stream must not take the op
+		abandon()
+		return nil, &StreamError{Err: s.err}
+	default:
+	}
+	select {
+	case s.ops <- op:
+	case <-s.dead:
+		abandon()
+		return nil, &StreamError{Err: s.err}
+	case <-ctx.Done():
+		abandon()
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-ch:
+		if e := p.shape.Err(r); e != nil {
+			return nil, &OpError{e}
+		}
+		return r, nil
+	case <-s.dead:
+		abandon()
+		// A result that arrived just before the stream broke still counts.
+		select {
+		case r := <-ch:
+			if e := p.shape.Err(r); e != nil {
+				return nil, &OpError{e}
+			}
+			return r, nil
+		default:
+		}
+		return nil, &StreamError{Err: s.err, Sent: true}
+	case <-ctx.Done():
+		abandon()
+		return nil, ctx.Err()
+	}
+}
+
+func (s *stream[Req, Res, Op, Result]) fail(err error) {
+	s.once.Do(func() {
+		s.err = err
+		close(s.dead)
+	})
+}
+
+func (s *stream[Req, Res, Op, Result]) receive() {
+	for {
+		resp, err := s.stream.Receive()
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		s.mu.Lock()
+		for _, r := range s.set.shape.Results(resp) {
+			id := s.set.shape.ID(r)
+			if ch, ok := s.waiting[id]; ok {
+				ch <- r
+				delete(s.waiting, id)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// maxBatch bounds the operations sent in one message.
+const maxBatch = 1000
+
+func (s *stream[Req, Res, Op, Result]) send(ctx context.Context) {
+	for {
+		var op *Op
+		select {
+		case op = <-s.ops:
+		case <-ctx.Done():
+			return
+		case <-s.dead:
+			return
+		}
+		ops := []*Op{op}
+		// Yield once the queue is empty, so that callers just woken by
+		// results enqueue their next operation into this message rather
+		// than each into its own (one message per round, not per op).
+		for yielded := false; len(ops) < maxBatch; {
+			select {
+			case op := <-s.ops:
+				ops = append(ops, op)
+				yielded = false
+				continue
+			default:
+			}
+			if yielded {
+				break
+			}
+			runtime.Gosched()
+			yielded = true
+		}
+		if err := s.stream.Send(s.set.shape.Wrap(ops)); err != nil {
+			// io.EOF: the server ended the stream, and receive gets
+			// its reason.
+			if !errors.Is(err, io.EOF) {
+				s.fail(err)
+			}
+			return
+		}
+	}
+}

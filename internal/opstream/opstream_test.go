@@ -1,0 +1,196 @@
+package opstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/opstream"
+)
+
+// scripted is a LeaseService whose Pipeline answers each acquire by its
+// resource: "refuse" → an operation error, "break" → the stream ends with
+// an error, "hold" → no answer until the stream ends; anything else → a
+// lease named after the resource.
+type scripted struct {
+	tenurev1connect.UnimplementedLeaseServiceHandler
+	mu       sync.Mutex
+	messages int // request messages received
+	held     chan struct{}
+}
+
+func (s *scripted) Pipeline(ctx context.Context, stream *connect.BidiStream[tenurev1.PipelineRequest, tenurev1.PipelineResponse]) error {
+	for {
+		req, err := stream.Receive()
+		if err != nil {
+			return nil
+		}
+		s.mu.Lock()
+		s.messages++
+		s.mu.Unlock()
+		var out []*tenurev1.PipelineResult
+		for _, op := range req.GetOps() {
+			res := op.GetAcquire().GetResource()
+			switch res {
+			case "refuse":
+				out = append(out, &tenurev1.PipelineResult{Id: op.GetId(), Result: &tenurev1.PipelineResult_Error{Error: &tenurev1.PipelineError{
+					Code: "failed_precondition", Reason: "LEASE_HELD", Message: "LEASE_HELD: refuse is held",
+					Metadata: map[string]string{"holder": "someone"},
+				}}})
+			case "break":
+				return connect.NewError(connect.CodeUnavailable, errors.New("broken on purpose"))
+			case "hold":
+				close(s.held)
+			default:
+				out = append(out, &tenurev1.PipelineResult{Id: op.GetId(), Result: &tenurev1.PipelineResult_Acquire{
+					Acquire: &tenurev1.AcquireResponse{Lease: &tenurev1.Lease{LeaseId: res}}}})
+			}
+		}
+		if len(out) > 0 {
+			if err := stream.Send(&tenurev1.PipelineResponse{Results: out}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func serve(t *testing.T, h tenurev1connect.LeaseServiceHandler) tenurev1connect.LeaseServiceClient {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(tenurev1connect.NewLeaseServiceHandler(h))
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: mux, Protocols: &protos}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	hc := &http.Client{Transport: &http.Transport{Protocols: &protos}}
+	return tenurev1connect.NewLeaseServiceClient(hc, "http://"+ln.Addr().String())
+}
+
+func acquire(res string) *tenurev1.PipelineOp {
+	return &tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Acquire{Acquire: &tenurev1.AcquireRequest{Resource: res}}}
+}
+
+func TestConcurrentOperationsShareMessagesAndGetTheirOwnResults(t *testing.T) {
+	h := &scripted{}
+	set := opstream.OpenLease(t.Context(), serve(t, h), 1)
+	defer set.Close()
+	const callers, each = 16, 50
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			for i := range each {
+				want := fmt.Sprintf("r-%d-%d", c, i)
+				r, err := set.Do(t.Context(), acquire(want))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if got := r.GetAcquire().GetLease().GetLeaseId(); got != want {
+					t.Errorf("result %q for operation %q", got, want)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.messages >= callers*each {
+		t.Errorf("%d messages for %d operations: nothing was batched", h.messages, callers*each)
+	}
+	if set.Broken() {
+		t.Error("stream broken after a clean run")
+	}
+}
+
+func TestOperationErrorCarriesCodeReasonAndMetadata(t *testing.T) {
+	set := opstream.OpenLease(t.Context(), serve(t, &scripted{}), 1)
+	defer set.Close()
+	_, err := set.Do(t.Context(), acquire("refuse"))
+	var oe *opstream.OpError
+	if !errors.As(err, &oe) {
+		t.Fatalf("err = %v (%T), want an OpError", err, err)
+	}
+	if oe.Code() != connect.CodeFailedPrecondition || oe.Reason() != "LEASE_HELD" || oe.GetMetadata()["holder"] != "someone" || oe.Error() != "LEASE_HELD: refuse is held" {
+		t.Errorf("OpError = code %v reason %q metadata %v message %q", oe.Code(), oe.Reason(), oe.GetMetadata(), oe.Error())
+	}
+	// The stream goes on after an operation's error.
+	if r, err := set.Do(t.Context(), acquire("ok")); err != nil || r.GetAcquire().GetLease().GetLeaseId() != "ok" {
+		t.Fatalf("after the refusal: %v %v", r, err)
+	}
+}
+
+func TestBrokenStreamFailsWaitingAndLaterOperations(t *testing.T) {
+	h := &scripted{held: make(chan struct{})}
+	set := opstream.OpenLease(t.Context(), serve(t, h), 1)
+	defer set.Close()
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := set.Do(t.Context(), acquire("hold"))
+		waiting <- err
+	}()
+	<-h.held
+	_, err := set.Do(t.Context(), acquire("break"))
+	var se *opstream.StreamError
+	if !errors.As(err, &se) || !se.Sent || connect.CodeOf(se.Err) != connect.CodeUnavailable {
+		t.Fatalf("the breaking operation: %v (%T), want a sent StreamError with code unavailable", err, err)
+	}
+	select {
+	case err := <-waiting:
+		if !errors.As(err, &se) || !se.Sent {
+			t.Errorf("the operation in flight: %v, want a sent StreamError", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the operation in flight never ended")
+	}
+	if !set.Broken() {
+		t.Error("Broken() = false after the stream broke")
+	}
+	_, err = set.Do(t.Context(), acquire("later"))
+	if !errors.As(err, &se) || se.Sent {
+		t.Errorf("an operation after the break: %v, want an unsent StreamError", err)
+	}
+}
+
+func TestCancelledCallerLeavesTheStreamUsable(t *testing.T) {
+	h := &scripted{held: make(chan struct{})}
+	set := opstream.OpenLease(t.Context(), serve(t, h), 1)
+	defer set.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := set.Do(ctx, acquire("hold"))
+		done <- err
+	}()
+	<-h.held
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled caller: %v", err)
+	}
+	if r, err := set.Do(t.Context(), acquire("next")); err != nil || r.GetAcquire().GetLease().GetLeaseId() != "next" {
+		t.Fatalf("after a cancelled caller: %v %v", r, err)
+	}
+}
+
+func TestUnimplementedPipeline(t *testing.T) {
+	set := opstream.OpenLease(t.Context(), serve(t, tenurev1connect.UnimplementedLeaseServiceHandler{}), 1)
+	defer set.Close()
+	_, err := set.Do(t.Context(), acquire("x"))
+	var se *opstream.StreamError
+	if !errors.As(err, &se) || connect.CodeOf(se.Err) != connect.CodeUnimplemented {
+		t.Fatalf("err = %v, want a StreamError with code unimplemented", err)
+	}
+}
