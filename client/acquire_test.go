@@ -328,9 +328,9 @@ func TestEndpointWithoutPipelineGetsUnaryCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		ep, _ := c.pick()
-		ep.pipe.mu.Lock()
-		off := ep.pipe.off
-		ep.pipe.mu.Unlock()
+		ep.leasePipe.mu.Lock()
+		off := ep.leasePipe.off
+		ep.leasePipe.mu.Unlock()
 		if !off {
 			t.Error("the endpoint still counts as serving Pipeline")
 		}

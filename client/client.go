@@ -47,7 +47,9 @@ type endpoint struct {
 	cluster tenurev1connect.ClusterServiceClient
 	queue   tenurev1connect.QueueServiceClient
 	pool    tenurev1connect.PoolServiceClient
-	pipe    leasePipe
+
+	leasePipe leasePipe
+	queuePipe queuePipe
 }
 
 // New returns a client for the cluster reachable at endpoints: API
@@ -150,13 +152,15 @@ func (c *Client) normalize(addr string) (string, error) {
 }
 
 func (c *Client) newEndpoint(url string) *endpoint {
-	return &endpoint{
+	ep := &endpoint{
 		url:     url,
 		lease:   tenurev1connect.NewLeaseServiceClient(c.httpClient, url, c.connOpts...),
 		cluster: tenurev1connect.NewClusterServiceClient(c.httpClient, url, c.connOpts...),
 		queue:   tenurev1connect.NewQueueServiceClient(c.httpClient, url, c.connOpts...),
 		pool:    tenurev1connect.NewPoolServiceClient(c.httpClient, url, c.connOpts...),
 	}
+	newPipes(ep)
+	return ep
 }
 
 // Holder returns the holder identity this client acquires leases as.

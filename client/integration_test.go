@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 }
 
 // tenureBinary builds cmd/tenure once per test run.
-func tenureBinary(t *testing.T) string {
+func tenureBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		binDir, binErr = os.MkdirTemp("", "tenure-client-test")
@@ -64,7 +64,7 @@ func tenureBinary(t *testing.T) string {
 
 // realServer is a running `tenure server` process.
 type realServer struct {
-	t       *testing.T
+	t       testing.TB
 	bin     string
 	dir     string
 	api     string
@@ -76,7 +76,7 @@ type realServer struct {
 	extra []string
 }
 
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -87,7 +87,7 @@ func freePort(t *testing.T) string {
 }
 
 // startRealServer starts a single node and waits until /readyz answers.
-func startRealServer(t *testing.T) *realServer {
+func startRealServer(t testing.TB) *realServer {
 	t.Helper()
 	s := &realServer{t: t, bin: tenureBinary(t), dir: t.TempDir(), api: freePort(t), raft: freePort(t)}
 	s.start()
@@ -147,7 +147,7 @@ func (s *realServer) kill() {
 	s.stopped = true
 }
 
-func (s *realServer) client(t *testing.T, opts ...Option) *Client {
+func (s *realServer) client(t testing.TB, opts ...Option) *Client {
 	t.Helper()
 	c, err := New([]string{s.api}, opts...)
 	if err != nil {

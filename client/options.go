@@ -188,12 +188,13 @@ func WithRetryBudget(d time.Duration) Option { return func(c *config) { c.retryB
 // still holds (default 5 s).
 func WithCloseTimeout(d time.Duration) Option { return func(c *config) { c.closeTimeout = d } }
 
-// WithoutPipeline makes Acquire, Renew and Release one unary call each.
-// By default they share a LeaseService.Pipeline stream per endpoint, many
-// in flight at once, which is much cheaper for the server and the client
-// when many goroutines share a Client; an endpoint that does not serve
-// Pipeline is detected and gets unary calls anyway. Use this behind
-// proxies that break long-lived bidirectional HTTP/2 streams.
+// WithoutPipeline makes every call one unary RPC. By default Acquire and
+// Claim without a wait, Renew, Release, Complete and Fail share a Pipeline
+// stream per endpoint and service, many in flight at once, which is much
+// cheaper for the server and the client when many goroutines share a
+// Client; an endpoint that does not serve Pipeline is detected and gets
+// unary calls anyway. Use this behind proxies that break long-lived
+// bidirectional HTTP/2 streams.
 func WithoutPipeline() Option { return func(c *config) { c.pipeline = false } }
 
 // WithDialTimeout bounds one connection attempt (default 3 s) when New builds

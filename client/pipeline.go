@@ -11,26 +11,38 @@ import (
 	"github.com/tenurehq/tenure/internal/opstream"
 )
 
-// leasePipe is an endpoint's LeaseService.Pipeline stream, which carries
-// the client's Acquire (without a wait), Renew and Release calls: every
-// call of every goroutine of the Client shares it, many in flight, so that
-// concurrent callers cost the server one HTTP/2 message per round instead
-// of one request each (measured: about four times the acquire+release
-// cycles of unary calls at 64 callers). It is opened on first use and
-// again after it broke. An endpoint that does not serve Pipeline, or a
-// Client built WithoutPipeline, makes unary calls.
-type leasePipe struct {
-	mu  sync.Mutex
-	set *opstream.LeaseSet
-	off bool // unary calls only
+// pipe is one of an endpoint's Pipeline streams (LeaseService's, which
+// carries the client's Acquire without a wait, Renew and Release, or
+// QueueService's, which carries Complete, Fail and Claim without a wait):
+// every call of every goroutine of the Client shares it, many in flight,
+// so that concurrent callers cost the server one HTTP/2 message per round
+// instead of one request each (measured: about four times the
+// acquire+release cycles of unary calls at 64 callers). It is opened on
+// first use and again after it broke. An endpoint that does not serve
+// Pipeline, or a Client built WithoutPipeline, makes unary calls.
+type pipe[Req, Res, Op, Result any] struct {
+	mu   sync.Mutex
+	set  *opstream.Set[Req, Res, Op, Result]
+	off  bool // unary calls only
+	open func(context.Context) *opstream.Set[Req, Res, Op, Result]
 }
 
-// pipe returns ep's open stream, or nil for unary calls.
-func (c *Client) pipe(ep *endpoint) *opstream.LeaseSet {
+type (
+	leasePipe = pipe[tenurev1.PipelineRequest, tenurev1.PipelineResponse, tenurev1.PipelineOp, tenurev1.PipelineResult]
+	queuePipe = pipe[tenurev1.QueuePipelineRequest, tenurev1.QueuePipelineResponse, tenurev1.QueueOp, tenurev1.QueueResult]
+)
+
+// newPipes gives ep its streams (not opened yet).
+func newPipes(ep *endpoint) {
+	ep.leasePipe.open = func(ctx context.Context) *opstream.LeaseSet { return opstream.OpenLease(ctx, ep.lease, 1) }
+	ep.queuePipe.open = func(ctx context.Context) *opstream.QueueSet { return opstream.OpenQueue(ctx, ep.queue, 1) }
+}
+
+// get returns the open stream, or nil for unary calls.
+func (p *pipe[Req, Res, Op, Result]) get(c *Client) *opstream.Set[Req, Res, Op, Result] {
 	if !c.cfg.pipeline {
 		return nil
 	}
-	p := &ep.pipe
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.off {
@@ -44,9 +56,24 @@ func (c *Client) pipe(ep *endpoint) *opstream.LeaseSet {
 		if c.pipeCtx.Err() != nil {
 			return nil // closed
 		}
-		p.set = opstream.OpenLease(c.pipeCtx, ep.lease, 1)
+		p.set = p.open(c.pipeCtx)
 	}
 	return p.set
+}
+
+func (p *pipe[Req, Res, Op, Result]) disable() {
+	p.mu.Lock()
+	p.off = true
+	p.mu.Unlock()
+}
+
+func (p *pipe[Req, Res, Op, Result]) close() {
+	p.mu.Lock()
+	if p.set != nil {
+		p.set.Close()
+		p.set = nil
+	}
+	p.mu.Unlock()
 }
 
 // closePipes ends the endpoints' streams (Close, once no call needs them).
@@ -55,23 +82,19 @@ func (c *Client) closePipes() {
 	eps := append([]*endpoint(nil), c.endpoints...)
 	c.mu.Unlock()
 	for _, ep := range eps {
-		ep.pipe.mu.Lock()
-		if ep.pipe.set != nil {
-			ep.pipe.set.Close()
-			ep.pipe.set = nil
-		}
-		ep.pipe.mu.Unlock()
+		ep.leasePipe.close()
+		ep.queuePipe.close()
 	}
 }
 
-// pipelined runs one lease operation on ep: over ep's Pipeline stream,
-// else (or when the endpoint turns out not to serve Pipeline) with unary.
-// Errors come as from a unary call: an *Error for an operation the
-// registrar refused, a connect error with code Unavailable for one whose
-// stream broke after sending it (its outcome is unknown).
-func pipelined[Res any](ctx context.Context, c *Client, ep *endpoint, op *tenurev1.PipelineOp,
-	result func(*tenurev1.PipelineResult) *Res, unary func() (*Res, error)) (*Res, error) {
-	set := c.pipe(ep)
+// pipelined runs one operation on ep's stream p, else (or when the
+// endpoint turns out not to serve Pipeline) with unary. Errors come as
+// from a unary call: an *Error for an operation the registrar refused, a
+// connect error with code Unavailable for one whose stream broke after
+// sending it (its outcome is unknown).
+func pipelined[Req, Res, Op, Result, Out any](ctx context.Context, c *Client, ep *endpoint, p *pipe[Req, Res, Op, Result],
+	op *Op, result func(*Result) *Out, unary func() (*Out, error)) (*Out, error) {
+	set := p.get(c)
 	if set == nil {
 		return unary()
 	}
@@ -91,9 +114,7 @@ func pipelined[Res any](ctx context.Context, c *Client, ep *endpoint, op *tenure
 		// The endpoint (or a proxy before it) does not serve Pipeline
 		// and ran nothing: unary from now on.
 		c.cfg.logger.Debug("tenure: endpoint does not serve Pipeline; using unary calls", "endpoint", ep.url, "err", se.Err)
-		ep.pipe.mu.Lock()
-		ep.pipe.off = true
-		ep.pipe.mu.Unlock()
+		p.disable()
 		return unary()
 	}
 	if !se.Sent {
@@ -143,12 +164,12 @@ func (c *Client) acquireRPC(ctx context.Context, ep *endpoint, req *tenurev1.Acq
 		// withdraws the waiter, which an operation on a stream cannot.
 		return unary()
 	}
-	return pipelined(ctx, c, ep, &tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Acquire{Acquire: req}},
+	return pipelined(ctx, c, ep, &ep.leasePipe, &tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Acquire{Acquire: req}},
 		(*tenurev1.PipelineResult).GetAcquire, unary)
 }
 
 func (c *Client) renewRPC(ctx context.Context, ep *endpoint, req *tenurev1.RenewRequest) (*tenurev1.RenewResponse, error) {
-	return pipelined(ctx, c, ep, &tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Renew{Renew: req}},
+	return pipelined(ctx, c, ep, &ep.leasePipe, &tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Renew{Renew: req}},
 		(*tenurev1.PipelineResult).GetRenew, func() (*tenurev1.RenewResponse, error) {
 			resp, err := ep.lease.Renew(ctx, connect.NewRequest(req))
 			if err != nil {
@@ -159,9 +180,49 @@ func (c *Client) renewRPC(ctx context.Context, ep *endpoint, req *tenurev1.Renew
 }
 
 func (c *Client) releaseRPC(ctx context.Context, ep *endpoint, req *tenurev1.ReleaseRequest) (*tenurev1.ReleaseResponse, error) {
-	return pipelined(ctx, c, ep, &tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Release{Release: req}},
+	return pipelined(ctx, c, ep, &ep.leasePipe, &tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Release{Release: req}},
 		(*tenurev1.PipelineResult).GetRelease, func() (*tenurev1.ReleaseResponse, error) {
 			resp, err := ep.lease.Release(ctx, connect.NewRequest(req))
+			if err != nil {
+				return nil, err
+			}
+			return resp.Msg, nil
+		})
+}
+
+// claimRPC, completeRPC and failRPC make one QueueService call on ep.
+func (c *Client) claimRPC(ctx context.Context, ep *endpoint, req *tenurev1.ClaimRequest) (*tenurev1.ClaimResponse, error) {
+	unary := func() (*tenurev1.ClaimResponse, error) {
+		resp, err := ep.queue.Claim(ctx, connect.NewRequest(req))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	}
+	if req.GetWait() != nil {
+		// A long poll ends with its call: a worker that stops waiting
+		// must not be granted tasks afterwards.
+		return unary()
+	}
+	return pipelined(ctx, c, ep, &ep.queuePipe, &tenurev1.QueueOp{Op: &tenurev1.QueueOp_Claim{Claim: req}},
+		(*tenurev1.QueueResult).GetClaim, unary)
+}
+
+func (c *Client) completeRPC(ctx context.Context, ep *endpoint, req *tenurev1.CompleteRequest) (*tenurev1.CompleteResponse, error) {
+	return pipelined(ctx, c, ep, &ep.queuePipe, &tenurev1.QueueOp{Op: &tenurev1.QueueOp_Complete{Complete: req}},
+		(*tenurev1.QueueResult).GetComplete, func() (*tenurev1.CompleteResponse, error) {
+			resp, err := ep.queue.Complete(ctx, connect.NewRequest(req))
+			if err != nil {
+				return nil, err
+			}
+			return resp.Msg, nil
+		})
+}
+
+func (c *Client) failRPC(ctx context.Context, ep *endpoint, req *tenurev1.FailRequest) (*tenurev1.FailResponse, error) {
+	return pipelined(ctx, c, ep, &ep.queuePipe, &tenurev1.QueueOp{Op: &tenurev1.QueueOp_Fail{Fail: req}},
+		(*tenurev1.QueueResult).GetFail, func() (*tenurev1.FailResponse, error) {
+			resp, err := ep.queue.Fail(ctx, connect.NewRequest(req))
 			if err != nil {
 				return nil, err
 			}

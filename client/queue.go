@@ -135,9 +135,9 @@ func (c *Client) Claim(ctx context.Context, queue string, o ClaimOptions, opts .
 	)
 	err := c.call(ctx, writeCall, func(ctx context.Context, ep *endpoint) error {
 		now := c.clock.Now()
-		resp, err := ep.queue.Claim(ctx, connect.NewRequest(req))
+		resp, err := c.claimRPC(ctx, ep, req)
 		if err == nil {
-			claimed, sent = resp.Msg.GetTasks(), now
+			claimed, sent = resp.GetTasks(), now
 		}
 		return err
 	})
@@ -227,9 +227,9 @@ func (c *Client) Complete(ctx context.Context, queue, taskID, leaseID string, re
 	req := &tenurev1.CompleteRequest{Namespace: cc.namespace, Queue: queue, TaskId: taskID, LeaseId: leaseID, Result: result}
 	var out *tenurev1.Task
 	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
-		resp, err := ep.queue.Complete(ctx, connect.NewRequest(req))
+		resp, err := c.completeRPC(ctx, ep, req)
 		if err == nil {
-			out = resp.Msg.GetTask()
+			out = resp.GetTask()
 		}
 		return err
 	})
@@ -250,9 +250,9 @@ func (c *Client) Fail(ctx context.Context, queue, taskID, leaseID, msg string, r
 	}
 	var out *tenurev1.Task
 	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
-		resp, err := ep.queue.Fail(ctx, connect.NewRequest(req))
+		resp, err := c.failRPC(ctx, ep, req)
 		if err == nil {
-			out = resp.Msg.GetTask()
+			out = resp.GetTask()
 		}
 		return err
 	})
