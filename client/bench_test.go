@@ -3,18 +3,23 @@ package tenure
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 )
 
 // BenchmarkClientAcquireRelease measures acquire+release cycles made
-// through one Client by 64 goroutines against a real `tenure server`
+// through one Client by 1 and 64 goroutines against a real `tenure server`
 // process (durable single node), over the shared Pipeline stream and with
-// unary calls; it reports cycles/s.
+// unary calls; it reports cycles/s and the median cycle.
 func BenchmarkClientAcquireRelease(b *testing.B) {
-	for _, mode := range []string{"pipeline", "unary"} {
-		b.Run(mode, func(b *testing.B) {
+	for _, bc := range []struct {
+		mode    string
+		callers int
+	}{{"pipeline", 1}, {"pipeline", 64}, {"unary", 1}, {"unary", 64}} {
+		mode, callers := bc.mode, bc.callers
+		b.Run(fmt.Sprintf("%s/callers=%d", mode, callers), func(b *testing.B) {
 			s := startRealServer(b)
 			opts := []Option{WithHolder("bench")}
 			if mode == "unary" {
@@ -22,7 +27,8 @@ func BenchmarkClientAcquireRelease(b *testing.B) {
 			}
 			c := s.client(b, opts...)
 			ctx := context.Background()
-			const callers = 64
+			var mu sync.Mutex
+			var cycles []time.Duration
 			b.ResetTimer()
 			var wg sync.WaitGroup
 			for w := range callers {
@@ -32,7 +38,14 @@ func BenchmarkClientAcquireRelease(b *testing.B) {
 				}
 				wg.Go(func() {
 					res := fmt.Sprintf("bench/%d", w)
+					mine := make([]time.Duration, 0, n)
+					defer func() {
+						mu.Lock()
+						cycles = append(cycles, mine...)
+						mu.Unlock()
+					}()
 					for range n {
+						t0 := time.Now()
 						l, err := c.Acquire(ctx, res, TTL(30*time.Second))
 						if err != nil {
 							b.Error(err)
@@ -42,11 +55,16 @@ func BenchmarkClientAcquireRelease(b *testing.B) {
 							b.Error(err)
 							return
 						}
+						mine = append(mine, time.Since(t0))
 					}
 				})
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+			if len(cycles) > 0 {
+				slices.Sort(cycles)
+				b.ReportMetric(float64(cycles[len(cycles)/2].Microseconds()), "p50-µs/cycle")
+			}
 		})
 	}
 }

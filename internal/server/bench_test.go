@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/opstream"
 )
 
 // BenchmarkAcquireRelease measures acquire+release cycles through the
@@ -55,125 +55,36 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
-// pipeliner multiplexes operations over one Pipeline stream (of either
-// service), matching results by id and batching whatever operations are
-// waiting into one message, the way the Go client does.
+// pipeliner runs operations over one Pipeline stream (of either service),
+// many in flight, the way the Go client does (internal/opstream).
 type pipeliner[Req, Res, Op, Result any] struct {
-	mu      sync.Mutex
-	stream  *connect.BidiStreamForClient[Req, Res]
-	next    uint64
-	waiting map[uint64]chan *Result
-	ops     chan *Op
-	setID   func(*Op, uint64)
-	errOf   func(*Result) *tenurev1.PipelineError
+	set *opstream.Set[Req, Res, Op, Result]
+}
+
+// do runs op; a refused operation's error is its message.
+func (p *pipeliner[Req, Res, Op, Result]) do(op *Op) (*Result, error) {
+	return p.set.Do(context.Background(), op)
 }
 
 // leasePipeliner runs LeaseService.Pipeline operations.
 type leasePipeliner = pipeliner[tenurev1.PipelineRequest, tenurev1.PipelineResponse, tenurev1.PipelineOp, tenurev1.PipelineResult]
 
-func newPipeliner(ctx context.Context, b testing.TB, bd *bundle) *leasePipeliner {
-	return startPipeliner(ctx, bd.leases.Pipeline(ctx),
-		func(ops []*tenurev1.PipelineOp) *tenurev1.PipelineRequest { return &tenurev1.PipelineRequest{Ops: ops} },
-		(*tenurev1.PipelineResponse).GetResults, (*tenurev1.PipelineResult).GetId,
-		func(op *tenurev1.PipelineOp, id uint64) { op.Id = id }, (*tenurev1.PipelineResult).GetError)
+func newPipeliner(ctx context.Context, _ testing.TB, bd *bundle) *leasePipeliner {
+	return &leasePipeliner{opstream.OpenLease(ctx, bd.leases, 1)}
 }
 
 // queuePipeliner runs QueueService.Pipeline operations.
 type queuePipeliner = pipeliner[tenurev1.QueuePipelineRequest, tenurev1.QueuePipelineResponse, tenurev1.QueueOp, tenurev1.QueueResult]
 
 func newQueuePipeliner(ctx context.Context, bd *bundle) *queuePipeliner {
-	return startPipeliner(ctx, bd.queueClient().Pipeline(ctx),
-		func(ops []*tenurev1.QueueOp) *tenurev1.QueuePipelineRequest {
-			return &tenurev1.QueuePipelineRequest{Ops: ops}
-		},
-		(*tenurev1.QueuePipelineResponse).GetResults, (*tenurev1.QueueResult).GetId,
-		func(op *tenurev1.QueueOp, id uint64) { op.Id = id }, (*tenurev1.QueueResult).GetError)
+	return &queuePipeliner{opstream.OpenQueue(ctx, bd.queueClient(), 1)}
 }
 
 // poolPipeliner runs PoolService.Pipeline operations.
 type poolPipeliner = pipeliner[tenurev1.PoolPipelineRequest, tenurev1.PoolPipelineResponse, tenurev1.PoolOp, tenurev1.PoolResult]
 
 func newPoolPipeliner(ctx context.Context, pc tenurev1connect.PoolServiceClient) *poolPipeliner {
-	return startPipeliner(ctx, pc.Pipeline(ctx),
-		func(ops []*tenurev1.PoolOp) *tenurev1.PoolPipelineRequest {
-			return &tenurev1.PoolPipelineRequest{Ops: ops}
-		},
-		(*tenurev1.PoolPipelineResponse).GetResults, (*tenurev1.PoolResult).GetId,
-		func(op *tenurev1.PoolOp, id uint64) { op.Id = id }, (*tenurev1.PoolResult).GetError)
-}
-
-func startPipeliner[Req, Res, Op, Result any](ctx context.Context, stream *connect.BidiStreamForClient[Req, Res],
-	wrap func([]*Op) *Req, results func(*Res) []*Result, idOf func(*Result) uint64,
-	setID func(*Op, uint64), errOf func(*Result) *tenurev1.PipelineError) *pipeliner[Req, Res, Op, Result] {
-	p := &pipeliner[Req, Res, Op, Result]{
-		stream:  stream,
-		waiting: make(map[uint64]chan *Result),
-		ops:     make(chan *Op, 1024),
-		setID:   setID,
-		errOf:   errOf,
-	}
-	go func() {
-		for {
-			resp, err := p.stream.Receive()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			for _, r := range results(resp) {
-				p.waiting[idOf(r)] <- r
-				delete(p.waiting, idOf(r))
-			}
-			p.mu.Unlock()
-		}
-	}()
-	go func() {
-		for {
-			var op *Op
-			select {
-			case op = <-p.ops:
-			case <-ctx.Done():
-				// Half-close, or the server's shutdown waits for the stream.
-				_ = p.stream.CloseRequest()
-				return
-			}
-			ops := []*Op{op}
-			// Let callers that were just woken enqueue before sending, so
-			// that one message carries a whole round of operations.
-			for yielded := false; ; {
-				select {
-				case op := <-p.ops:
-					ops = append(ops, op)
-					yielded = false
-					continue
-				default:
-				}
-				if yielded {
-					break
-				}
-				runtime.Gosched()
-				yielded = true
-			}
-			if err := p.stream.Send(wrap(ops)); err != nil {
-				return
-			}
-		}
-	}()
-	return p
-}
-
-func (p *pipeliner[Req, Res, Op, Result]) do(op *Op) (*Result, error) {
-	ch := make(chan *Result, 1)
-	p.mu.Lock()
-	p.next++
-	p.setID(op, p.next)
-	p.waiting[p.next] = ch
-	p.mu.Unlock()
-	p.ops <- op
-	r := <-ch
-	if e := p.errOf(r); e != nil {
-		return nil, fmt.Errorf("%s", e.Message)
-	}
-	return r, nil
+	return &poolPipeliner{opstream.OpenPool(ctx, pc, 1)}
 }
 
 // BenchmarkPipelineAcquireRelease measures acquire+release cycles from
