@@ -50,6 +50,7 @@ type endpoint struct {
 
 	leasePipe leasePipe
 	queuePipe queuePipe
+	poolPipe  poolPipe
 }
 
 // New returns a client for the cluster reachable at endpoints: API

@@ -189,8 +189,8 @@ func WithRetryBudget(d time.Duration) Option { return func(c *config) { c.retryB
 func WithCloseTimeout(d time.Duration) Option { return func(c *config) { c.closeTimeout = d } }
 
 // WithoutPipeline makes every call one unary RPC. By default Acquire and
-// Claim without a wait, Renew, Release, Complete and Fail share a Pipeline
-// stream per endpoint and service, many in flight at once, which is much
+// Claim without a wait, Renew, Release, Complete, Fail, RequestLeases and
+// CompletePiece share a Pipeline stream per endpoint and service, many in flight at once, which is much
 // cheaper for the server and the client when many goroutines share a
 // Client; an endpoint that does not serve Pipeline is detected and gets
 // unary calls anyway. Use this behind proxies that break long-lived

@@ -290,9 +290,9 @@ func (c *Client) RequestLeases(ctx context.Context, pool, peer string, have map[
 	}
 	var resp *tenurev1.RequestLeasesResponse
 	err := c.call(ctx, writeCall, func(ctx context.Context, ep *endpoint) error {
-		r, err := ep.pool.RequestLeases(ctx, connect.NewRequest(req))
+		r, err := c.requestLeasesRPC(ctx, ep, req)
 		if err == nil {
-			resp = r.Msg
+			resp = r
 		}
 		return err
 	})
@@ -366,9 +366,9 @@ func (c *Client) CompletePiece(ctx context.Context, pool, peer string, file, pie
 	}
 	var rk PeerRanking
 	err := c.call(ctx, writeCall, func(ctx context.Context, ep *endpoint) error {
-		resp, err := ep.pool.CompletePiece(ctx, connect.NewRequest(req))
+		resp, err := c.completePieceRPC(ctx, ep, req)
 		if err == nil {
-			rk = rankingFrom(resp.Msg.GetRanking())
+			rk = rankingFrom(resp.GetRanking())
 		}
 		return err
 	})
