@@ -21,8 +21,8 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
-	"github.com/tenurehq/tenure/internal/opstream"
 	tenure "github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/opstream"
 	"github.com/tenurehq/tenure/internal/queue"
 	"github.com/tenurehq/tenure/internal/registrar"
 )
