@@ -43,6 +43,12 @@ func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.Va
 // runs past them sees its ctx cancelled (ErrRenewalLimitExceeded or
 // ErrLifetimeExceeded).
 //
+// A finished task's Complete or Fail goes out in the background: its
+// handler slot is free for the next task at once, as in River's
+// completer, and at most Concurrency of them are in flight (so a Worker
+// holds at most twice Concurrency task leases). Run's drain waits for
+// them.
+//
 // Delivery is at least once: a task whose lease is lost is claimed again
 // by someone else; its Complete from the old lease is refused.
 type Worker struct {
@@ -57,6 +63,8 @@ type Worker struct {
 	drainTimeout time.Duration
 	retryAfter   time.Duration
 	onFinish     func(t *Task, final *tenurev1.Task, err error)
+	// finishing bounds the completions in flight (Concurrency).
+	finishing chan struct{}
 
 	mu       sync.Mutex
 	running  bool
@@ -131,6 +139,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.running, w.draining = true, false
 	w.inflight = make(map[*Task]struct{})
+	w.finishing = make(chan struct{}, w.concurrency)
 	w.mu.Unlock()
 	defer func() {
 		w.mu.Lock()
@@ -146,8 +155,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.inflight[t] = struct{}{}
 		w.mu.Unlock()
 		wg.Go(func() {
-			defer func() { <-slots }()
-			w.handle(ctx, t, drained)
+			var once sync.Once
+			free := func() { once.Do(func() { <-slots }) }
+			defer free()
+			w.handle(ctx, t, drained, free)
 		})
 	})
 
@@ -232,8 +243,9 @@ func permanentClaimError(err error) bool {
 	return false
 }
 
-// handle runs the handler on t and completes or fails it.
-func (w *Worker) handle(ctx context.Context, t *Task, drained <-chan struct{}) {
+// handle runs the handler on t and completes or fails it, calling free
+// once the handler is done and a completion may start (Worker.finishing).
+func (w *Worker) handle(ctx context.Context, t *Task, drained <-chan struct{}, free func()) {
 	hctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
 	finished := make(chan struct{})
@@ -255,6 +267,9 @@ func (w *Worker) handle(ctx context.Context, t *Task, drained <-chan struct{}) {
 	if draining {
 		return // Run releases the lease: the task goes back to the queue
 	}
+	w.finishing <- struct{}{}
+	defer func() { <-w.finishing }()
+	free() // the next task runs while this one completes
 
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer fcancel()

@@ -160,10 +160,8 @@ func Open[Req, Res, Op, Result any](ctx context.Context, shape Shape[Req, Res, O
 
 // Close ends the streams; operations in flight end with a StreamError.
 func (p *Set[Req, Res, Op, Result]) Close() {
-	p.cancel()
+	p.cancel() // the senders half-close their streams
 	for _, s := range p.streams {
-		_ = s.stream.CloseRequest()
-		_ = s.stream.CloseResponse()
 		s.fail(errors.New("closed"))
 	}
 }
@@ -272,6 +270,9 @@ func (s *stream[Req, Res, Op, Result]) send(ctx context.Context) {
 		select {
 		case op = <-s.ops:
 		case <-ctx.Done():
+			// Half-close: a server shutting down gracefully waits for
+			// streams whose requests are still open.
+			_ = s.stream.CloseRequest()
 			return
 		case <-s.dead:
 			return

@@ -146,15 +146,23 @@ func TestQueueErrorsAndZombie(t *testing.T) {
 
 // BenchmarkQueueThroughput: enqueue → claim → complete through the server
 // with 64 workers; reports tasks/s. The tasks are enqueued in batches of
-// 500 first (counted in the time), then the workers claim up to claim
-// tasks at a time and complete each: with one unary call per operation,
-// or over one shared QueueService.Pipeline stream.
+// 500 first, 8 batches at a time (counted in the time), then the workers
+// claim up to claim tasks at a time and run them one after another: with
+// one unary call per operation, or over one shared QueueService.Pipeline
+// stream. A worker waits for each task's Complete before the next (sync),
+// or sends it and goes on (async: the Go client Worker's completer, and
+// River's), with at most claim completions in flight per worker.
 func BenchmarkQueueThroughput(b *testing.B) {
 	for _, c := range []struct {
 		transport string
 		claim     uint32
-	}{{"unary", 1}, {"pipeline", 1}, {"pipeline", 8}} {
-		b.Run(fmt.Sprintf("transport=%s/claim=%d", c.transport, c.claim), func(b *testing.B) {
+		async     bool
+	}{{"unary", 1, false}, {"pipeline", 1, false}, {"pipeline", 8, false}, {"pipeline", 8, true}} {
+		complete := "sync"
+		if c.async {
+			complete = "async"
+		}
+		b.Run(fmt.Sprintf("transport=%s/claim=%d/complete=%s", c.transport, c.claim, complete), func(b *testing.B) {
 			bd := setup(b)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -164,21 +172,31 @@ func BenchmarkQueueThroughput(b *testing.B) {
 			}
 			n := b.N
 			b.ResetTimer()
+			producers := make(chan struct{}, 8)
+			var pw sync.WaitGroup
 			for i := 0; i < n; i += 500 {
 				var ts []*tenurev1.NewTask
 				for j := i; j < min(i+500, n); j++ {
 					ts = append(ts, &tenurev1.NewTask{Payload: []byte("x")})
 				}
-				if err := ops.enqueue(&tenurev1.EnqueueRequest{Queue: "bench", Tasks: ts}); err != nil {
-					b.Fatal(err)
-				}
+				producers <- struct{}{}
+				pw.Go(func() {
+					defer func() { <-producers }()
+					if err := ops.enqueue(&tenurev1.EnqueueRequest{Queue: "bench", Tasks: ts}); err != nil {
+						b.Error(err)
+					}
+				})
 			}
+			pw.Wait()
 			var left atomic.Int64
 			left.Store(int64(n))
 			var wg sync.WaitGroup
 			for w := range 64 {
 				wg.Go(func() {
 					worker := fmt.Sprintf("w%d", w)
+					var completing sync.WaitGroup
+					defer completing.Wait()
+					pending := make(chan struct{}, c.claim)
 					for left.Load() > 0 {
 						tasks, err := ops.claim(&tenurev1.ClaimRequest{Queue: "bench", Worker: worker, Max: c.claim})
 						if err != nil {
@@ -189,11 +207,23 @@ func BenchmarkQueueThroughput(b *testing.B) {
 							return
 						}
 						for _, tk := range tasks {
-							if err := ops.complete(&tenurev1.CompleteRequest{Queue: "bench", TaskId: tk.TaskId, LeaseId: tk.LeaseId}); err != nil {
-								b.Error(err)
-								return
+							req := &tenurev1.CompleteRequest{Queue: "bench", TaskId: tk.TaskId, LeaseId: tk.LeaseId}
+							if !c.async {
+								if err := ops.complete(req); err != nil {
+									b.Error(err)
+									return
+								}
+								left.Add(-1)
+								continue
 							}
-							left.Add(-1)
+							pending <- struct{}{}
+							completing.Go(func() {
+								defer func() { <-pending }()
+								if err := ops.complete(req); err != nil {
+									b.Error(err)
+								}
+								left.Add(-1)
+							})
 						}
 					}
 				})
