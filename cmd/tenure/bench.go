@@ -38,8 +38,12 @@ Workloads:
              renewals, latency is per call
   queue      a producer keeps a queue topped up (Enqueue of 500 tasks per call);
              --concurrency workers claim up to --batch tasks per Claim and
-             complete each; ops are completed tasks, latency is per round
-             (a Claim and the completion of what it claimed)
+             run them one after another; ops are completed tasks (counted when
+             the Complete is answered), latency is per round (a Claim and the
+             completion of what it claimed). --complete async (the default)
+             sends each Complete and goes on to the next task, at most --batch
+             in flight per worker, as the Go client's Worker does; sync waits
+             for each one
   keepalive  --leases leases kept alive by the Go client's batched KeepAlive
              stream (one client per 5,000 leases); reports the leases kept alive
              per second (leases / (ttl/3)) and the renewals confirmed per second
@@ -59,6 +63,7 @@ const benchExamples = `  tenure bench --workload cycle --concurrency 64 --durati
   tenure bench --workload renew --leases 1000 --unary
   tenure bench --workload renew --leases 10000 --concurrency 64 --batch 100
   tenure bench --workload queue --concurrency 64 --batch 8
+  tenure bench --workload queue --concurrency 64 --batch 8 --complete sync
   tenure bench --workload keepalive --leases 10000 --ttl 10s --duration 30s -o json`
 
 // benchConfig is what `tenure bench` was asked to do.
@@ -73,6 +78,7 @@ type benchConfig struct {
 	unary       bool
 	streams     int
 	batch       int
+	complete    string // queue: async or sync
 	prefix      string // bench/<run id>
 	holder      string // holder prefix
 	principal   string // with credentials: every worker holds as this principal
@@ -104,7 +110,8 @@ type benchResult struct {
 	LeasesLost      int     `json:"leasesLost,omitempty"`
 	KeptAlivePerSec float64 `json:"keptAlivePerSecond,omitempty"`
 	// queue only
-	Queue string `json:"queue,omitempty"`
+	Queue    string `json:"queue,omitempty"`
+	Complete string `json:"complete,omitempty"`
 }
 
 // benchLatency is in milliseconds.
@@ -129,6 +136,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.fs.BoolVar(&cfg.unary, "unary", false, "one unary call per operation instead of Pipeline streams")
 	c.fs.IntVar(&cfg.streams, "streams", 1, "number of Pipeline streams")
 	c.fs.IntVar(&cfg.batch, "batch", 1, "renew: leases renewed per Renew call; queue: tasks claimed per Claim call")
+	c.fs.StringVar(&cfg.complete, "complete", "async", "queue: async (send each Complete and go on) or sync (wait for it)")
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -139,6 +147,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.usageError("--concurrency, --duration, --leases, --resources, --streams and --batch must be positive")
 	case cfg.workload == "renew" && cfg.batch > registrar.MaxBatchIDs:
 		return c.usageError("--batch must be at most %d (a Renew call's limit), got %d", registrar.MaxBatchIDs, cfg.batch)
+	case cfg.complete != "async" && cfg.complete != "sync":
+		return c.usageError("--complete must be async or sync, got %q", cfg.complete)
 	case cfg.workload == "queue" && cfg.batch > queue.MaxClaim:
 		return c.usageError("--batch must be at most %d (a Claim call's limit), got %d", queue.MaxClaim, cfg.batch)
 	}

@@ -156,6 +156,23 @@ func benchQueue(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResu
 				reasons[benchReason(err)]++
 				stats.errs.Add(1)
 			}
+			// Async completions: at most --batch in flight; each
+			// reports its outcome to this worker's loop (fail and lat
+			// are the worker's own).
+			pending := make(chan struct{}, cfg.batch)
+			outcomes := make(chan error, cfg.batch)
+			inFlight := 0
+			settle := func(err error) {
+				inFlight--
+				if err != nil {
+					fail(err)
+					return
+				}
+				completed.Add(1)
+				if runCtx.Err() == nil {
+					stats.ops.Add(1)
+				}
+			}
 			for runCtx.Err() == nil {
 				t0 := time.Now()
 				tasks, err := q.claim(ctx, &tenurev1.ClaimRequest{Namespace: c.namespace, Queue: name, Worker: worker,
@@ -165,22 +182,42 @@ func benchQueue(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResu
 					continue
 				}
 				for _, t := range tasks {
-					if err := q.complete(ctx, &tenurev1.CompleteRequest{Namespace: c.namespace, Queue: name, TaskId: t.TaskId, LeaseId: t.LeaseId}); err != nil {
-						fail(err)
+					req := &tenurev1.CompleteRequest{Namespace: c.namespace, Queue: name, TaskId: t.TaskId, LeaseId: t.LeaseId}
+					if cfg.complete == "sync" {
+						inFlight++
+						settle(q.complete(ctx, req))
 						continue
 					}
-					completed.Add(1)
-					if runCtx.Err() == nil {
-						stats.ops.Add(1)
+					for len(pending) == cap(pending) {
+						settle(<-outcomes)
 					}
+					pending <- struct{}{}
+					inFlight++
+					go func() {
+						err := q.complete(ctx, req)
+						<-pending
+						outcomes <- err
+					}()
 				}
 				if len(tasks) > 0 {
 					lat = append(lat, time.Since(t0))
+				}
+			drain:
+				for {
+					select {
+					case err := <-outcomes:
+						settle(err)
+					default:
+						break drain
+					}
 				}
 				select {
 				case need <- struct{}{}:
 				default:
 				}
+			}
+			for inFlight > 0 {
+				settle(<-outcomes)
 			}
 			stats.record(lat, reasons)
 		})
@@ -202,7 +239,7 @@ func benchQueue(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResu
 	return &benchResult{
 		Workload: cfg.workload, Transport: transport, Concurrency: cfg.concurrency,
 		Seconds: elapsed.Seconds(), Ops: n, OpsPerSec: float64(n) / elapsed.Seconds(),
-		Errors: stats.reasons, Latency: percentiles(stats.lat), Queue: name,
+		Errors: stats.reasons, Latency: percentiles(stats.lat), Queue: name, Complete: cfg.complete,
 	}, nil
 }
 

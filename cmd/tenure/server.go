@@ -100,6 +100,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 		return usagef("--log-level: %v", err)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	tuneGC(log)
 
 	cfg := server.DefaultConfig()
 	cfg.Listen = *listen
