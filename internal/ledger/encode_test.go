@@ -45,6 +45,24 @@ func randRef(r *rand.Rand) *logpb.LeaseRef {
 	return &logpb.LeaseRef{Seq: uint64(randInt(r)), LeaseId: randString(r), Namespace: randString(r), Resource: randString(r), Holder: randString(r)}
 }
 
+func randTaskRef(r *rand.Rand) *logpb.TaskRef {
+	if r.IntN(6) == 0 {
+		return nil
+	}
+	return &logpb.TaskRef{Namespace: randString(r), Queue: randString(r), TaskId: randString(r), Seq: uint64(randInt(r))}
+}
+
+func randBytes(r *rand.Rand) []byte {
+	if r.IntN(4) == 0 {
+		return nil
+	}
+	b := make([]byte, r.IntN(300))
+	for i := range b {
+		b[i] = byte(r.IntN(256))
+	}
+	return b
+}
+
 func randRecord(r *rand.Rand) *logpb.Record {
 	rec := &logpb.Record{Index: uint64(randInt(r)), Tick: randInt(r), Wall: randInt(r), Actor: randString(r)}
 	if r.IntN(5) != 0 {
@@ -53,7 +71,16 @@ func randRecord(r *rand.Rand) *logpb.Record {
 			rec.PrevHash[i] = byte(r.IntN(256))
 		}
 	}
-	switch r.IntN(6) {
+	switch r.IntN(9) {
+	case 6:
+		rec.Body = &logpb.Record_TaskEnqueued{TaskEnqueued: &logpb.TaskEnqueued{Task: randTaskRef(r), Payload: randBytes(r),
+			Priority: int32(randInt(r)), NotBefore: randInt(r), MaxAttempts: uint32(randInt(r))}}
+	case 7:
+		rec.Body = &logpb.Record_TaskClaimed{TaskClaimed: &logpb.TaskClaimed{Task: randTaskRef(r), LeaseSeq: uint64(randInt(r)),
+			LeaseId: randString(r), Worker: randString(r), Attempt: uint32(randInt(r))}}
+	case 8:
+		rec.Body = &logpb.Record_TaskCompleted{TaskCompleted: &logpb.TaskCompleted{Task: randTaskRef(r), Result: randBytes(r),
+			PruneTick: randInt(r)}}
 	case 4:
 		rec.Body = &logpb.Record_Pool{Pool: &logpb.PoolRecord{Namespace: randString(r), Pool: randString(r),
 			Event: &logpb.PoolRecord_Leased{Leased: &logpb.PieceLeased{Peer: randString(r), FileIndex: uint32(randInt(r)),
@@ -120,6 +147,9 @@ func TestHandEncodingDeclinesOtherRecords(t *testing.T) {
 		// Pool records other than a piece leased or done go through proto.
 		{Body: &logpb.Record_Pool{Pool: &logpb.PoolRecord{Event: &logpb.PoolRecord_Have{Have: &logpb.PeerHave{Peer: "a"}}}}},
 		{Body: &logpb.Record_Pool{Pool: &logpb.PoolRecord{Pool: "p"}}},
+		// Task records other than enqueued, claimed and completed go through proto.
+		{Body: &logpb.Record_TaskFailed{TaskFailed: &logpb.TaskFailed{Error: "x"}}},
+		{Body: &logpb.Record_TaskRequeued{TaskRequeued: &logpb.TaskRequeued{}}},
 		// Derived leases go through proto (and so are byte-identical by definition).
 		{Body: &logpb.Record_Issued{Issued: &logpb.LeaseIssued{Seq: 2, Derivation: &logpb.Derivation{ParentSeq: 1}}}},
 		{},
