@@ -112,7 +112,13 @@ func pipelined[Req, Res, Op, Result, Out any](ctx context.Context, c *Client, ep
 	}
 	var se *opstream.StreamError
 	if !errors.As(err, &se) {
-		return nil, err // ctx ended
+		// ctx ended (the operation may still run), as a unary call
+		// reports it.
+		code := connect.CodeCanceled
+		if errors.Is(err, context.DeadlineExceeded) {
+			code = connect.CodeDeadlineExceeded
+		}
+		return nil, connect.NewError(code, err)
 	}
 	if connect.CodeOf(se.Err) == connect.CodeUnimplemented {
 		// The endpoint (or a proxy before it) does not serve Pipeline

@@ -54,12 +54,13 @@ type Config struct {
 	// MaxBatch bounds the commands proposed in one Raft log entry.
 	MaxBatch int
 	// MaxInflightEntries bounds the Raft entries proposed and not yet
-	// written to the leader's log (group commit): while that many wait for
-	// the disk, arriving commands wait and then share the next entry. An
-	// entry on disk no longer counts, so the next one is written while it
-	// commits and applies. Zero: the default, 1, which measured best (one
-	// entry per fsync carries every command that arrived during the last
-	// one; more in flight splits them over entries).
+	// written to the leader's log (with other voters) or not yet being
+	// applied (a lone voter), for group commit: while that many are in
+	// flight, arriving commands wait and then share the next entry, which
+	// is written while the previous one commits and applies (entrySlots).
+	// Zero: the default, 1, which measured best (one entry per fsync
+	// carries every command that arrived during the last one; more in
+	// flight splits them over entries).
 	MaxInflightEntries int
 	// ApplyTimeout bounds how long a proposal may wait to enter Raft.
 	ApplyTimeout time.Duration
