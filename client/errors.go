@@ -219,22 +219,22 @@ func fromConnect(err error) error {
 		if !ok || info.GetReason() == "" || (info.GetDomain() != "" && info.GetDomain() != errorDomain) {
 			continue
 		}
-		e := &Error{
-			Reason:   Reason(info.GetReason()),
-			Message:  ce.Message(),
-			Metadata: info.GetMetadata(),
-			Code:     ce.Code(),
-			cause:    ce,
-		}
-		if e.Message == "" {
-			e.Message = string(e.Reason)
-		}
-		if e.Reason == ReasonLeaseHeld {
-			return heldFrom(e)
-		}
-		return e
+		return newError(Reason(info.GetReason()), ce.Message(), info.GetMetadata(), ce.Code(), ce)
 	}
 	return err
+}
+
+// newError is the registrar's answer as an *Error (a *HeldError for
+// LEASE_HELD), from a unary call's error or a pipelined operation's.
+func newError(reason Reason, msg string, md map[string]string, code connect.Code, cause error) error {
+	e := &Error{Reason: reason, Message: msg, Metadata: md, Code: code, cause: cause}
+	if e.Message == "" {
+		e.Message = string(e.Reason)
+	}
+	if e.Reason == ReasonLeaseHeld {
+		return heldFrom(e)
+	}
+	return e
 }
 
 // heldFrom reads LEASE_HELD metadata (keys namespace, resource, lease_id,

@@ -138,37 +138,29 @@ func pipelined[Req, Res, Op, Result, Out any](ctx context.Context, c *Client, ep
 	return nil, connect.NewError(connect.CodeUnavailable, err)
 }
 
+// unaryOf returns the unary call of req with call, for pipelined.
+func unaryOf[Req, Res any](ctx context.Context, call func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error), req *Req) func() (*Res, error) {
+	return func() (*Res, error) {
+		resp, err := call(ctx, connect.NewRequest(req))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	}
+}
+
 // fromPipeline turns an operation's error in a PipelineResult into the
 // error the same unary call would have returned.
 func fromPipeline(oe *opstream.OpError) error {
 	if oe.GetReason() == "" {
 		return connect.NewError(oe.Code(), errors.New(oe.GetMessage()))
 	}
-	e := &Error{
-		Reason:   Reason(oe.GetReason()),
-		Message:  oe.GetMessage(),
-		Metadata: oe.GetMetadata(),
-		Code:     oe.Code(),
-		cause:    oe,
-	}
-	if e.Message == "" {
-		e.Message = string(e.Reason)
-	}
-	if e.Reason == ReasonLeaseHeld {
-		return heldFrom(e)
-	}
-	return e
+	return newError(Reason(oe.GetReason()), oe.GetMessage(), oe.GetMetadata(), oe.Code(), oe)
 }
 
 // acquireRPC, renewRPC and releaseRPC make one LeaseService call on ep.
 func (c *Client) acquireRPC(ctx context.Context, ep *endpoint, req *tenurev1.AcquireRequest) (*tenurev1.AcquireResponse, error) {
-	unary := func() (*tenurev1.AcquireResponse, error) {
-		resp, err := ep.lease.Acquire(ctx, connect.NewRequest(req))
-		if err != nil {
-			return nil, err
-		}
-		return resp.Msg, nil
-	}
+	unary := unaryOf(ctx, ep.lease.Acquire, req)
 	if req.GetWait() != nil {
 		// A waiting Acquire ends with its call: cancelling the call
 		// withdraws the waiter, which an operation on a stream cannot.
@@ -180,35 +172,17 @@ func (c *Client) acquireRPC(ctx context.Context, ep *endpoint, req *tenurev1.Acq
 
 func (c *Client) renewRPC(ctx context.Context, ep *endpoint, req *tenurev1.RenewRequest) (*tenurev1.RenewResponse, error) {
 	return pipelined(ctx, c, ep, &ep.leasePipe, &tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Renew{Renew: req}},
-		(*tenurev1.PipelineResult).GetRenew, func() (*tenurev1.RenewResponse, error) {
-			resp, err := ep.lease.Renew(ctx, connect.NewRequest(req))
-			if err != nil {
-				return nil, err
-			}
-			return resp.Msg, nil
-		})
+		(*tenurev1.PipelineResult).GetRenew, unaryOf(ctx, ep.lease.Renew, req))
 }
 
 func (c *Client) releaseRPC(ctx context.Context, ep *endpoint, req *tenurev1.ReleaseRequest) (*tenurev1.ReleaseResponse, error) {
 	return pipelined(ctx, c, ep, &ep.leasePipe, &tenurev1.PipelineOp{Op: &tenurev1.PipelineOp_Release{Release: req}},
-		(*tenurev1.PipelineResult).GetRelease, func() (*tenurev1.ReleaseResponse, error) {
-			resp, err := ep.lease.Release(ctx, connect.NewRequest(req))
-			if err != nil {
-				return nil, err
-			}
-			return resp.Msg, nil
-		})
+		(*tenurev1.PipelineResult).GetRelease, unaryOf(ctx, ep.lease.Release, req))
 }
 
 // claimRPC, completeRPC and failRPC make one QueueService call on ep.
 func (c *Client) claimRPC(ctx context.Context, ep *endpoint, req *tenurev1.ClaimRequest) (*tenurev1.ClaimResponse, error) {
-	unary := func() (*tenurev1.ClaimResponse, error) {
-		resp, err := ep.queue.Claim(ctx, connect.NewRequest(req))
-		if err != nil {
-			return nil, err
-		}
-		return resp.Msg, nil
-	}
+	unary := unaryOf(ctx, ep.queue.Claim, req)
 	if req.GetWait() != nil {
 		// A long poll ends with its call: a worker that stops waiting
 		// must not be granted tasks afterwards.
@@ -220,45 +194,21 @@ func (c *Client) claimRPC(ctx context.Context, ep *endpoint, req *tenurev1.Claim
 
 func (c *Client) completeRPC(ctx context.Context, ep *endpoint, req *tenurev1.CompleteRequest) (*tenurev1.CompleteResponse, error) {
 	return pipelined(ctx, c, ep, &ep.queuePipe, &tenurev1.QueueOp{Op: &tenurev1.QueueOp_Complete{Complete: req}},
-		(*tenurev1.QueueResult).GetComplete, func() (*tenurev1.CompleteResponse, error) {
-			resp, err := ep.queue.Complete(ctx, connect.NewRequest(req))
-			if err != nil {
-				return nil, err
-			}
-			return resp.Msg, nil
-		})
+		(*tenurev1.QueueResult).GetComplete, unaryOf(ctx, ep.queue.Complete, req))
 }
 
 func (c *Client) failRPC(ctx context.Context, ep *endpoint, req *tenurev1.FailRequest) (*tenurev1.FailResponse, error) {
 	return pipelined(ctx, c, ep, &ep.queuePipe, &tenurev1.QueueOp{Op: &tenurev1.QueueOp_Fail{Fail: req}},
-		(*tenurev1.QueueResult).GetFail, func() (*tenurev1.FailResponse, error) {
-			resp, err := ep.queue.Fail(ctx, connect.NewRequest(req))
-			if err != nil {
-				return nil, err
-			}
-			return resp.Msg, nil
-		})
+		(*tenurev1.QueueResult).GetFail, unaryOf(ctx, ep.queue.Fail, req))
 }
 
 // requestLeasesRPC and completePieceRPC make one PoolService call on ep.
 func (c *Client) requestLeasesRPC(ctx context.Context, ep *endpoint, req *tenurev1.RequestLeasesRequest) (*tenurev1.RequestLeasesResponse, error) {
 	return pipelined(ctx, c, ep, &ep.poolPipe, &tenurev1.PoolOp{Op: &tenurev1.PoolOp_RequestLeases{RequestLeases: req}},
-		(*tenurev1.PoolResult).GetRequestLeases, func() (*tenurev1.RequestLeasesResponse, error) {
-			resp, err := ep.pool.RequestLeases(ctx, connect.NewRequest(req))
-			if err != nil {
-				return nil, err
-			}
-			return resp.Msg, nil
-		})
+		(*tenurev1.PoolResult).GetRequestLeases, unaryOf(ctx, ep.pool.RequestLeases, req))
 }
 
 func (c *Client) completePieceRPC(ctx context.Context, ep *endpoint, req *tenurev1.CompletePieceRequest) (*tenurev1.CompletePieceResponse, error) {
 	return pipelined(ctx, c, ep, &ep.poolPipe, &tenurev1.PoolOp{Op: &tenurev1.PoolOp_CompletePiece{CompletePiece: req}},
-		(*tenurev1.PoolResult).GetCompletePiece, func() (*tenurev1.CompletePieceResponse, error) {
-			resp, err := ep.pool.CompletePiece(ctx, connect.NewRequest(req))
-			if err != nil {
-				return nil, err
-			}
-			return resp.Msg, nil
-		})
+		(*tenurev1.PoolResult).GetCompletePiece, unaryOf(ctx, ep.pool.CompletePiece, req))
 }

@@ -277,24 +277,9 @@ func (s *stream[Req, Res, Op, Result]) send(ctx context.Context) {
 		case <-s.dead:
 			return
 		}
-		ops := []*Op{op}
-		// Yield once the queue is empty, so that callers just woken by
-		// results enqueue their next operation into this message rather
-		// than each into its own (one message per round, not per op).
-		for yielded := false; len(ops) < maxBatch; {
-			select {
-			case op := <-s.ops:
-				ops = append(ops, op)
-				yielded = false
-				continue
-			default:
-			}
-			if yielded {
-				break
-			}
-			runtime.Gosched()
-			yielded = true
-		}
+		// Callers just woken by results enqueue their next operation
+		// into this message rather than each into its own.
+		ops := Gather([]*Op{op}, s.ops, maxBatch)
 		if err := s.stream.Send(s.set.shape.Wrap(ops)); err != nil {
 			// io.EOF: the server ended the stream, and receive gets
 			// its reason.
@@ -304,4 +289,30 @@ func (s *stream[Req, Res, Op, Result]) send(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// Gather appends to batch what is waiting on ch, up to max items in all,
+// and yields the processor once when ch runs empty, so that goroutines
+// just woken can add theirs: one message per round of work, not one per
+// item (the senders of both ends of a Pipeline stream). It stops early at
+// a closed ch.
+func Gather[T any](batch []T, ch <-chan T, max int) []T {
+	for yielded := false; len(batch) < max; {
+		select {
+		case v, ok := <-ch:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, v)
+			yielded = false
+			continue
+		default:
+		}
+		if yielded {
+			break
+		}
+		runtime.Gosched()
+		yielded = true
+	}
+	return batch
 }

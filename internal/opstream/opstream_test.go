@@ -194,3 +194,21 @@ func TestUnimplementedPipeline(t *testing.T) {
 		t.Fatalf("err = %v, want a StreamError with code unimplemented", err)
 	}
 }
+
+func TestGatherTakesWhatWaitsUpToMaxAndStopsAtClose(t *testing.T) {
+	ch := make(chan int, 10)
+	for i := range 5 {
+		ch <- i
+	}
+	if got := opstream.Gather([]int{-1}, ch, 4); fmt.Sprint(got) != "[-1 0 1 2]" {
+		t.Errorf("up to max: %v", got)
+	}
+	if got := opstream.Gather(nil, ch, 10); fmt.Sprint(got) != "[3 4]" {
+		t.Errorf("what waits: %v", got)
+	}
+	ch <- 7
+	close(ch)
+	if got := opstream.Gather(nil, ch, 10); fmt.Sprint(got) != "[7]" {
+		t.Errorf("closed: %v", got)
+	}
+}

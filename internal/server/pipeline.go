@@ -7,13 +7,13 @@ import (
 	"io"
 	"net/http"
 	"reflect"
-	"runtime"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/opstream"
 	"github.com/tenurehq/tenure/internal/registrar"
 )
 
@@ -119,28 +119,9 @@ func sendResults[Req, Res, Result any](ctx context.Context, stream *connect.Bidi
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		batch := []*Result{r}
 		// The results of one Raft entry arrive together, each from its
-		// own goroutine: yield once the channel is empty so that those
-		// just woken can add theirs to this message.
-	drain:
-		for yielded := false; len(batch) < 1024; {
-			select {
-			case r, ok := <-results:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, r)
-				yielded = false
-				continue
-			default:
-			}
-			if yielded {
-				break
-			}
-			runtime.Gosched()
-			yielded = true
-		}
+		// own goroutine: those just woken add theirs to this message.
+		batch := opstream.Gather([]*Result{r}, results, 1024)
 		if err := stream.Send(respond(batch)); err != nil {
 			return err
 		}
