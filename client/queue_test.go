@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -362,6 +363,70 @@ func TestWorkerLeaseLostCancelsHandler(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("handler context not cancelled after the lease was revoked")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gatedTransport holds back every request to one path until gate closes.
+type gatedTransport struct {
+	next http.RoundTripper
+	path string
+	gate chan struct{}
+	held atomic.Int64
+}
+
+func (g *gatedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Path == g.path {
+		g.held.Add(1)
+		select {
+		case <-g.gate:
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
+	}
+	return g.next.RoundTrip(r)
+}
+
+// TestWorkerRunsNextTaskWhileCompleting: the handler slot is free as soon
+// as the handler returns; the Complete goes out in the background. With
+// one slot and every Complete held back until the second handler runs,
+// a Worker that awaited each Complete before the next task would never
+// get there.
+func TestWorkerRunsNextTaskWhileCompleting(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	prod := s.client(t)
+	if _, err := prod.Enqueue(ctx, "bg", []NewTask{{ID: "first"}, {ID: "second"}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := defaultConfig()
+	gt := &gatedTransport{next: newHTTPClient(&cfg).Transport, path: "/tenure.v1.QueueService/Complete", gate: make(chan struct{})}
+	c := s.client(t, WithHTTPClient(&http.Client{Transport: gt}), WithoutPipeline())
+	finished := make(chan string, 2)
+	w := NewWorker(c, "bg", func(ctx context.Context, tk *Task) ([]byte, error) {
+		if tk.ID == "second" {
+			if gt.held.Load() != 1 {
+				t.Errorf("the second task runs with %d completions held back, want the first's", gt.held.Load())
+			}
+			close(gt.gate)
+		}
+		return nil, nil
+	}, WorkerConcurrency(1), WorkerWait(time.Second), WorkerOnFinish(func(tk *Task, final *tenurev1.Task, err error) {
+		if err != nil || final.GetState() != tenurev1.TaskState_TASK_STATE_SUCCEEDED {
+			t.Errorf("%s finished as %v, %v", tk.ID, final.GetState(), err)
+		}
+		finished <- tk.ID
+	}))
+	stop := runWorker(t, w)
+	for range 2 {
+		select {
+		case <-finished:
+		case <-ctx.Done():
+			t.Fatal("the second task never ran while the first one's Complete was held back")
+		}
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
