@@ -721,3 +721,29 @@ func TestIntegrationCallsSharePipeline(t *testing.T) {
 		}
 	})
 }
+
+// TestIntegrationHTTP1ClientFallsBackToUnary: over an HTTP/1.1 client
+// (WithHTTPClient) the Pipeline stream cannot open; calls go unary.
+func TestIntegrationHTTP1ClientFallsBackToUnary(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	c := s.client(t, WithHTTPClient(&http.Client{Transport: &http.Transport{}}))
+	l, err := c.Acquire(ctx, "integration/http1", TTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, _ := c.pick()
+	ep.leasePipe.mu.Lock()
+	off := ep.leasePipe.off
+	ep.leasePipe.mu.Unlock()
+	if !off {
+		t.Error("the endpoint still counts as serving Pipeline over HTTP/1.1")
+	}
+	if _, err := c.Acquire(ctx, "integration/http1"); !errors.Is(err, ErrLeaseHeld) {
+		t.Errorf("second acquire: %v, want ErrLeaseHeld", err)
+	}
+	if err := l.Release(ctx, ReleaseCompleted); err != nil {
+		t.Fatal(err)
+	}
+}

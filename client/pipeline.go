@@ -3,6 +3,7 @@ package tenure
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -120,7 +121,7 @@ func pipelined[Req, Res, Op, Result, Out any](ctx context.Context, c *Client, ep
 		}
 		return nil, connect.NewError(code, err)
 	}
-	if connect.CodeOf(se.Err) == connect.CodeUnimplemented {
+	if pipelineRefused(se.Err) {
 		// The endpoint (or a proxy before it) does not serve Pipeline
 		// and ran nothing: unary from now on.
 		c.cfg.logger.Debug("tenure: endpoint does not serve Pipeline; using unary calls", "endpoint", ep.url, "err", se.Err)
@@ -147,6 +148,16 @@ func unaryOf[Req, Res any](ctx context.Context, call func(context.Context, *conn
 		}
 		return resp.Msg, nil
 	}
+}
+
+// pipelineRefused reports whether a stream's error says the stream was
+// refused before any operation ran: Unimplemented (a server or proxy
+// without Pipeline), or HTTP 505, a server's answer to a bidirectional
+// stream over HTTP/1.1 (an HTTP client from WithHTTPClient without
+// HTTP/2), which Connect reports with code Unknown.
+func pipelineRefused(err error) bool {
+	return connect.CodeOf(err) == connect.CodeUnimplemented ||
+		(connect.CodeOf(err) == connect.CodeUnknown && strings.Contains(err.Error(), "HTTP status 505"))
 }
 
 // fromPipeline turns an operation's error in a PipelineResult into the
