@@ -188,8 +188,9 @@ func (f *fsm) changes() <-chan struct{} {
 	return f.changed
 }
 
-// Snapshot captures the machine's state (raft.FSM). The encoding happens
-// here, under the read lock; Persist only writes the bytes.
+// Snapshot captures the machine's state (raft.FSM) under the read lock,
+// holding applies back only for the copy (statemachine.Capture); Persist
+// encodes and writes it beside later applies.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	// Raft may drop the log entries a snapshot covers: the ledger lines
 	// written from them must be on disk first.
@@ -198,11 +199,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	b, err := f.m.Snapshot()
-	if err != nil {
-		return nil, err
-	}
-	return fsmSnapshot(b), nil
+	return fsmSnapshot{f.m.Capture()}, nil
 }
 
 // Restore replaces the machine with a snapshot's (raft.FSM).
@@ -227,10 +224,14 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type fsmSnapshot []byte
+type fsmSnapshot struct{ state *logpb.Snapshot }
 
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s); err != nil {
+	b, err := statemachine.EncodeSnapshot(s.state)
+	if err == nil {
+		_, err = sink.Write(b)
+	}
+	if err != nil {
 		_ = sink.Cancel()
 		return err
 	}

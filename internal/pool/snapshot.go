@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 
@@ -9,9 +8,10 @@ import (
 	"github.com/tenurehq/tenure/internal/registrar"
 )
 
-// SnapshotInto writes every pool into s, canonically: pools by
-// (namespace, name), files by index, peers by name, leases by fence, bit
-// sets canonical (encodeSet). Availability and the leased sets are derived.
+// SnapshotInto copies every pool into s: pools by (namespace, name),
+// files by index, peers by name, bit sets canonical (encodeSet), leases
+// in no particular order (statemachine.EncodeSnapshot sorts them by
+// fence). Availability and the leased sets are derived.
 func (ps *Pools) SnapshotInto(s *logpb.Snapshot) {
 	s.Pools = nil
 	for _, p := range ps.sortedPools() {
@@ -36,7 +36,6 @@ func (ps *Pools) SnapshotInto(s *logpb.Snapshot) {
 		for _, pl := range p.held {
 			sp.Leases = append(sp.Leases, &logpb.PoolLeaseSnap{LeaseSeq: pl.seq, Peer: pl.peer.name, FileIndex: pl.file, PieceIndex: pl.piece})
 		}
-		slices.SortFunc(sp.Leases, func(a, b *logpb.PoolLeaseSnap) int { return cmp.Compare(a.LeaseSeq, b.LeaseSeq) })
 		s.Pools = append(s.Pools, sp)
 	}
 }

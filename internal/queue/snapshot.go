@@ -3,36 +3,30 @@ package queue
 import (
 	"container/heap"
 	"fmt"
-	"slices"
 
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 )
 
-// SnapshotInto writes the queue state into s canonically (tasks by seq).
+// SnapshotInto copies the queue state into s, tasks in no particular
+// order (statemachine.EncodeSnapshot sorts them by seq).
 func (qs *Queues) SnapshotInto(s *logpb.Snapshot) {
 	s.NextTaskSeq = qs.nextSeq
+	s.Tasks = nil
+	if len(qs.bySeq) == 0 {
+		return
+	}
+	// One allocation for every task: a snapshot runs while applies wait.
+	snaps := make([]logpb.TaskSnap, len(qs.bySeq))
 	s.Tasks = make([]*logpb.TaskSnap, 0, len(qs.bySeq))
 	for _, t := range qs.bySeq {
-		s.Tasks = append(s.Tasks, &logpb.TaskSnap{
-			Seq: t.seq, Namespace: t.q.ns, Queue: t.q.name, TaskId: t.id, Payload: t.payload, Priority: t.priority,
-			State: int32(t.state), Attempts: t.attempts, MaxAttempts: t.maxAttempts, NotBefore: t.notBefore,
-			ReadyAt: t.readyAt, CreatedWall: t.createdWall, ClaimedWall: t.claimedWall, CompletedWall: t.finishedWall,
-			LastError: t.lastError, Result: t.result, LeaseSeq: t.leaseSeq, LeaseId: t.leaseID, Worker: t.worker,
-			PruneTick: int64(t.pruneTick), Outcome: int32(t.outcome),
-		})
-	}
-	slices.SortFunc(s.Tasks, func(a, b *logpb.TaskSnap) int {
-		switch {
-		case a.Seq < b.Seq:
-			return -1
-		case a.Seq > b.Seq:
-			return 1
-		}
-		return 0
-	})
-	if len(s.Tasks) == 0 {
-		s.Tasks = nil
+		ts := &snaps[len(s.Tasks)]
+		ts.Seq, ts.Namespace, ts.Queue, ts.TaskId, ts.Payload, ts.Priority = t.seq, t.q.ns, t.q.name, t.id, t.payload, t.priority
+		ts.State, ts.Attempts, ts.MaxAttempts, ts.NotBefore = int32(t.state), t.attempts, t.maxAttempts, t.notBefore
+		ts.ReadyAt, ts.CreatedWall, ts.ClaimedWall, ts.CompletedWall = t.readyAt, t.createdWall, t.claimedWall, t.finishedWall
+		ts.LastError, ts.Result, ts.LeaseSeq, ts.LeaseId, ts.Worker = t.lastError, t.result, t.leaseSeq, t.leaseID, t.worker
+		ts.PruneTick, ts.Outcome = int64(t.pruneTick), int32(t.outcome)
+		s.Tasks = append(s.Tasks, ts)
 	}
 }
 

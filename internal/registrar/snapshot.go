@@ -5,25 +5,29 @@ import (
 	"fmt"
 	"slices"
 
+	"google.golang.org/protobuf/proto"
+
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/logpb"
 )
 
-// SnapshotInto writes the registrar's state into s in a canonical order
-// (leases and waiters by sequence, states and policies by name), so that
-// equal states give equal bytes.
+// SnapshotInto copies the registrar's state into s: states and policies
+// by name, leases and waiters in no particular order
+// (statemachine.EncodeSnapshot sorts them by sequence).
 func (r *Registrar) SnapshotInto(s *logpb.Snapshot) {
 	s.Tick, s.Wall = int64(r.tick), r.wall
 	s.NextSeq, s.NextWaiter = r.nextSeq, r.nextWaiter
 	s.IdTag = uint32(r.tag)
 	s.DefaultPolicy = r.defaults.Proto()
 	s.Leases = make([]*logpb.LeaseSnap, 0, len(r.leases))
+	snaps := make([]logpb.LeaseSnap, len(r.leases)) // one allocation: applies wait
 	for _, l := range r.leases {
 		var x leaseExtra
 		if l.extra != nil {
 			x = *l.extra
 		}
-		ls := &logpb.LeaseSnap{
+		ls := &snaps[len(s.Leases)]
+		*ls = logpb.LeaseSnap{
 			Seq: l.seq, Namespace: l.res.ns.name, Resource: l.res.name, Holder: l.holder.name,
 			Mode: tenurev1.Mode(l.mode), State: tenurev1.State(l.state), TtlMs: l.ttl,
 			IssuedTick: int64(l.issuedTick), IssuedWall: l.issuedWall,
@@ -45,16 +49,16 @@ func (r *Registrar) SnapshotInto(s *logpb.Snapshot) {
 		}
 		s.Leases = append(s.Leases, ls)
 	}
-	slices.SortFunc(s.Leases, func(a, b *logpb.LeaseSnap) int { return cmp.Compare(a.Seq, b.Seq) })
 	s.Waiters = make([]*logpb.WaiterQueued, 0, len(r.waiters))
 	for _, w := range r.waiters {
 		s.Waiters = append(s.Waiters, &logpb.WaiterQueued{
 			WaiterId: w.id, Namespace: w.res.ns.name, Resource: w.res.name, Holder: w.holder,
 			Mode: tenurev1.Mode(w.mode), TtlMs: w.ttl, DeadlineTick: int64(w.deadline),
-			MaxRenewals: w.maxRenewals, MaxLifetimeMs: w.maxLifetime, Derivation: w.deriv,
+			MaxRenewals: w.maxRenewals, MaxLifetimeMs: w.maxLifetime,
+			// A message of its own: the encoding runs beside later applies.
+			Derivation: cloneDerivation(w.deriv),
 		})
 	}
-	slices.SortFunc(s.Waiters, func(a, b *logpb.WaiterQueued) int { return cmp.Compare(a.WaiterId, b.WaiterId) })
 	s.States, s.Policies = nil, nil
 	for _, ns := range r.namespacesFor("") {
 		if ns.hasPolicy {
@@ -196,4 +200,11 @@ func (r *Registrar) restoreTree(l *lease, ls *logpb.LeaseSnap) error {
 		c.Used, c.Reserved = u.Used, u.Reserved
 	}
 	return nil
+}
+
+func cloneDerivation(d *logpb.Derivation) *logpb.Derivation {
+	if d == nil {
+		return nil
+	}
+	return proto.CloneOf(d)
 }

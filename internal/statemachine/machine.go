@@ -8,6 +8,7 @@ package statemachine
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/ed25519"
 	"encoding/binary"
 	"errors"
@@ -385,19 +386,41 @@ func (m *Machine) Replay(b []byte) (*logpb.Record, error) {
 }
 
 // Snapshot encodes the whole state, canonically.
-func (m *Machine) Snapshot() ([]byte, error) {
+func (m *Machine) Snapshot() ([]byte, error) { return EncodeSnapshot(m.Capture()) }
+
+// Capture copies the whole state into a snapshot message that shares
+// nothing the machine will change (only immutable strings and byte
+// slices), with its long lists in no particular order. It is the only
+// part of a snapshot that must hold the machine still: EncodeSnapshot,
+// the costly part, can run beside later applies.
+func (m *Machine) Capture() *logpb.Snapshot {
+	head := m.chain.Head // Seal overwrites the chain's own array
 	s := &logpb.Snapshot{
 		Version:        SnapshotVersion,
 		KeySeed:        m.seed,
 		NextIndex:      m.chain.Next,
-		ChainHead:      m.chain.Head[:],
+		ChainHead:      head[:],
 		LastCheckpoint: m.lastCheckpoint,
 	}
 	m.reg.SnapshotInto(s)
 	m.q.SnapshotInto(s)
 	m.pools.SnapshotInto(s)
-	for _, mb := range m.Members() { // sorted by id: canonical bytes
+	for _, mb := range m.Members() { // sorted by id
 		s.Members = append(s.Members, &logpb.MemberSet{Id: mb.ID, ApiAddress: mb.APIAddress, RaftAddress: mb.RaftAddress})
+	}
+	return s
+}
+
+// EncodeSnapshot encodes a captured state canonically, so that equal
+// states give equal bytes: it sorts the lists Capture left unordered
+// (leases, waiters, tasks and piece leases by sequence) and marshals
+// deterministically. It changes s.
+func EncodeSnapshot(s *logpb.Snapshot) ([]byte, error) {
+	slices.SortFunc(s.Leases, func(a, b *logpb.LeaseSnap) int { return cmp.Compare(a.Seq, b.Seq) })
+	slices.SortFunc(s.Waiters, func(a, b *logpb.WaiterQueued) int { return cmp.Compare(a.WaiterId, b.WaiterId) })
+	slices.SortFunc(s.Tasks, func(a, b *logpb.TaskSnap) int { return cmp.Compare(a.Seq, b.Seq) })
+	for _, p := range s.Pools {
+		slices.SortFunc(p.Leases, func(a, b *logpb.PoolLeaseSnap) int { return cmp.Compare(a.LeaseSeq, b.LeaseSeq) })
 	}
 	return proto.MarshalOptions{Deterministic: true}.Marshal(s)
 }
