@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/wire"
 )
 
 // Client talks to a Tenure cluster through any of its endpoints. It keeps one
@@ -93,6 +94,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		c.httpClient = newHTTPClient(&cfg)
 		c.ownHTTP = true
 	}
+	c.connOpts = append(c.connOpts, connect.WithCodec(wire.Codec{}))
 	if cfg.grpc {
 		c.connOpts = append(c.connOpts, connect.WithGRPC())
 	}

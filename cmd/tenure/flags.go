@@ -19,6 +19,7 @@ import (
 
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	tenure "github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/wire"
 )
 
 // cliCommand is one client subcommand's flag set plus the global client
@@ -213,7 +214,7 @@ func (c *cliCommand) remote() (*remote, error) {
 	if tc != nil {
 		scheme = "https://"
 	}
-	var opts []connect.ClientOption
+	opts := []connect.ClientOption{connect.WithCodec(wire.Codec{})}
 	if c.token != "" {
 		opts = append(opts, connect.WithInterceptors(bearerToken(c.token)))
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/tenurehq/tenure/internal/auth"
 	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/internal/ui"
+	"github.com/tenurehq/tenure/internal/wire"
 )
 
 // DefaultJoinTimeout bounds how long a joining node keeps asking.
@@ -157,6 +158,7 @@ func Start(cfg Config) (*Server, error) {
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
 		connect.WithCodec(jsonCodec{}),
+		connect.WithCodec(wire.Codec{}),
 		// Compressing a few hundred bytes costs more CPU than it saves on
 		// the wire (gzip was a fifth of the server's CPU for small calls).
 		connect.WithCompressMinBytes(compressMinBytes),
