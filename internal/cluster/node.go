@@ -43,6 +43,8 @@ type Node struct {
 
 	// leader is set while this node leads and has anchored its clock.
 	leader atomic.Pointer[term]
+	// knewLeader is set once this node has known a leader (AwaitLeader).
+	knewLeader atomic.Bool
 
 	// existing is whether the data dir held Raft state at Open.
 	existing bool

@@ -269,13 +269,50 @@ func (n *Node) memberAPI(id string) string {
 // address ("" when unknown).
 func (n *Node) Leader() (id, apiAddr string) {
 	_, lid := n.raft.LeaderWithID()
-	switch {
-	case lid == "":
+	if lid == "" {
 		return "", ""
-	case string(lid) == n.id:
+	}
+	n.knewLeader.Store(true)
+	if string(lid) == n.id {
 		return n.id, n.cfg.APIAddr
 	}
 	return string(lid), n.memberAPI(string(lid))
+}
+
+// AwaitLeader waits, at most ApplyTimeout, while no member can serve a
+// call only because one is being elected: this node has won an election
+// and its term has not begun (the barrier is through in milliseconds), or
+// the node has not known any leader since it started (a fresh cluster
+// elects one within a second or two). A call that waits then succeeds
+// where it would have failed with NOT_LEADER right after a start. A node
+// that knew a leader and lost it (a partition) does not wait: its callers
+// learn at once to try another member. The caller routes as usual after.
+func (n *Node) AwaitLeader(ctx context.Context) {
+	electing := func() bool {
+		if n.IsLeader() {
+			return false
+		}
+		id, _ := n.Leader()
+		return id == n.id || (id == "" && !n.knewLeader.Load())
+	}
+	if !electing() {
+		return
+	}
+	deadline := time.NewTimer(n.cfg.ApplyTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond) // leadership changes are not broadcast
+	defer tick.Stop()
+	for electing() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-n.stop:
+			return
+		}
+	}
 }
 
 // HadState reports whether the data dir held Raft state when the node

@@ -528,3 +528,30 @@ func TestForwardErrorClassification(t *testing.T) {
 	_, err = routes[tenurev1connect.LeaseServiceGetProcedure].call(ctx, s, b.base, &tenurev1.GetRequest{LeaseId: "zzz"}, http.Header{})
 	wantReason(t, s.forwardError(ctx, err, false, "n1", s.Addr()), connect.CodeNotFound, "LEASE_NOT_FOUND")
 }
+
+// TestCallsRightAfterStartWaitForTheFirstLeader: a fresh node answers a
+// write sent before its first election ends (Raft waits a heartbeat
+// timeout, here 400 ms, before electing itself) instead of NOT_LEADER.
+func TestCallsRightAfterStartWaitForTheFirstLeader(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.Cluster.HeartbeatTimeout = 400 * time.Millisecond
+	cfg.Cluster.ElectionTimeout = 400 * time.Millisecond
+	srv, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer srv.Close(context.Background())
+	if srv.node.IsLeader() {
+		t.Fatal("the node leads at once; the test needs an election to wait for")
+	}
+	leases := tenurev1connect.NewLeaseServiceClient(h2cClient(), "http://"+srv.Addr(), connect.WithGRPC())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "first", Holder: "w1"}))
+	if err != nil {
+		t.Fatalf("Acquire right after the start: %v", err)
+	}
+	if resp.Msg.Lease.GetFence() == 0 {
+		t.Fatalf("no lease: %v", resp.Msg)
+	}
+}

@@ -180,7 +180,11 @@ func (s *Server) forwardInterceptor() connect.UnaryInterceptorFunc {
 // leader is known — then the local path answers NOT_LEADER).
 func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Header) (resp connect.AnyResponse, ok bool, err error) {
 	r, found := routes[proc]
-	if !found || s.node.IsLeader() || hdr.Get(HeaderForwardedBy) != "" || (!r.write && staleRead(ctx)) {
+	if !found || hdr.Get(HeaderForwardedBy) != "" || (!r.write && staleRead(ctx)) {
+		return nil, false, nil
+	}
+	s.node.AwaitLeader(ctx) // right after a start, while the first leader is elected
+	if s.node.IsLeader() {
 		return nil, false, nil
 	}
 	id, addr := s.node.Leader()
