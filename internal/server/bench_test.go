@@ -14,6 +14,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/opstream"
+	"github.com/tenurehq/tenure/internal/wire"
 )
 
 // BenchmarkAcquireRelease measures acquire+release cycles through the
@@ -69,15 +70,18 @@ func (p *pipeliner[Req, Res, Op, Result]) do(op *Op) (*Result, error) {
 // leasePipeliner runs LeaseService.Pipeline operations.
 type leasePipeliner = pipeliner[tenurev1.PipelineRequest, tenurev1.PipelineResponse, tenurev1.PipelineOp, tenurev1.PipelineResult]
 
+// The pipeliners encode as the Go client does (wire.Codec).
 func newPipeliner(ctx context.Context, _ testing.TB, bd *bundle) *leasePipeliner {
-	return &leasePipeliner{opstream.OpenLease(ctx, bd.leases, 1)}
+	lc := tenurev1connect.NewLeaseServiceClient(h2cClient(), bd.base, connect.WithGRPC(), connect.WithCodec(wire.Codec{}))
+	return &leasePipeliner{opstream.OpenLease(ctx, lc, 1)}
 }
 
 // queuePipeliner runs QueueService.Pipeline operations.
 type queuePipeliner = pipeliner[tenurev1.QueuePipelineRequest, tenurev1.QueuePipelineResponse, tenurev1.QueueOp, tenurev1.QueueResult]
 
 func newQueuePipeliner(ctx context.Context, bd *bundle) *queuePipeliner {
-	return &queuePipeliner{opstream.OpenQueue(ctx, bd.queueClient(), 1)}
+	qc := tenurev1connect.NewQueueServiceClient(h2cClient(), bd.base, connect.WithGRPC(), connect.WithCodec(wire.Codec{}))
+	return &queuePipeliner{opstream.OpenQueue(ctx, qc, 1)}
 }
 
 // poolPipeliner runs PoolService.Pipeline operations.
