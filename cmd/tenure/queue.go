@@ -144,7 +144,8 @@ print them with their lease ids. --wait long-polls for a claimable task.
 Nothing claimable is not an error: the answer is empty.`
 
 const queueClaimExamples = `  tenure queue claim emails
-  tenure queue claim emails --max 10 --ttl 2m --wait 30s -o json`
+  tenure queue claim emails --max 10 --ttl 2m --wait 30s -o json
+  tenure queue claim emails --worker mailer-1`
 
 func queueClaim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure queue claim", "QUEUE [flags]", queueClaimHelp, queueClaimExamples, stdout, stderr)
@@ -152,6 +153,7 @@ func queueClaim(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	ttl := c.fs.Duration("ttl", 0, "ttl of each task lease (default: the namespace's)")
 	wait := c.fs.Duration("wait", 0, "wait up to this long for a claimable task")
 	c.holderFlag(stableHolder(), "user@host")
+	c.fs.StringVar(&c.holder, "worker", c.holder, "the same as --holder (the API's name for it)")
 	pos, err := c.parse(args, 1, 1)
 	if err != nil {
 		return err

@@ -38,8 +38,9 @@ func TestCLIQueue(t *testing.T) {
 		t.Fatalf("re-push: %v", again)
 	}
 
-	// claim: priority first; the delayed task is not claimable.
-	cl := parse(t, ok(t, "queue", "claim", q, "--max", "5", "--ttl", "1m", "--holder", "cli-worker", "-o", "json"), &tenurev1.ClaimResponse{})
+	// claim (--worker: the API's name for --holder): priority first; the
+	// delayed task is not claimable.
+	cl := parse(t, ok(t, "queue", "claim", q, "--max", "5", "--ttl", "1m", "--worker", "cli-worker", "-o", "json"), &tenurev1.ClaimResponse{})
 	if len(cl.GetTasks()) != 2 || cl.GetTasks()[0].GetTaskId() != "b" || cl.GetTasks()[0].GetLease().GetHolder() != "cli-worker" {
 		t.Fatalf("claim: %v", cl)
 	}

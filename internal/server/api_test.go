@@ -108,11 +108,15 @@ func TestBadInputChangesNothing(t *testing.T) {
 	before := b.status(t)
 	cases := []struct {
 		name, method, body string
-		reason             string // "" when the transport rejects it before Tenure
+		reason             string
 	}{
-		{"malformed JSON", "LeaseService/Acquire", `{"resource":"r","holder":`, ""},
-		{"unknown enum", "LeaseService/Acquire", `{"resource":"r","holder":"w","mode":"MODE_BOGUS"}`, ""},
-		{"invalid UTF-8", "LeaseService/Acquire", "{\"resource\":\"r\xff\xfe\",\"holder\":\"w\"}", ""},
+		{"malformed JSON", "LeaseService/Acquire", `{"resource":"r","holder":`, "INVALID_ARGUMENT"},
+		{"unknown enum", "LeaseService/Acquire", `{"resource":"r","holder":"w","mode":"MODE_BOGUS"}`, "INVALID_ARGUMENT"},
+		{"invalid UTF-8", "LeaseService/Acquire", "{\"resource\":\"r\xff\xfe\",\"holder\":\"w\"}", "INVALID_ARGUMENT"},
+		{"wrong field type", "LeaseService/Acquire", `{"resource":"r","holder":"w","ttl":30}`, "INVALID_ARGUMENT"},
+		{"bad duration", "QueueService/Claim", `{"queue":"q","worker":"w","wait":"soon"}`, "INVALID_ARGUMENT"},
+		{"not an object", "PoolService/Status", `[1,2]`, "INVALID_ARGUMENT"},
+		{"empty body", "ClusterService/Status", ``, "INVALID_ARGUMENT"},
 		{"control character", "LeaseService/Acquire", `{"resource":"r\u0001","holder":"w"}`, "INVALID_ARGUMENT"},
 		{"missing resource", "LeaseService/Acquire", `{"holder":"w"}`, "INVALID_ARGUMENT"},
 		{"missing holder", "LeaseService/Acquire", `{"resource":"r"}`, "INVALID_ARGUMENT"},
@@ -139,13 +143,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 			if code == http.StatusOK || out["code"] != "invalid_argument" {
 				t.Fatalf("got %d %v, want invalid_argument", code, out)
 			}
-			if tc.reason != "" {
-				if r := errorReason(t, out); r != tc.reason {
-					t.Errorf("reason = %s, want %s", r, tc.reason)
-				}
-				if msg, _ := out["message"].(string); !strings.HasPrefix(msg, tc.reason) {
-					t.Errorf("message %q does not start with the reason", msg)
-				}
+			if r := errorReason(t, out); r != tc.reason {
+				t.Errorf("reason = %s, want %s", r, tc.reason)
+			}
+			if msg, _ := out["message"].(string); !strings.HasPrefix(msg, tc.reason) {
+				t.Errorf("message %q does not start with the reason", msg)
 			}
 		})
 	}

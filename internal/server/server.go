@@ -12,13 +12,16 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +30,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/auth"
@@ -205,7 +210,7 @@ func Start(cfg Config) (*Server, error) {
 		protocols.SetUnencryptedHTTP2(true)
 	}
 	s.http = &http.Server{
-		Handler:           s.authenticate(limitBody(mux, int64(cfg.MaxRequestBytes))),
+		Handler:           s.authenticate(limitBody(checkJSON(mux, int64(cfg.MaxRequestBytes)), int64(cfg.MaxRequestBytes))),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -276,6 +281,81 @@ func limitBody(next http.Handler, max int64) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// checkJSON decodes the body of a Connect unary JSON call (curl, browsers,
+// any HTTP client) before Connect does, to answer a body that does not
+// decode (malformed JSON, invalid UTF-8, an unknown enum name, a field of
+// the wrong type) as every other bad input: INVALID_ARGUMENT with its
+// ErrorInfo and a message that starts with the reason. Connect's own answer
+// to those has neither. Binary and streaming calls, and compressed bodies,
+// go through unchanged (Connect still refuses what does not decode), as
+// does a body past max bytes (Connect refuses it as too large).
+func checkJSON(next http.Handler, max int64) http.Handler {
+	ew := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mt, unary := unaryInputs[r.URL.Path]
+		ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
+		if !unary || r.Method != http.MethodPost || strings.TrimSpace(ct) != "application/json" || r.Header.Get("Content-Encoding") != "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+		if err != nil || int64(len(body)) > max {
+			// Cut off, or too large: Connect answers as usual.
+			rest := r.Body
+			if err != nil {
+				rest = io.NopCloser(errReader{err})
+			}
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(body), rest), r.Body}
+			next.ServeHTTP(w, r)
+			return
+		}
+		if err := (jsonCodec{}).Unmarshal(body, mt.New().Interface()); err != nil {
+			why := err.Error()
+			if _, after, ok := strings.Cut(why, "proto: "); ok {
+				why = after
+			}
+			ce := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("INVALID_ARGUMENT: the request body does not decode as %s: %s", mt.Descriptor().Name(), why))
+			if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "INVALID_ARGUMENT", Domain: ErrorDomain,
+				Metadata: map[string]string{"field": "body"}}); derr == nil {
+				ce.AddDetail(d)
+			}
+			_ = ew.Write(w, r, ce)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// unaryInputs maps each unary procedure of the API ("/tenure.v1.Svc/Method")
+// to its request message.
+var unaryInputs = func() map[string]protoreflect.MessageType {
+	out := make(map[string]protoreflect.MessageType)
+	protoregistry.GlobalFiles.RangeFilesByPackage("tenure.v1", func(fd protoreflect.FileDescriptor) bool {
+		for i := range fd.Services().Len() {
+			sd := fd.Services().Get(i)
+			for j := range sd.Methods().Len() {
+				md := sd.Methods().Get(j)
+				if md.IsStreamingClient() || md.IsStreamingServer() {
+					continue
+				}
+				if mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Input().FullName()); err == nil {
+					out["/"+string(sd.FullName())+"/"+string(md.Name())] = mt
+				}
+			}
+		}
+		return true
+	})
+	return out
+}()
 
 // compressMinBytes is the smallest response body worth compressing.
 const compressMinBytes = 8 << 10
