@@ -280,20 +280,23 @@ func (n *Node) Leader() (id, apiAddr string) {
 }
 
 // AwaitLeader waits, at most ApplyTimeout, while no member can serve a
-// call only because one is being elected: this node has won an election
-// and its term has not begun (the barrier is through in milliseconds), or
-// the node has not known any leader since it started (a fresh cluster
-// elects one within a second or two). A call that waits then succeeds
-// where it would have failed with NOT_LEADER right after a start. A node
-// that knew a leader and lost it (a partition) does not wait: its callers
-// learn at once to try another member. The caller routes as usual after.
+// call only because one is being elected or is starting: this node has
+// won an election and its term has not begun (the barrier is through in
+// milliseconds), the leader is known but its API address has not reached
+// this node yet (a fresh cluster: members publish it once they lead or
+// join), or the node has not known any leader since it started (a fresh
+// cluster elects one within a second or two). A call that waits then
+// succeeds where it would have failed with NOT_LEADER right after a start.
+// A node that knew a leader and lost it (a partition) does not wait: its
+// callers learn at once to try another member. The caller routes as usual
+// after.
 func (n *Node) AwaitLeader(ctx context.Context) {
 	electing := func() bool {
 		if n.IsLeader() {
 			return false
 		}
-		id, _ := n.Leader()
-		return id == n.id || (id == "" && !n.knewLeader.Load())
+		id, addr := n.Leader()
+		return id == n.id || (id != "" && addr == "") || (id == "" && !n.knewLeader.Load())
 	}
 	if !electing() {
 		return

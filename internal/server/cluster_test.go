@@ -555,3 +555,28 @@ func TestCallsRightAfterStartWaitForTheFirstLeader(t *testing.T) {
 		t.Fatalf("no lease: %v", resp.Msg)
 	}
 }
+
+// TestFreshClusterAnswersEveryMemberAtOnce: calls sent to each member of
+// a three-node cluster the moment it starts succeed: each waits while the
+// first leader is elected and until its API address reaches the member
+// (forwarding needs it) instead of failing with NOT_LEADER.
+func TestFreshClusterAnswersEveryMemberAtOnce(t *testing.T) {
+	ms := startCluster(t, 3)
+	errs := make(chan error, len(ms))
+	for i, m := range ms {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := m.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: fmt.Sprintf("first/%d", i), Holder: "w1"}))
+			if err != nil {
+				err = fmt.Errorf("acquire through %s: %w", m.id, err)
+			}
+			errs <- err
+		}()
+	}
+	for range ms {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
