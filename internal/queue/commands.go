@@ -145,7 +145,8 @@ func (qs *Queues) Claim(tx *registrar.Tx, c *logpb.Claim) Outcome {
 		return Outcome{}
 	}
 	q.promote(tx.Wall)
-	var out Outcome
+	n := min(want, q.ready.Len())
+	out := Outcome{Tasks: make([]Task, 0, n), Leases: make([]registrar.Lease, 0, n)}
 	var skipped map[*task]bool // tasks whose resource is leased by someone else
 	for len(out.Tasks) < want {
 		var cands []*task
