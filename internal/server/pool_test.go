@@ -11,6 +11,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/wire"
 )
 
 func poolClient(b *bundle) tenurev1connect.PoolServiceClient {
@@ -106,7 +107,8 @@ func BenchmarkPoolRequestComplete(b *testing.B) {
 	for _, transport := range []string{"unary", "pipeline"} {
 		b.Run("transport="+transport, func(b *testing.B) {
 			bd := setup(b)
-			pc := poolClient(bd)
+			// Encoding as the Go client does.
+			pc := tenurev1connect.NewPoolServiceClient(h2cClient(), bd.base, connect.WithGRPC(), connect.WithCodec(wire.Codec{}))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			request := func(r *tenurev1.RequestLeasesRequest) (*tenurev1.RequestLeasesResponse, error) {
