@@ -48,8 +48,8 @@ func tenureBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "tenure")
-		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-		cmd := exec.Command(goTool, "build", "-o", binPath, "github.com/tenurehq/tenure/cmd/tenure")
+		// go test puts its own toolchain first on the test's PATH.
+		cmd := exec.Command("go", "build", "-o", binPath, "github.com/tenurehq/tenure/cmd/tenure")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -43,8 +42,8 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	tenureBin = filepath.Join(dir, "tenure")
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if out, err := exec.Command(goBin, "build", "-o", tenureBin, ".").CombinedOutput(); err != nil {
+	// go test puts its own toolchain first on the test's PATH.
+	if out, err := exec.Command("go", "build", "-o", tenureBin, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building tenure: %v\n%s", err, out)
 		return 1
 	}

@@ -16,11 +16,8 @@ func BuildBinary(dir string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	bin := filepath.Join(dir, "tenure")
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
-	}
-	cmd := exec.Command(goTool, "build", "-o", bin, "./cmd/tenure")
+	// go test puts its own toolchain first on the test's PATH.
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/tenure")
 	cmd.Dir = root
 	// Inherited GOFLAGS=-race would slow the servers several times over.
 	env := []string{}
