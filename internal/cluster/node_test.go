@@ -470,3 +470,42 @@ func TestCloseUnderWriteLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestProposeThen: the result of a command proposed without waiting
+// reaches its continuation: a grant, a refusal in the outcome, and, once
+// the node is closed, an error.
+func TestProposeThen(t *testing.T) {
+	n := open(t, t.TempDir())
+	type answer struct {
+		res statemachine.Result
+		err error
+	}
+	propose := func(holder string) answer {
+		got := make(chan answer, 1)
+		n.ProposeThen(context.Background(), &logpb.Command{Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{
+			Resource: "then", Holder: holder, TtlMs: ms(time.Minute)}}}, func(res statemachine.Result, err error) {
+			got <- answer{res, err}
+		})
+		select {
+		case a := <-got:
+			return a
+		case <-time.After(10 * time.Second):
+			t.Fatal("the continuation never ran")
+		}
+		return answer{}
+	}
+	first := propose("w1")
+	if first.err != nil || first.res.Outcome.Err != nil || first.res.Outcome.Lease == nil || first.res.Outcome.Lease.Holder != "w1" {
+		t.Fatalf("first: %+v", first)
+	}
+	second := propose("w2")
+	if second.err != nil || !errors.Is(second.res.Outcome.Err, registrar.ErrLeaseHeld) {
+		t.Fatalf("second: %+v, want LEASE_HELD in the outcome", second)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if closed := propose("w3"); closed.err == nil {
+		t.Fatalf("after Close: %+v, want an error", closed)
+	}
+}

@@ -13,10 +13,21 @@ import (
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
-// proposal is one command waiting for its result.
+// proposal is one command waiting for its result: on done (Propose), or
+// handed to then (ProposeThen).
 type proposal struct {
 	cmd  *logpb.Command
 	done chan proposalResult
+	then func(statemachine.Result, error)
+}
+
+// answer hands the proposal its result.
+func (p *proposal) answer(r proposalResult) {
+	if p.then != nil {
+		p.then(r.res, r.err)
+		return
+	}
+	p.done <- r
 }
 
 type proposalResult struct {
@@ -58,6 +69,27 @@ func (n *Node) Propose(ctx context.Context, cmd *logpb.Command) (statemachine.Re
 	}
 }
 
+// ProposeThen is Propose for a caller that does not wait: it hands cmd
+// to the proposer and returns, and then receives what Propose would have
+// returned. then runs on the node's completion goroutine, in commit
+// order, so it must be quick and must not block (nor read the state
+// machine, which the next entry may be holding). ctx bounds only the
+// hand-over: once the command is proposed, then always runs with its
+// result.
+func (n *Node) ProposeThen(ctx context.Context, cmd *logpb.Command, then func(statemachine.Result, error)) {
+	if n.leader.Load() == nil {
+		then(statemachine.Result{}, n.notLeader())
+		return
+	}
+	select {
+	case n.in <- &proposal{cmd: cmd, then: then}:
+	case <-ctx.Done():
+		then(statemachine.Result{}, ctx.Err())
+	case <-n.stop:
+		then(statemachine.Result{}, unavailable("the node is shutting down"))
+	}
+}
+
 func unavailable(why string) error {
 	return &registrar.Error{Reason: registrar.ReasonUnavailable,
 		Message: string(registrar.ReasonUnavailable) + ": " + why + "; nothing was proposed"}
@@ -88,7 +120,7 @@ func (n *Node) propose() {
 		select {
 		case n.slots.take() <- struct{}{}:
 		case <-n.stop:
-			batch[0].done <- proposalResult{err: unavailable("the node is shutting down")}
+			batch[0].answer(proposalResult{err: unavailable("the node is shutting down")})
 			n.drainProposals()
 			return
 		}
@@ -105,7 +137,7 @@ func (n *Node) propose() {
 		if t == nil {
 			err := n.notLeader()
 			for _, p := range batch {
-				p.done <- proposalResult{err: err}
+				p.answer(proposalResult{err: err})
 			}
 			n.slots.put()
 			continue
@@ -120,7 +152,7 @@ func (n *Node) propose() {
 		data, err := proto.Marshal(b)
 		if err != nil {
 			for _, p := range batch {
-				p.done <- proposalResult{err: unavailable("encoding the command: " + err.Error())}
+				p.answer(proposalResult{err: unavailable("encoding the command: " + err.Error())})
 			}
 			n.slots.put()
 			continue
@@ -136,7 +168,7 @@ func (n *Node) drainProposals() {
 	for {
 		select {
 		case p := <-n.in:
-			p.done <- proposalResult{err: unavailable("the node is shutting down")}
+			p.answer(proposalResult{err: unavailable("the node is shutting down")})
 		default:
 			return
 		}
@@ -170,9 +202,9 @@ func (n *Node) complete() {
 		}
 		for i, p := range in.batch {
 			if err != nil {
-				p.done <- proposalResult{err: err}
+				p.answer(proposalResult{err: err})
 			} else {
-				p.done <- proposalResult{res: results[i]}
+				p.answer(proposalResult{res: results[i]})
 			}
 		}
 	}

@@ -113,29 +113,8 @@ func (h *leaseService) Acquire(ctx context.Context, req *connect.Request[tenurev
 }
 
 func (s *Server) acquire(ctx context.Context, m *tenurev1.AcquireRequest) (*tenurev1.Lease, error) {
-	ttl, err := durationMs("ttl", m.Ttl)
+	c, err := s.acquireCommand(m)
 	if err != nil {
-		return nil, err
-	}
-	wait, err := durationMs("wait", m.Wait)
-	if err != nil {
-		return nil, err
-	}
-	if wait != nil && *wait < 0 {
-		return nil, invalidArg("wait", "must not be negative")
-	}
-	deriv, err := derivation(m.Scope, m.Budget)
-	if err != nil {
-		return nil, err
-	}
-	c := &logpb.Acquire{Namespace: m.Namespace, Resource: m.Resource, Holder: m.Holder, TtlMs: ttl, Mode: m.Mode, Derivation: deriv}
-	if wait != nil {
-		c.WaitMs = *wait
-	}
-	if err := registrar.ValidateAcquire(c); err != nil {
-		return nil, err
-	}
-	if err := s.checkTTL(m.Namespace, ttl); err != nil {
 		return nil, err
 	}
 	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_Acquire{Acquire: c}})
@@ -161,6 +140,36 @@ func (s *Server) acquire(ctx context.Context, m *tenurev1.AcquireRequest) (*tenu
 		return nil, fmt.Errorf("acquire answered neither a lease nor a waiter")
 	}
 	return s.leaseProto(*l, m.Certificate)
+}
+
+// acquireCommand validates an Acquire and builds its command.
+func (s *Server) acquireCommand(m *tenurev1.AcquireRequest) (*logpb.Acquire, error) {
+	ttl, err := durationMs("ttl", m.Ttl)
+	if err != nil {
+		return nil, err
+	}
+	wait, err := durationMs("wait", m.Wait)
+	if err != nil {
+		return nil, err
+	}
+	if wait != nil && *wait < 0 {
+		return nil, invalidArg("wait", "must not be negative")
+	}
+	deriv, err := derivation(m.Scope, m.Budget)
+	if err != nil {
+		return nil, err
+	}
+	c := &logpb.Acquire{Namespace: m.Namespace, Resource: m.Resource, Holder: m.Holder, TtlMs: ttl, Mode: m.Mode, Derivation: deriv}
+	if wait != nil {
+		c.WaitMs = *wait
+	}
+	if err := registrar.ValidateAcquire(c); err != nil {
+		return nil, err
+	}
+	if err := s.checkTTL(m.Namespace, ttl); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // abandonWait withdraws the queued acquire of a caller that went away, and
@@ -281,29 +290,40 @@ func (s *Server) renewOwn(ctx context.Context, c *logpb.Renew) (registrar.Outcom
 
 func (h *leaseService) Release(ctx context.Context, req *connect.Request[tenurev1.ReleaseRequest]) (*connect.Response[tenurev1.ReleaseResponse], error) {
 	s, m := h.s, req.Msg
-	if err := registrar.CheckLeaseIDText("lease_id", m.LeaseId); err != nil {
+	c, err := releaseCommand(m)
+	if err != nil {
 		return nil, s.toConnect(err)
 	}
-	if err := registrar.CheckIdentifier("holder", m.Holder, true); err != nil {
+	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_Release{Release: c}})
+	if err != nil {
 		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(releaseResponse(out)), nil
+}
+
+// releaseCommand validates a Release and builds its command.
+func releaseCommand(m *tenurev1.ReleaseRequest) (*logpb.Release, error) {
+	if err := registrar.CheckLeaseIDText("lease_id", m.LeaseId); err != nil {
+		return nil, err
+	}
+	if err := registrar.CheckIdentifier("holder", m.Holder, true); err != nil {
+		return nil, err
 	}
 	switch m.Reason {
 	case tenurev1.ReleaseReason_RELEASE_REASON_UNSPECIFIED, tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED,
 		tenurev1.ReleaseReason_RELEASE_REASON_ABORTED, tenurev1.ReleaseReason_RELEASE_REASON_VOLUNTARY:
 	default:
-		return nil, s.toConnect(invalidArg("reason", fmt.Sprintf("unknown or reserved release reason %d", m.Reason)))
+		return nil, invalidArg("reason", fmt.Sprintf("unknown or reserved release reason %d", m.Reason))
 	}
-	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_Release{Release: &logpb.Release{
-		LeaseId: m.LeaseId, Holder: m.Holder, Reason: m.Reason,
-	}}})
-	if err != nil {
-		return nil, s.toConnect(err)
-	}
+	return &logpb.Release{LeaseId: m.LeaseId, Holder: m.Holder, Reason: m.Reason}, nil
+}
+
+func releaseResponse(out registrar.Outcome) *tenurev1.ReleaseResponse {
 	resp := &tenurev1.ReleaseResponse{AlreadyTerminal: out.AlreadyTerminal}
 	if out.Lease != nil {
 		resp.Lease = out.Lease.Proto()
 	}
-	return connect.NewResponse(resp), nil
+	return resp
 }
 
 func (h *leaseService) Revoke(ctx context.Context, req *connect.Request[tenurev1.RevokeRequest]) (*connect.Response[tenurev1.RevokeResponse], error) {

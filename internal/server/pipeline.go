@@ -28,7 +28,7 @@ const maxPipelineInFlight = 4096
 // entries through the proposer, so a pipelined client gets group commit
 // without paying for an HTTP/2 request per operation.
 func (h *leaseService) Pipeline(ctx context.Context, stream *connect.BidiStream[tenurev1.PipelineRequest, tenurev1.PipelineResponse]) error {
-	return servePipeline(ctx, stream, (*tenurev1.PipelineRequest).GetOps, h.runOp,
+	return servePipeline(ctx, stream, (*tenurev1.PipelineRequest).GetOps, h.runOp, h.startOp,
 		func(rs []*tenurev1.PipelineResult) *tenurev1.PipelineResponse {
 			return &tenurev1.PipelineResponse{Results: rs}
 		})
@@ -38,8 +38,13 @@ func (h *leaseService) Pipeline(ctx context.Context, stream *connect.BidiStream[
 // every operation of every request message in its own goroutine (at most
 // maxPipelineInFlight at once; past that the stream waits) and sends the
 // results back as they complete (sendResults).
+//
+// start, when not nil, may take an operation instead (returning true): it
+// proposes without waiting (Node.ProposeThen) and hands the result to its
+// deliver func later, so that no goroutine waits through the commit.
 func servePipeline[Req, Res, Op, Result any](ctx context.Context, stream *connect.BidiStream[Req, Res],
-	ops func(*Req) []*Op, run func(context.Context, http.Header, *Op) *Result, respond func([]*Result) *Res) error {
+	ops func(*Req) []*Op, run func(context.Context, http.Header, *Op) *Result,
+	start func(context.Context, http.Header, *Op, func(*Result)) bool, respond func([]*Result) *Res) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	hdr := stream.RequestHeader()
@@ -65,6 +70,10 @@ func servePipeline[Req, Res, Op, Result any](ctx context.Context, stream *connec
 			}
 		}
 	}
+	deliver := func(r *Result) {
+		results <- r // never blocks: room for every slot
+		<-slots
+	}
 	var recvErr error
 	for recvErr == nil {
 		var req *Req
@@ -79,6 +88,9 @@ func servePipeline[Req, Res, Op, Result any](ctx context.Context, stream *connec
 				return ctx.Err()
 			case err := <-sendErr:
 				return err
+			}
+			if start != nil && start(ctx, hdr, op, deliver) {
+				continue
 			}
 			select {
 			case work <- op:

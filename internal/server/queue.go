@@ -49,6 +49,11 @@ func (s *Server) proposeQueue(ctx context.Context, cmd *logpb.Command) (queue.Ou
 		logUnexpected(s.log, "proposal broke off", err)
 		return queue.Outcome{}, err
 	}
+	return queueOutcome(res)
+}
+
+// queueOutcome is the queue domain's answer in a command's result.
+func queueOutcome(res statemachine.Result) (queue.Outcome, error) {
 	if res.Queue == nil {
 		if res.Outcome.Err != nil {
 			return queue.Outcome{}, res.Outcome.Err
@@ -70,12 +75,7 @@ func wallTS(ms int64) *timestamppb.Timestamp {
 }
 
 func (s *Server) taskProto(t queue.Task, l *registrar.Lease) (*tenurev1.Task, error) {
-	pb := &tenurev1.Task{
-		TaskId: t.ID, Namespace: t.Namespace, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
-		State: tenurev1.TaskState(t.State), Attempts: t.Attempts, MaxAttempts: t.MaxAttempts,
-		NotBefore: wallTS(t.NotBefore), CreatedAt: wallTS(t.CreatedAt), ClaimedAt: wallTS(t.ClaimedAt),
-		CompletedAt: wallTS(t.CompletedAt), LastError: t.LastError, Result: t.Result, LeaseId: t.LeaseID, Worker: t.Worker,
-	}
+	pb := taskPB(t)
 	if l != nil {
 		lp, err := s.leaseProto(*l, false)
 		if err != nil {
@@ -84,6 +84,16 @@ func (s *Server) taskProto(t queue.Task, l *registrar.Lease) (*tenurev1.Task, er
 		pb.Lease = lp
 	}
 	return pb, nil
+}
+
+// taskPB renders a task without its lease.
+func taskPB(t queue.Task) *tenurev1.Task {
+	return &tenurev1.Task{
+		TaskId: t.ID, Namespace: t.Namespace, Queue: t.Queue, Payload: t.Payload, Priority: t.Priority,
+		State: tenurev1.TaskState(t.State), Attempts: t.Attempts, MaxAttempts: t.MaxAttempts,
+		NotBefore: wallTS(t.NotBefore), CreatedAt: wallTS(t.CreatedAt), ClaimedAt: wallTS(t.ClaimedAt),
+		CompletedAt: wallTS(t.CompletedAt), LastError: t.LastError, Result: t.Result, LeaseId: t.LeaseID, Worker: t.Worker,
+	}
 }
 
 func (h *queueService) Enqueue(ctx context.Context, req *connect.Request[tenurev1.EnqueueRequest]) (*connect.Response[tenurev1.EnqueueResponse], error) {
@@ -117,29 +127,8 @@ func (h *queueService) Enqueue(ctx context.Context, req *connect.Request[tenurev
 
 func (h *queueService) Claim(ctx context.Context, req *connect.Request[tenurev1.ClaimRequest]) (*connect.Response[tenurev1.ClaimResponse], error) {
 	s, m := h.s, req.Msg
-	ttl, err := durationMs("lease_ttl", m.LeaseTtl)
+	c, waitD, err := s.claimCommand(m)
 	if err != nil {
-		return nil, s.toConnect(err)
-	}
-	if err := positiveTTL(ttl); err != nil {
-		return nil, s.toConnect(err)
-	}
-	wait, err := durationMs("wait", m.Wait)
-	if err != nil {
-		return nil, s.toConnect(err)
-	}
-	var waitD time.Duration
-	if wait != nil {
-		if *wait < 0 || registrar.Dur(*wait) > MaxClaimWait {
-			return nil, s.toConnect(invalidArg("wait", "must be between 0 and "+MaxClaimWait.String()))
-		}
-		waitD = registrar.Dur(*wait)
-	}
-	c := &logpb.Claim{Namespace: m.Namespace, Queue: m.Queue, Worker: m.Worker, Max: m.Max, LeaseTtlMs: ttl}
-	if err := queue.ValidateClaim(c); err != nil {
-		return nil, s.toConnect(err)
-	}
-	if err := s.checkTTL(m.Namespace, ttl); err != nil {
 		return nil, s.toConnect(err)
 	}
 	out, err := s.claim(ctx, c, waitD)
@@ -153,6 +142,36 @@ func (h *queueService) Claim(ctx context.Context, req *connect.Request[tenurev1.
 		}
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// claimCommand validates a Claim and builds its command and wait.
+func (s *Server) claimCommand(m *tenurev1.ClaimRequest) (*logpb.Claim, time.Duration, error) {
+	ttl, err := durationMs("lease_ttl", m.LeaseTtl)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := positiveTTL(ttl); err != nil {
+		return nil, 0, err
+	}
+	wait, err := durationMs("wait", m.Wait)
+	if err != nil {
+		return nil, 0, err
+	}
+	var waitD time.Duration
+	if wait != nil {
+		if *wait < 0 || registrar.Dur(*wait) > MaxClaimWait {
+			return nil, 0, invalidArg("wait", "must be between 0 and "+MaxClaimWait.String())
+		}
+		waitD = registrar.Dur(*wait)
+	}
+	c := &logpb.Claim{Namespace: m.Namespace, Queue: m.Queue, Worker: m.Worker, Max: m.Max, LeaseTtlMs: ttl}
+	if err := queue.ValidateClaim(c); err != nil {
+		return nil, 0, err
+	}
+	if err := s.checkTTL(m.Namespace, ttl); err != nil {
+		return nil, 0, err
+	}
+	return c, waitD, nil
 }
 
 // claim proposes a claim; with a wait, it proposes again whenever the
@@ -227,15 +246,24 @@ func (s *Server) claimable(c *logpb.Claim) bool {
 
 func (h *queueService) Complete(ctx context.Context, req *connect.Request[tenurev1.CompleteRequest]) (*connect.Response[tenurev1.CompleteResponse], error) {
 	s, m := h.s, req.Msg
-	c := &logpb.CompleteTask{Namespace: m.Namespace, Queue: m.Queue, TaskId: m.TaskId, LeaseId: m.LeaseId, Result: m.Result}
-	if err := queue.ValidateComplete(c); err != nil {
+	c, err := completeCommand(m)
+	if err != nil {
 		return nil, s.toConnect(err)
 	}
-	t, err := s.taskCommand(ctx, &logpb.Command{Op: &logpb.Command_CompleteTask{CompleteTask: c}})
+	t, err := s.taskCommand(ctx, c)
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&tenurev1.CompleteResponse{Task: t}), nil
+}
+
+// completeCommand validates a Complete and builds its command.
+func completeCommand(m *tenurev1.CompleteRequest) (*logpb.Command, error) {
+	c := &logpb.CompleteTask{Namespace: m.Namespace, Queue: m.Queue, TaskId: m.TaskId, LeaseId: m.LeaseId, Result: m.Result}
+	if err := queue.ValidateComplete(c); err != nil {
+		return nil, err
+	}
+	return &logpb.Command{Op: &logpb.Command_CompleteTask{CompleteTask: c}}, nil
 }
 
 func (h *queueService) Fail(ctx context.Context, req *connect.Request[tenurev1.FailRequest]) (*connect.Response[tenurev1.FailResponse], error) {
@@ -273,10 +301,15 @@ func (s *Server) taskCommand(ctx context.Context, cmd *logpb.Command) (*tenurev1
 	if err != nil {
 		return nil, err
 	}
+	return taskAnswer(out)
+}
+
+// taskAnswer renders the one task a task command answers.
+func taskAnswer(out queue.Outcome) (*tenurev1.Task, error) {
 	if out.Task == nil {
 		return nil, errors.New("the state machine answered no task")
 	}
-	return s.taskProto(*out.Task, nil)
+	return taskPB(*out.Task), nil
 }
 
 func (h *queueService) GetTask(ctx context.Context, req *connect.Request[tenurev1.GetTaskRequest]) (*connect.Response[tenurev1.GetTaskResponse], error) {
