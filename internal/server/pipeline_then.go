@@ -8,6 +8,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/pool"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
@@ -108,6 +109,56 @@ func (h *leaseService) startOp(ctx context.Context, _ http.Header, op *tenurev1.
 				return nil, res.Outcome.Err
 			}
 			return &tenurev1.PipelineResult{Id: op.Id, Result: &tenurev1.PipelineResult_Release{Release: releaseResponse(res.Outcome)}}, nil
+		}
+	default:
+		return false
+	}
+	startThen(ctx, s, o, deliver)
+	return true
+}
+
+// startOp takes a RequestLeases that will be proposed (positive max, not
+// too many have-maps) and a CompletePiece (see above).
+func (h *poolService) startOp(ctx context.Context, _ http.Header, op *tenurev1.PoolOp, deliver func(*tenurev1.PoolResult)) bool {
+	s := h.s
+	if !s.node.IsLeader() {
+		return false
+	}
+	o := thenOp[tenurev1.PoolResult]{op: op.Op, fail: func(e *tenurev1.PipelineError) *tenurev1.PoolResult {
+		return &tenurev1.PoolResult{Id: op.Id, Result: &tenurev1.PoolResult_Error{Error: e}}
+	}}
+	switch x := op.Op.(type) {
+	case *tenurev1.PoolOp_RequestLeases:
+		m := x.RequestLeases
+		if m.Max == 0 || len(m.Have) > pool.MaxHaveMaps {
+			return false // answered without proposing
+		}
+		o.proc, o.msg = v1c.PoolServiceRequestLeasesProcedure, m
+		o.cmd = func() (*logpb.Command, error) { return poolCommand(m.Peer, requestCommand(m)) }
+		o.answer = func(res statemachine.Result) (*tenurev1.PoolResult, error) {
+			out, err := poolOutcome(res)
+			if err != nil {
+				return nil, err
+			}
+			return &tenurev1.PoolResult{Id: op.Id, Result: &tenurev1.PoolResult_RequestLeases{RequestLeases: requestLeasesResponse(out)}}, nil
+		}
+	case *tenurev1.PoolOp_CompletePiece:
+		m := x.CompletePiece
+		o.proc, o.msg = v1c.PoolServiceCompletePieceProcedure, m
+		o.cmd = func() (*logpb.Command, error) {
+			c, err := completePieceCommand(m)
+			if err != nil {
+				return nil, err
+			}
+			return poolCommand(m.Peer, c)
+		}
+		o.answer = func(res statemachine.Result) (*tenurev1.PoolResult, error) {
+			out, err := poolOutcome(res)
+			if err != nil {
+				return nil, err
+			}
+			return &tenurev1.PoolResult{Id: op.Id, Result: &tenurev1.PoolResult_CompletePiece{
+				CompletePiece: &tenurev1.CompletePieceResponse{Ranking: rankingProto(out.Ranking)}}}, nil
 		}
 	default:
 		return false

@@ -33,14 +33,28 @@ func init() {
 // proposePool validates and replicates a pool command and returns its
 // answer; an error (not a RequestLeases rejection) comes back as the error.
 func (s *Server) proposePool(ctx context.Context, actor string, c *logpb.PoolCommand) (pool.Outcome, error) {
-	if err := pool.ValidateCommand(c); err != nil {
+	cmd, err := poolCommand(actor, c)
+	if err != nil {
 		return pool.Outcome{}, err
 	}
-	res, err := s.node.Propose(ctx, &logpb.Command{Actor: actor, Op: &logpb.Command_Pool{Pool: c}})
+	res, err := s.node.Propose(ctx, cmd)
 	if err != nil {
 		logUnexpected(s.log, "proposal broke off", err)
 		return pool.Outcome{}, err
 	}
+	return poolOutcome(res)
+}
+
+// poolCommand validates a pool command and wraps it.
+func poolCommand(actor string, c *logpb.PoolCommand) (*logpb.Command, error) {
+	if err := pool.ValidateCommand(c); err != nil {
+		return nil, err
+	}
+	return &logpb.Command{Actor: actor, Op: &logpb.Command_Pool{Pool: c}}, nil
+}
+
+// poolOutcome is the pool domain's answer in a command's result.
+func poolOutcome(res statemachine.Result) (pool.Outcome, error) {
 	if res.Pool == nil {
 		if res.Outcome.Err != nil {
 			return pool.Outcome{}, res.Outcome.Err
@@ -109,37 +123,57 @@ func (h *poolService) RequestLeases(ctx context.Context, req *connect.Request[te
 			RejectedReason: tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST,
 			Message:        "REJECTED_REASON_INVALID_REQUEST: too many have-maps"}), nil
 	}
+	out, err := h.s.proposePool(ctx, m.Peer, requestCommand(m))
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	return connect.NewResponse(requestLeasesResponse(out)), nil
+}
+
+// requestCommand is the pool command of a RequestLeases (whose max and
+// number of have-maps were checked).
+func requestCommand(m *tenurev1.RequestLeasesRequest) *logpb.PoolCommand {
 	have := make([]*logpb.PoolHave, len(m.Have))
 	for i, hm := range m.Have {
 		have[i] = &logpb.PoolHave{FileIndex: hm.FileIndex, Bits: hm.Bits}
 	}
-	out, err := h.s.proposePool(ctx, m.Peer, &logpb.PoolCommand{Namespace: m.Namespace, Pool: m.Pool,
-		Op: &logpb.PoolCommand_Request{Request: &logpb.PoolRequest{Peer: m.Peer, Have: have, Max: m.Max}}})
-	if err != nil {
-		return nil, h.s.toConnect(err)
-	}
+	return &logpb.PoolCommand{Namespace: m.Namespace, Pool: m.Pool,
+		Op: &logpb.PoolCommand_Request{Request: &logpb.PoolRequest{Peer: m.Peer, Have: have, Max: m.Max}}}
+}
+
+func requestLeasesResponse(out pool.Outcome) *tenurev1.RequestLeasesResponse {
 	resp := &tenurev1.RequestLeasesResponse{RejectedReason: out.Rejected, Message: out.Message}
 	for _, g := range out.Leases {
 		resp.Leases = append(resp.Leases, &tenurev1.PieceLease{FileIndex: g.File, PieceIndex: g.Piece, LeaseId: g.LeaseID,
 			ExpiresAt: timestamppb.New(g.ExpiresAt), Fence: g.Fence})
 	}
-	return connect.NewResponse(resp), nil
+	return resp
 }
 
 func (h *poolService) CompletePiece(ctx context.Context, req *connect.Request[tenurev1.CompletePieceRequest]) (*connect.Response[tenurev1.CompletePieceResponse], error) {
 	m := req.Msg
-	switch m.Result {
-	case tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS, tenurev1.CompletionResult_COMPLETION_RESULT_FAILURE:
-	default:
-		return nil, h.s.toConnect(invalidArg("result", "must be COMPLETION_RESULT_SUCCESS or COMPLETION_RESULT_FAILURE"))
+	c, err := completePieceCommand(m)
+	if err != nil {
+		return nil, h.s.toConnect(err)
 	}
-	out, err := h.s.proposePool(ctx, m.Peer, &logpb.PoolCommand{Namespace: m.Namespace, Pool: m.Pool,
-		Op: &logpb.PoolCommand_Complete{Complete: &logpb.PoolComplete{Peer: m.Peer, FileIndex: m.FileIndex,
-			PieceIndex: m.PieceIndex, Result: m.Result, FailureReason: m.FailureReason}}})
+	out, err := h.s.proposePool(ctx, m.Peer, c)
 	if err != nil {
 		return nil, h.s.toConnect(err)
 	}
 	return connect.NewResponse(&tenurev1.CompletePieceResponse{Ranking: rankingProto(out.Ranking)}), nil
+}
+
+// completePieceCommand checks a CompletePiece's result and builds its pool
+// command.
+func completePieceCommand(m *tenurev1.CompletePieceRequest) (*logpb.PoolCommand, error) {
+	switch m.Result {
+	case tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS, tenurev1.CompletionResult_COMPLETION_RESULT_FAILURE:
+	default:
+		return nil, invalidArg("result", "must be COMPLETION_RESULT_SUCCESS or COMPLETION_RESULT_FAILURE")
+	}
+	return &logpb.PoolCommand{Namespace: m.Namespace, Pool: m.Pool,
+		Op: &logpb.PoolCommand_Complete{Complete: &logpb.PoolComplete{Peer: m.Peer, FileIndex: m.FileIndex,
+			PieceIndex: m.PieceIndex, Result: m.Result, FailureReason: m.FailureReason}}}, nil
 }
 
 func checkPoolName(ns, name string) error {
