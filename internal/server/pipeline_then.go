@@ -167,7 +167,8 @@ func (h *poolService) startOp(ctx context.Context, _ http.Header, op *tenurev1.P
 	return true
 }
 
-// startOp takes a Complete, and a Claim that does not wait (see above).
+// startOp takes an Enqueue, a Complete, a Fail, and a Claim that does
+// not wait (see above).
 func (h *queueService) startOp(ctx context.Context, _ http.Header, op *tenurev1.QueueOp, deliver func(*tenurev1.QueueResult)) bool {
 	s := h.s
 	if !s.node.IsLeader() {
@@ -181,16 +182,26 @@ func (h *queueService) startOp(ctx context.Context, _ http.Header, op *tenurev1.
 		m := x.Complete
 		o.proc, o.msg = v1c.QueueServiceCompleteProcedure, m
 		o.cmd = func() (*logpb.Command, error) { return completeCommand(m) }
+		o.answer = answerTask(op.Id, func(t *tenurev1.Task) *tenurev1.QueueResult {
+			return &tenurev1.QueueResult{Result: &tenurev1.QueueResult_Complete{Complete: &tenurev1.CompleteResponse{Task: t}}}
+		})
+	case *tenurev1.QueueOp_Fail:
+		m := x.Fail
+		o.proc, o.msg = v1c.QueueServiceFailProcedure, m
+		o.cmd = func() (*logpb.Command, error) { return failCommand(m) }
+		o.answer = answerTask(op.Id, func(t *tenurev1.Task) *tenurev1.QueueResult {
+			return &tenurev1.QueueResult{Result: &tenurev1.QueueResult_Fail{Fail: &tenurev1.FailResponse{Task: t}}}
+		})
+	case *tenurev1.QueueOp_Enqueue:
+		m := x.Enqueue
+		o.proc, o.msg = v1c.QueueServiceEnqueueProcedure, m
+		o.cmd = func() (*logpb.Command, error) { return enqueueCommand(m) }
 		o.answer = func(res statemachine.Result) (*tenurev1.QueueResult, error) {
 			out, err := queueOutcome(res)
 			if err != nil {
 				return nil, err
 			}
-			t, err := taskAnswer(out)
-			if err != nil {
-				return nil, err
-			}
-			return &tenurev1.QueueResult{Id: op.Id, Result: &tenurev1.QueueResult_Complete{Complete: &tenurev1.CompleteResponse{Task: t}}}, nil
+			return &tenurev1.QueueResult{Id: op.Id, Result: &tenurev1.QueueResult_Enqueue{Enqueue: enqueueResponse(out)}}, nil
 		}
 	case *tenurev1.QueueOp_Claim:
 		m := x.Claim
@@ -219,4 +230,22 @@ func (h *queueService) startOp(ctx context.Context, _ http.Header, op *tenurev1.
 	}
 	startThen(ctx, s, o, deliver)
 	return true
+}
+
+// answerTask renders the answer of a command that answers one task (a
+// Complete, a Fail): wrap puts the task in the operation's result.
+func answerTask(id uint64, wrap func(*tenurev1.Task) *tenurev1.QueueResult) func(statemachine.Result) (*tenurev1.QueueResult, error) {
+	return func(res statemachine.Result) (*tenurev1.QueueResult, error) {
+		out, err := queueOutcome(res)
+		if err != nil {
+			return nil, err
+		}
+		t, err := taskAnswer(out)
+		if err != nil {
+			return nil, err
+		}
+		r := wrap(t)
+		r.Id = id
+		return r, nil
+	}
 }

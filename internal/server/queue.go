@@ -98,31 +98,42 @@ func taskPB(t queue.Task) *tenurev1.Task {
 
 func (h *queueService) Enqueue(ctx context.Context, req *connect.Request[tenurev1.EnqueueRequest]) (*connect.Response[tenurev1.EnqueueResponse], error) {
 	s, m := h.s, req.Msg
+	c, err := enqueueCommand(m)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	out, err := s.proposeQueue(ctx, c)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(enqueueResponse(out)), nil
+}
+
+// enqueueCommand validates an Enqueue and builds its command.
+func enqueueCommand(m *tenurev1.EnqueueRequest) (*logpb.Command, error) {
 	c := &logpb.Enqueue{Namespace: m.Namespace, Queue: m.Queue, Tasks: make([]*logpb.NewTask, len(m.Tasks))}
 	for i, t := range m.Tasks {
 		nt := &logpb.NewTask{TaskId: t.TaskId, Payload: t.Payload, Priority: t.Priority, MaxAttempts: t.MaxAttempts}
 		if t.NotBefore != nil {
 			if err := t.NotBefore.CheckValid(); err != nil {
-				return nil, s.toConnect(invalidArg("tasks.not_before", err.Error()))
+				return nil, invalidArg("tasks.not_before", err.Error())
 			}
 			nt.NotBefore = max(t.NotBefore.AsTime().UnixMilli(), 0)
 		}
 		c.Tasks[i] = nt
 	}
 	if err := queue.ValidateEnqueue(c); err != nil {
-		return nil, s.toConnect(err)
+		return nil, err
 	}
-	out, err := s.proposeQueue(ctx, &logpb.Command{Op: &logpb.Command_Enqueue{Enqueue: c}})
-	if err != nil {
-		return nil, s.toConnect(err)
-	}
+	return &logpb.Command{Op: &logpb.Command_Enqueue{Enqueue: c}}, nil
+}
+
+func enqueueResponse(out queue.Outcome) *tenurev1.EnqueueResponse {
 	resp := &tenurev1.EnqueueResponse{Tasks: make([]*tenurev1.Task, len(out.Tasks))}
 	for i, t := range out.Tasks {
-		if resp.Tasks[i], err = s.taskProto(t, nil); err != nil {
-			return nil, s.toConnect(err)
-		}
+		resp.Tasks[i] = taskPB(t)
 	}
-	return connect.NewResponse(resp), nil
+	return resp
 }
 
 func (h *queueService) Claim(ctx context.Context, req *connect.Request[tenurev1.ClaimRequest]) (*connect.Response[tenurev1.ClaimResponse], error) {
@@ -268,19 +279,28 @@ func completeCommand(m *tenurev1.CompleteRequest) (*logpb.Command, error) {
 
 func (h *queueService) Fail(ctx context.Context, req *connect.Request[tenurev1.FailRequest]) (*connect.Response[tenurev1.FailResponse], error) {
 	s, m := h.s, req.Msg
-	after, err := durationMs("retry_after", m.RetryAfter)
+	c, err := failCommand(m)
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
-	c := &logpb.FailTask{Namespace: m.Namespace, Queue: m.Queue, TaskId: m.TaskId, LeaseId: m.LeaseId, Error: m.Error, RetryAfterMs: after}
-	if err := queue.ValidateFail(c); err != nil {
-		return nil, s.toConnect(err)
-	}
-	t, err := s.taskCommand(ctx, &logpb.Command{Op: &logpb.Command_FailTask{FailTask: c}})
+	t, err := s.taskCommand(ctx, c)
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&tenurev1.FailResponse{Task: t}), nil
+}
+
+// failCommand validates a Fail and builds its command.
+func failCommand(m *tenurev1.FailRequest) (*logpb.Command, error) {
+	after, err := durationMs("retry_after", m.RetryAfter)
+	if err != nil {
+		return nil, err
+	}
+	c := &logpb.FailTask{Namespace: m.Namespace, Queue: m.Queue, TaskId: m.TaskId, LeaseId: m.LeaseId, Error: m.Error, RetryAfterMs: after}
+	if err := queue.ValidateFail(c); err != nil {
+		return nil, err
+	}
+	return &logpb.Command{Op: &logpb.Command_FailTask{FailTask: c}}, nil
 }
 
 func (h *queueService) Cancel(ctx context.Context, req *connect.Request[tenurev1.CancelRequest]) (*connect.Response[tenurev1.CancelResponse], error) {
