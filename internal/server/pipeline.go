@@ -34,14 +34,13 @@ func (h *leaseService) Pipeline(ctx context.Context, stream *connect.BidiStream[
 		})
 }
 
-// servePipeline serves one Pipeline stream of either service: it runs
-// every operation of every request message in its own goroutine (at most
-// maxPipelineInFlight at once; past that the stream waits) and sends the
-// results back as they complete (sendResults).
-//
-// start, when not nil, may take an operation instead (returning true): it
-// proposes without waiting (Node.ProposeThen) and hands the result to its
-// deliver func later, so that no goroutine waits through the commit.
+// servePipeline serves one Pipeline stream of any service: it runs every
+// operation of every request message (at most maxPipelineInFlight at once;
+// past that the stream waits) and sends the results back as they complete
+// (sendResults). start, when not nil, may take an operation (returning
+// true): it proposes without waiting (Node.ProposeThen, pipeline_then.go)
+// and hands the result to its deliver func later. Every other operation
+// runs in a goroutine of its own (run).
 func servePipeline[Req, Res, Op, Result any](ctx context.Context, stream *connect.BidiStream[Req, Res],
 	ops func(*Req) []*Op, run func(context.Context, http.Header, *Op) *Result,
 	start func(context.Context, http.Header, *Op, func(*Result)) bool, respond func([]*Result) *Res) error {
