@@ -277,17 +277,30 @@ type remote struct {
 
 // firstAnswer runs fn against each endpoint's client in turn until one
 // answers: it moves on only when the request cannot have been processed
-// (the connection could not be made, or NOT_LEADER). The error is parsed
-// into the Go client's typed errors, so its message starts with the reason.
+// (the connection could not be made, or NOT_LEADER). When every endpoint
+// failed so, it goes through the list again after a pause, for up to
+// retryFor: a server started a moment ago may not listen yet, a cluster
+// may be electing its leader. The error is parsed into the Go client's
+// typed errors, so its message starts with the reason.
 func firstAnswer[C any](clients []C, fn func(C) error) error {
 	var err error
-	for _, c := range clients {
-		if err = tenure.ParseError(fn(c)); err == nil || !tryNext(err) {
+	deadline := time.Now().Add(retryFor)
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		for _, c := range clients {
+			if err = tenure.ParseError(fn(c)); err == nil || !tryNext(err) {
+				return err
+			}
+		}
+		if time.Now().Add(pause).After(deadline) {
 			return err
 		}
+		time.Sleep(pause)
 	}
-	return err
 }
+
+// retryFor bounds how long firstAnswer goes on trying endpoints that
+// could not take the request.
+var retryFor = 3 * time.Second
 
 // call makes one unary call (a method expression such as
 // tenurev1connect.LeaseServiceClient.Get) through firstAnswer.

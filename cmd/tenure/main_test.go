@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/tenurehq/tenure/internal/server"
 )
 
@@ -150,5 +153,41 @@ func TestPeersFromEnv(t *testing.T) {
 	var out bytes.Buffer
 	if code := run(context.Background(), []string{"server", "--node-id", "a"}, &out, &out); code != 2 || !strings.Contains(out.String(), "twice") {
 		t.Fatalf("exit %d: %s", code, out.String())
+	}
+}
+
+// TestFirstAnswerRetriesWhileNothingListens: a command started a moment
+// before its server (connection refused) goes through the endpoints again
+// until one answers, within retryFor; any other error ends it at once.
+func TestFirstAnswerRetriesWhileNothingListens(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+	calls := 0
+	err := firstAnswer([]int{1, 2}, func(int) error {
+		calls++
+		if calls <= 4 { // both endpoints, twice
+			return refused
+		}
+		return nil
+	})
+	if err != nil || calls != 5 {
+		t.Fatalf("got %v after %d calls, want success on the 5th", err, calls)
+	}
+
+	calls = 0
+	err = firstAnswer([]int{1}, func(int) error {
+		calls++
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("LEASE_HELD: held"))
+	})
+	if calls != 1 || connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("got %v after %d calls, want the refusal at once", err, calls)
+	}
+
+	old := retryFor
+	retryFor = 200 * time.Millisecond
+	defer func() { retryFor = old }()
+	calls = 0
+	err = firstAnswer([]int{1}, func(int) error { calls++; return refused })
+	if !errors.As(err, new(*net.OpError)) || calls < 2 {
+		t.Fatalf("got %v after %d calls, want the dial error after a few tries", err, calls)
 	}
 }
