@@ -168,11 +168,3 @@ func (e *env) checkReplay() {
 }
 
 var _ = registrar.Tick(0)
-
-func wantedTotal(fs []pool.FileStatus) uint64 {
-	var n uint64
-	for _, f := range fs {
-		n += f.Wanted
-	}
-	return n
-}
