@@ -243,8 +243,8 @@ func (s *Server) ownLeases(ctx context.Context, ids []string) (own []string, den
 
 // leaseAccess decides whether p may act on lease id: it must be in p's
 // namespaces (else LEASE_NOT_FOUND, as for an unknown id, so nothing about
-// other namespaces leaks) and held by p (else PERMISSION_DENIED; an admin
-// may act on any). A lease's namespace and holder never change, so
+// other namespaces leaks) and held by p (else NOT_HOLDER, API.md's reason
+// for a caller that is not the lease's holder; an admin may act on any). A lease's namespace and holder never change, so
 // reading them before proposing cannot race with the write. An unknown
 // id passes: the handler answers it.
 func leaseAccess(p *auth.Principal, r *registrar.Registrar, id string, t registrar.Tick) error {
@@ -255,7 +255,7 @@ func leaseAccess(p *auth.Principal, r *registrar.Registrar, id string, t registr
 	case !p.InNamespace(l.Namespace):
 		return authError(registrar.ReasonLeaseNotFound, map[string]string{"lease_id": id}, "no lease %s", id)
 	case l.Holder != p.Name && !p.Admin():
-		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "lease_id": id},
+		return authError(registrar.ReasonNotHolder, map[string]string{"principal": p.Name, "lease_id": id, "holder": l.Holder},
 			"principal %s may not act on lease %s: it is not its holder", p.Name, id)
 	}
 	return nil

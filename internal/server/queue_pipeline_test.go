@@ -123,7 +123,8 @@ func TestQueuePipeline(t *testing.T) {
 }
 
 // TestQueuePipelineAuthorizesEachOp: over a Pipeline stream, a worker may
-// neither claim as another worker nor complete or fail another's task.
+// neither claim as another worker (PERMISSION_DENIED) nor complete or fail
+// another's task (NOT_HOLDER).
 func TestQueuePipelineAuthorizesEachOp(t *testing.T) {
 	b := startSecure(t, nil)
 	q1, q2 := b.as("tok-q1"), b.as("tok-q2")
@@ -146,9 +147,10 @@ func TestQueuePipelineAuthorizesEachOp(t *testing.T) {
 		&tenurev1.QueueOp{Id: 4, Op: &tenurev1.QueueOp_Enqueue{Enqueue: &tenurev1.EnqueueRequest{Namespace: "default", Queue: "q",
 			Tasks: []*tenurev1.NewTask{{Payload: []byte("p")}}}}},
 	)
-	for _, id := range []uint64{2, 3, 4} {
-		wantOpError(t, p2.result(id), "permission_denied", "PERMISSION_DENIED")
-	}
+	// Another's task lease: not its holder; another namespace: out of scope.
+	wantOpError(t, p2.result(2), "permission_denied", "NOT_HOLDER")
+	wantOpError(t, p2.result(3), "permission_denied", "NOT_HOLDER")
+	wantOpError(t, p2.result(4), "permission_denied", "PERMISSION_DENIED")
 	p1.send(&tenurev1.QueueOp{Id: 3, Op: &tenurev1.QueueOp_Complete{Complete: &tenurev1.CompleteRequest{Namespace: "jobs", Queue: "q", TaskId: "t1", LeaseId: task.LeaseId}}})
 	if r := p1.result(3).GetComplete(); r == nil || r.Task.State != tenurev1.TaskState_TASK_STATE_SUCCEEDED {
 		t.Fatalf("own complete: %v", p1.result(3))

@@ -36,13 +36,24 @@ func TestHolderIsThePrincipal(t *testing.T) {
 		t.Errorf("metadata %v", md)
 	}
 
-	denied := map[string]func() error{
-		"renew": func() error {
-			_, err := w2.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{l.LeaseId}}))
-			return err
-		},
+	// Acting as another holder is beyond the principal's scope
+	// (PERMISSION_DENIED); acting on another's lease is NOT_HOLDER.
+	impersonating := map[string]func() error{
 		"renew naming the holder": func() error {
 			_, err := w2.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{l.LeaseId}, Holder: "w1"}))
+			return err
+		},
+		"declare restart for another": func() error {
+			_, err := w2.leases.DeclareRestart(ctx, connect.NewRequest(&tenurev1.DeclareRestartRequest{Holder: "w1"}))
+			return err
+		},
+	}
+	for name, call := range impersonating {
+		t.Run(name, func(t *testing.T) { wantReason(t, call(), connect.CodePermissionDenied, "PERMISSION_DENIED") })
+	}
+	notHolder := map[string]func() error{
+		"renew": func() error {
+			_, err := w2.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{l.LeaseId}}))
 			return err
 		},
 		"release": func() error {
@@ -57,13 +68,15 @@ func TestHolderIsThePrincipal(t *testing.T) {
 			_, err := w2.leases.WriteState(ctx, connect.NewRequest(&tenurev1.WriteStateRequest{Resource: "orders/1", LeaseId: l.LeaseId, Data: []byte("x")}))
 			return err
 		},
-		"declare restart for another": func() error {
-			_, err := w2.leases.DeclareRestart(ctx, connect.NewRequest(&tenurev1.DeclareRestartRequest{Holder: "w1"}))
-			return err
-		},
 	}
-	for name, call := range denied {
-		t.Run(name, func(t *testing.T) { wantReason(t, call(), connect.CodePermissionDenied, "PERMISSION_DENIED") })
+	for name, call := range notHolder {
+		t.Run(name, func(t *testing.T) {
+			err := call()
+			wantReason(t, err, connect.CodePermissionDenied, "NOT_HOLDER")
+			if md := errorMeta(t, err); md["principal"] != "w2" || md["holder"] != "w1" || md["lease_id"] != l.LeaseId {
+				t.Errorf("metadata %v", md)
+			}
+		})
 	}
 
 	// A batch renews the caller's own leases and lists the other's as a
@@ -78,7 +91,7 @@ func TestHolderIsThePrincipal(t *testing.T) {
 		t.Fatalf("batch renew: %v", err)
 	}
 	if len(br.Msg.Leases) != 1 || br.Msg.Leases[0].LeaseId != own.Msg.Lease.LeaseId || len(br.Msg.Failures) != 1 ||
-		br.Msg.Failures[0].LeaseId != l.LeaseId || br.Msg.Failures[0].Reason != "PERMISSION_DENIED" {
+		br.Msg.Failures[0].LeaseId != l.LeaseId || br.Msg.Failures[0].Reason != "NOT_HOLDER" {
 		t.Errorf("batch renew: %v", br.Msg)
 	}
 	kb := w2.leases.KeepAlive(ctx)
@@ -90,7 +103,7 @@ func TestHolderIsThePrincipal(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(kbr.Leases) != 1 || kbr.Leases[0].LeaseId != own.Msg.Lease.LeaseId || len(kbr.Failures) != 1 ||
-		kbr.Failures[0].LeaseId != l.LeaseId || kbr.Failures[0].Reason != "PERMISSION_DENIED" {
+		kbr.Failures[0].LeaseId != l.LeaseId || kbr.Failures[0].Reason != "NOT_HOLDER" {
 		t.Errorf("batch KeepAlive: %v", kbr)
 	}
 	_ = kb.CloseRequest()
@@ -105,7 +118,7 @@ func TestHolderIsThePrincipal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(kr.Leases) != 0 || len(kr.Failures) != 1 || kr.Failures[0].Reason != "PERMISSION_DENIED" {
+	if len(kr.Leases) != 0 || len(kr.Failures) != 1 || kr.Failures[0].Reason != "NOT_HOLDER" {
 		t.Errorf("KeepAlive of another's lease: %v", kr)
 	}
 	_ = ka.CloseRequest()
@@ -132,9 +145,9 @@ func TestHolderIsThePrincipal(t *testing.T) {
 			got[r.Id] = r
 		}
 	}
-	for _, id := range []uint64{1, 2, 3, 5} {
-		if e := got[id].GetError(); e == nil || e.Reason != "PERMISSION_DENIED" || e.Code != "permission_denied" {
-			t.Errorf("pipeline op %d: %v", id, got[id])
+	for id, reason := range map[uint64]string{1: "NOT_HOLDER", 2: "PERMISSION_DENIED", 3: "PERMISSION_DENIED", 5: "NOT_HOLDER"} {
+		if e := got[id].GetError(); e == nil || e.Reason != reason || e.Code != "permission_denied" {
+			t.Errorf("pipeline op %d: %v, want %s", id, got[id], reason)
 		}
 	}
 	if a := got[4].GetAcquire(); a == nil || a.Lease.Holder != "w2" {
