@@ -428,8 +428,11 @@ func (ps *Pools) complete(tx *registrar.Tx, k key, c *logpb.PoolComplete) Outcom
 		return fail(notFound(k))
 	}
 	f := p.files[c.FileIndex]
-	if f == nil || c.PieceIndex >= f.count {
-		return fail(invalid("piece_index", "pool %s has no piece %d of file %d", k.name, c.PieceIndex, c.FileIndex))
+	if f == nil {
+		return fail(invalid("file_index", "pool %s has no file %d", k.name, c.FileIndex))
+	}
+	if c.PieceIndex >= f.count {
+		return fail(invalid("piece_index", "pool %s has no piece %d of file %d (it has %d pieces)", k.name, c.PieceIndex, c.FileIndex, f.count))
 	}
 	success := false
 	switch c.Result {
@@ -453,12 +456,12 @@ func (ps *Pools) complete(tx *registrar.Tx, k key, c *logpb.PoolComplete) Outcom
 	if pl == nil || pl.peer.name != c.Peer {
 		meta := map[string]string{"pool": k.name, "file_index": strconv.FormatUint(uint64(c.FileIndex), 10),
 			"piece_index": strconv.FormatUint(uint64(c.PieceIndex), 10), "peer": c.Peer}
-		msg := "piece %d of file %d is not leased"
 		if pl != nil {
 			meta["holder"] = pl.peer.name
-			msg = "piece %d of file %d is leased to another peer"
+			return fail(registrar.NewError(registrar.ReasonPieceNotLeased, meta,
+				"piece %d of file %d is leased to peer %s, not to %s", c.PieceIndex, c.FileIndex, pl.peer.name, c.Peer))
 		}
-		return fail(registrar.NewError(registrar.ReasonPieceNotLeased, meta, msg+" to %s", c.PieceIndex, c.FileIndex, c.Peer))
+		return fail(registrar.NewError(registrar.ReasonPieceNotLeased, meta, "piece %d of file %d is not leased to %s", c.PieceIndex, c.FileIndex, c.Peer))
 	}
 	ps.done(tx, pl, success, c.FailureReason, 0, true)
 	reason := tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED

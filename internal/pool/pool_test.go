@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"errors"
 	"math"
 	"testing"
 
@@ -201,15 +202,26 @@ func TestCompleteErrors(t *testing.T) {
 	e := setup(t)
 	e.wantRange("p", 0, 4, 0, 4)
 	g := mustGrant(t, e.request("p", "a", 1, have(0, 0)))
-	if out := e.complete("p", "b", g[0].File, g[0].Piece, true, 0); registrar.ReasonOf(out.Err) != registrar.ReasonPieceNotLeased {
-		t.Fatalf("other peer: %v", out.Err)
+	wantErr := func(what string, out pool.Outcome, reason registrar.Reason, msg string, meta map[string]string) {
+		t.Helper()
+		var re *registrar.Error
+		if !errors.As(out.Err, &re) || re.Reason != reason || re.Message != msg {
+			t.Fatalf("%s: %v, want %s", what, out.Err, msg)
+		}
+		for k, v := range meta {
+			if re.Metadata[k] != v {
+				t.Errorf("%s: metadata %v, want %s=%s", what, re.Metadata, k, v)
+			}
+		}
 	}
-	if out := e.complete("p", "a", 0, 1, true, 0); registrar.ReasonOf(out.Err) != registrar.ReasonPieceNotLeased {
-		t.Fatalf("unleased piece: %v", out.Err)
-	}
-	if out := e.complete("p", "a", 0, 9, true, 0); registrar.ReasonOf(out.Err) != registrar.ReasonInvalidArgument {
-		t.Fatalf("piece out of range: %v", out.Err)
-	}
+	wantErr("other peer", e.complete("p", "b", g[0].File, g[0].Piece, true, 0), registrar.ReasonPieceNotLeased,
+		"PIECE_NOT_LEASED: piece 0 of file 0 is leased to peer a, not to b", map[string]string{"holder": "a", "peer": "b"})
+	wantErr("unleased piece", e.complete("p", "a", 0, 1, true, 0), registrar.ReasonPieceNotLeased,
+		"PIECE_NOT_LEASED: piece 1 of file 0 is not leased to a", map[string]string{"piece_index": "1"})
+	wantErr("piece out of range", e.complete("p", "a", 0, 9, true, 0), registrar.ReasonInvalidArgument,
+		"INVALID_ARGUMENT: piece_index: pool p has no piece 9 of file 0 (it has 4 pieces)", map[string]string{"field": "piece_index"})
+	wantErr("unknown file", e.complete("p", "a", 3, 0, true, 0), registrar.ReasonInvalidArgument,
+		"INVALID_ARGUMENT: file_index: pool p has no file 3", map[string]string{"field": "file_index"})
 	if out := e.complete("p", "a", 0, 0, false, 0); registrar.ReasonOf(out.Err) != registrar.ReasonInvalidArgument {
 		t.Fatalf("failure without reason: %v", out.Err)
 	}

@@ -210,7 +210,7 @@ func (qs *Queues) find(ns, queue, id string) (*task, error) {
 }
 
 func (qs *Queues) notLeased(t *task, leaseID string) error {
-	meta := map[string]string{"task_id": t.id, "queue": t.q.name, "lease_id": leaseID, "state": t.state.String()}
+	meta := map[string]string{"namespace": orDefault(t.q.ns), "task_id": t.id, "queue": t.q.name, "lease_id": leaseID, "state": t.state.String()}
 	cur := "none"
 	if t.state == Leased {
 		cur = t.leaseID

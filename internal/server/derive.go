@@ -46,14 +46,14 @@ func (h *leaseService) Derive(ctx context.Context, req *connect.Request[tenurev1
 		registrar.CheckIdentifier("new_holder", m.NewHolder, false),
 		registrar.CheckIdentifier("namespace", m.Namespace, false),
 		registrar.CheckResource("resource", m.Resource),
-		positiveTTL(ttl),
+		positiveTTL("ttl", ttl),
 	} {
 		if check != nil {
 			return nil, s.toConnect(check)
 		}
 	}
 	if m.Namespace != "" {
-		if err := s.checkTTL(m.Namespace, ttl); err != nil {
+		if err := s.checkTTL(m.Namespace, "ttl", ttl); err != nil {
 			return nil, s.toConnect(err)
 		}
 	}

@@ -75,7 +75,7 @@ func (s *Server) leaseProtos(ls []registrar.Lease, certificate bool) ([]*tenurev
 
 // checkTTL answers TTL_OUT_OF_RANGE before proposing when a ttl lies
 // outside the namespace's policy.
-func (s *Server) checkTTL(ns string, ttl *int64) error {
+func (s *Server) checkTTL(ns, field string, ttl *int64) error {
 	if ttl == nil {
 		return nil
 	}
@@ -83,22 +83,22 @@ func (s *Server) checkTTL(ns string, ttl *int64) error {
 	if *ttl >= p.MinTTL && *ttl <= p.MaxTTL {
 		return nil
 	}
-	return ttlOutOfRange(*ttl, p.MinTTL, p.MaxTTL)
+	return ttlOutOfRange(field, *ttl, p.MinTTL, p.MaxTTL)
 }
 
-func ttlOutOfRange(ttl, lo, hi int64) error {
+func ttlOutOfRange(field string, ttl, lo, hi int64) error {
 	return &registrar.Error{Reason: registrar.ReasonTTLOutOfRange,
-		Message: fmt.Sprintf("%s: ttl %s is outside [%s, %s]", registrar.ReasonTTLOutOfRange,
+		Message: fmt.Sprintf("%s: %s %s is outside [%s, %s]", registrar.ReasonTTLOutOfRange, field,
 			registrar.Dur(ttl), registrar.Dur(lo), registrar.Dur(hi)),
-		Metadata: map[string]string{"field": "ttl", "ttl_ms": strconv.FormatInt(ttl, 10),
+		Metadata: map[string]string{"field": field, "ttl_ms": strconv.FormatInt(ttl, 10),
 			"min_ttl_ms": strconv.FormatInt(lo, 10), "max_ttl_ms": strconv.FormatInt(hi, 10)}}
 }
 
-func positiveTTL(ttl *int64) error {
+func positiveTTL(field string, ttl *int64) error {
 	if ttl != nil && *ttl <= 0 {
 		return &registrar.Error{Reason: registrar.ReasonTTLOutOfRange,
-			Message:  fmt.Sprintf("%s: ttl must be positive, got %s", registrar.ReasonTTLOutOfRange, registrar.Dur(*ttl)),
-			Metadata: map[string]string{"field": "ttl", "ttl_ms": strconv.FormatInt(*ttl, 10)}}
+			Message:  fmt.Sprintf("%s: %s must be positive, got %s", registrar.ReasonTTLOutOfRange, field, registrar.Dur(*ttl)),
+			Metadata: map[string]string{"field": field, "ttl_ms": strconv.FormatInt(*ttl, 10)}}
 	}
 	return nil
 }
@@ -166,7 +166,7 @@ func (s *Server) acquireCommand(m *tenurev1.AcquireRequest) (*logpb.Acquire, err
 	if err := registrar.ValidateAcquire(c); err != nil {
 		return nil, err
 	}
-	if err := s.checkTTL(m.Namespace, ttl); err != nil {
+	if err := s.checkTTL(m.Namespace, "ttl", ttl); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -207,7 +207,7 @@ func validateRenew(c *logpb.Renew) error {
 	if err := registrar.CheckIdentifier("namespace", c.Namespace, false); err != nil {
 		return err
 	}
-	if err := positiveTTL(c.TtlMs); err != nil {
+	if err := positiveTTL("ttl", c.TtlMs); err != nil {
 		return err
 	}
 	if len(c.LeaseIds) == 0 && !c.AllOfHolder {
@@ -351,7 +351,7 @@ func (h *leaseService) Transfer(ctx context.Context, req *connect.Request[tenure
 		registrar.CheckLeaseIDText("lease_id", m.LeaseId),
 		registrar.CheckIdentifier("holder", m.Holder, true),
 		registrar.CheckIdentifier("new_holder", m.NewHolder, true),
-		positiveTTL(ttl),
+		positiveTTL("ttl", ttl),
 	} {
 		if check != nil {
 			return nil, s.toConnect(check)

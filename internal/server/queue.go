@@ -161,7 +161,7 @@ func (s *Server) claimCommand(m *tenurev1.ClaimRequest) (*logpb.Claim, time.Dura
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := positiveTTL(ttl); err != nil {
+	if err := positiveTTL("lease_ttl", ttl); err != nil {
 		return nil, 0, err
 	}
 	wait, err := durationMs("wait", m.Wait)
@@ -179,7 +179,7 @@ func (s *Server) claimCommand(m *tenurev1.ClaimRequest) (*logpb.Claim, time.Dura
 	if err := queue.ValidateClaim(c); err != nil {
 		return nil, 0, err
 	}
-	if err := s.checkTTL(m.Namespace, ttl); err != nil {
+	if err := s.checkTTL(m.Namespace, "lease_ttl", ttl); err != nil {
 		return nil, 0, err
 	}
 	return c, waitD, nil

@@ -133,6 +133,17 @@ func TestQueueErrorsAndZombie(t *testing.T) {
 	}
 	_, err = qc.Complete(ctx, connect.NewRequest(&tenurev1.CompleteRequest{Queue: "q", TaskId: "t", LeaseId: c1.Msg.Tasks[0].LeaseId}))
 	wantReason(t, err, connect.CodeFailedPrecondition, "TASK_NOT_LEASED")
+	if md := errorMeta(t, err); md["namespace"] != "default" || md["queue"] != "q" || md["task_id"] != "t" {
+		t.Errorf("TASK_NOT_LEASED metadata %v", md)
+	}
+	// A bad lease ttl names the request's field, lease_ttl.
+	for _, d := range []time.Duration{0, time.Hour} {
+		_, err = qc.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Queue: "q", Worker: "w1", LeaseTtl: durationpb.New(d)}))
+		wantReason(t, err, connect.CodeInvalidArgument, "TTL_OUT_OF_RANGE")
+		if md := errorMeta(t, err); md["field"] != "lease_ttl" {
+			t.Errorf("claim with lease ttl %v: metadata %v", d, md)
+		}
+	}
 	// Task leases are ordinary leases: renewed through LeaseService.
 	if _, err := b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{c2.Msg.Tasks[0].LeaseId}})); err != nil {
 		t.Fatalf("renew task lease: %v", err)
