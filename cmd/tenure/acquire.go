@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -52,7 +51,16 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return c.usageError("%v", err)
 	}
+	if err := c.notNegative("wait", *wait); err != nil {
+		return err
+	}
 	if *hold {
+		// The Go client that keeps the lease alive takes a zero ttl for
+		// "the policy default", so a non-positive --ttl cannot reach the
+		// server from here: refuse it rather than hold a 60 s lease.
+		if c.given("ttl") && *ttl <= 0 {
+			return c.usageError("--ttl must be positive, got %v (omit it for the namespace's default)", *ttl)
+		}
 		opts := []tenure.AcquireOption{m}
 		if sc := sf.scope(); sc != nil {
 			opts = append(opts, tenure.WithScope(tenure.Scope{Namespaces: sc.Namespaces, ResourcePrefixes: sc.ResourcePrefixes, Actions: sc.Actions}))
@@ -73,12 +81,7 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Namespace: c.namespace, Resource: pos[0], Holder: c.holder,
 		Mode: tenurev1.Mode(m), Certificate: *cert, Scope: sf.scope(), Budget: budget,
 	}
-	if *ttl != 0 {
-		req.Ttl = durationpb.New(*ttl)
-	}
-	if *wait > 0 {
-		req.Wait = durationpb.New(*wait)
-	}
+	req.Ttl, req.Wait = c.durationIfGiven("ttl", *ttl), c.durationIfGiven("wait", *wait)
 	var lease *tenurev1.Lease
 	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
 		resp, err := l.Acquire(ctx, connect.NewRequest(req))

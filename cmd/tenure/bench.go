@@ -143,8 +143,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch {
 	case !slices.Contains([]string{"cycle", "contended", "renew", "queue", "keepalive"}, cfg.workload):
 		return c.usageError("--workload must be cycle, contended, renew, queue or keepalive, got %q", cfg.workload)
-	case cfg.concurrency < 1, cfg.duration <= 0, cfg.leases < 1, cfg.resources < 1, cfg.streams < 1, cfg.batch < 1:
-		return c.usageError("--concurrency, --duration, --leases, --resources, --streams and --batch must be positive")
+	case cfg.concurrency < 1, cfg.duration <= 0, cfg.leases < 1, cfg.resources < 1, cfg.streams < 1, cfg.batch < 1, cfg.ttl <= 0:
+		return c.usageError("--concurrency, --duration, --leases, --resources, --streams, --batch and --ttl must be positive")
+	case cfg.wait < 0:
+		return c.notNegative("wait", cfg.wait)
 	case cfg.workload == "renew" && cfg.batch > registrar.MaxBatchIDs:
 		return c.usageError("--batch must be at most %d (a Renew call's limit), got %d", registrar.MaxBatchIDs, cfg.batch)
 	case cfg.complete != "async" && cfg.complete != "sync":

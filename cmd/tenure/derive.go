@@ -5,8 +5,6 @@ import (
 	"flag"
 	"io"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
@@ -57,9 +55,7 @@ func runDerive(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if envOr("TENURE_NAMESPACE", "") != "" {
 		req.Namespace = c.namespace
 	}
-	if *ttl != 0 {
-		req.Ttl = durationpb.New(*ttl)
-	}
+	req.Ttl = c.durationIfGiven("ttl", *ttl)
 	r, err := c.remote()
 	if err != nil {
 		return err

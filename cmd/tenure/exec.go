@@ -66,6 +66,17 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return c.usageError("%v", err)
 	}
+	// The Go client takes a zero ttl for "the policy default", so a
+	// non-positive --ttl cannot reach the server: refuse it here.
+	if *ttl <= 0 {
+		return c.usageError("--ttl must be positive, got %v", *ttl)
+	}
+	if err := c.notNegative("wait", *wait); err != nil {
+		return err
+	}
+	if err := c.notNegative("grace", *grace); err != nil {
+		return err
+	}
 	cl, err := c.client()
 	if err != nil {
 		return err

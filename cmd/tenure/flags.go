@@ -8,14 +8,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/user"
+	"strconv"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	tenure "github.com/tenurehq/tenure/client"
@@ -120,14 +123,84 @@ func (c *cliCommand) parse(args []string, min, max int) ([]string, error) {
 	default:
 		return nil, c.usageError("-o must be table or json, got %q", c.output)
 	}
-	if c.fs.Lookup("holder") != nil && (c.token != "" || c.tlsCert != "") && os.Getenv("TENURE_HOLDER") == "" {
-		explicit := false
-		c.fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "holder" })
-		if !explicit {
-			c.holder, c.principalHolder = "", true
-		}
+	if c.fs.Lookup("holder") != nil && (c.token != "" || c.tlsCert != "") && os.Getenv("TENURE_HOLDER") == "" && !c.given("holder") {
+		c.holder, c.principalHolder = "", true
 	}
 	return pos, nil
+}
+
+// given reports whether the flag name was set on the command line rather
+// than left at its default. A flag given explicitly is sent even when its
+// value is zero or negative, for the server to judge: "--ttl 0s" must be
+// refused, not mistaken for "no ttl".
+func (c *cliCommand) given(name string) bool {
+	found := false
+	c.fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
+
+// durationIfGiven is d for a request field when --name was given, nil
+// (the server's default) when it was not.
+func (c *cliCommand) durationIfGiven(name string, d time.Duration) *durationpb.Duration {
+	if !c.given(name) {
+		return nil
+	}
+	return durationpb.New(d)
+}
+
+// notNegative is a usage error naming --name when d is negative.
+func (c *cliCommand) notNegative(name string, d time.Duration) error {
+	if d < 0 {
+		return c.usageError("--%s must not be negative, got %v", name, d)
+	}
+	return nil
+}
+
+// int32Flag defines an integer flag for an int32 field of the API. A value
+// that does not fit is a usage error, never wrapped around.
+func (c *cliCommand) int32Flag(name string, def int32, usage string) *int32 {
+	v := int32Value(def)
+	c.fs.Var(&v, name, usage+" (a 32-bit `int`)")
+	return (*int32)(&v)
+}
+
+// uint32Flag is int32Flag for a uint32 field.
+func (c *cliCommand) uint32Flag(name string, def uint32, usage string) *uint32 {
+	v := uint32Value(def)
+	c.fs.Var(&v, name, usage+" (a 32-bit `uint`)")
+	return (*uint32)(&v)
+}
+
+type int32Value int32
+
+func (v *int32Value) String() string { return strconv.FormatInt(int64(*v), 10) }
+
+func (v *int32Value) Set(s string) error {
+	n, err := strconv.ParseInt(s, 0, 32)
+	if errors.Is(err, strconv.ErrRange) {
+		return fmt.Errorf("must fit in 32 bits (%d to %d)", math.MinInt32, math.MaxInt32)
+	}
+	if err != nil {
+		return errors.New("not an integer")
+	}
+	*v = int32Value(n)
+	return nil
+}
+
+type uint32Value uint32
+
+func (v *uint32Value) String() string { return strconv.FormatUint(uint64(*v), 10) }
+
+func (v *uint32Value) Set(s string) error {
+	n, err := strconv.ParseUint(s, 0, 32)
+	if errors.Is(err, strconv.ErrRange) {
+		return fmt.Errorf("must fit in 32 bits (0 to %d)", uint64(math.MaxUint32))
+	}
+	if err != nil {
+		return errors.New("not a non-negative integer")
+	}
+	*v = uint32Value(n)
+	return nil
 }
 
 // usageError is a usage error followed by the command's usage line.

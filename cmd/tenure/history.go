@@ -20,7 +20,7 @@ const historyExamples = `  tenure history orders/42
 func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure history", "RESOURCE [flags]", historyHelp, historyExamples, stdout, stderr)
 	after := c.fs.Uint64("after", 0, "only events after this ledger index")
-	limit := c.fs.Int("limit", 0, "at most this many events (default: the server's)")
+	limit := c.int32Flag("limit", 0, "at most this many events (default: the server's)")
 	pos, err := c.parse(args, 1, 1)
 	if err != nil {
 		return err
@@ -29,7 +29,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.History, &tenurev1.HistoryRequest{Namespace: c.namespace, Resource: pos[0], AfterIndex: *after, Limit: int32(*limit)})
+	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.History, &tenurev1.HistoryRequest{Namespace: c.namespace, Resource: pos[0], AfterIndex: *after, Limit: *limit})
 	if err != nil {
 		return err
 	}

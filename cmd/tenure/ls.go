@@ -24,13 +24,13 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	prefix := c.fs.String("prefix", "", "only resources starting with this")
 	holder := c.fs.String("holder", "", "only leases of this holder")
 	states := c.fs.String("state", "", "comma-separated states: active, released, expired, revoked (default: all)")
-	pageSize := c.fs.Int("page-size", 0, "leases per page (default: the server's)")
+	pageSize := c.int32Flag("page-size", 0, "leases per page (default: the server's)")
 	pageToken := c.fs.String("page-token", "", "continue from a previous page")
 	all := c.fs.Bool("all", false, "fetch every page")
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
 	}
-	req := &tenurev1.ListRequest{Namespace: c.namespace, Prefix: *prefix, Holder: *holder, PageSize: int32(*pageSize), PageToken: *pageToken}
+	req := &tenurev1.ListRequest{Namespace: c.namespace, Prefix: *prefix, Holder: *holder, PageSize: *pageSize, PageToken: *pageToken}
 	for s := range strings.SplitSeq(*states, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue

@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -22,7 +21,7 @@ const poolHelp = `The piece pool: files split into pieces, each piece leased to 
 time, peers ranked by their results (see tenure pool SUBCOMMAND --help).
 
   pool create POOL [--lease-duration --max-leases-per-peer --decay --bonus --penalty --min-score]
-  pool want POOL --file N --pieces COUNT (--range 0-99,200-299 | --all)
+  pool want POOL --file N [--pieces COUNT] (--range 0-99,200-299 | --all)
   pool request POOL --peer P --have FILE:RANGES … [--max N]
   pool complete POOL --peer P --file N --piece I (--success | --failure REASON)
   pool rankings POOL
@@ -68,13 +67,6 @@ func poolCall[Req, Resp any](ctx context.Context, r *remote,
 	return call(ctx, r.pools, method, req)
 }
 
-// setFlags returns the names of the flags given on the command line.
-func poolFlagsGiven(fs *flag.FlagSet) map[string]bool {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	return set
-}
-
 const poolCreateHelp = `Create a piece pool. Settings not given take the defaults: lease 300s, 4
 leases per peer, decay 0.95 per hour, success bonus 0.5, failure penalty 1.0,
 minimum score 0.2. Creating an existing pool with the same settings succeeds
@@ -86,7 +78,7 @@ const poolCreateExamples = `  tenure pool create swarm
 func runPoolCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure pool create", "POOL [flags]", poolCreateHelp, poolCreateExamples, stdout, stderr)
 	leaseDur := c.fs.Duration("lease-duration", 300*time.Second, "duration of each piece lease")
-	maxLeases := c.fs.Uint("max-leases-per-peer", 4, "piece leases a peer may hold at once")
+	maxLeases := c.uint32Flag("max-leases-per-peer", 4, "piece leases a peer may hold at once")
 	decay := c.fs.Float64("decay", 0.95, "score decay factor per hour, in (0, 1]")
 	bonus := c.fs.Float64("bonus", 0.5, "success bonus of the ranking formula")
 	penalty := c.fs.Float64("penalty", 1.0, "failure penalty of the ranking formula")
@@ -95,27 +87,23 @@ func runPoolCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	set := poolFlagsGiven(c.fs)
-	cfg := &tenurev1.PoolConfig{}
-	if set["lease-duration"] {
-		cfg.LeaseDuration = durationpb.New(*leaseDur)
-	}
-	if set["max-leases-per-peer"] {
-		if *maxLeases == 0 || *maxLeases > 1<<32-1 {
+	cfg := &tenurev1.PoolConfig{LeaseDuration: c.durationIfGiven("lease-duration", *leaseDur)}
+	if c.given("max-leases-per-peer") {
+		if *maxLeases == 0 {
 			return c.usageError("--max-leases-per-peer must be at least 1")
 		}
-		cfg.MaxLeasesPerPeer = uint32(*maxLeases)
+		cfg.MaxLeasesPerPeer = *maxLeases
 	}
-	if set["decay"] {
+	if c.given("decay") {
 		cfg.PeerRankingDecay = decay
 	}
-	if set["bonus"] {
+	if c.given("bonus") {
 		cfg.SuccessBonus = bonus
 	}
-	if set["penalty"] {
+	if c.given("penalty") {
 		cfg.FailurePenalty = penalty
 	}
-	if set["min-score"] {
+	if c.given("min-score") {
 		cfg.MinPeerScore = minScore
 	}
 	r, err := c.remote()
@@ -148,12 +136,13 @@ func writePoolConfig(w io.Writer, cfg *tenurev1.PoolConfig) error {
 
 const poolWantHelp = `Add pieces of one file to the pool's wanted set: --all, or --range (inclusive
 ranges, e.g. 0-99,200-299; may be repeated). --pieces is the file's piece count,
-required the first time a file is named (0 afterwards: as before). Pieces
-already done stay done; a pool that does not exist yet is created with the
-default settings.`
+required the first time a file is named (0 afterwards: as before; --all then
+reads the count from the pool's status). Pieces already done stay done; a pool
+that does not exist yet is created with the default settings.`
 
 const poolWantExamples = `  tenure pool want swarm --file 0 --pieces 1000 --all
-  tenure pool want swarm --file 1 --pieces 500 --range 0-99,200-299`
+  tenure pool want swarm --file 1 --pieces 500 --range 0-99,200-299
+  tenure pool want swarm --file 0 --all`
 
 // poolStringsFlag is a repeatable string flag.
 type poolStringsFlag []string
@@ -162,9 +151,9 @@ func (s *poolStringsFlag) String() string     { return strings.Join(*s, " ") }
 func (s *poolStringsFlag) Set(v string) error { *s = append(*s, v); return nil }
 
 func runPoolWant(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCLICommand("tenure pool want", "POOL --file N --pieces COUNT (--range RANGES | --all) [flags]", poolWantHelp, poolWantExamples, stdout, stderr)
-	file := c.fs.Uint("file", 0, "file index (required)")
-	pieces := c.fs.Uint("pieces", 0, "the file's piece count (required the first time)")
+	c := newCLICommand("tenure pool want", "POOL --file N [--pieces COUNT] (--range RANGES | --all) [flags]", poolWantHelp, poolWantExamples, stdout, stderr)
+	file := c.uint32Flag("file", 0, "file index (required)")
+	pieces := c.uint32Flag("pieces", 0, "the file's piece count (required the first time)")
 	all := c.fs.Bool("all", false, "want every piece of the file")
 	var ranges poolStringsFlag
 	c.fs.Var(&ranges, "range", "inclusive piece ranges, e.g. 0-99,200-299 (repeatable)")
@@ -172,21 +161,13 @@ func runPoolWant(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	set := poolFlagsGiven(c.fs)
 	switch {
-	case !set["file"]:
+	case !c.given("file"):
 		return c.usageError("--file is required")
-	case *file > 1<<32-1 || *pieces > 1<<32-1:
-		return c.usageError("--file and --pieces must fit in 32 bits")
 	case *all == (len(ranges) > 0):
 		return c.usageError("give exactly one of --range and --all")
-	case *all && *pieces == 0:
-		return c.usageError("--all needs --pieces")
 	}
-	req := &tenurev1.WantRequest{Pool: pos[0], Namespace: c.namespace, FileIndex: uint32(*file), PieceCount: uint32(*pieces)}
-	if *all {
-		req.Ranges = []*tenurev1.PieceRange{{Start: 0, End: uint32(*pieces)}}
-	}
+	req := &tenurev1.WantRequest{Pool: pos[0], Namespace: c.namespace, FileIndex: *file, PieceCount: *pieces}
 	for _, s := range ranges {
 		rs, err := tenure.ParseRanges(s)
 		if err != nil {
@@ -200,6 +181,19 @@ func runPoolWant(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	if *all {
+		count := *pieces
+		if count == 0 {
+			// A file the pool knows keeps its piece count: read it.
+			if count, err = poolFilePieces(ctx, r, c.namespace, pos[0], *file); err != nil {
+				return err
+			}
+			if count == 0 {
+				return c.usageError("--all needs --pieces: pool %s has no file %d yet", pos[0], *file)
+			}
+		}
+		req.Ranges = []*tenurev1.PieceRange{{Start: 0, End: count}}
+	}
 	resp, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.Want, req)
 	if err != nil {
 		return err
@@ -209,6 +203,24 @@ func runPoolWant(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintf(stdout, "%d pieces became wanted\n", resp.GetAdded())
 	return writePoolFiles(stdout, resp.GetFile())
+}
+
+// poolFilePieces is the piece count of file in pool, from the pool's
+// status: 0 when the pool or the file does not exist yet.
+func poolFilePieces(ctx context.Context, r *remote, namespace, pool string, file uint32) (uint32, error) {
+	st, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.Status, &tenurev1.PoolStatusRequest{Pool: pool, Namespace: namespace})
+	if errors.Is(err, tenure.ErrPoolNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range st.GetFiles() {
+		if f.GetFileIndex() == file {
+			return f.GetPieces(), nil
+		}
+	}
+	return 0, nil
 }
 
 const poolFileHeader = "FILE\tPIECES\tWANTED\tLEASED\tDONE"
@@ -233,7 +245,7 @@ const poolRequestExamples = `  tenure pool request swarm --peer p1 --have 0:0-99
 func runPoolRequest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure pool request", "POOL --peer P --have FILE:RANGES … [--max N] [flags]", poolRequestHelp, poolRequestExamples, stdout, stderr)
 	peer := c.fs.String("peer", "", "the peer asking (required)")
-	maxN := c.fs.Uint("max", 4, "at most this many pieces")
+	maxN := c.uint32Flag("max", 4, "at most this many pieces")
 	var haves poolStringsFlag
 	c.fs.Var(&haves, "have", "FILE:RANGES the peer has, e.g. 0:0-99,200-299 (repeatable)")
 	pos, err := c.parse(args, 1, 1)
@@ -245,7 +257,7 @@ func runPoolRequest(ctx context.Context, args []string, stdout, stderr io.Writer
 		return c.usageError("--peer is required")
 	case len(haves) == 0:
 		return c.usageError("--have is required")
-	case *maxN == 0 || *maxN > 1<<32-1:
+	case *maxN == 0:
 		return c.usageError("--max must be at least 1")
 	}
 	byFile := map[uint32]tenure.Bitset{}
@@ -265,7 +277,7 @@ func runPoolRequest(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		byFile[uint32(file)] = b
 	}
-	req := &tenurev1.RequestLeasesRequest{Pool: pos[0], Namespace: c.namespace, Peer: *peer, Max: uint32(*maxN)}
+	req := &tenurev1.RequestLeasesRequest{Pool: pos[0], Namespace: c.namespace, Peer: *peer, Max: *maxN}
 	files := make([]uint32, 0, len(byFile))
 	for f := range byFile {
 		files = append(files, f)
@@ -331,26 +343,23 @@ func parsePieceFailureReason(s string) (tenurev1.FailureReason, bool) {
 func runPoolComplete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure pool complete", "POOL --peer P --file N --piece I (--success | --failure REASON) [flags]", poolCompleteHelp, poolCompleteExamples, stdout, stderr)
 	peer := c.fs.String("peer", "", "the peer holding the piece's lease (required)")
-	file := c.fs.Uint("file", 0, "file index (required)")
-	piece := c.fs.Uint("piece", 0, "piece index (required)")
+	file := c.uint32Flag("file", 0, "file index (required)")
+	piece := c.uint32Flag("piece", 0, "piece index (required)")
 	success := c.fs.Bool("success", false, "the piece was fetched and verified")
 	failure := c.fs.String("failure", "", "the piece failed: verification_failed, network_error, timeout or invalid_data")
 	pos, err := c.parse(args, 1, 1)
 	if err != nil {
 		return err
 	}
-	set := poolFlagsGiven(c.fs)
 	switch {
 	case *peer == "":
 		return c.usageError("--peer is required")
-	case !set["file"] || !set["piece"]:
+	case !c.given("file") || !c.given("piece"):
 		return c.usageError("--file and --piece are required")
-	case *file > 1<<32-1 || *piece > 1<<32-1:
-		return c.usageError("--file and --piece must fit in 32 bits")
-	case *success == set["failure"]:
+	case *success == c.given("failure"):
 		return c.usageError("give exactly one of --success and --failure REASON")
 	}
-	req := &tenurev1.CompletePieceRequest{Pool: pos[0], Namespace: c.namespace, Peer: *peer, FileIndex: uint32(*file), PieceIndex: uint32(*piece),
+	req := &tenurev1.CompletePieceRequest{Pool: pos[0], Namespace: c.namespace, Peer: *peer, FileIndex: *file, PieceIndex: *piece,
 		Result: tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS}
 	if !*success {
 		reason, ok := parsePieceFailureReason(*failure)

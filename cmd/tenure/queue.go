@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -91,16 +90,16 @@ const queuePushExamples = `  tenure queue push emails --data '{"to":"a@example.c
 func queuePush(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure queue push", "QUEUE [flags]", queuePushHelp, queuePushExamples, stdout, stderr)
 	id := c.fs.String("id", "", "task id (idempotency key; default: generated)")
-	priority := c.fs.Int("priority", 0, "priority: higher is claimed first")
+	priority := c.int32Flag("priority", 0, "priority: higher is claimed first")
 	notBefore := c.fs.String("not-before", "", "not claimable before this RFC 3339 time or delay from now")
-	maxAttempts := c.fs.Uint("max-attempts", 0, "attempts before the task is dead (default: the queue's, 5)")
+	maxAttempts := c.uint32Flag("max-attempts", 0, "attempts before the task is dead (default: the queue's, 5)")
 	data := c.fs.String("data", "", "the payload")
 	file := c.fs.String("file", "", "read the payload from this file")
 	pos, err := c.parse(args, 1, 1)
 	if err != nil {
 		return err
 	}
-	nt := &tenurev1.NewTask{TaskId: *id, Priority: int32(*priority), MaxAttempts: uint32(*maxAttempts)}
+	nt := &tenurev1.NewTask{TaskId: *id, Priority: *priority, MaxAttempts: *maxAttempts}
 	if *notBefore != "" {
 		if d, err := time.ParseDuration(*notBefore); err == nil {
 			nt.NotBefore = timestamppb.New(time.Now().Add(d))
@@ -149,22 +148,26 @@ const queueClaimExamples = `  tenure queue claim emails
 
 func queueClaim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure queue claim", "QUEUE [flags]", queueClaimHelp, queueClaimExamples, stdout, stderr)
-	maxN := c.fs.Uint("max", 1, "claim up to this many tasks")
+	maxN := c.uint32Flag("max", 1, "claim up to this many tasks")
 	ttl := c.fs.Duration("ttl", 0, "ttl of each task lease (default: the namespace's)")
 	wait := c.fs.Duration("wait", 0, "wait up to this long for a claimable task")
 	c.holderFlag(stableHolder(), "user@host")
-	c.fs.StringVar(&c.holder, "worker", c.holder, "the same as --holder (the API's name for it)")
+	worker := c.fs.String("worker", "", "the same as --holder (the API's name for it)")
 	pos, err := c.parse(args, 1, 1)
 	if err != nil {
 		return err
 	}
-	req := &tenurev1.ClaimRequest{Namespace: c.namespace, Queue: pos[0], Worker: c.holder, Max: uint32(*maxN)}
-	if *ttl != 0 {
-		req.LeaseTtl = durationpb.New(*ttl)
+	if c.given("worker") {
+		if c.given("holder") && c.holder != *worker {
+			return c.usageError("--holder %q and --worker %q differ (--worker is another name for --holder: give one)", c.holder, *worker)
+		}
+		c.holder, c.principalHolder = *worker, false
 	}
-	if *wait != 0 {
-		req.Wait = durationpb.New(*wait)
+	if err := c.notNegative("wait", *wait); err != nil {
+		return err
 	}
+	req := &tenurev1.ClaimRequest{Namespace: c.namespace, Queue: pos[0], Worker: c.holder, Max: *maxN,
+		LeaseTtl: c.durationIfGiven("ttl", *ttl), Wait: c.durationIfGiven("wait", *wait)}
 	resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.Claim, req)
 	if err != nil {
 		return err
@@ -224,7 +227,7 @@ func queueFail(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	c := newCLICommand("tenure queue fail", "QUEUE TASK --lease ID --error MSG [flags]", queueFailHelp, queueFailExamples, stdout, stderr)
 	lease := c.fs.String("lease", "", "the task's current lease (required)")
 	msg := c.fs.String("error", "", "what went wrong (required)")
-	retryAfter := c.fs.Duration("retry-after", -1, "retry after this delay (default: exponential backoff)")
+	retryAfter := c.fs.Duration("retry-after", 0, "retry after this delay (default: exponential backoff)")
 	pos, err := c.parse(args, 2, 2)
 	if err != nil {
 		return err
@@ -232,10 +235,11 @@ func queueFail(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *lease == "" || *msg == "" {
 		return c.usageError("--lease and --error are required")
 	}
-	req := &tenurev1.FailRequest{Namespace: c.namespace, Queue: pos[0], TaskId: pos[1], LeaseId: *lease, Error: *msg}
-	if *retryAfter >= 0 {
-		req.RetryAfter = durationpb.New(*retryAfter)
+	if err := c.notNegative("retry-after", *retryAfter); err != nil {
+		return err
 	}
+	req := &tenurev1.FailRequest{Namespace: c.namespace, Queue: pos[0], TaskId: pos[1], LeaseId: *lease, Error: *msg,
+		RetryAfter: c.durationIfGiven("retry-after", *retryAfter)}
 	resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.Fail, req)
 	if err != nil {
 		return err
@@ -291,14 +295,14 @@ const queueLsExamples = `  tenure queue ls emails
 func queueLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure queue ls", "QUEUE [flags]", queueLsHelp, queueLsExamples, stdout, stderr)
 	states := c.fs.String("state", "", "comma-separated states (default: all)")
-	pageSize := c.fs.Uint("page-size", 0, "tasks per page (default: the server's, 100)")
+	pageSize := c.uint32Flag("page-size", 0, "tasks per page (default: the server's, 100)")
 	pageToken := c.fs.String("page-token", "", "continue from a previous page")
 	all := c.fs.Bool("all", false, "fetch every page")
 	pos, err := c.parse(args, 1, 1)
 	if err != nil {
 		return err
 	}
-	req := &tenurev1.ListTasksRequest{Namespace: c.namespace, Queue: pos[0], PageSize: uint32(*pageSize), PageToken: *pageToken}
+	req := &tenurev1.ListTasksRequest{Namespace: c.namespace, Queue: pos[0], PageSize: *pageSize, PageToken: *pageToken}
 	for s := range strings.SplitSeq(*states, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
@@ -45,9 +43,7 @@ func runRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *all {
 		req.Holder, req.AllOfHolder = c.holder, true
 	}
-	if *ttl != 0 {
-		req.Ttl = durationpb.New(*ttl)
-	}
+	req.Ttl = c.durationIfGiven("ttl", *ttl)
 	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.Renew, req)
 	if err != nil {
 		return err

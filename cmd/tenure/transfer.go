@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
@@ -32,9 +30,7 @@ func runTransfer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	req := &tenurev1.TransferRequest{LeaseId: pos[0], Holder: c.holder, NewHolder: pos[1], Certificate: *cert}
-	if *ttl != 0 {
-		req.Ttl = durationpb.New(*ttl)
-	}
+	req.Ttl = c.durationIfGiven("ttl", *ttl)
 	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.Transfer, req)
 	if err != nil {
 		return err
