@@ -502,13 +502,18 @@ func (ps *Pools) done(tx *registrar.Tx, pl *pieceLease, success bool, fr tenurev
 }
 
 // leaseEnded returns the piece of a pool lease that ended outside a
-// completion; an expiry counts as a failure (OnLeaseEnd hook).
+// completion (OnLeaseEnd hook). An expiry counts as a failure of the
+// peer, and so does a release by the peer (LeaseService.Release): it
+// gave the piece up undelivered, and must not escape the penalty a
+// reported failure carries. A revocation is the admin's doing and is not
+// ranked.
 func (ps *Pools) leaseEnded(tx *registrar.Tx, l registrar.Lease) {
 	pl := ps.byLease[l.Fence]
 	if pl == nil {
 		return
 	}
-	ps.done(tx, pl, false, tenurev1.FailureReason_FAILURE_REASON_UNSPECIFIED, l.State, l.State == registrar.Expired)
+	ranked := l.State == registrar.Expired || l.State == registrar.Released
+	ps.done(tx, pl, false, tenurev1.FailureReason_FAILURE_REASON_UNSPECIFIED, l.State, ranked)
 }
 
 func (pe *peer) ranking() Ranking {

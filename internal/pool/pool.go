@@ -246,10 +246,25 @@ func (ps *Pools) sortedPools() []*pool {
 	return out
 }
 
-// Resource is the registrar resource of a piece lease.
+// LeasePiece names the piece a pool lease with sequence (fence) seq is
+// on, if there is one.
+func (ps *Pools) LeasePiece(seq uint64) (pool string, file, piece uint32, ok bool) {
+	pl := ps.byLease[seq]
+	if pl == nil {
+		return "", 0, 0, false
+	}
+	return pl.pool.key.name, pl.file, pl.piece, true
+}
+
+// ResourcePrefix starts the resource of every piece lease.
+const ResourcePrefix = "pool/"
+
+// Resource is the registrar resource of a piece lease:
+// pool/<pool>/<file>/<piece>. The last two parts are numbers, so no two
+// pieces share one, whatever the pool names hold.
 func Resource(pool string, file, piece uint32) string {
-	b := make([]byte, 0, len("pool///")+len(pool)+20)
-	b = append(append(b, "pool/"...), pool...)
+	b := make([]byte, 0, len(ResourcePrefix)+len(pool)+22)
+	b = append(append(b, ResourcePrefix...), pool...)
 	b = strconv.AppendUint(append(b, '/'), uint64(file), 10)
 	b = strconv.AppendUint(append(b, '/'), uint64(piece), 10)
 	return string(b)

@@ -258,3 +258,49 @@ func TestPieceHeldOutsideIsSkipped(t *testing.T) {
 	}
 	e.checkReplay()
 }
+
+// TestPieceLeaseEndedFromOutside: a piece lease released by its peer
+// through LeaseService returns the piece and counts as a failure, as an
+// expiry does (else a peer could give pieces up without the penalty a
+// reported failure carries); a revocation returns it unranked; and a
+// piece lease cannot be transferred, which would strand the piece with a
+// lease no peer may complete it under.
+func TestPieceLeaseEndedFromOutside(t *testing.T) {
+	e := setup(t)
+	e.wantRange("p", 0, 4, 0, 4)
+	g := mustGrant(t, e.request("p", "a", 2, have(0, 0, 1)))
+	apply := func(op *logpb.Command) registrar.Outcome {
+		op.Tick, op.Wall = e.tick, wallBase+e.tick
+		res := e.m.Apply(op)
+		e.keep(res)
+		return res.Outcome
+	}
+
+	out := apply(&logpb.Command{Op: &logpb.Command_Transfer{Transfer: &logpb.Transfer{LeaseId: g[0].LeaseID, Holder: "a", NewHolder: "b"}}})
+	var re *registrar.Error
+	if !errors.As(out.Err, &re) || re.Reason != registrar.ReasonInvalidArgument || re.Metadata["field"] != "lease_id" || re.Metadata["pool"] != "p" {
+		t.Fatalf("transfer of a piece lease: %v", out.Err)
+	}
+	if l, err := e.m.Registrar().Get(g[0].LeaseID, registrar.Tick(e.tick)); err != nil || l.State != registrar.Active || l.Holder != "a" {
+		t.Fatalf("after the refused transfer: %+v %v", l, err)
+	}
+
+	e.after(1)
+	if out := apply(&logpb.Command{Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: g[0].LeaseID, Holder: "a"}}}); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	if r := e.ranking("p", "a"); r.Failures != 1 || r.CurrentLeases != 1 || r.Score != 0.1 {
+		t.Fatalf("after a release: %+v", r)
+	}
+	if out := apply(&logpb.Command{Op: &logpb.Command_Revoke{Revoke: &logpb.Revoke{LeaseId: g[1].LeaseID, Reason: "maintenance"}}}); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	if r := e.ranking("p", "a"); r.Failures != 1 || r.CurrentLeases != 0 {
+		t.Fatalf("after a revocation: %+v", r)
+	}
+	st, _ := e.m.Pools().Status("", "p")
+	if f := st.Files[0]; f.Wanted != 4 || f.Leased != 0 {
+		t.Fatalf("pieces not returned: %+v", f)
+	}
+	e.checkReplay()
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 
 	"github.com/google/btree"
 
@@ -154,7 +155,18 @@ func (qs *Queues) lookup(ns, name, id string) *task {
 }
 
 // Resource returns the lease resource of a task.
-func Resource(queue, id string) string { return ResourcePrefix + queue + "/" + id }
+func Resource(queue, id string) string {
+	if strings.ContainsAny(queue, "%/") {
+		queue = queueEscaper.Replace(queue)
+	}
+	return ResourcePrefix + queue + "/" + id
+}
+
+// queueEscaper writes a queue name without "/", so that the first "/"
+// after the prefix ends it: otherwise queue "a" task "b/c" and queue
+// "a/b" task "c" would share resource queue/a/b/c, and one task's lease
+// would block the other.
+var queueEscaper = strings.NewReplacer("%", "%25", "/", "%2F")
 
 // ---- indexes ----
 
@@ -257,6 +269,16 @@ func Backoff(id string, attempt uint32) int64 {
 	h.Write([]byte{byte(attempt), byte(attempt >> 8), byte(attempt >> 16), byte(attempt >> 24)})
 	frac := int64(h.Sum64() % 1000) // 0..999
 	return d*3/4 + d*frac/2000
+}
+
+// LeaseTask names the claimed task whose current lease has sequence
+// (fence) seq, if there is one.
+func (qs *Queues) LeaseTask(seq uint64) (queue, id string, ok bool) {
+	t := qs.byLease[seq]
+	if t == nil {
+		return "", "", false
+	}
+	return t.q.name, t.id, true
 }
 
 // ---- apply ----

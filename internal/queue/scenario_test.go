@@ -188,10 +188,17 @@ func TestCompleteFailRetryDead(t *testing.T) {
 	e.checkReplay()
 }
 
-func TestReleaseRequeuesCancelRevokes(t *testing.T) {
+func TestTransferRefusedReleaseRequeuesCancelRevokes(t *testing.T) {
 	e := setup(t)
 	e.mustEnqueue("q", task("a", 0), task("b", 0), task("c", 0))
 	c := e.claim("q", "w", 2)
+	// A task lease cannot be transferred: the task would stay with a lease
+	// no worker may complete it under.
+	tr := e.apply(&logpb.Command{Op: &logpb.Command_Transfer{Transfer: &logpb.Transfer{LeaseId: c.Leases[0].ID, Holder: "w", NewHolder: "w2"}}})
+	wantReason(t, tr.Outcome.Err, registrar.ReasonInvalidArgument)
+	if got := e.get("q", "a"); got.State != queue.Leased || got.LeaseID != c.Leases[0].ID {
+		t.Fatalf("after the refused transfer: %+v", got)
+	}
 	// Releasing a task lease without completing returns the task.
 	out := e.apply(&logpb.Command{Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: c.Leases[0].ID, Holder: "w"}}})
 	if out.Outcome.Err != nil || e.get("q", "a").State != queue.Queued {
@@ -268,6 +275,32 @@ func TestTaskLeaseLifetime(t *testing.T) {
 	wantReason(t, err, registrar.ReasonLifetimeExceeded)
 	if re := registrar.ToError(err); re.Metadata["max_lifetime"] != "7200" {
 		t.Fatalf("metadata %v", re.Metadata)
+	}
+	e.checkReplay()
+}
+
+// TestQueueNamesWithSlashesKeepTasksApart: queue "col" task "x/y" and
+// queue "col/x" task "y" have leases on different resources, so claiming
+// one does not block the other.
+func TestQueueNamesWithSlashesKeepTasksApart(t *testing.T) {
+	e := setup(t)
+	e.mustEnqueue("col", task("x/y", 0))
+	e.mustEnqueue("col/x", task("y", 0))
+	e.mustEnqueue("50%", task("a", 0))
+	a := e.claim("col", "w1", 1)
+	b := e.claim("col/x", "w2", 1)
+	c := e.claim("50%", "w3", 1)
+	if len(a.Leases) != 1 || len(b.Leases) != 1 || len(c.Leases) != 1 {
+		t.Fatalf("claims: %+v / %+v / %+v", a, b, c)
+	}
+	got := map[string]bool{}
+	for _, l := range []registrar.Lease{a.Leases[0], b.Leases[0], c.Leases[0]} {
+		got[l.Resource] = true
+	}
+	for _, want := range []string{"queue/col/x/y", "queue/col%2Fx/y", "queue/50%25/a"} {
+		if !got[want] {
+			t.Errorf("no lease on %s: %v", want, got)
+		}
 	}
 	e.checkReplay()
 }

@@ -489,9 +489,10 @@ func (r *Registrar) renewOne(tx *Tx, id string, l *lease, holder string, ttlReq 
 		return r.view(l, tx.Tick), nil
 	}
 	if l.maxRenewals > 0 && l.renewals >= l.maxRenewals {
+		count, limit := strconv.FormatUint(uint64(l.renewals), 10), strconv.FormatUint(uint64(l.maxRenewals), 10)
 		return Lease{}, newError(ReasonRenewalLimitExceeded, map[string]string{
-			"lease_id": id, "renewal_count": strconv.FormatUint(uint64(l.renewals), 10),
-			"max_renewals": strconv.FormatUint(uint64(l.maxRenewals), 10),
+			"lease_id": id, "count": count, "max": limit, // API.md's names
+			"renewal_count": count, "max_renewals": limit, // the seed's
 		}, "lease %s on %s has reached maximum renewals (%d/%d). Release and reclaim to continue.",
 			id, l.res.name, l.renewals, l.maxRenewals)
 	}
@@ -500,12 +501,22 @@ func (r *Registrar) renewOne(tx *Tx, id string, l *lease, holder string, ttlReq 
 	// so the limit bites when the lease already lives as long as it may and
 	// the renewal asks for more; lifetime is what the renewal asks for.
 	if tx.Tick >= limit || want > limit && l.expiresTick >= limit {
-		lived := int64(want - l.issuedTick)
-		return Lease{}, newError(ReasonLifetimeExceeded, map[string]string{
-			"lease_id": id, "lifetime_ms": strconv.FormatInt(lived, 10), "max_lifetime_ms": strconv.FormatInt(l.maxLifetime, 10),
-			"lifetime_seconds": strconv.FormatInt(lived/1000, 10), "max_lifetime": strconv.FormatInt(l.maxLifetime/1000, 10),
-		}, "lease %s on %s has exceeded maximum lifetime (%ds/%ds). Release and reclaim to continue.",
-			id, l.res.name, lived/1000, l.maxLifetime/1000)
+		// The lifetime is the lease's age (the seed's now − acquired_at).
+		lived := int64(tx.Tick - l.issuedTick)
+		lifetime, maxLifetime := strconv.FormatInt(lived/1000, 10), strconv.FormatInt(l.maxLifetime/1000, 10)
+		meta := map[string]string{
+			"lease_id": id, "lifetime": lifetime, "max": maxLifetime, // API.md's names, in seconds
+			"lifetime_seconds": lifetime, "max_lifetime": maxLifetime, // the seed's
+			"lifetime_ms": strconv.FormatInt(lived, 10), "max_lifetime_ms": strconv.FormatInt(l.maxLifetime, 10),
+		}
+		if lived >= l.maxLifetime {
+			return Lease{}, newError(ReasonLifetimeExceeded, meta,
+				"lease %s on %s has exceeded maximum lifetime (%ds/%ds). Release and reclaim to continue.",
+				id, l.res.name, lived/1000, l.maxLifetime/1000)
+		}
+		return Lease{}, newError(ReasonLifetimeExceeded, meta,
+			"lease %s on %s already expires at its maximum lifetime (%s of %s lived) and cannot be renewed past it. Release and reclaim to continue.",
+			id, l.res.name, Dur(lived), Dur(l.maxLifetime))
 	}
 	exp := min(want, limit) // never extended past max_lifetime
 	if exp < l.expiresTick {

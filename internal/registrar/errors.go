@@ -44,7 +44,6 @@ const (
 	ReasonLedgerCorrupt        Reason = "LEDGER_CORRUPT"
 	ReasonUnsupportedSnapshot  Reason = "UNSUPPORTED_SNAPSHOT"
 	ReasonAlreadyBootstrapped  Reason = "ALREADY_BOOTSTRAPPED"
-	ReasonPolicyInvalid        Reason = "POLICY_INVALID"
 )
 
 // Error is a typed rejection: a reason, a message that starts with the
@@ -84,7 +83,6 @@ var (
 	ErrFutureEpoch          = &Error{Reason: ReasonFutureEpoch}
 	ErrQuotaExceeded        = &Error{Reason: ReasonQuotaExceeded}
 	ErrExpiryTooEarly       = &Error{Reason: ReasonExpiryTooEarly}
-	ErrPolicyInvalid        = &Error{Reason: ReasonPolicyInvalid}
 )
 
 // newError builds an *Error whose message starts with the reason.

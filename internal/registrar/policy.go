@@ -50,7 +50,7 @@ func DefaultPolicy() Policy {
 // Validate reports the first inconsistent field, by name.
 func (p Policy) Validate() error {
 	bad := func(field, format string, args ...any) error {
-		return newError(ReasonPolicyInvalid, map[string]string{"field": field}, "%s: "+format, append([]any{field}, args...)...)
+		return newError(ReasonInvalidArgument, map[string]string{"field": field}, "%s: "+format, append([]any{field}, args...)...)
 	}
 	switch {
 	case p.MinTTL <= 0:

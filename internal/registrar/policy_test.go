@@ -204,7 +204,7 @@ func TestPolicy_SetPolicyValidationAndSnapshotAtGrant(t *testing.T) {
 			e.unchanged(func() {
 				out = e.do(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "x", Policy: c.p}}})
 			})
-			wantReason(t, out.Err, registrar.ReasonPolicyInvalid)
+			wantReason(t, out.Err, registrar.ReasonInvalidArgument)
 			wantMeta(t, out.Err, "field", c.field)
 		})
 	}

@@ -962,7 +962,7 @@ func (p *propRun) expect(adv *statemachine.Machine, cmd *logpb.Command) func(sta
 			}
 			p0 := registrar.PolicyFromProto(r.Defaults(), c.Policy)
 			if p0.Validate() != nil {
-				want(res, registrar.ReasonPolicyInvalid)
+				want(res, registrar.ReasonInvalidArgument)
 				return
 			}
 			want(res, "")

@@ -245,7 +245,7 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 	if err := CheckIdentifier("namespace", q.Namespace, false); err != nil {
 		return nil, "", err
 	}
-	if err := checkText("prefix", q.Prefix, MaxResourceBytes, false); err != nil {
+	if err := CheckPrefix("prefix", q.Prefix); err != nil {
 		return nil, "", err
 	}
 	if err := CheckIdentifier("holder", q.Holder, false); err != nil {

@@ -348,7 +348,7 @@ func TestRenew_RenewalLimit_Seed003(t *testing.T) {
 	e.unchanged(func() { out = e.after(1000).renew(l.ID, nil) })
 	wantReason(t, out.Err, registrar.ReasonRenewalLimitExceeded)
 	wantErrIs(t, out.Err, registrar.ErrRenewalLimitExceeded)
-	wantMeta(t, out.Err, "renewal_count", "3", "max_renewals", "3", "lease_id", l.ID)
+	wantMeta(t, out.Err, "renewal_count", "3", "max_renewals", "3", "count", "3", "max", "3", "lease_id", l.ID)
 	want := "RENEWAL_LIMIT_EXCEEDED: lease " + l.ID + " on task/xyz-789 has reached maximum renewals (3/3). Release and reclaim to continue."
 	if out.Err.Error() != want {
 		t.Fatalf("message %q\nwant    %q", out.Err.Error(), want)
@@ -398,7 +398,7 @@ func TestRenew_LifetimeLimit_Seed003(t *testing.T) {
 		wantReason(t, again.Err, registrar.ReasonLifetimeExceeded)
 		wantErrIs(t, again.Err, registrar.ErrLifetimeExceeded)
 		wantMessagePrefix(t, again.Err)
-		wantMeta(t, again.Err, "lease_id", l.ID, "max_lifetime_ms", "10000")
+		wantMeta(t, again.Err, "lease_id", l.ID, "max_lifetime_ms", "10000", "max", "10", "lifetime", "6", "lifetime_ms", "6000")
 		if got := e.get(l.ID); got.State != registrar.Active || got.ExpiresTick != acquired+10_000 {
 			t.Fatalf("lease %+v", got)
 		}

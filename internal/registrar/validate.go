@@ -58,6 +58,11 @@ func CheckResource(field, v string) error {
 	return checkText(field, v, MaxResourceBytes, true)
 }
 
+// CheckPrefix validates an optional resource prefix (List, Watch).
+func CheckPrefix(field, v string) error {
+	return checkText(field, v, MaxResourceBytes, false)
+}
+
 // CheckLeaseIDText validates the shape of a lease id argument: non-empty,
 // at most 128 bytes, printable. Unknown but well-formed ids are
 // LEASE_NOT_FOUND, not INVALID_ARGUMENT (API.md).

@@ -129,6 +129,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"negative budget", "LeaseService/Acquire", `{"resource":"r","holder":"w","budget":{"limits":{"tokens":"-1"}}}`, "INVALID_ARGUMENT"},
 		{"empty scope action", "LeaseService/Acquire", `{"resource":"r","holder":"w","scope":{"actions":[""]}}`, "INVALID_ARGUMENT"},
 		{"derive no resource", "LeaseService/Derive", `{"parentLeaseId":"x","holder":"w"}`, "INVALID_ARGUMENT"},
+		{"task lease resource", "LeaseService/Acquire", `{"resource":"queue/q/t1","holder":"w"}`, "INVALID_ARGUMENT"},
+		{"piece lease resource", "LeaseService/Acquire", `{"resource":"pool/p/0/1","holder":"w"}`, "INVALID_ARGUMENT"},
+		{"derive onto a task resource", "LeaseService/Derive", `{"parentLeaseId":"x","holder":"w","resource":"queue/q/t1"}`, "INVALID_ARGUMENT"},
+		{"inverted ttl bounds", "ClusterService/SetPolicy", `{"namespace":"pol","policy":{"minTtl":"20s","maxTtl":"10s"}}`, "INVALID_ARGUMENT"},
+		{"renew all and ids", "LeaseService/Renew", `{"holder":"w","allOfHolder":true,"leaseIds":["x"]}`, "INVALID_ARGUMENT"},
 		{"consume zero", "LeaseService/Consume", `{"leaseId":"x","counter":"c","amount":"0"}`, "INVALID_ARGUMENT"},
 		{"empty lease id", "LeaseService/Release", `{"leaseId":"","holder":"w"}`, "INVALID_ARGUMENT"},
 		{"oversized lease id", "LeaseService/Renew", `{"leaseIds":["` + strings.Repeat("x", 129) + `"]}`, "INVALID_ARGUMENT"},
@@ -319,7 +324,7 @@ func TestErrorReasons(t *testing.T) {
 func TestAcquireWaitGrantedOnRelease(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
-	first := b.acquire(t, &tenurev1.AcquireRequest{Resource: "queue/head", Holder: "w1"})
+	first := b.acquire(t, &tenurev1.AcquireRequest{Resource: "line/head", Holder: "w1"})
 	type result struct {
 		l   *tenurev1.Lease
 		err error
@@ -327,7 +332,7 @@ func TestAcquireWaitGrantedOnRelease(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		resp, err := b.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{
-			Resource: "queue/head", Holder: "w2", Wait: durationpb.New(30 * time.Second)}))
+			Resource: "line/head", Holder: "w2", Wait: durationpb.New(30 * time.Second)}))
 		if err != nil {
 			done <- result{err: err}
 			return
@@ -352,7 +357,7 @@ func TestAcquireWaitGrantedOnRelease(t *testing.T) {
 
 	// A wait that runs out answers LEASE_HELD.
 	_, err := b.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{
-		Resource: "queue/head", Holder: "w3", Wait: durationpb.New(30 * time.Millisecond)}))
+		Resource: "line/head", Holder: "w3", Wait: durationpb.New(30 * time.Millisecond)}))
 	wantReason(t, err, connect.CodeFailedPrecondition, "LEASE_HELD")
 }
 
@@ -373,7 +378,7 @@ func TestWatchReceivesEvents(t *testing.T) {
 	}
 	ev := stream.Msg().Event
 	if ev.Type != "lease.issued" || ev.LeaseId != l.LeaseId || ev.Fence != l.Fence || ev.Resource != "watched/1" ||
-		ev.Index <= from || ev.Time == nil || len(ev.Hash) != 32 || ev.Details["mode"] != "MODE_EXCLUSIVE" {
+		ev.Index <= from || ev.Time == nil || len(ev.Hash) != 32 || ev.Details["mode"] != "MODE_EXCLUSIVE" || ev.Details["ttl"] != "60s" {
 		t.Fatalf("event: %v", ev)
 	}
 	if _, err := b.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: l.LeaseId, Holder: "w1"})); err != nil {
@@ -382,6 +387,15 @@ func TestWatchReceivesEvents(t *testing.T) {
 	if !stream.Receive() || stream.Msg().Event.Type != "lease.released" {
 		t.Fatalf("want lease.released, got %v %v", stream.Msg(), stream.Err())
 	}
+
+	// A prefix with a control character is refused like List's.
+	bad, err := b.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Prefix: "a\x01"}))
+	if err == nil {
+		bad.Receive()
+		err = bad.Err()
+		bad.Close()
+	}
+	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
 
 	// A live watch (no afterIndex) over Connect JSON flushes its headers at once.
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.base+"/tenure.v1.LeaseService/Watch",
@@ -418,6 +432,34 @@ func TestKeepAlive(t *testing.T) {
 	}
 	if resp, err = stream.Receive(); err != nil || resp.RequestId != 8 || len(resp.Failures) != 1 {
 		t.Fatalf("keepalive single failure: %v %v", resp, err)
+	}
+	// A malformed message is answered with its failures and the stream
+	// goes on: a malformed id fails alone, the others are renewed; an
+	// empty message or a bad ttl fails whole.
+	if err := stream.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{"", l.LeaseId, strings.Repeat("x", 129)}, RequestId: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = stream.Receive(); err != nil || resp.RequestId != 9 || len(resp.Leases) != 1 || len(resp.Failures) != 2 ||
+		resp.Failures[0].Reason != "INVALID_ARGUMENT" || resp.Failures[1].Reason != "INVALID_ARGUMENT" {
+		t.Fatalf("keepalive with malformed ids: %v %v", resp, err)
+	}
+	for id, m := range map[uint64]*tenurev1.KeepAliveRequest{
+		10: {},
+		11: {LeaseIds: []string{l.LeaseId}, Ttl: durationpb.New(0)},
+	} {
+		m.RequestId = id
+		if err := stream.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		if resp, err = stream.Receive(); err != nil || resp.RequestId != id || len(resp.Leases) != 0 || len(resp.Failures) != 1 {
+			t.Fatalf("keepalive message %d: %v %v", id, resp, err)
+		}
+	}
+	if err := stream.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{l.LeaseId}, RequestId: 12}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = stream.Receive(); err != nil || resp.RequestId != 12 || len(resp.Leases) != 1 {
+		t.Fatalf("keepalive after malformed messages: %v %v", resp, err)
 	}
 	stream.CloseRequest()
 	stream.CloseResponse()

@@ -51,6 +51,20 @@ const (
 
 func itoa(v int64) string  { return strconv.FormatInt(v, 10) }
 func utoa(v uint64) string { return strconv.FormatUint(v, 10) }
+// durationString writes milliseconds as the JSON mapping of a protobuf
+// Duration does ("60s", "0.250s"), the form of every other duration in
+// the API.
+func durationString(ms int64) string {
+	sign := ""
+	if ms < 0 {
+		sign, ms = "-", -ms
+	}
+	if ms%1000 == 0 {
+		return sign + strconv.FormatInt(ms/1000, 10) + "s"
+	}
+	return sign + strconv.FormatInt(ms/1000, 10) + "." + strconv.FormatInt(1000+ms%1000, 10)[1:] + "s"
+}
+
 func wallString(ms int64) string {
 	return registrar.WallTime(ms).Format(time.RFC3339Nano)
 }
@@ -84,14 +98,14 @@ func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 		ev.Type = EventLeaseIssued
 		ev.Namespace, ev.Resource, ev.LeaseId, ev.Holder, ev.Fence = is.Namespace, is.Resource, is.LeaseId, is.Holder, is.Seq
 		d["mode"] = is.Mode.String()
-		d["ttl"] = registrar.Dur(is.TtlMs).String()
+		d["ttl"] = durationString(is.TtlMs)
 		d["expires_tick"] = itoa(is.ExpiresTick)
 		d["expires_at"] = wallString(is.ExpiresWall)
 		if is.MaxRenewals != 0 {
 			d["max_renewals"] = utoa(uint64(is.MaxRenewals))
 		}
 		if is.MaxLifetimeMs != 0 {
-			d["max_lifetime"] = registrar.Dur(is.MaxLifetimeMs).String()
+			d["max_lifetime"] = durationString(is.MaxLifetimeMs)
 		}
 		if is.WaiterId != 0 {
 			d["waiter_id"] = utoa(is.WaiterId)
@@ -103,7 +117,7 @@ func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 	case *logpb.Record_Renewed:
 		ev.Type = EventLeaseRenewed
 		ref(b.Renewed.Lease)
-		d["ttl"] = registrar.Dur(b.Renewed.TtlMs).String()
+		d["ttl"] = durationString(b.Renewed.TtlMs)
 		d["expires_tick"] = itoa(b.Renewed.ExpiresTick)
 		d["expires_at"] = wallString(b.Renewed.ExpiresWall)
 	case *logpb.Record_Ended:
@@ -147,7 +161,7 @@ func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 		ev.Namespace, ev.Resource, ev.Holder = w.Namespace, w.Resource, w.Holder
 		d["waiter_id"] = utoa(w.WaiterId)
 		d["mode"] = w.Mode.String()
-		d["ttl"] = registrar.Dur(w.TtlMs).String()
+		d["ttl"] = durationString(w.TtlMs)
 		d["deadline_tick"] = itoa(w.DeadlineTick)
 	case *logpb.Record_WaitEnded:
 		w := b.WaitEnded

@@ -46,6 +46,7 @@ func (h *leaseService) Derive(ctx context.Context, req *connect.Request[tenurev1
 		registrar.CheckIdentifier("new_holder", m.NewHolder, false),
 		registrar.CheckIdentifier("namespace", m.Namespace, false),
 		registrar.CheckResource("resource", m.Resource),
+		checkPlainResource("resource", m.Resource),
 		positiveTTL("ttl", ttl),
 	} {
 		if check != nil {

@@ -22,7 +22,6 @@ const ErrorDomain = "tenure"
 var codes = map[registrar.Reason]connect.Code{
 	registrar.ReasonInvalidArgument:      connect.CodeInvalidArgument,
 	registrar.ReasonTTLOutOfRange:        connect.CodeInvalidArgument,
-	registrar.ReasonPolicyInvalid:        connect.CodeInvalidArgument,
 	registrar.ReasonLeaseHeld:            connect.CodeFailedPrecondition,
 	registrar.ReasonLeaseExpired:         connect.CodeFailedPrecondition,
 	registrar.ReasonLeaseTerminal:        connect.CodeFailedPrecondition,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -11,6 +12,8 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/pool"
+	"github.com/tenurehq/tenure/internal/queue"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
@@ -166,10 +169,31 @@ func (s *Server) acquireCommand(m *tenurev1.AcquireRequest) (*logpb.Acquire, err
 	if err := registrar.ValidateAcquire(c); err != nil {
 		return nil, err
 	}
+	if err := checkPlainResource("resource", m.Resource); err != nil {
+		return nil, err
+	}
 	if err := s.checkTTL(m.Namespace, "ttl", ttl); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// checkPlainResource refuses a resource under the prefix of task or
+// piece leases: a plain lease there would block the task or piece it
+// names (Claim and RequestLeases pass over a held resource) with nothing
+// to tell why.
+func checkPlainResource(field, res string) error {
+	for _, r := range reservedPrefixes {
+		if strings.HasPrefix(res, r.prefix) {
+			return invalidArg(field, "resources under "+r.prefix+" are reserved for the leases of "+r.owner)
+		}
+	}
+	return nil
+}
+
+var reservedPrefixes = []struct{ prefix, owner string }{
+	{queue.ResourcePrefix, "tasks (QueueService.Claim)"},
+	{pool.ResourcePrefix, "pieces (PoolService.RequestLeases)"},
 }
 
 // abandonWait withdraws the queued acquire of a caller that went away, and
@@ -210,8 +234,11 @@ func validateRenew(c *logpb.Renew) error {
 	if err := positiveTTL("ttl", c.TtlMs); err != nil {
 		return err
 	}
-	if len(c.LeaseIds) == 0 && !c.AllOfHolder {
+	switch {
+	case len(c.LeaseIds) == 0 && !c.AllOfHolder:
 		return invalidArg("lease_ids", "name at least one lease, or set all_of_holder")
+	case len(c.LeaseIds) > 0 && c.AllOfHolder:
+		return invalidArg("lease_ids", "name leases or set all_of_holder, not both")
 	}
 	for _, id := range c.LeaseIds {
 		if err := registrar.CheckLeaseIDText("lease_ids", id); err != nil {

@@ -28,11 +28,11 @@ func TestDerivedLeasesUnderAuth(t *testing.T) {
 	pid := parent.Msg.Lease.LeaseId
 
 	_, err = w2.leases.Derive(ctx, connect.NewRequest(&tenurev1.DeriveRequest{ParentLeaseId: pid, NewHolder: "w2", Resource: "jobs/1/a"}))
-	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+	wantReason(t, err, connect.CodePermissionDenied, "NOT_HOLDER")
 	_, err = w2.leases.Derive(ctx, connect.NewRequest(&tenurev1.DeriveRequest{ParentLeaseId: pid, Holder: "w1", NewHolder: "w2", Resource: "jobs/1/a"}))
 	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
 	_, err = w2.leases.Consume(ctx, connect.NewRequest(&tenurev1.ConsumeRequest{LeaseId: pid, Counter: "tokens", Amount: 1}))
-	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+	wantReason(t, err, connect.CodePermissionDenied, "NOT_HOLDER")
 
 	// Delegation: w1 hands w2 a child with 10 tokens; w2 spends them.
 	child, err := w1.leases.Derive(ctx, connect.NewRequest(&tenurev1.DeriveRequest{ParentLeaseId: pid, NewHolder: "w2",
@@ -45,7 +45,7 @@ func TestDerivedLeasesUnderAuth(t *testing.T) {
 		t.Fatalf("consume by the child's holder: %v", err)
 	}
 	_, err = w1.leases.Consume(ctx, connect.NewRequest(&tenurev1.ConsumeRequest{LeaseId: cid, Counter: "tokens", Amount: 1}))
-	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+	wantReason(t, err, connect.CodePermissionDenied, "NOT_HOLDER")
 
 	// A reader of team-* cannot see into default.
 	_, err = r1.leases.Tree(ctx, connect.NewRequest(&tenurev1.TreeRequest{LeaseId: pid}))

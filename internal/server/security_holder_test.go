@@ -188,9 +188,9 @@ func TestWorkerCompletesOnlyItsOwnTask(t *testing.T) {
 		t.Fatalf("task claimed for %q (lease holder %q), want q1", task.Worker, task.Lease.Holder)
 	}
 	_, err = q2.queues.Complete(ctx, connect.NewRequest(&tenurev1.CompleteRequest{Namespace: "jobs", Queue: "q", TaskId: "t1", LeaseId: task.LeaseId}))
-	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+	wantReason(t, err, connect.CodePermissionDenied, "NOT_HOLDER")
 	_, err = q2.queues.Fail(ctx, connect.NewRequest(&tenurev1.FailRequest{Namespace: "jobs", Queue: "q", TaskId: "t1", LeaseId: task.LeaseId}))
-	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+	wantReason(t, err, connect.CodePermissionDenied, "NOT_HOLDER")
 	if _, err := q1.queues.Complete(ctx, connect.NewRequest(&tenurev1.CompleteRequest{Namespace: "jobs", Queue: "q", TaskId: "t1", LeaseId: task.LeaseId})); err != nil {
 		t.Fatalf("own complete: %v", err)
 	}

@@ -26,8 +26,8 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	if err := registrar.CheckIdentifier("namespace", m.Namespace, false); err != nil {
 		return s.toConnect(err)
 	}
-	if len(m.Prefix) > registrar.MaxResourceBytes {
-		return s.toConnect(invalidArg("prefix", "is too long"))
+	if err := registrar.CheckPrefix("prefix", m.Prefix); err != nil {
+		return s.toConnect(err)
 	}
 	if err := s.authorize(ctx, v1c.LeaseServiceWatchProcedure, m); err != nil {
 		return s.toConnect(err)
@@ -88,30 +88,53 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 		if err != nil {
 			return err
 		}
-		ttl, err := durationMs("ttl", m.Ttl)
-		if err != nil {
-			return s.toConnect(err)
-		}
-		// Each message is a Renew, authorized as one: the holder is
-		// the caller, so only its own leases are renewed.
-		rr := &tenurev1.RenewRequest{LeaseIds: m.LeaseIds, Ttl: m.Ttl}
-		if p := principalOf(ctx); p != nil {
+		p := principalOf(ctx)
+		if p != nil {
 			if err := s.charge(p, 1); err != nil {
 				return s.toConnect(err)
 			}
+		}
+		resp := &tenurev1.KeepAliveResponse{RequestId: m.RequestId}
+		// A malformed message is answered with its failures, not by
+		// ending the stream, which would stop the keepalive of every
+		// other lease on it: a malformed id fails on its own and the
+		// others are renewed; a bad ttl or an empty message fails whole.
+		ids, bad := splitLeaseIDs(m.LeaseIds)
+		ttl, err := durationMs("ttl", m.Ttl)
+		if err == nil {
+			err = positiveTTL("ttl", ttl)
+		}
+		if err == nil && len(ids) == 0 && len(bad) == 0 {
+			err = invalidArg("lease_ids", "name at least one lease")
+		}
+		c := &logpb.Renew{LeaseIds: ids, TtlMs: ttl}
+		if err == nil && len(ids) > 0 {
+			err = validateRenew(c)
+		}
+		if err != nil || len(ids) == 0 {
+			if err != nil {
+				bad = append(bad, registrar.Failure{Err: err})
+			}
+			resp.Failures = failures(bad)
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+			continue
+		}
+		// Each message is a Renew, authorized as one: the holder is
+		// the caller, so only its own leases are renewed.
+		rr := &tenurev1.RenewRequest{LeaseIds: ids, Ttl: m.Ttl}
+		if p != nil {
 			if err := s.authorize(ctx, v1c.LeaseServiceRenewProcedure, rr); err != nil {
 				return s.toConnect(err)
 			}
 		}
-		c := &logpb.Renew{LeaseIds: m.LeaseIds, Holder: rr.Holder, TtlMs: ttl}
-		if err := validateRenew(c); err != nil {
-			return s.toConnect(err)
-		}
-		resp := &tenurev1.KeepAliveResponse{RequestId: m.RequestId}
+		c.Holder = rr.Holder
 		if fr, ok, err := s.forward(ctx, v1c.LeaseServiceRenewProcedure, rr, stream.RequestHeader()); ok {
 			if err := keepAliveForwarded(resp, fr, err, c.LeaseIds); err != nil {
 				return err
 			}
+			resp.Failures = append(failures(bad), resp.Failures...)
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
@@ -140,7 +163,7 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 			out.Failures = append(out.Failures, registrar.Failure{LeaseID: id, Err: out.Err})
 			s.metrics.rejections.WithLabelValues(string(registrar.ReasonOf(out.Err))).Inc()
 		}
-		out.Failures = append(denied, out.Failures...)
+		out.Failures = append(append(bad, denied...), out.Failures...)
 		if resp.Leases, err = s.leaseProtos(out.Leases, false); err != nil {
 			return s.toConnect(err)
 		}
@@ -154,6 +177,19 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 		default:
 		}
 	}
+}
+
+// splitLeaseIDs separates well-formed lease ids from malformed ones,
+// listed as failures.
+func splitLeaseIDs(ids []string) (ok []string, bad []registrar.Failure) {
+	for _, id := range ids {
+		if err := registrar.CheckLeaseIDText("lease_ids", id); err != nil {
+			bad = append(bad, registrar.Failure{LeaseID: id, Err: err})
+		} else {
+			ok = append(ok, id)
+		}
+	}
+	return ok, bad
 }
 
 // keepAliveForwarded fills a KeepAlive answer from a Renew the leader

@@ -212,6 +212,29 @@ func (m *Machine) records() []Sealed {
 	return m.out[:n:n]
 }
 
+// transferable refuses to transfer the lease of a claimed task or of a
+// leased piece: the task or piece stays with the lease it was granted
+// under, which alone may complete or fail it, so a transferred lease
+// would strand the work until the new lease ended. An unknown id passes:
+// the registrar answers it.
+func (m *Machine) transferable(id string, t registrar.Tick) error {
+	l, err := m.reg.Get(id, t)
+	if err != nil {
+		return nil
+	}
+	if q, task, ok := m.q.LeaseTask(l.Fence); ok {
+		return registrar.NewError(registrar.ReasonInvalidArgument,
+			map[string]string{"field": "lease_id", "lease_id": id, "queue": q, "task_id": task},
+			"lease_id: lease %s is the lease of task %s in queue %s, which only it may complete or fail; a task lease cannot be transferred", id, task, q)
+	}
+	if p, file, piece, ok := m.pools.LeasePiece(l.Fence); ok {
+		return registrar.NewError(registrar.ReasonInvalidArgument,
+			map[string]string{"field": "lease_id", "lease_id": id, "pool": p},
+			"lease_id: lease %s is the lease of piece %d of file %d in pool %s, which only its peer may complete; a piece lease cannot be transferred", id, piece, file, p)
+	}
+	return nil
+}
+
 func (m *Machine) dispatch(tx *registrar.Tx, cmd *logpb.Command) registrar.Outcome {
 	switch op := cmd.Op.(type) {
 	case *logpb.Command_Acquire:
@@ -223,6 +246,9 @@ func (m *Machine) dispatch(tx *registrar.Tx, cmd *logpb.Command) registrar.Outco
 	case *logpb.Command_Revoke:
 		return m.reg.Revoke(tx, op.Revoke)
 	case *logpb.Command_Transfer:
+		if err := m.transferable(op.Transfer.LeaseId, tx.Tick); err != nil {
+			return registrar.Outcome{Err: err}
+		}
 		return m.reg.Transfer(tx, op.Transfer)
 	case *logpb.Command_Expire:
 		return m.reg.Expire(tx, op.Expire)
