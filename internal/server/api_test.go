@@ -124,6 +124,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"zero ttl", "LeaseService/Acquire", `{"resource":"r","holder":"w","ttl":"0s"}`, "TTL_OUT_OF_RANGE"},
 		{"negative ttl", "LeaseService/Acquire", `{"resource":"r","holder":"w","ttl":"-5s"}`, "TTL_OUT_OF_RANGE"},
 		{"ttl above max", "LeaseService/Acquire", `{"resource":"r","holder":"w","ttl":"301s"}`, "TTL_OUT_OF_RANGE"},
+		{"ttl of 10,000 years", "LeaseService/Acquire", `{"resource":"r","holder":"w","ttl":"315576000000s"}`, "TTL_OUT_OF_RANGE"},
 		{"ttl below floor", "LeaseService/Acquire", `{"resource":"r","holder":"w","ttl":"0.5s"}`, "TTL_OUT_OF_RANGE"},
 		{"numeric unknown mode", "LeaseService/Acquire", `{"resource":"r","holder":"w","mode":7}`, "INVALID_ARGUMENT"},
 		{"negative budget", "LeaseService/Acquire", `{"resource":"r","holder":"w","budget":{"limits":{"tokens":"-1"}}}`, "INVALID_ARGUMENT"},

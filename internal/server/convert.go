@@ -26,7 +26,13 @@ func durationMs(field string, d *durationpb.Duration) (*int64, error) {
 	if err := d.CheckValid(); err != nil {
 		return nil, invalidArg(field, err.Error())
 	}
-	ms := registrar.Ms(d.AsDuration())
+	// From the fields rather than AsDuration, which saturates at ±292
+	// years: a valid Duration reaches ±10,000 years, whose milliseconds
+	// still fit in an int64. Rounded up to the millisecond, as Ms does.
+	ms := d.GetSeconds()*1000 + int64(d.GetNanos()/1e6)
+	if d.GetNanos()%1e6 > 0 {
+		ms++
+	}
 	return &ms, nil
 }
 
