@@ -65,7 +65,13 @@
 // adds or removes; it also forgets published members that are no longer
 // in the Raft configuration. Other members ask the leader to publish them
 // (server package) when NeedsPublish says so. Followers find the leader's
-// API address there to forward to it (server package).
+// API address there to forward to it (server package). AddVoter,
+// RemoveServer and TransferLeadership are checked against the latest
+// configuration before Raft sees them (membership.go): a second address
+// for a member, an address another member has, removing the last voter or
+// a transfer with nobody to take over is INVALID_ARGUMENT and changes
+// nothing; what is already so (the member with its address, a non-member
+// removed, a transfer to the leader) succeeds without a change.
 //
 // # Durable ledger
 //
@@ -94,7 +100,8 @@
 //
 // # Failure handling
 //
-// A proposal that Raft refuses before appending answers NOT_LEADER; one
+// A proposal that Raft refuses before appending answers NOT_LEADER (a
+// membership change it refuses as invalid: INVALID_ARGUMENT); one
 // whose commit broke off (leadership lost, shutdown, caller gone) answers
 // OUTCOME_UNKNOWN, because it may or may not have been applied.
 package cluster

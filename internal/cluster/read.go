@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -211,46 +210,6 @@ func (n *Node) Status() (Status, error) {
 	return s, nil
 }
 
-// AddVoter adds (or promotes) a voting member and publishes its API
-// address (when given). Only the leader can; elsewhere it answers
-// NOT_LEADER and changes nothing. Adding a member again is harmless, so a
-// caller may retry after an unknown outcome.
-func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string) error {
-	if !n.IsLeader() {
-		return n.notLeader()
-	}
-	if n.stream.tls != nil && id != n.id {
-		// Raft would add a voter it cannot reach, and count it in every
-		// quorum from then on: check its certificate first.
-		if err := n.stream.probe(raft.ServerAddress(raftAddr), 5*time.Second); err != nil {
-			return err
-		}
-	}
-	if err := n.membership(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout)); err != nil {
-		return err
-	}
-	if apiAddr == "" {
-		return nil
-	}
-	return n.proposeMember(ctx, &logpb.SetMember{Id: id, ApiAddress: apiAddr, RaftAddress: raftAddr})
-}
-
-// RemoveServer removes a member from the Raft configuration, then from
-// the published members. When that second step cannot be done (a leader
-// that removed itself), the next leader does it when it takes office.
-func (n *Node) RemoveServer(ctx context.Context, id string) error {
-	if !n.IsLeader() {
-		return n.notLeader()
-	}
-	if err := n.membership(n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
-		return err
-	}
-	if err := n.proposeMember(ctx, &logpb.SetMember{Id: id, Removed: true}); err != nil {
-		n.log.Warn("removed member not yet unpublished; the next leader will", "member", id, "err", err)
-	}
-	return nil
-}
-
 // Members returns the published members (replicated state), sorted by id.
 func (n *Node) Members() []statemachine.Member {
 	n.fsm.mu.RLock()
@@ -348,61 +307,6 @@ func (n *Node) NeedsPublish() bool {
 
 // APIAddr returns this node's API address.
 func (n *Node) APIAddr() string { return n.cfg.APIAddr }
-
-func (n *Node) membership(f raft.IndexFuture) error {
-	err := f.Error()
-	n.noteVoters()
-	if err != nil {
-		return n.raftError(err)
-	}
-	return nil
-}
-
-// noteVoters tells the proposer whether other voters share the log
-// (entrySlots.atWrite); the leader calls it on taking office and after
-// each membership change it makes.
-func (n *Node) noteVoters() {
-	cf := n.raft.GetConfiguration()
-	if cf.Error() != nil {
-		return
-	}
-	voters := 0
-	for _, srv := range cf.Configuration().Servers {
-		if srv.Suffrage == raft.Voter {
-			voters++
-		}
-	}
-	n.slots.atWrite.Store(voters > 1)
-}
-
-// TransferLeadership asks Raft to hand leadership to id ("" lets Raft pick).
-func (n *Node) TransferLeadership(id string) error {
-	var f raft.Future
-	if id == "" {
-		f = n.raft.LeadershipTransfer()
-	} else {
-		cf := n.raft.GetConfiguration()
-		if err := cf.Error(); err != nil {
-			return n.raftError(err)
-		}
-		var addr raft.ServerAddress
-		for _, s := range cf.Configuration().Servers {
-			if string(s.ID) == id {
-				addr = s.Address
-			}
-		}
-		if addr == "" {
-			return &registrar.Error{Reason: registrar.ReasonInvalidArgument,
-				Message:  fmt.Sprintf("%s: id: %q is not a member", registrar.ReasonInvalidArgument, id),
-				Metadata: map[string]string{"field": "id"}}
-		}
-		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
-	}
-	if err := f.Error(); err != nil {
-		return n.raftError(err)
-	}
-	return nil
-}
 
 // Snapshot takes a Raft snapshot now (truncating the log behind it) and
 // returns its index and term.

@@ -39,6 +39,10 @@ func (h *clusterService) Status(_ context.Context, _ *connect.Request[tenurev1.S
 	return connect.NewResponse(resp), nil
 }
 
+// AddVoter checks the addresses' form here (host:port; the Raft address
+// one the other members can dial) and the node checks them against the
+// configuration (cluster.Node.AddVoter): a bad one is INVALID_ARGUMENT
+// and changes nothing. An unreachable voter would count in every quorum.
 func (h *clusterService) AddVoter(ctx context.Context, req *connect.Request[tenurev1.AddVoterRequest]) (*connect.Response[tenurev1.AddVoterResponse], error) {
 	m := req.Msg
 	if err := registrar.CheckIdentifier("id", m.Id, true); err != nil {
@@ -47,8 +51,16 @@ func (h *clusterService) AddVoter(ctx context.Context, req *connect.Request[tenu
 	if err := registrar.CheckIdentifier("raft_address", m.RaftAddress, true); err != nil {
 		return nil, h.s.toConnect(err)
 	}
+	if err := cluster.CheckRaftAddress("raft_address", m.RaftAddress); err != nil {
+		return nil, h.s.toConnect(err)
+	}
 	if err := registrar.CheckIdentifier("api_address", m.ApiAddress, false); err != nil {
 		return nil, h.s.toConnect(err)
+	}
+	if m.ApiAddress != "" {
+		if err := cluster.CheckAddress("api_address", m.ApiAddress); err != nil {
+			return nil, h.s.toConnect(err)
+		}
 	}
 	if err := h.s.node.AddVoter(ctx, m.Id, m.RaftAddress, m.ApiAddress); err != nil {
 		return nil, h.s.toConnect(err)

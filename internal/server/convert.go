@@ -57,6 +57,7 @@ const (
 
 func itoa(v int64) string  { return strconv.FormatInt(v, 10) }
 func utoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
 // durationString writes milliseconds as the JSON mapping of a protobuf
 // Duration does ("60s", "0.250s"), the form of every other duration in
 // the API.

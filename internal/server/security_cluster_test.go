@@ -60,7 +60,7 @@ func TestForwardingCarriesTheCaller(t *testing.T) {
 	}
 	w2 := as("tok-w2")
 	_, err = w2.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: l.LeaseId}))
-	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+	wantReason(t, err, connect.CodePermissionDenied, "NOT_HOLDER")
 	ka := w2.leases.KeepAlive(ctx)
 	if err := ka.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{l.LeaseId}}); err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestForwardingCarriesTheCaller(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(kr.Failures) != 1 || kr.Failures[0].Reason != "PERMISSION_DENIED" || len(kr.Leases) != 0 {
+	if len(kr.Failures) != 1 || kr.Failures[0].Reason != "NOT_HOLDER" || len(kr.Leases) != 0 {
 		t.Errorf("forwarded KeepAlive of another's lease: %v", kr)
 	}
 	_ = ka.CloseRequest()

@@ -1,0 +1,364 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// Membership changes and leadership transfers are checked against the
+// leader's latest Raft configuration before Raft sees them. A request
+// that cannot be done, or would break the cluster (a second address for a
+// member, an address another member uses, removing the last voter), is a
+// definite refusal: INVALID_ARGUMENT naming the field, nothing changed.
+// OUTCOME_UNKNOWN is kept for a change Raft accepted and then could not
+// confirm.
+
+// AddVoter adds (or promotes) a voting member and publishes its API
+// address (when given). Only the leader can; elsewhere it answers
+// NOT_LEADER and changes nothing.
+//
+// A member already in the configuration with the same Raft address is
+// left as it is (so a caller may retry after an unknown outcome); its API
+// address is published when given and not published yet. A member with
+// another Raft address is given this one (Raft's way to move a member; a
+// member restarted elsewhere publishes itself so). INVALID_ARGUMENT
+// (field raft_address), with nothing changed: id is the leader itself
+// with another address, another member has raftAddr, or raftAddr is a
+// member's API address. The address is not dialled (the new
+// member may not listen yet), except for the certificate check under Raft
+// TLS.
+func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string) error {
+	if !n.IsLeader() {
+		return n.notLeader()
+	}
+	servers, err := n.configuration()
+	if err != nil {
+		return err
+	}
+	voter := false // id is a voter with this address already
+	for _, s := range servers {
+		switch {
+		case string(s.ID) == id && !sameAddress(string(s.Address), raftAddr) && id == n.id:
+			// The leader cannot move itself: it would stop hearing its own
+			// configuration and lose the cluster.
+			return invalidArg("raft_address", "member %s is this leader, at raft address %s; transfer the leadership before giving it another", id, s.Address)
+		case string(s.ID) == id && !sameAddress(string(s.Address), raftAddr):
+			// Raft's way to give a member a new address (a member
+			// restarted elsewhere publishes itself so).
+		case string(s.ID) == id:
+			voter = s.Suffrage == raft.Voter
+		case sameAddress(string(s.Address), raftAddr):
+			return invalidArg("raft_address", "%s is already the raft address of member %s", raftAddr, s.ID)
+		}
+	}
+	if owner := n.apiAddressOwner(raftAddr); owner != "" {
+		return invalidArg("raft_address", "%s is the API address of member %s, not a raft address", raftAddr, owner)
+	}
+	if !voter {
+		if n.stream.tls != nil && id != n.id {
+			// Raft would add a voter it cannot reach, and count it in every
+			// quorum from then on: check its certificate first.
+			if err := n.stream.probe(raft.ServerAddress(raftAddr), 5*time.Second); err != nil {
+				return err
+			}
+		}
+		if err := n.membership(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout)); err != nil {
+			return err
+		}
+	}
+	if apiAddr == "" {
+		return nil
+	}
+	n.fsm.mu.RLock()
+	m, ok := n.fsm.m.Member(id)
+	n.fsm.mu.RUnlock()
+	if ok && m.APIAddress == apiAddr && m.RaftAddress == raftAddr {
+		return nil
+	}
+	return n.proposeMember(ctx, &logpb.SetMember{Id: id, ApiAddress: apiAddr, RaftAddress: raftAddr})
+}
+
+// RemoveServer removes a member from the Raft configuration, then from
+// the published members. When that second step cannot be done (a leader
+// that removed itself), the next leader does it when it takes office.
+//
+// An id that is not in the configuration is already removed: it succeeds
+// without a Raft change (so a caller may retry after an unknown outcome),
+// finishing the unpublishing if a removal left the member published.
+// Removing the only voter is INVALID_ARGUMENT (field id), nothing changed.
+func (n *Node) RemoveServer(ctx context.Context, id string) error {
+	if !n.IsLeader() {
+		return n.notLeader()
+	}
+	servers, err := n.configuration()
+	if err != nil {
+		return err
+	}
+	found := false
+	for _, s := range servers {
+		if string(s.ID) != id {
+			continue
+		}
+		found = true
+		if s.Suffrage == raft.Voter && !otherVoter(servers, id) {
+			return invalidArg("id", "%s is the only voter and a cluster needs one; add another voter before removing it", id)
+		}
+	}
+	if found {
+		if err := n.membership(n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
+			return err
+		}
+	} else {
+		n.fsm.mu.RLock()
+		_, published := n.fsm.m.Member(id)
+		n.fsm.mu.RUnlock()
+		if !published {
+			return nil
+		}
+	}
+	if err := n.proposeMember(ctx, &logpb.SetMember{Id: id, Removed: true}); err != nil {
+		n.log.Warn("removed member not yet unpublished; the next leader will", "member", id, "err", err)
+	}
+	return nil
+}
+
+// otherVoter reports whether a voter other than id is in servers.
+func otherVoter(servers []raft.Server, id string) bool {
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != id {
+			return true
+		}
+	}
+	return false
+}
+
+// TransferLeadership asks Raft to hand leadership to id ("" lets Raft
+// pick a voter). Only the leader can; elsewhere it answers NOT_LEADER.
+// Naming this node (it leads already) succeeds without a change.
+// INVALID_ARGUMENT (field id), nothing changed: id is not a member or not
+// a voter, or id is "" and no other voter exists.
+func (n *Node) TransferLeadership(id string) error {
+	if !n.IsLeader() {
+		return n.notLeader()
+	}
+	servers, err := n.configuration()
+	if err != nil {
+		return err
+	}
+	var target *raft.Server
+	for i, s := range servers {
+		if string(s.ID) == id {
+			target = &servers[i]
+		}
+	}
+	var f raft.Future
+	switch {
+	case id == "" && !otherVoter(servers, n.id):
+		return invalidArg("id", "there is no other voter to hand leadership to (%s is the only one)", n.id)
+	case id == "":
+		f = n.raft.LeadershipTransfer()
+	case target == nil:
+		return invalidArg("id", "%q is not a member", id)
+	case id == n.id:
+		return nil
+	case target.Suffrage != raft.Voter:
+		return invalidArg("id", "%s is not a voter and cannot lead", id)
+	default:
+		f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
+	}
+	if err := f.Error(); err != nil {
+		if r := raftRefusal(err); r != nil {
+			return r
+		}
+		return n.raftError(err)
+	}
+	return nil
+}
+
+// configuration returns the latest Raft configuration's servers (on the
+// leader, the one the next change applies to).
+func (n *Node) configuration() ([]raft.Server, error) {
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, unavailable("reading the raft configuration: " + err.Error())
+	}
+	return cf.Configuration().Servers, nil
+}
+
+// apiAddressOwner returns the id of the member whose API address is addr
+// (this node's, or a published one), or "".
+func (n *Node) apiAddressOwner(addr string) string {
+	if sameAddress(n.cfg.APIAddr, addr) {
+		return n.id
+	}
+	for _, m := range n.Members() {
+		if sameAddress(m.APIAddress, addr) {
+			return m.ID
+		}
+	}
+	return ""
+}
+
+func (n *Node) membership(f raft.IndexFuture) error {
+	err := f.Error()
+	n.noteVoters()
+	if err != nil {
+		if r := raftRefusal(err); r != nil {
+			return r
+		}
+		return n.raftError(err)
+	}
+	return nil
+}
+
+// noteVoters tells the proposer whether other voters share the log
+// (entrySlots.atWrite); the leader calls it on taking office and after
+// each membership change it makes.
+func (n *Node) noteVoters() {
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return
+	}
+	voters := 0
+	for _, srv := range cf.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	n.slots.atWrite.Store(voters > 1)
+}
+
+// raftRefusals are the errors with which Raft refuses a membership change
+// (configuration.go checkConfiguration, before anything is appended) or a
+// leadership transfer (raft.go leaderLoop, before anything is sent), with
+// the request field each one is about. Raft makes them with fmt.Errorf,
+// not as sentinel values, so their text is the only way to tell them
+// apart; TestRaftRefusalsMatchRaft pins them to the Raft version in
+// go.mod. The checks above catch these cases first; this is for a change
+// racing with another one.
+var raftRefusals = []struct{ prefix, field string }{
+	{"found duplicate ID in configuration", "id"},
+	{"found duplicate address in configuration", "raft_address"},
+	{"empty ID in configuration", "id"},
+	{"empty address in configuration", "raft_address"},
+	{"need at least one voter in configuration", "id"},
+	{"cannot find peer", "id"},
+	{"cannot find replication state for", "id"},
+}
+
+// raftRefusal turns a Raft refusal (see raftRefusals) into
+// INVALID_ARGUMENT, or returns nil for any other error.
+func raftRefusal(err error) error {
+	for _, r := range raftRefusals {
+		if strings.HasPrefix(err.Error(), r.prefix) {
+			return invalidArg(r.field, "raft refused it and nothing changed: %v", err)
+		}
+	}
+	return nil
+}
+
+// invalidArg is INVALID_ARGUMENT naming field (API.md "Errors").
+func invalidArg(field, format string, args ...any) error {
+	return &registrar.Error{Reason: registrar.ReasonInvalidArgument,
+		Message:  fmt.Sprintf("%s: %s: ", registrar.ReasonInvalidArgument, field) + fmt.Sprintf(format, args...),
+		Metadata: map[string]string{"field": field}}
+}
+
+// CheckAddress validates a member address as INVALID_ARGUMENT naming
+// field: host:port with a non-empty host that is an IP address or a DNS
+// host name, and a numeric port from 1 to 65535. It does not dial: a
+// member being added may not listen yet.
+func CheckAddress(field, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		why := err.Error()
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			why = ae.Err
+		}
+		return invalidArg(field, "%q is not host:port (%s)", addr, why)
+	}
+	if host == "" {
+		return invalidArg(field, "%q has no host", addr)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return invalidArg(field, "%q: the port must be a number from 1 to 65535", addr)
+	}
+	if _, err := netip.ParseAddr(host); err != nil && !hostName(host) {
+		return invalidArg(field, "%q: %q is neither an IP address nor a host name", addr, host)
+	}
+	return nil
+}
+
+// CheckRaftAddress is CheckAddress for a member's Raft address, which the
+// other members dial: an unspecified IP (0.0.0.0, ::) is refused too.
+func CheckRaftAddress(field, addr string) error {
+	if err := CheckAddress(field, addr); err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
+		return invalidArg(field, "%q: %s is the unspecified address; give one the other members can dial", addr, host)
+	}
+	return nil
+}
+
+// hostName reports whether h is a DNS host name: dot-separated labels of
+// 1 to 63 letters, digits, hyphens (not at either end) or underscores, at
+// most 253 bytes, a trailing dot allowed, the last label not all digits
+// (that would be a malformed IP address).
+func hostName(h string) bool {
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	labels := strings.Split(h, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return strings.Trim(labels[len(labels)-1], "0123456789") != ""
+}
+
+// sameAddress reports whether two host:port addresses name the same
+// endpoint as written: equal ports, and equal IPs or host names (case and
+// a trailing dot aside). Names are not resolved.
+func sameAddress(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil {
+		return false
+	}
+	na, errA := strconv.ParseUint(pa, 10, 16)
+	nb, errB := strconv.ParseUint(pb, 10, 16)
+	if errA != nil || errB != nil || na != nb {
+		return false
+	}
+	ia, errA := netip.ParseAddr(ha)
+	ib, errB := netip.ParseAddr(hb)
+	if errA == nil || errB == nil {
+		return errA == nil && errB == nil && ia.Unmap() == ib.Unmap()
+	}
+	return strings.EqualFold(strings.TrimSuffix(ha, "."), strings.TrimSuffix(hb, "."))
+}

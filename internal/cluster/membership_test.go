@@ -1,0 +1,211 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+func TestCheckAddress(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, addr string
+		ok, raftOK bool
+	}{
+		{"ipv4", "127.0.0.1:7071", true, true},
+		{"ipv6", "[::1]:7071", true, true},
+		{"ipv6 zone", "[fe80::1%eth0]:7071", true, true},
+		{"host name", "node-2.tenure.internal:7071", true, true},
+		{"fqdn", "node2.example.com.:7071", true, true},
+		{"single label", "localhost:1", true, true},
+		{"highest port", "h:65535", true, true},
+		{"unspecified v4", "0.0.0.0:7071", true, false},
+		{"unspecified v6", "[::]:7071", true, false},
+		{"words", "not an address", false, false},
+		{"no port", "127.0.0.1", false, false},
+		{"empty port", "127.0.0.1:", false, false},
+		{"no host", ":7071", false, false},
+		{"port zero", "127.0.0.1:0", false, false},
+		{"port too high", "127.0.0.1:65536", false, false},
+		{"named port", "127.0.0.1:raft", false, false},
+		{"negative port", "127.0.0.1:-1", false, false},
+		{"space in host", "my host:7071", false, false},
+		{"leading hyphen", "-node:7071", false, false},
+		{"empty label", "a..b:7071", false, false},
+		{"bad ip", "999.1.1.1:7071", false, false},
+		{"scheme", "http://127.0.0.1:7071", false, false},
+		{"too many colons", "1:2:3", false, false},
+		{"long label", strings.Repeat("a", 64) + ":1", false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range []struct {
+				check func(string, string) error
+				want  bool
+			}{{CheckAddress, tc.ok}, {CheckRaftAddress, tc.raftOK}} {
+				err := c.check("raft_address", tc.addr)
+				if (err == nil) != c.want {
+					t.Fatalf("%q: err %v, want ok=%v", tc.addr, err, c.want)
+				}
+				if err == nil {
+					continue
+				}
+				var e *registrar.Error
+				if !asError(err, &e) || e.Reason != registrar.ReasonInvalidArgument || e.Metadata["field"] != "raft_address" ||
+					!strings.HasPrefix(e.Message, "INVALID_ARGUMENT: raft_address: ") {
+					t.Fatalf("%q: %#v", tc.addr, err)
+				}
+			}
+		})
+	}
+}
+
+func asError(err error, e **registrar.Error) bool { return errors.As(err, e) }
+
+// FuzzCheckAddress: an accepted address splits into a host and a port
+// from 1 to 65535, and equals itself.
+func FuzzCheckAddress(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:7071", "[::1]:1", "a.b:65535", "not an address", ":0", "h:+1", "[::]:9"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		if CheckAddress("a", addr) != nil {
+			return
+		}
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host == "" {
+			t.Fatalf("accepted %q: %v", addr, err)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			t.Fatalf("accepted %q with port %q", addr, port)
+		}
+		if !sameAddress(addr, addr) {
+			t.Fatalf("%q is not the same as itself", addr)
+		}
+	})
+}
+
+func TestSameAddress(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"127.0.0.1:7071", "127.0.0.1:7071", true},
+		{"127.0.0.1:7071", "127.0.0.1:07071", true},
+		{"[::1]:7071", "[0:0::1]:7071", true},
+		{"[::ffff:127.0.0.1]:7071", "127.0.0.1:7071", true},
+		{"Node2.Example:7071", "node2.example.:7071", true},
+		{"127.0.0.1:7071", "127.0.0.1:7072", false},
+		{"127.0.0.1:7071", "127.0.0.2:7071", false},
+		{"localhost:7071", "127.0.0.1:7071", false}, // names are not resolved
+		{"a:1", "garbage", false},
+	} {
+		if got := sameAddress(tc.a, tc.b); got != tc.want {
+			t.Errorf("sameAddress(%q, %q) = %v", tc.a, tc.b, got)
+		}
+	}
+}
+
+// TestRaftRefusalsMatchRaft pins raftRefusals to the Raft in go.mod: the
+// refusals it names are what Raft answers, and each one left the
+// configuration as it was.
+func TestRaftRefusalsMatchRaft(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	self := raft.ServerID(n.id)
+	addr := raft.ServerAddress(n.RaftAddr())
+	before := n.raft.GetConfiguration()
+	if err := before.Error(); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		do    func() error
+		field string
+	}{
+		{"remove the last voter", func() error { return n.raft.RemoveServer(self, 0, time.Second).Error() }, "id"},
+		{"transfer with no other voter", func() error { return n.raft.LeadershipTransfer().Error() }, "id"},
+		{"transfer to an unknown server", func() error {
+			return n.raft.LeadershipTransferToServer("ghost", "127.0.0.1:1").Error()
+		}, "id"},
+		{"duplicate address", func() error { return n.raft.AddVoter("n2", addr, 0, time.Second).Error() }, "raft_address"},
+		{"empty id", func() error { return n.raft.AddVoter("", "127.0.0.1:1", 0, time.Second).Error() }, "id"},
+		{"empty address", func() error { return n.raft.AddVoter("n2", "", 0, time.Second).Error() }, "raft_address"},
+	}
+	for _, tc := range cases {
+		err := tc.do()
+		if err == nil {
+			t.Fatalf("%s: Raft accepted it", tc.name)
+		}
+		r := raftRefusal(err)
+		var e *registrar.Error
+		if r == nil || !asError(r, &e) || e.Reason != registrar.ReasonInvalidArgument || e.Metadata["field"] != tc.field {
+			t.Fatalf("%s: Raft answered %q, mapped to %v; want INVALID_ARGUMENT field %s", tc.name, err, r, tc.field)
+		}
+	}
+	after := n.raft.GetConfiguration()
+	if after.Index() != before.Index() || len(after.Configuration().Servers) != 1 {
+		t.Fatalf("configuration changed: index %d → %d, %v", before.Index(), after.Index(), after.Configuration())
+	}
+	if raftRefusal(raft.ErrLeadershipLost) != nil || raftRefusal(raft.ErrNotLeader) != nil {
+		t.Fatal("an error that is not a refusal was mapped as one")
+	}
+}
+
+// TestMembershipNoOps: adding a member again with its own address,
+// removing a non-member and handing leadership to the leader succeed
+// without a Raft configuration change; refusals change nothing either.
+func TestMembershipNoOps(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	index := func() uint64 {
+		cf := n.raft.GetConfiguration()
+		if err := cf.Error(); err != nil {
+			t.Fatal(err)
+		}
+		return cf.Index()
+	}
+	before := index()
+	if err := n.AddVoter(ctx, n.id, n.RaftAddr(), ""); err != nil {
+		t.Fatalf("AddVoter of itself: %v", err)
+	}
+	if err := n.AddVoter(ctx, n.id, n.RaftAddr(), n.APIAddr()); err != nil {
+		t.Fatalf("AddVoter of itself with its API address: %v", err)
+	}
+	if err := n.RemoveServer(ctx, "nosuch"); err != nil {
+		t.Fatalf("RemoveServer of a non-member: %v", err)
+	}
+	if err := n.TransferLeadership(n.id); err != nil {
+		t.Fatalf("TransferLeadership to the leader: %v", err)
+	}
+	for name, err := range map[string]error{
+		"AddVoter with another address":  n.AddVoter(ctx, n.id, "127.0.0.1:1", ""),
+		"AddVoter of a taken address":    n.AddVoter(ctx, "n2", n.RaftAddr(), ""),
+		"AddVoter of an API address":     n.AddVoter(ctx, "n2", n.APIAddr(), ""),
+		"RemoveServer of the last voter": n.RemoveServer(ctx, n.id),
+		"TransferLeadership to anyone":   n.TransferLeadership(""),
+		"TransferLeadership to a nobody": n.TransferLeadership("nosuch"),
+	} {
+		if r := registrar.ReasonOf(err); r != registrar.ReasonInvalidArgument {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT", name, err)
+		}
+	}
+	if after := index(); after != before {
+		t.Fatalf("configuration index %d → %d", before, after)
+	}
+	if !n.IsLeader() {
+		t.Fatal("the node no longer leads")
+	}
+}
