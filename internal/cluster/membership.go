@@ -186,6 +186,30 @@ func (n *Node) TransferLeadership(id string) error {
 	return nil
 }
 
+// NextLeader waits until this member knows a leader other than itself —
+// the one a transfer handed over to — and returns its id, or "" when none
+// is known within the apply timeout or before ctx ends. Right after a
+// transfer the old leader has stepped down and has not heard from the new
+// one yet.
+func (n *Node) NextLeader(ctx context.Context) string {
+	deadline := time.NewTimer(n.cfg.ApplyTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, id := n.raft.LeaderWithID(); id != "" && string(id) != n.id {
+			return string(id)
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-deadline.C:
+			return ""
+		case <-tick.C:
+		}
+	}
+}
+
 // configuration returns the latest Raft configuration's servers (on the
 // leader, the one the next change applies to).
 func (n *Node) configuration() ([]raft.Server, error) {

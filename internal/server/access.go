@@ -47,6 +47,10 @@ type target struct {
 	acting *string
 	field  string
 	leases []string
+	// byIDs: the request acts on leases it names by id that its handler
+	// checks (Renew): an admin's empty acting field stays empty, for the
+	// leases' own holders.
+	byIDs bool
 	// reads: lease ids the request reads, which must be in the caller's
 	// namespaces (held by anyone); checked like leases.
 	reads []string
@@ -83,7 +87,8 @@ var rules = map[string]rule{
 	v1c.LeaseServiceRenewProcedure: {holderOnly, func(m any) target {
 		r := m.(*tenurev1.RenewRequest)
 		// Its lease ids are checked by the handler (ownLeases), one by one.
-		return target{namespace: r.Namespace, hasNamespace: true, anyNamespace: true, acting: &r.Holder, field: "holder"}
+		return target{namespace: r.Namespace, hasNamespace: true, anyNamespace: true, acting: &r.Holder, field: "holder",
+			byIDs: len(r.LeaseIds) > 0 && !r.AllOfHolder}
 	}},
 	v1c.LeaseServiceReleaseProcedure: {holderOnly, func(m any) target {
 		r := m.(*tenurev1.ReleaseRequest)

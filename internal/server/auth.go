@@ -142,8 +142,9 @@ func (s *Server) charge(p *auth.Principal, n int) error {
 
 // authorize checks that the caller may make the call proc with msg (a
 // unary request, or one operation of a stream), filling an empty acting
-// field (holder, worker, peer) with the caller's name. It does not look
-// at state (see checkLeases).
+// field (holder, worker, peer) with the caller's name — except for an
+// admin acting on a lease, whose holder checkLeases fills in. It does not
+// look at state (see checkLeases).
 func (s *Server) authorize(ctx context.Context, proc string, msg any) error {
 	p := principalOf(ctx)
 	if p == nil {
@@ -169,6 +170,9 @@ func (s *Server) authorize(ctx context.Context, proc string, msg any) error {
 	}
 	if t.acting != nil {
 		switch {
+		case *t.acting == "" && p.Admin() && (len(t.leases) > 0 || t.byIDs):
+			// An admin acting on a lease acts for its holder, whom
+			// checkLeases fills in from the lease (Renew needs none).
 		case *t.acting == "":
 			*t.acting = p.Name
 		case *t.acting != p.Name && !p.Admin():
@@ -190,8 +194,10 @@ func rolesText(rs []auth.Role) string {
 func shortProc(proc string) string { return strings.TrimPrefix(proc, "/tenure.v1.") }
 
 // checkLeases checks, on the member that runs a request, that the leases
-// it acts on are the caller's (see leaseAccess). Unknown ids are left to
-// the handler. Renew partitions its ids instead (ownLeases), so that a
+// it acts on are the caller's (see leaseAccess), and fills the empty
+// holder of an admin's request with the lease's holder (the admin acts
+// for it; for an unknown lease, with the admin's name). Unknown ids are
+// left to the handler. Renew partitions its ids instead (ownLeases), so that a
 // batch answers each refused lease as its own failure.
 func (s *Server) checkLeases(ctx context.Context, proc string, msg any) error {
 	p := principalOf(ctx)
@@ -210,6 +216,12 @@ func (s *Server) checkLeases(ctx context.Context, proc string, msg any) error {
 		for _, id := range tg.leases {
 			if err := leaseAccess(p, mc.Registrar(), id, t); err != nil {
 				return err
+			}
+		}
+		if tg.acting != nil && *tg.acting == "" && len(tg.leases) > 0 {
+			*tg.acting = p.Name
+			if l, err := mc.Registrar().Get(tg.leases[0], t); err == nil {
+				*tg.acting = l.Holder
 			}
 		}
 		for _, id := range tg.reads {

@@ -240,8 +240,8 @@ func TestClusterInputThreeNodes(t *testing.T) {
 
 	// A real transfer, named, through the leader.
 	resp, err = leader.cluster.TransferLeadership(ctx, connect.NewRequest(&tenurev1.TransferLeadershipRequest{Id: f.id}))
-	if err != nil {
-		t.Fatalf("transfer to %s: %v", f.id, err)
+	if err != nil || resp.Msg.LeaderId != f.id {
+		t.Fatalf("transfer to %s: %v %v (the answer names the new leader)", f.id, resp, err)
 	}
 	waitFor(t, f.id+" leads after the transfer", 10*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)

@@ -78,15 +78,18 @@ func (h *clusterService) RemoveServer(ctx context.Context, req *connect.Request[
 	return connect.NewResponse(&tenurev1.RemoveServerResponse{}), nil
 }
 
-func (h *clusterService) TransferLeadership(_ context.Context, req *connect.Request[tenurev1.TransferLeadershipRequest]) (*connect.Response[tenurev1.TransferLeadershipResponse], error) {
+func (h *clusterService) TransferLeadership(ctx context.Context, req *connect.Request[tenurev1.TransferLeadershipRequest]) (*connect.Response[tenurev1.TransferLeadershipResponse], error) {
 	if err := registrar.CheckIdentifier("id", req.Msg.Id, false); err != nil {
 		return nil, h.s.toConnect(err)
 	}
 	if err := h.s.node.TransferLeadership(req.Msg.Id); err != nil {
 		return nil, h.s.toConnect(err)
 	}
-	st, _ := h.s.node.Status()
-	return connect.NewResponse(&tenurev1.TransferLeadershipResponse{LeaderId: st.LeaderID}), nil
+	if h.s.node.IsLeader() { // named itself: nothing moved
+		st, _ := h.s.node.Status()
+		return connect.NewResponse(&tenurev1.TransferLeadershipResponse{LeaderId: st.LeaderID}), nil
+	}
+	return connect.NewResponse(&tenurev1.TransferLeadershipResponse{LeaderId: h.s.node.NextLeader(ctx)}), nil
 }
 
 func (h *clusterService) Snapshot(_ context.Context, _ *connect.Request[tenurev1.SnapshotRequest]) (*connect.Response[tenurev1.SnapshotResponse], error) {

@@ -160,10 +160,46 @@ func TestHolderIsThePrincipal(t *testing.T) {
 	if _, err := w1.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{l.LeaseId}})); err != nil {
 		t.Fatalf("holder's own renew: %v", err)
 	}
-	// An admin may act for anyone.
-	if _, err := root.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: l.LeaseId, Holder: "w1"})); err != nil {
-		t.Fatalf("admin release: %v", err)
+	// An admin may act for anyone, naming the holder or not: without a
+	// holder it acts for the lease's own, over unary calls, KeepAlive and
+	// Pipeline alike.
+	if _, err := root.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{l.LeaseId}})); err != nil {
+		t.Fatalf("admin renew without a holder: %v", err)
 	}
+	ra := root.leases.KeepAlive(ctx)
+	if err := ra.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{l.LeaseId}, RequestId: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := ra.Receive(); err != nil || len(r.Leases) != 1 || len(r.Failures) != 0 {
+		t.Fatalf("admin KeepAlive: %v %v", r, err)
+	}
+	_ = ra.CloseRequest()
+	_ = ra.CloseResponse()
+	tr, err := root.leases.Transfer(ctx, connect.NewRequest(&tenurev1.TransferRequest{LeaseId: l.LeaseId, NewHolder: "w2"}))
+	if err != nil || tr.Msg.Released.Holder != "w1" || tr.Msg.Lease.Holder != "w2" {
+		t.Fatalf("admin transfer without a holder: %v %v", tr, err)
+	}
+	if _, err := root.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: tr.Msg.Lease.LeaseId, Holder: "w2"})); err != nil {
+		t.Fatalf("admin release naming the holder: %v", err)
+	}
+	l2, err := w1.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "orders/admin", Ttl: ttl(time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := root.leases.Pipeline(ctx)
+	if err := rp.Send(&tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{
+		{Id: 1, Op: &tenurev1.PipelineOp_Release{Release: &tenurev1.ReleaseRequest{LeaseId: l2.Msg.Lease.LeaseId}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := rp.Receive(); err != nil || len(r.Results) != 1 || r.Results[0].GetRelease() == nil {
+		t.Fatalf("admin pipelined release without a holder: %v %v", r, err)
+	}
+	_ = rp.CloseRequest()
+	_ = rp.CloseResponse()
+	// An unknown lease is still LEASE_NOT_FOUND for an admin.
+	_, err = root.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: "01ZZZZZZZZZZZZZZZZZZZZZZZZ"}))
+	wantReason(t, err, connect.CodeNotFound, "LEASE_NOT_FOUND")
 }
 
 // TestWorkerCompletesOnlyItsOwnTask: another worker of the namespace
