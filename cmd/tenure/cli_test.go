@@ -309,9 +309,14 @@ func TestCLILeaseLifecycle(t *testing.T) {
 	}
 	fails(t, "INVALID_ARGUMENT", "ls", "--namespace", strings.Repeat("n", 200))
 
-	v := parse(t, ok(t, "verify", id, "no-such-lease", "-o", "json"), &tenurev1.VerifyResponse{})
+	vout := ok(t, "verify", id, "no-such-lease", "-o", "json")
+	v := parse(t, vout, &tenurev1.VerifyResponse{})
 	if len(v.GetResults()) != 2 || !v.GetResults()[0].GetFound() || v.GetResults()[1].GetFound() {
 		t.Fatalf("verify: %v", v)
+	}
+	// Zero values are written out: scripts read results[].found.
+	if !strings.Contains(vout, `"found":false`) {
+		t.Fatalf("verify -o json leaves out found:false: %s", vout)
 	}
 	fails(t, "INVALID_ARGUMENT", "verify", strings.Repeat("x", 200))
 

@@ -63,8 +63,12 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return writeJSON(stdout, st)
 		}
 		tw := newTable(stdout)
-		fmt.Fprintf(tw, "leader\t%s (%s)\nterm\t%d\ncommit index\t%d\napplied index\t%d\nanswered by\t%s (version %s)\n\n",
-			st.GetLeaderId(), st.GetLeaderApiAddress(), st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetNodeId(), st.GetVersion())
+		leader := "none known (an election may be under way; ask again shortly)"
+		if st.GetLeaderId() != "" {
+			leader = st.GetLeaderId() + " (" + st.GetLeaderApiAddress() + ")"
+		}
+		fmt.Fprintf(tw, "leader\t%s\nterm\t%d\ncommit index\t%d\napplied index\t%d\nledger index\t%d\nanswered by\t%s (version %s)\n\n",
+			leader, st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLedgerIndex(), st.GetNodeId(), st.GetVersion())
 		fmt.Fprintln(tw, "ID\tROLE\tAPI ADDRESS\tRAFT ADDRESS")
 		for _, m := range st.GetMembers() {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.GetId(), enumName(m.GetRole().String(), "ROLE_"), m.GetApiAddress(), m.GetRaftAddress())

@@ -81,7 +81,11 @@ func newCLICommand(name, synopsis, description, examples string, stdout, stderr 
 // TENURE_HOLDER is given ("" means the Go client's default, user@host:pid);
 // defaultText describes it in --help.
 func (c *cliCommand) holderFlag(def, defaultText string) {
-	c.fs.StringVar(&c.holder, "holder", envOr("TENURE_HOLDER", def), "holder identity (env TENURE_HOLDER; default "+defaultText+")")
+	usage := "holder identity (env TENURE_HOLDER; default " + defaultText + ")"
+	if def != "" { // the flag package prints the default itself
+		usage = "holder identity (env TENURE_HOLDER)"
+	}
+	c.fs.StringVar(&c.holder, "holder", envOr("TENURE_HOLDER", def), usage)
 }
 
 // parse parses args, flags and positional arguments in any order ("--" ends

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strings"
 	"syscall"
 )
 
@@ -48,14 +49,14 @@ commands:
   fence       check a fence (check)
   cert        verify a lease certificate offline (verify)
   audit       check, export or prune a node's durable ledger (verify, export, prune)
-  cluster     status, join, remove, transfer-leader, public-key
+  cluster     status, join, remove, transfer-leader, public-key, whoami
   exec        run a command while holding a lease
   queue       work queue: push, claim, complete, fail, cancel, get, ls, stats
   bench       the load generator
   pool        the piece pool (create, want, request, complete, rankings, status)
   version     print the version
 
-global flags of client commands:
+flags of every client command (after the command: tenure ls --endpoints …):
   --endpoints ADDR,…   API addresses (env TENURE_ENDPOINTS, default 127.0.0.1:7070)
   --namespace NS       (env TENURE_NAMESPACE, default "default")
   --token TOKEN        bearer token (env TENURE_TOKEN); without --holder, act as its principal
@@ -129,8 +130,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	default:
 		fmt.Fprintf(stderr, "tenure: %v\n", err)
+		if h := hint(err); h != "" {
+			fmt.Fprintln(stderr, h)
+		}
 		return 1
 	}
+}
+
+// hint suggests the usual cause of a transport error that does not name
+// it: a plain-text client talking to a TLS server sees its connection
+// dropped, and a certificate without the dialled address fails by name.
+func hint(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "doesn't contain any IP SANs"), strings.Contains(msg, "certificate is valid for"):
+		return "hint: the server's certificate must name the address dialled (subjectAltName IP:… or DNS:…); see docs/security.md section 2"
+	case strings.Contains(msg, "x509: certificate signed by unknown authority"):
+		return "hint: give the CA that signed the server's certificate with --tls-ca (env TENURE_TLS_CA)"
+	case strings.Contains(msg, "unexpected EOF"), strings.Contains(msg, "connection reset by peer"), strings.Contains(msg, "broken pipe"):
+		return "hint: if the server serves TLS (--tls-cert), give --tls-ca or an https:// endpoint"
+	}
+	return ""
 }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -191,3 +191,21 @@ func TestFirstAnswerRetriesWhileNothingListens(t *testing.T) {
 		t.Fatalf("got %v after %d calls, want the dial error after a few tries", err, calls)
 	}
 }
+
+// TestHint: transport errors that do not name their usual cause get a
+// hint; others get none.
+func TestHint(t *testing.T) {
+	for msg, want := range map[string]string{
+		`unavailable: unexpected EOF`: "--tls-ca or an https:// endpoint",
+		`unavailable: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer`:         "--tls-ca or an https:// endpoint",
+		`tls: failed to verify certificate: x509: certificate signed by unknown authority`:       "with --tls-ca",
+		`x509: cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs`: "subjectAltName",
+		`LEASE_HELD: orders/42 is held by lease 01J…`:                                            "",
+		`unavailable: dial tcp 127.0.0.1:7070: connect: connection refused`:                      "",
+	} {
+		got := hint(errors.New(msg))
+		if want == "" && got != "" || !strings.Contains(got, want) {
+			t.Errorf("hint(%q) = %q, want one containing %q", msg, got, want)
+		}
+	}
+}

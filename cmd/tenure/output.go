@@ -20,9 +20,10 @@ import (
 
 // writeJSON writes m in the protobuf JSON mapping (lowerCamelCase, enums by
 // name, RFC 3339 UTC times), one document per line, so that a stream of
-// results is NDJSON.
+// results is NDJSON. Zero values are written too ("found": false, "dead":
+// "0", "tasks": []), so that scripts find every field they read.
 func writeJSON(w io.Writer, m proto.Message) error {
-	b, err := protojson.MarshalOptions{}.Marshal(m)
+	b, err := protojson.MarshalOptions{EmitDefaultValues: true}.Marshal(m)
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ Piece ranges are inclusive: 0-99 is pieces 0 to 99.`
 const poolExamples = `  tenure pool create swarm --max-leases-per-peer 8
   tenure pool want swarm --file 0 --pieces 1000 --all
   tenure pool request swarm --peer p1 --have 0:0-499 --max 4
-  tenure pool complete swarm --peer p1 --file 0 --piece 17 --success
+  tenure pool complete swarm --peer p1 --file 0 --piece 0 --success   # a piece the request granted
   tenure pool rankings swarm`
 
 // poolSubcommands are the subcommands of tenure pool.
