@@ -197,8 +197,8 @@ func shortProc(proc string) string { return strings.TrimPrefix(proc, "/tenure.v1
 // it acts on are the caller's (see leaseAccess), and fills the empty
 // holder of an admin's request with the lease's holder (the admin acts
 // for it; for an unknown lease, with the admin's name). Unknown ids are
-// left to the handler. Renew partitions its ids instead (ownLeases), so that a
-// batch answers each refused lease as its own failure.
+// left to the handler. Renew partitions its ids instead (ownLeases), so
+// that a batch answers each refused lease as its own failure.
 func (s *Server) checkLeases(ctx context.Context, proc string, msg any) error {
 	p := principalOf(ctx)
 	if p == nil {
@@ -256,9 +256,10 @@ func (s *Server) ownLeases(ctx context.Context, ids []string) (own []string, den
 // leaseAccess decides whether p may act on lease id: it must be in p's
 // namespaces (else LEASE_NOT_FOUND, as for an unknown id, so nothing about
 // other namespaces leaks) and held by p (else NOT_HOLDER, API.md's reason
-// for a caller that is not the lease's holder; an admin may act on any). A lease's namespace and holder never change, so
-// reading them before proposing cannot race with the write. An unknown
-// id passes: the handler answers it.
+// for a caller that is not the lease's holder; an admin may act on any).
+// A lease's namespace and holder never change, so reading them before
+// proposing cannot race with the write. An unknown id passes: the handler
+// answers it.
 func leaseAccess(p *auth.Principal, r *registrar.Registrar, id string, t registrar.Tick) error {
 	l, err := r.Get(id, t)
 	switch {
