@@ -71,7 +71,11 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			leader, st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLedgerIndex(), st.GetNodeId(), st.GetVersion())
 		fmt.Fprintln(tw, "ID\tROLE\tAPI ADDRESS\tRAFT ADDRESS")
 		for _, m := range st.GetMembers() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.GetId(), enumName(m.GetRole().String(), "ROLE_"), m.GetApiAddress(), m.GetRaftAddress())
+			role := enumName(m.GetRole().String(), "ROLE_")
+			if u := m.GetUnreachableSince(); u != nil {
+				role += ", unreachable since " + fmtTime(u)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.GetId(), role, m.GetApiAddress(), m.GetRaftAddress())
 		}
 		return tw.Flush()
 	case "join":

@@ -48,6 +48,8 @@ type Node struct {
 
 	// existing is whether the data dir held Raft state at Open.
 	existing bool
+	// reach tracks, while this node leads, the members it cannot reach.
+	reach reach
 
 	in       chan *proposal
 	inflight chan *inflight
@@ -220,7 +222,12 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}
 	ok = true
-	n.wg.Add(3)
+	n.reach.since = map[string]time.Time{}
+	n.wg.Add(4)
+	go func() {
+		defer n.wg.Done()
+		n.reach.observe(n.raft, n.stop)
+	}()
 	go n.watchLeadership()
 	go n.propose()
 	go n.complete()

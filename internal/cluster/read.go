@@ -151,6 +151,9 @@ const (
 type Member struct {
 	ID, RaftAddress, APIAddress string
 	Role                        Role
+	// UnreachableSince is set, on the leader, for a member its heartbeats
+	// fail to reach: when it last heard from it.
+	UnreachableSince time.Time
 }
 
 // Status is the node's view of the cluster.
@@ -204,6 +207,9 @@ func (n *Node) Status() (Status, error) {
 			m.APIAddress = n.cfg.APIAddr
 		} else {
 			m.APIAddress = published[string(srv.ID)]
+			if since, ok := n.reach.unreachableSince(string(srv.ID)); ok && n.IsLeader() {
+				m.UnreachableSince = since
+			}
 		}
 		s.Members = append(s.Members, m)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/fencing"
@@ -34,7 +35,11 @@ func (h *clusterService) Status(_ context.Context, _ *connect.Request[tenurev1.S
 		NodeId: st.NodeID, Version: h.s.cfg.Version, LedgerIndex: st.LedgerIndex,
 	}
 	for _, m := range st.Members {
-		resp.Members = append(resp.Members, &tenurev1.Member{Id: m.ID, ApiAddress: m.APIAddress, RaftAddress: m.RaftAddress, Role: roles[m.Role]})
+		pm := &tenurev1.Member{Id: m.ID, ApiAddress: m.APIAddress, RaftAddress: m.RaftAddress, Role: roles[m.Role]}
+		if !m.UnreachableSince.IsZero() {
+			pm.UnreachableSince = timestamppb.New(m.UnreachableSince)
+		}
+		resp.Members = append(resp.Members, pm)
 	}
 	return connect.NewResponse(resp), nil
 }

@@ -335,6 +335,20 @@ func TestCluster(t *testing.T) {
 	next := leaderOf(t, alive, 5*time.Second)
 	t.Logf("new leader %s after %v", next.id, time.Since(killed))
 	f = followerOf(alive, next)
+	// The new leader's Status marks the killed member unreachable; the
+	// others not.
+	waitFor(t, "the new leader reports "+leader.id+" unreachable", 10*time.Second, func() bool {
+		st, err := statusOf(next)
+		if err != nil {
+			return false
+		}
+		for _, mb := range st.Members {
+			if (mb.UnreachableSince != nil) != (mb.Id == leader.id) {
+				return false
+			}
+		}
+		return true
+	})
 	// Time continues from the highest applied tick (DESIGN §2).
 	if st, err := statusOf(next); err != nil || st.Tick < maxTick {
 		t.Fatalf("new leader's tick %v below the last grant's %d (%v)", st, maxTick, err)

@@ -9,6 +9,7 @@ package tenurev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -77,13 +78,17 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 }
 
 type Member struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	ApiAddress    string                 `protobuf:"bytes,2,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
-	RaftAddress   string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
-	Role          Role                   `protobuf:"varint,4,opt,name=role,proto3,enum=tenure.v1.Role" json:"role,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ApiAddress  string                 `protobuf:"bytes,2,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	Role        Role                   `protobuf:"varint,4,opt,name=role,proto3,enum=tenure.v1.Role" json:"role,omitempty"`
+	// Addition: set in the leader's answer for a member its heartbeats fail
+	// to reach (down, partitioned or paused): when the leader last heard
+	// from it. Unset for a reachable member, and in a follower's answer.
+	UnreachableSince *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=unreachable_since,json=unreachableSince,proto3" json:"unreachable_since,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Member) Reset() {
@@ -142,6 +147,13 @@ func (x *Member) GetRole() Role {
 		return x.Role
 	}
 	return Role_ROLE_UNSPECIFIED
+}
+
+func (x *Member) GetUnreachableSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UnreachableSince
+	}
+	return nil
 }
 
 type StatusRequest struct {
@@ -1045,13 +1057,14 @@ var File_tenure_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17tenure/v1/cluster.proto\x12\ttenure.v1\x1a\x15tenure/v1/lease.proto\"\x81\x01\n" +
+	"\x17tenure/v1/cluster.proto\x12\ttenure.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tenure/v1/lease.proto\"\xca\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vapi_address\x18\x02 \x01(\tR\n" +
 	"apiAddress\x12!\n" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12#\n" +
-	"\x04role\x18\x04 \x01(\x0e2\x0f.tenure.v1.RoleR\x04role\"\x0f\n" +
+	"\x04role\x18\x04 \x01(\x0e2\x0f.tenure.v1.RoleR\x04role\x12G\n" +
+	"\x11unreachable_since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10unreachableSince\"\x0f\n" +
 	"\rStatusRequest\"\xce\x02\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12,\n" +
@@ -1157,37 +1170,39 @@ var file_tenure_v1_cluster_proto_goTypes = []any{
 	(*SetPolicyResponse)(nil),          // 17: tenure.v1.SetPolicyResponse
 	(*WhoAmIRequest)(nil),              // 18: tenure.v1.WhoAmIRequest
 	(*WhoAmIResponse)(nil),             // 19: tenure.v1.WhoAmIResponse
-	(*NamespacePolicy)(nil),            // 20: tenure.v1.NamespacePolicy
+	(*timestamppb.Timestamp)(nil),      // 20: google.protobuf.Timestamp
+	(*NamespacePolicy)(nil),            // 21: tenure.v1.NamespacePolicy
 }
 var file_tenure_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: tenure.v1.Member.role:type_name -> tenure.v1.Role
-	1,  // 1: tenure.v1.StatusResponse.members:type_name -> tenure.v1.Member
-	20, // 2: tenure.v1.GetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
-	20, // 3: tenure.v1.SetPolicyRequest.policy:type_name -> tenure.v1.NamespacePolicy
-	20, // 4: tenure.v1.SetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
-	2,  // 5: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
-	4,  // 6: tenure.v1.ClusterService.AddVoter:input_type -> tenure.v1.AddVoterRequest
-	6,  // 7: tenure.v1.ClusterService.RemoveServer:input_type -> tenure.v1.RemoveServerRequest
-	8,  // 8: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
-	10, // 9: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
-	12, // 10: tenure.v1.ClusterService.PublicKey:input_type -> tenure.v1.PublicKeyRequest
-	14, // 11: tenure.v1.ClusterService.GetPolicy:input_type -> tenure.v1.GetPolicyRequest
-	16, // 12: tenure.v1.ClusterService.SetPolicy:input_type -> tenure.v1.SetPolicyRequest
-	18, // 13: tenure.v1.ClusterService.WhoAmI:input_type -> tenure.v1.WhoAmIRequest
-	3,  // 14: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
-	5,  // 15: tenure.v1.ClusterService.AddVoter:output_type -> tenure.v1.AddVoterResponse
-	7,  // 16: tenure.v1.ClusterService.RemoveServer:output_type -> tenure.v1.RemoveServerResponse
-	9,  // 17: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
-	11, // 18: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotResponse
-	13, // 19: tenure.v1.ClusterService.PublicKey:output_type -> tenure.v1.PublicKeyResponse
-	15, // 20: tenure.v1.ClusterService.GetPolicy:output_type -> tenure.v1.GetPolicyResponse
-	17, // 21: tenure.v1.ClusterService.SetPolicy:output_type -> tenure.v1.SetPolicyResponse
-	19, // 22: tenure.v1.ClusterService.WhoAmI:output_type -> tenure.v1.WhoAmIResponse
-	14, // [14:23] is the sub-list for method output_type
-	5,  // [5:14] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	20, // 1: tenure.v1.Member.unreachable_since:type_name -> google.protobuf.Timestamp
+	1,  // 2: tenure.v1.StatusResponse.members:type_name -> tenure.v1.Member
+	21, // 3: tenure.v1.GetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
+	21, // 4: tenure.v1.SetPolicyRequest.policy:type_name -> tenure.v1.NamespacePolicy
+	21, // 5: tenure.v1.SetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
+	2,  // 6: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
+	4,  // 7: tenure.v1.ClusterService.AddVoter:input_type -> tenure.v1.AddVoterRequest
+	6,  // 8: tenure.v1.ClusterService.RemoveServer:input_type -> tenure.v1.RemoveServerRequest
+	8,  // 9: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
+	10, // 10: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
+	12, // 11: tenure.v1.ClusterService.PublicKey:input_type -> tenure.v1.PublicKeyRequest
+	14, // 12: tenure.v1.ClusterService.GetPolicy:input_type -> tenure.v1.GetPolicyRequest
+	16, // 13: tenure.v1.ClusterService.SetPolicy:input_type -> tenure.v1.SetPolicyRequest
+	18, // 14: tenure.v1.ClusterService.WhoAmI:input_type -> tenure.v1.WhoAmIRequest
+	3,  // 15: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
+	5,  // 16: tenure.v1.ClusterService.AddVoter:output_type -> tenure.v1.AddVoterResponse
+	7,  // 17: tenure.v1.ClusterService.RemoveServer:output_type -> tenure.v1.RemoveServerResponse
+	9,  // 18: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
+	11, // 19: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotResponse
+	13, // 20: tenure.v1.ClusterService.PublicKey:output_type -> tenure.v1.PublicKeyResponse
+	15, // 21: tenure.v1.ClusterService.GetPolicy:output_type -> tenure.v1.GetPolicyResponse
+	17, // 22: tenure.v1.ClusterService.SetPolicy:output_type -> tenure.v1.SetPolicyResponse
+	19, // 23: tenure.v1.ClusterService.WhoAmI:output_type -> tenure.v1.WhoAmIResponse
+	15, // [15:24] is the sub-list for method output_type
+	6,  // [6:15] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_cluster_proto_init() }
