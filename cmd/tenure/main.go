@@ -56,7 +56,7 @@ commands:
   pool        the piece pool (create, want, request, complete, rankings, status)
   version     print the version
 
-flags of every client command (after the command: tenure ls --endpoints …):
+flags of every client command (before or after it):
   --endpoints ADDR,…   API addresses (env TENURE_ENDPOINTS, default 127.0.0.1:7070)
   --namespace NS       (env TENURE_NAMESPACE, default "default")
   --token TOKEN        bearer token (env TENURE_TOKEN); without --holder, act as its principal
@@ -137,6 +137,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// clientFlags are the flags every client command takes, each with a value.
+var clientFlags = map[string]bool{"endpoints": true, "namespace": true, "token": true, "tls-ca": true, "tls-cert": true, "tls-key": true, "o": true}
+
+// subcommanded are the commands whose first argument is a subcommand.
+var subcommanded = map[string]bool{"queue": true, "pool": true, "audit": true, "state": true, "fence": true, "cert": true}
+
+// hoistFlags moves client flags given before the command to just after it
+// (after its subcommand), where the command parses them:
+// "tenure --endpoints a:1 ls" runs as "tenure ls --endpoints a:1".
+func hoistFlags(args []string) []string {
+	var lead []string
+	for len(args) > 0 && len(args[0]) > 1 && args[0][0] == '-' {
+		name, _, inline := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		if !clientFlags[name] || !inline && len(args) < 2 {
+			break
+		}
+		n := 2
+		if inline {
+			n = 1
+		}
+		lead, args = append(lead, args[:n]...), args[n:]
+	}
+	if len(lead) == 0 || len(args) == 0 {
+		return append(lead, args...)
+	}
+	at := 1
+	if subcommanded[args[0]] && len(args) > 1 {
+		at = 2
+	}
+	out := append(append([]string{}, args[:at]...), lead...)
+	return append(out, args[at:]...)
+}
+
 // hint suggests the usual cause of a transport error that does not name
 // it: a plain-text client talking to a TLS server sees its connection
 // dropped, and a certificate without the dialled address fails by name.
@@ -154,6 +187,7 @@ func hint(err error) string {
 }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	args = hoistFlags(args)
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return usagef("no command given")

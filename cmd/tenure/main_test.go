@@ -209,3 +209,23 @@ func TestHint(t *testing.T) {
 		}
 	}
 }
+
+// TestHoistFlags: client flags before the command move after it (after
+// a subcommand); anything else stays where it is.
+func TestHoistFlags(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"--endpoints a:1 ls", "ls --endpoints a:1"},
+		{"--endpoints=a:1 -o json get X", "get --endpoints=a:1 -o json X"},
+		{"--namespace n queue stats q", "queue stats --namespace n q"},
+		{"--token t cluster status", "cluster --token t status"},
+		{"ls --endpoints a:1", "ls --endpoints a:1"},
+		{"--help", "--help"},
+		{"--holder h ls", "--holder h ls"},
+		{"--endpoints", "--endpoints"},
+		{"--endpoints a:1", "--endpoints a:1"},
+	} {
+		if got := strings.Join(hoistFlags(strings.Fields(c.in)), " "); got != c.want {
+			t.Errorf("hoistFlags(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
