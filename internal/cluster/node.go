@@ -459,7 +459,7 @@ func (n *Node) proposeMember(ctx context.Context, c *logpb.SetMember) error {
 
 // notLeader is the NOT_LEADER answer, naming the leader when known.
 func (n *Node) notLeader() error {
-	addr, id := n.raft.LeaderWithID()
+	_, id := n.raft.LeaderWithID()
 	meta := map[string]string{"leader_id": string(id), "leader": ""}
 	if id == raft.ServerID(n.id) {
 		meta["leader"] = n.cfg.APIAddr
@@ -467,9 +467,12 @@ func (n *Node) notLeader() error {
 		meta["leader"] = n.memberAPI(string(id))
 	}
 	msg := "this node is not the leader"
-	if id != "" {
-		msg += fmt.Sprintf(" (leader %s at %s)", id, addr)
-	} else {
+	switch {
+	case id != "" && meta["leader"] != "":
+		msg += fmt.Sprintf(" (leader %s at %s)", id, meta["leader"]) // its API address, where to retry
+	case id != "":
+		msg += fmt.Sprintf(" (leader %s, API address not published yet)", id)
+	default:
 		msg += " and no leader is known"
 	}
 	return &registrar.Error{Reason: registrar.ReasonNotLeader, Message: string(registrar.ReasonNotLeader) + ": " + msg, Metadata: meta}
