@@ -288,7 +288,8 @@ func TestDashboard(t *testing.T) {
 		e.waitJS(t, "the live feed", `document.querySelector("#live")?.classList.contains("ok")`)
 		l := e.acquire(t, "fresh/1", "newcomer", time.Minute, tenurev1.Mode_MODE_EXCLUSIVE)
 		e.waitJS(t, "the grant in the feed", fmt.Sprintf(`(() => { const r = document.querySelector('#event-rows tr[data-type="lease.issued"][data-resource="fresh/1"]');
-			return r !== null && r.textContent.includes("newcomer") && r.dataset.index !== "" && r.textContent.includes(%q) })()`, fmt.Sprint(l.Fence)))
+			return r !== null && r.textContent.includes("newcomer") && r.dataset.index !== "" && r.textContent.includes(%q) &&
+				r.querySelector('a[href="#/lease/%s"]') !== null })()`, fmt.Sprint(l.Fence), l.LeaseId))
 		e.screenshot(t, "events")
 		// The filter narrows the feed.
 		e.step(t, "filter the feed", chromedp.SendKeys(chromedp.ID("event-filter"), "fresh/"))
@@ -310,6 +311,9 @@ func TestDashboard(t *testing.T) {
 		e.screenshot(t, "queue")
 		e.step(t, "open t1", chromedp.Click(chromedp.CSS(`tr[data-task="t1"] a`)))
 		e.waitJS(t, "the last error", `document.querySelector("#task-last-error")?.textContent.includes("smtp: 550 mailbox unavailable")`)
+		// A leased task links to its lease's page.
+		e.open(t, "/queues/mail/t2")
+		e.waitJS(t, "t2's lease link", `document.querySelector('a.lease-link[href^="#/lease/"]') !== null`)
 
 		// Cancel t3 from its queue's page.
 		e.open(t, "/queues/mail")

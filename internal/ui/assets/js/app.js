@@ -167,6 +167,28 @@ function route() {
   replace(main, h('p', { class: 'empty' }, `No page at ${path}. `, h('a', { href: '#/' }, 'Go to the overview.')));
 }
 
+// watchQuorum shows the banner while the member answering knows no
+// leader: the cluster is electing one, or has lost the majority it needs,
+// and refuses writes and linearizable reads meanwhile.
+function watchQuorum() {
+  const banner = document.getElementById('banner');
+  const check = async () => {
+    let text = '';
+    try {
+      const st = await api.call('ClusterService', 'Status');
+      if (!st.leaderId) {
+        const n = (st.members || []).length;
+        text = `No leader: ${st.nodeId || 'this member'} knows none. The cluster is electing one, or has lost its quorum ` +
+          `(${Math.floor(n / 2) + 1} of its ${n} members must be up); writes and up-to-date reads are refused until it has one.`;
+      }
+    } catch { /* the views show why the member does not answer */ }
+    banner.textContent = text;
+    banner.hidden = !text;
+  };
+  check();
+  setInterval(check, 3000);
+}
+
 function init() {
   const nsInput = document.getElementById('namespace');
   const tokInput = document.getElementById('token');
@@ -183,6 +205,7 @@ function init() {
   window.addEventListener('hashchange', route);
   startWatch();
   identify();
+  watchQuorum();
 }
 
 init();

@@ -12,7 +12,7 @@ function row(e, fresh) {
     h('td', { class: 'mono' }, e.resource ? h('a', { href: `#/resource/${seg(e.resource)}` }, e.resource) : ''),
     h('td', {}, e.holder || ''),
     h('td', { class: 'num mono' }, e.fence && e.fence !== '0' ? e.fence : ''),
-    h('td', { class: 'mono', title: e.leaseId || '' }, short(e.leaseId)),
+    h('td', { class: 'mono' }, e.leaseId ? h('a', { href: `#/lease/${seg(e.leaseId)}`, title: e.leaseId }, short(e.leaseId)) : ''),
     h('td', { class: 'muted' }, d));
 }
 

@@ -82,7 +82,7 @@ export default function overview(root, ctx) {
         const health = await Promise.all((st.members || []).map((m) => probe(m, self)));
         replace(cluster, h('h2', {}, 'Cluster'),
           h('div', { class: 'stats' },
-            stat('leader', st.leaderId || 'none', 'leader'),
+            stat('leader', st.leaderId || h('span', { class: 'badge bad' }, 'none'), 'leader'),
             stat('term', st.term || '0'),
             stat('commit index', fmtNum(st.commitIndex)),
             stat('applied index', fmtNum(st.appliedIndex))),
@@ -90,8 +90,11 @@ export default function overview(root, ctx) {
             h('tbody', {}, (st.members || []).map((m, i) => h('tr', {},
               h('td', {}, m.id, m.id === st.nodeId ? h('span', { class: 'muted' }, ' (answering)') : ''),
               h('td', { class: 'mono' }, m.apiAddress || '—'),
-              h('td', {}, h('span', { class: `badge ${m.role === 'ROLE_LEADER' ? 'ok' : m.role === 'ROLE_CANDIDATE' ? 'warn' : ''}` }, enumName(m.role, 'ROLE_'))),
-              h('td', {}, h('span', { class: `badge ${health[i] === 'reachable' ? 'ok' : 'bad'}` }, health[i])))))),
+              // Without a leader a member knows only its own role.
+              h('td', {}, !st.leaderId && m.id !== st.nodeId ? h('span', { class: 'muted' }, 'unknown') :
+                h('span', { class: `badge ${m.role === 'ROLE_LEADER' ? 'ok' : m.role === 'ROLE_CANDIDATE' ? 'warn' : ''}` }, enumName(m.role, 'ROLE_'))),
+              h('td', {}, h('span', { class: `badge ${health[i] === 'reachable' && !m.unreachableSince ? 'ok' : 'bad'}` }, health[i]),
+                m.unreachableSince ? h('span', { class: 'muted', title: 'The leader\'s heartbeats to it fail' }, ` leader lost it at ${fmtClock(m.unreachableSince)}`) : ''))))),
           h('p', { class: 'muted' }, `version ${st.version || '?'} · answered by ${st.nodeId || '?'}`));
       }).catch((e) => replace(cluster, h('h2', {}, 'Cluster'), errorBox(e))),
 

@@ -1,6 +1,6 @@
 // Queues: every queue's counts, a queue's tasks, a task's detail.
 import * as api from './api.js';
-import { adminNote } from './leases.js';
+import { leaseLink } from './leases.js';
 import { h, replace, errorBox, empty, fmtNum, fmtTime, stateBadge, enumName, b64text, confirmDialog, seg, href, throttle, short } from './dom.js';
 
 const TASK_STATES = ['', 'TASK_STATE_QUEUED', 'TASK_STATE_LEASED', 'TASK_STATE_SUCCEEDED', 'TASK_STATE_FAILED', 'TASK_STATE_DEAD', 'TASK_STATE_CANCELLED'];
@@ -45,6 +45,12 @@ async function cancel(ns, queue, task) {
 const finished = (s) => ['succeeded', 'dead', 'cancelled'].includes(s);
 const cancellable = (s, ns) => !finished(s) && api.may('cancel', ns);
 
+// notBefore is when a queued task may be claimed, if that is still ahead
+// (a delayed task, or a retry's backoff).
+const notBefore = (t) => t.notBefore && enumName(t.state, 'TASK_STATE_') === 'queued' && Date.parse(t.notBefore) > Date.now() ? fmtTime(t.notBefore) : '';
+
+const clip = (text, n) => (text.length > n ? `${text.slice(0, n - 1)}…` : text);
+
 export function queuePage(root, ctx) {
   const queue = ctx.params[0];
   const state = ctx.query.get('state') || '';
@@ -70,9 +76,11 @@ export function queuePage(root, ctx) {
           next = r.nextPageToken || '';
           if (!next) break;
         }
-        replace(body, tasks.length === 0 ? empty(state ? 'No task in this state.' : 'This queue has no tasks.') : [adminNote(),
+        const why = api.whyNot('cancel', ctx.ns);
+        replace(body, tasks.length === 0 ? empty(state ? 'No task in this state.' : 'This queue has no tasks.') : [
+          why && h('p', { class: 'muted', id: 'admin-refused' }, `Cancel is not offered: ${why}.`),
           h('table', { id: 'task-table' }, h('thead', {}, h('tr', {}, h('th', {}, 'task'), h('th', {}, 'state'), h('th', { class: 'num' }, 'attempts'),
-            h('th', { class: 'num' }, 'priority'), h('th', {}, 'worker'), h('th', {}, 'created'), h('th', {}, 'last error'), h('th', {}, ''))),
+            h('th', { class: 'num' }, 'priority'), h('th', {}, 'worker'), h('th', {}, 'created'), h('th', {}, 'not before'), h('th', {}, 'last error'), h('th', {}, ''))),
           h('tbody', {}, tasks.map((t) => {
             const s = enumName(t.state, 'TASK_STATE_');
             return h('tr', { dataset: { task: t.taskId, state: s } },
@@ -82,7 +90,8 @@ export function queuePage(root, ctx) {
               h('td', { class: 'num' }, t.priority || 0),
               h('td', {}, t.worker || ''),
               h('td', {}, fmtTime(t.createdAt)),
-              h('td', { class: 'muted' }, (t.lastError || '').slice(0, 80)),
+              h('td', {}, notBefore(t)),
+              h('td', { class: 'muted', title: t.lastError || '' }, clip(t.lastError || '', 80)),
               h('td', { class: 'row-actions' }, cancellable(s, ctx.ns) && h('button', { class: 'danger cancel', onclick: async () => {
                 const note = await cancel(ctx.ns, queue, t);
                 if (note) { replace(msg, note); load(); }
@@ -113,7 +122,7 @@ export function taskPage(root, ctx) {
         row('attempts', `${t.attempts || 0} of ${t.maxAttempts || 0}`),
         row('priority', String(t.priority || 0)),
         row('worker', t.worker),
-        row('lease', t.leaseId && h('span', { class: 'mono' }, t.leaseId, t.lease && ' · ', t.lease && h('a', { href: `#/resource/${seg(t.lease.resource)}` }, t.lease.resource))),
+        row('lease', t.leaseId && h('span', { class: 'mono' }, leaseLink(t), t.lease && ' · ', t.lease && h('a', { href: `#/resource/${seg(t.lease.resource)}` }, t.lease.resource))),
         row('created', fmtTime(t.createdAt)), row('claimed', fmtTime(t.claimedAt)), row('finished', fmtTime(t.completedAt)),
         row('not before', fmtTime(t.notBefore)),
         row('last error', t.lastError && h('pre', {}, t.lastError), { id: 'task-last-error' }),
