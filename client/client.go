@@ -39,6 +39,11 @@ type Client struct {
 	// pipeCtx bounds the endpoints' Pipeline streams (pipeline.go).
 	pipeCtx    context.Context
 	pipeCancel context.CancelFunc
+	// shut ends, with cause ErrClientClosed, once Close has released the
+	// leases: calls then refuse to start and those running (a long-poll, a
+	// queued acquire) end.
+	shut     context.Context
+	shutDown context.CancelCauseFunc
 }
 
 // endpoint is one member's API address and its service clients.
@@ -113,6 +118,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		}
 	}
 	c.pipeCtx, c.pipeCancel = context.WithCancel(context.Background())
+	c.shut, c.shutDown = context.WithCancelCause(context.Background())
 	c.hb = newHeartbeat(c)
 	return c, nil
 }
@@ -186,9 +192,11 @@ func (c *Client) Endpoints() []string {
 
 // Close releases every lease the client still holds (their Err becomes
 // ErrReleased; one that cannot be released within the close timeout ends
-// with a LostError whose cause is ErrClientClosed), stops the heartbeats and
-// closes idle connections. Calls made after Close return ErrClientClosed.
-// Close is idempotent; it returns the first release error.
+// with a LostError whose cause is ErrClientClosed), then ends the calls
+// still running (a queued Acquire, a long-poll Claim) with ErrClientClosed,
+// stops the heartbeats and closes the connections. Calls made after Close
+// return ErrClientClosed. Close is idempotent; it returns the release
+// errors.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -202,7 +210,7 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.closeTimeout)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), c.cfg.closeTimeout, ErrClientClosed)
 	errs := make([]error, len(held))
 	var wg sync.WaitGroup
 	for i, l := range held {
@@ -213,9 +221,10 @@ func (c *Client) Close() error {
 	}
 	wg.Wait()
 	cancel()
+	c.shutDown(ErrClientClosed)
 	c.hb.stop()
 	c.pipeCancel()
-	c.closePipes()
+	c.closePipes() // waits for the streams to end, so that their connections are idle
 	if c.ownHTTP {
 		c.httpClient.CloseIdleConnections()
 	}
@@ -223,6 +232,9 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) checkOpen() error {
+	if c.shut.Err() != nil {
+		return ErrClientClosed
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -281,7 +293,12 @@ const (
 // call runs fn against the current endpoint and, when kind allows, against
 // others, for up to the retry budget and while ctx lasts. fn's error is
 // returned as parsed by fromConnect.
-func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Context, *endpoint) error) error {
+func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Context, *endpoint) error) (err error) {
+	if c.shut.Err() != nil {
+		return ErrClientClosed
+	}
+	ctx, done := c.untilClose(ctx)
+	defer done(&err)
 	start := c.clock.Now()
 	backoff := 25 * time.Millisecond
 	for attempt := 1; ; attempt++ {
@@ -310,6 +327,21 @@ func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Contex
 			return err // the last attempt's error says more than ctx.Err
 		}
 		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// untilClose derives from ctx a context that also ends, with cause
+// ErrClientClosed, when Close shuts the client down; done turns the error
+// of a call that ended so into ErrClientClosed, and frees the context.
+func (c *Client) untilClose(ctx context.Context) (context.Context, func(err *error)) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.shut, func() { cancel(ErrClientClosed) })
+	return ctx, func(err *error) {
+		stop()
+		if *err != nil && errors.Is(context.Cause(ctx), ErrClientClosed) {
+			*err = ErrClientClosed
+		}
+		cancel(nil)
 	}
 }
 

@@ -488,6 +488,9 @@ func (l *Lease) Release(ctx context.Context, reason ReleaseReason) error {
 		return err
 	})
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+			err = fmt.Errorf("%w: %w", cause, err) // Close's: ErrClientClosed
+		}
 		l.end(l.lost(fmt.Errorf("release failed: %w", err)))
 		return err
 	}

@@ -176,7 +176,12 @@ func (c *Client) VerifyAll(ctx context.Context, ids []string, opts ...VerifyOpti
 // returns when ctx ends (ctx.Err()), when fn returns an error (that error),
 // or on an error that retrying cannot fix (authentication, permission,
 // invalid argument).
-func (c *Client) Watch(ctx context.Context, prefix string, afterIndex uint64, fn func(*tenurev1.Event) error, opts ...CallOption) error {
+func (c *Client) Watch(ctx context.Context, prefix string, afterIndex uint64, fn func(*tenurev1.Event) error, opts ...CallOption) (err error) {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	ctx, done := c.untilClose(ctx)
+	defer done(&err)
 	cc := c.callConfig(opts)
 	last := afterIndex
 	if last == 0 {

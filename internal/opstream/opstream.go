@@ -122,6 +122,7 @@ type Set[Req, Res, Op, Result any] struct {
 	streams []*stream[Req, Res, Op, Result]
 	next    atomic.Uint64
 	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the streams' goroutines
 }
 
 type stream[Req, Res, Op, Result any] struct {
@@ -151,19 +152,22 @@ func Open[Req, Res, Op, Result any](ctx context.Context, shape Shape[Req, Res, O
 			dead:    make(chan struct{}),
 			waiting: make(map[uint64]chan *Result),
 		}
-		go s.receive()
-		go s.send(ctx)
+		p.wg.Go(s.receive)
+		p.wg.Go(func() { s.send(ctx) })
 		p.streams = append(p.streams, s)
 	}
 	return p
 }
 
 // Close ends the streams; operations in flight end with a StreamError.
+// It returns once the streams' goroutines have, so that their connections
+// are idle.
 func (p *Set[Req, Res, Op, Result]) Close() {
 	p.cancel() // the senders half-close their streams
 	for _, s := range p.streams {
 		s.fail(errors.New("closed"))
 	}
+	p.wg.Wait()
 }
 
 // Broken reports whether any of the streams broke.
@@ -183,6 +187,11 @@ func (p *Set[Req, Res, Op, Result]) Broken() bool {
 // ended first (the operation may still run: the stream does not cancel
 // it).
 func (p *Set[Req, Res, Op, Result]) Do(ctx context.Context, op *Op) (*Result, error) {
+	// A context that has ended sends nothing: below, select would pick at
+	// random between it and a free place on the stream.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	s := p.streams[p.next.Add(1)%uint64(len(p.streams))]
 	ch := make(chan *Result, 1)
 	s.mu.Lock()

@@ -185,6 +185,30 @@ func TestCancelledCallerLeavesTheStreamUsable(t *testing.T) {
 	}
 }
 
+// TestEndedContextSendsNothing: an operation whose context has already
+// ended is not sent (the select that hands it to the stream would pick
+// at random between the two).
+func TestEndedContextSendsNothing(t *testing.T) {
+	h := &scripted{held: make(chan struct{})}
+	set := opstream.OpenLease(t.Context(), serve(t, h), 1)
+	defer set.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for range 50 {
+		if _, err := set.Do(ctx, acquire("orphan")); !errors.Is(err, context.Canceled) {
+			t.Fatalf("ended context: %v", err)
+		}
+	}
+	if r, err := set.Do(t.Context(), acquire("next")); err != nil || r.GetAcquire().GetLease().GetLeaseId() != "next" {
+		t.Fatalf("after: %v %v", r, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.messages != 1 {
+		t.Fatalf("the server received %d messages, want only the last operation's", h.messages)
+	}
+}
+
 func TestUnimplementedPipeline(t *testing.T) {
 	set := opstream.OpenLease(t.Context(), serve(t, tenurev1connect.UnimplementedLeaseServiceHandler{}), 1)
 	defer set.Close()
