@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
 )
 
 // TestIntegrationCloseEndsCallsAndConnections: Close ends a call that is
@@ -65,5 +67,60 @@ func TestIntegrationCloseEndsCallsAndConnections(t *testing.T) {
 			t.Fatalf("%d goroutines after Close, %d before the client:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestIntegrationTransfer: a lease handed over ends for its old holder
+// with ErrTransferred, and the new holder's client takes the new lease,
+// with a higher fence, over with Resume.
+func TestIntegrationTransfer(t *testing.T) {
+	s := startRealServer(t)
+	a, b := s.client(t, WithHolder("giver")), s.client(t, WithHolder("taker"))
+	ctx := ctxTimeout(t, 20*time.Second)
+	l, err := a.Acquire(ctx, "handover/1", TTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := l.Transfer(ctx, "taker", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.GetHolder() != "taker" || next.GetFence() <= l.Fence() || next.GetLeaseId() == l.ID() {
+		t.Fatalf("new lease %v after %s fence %d", next, l.ID(), l.Fence())
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("the old lease is not done")
+	}
+	if !errors.Is(l.Err(), ErrTransferred) {
+		t.Fatalf("old lease Err = %v", l.Err())
+	}
+	taken, err := b.Resume(ctx, next.GetLeaseId())
+	if err != nil || taken.Fence() != next.GetFence() {
+		t.Fatalf("Resume by the new holder: %v %v", taken, err)
+	}
+	if _, err := l.Transfer(ctx, "someone", 0); !errors.Is(err, ErrTransferred) {
+		t.Fatalf("second transfer: %v", err)
+	}
+}
+
+// TestIntegrationErrorsReachConnectErrorBothWays: a refusal reaches its
+// *connect.Error (and connect.CodeOf finds its code) over the Pipeline
+// stream as over a unary call.
+func TestIntegrationErrorsReachConnectErrorBothWays(t *testing.T) {
+	s := startRealServer(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	if _, err := s.client(t).Acquire(ctx, "codes/1", TTL(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]*Client{"pipeline": s.client(t), "unary": s.client(t, WithoutPipeline())} {
+		_, err := c.Acquire(ctx, "codes/1")
+		var ce *connect.Error
+		var held *HeldError
+		if !errors.Is(err, ErrLeaseHeld) || !errors.As(err, &held) || !errors.As(err, &ce) ||
+			connect.CodeOf(err) != connect.CodeFailedPrecondition || ce.Message() != held.Error() {
+			t.Errorf("%s: %v (connect error %v, code %v)", name, err, ce, connect.CodeOf(err))
+		}
 	}
 }

@@ -136,6 +136,8 @@ var (
 	ErrTrustWindowPassed = errors.New("tenure: trust window passed without a confirmed renewal")
 	// ErrReleased is Lease.Err() after Release (or Close) released the lease.
 	ErrReleased = errors.New("tenure: lease released")
+	// ErrTransferred is Lease.Err() after Transfer handed the lease over.
+	ErrTransferred = errors.New("tenure: lease transferred")
 	// ErrClientClosed is returned by calls on a closed Client, and is the
 	// cause of a LostError for leases Close could not release.
 	ErrClientClosed = errors.New("tenure: client closed")

@@ -501,6 +501,39 @@ func (l *Lease) Release(ctx context.Context, reason ReleaseReason) error {
 	return nil
 }
 
+// Transfer hands the lease over to newHolder: the registrar ends it
+// (released, reason TRANSFERRED) and grants newHolder a new lease on the
+// resource, with a new id and a higher fence, for ttl (0: this lease's
+// ttl). From then on this Lease is done, with Err ErrTransferred; the new
+// holder's process takes the returned lease over with Resume (a client of
+// that holder). A transfer whose outcome is unknown (OUTCOME_UNKNOWN) is
+// not repeated: check with VerifyAll. Task and piece leases cannot be
+// transferred (INVALID_ARGUMENT).
+func (l *Lease) Transfer(ctx context.Context, newHolder string, ttl time.Duration) (*tenurev1.Lease, error) {
+	if err := l.Err(); err != nil {
+		return nil, err
+	}
+	req := &tenurev1.TransferRequest{LeaseId: l.id, Holder: l.holder, NewHolder: newHolder}
+	if ttl != 0 {
+		req.Ttl = durationpb.New(ttl)
+	}
+	var next *tenurev1.Lease
+	err := l.c.call(ctx, writeCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.lease.Transfer(ctx, connect.NewRequest(req))
+		if err == nil {
+			next = resp.Msg.GetLease()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.c.hb.remove(l)
+	l.c.forget(l)
+	l.end(ErrTransferred)
+	return next, nil
+}
+
 // Resume takes over an ACTIVE lease of this holder granted to an earlier run
 // of the process (found with VerifyAll after a restart): it renews it now
 // and keeps it alive like an acquired lease.

@@ -3,6 +3,7 @@ package tenure
 import (
 	"context"
 	"errors"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"strings"
 	"sync"
 
@@ -163,10 +164,16 @@ func pipelineRefused(err error) bool {
 // fromPipeline turns an operation's error in a PipelineResult into the
 // error the same unary call would have returned.
 func fromPipeline(oe *opstream.OpError) error {
+	// The same *connect.Error a unary call would have failed with, so that
+	// errors.As and connect.CodeOf reach it whichever way the call went.
+	ce := connect.NewError(oe.Code(), errors.New(oe.GetMessage()))
 	if oe.GetReason() == "" {
-		return connect.NewError(oe.Code(), errors.New(oe.GetMessage()))
+		return ce
 	}
-	return newError(Reason(oe.GetReason()), oe.GetMessage(), oe.GetMetadata(), oe.Code(), oe)
+	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: oe.GetReason(), Domain: errorDomain, Metadata: oe.GetMetadata()}); err == nil {
+		ce.AddDetail(d)
+	}
+	return newError(Reason(oe.GetReason()), oe.GetMessage(), oe.GetMetadata(), oe.Code(), ce)
 }
 
 // acquireRPC, renewRPC and releaseRPC make one LeaseService call on ep.

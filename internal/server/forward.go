@@ -223,7 +223,10 @@ func (s *Server) forwardError(ctx context.Context, err error, write bool, id, ad
 	var op *net.OpError
 	switch {
 	case errors.As(err, &op) && op.Op == "dial":
-		return s.toConnect(notLeader(id, addr, "the leader could not be reached"))
+		// The leader's address is not offered: a client would go there
+		// next, and most likely find it down too (it is named in the
+		// message).
+		return s.toConnect(notLeader(id, "", "the leader at "+addr+" could not be reached"))
 	case !write && ctx.Err() != nil:
 		return s.toConnect(ctx.Err())
 	case !write:
