@@ -31,8 +31,9 @@ type Client struct {
 	endpoints []*endpoint
 	current   int // index of the endpoint believed to be the leader
 	closed    bool
-	leases    map[string]*Lease // active leases of this client by id
-	acquiring map[string]int    // Acquire calls in flight per namespace + resource
+	leases    map[string]*Lease    // active leases of this client by id
+	acquiring map[string]int       // Acquire calls in flight per namespace + resource
+	givenUp   map[string]time.Time // leases given up for lost (gaveUp), until when to remember them
 
 	hb *heartbeat
 
@@ -82,6 +83,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		clock:     cfg.clock,
 		leases:    make(map[string]*Lease),
 		acquiring: make(map[string]int),
+		givenUp:   make(map[string]time.Time),
 	}
 	if cfg.tlsConfig == nil && cfg.httpClient == nil {
 		// An https:// endpoint needs TLS even without WithTLS: trust

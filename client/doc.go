@@ -44,6 +44,10 @@
 // request. So a healthy lease is renewed about three times per ttl, and two
 // renewals can be lost before its trust window is in danger. A renewal that
 // gets no answer within max(ttl/6, 100 ms) is presumed lost with its stream.
+// A lease with a renewal limit (max_renewals > 0, as every task lease has)
+// is never renewed before it is due, so it does not share an earlier request
+// with other leases: a lease limited to n renewals is refused its (n+1)-th
+// about (n+1)·ttl/3 after the grant.
 //
 // # Done and Err
 //

@@ -276,6 +276,17 @@ func TestIntegrationDoneAfterServerStops(t *testing.T) {
 	if !errors.Is(l.Err(), ErrLeaseLost) || !errors.Is(l.Err(), ErrTrustWindowPassed) {
 		t.Fatalf("Err = %v", l.Err())
 	}
+	// Restarted, the registrar still holds the lease (its time stood
+	// still while it was down): the client, which gave it up, releases it
+	// and takes the resource again at once instead of meeting LEASE_HELD.
+	s.start()
+	again, err := c.Acquire(ctx, "integration/stop", TTL(ttl))
+	if err != nil {
+		t.Fatalf("Acquire after the restart: %v", err)
+	}
+	if again.ID() == l.ID() || again.Fence() <= l.Fence() {
+		t.Fatalf("new lease %s fence %d after %s fence %d", again.ID(), again.Fence(), l.ID(), l.Fence())
+	}
 }
 
 func TestIntegrationLeaseSurvivesServerRestart(t *testing.T) {

@@ -17,6 +17,18 @@ import (
 // last confirmed one; leases due within ttl/renewCoalesce are renewed in the
 // same request, so that leases acquired at slightly different times end up
 // sharing requests.
+//
+// A lease with a renewal limit (max_renewals > 0: every task lease, and any
+// lease of a namespace whose policy sets one) is never renewed before it is
+// due: coalescing would pull it into the requests of leases due nearby and
+// spend its renewals up to twice as fast (a 6 s task lease next to a 1.5 s
+// lease was refused after 11 s, not 22 s). It is still due at ttl/3, not
+// later: its trust window ends ttl − margin after a renewal is sent, and the
+// margin may reach ttl/2, so a renewal at ttl/2 could find the window already
+// closing, and would leave little or no room for the two failed renewals
+// (each presumed lost after ttl/6) that the ttl/3 schedule absorbs. A lease
+// limited to n renewals is thus refused at its (n+1)-th, about (n+1)·ttl/3
+// after the grant.
 const (
 	renewCoalesce   = 6
 	maxBatch        = 1000
@@ -59,6 +71,7 @@ type tracked struct {
 	nextRenew time.Time
 	inflight  uint64 // request id of the unanswered renewal on the current stream
 	lastErr   error  // the last renewal problem, reported if the lease is lost
+	limited   bool   // the registrar limits its renewals: never renewed early
 }
 
 // attempt is one KeepAlive request in flight.
@@ -121,8 +134,16 @@ func (h *heartbeat) add(l *Lease, sent, trusted time.Time) error {
 		if l.Err() != nil {
 			return
 		}
-		h.leases[l.id] = &tracked{l: l, trusted: trusted, nextRenew: sent.Add(l.ttl / 3)}
+		h.leases[l.id] = &tracked{l: l, trusted: trusted, nextRenew: sent.Add(l.ttl / 3), limited: renewalLimited(l)}
 	})
+}
+
+// renewalLimited reports whether the registrar granted l with a renewal
+// limit (max_renewals > 0).
+func renewalLimited(l *Lease) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pb.GetMaxRenewals() > 0
 }
 
 // remove stops heartbeating l (Release).
@@ -265,7 +286,7 @@ func (h *heartbeat) sendDue(now time.Time) {
 	var ids []string
 	stuck := time.Duration(0)
 	for id, t := range h.leases {
-		if t.inflight != 0 || now.Before(t.nextRenew.Add(-t.l.ttl/renewCoalesce)) {
+		if t.inflight != 0 || now.Before(t.sendFrom()) {
 			continue
 		}
 		ids = append(ids, id)
@@ -473,6 +494,7 @@ func (h *heartbeat) renewed(t *tracked, sent time.Time, pb *tenurev1.Lease) {
 		t.nextRenew = next
 	}
 	t.lastErr = nil
+	t.limited = t.limited || pb.GetMaxRenewals() > 0
 	t.l.update(pb, t.trusted)
 }
 
@@ -486,6 +508,16 @@ func (h *heartbeat) lost(t *tracked, cause error) {
 		h.c.cfg.logger.Debug("tenure: lease lost", "lease", t.l.id, "resource", t.l.resource, "cause", cause)
 	}
 	h.c.forget(t.l)
+}
+
+// sendFrom is the earliest instant t may be renewed: ttl/renewCoalesce
+// before it is due, to share a request with leases due then, except for a
+// lease whose renewals are limited (see the heartbeat tuning above).
+func (t *tracked) sendFrom() time.Time {
+	if t.limited {
+		return t.nextRenew
+	}
+	return t.nextRenew.Add(-t.l.ttl / renewCoalesce)
 }
 
 func retryDelay(t *tracked) time.Duration {

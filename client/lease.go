@@ -175,12 +175,16 @@ func (l *Lease) update(pb *tenurev1.Lease, trusted time.Time) {
 // end closes Done with err, once.
 func (l *Lease) end(err error) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.err != nil {
+		l.mu.Unlock()
 		return false
 	}
 	l.err = err
 	close(l.done)
+	l.mu.Unlock()
+	if errors.Is(err, ErrTrustWindowPassed) {
+		l.c.gaveUp(l.id, l.ttl)
+	}
 	return true
 }
 
@@ -268,12 +272,21 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 			firstSent = now
 		}
 		resp, err := c.acquireRPC(ctx, ep, req)
+		var held *HeldError
+		if err != nil && errors.As(fromConnect(err), &held) && held.Holder == c.cfg.holder && c.takeGivenUp(held.LeaseID) {
+			// A lease of ours this client gave up for lost: release it and
+			// ask again.
+			if _, rerr := c.releaseRPC(ctx, ep, &tenurev1.ReleaseRequest{LeaseId: held.LeaseID, Holder: c.cfg.holder,
+				Reason: tenurev1.ReleaseReason_RELEASE_REASON_ABORTED}); rerr == nil {
+				now = c.clock.Now()
+				resp, err = c.acquireRPC(ctx, ep, req)
+			}
+		}
 		if err == nil {
 			granted, sent = resp.GetLease(), now
 			return nil
 		}
 		err = fromConnect(err)
-		var held *HeldError
 		if uncertain && errors.As(err, &held) {
 			if pb := c.adoptable(ctx, ep, key, req, held); pb != nil {
 				c.cfg.logger.Debug("tenure: adopted own lease after unknown outcome", "lease", pb.GetLeaseId())
@@ -376,6 +389,35 @@ func (c *Client) track(l *Lease, sent, trusted time.Time) error {
 }
 
 // forget removes a lease that ended from the client's set.
+// gaveUp notes a lease this client stopped trusting without knowing it
+// ended (its trust window passed: the registrar or the network was
+// down). The registrar may still hold it for the holder — after a restart,
+// for a while longer, since its time stood still — and an Acquire of the
+// resource that meets it releases it instead of waiting it out.
+func (c *Client) gaveUp(id string, ttl time.Duration) {
+	now := c.clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, until := range c.givenUp {
+		if now.After(until) {
+			delete(c.givenUp, k)
+		}
+	}
+	// Beyond a ttl the registrar ends it itself, unless its time stood
+	// still for longer: a generous bound.
+	c.givenUp[id] = now.Add(10*ttl + time.Minute)
+}
+
+// takeGivenUp reports whether id is a lease this client gave up, and
+// forgets it.
+func (c *Client) takeGivenUp(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.givenUp[id]
+	delete(c.givenUp, id)
+	return ok
+}
+
 func (c *Client) forget(l *Lease) {
 	c.mu.Lock()
 	if c.leases[l.id] == l {

@@ -34,7 +34,9 @@ type NewTask struct {
 // like an acquired one, within the task lease's renewal limits (10 renewals,
 // 2 h by default), until the task is completed or failed through this
 // client, the lease is released (which returns the task to the queue), or
-// it is lost (Lease.Done).
+// it is lost (Lease.Done). The heartbeat renews a task lease every ttl/3
+// and never earlier, so that it is lost to the renewal limit about
+// 11/3 × its ttl after the claim (see WorkerLeaseTTL).
 type Task struct {
 	ID        string
 	Namespace string
@@ -66,7 +68,8 @@ func (t *Task) Fail(ctx context.Context, msg string, retryAfter time.Duration) (
 type ClaimOptions struct {
 	// Max tasks to claim (0: 1; the registrar's limit is 1000).
 	Max int
-	// LeaseTTL is the ttl of each task lease (0: the namespace default).
+	// LeaseTTL is the ttl of each task lease (0: the namespace default). It
+	// bounds how long a task can be held, about 11/3 × LeaseTTL (see Task).
 	LeaseTTL time.Duration
 	// Wait long-polls for up to this long when nothing is claimable (0:
 	// answer at once; the registrar's limit is 5 min). ctx must outlive it.

@@ -40,7 +40,8 @@ func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.Va
 // and the registrar retries it after its backoff until its attempts are
 // used up. Task leases are kept alive by the Client's heartbeats while the
 // handler runs, within the renewal limits of task leases: a handler that
-// runs past them sees its ctx cancelled (ErrRenewalLimitExceeded or
+// runs past them, about 11/3 × the lease ttl by default (see
+// WorkerLeaseTTL), sees its ctx cancelled (ErrRenewalLimitExceeded or
 // ErrLifetimeExceeded).
 //
 // A finished task's Complete or Fail goes out in the background: its
@@ -78,7 +79,23 @@ type WorkerOption func(*Worker)
 // WorkerConcurrency sets how many tasks run at once (default 1).
 func WorkerConcurrency(n int) WorkerOption { return func(w *Worker) { w.concurrency = n } }
 
-// WorkerLeaseTTL sets the ttl of task leases (default: the namespace's).
+// WorkerLeaseTTL sets the ttl of task leases (default: the namespace's
+// default ttl, 60 s unless its policy sets another).
+//
+// The ttl bounds how long a handler can run. The registrar grants a task
+// lease 10 renewals and a 2 h lifetime; the heartbeat renews it every ttl/3,
+// never earlier, and the renewal after the 10th is refused about 11/3 × ttl
+// after the claim, which cancels the handler's ctx (ErrRenewalLimitExceeded):
+// after about 3 min 40 s with a 60 s ttl, 18 min 20 s with 300 s, the
+// longest ttl the default policy allows. (A renewal resent after a failover
+// may count twice, so plan for less.) A handler that needs longer needs a
+// longer ttl, within the namespace policy's max_ttl, which an admin raises
+// with ClusterService.SetPolicy (there is no tenure CLI command for it, nor
+// a method of this Client); the policy's max_renewals and max_lifetime do
+// not apply to task leases. A longer ttl also makes a task whose worker died
+// wait up to that ttl before it is claimed again. Whatever the ttl, a
+// handler never runs past the 2 h lifetime (ErrLifetimeExceeded), which
+// bites first from a ttl of about 33 min.
 func WorkerLeaseTTL(d time.Duration) WorkerOption { return func(w *Worker) { w.leaseTTL = d } }
 
 // WorkerWait sets the long-poll wait of each claim (default 20 s).
