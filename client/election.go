@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -18,14 +17,21 @@ import (
 //
 // Leadership is the lease: watch Lease().Done() and stop leading when it
 // closes. Fence() orders leaders (a later leader has a higher fence).
+//
+// Within this process an Election is held like a Mutex: one goroutine at a
+// time campaigns or leads, and a Campaign of another goroutine waits its
+// turn locally (not in the registrar's queue behind its own lease) until
+// that leadership is resigned or its lease ends. As with Mutex.Unlock,
+// Resign, Proclaim and Lease act on the Election's current leadership, not
+// on the calling goroutine's: a leader keeps the Lease it got after
+// Campaign, and a leadership lost before Resign is accounted for by the next
+// Resign (see Resign).
 type Election struct {
 	c        *Client
 	resource string
 	opts     []CallOption
 	aopts    []AcquireOption
-
-	mu    sync.Mutex
-	lease *Lease
+	hold     *localHold
 }
 
 // LeaderInfo describes the current leader.
@@ -47,7 +53,7 @@ type published struct {
 // lease (TTL, Namespace, RequestCertificate; Mode is always Exclusive). The
 // ttl bounds how long a crashed leader blocks the next one.
 func NewElection(c *Client, resource string, opts ...AcquireOption) *Election {
-	e := &Election{c: c, resource: resource, aopts: opts}
+	e := &Election{c: c, resource: resource, aopts: opts, hold: newLocalHold()}
 	var ac acquireConfig
 	for _, o := range opts {
 		if o != nil {
@@ -62,22 +68,26 @@ func NewElection(c *Client, resource string, opts ...AcquireOption) *Election {
 
 // Campaign blocks until this client is the leader (or ctx ends), then
 // publishes value. It returns nil once leading; Lease() is the leadership.
-// Campaigning while already leading only proclaims the new value.
+//
+// While another goroutine of this process campaigns on or leads the
+// Election, Campaign first waits for it to resign or lose its lease, like
+// Lock on a locked Mutex; so a leader that calls Campaign again waits for
+// itself until ctx ends. To change the value of a leadership, use Proclaim.
 func (e *Election) Campaign(ctx context.Context, value string) error {
-	if l := e.Lease(); l != nil && l.Err() == nil {
-		return e.Proclaim(ctx, value)
+	if err := e.hold.take(ctx); err != nil {
+		return err
 	}
 	l, err := acquireWaiting(ctx, e.c, e.resource, e.aopts, true)
 	if err != nil {
+		e.hold.giveBack()
 		return err
 	}
 	if err := e.publish(ctx, l, value); err != nil {
 		_ = l.Release(context.WithoutCancel(ctx), ReleaseAborted)
+		e.hold.giveBack()
 		return err
 	}
-	e.mu.Lock()
-	e.lease = l
-	e.mu.Unlock()
+	e.hold.set(l)
 	return nil
 }
 
@@ -113,25 +123,29 @@ func (e *Election) publish(ctx context.Context, l *Lease, value string) error {
 	return fmt.Errorf("tenure: publish on %q: epoch kept moving", e.resource)
 }
 
-// Resign gives up leadership (if held) by releasing the lease.
+// Resign gives up leadership (if held) by releasing the lease, and lets
+// the next Campaign of this process go ahead. It returns nil when the
+// Election does not lead. When a leadership of this Election lost its lease
+// (revoked, expired, trust window passed) and has not been resigned since,
+// Resign accounts for that one instead: it releases nothing, not even a
+// later leader's lease, and returns an error matching ErrLeaseLost that
+// wraps the lost lease's Err.
 func (e *Election) Resign(ctx context.Context) error {
-	e.mu.Lock()
-	l := e.lease
-	e.lease = nil
-	e.mu.Unlock()
-	if l == nil {
+	l, lost := e.hold.end()
+	switch {
+	case lost != nil:
+		return lockLost("resign", e.resource, lost)
+	case l == nil:
 		return nil
 	}
+	defer e.hold.giveBack()
 	return l.Release(ctx, ReleaseVoluntary)
 }
 
-// Lease returns the leadership lease while this client leads (or led and has
-// not resigned; check Err), else nil.
-func (e *Election) Lease() *Lease {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.lease
-}
+// Lease returns the leadership lease while this client leads, or led and
+// has not resigned (its lease ended: check Err), else nil. It is the
+// current leadership's lease, whichever goroutine campaigned for it.
+func (e *Election) Lease() *Lease { return e.hold.current() }
 
 // Leader returns the current leader: the holder of the resource's active
 // lease and the value it published. ErrNoLeader means no lease is active or
@@ -158,25 +172,34 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 	return LeaderInfo{Value: p.Value, Holder: pb.GetHolder(), LeaseID: pb.GetLeaseId(), Fence: pb.GetFence()}, nil
 }
 
-// Observe returns a channel of the leader's value, sent when it changes (the
-// current one first, if there is a leader); a period without a leader sends
-// nothing. It follows the ledger with Watch (starting again from the present
-// if the watch fails for good) and closes the channel when ctx ends.
+// Observe returns a channel of the leader's value and closes it when ctx
+// ends. It reads the current leader when it starts and after each ledger
+// event of the resource (it follows the ledger with Watch, starting again
+// from the present if the watch fails for good), and sends the value read
+// when it differs from the last one sent. So each value is the leader's as
+// of an observation, not a log of every change: a leader or a value that
+// lasted less than a read (a Proclaim just before a Resign, say) may be
+// skipped, a new leader publishing the value sent last sends nothing, and a
+// period without a leader sends nothing. But the current value is always
+// delivered eventually: once the leader stops changing, the last value sent
+// is its value (a read that fails is made again, with backoff).
 func (e *Election) Observe(ctx context.Context) <-chan string {
 	ch := make(chan string)
 	go func() {
 		defer close(ch)
 		last, have := "", false
+		// emit sends the current leader's value if it changed. It fails when
+		// ctx ended or the leader could not be read; the caller then reads
+		// again later, so the current value is never left unsent.
 		emit := func() error {
 			info, err := e.Leader(ctx)
-			if err != nil {
-				if errors.Is(err, ErrNoLeader) {
-					have = false
-					return nil
-				}
-				return nil // transient; the next event tries again
-			}
-			if have && info.Value == last {
+			switch {
+			case errors.Is(err, ErrNoLeader):
+				have = false
+				return nil
+			case err != nil:
+				return err
+			case have && info.Value == last:
 				return nil
 			}
 			last, have = info.Value, true
@@ -195,18 +218,18 @@ func (e *Election) Observe(ctx context.Context) <-chan string {
 			if st, err := e.c.Status(ctx); err == nil {
 				from = st.GetLedgerIndex()
 			}
-			if emit() != nil {
-				return
+			if emit() == nil {
+				_ = e.c.Watch(ctx, e.resource, from, func(ev *tenurev1.Event) error {
+					if ev.GetResource() != e.resource {
+						return nil
+					}
+					backoff = 50 * time.Millisecond
+					return emit()
+				}, e.opts...)
 			}
-			_ = e.c.Watch(ctx, e.resource, from, func(ev *tenurev1.Event) error {
-				if ev.GetResource() != e.resource {
-					return nil
-				}
-				backoff = 50 * time.Millisecond
-				return emit()
-			}, e.opts...)
-			// The watch failed for good (for instance, it fell behind the
-			// server's event feed): start again from the present.
+			// The leader could not be read, or the watch failed for good
+			// (for instance, it fell behind the server's event feed): start
+			// again from the present.
 			if sleep(ctx, e.c.clock, backoff) != nil {
 				return
 			}

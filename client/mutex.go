@@ -3,6 +3,7 @@ package tenure
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -16,97 +17,232 @@ const lockWaitChunk = 30 * time.Second
 // this process sharing the Mutex (like sync.Mutex), so one Mutex may be used
 // by many goroutines.
 //
-// Holding the Mutex is holding its lease: watch Lease().Done() while working
-// and stop when it closes, and pass Lease().Fence() to storage that checks
-// fences.
+// Holding the Mutex is holding its lease: take Lease() right after Lock
+// returns, watch its Done while working and stop when it closes, and pass
+// its Fence to storage that checks fences.
+//
+// When the lease ends before Unlock (revoked, expired, trust window passed,
+// released behind the Mutex's back, the Client closed), the Mutex is free
+// again for this process: a Lock or TryLock of another goroutine may take it
+// with a new lease. The goroutine that lost it learns of it from its lease's
+// Done and Err, and its Unlock releases nothing and returns the loss. Like
+// sync.Mutex, Unlock is not tied to a goroutine: while a lost lock has not
+// been unlocked, the next Unlock is taken as its Unlock, even when the
+// caller is a later holder (whose lock then stays held until the next
+// Unlock) — so never Unlock a lock this goroutine did not take. Lease
+// likewise returns the lease of whichever goroutine holds the Mutex now,
+// which is why a holder keeps its own.
 type Mutex struct {
 	c        *Client
 	resource string
 	opts     []AcquireOption
-	local    chan struct{} // one token: the right to hold the lease in this process
-
-	mu    sync.Mutex
-	lease *Lease
+	hold     *localHold
 }
 
 // NewMutex returns a Mutex on resource. opts apply to each acquisition (TTL,
 // Namespace, RequestCertificate); Mode is always Exclusive and Wait is set
 // by Lock.
 func NewMutex(c *Client, resource string, opts ...AcquireOption) *Mutex {
-	return &Mutex{c: c, resource: resource, opts: opts, local: make(chan struct{}, 1)}
+	return &Mutex{c: c, resource: resource, opts: opts, hold: newLocalHold()}
 }
 
 // Lock blocks until the Mutex is held or ctx ends. It waits in the
 // resource's FIFO queue at the registrar (queueing again each time a wait
-// runs out) and backs off while the queue is full.
+// runs out) and backs off while the queue is full. It first waits while
+// another goroutine of this process holds the Mutex (until its Unlock or
+// the loss of its lease).
 //
 // If ctx ends just as the registrar grants the lease, that lease is never
 // seen by this client and blocks the resource until its ttl runs out.
 func (m *Mutex) Lock(ctx context.Context) error {
-	select {
-	case m.local <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := m.hold.take(ctx); err != nil {
+		return err
 	}
 	l, err := m.acquire(ctx, true)
 	if err != nil {
-		<-m.local
+		m.hold.giveBack()
 		return err
 	}
-	m.set(l)
+	m.hold.set(l)
 	return nil
 }
 
 // TryLock takes the Mutex if it is free now: (false, nil) when it is held,
-// by this process or another.
+// by this process (a lock whose lease was lost does not count) or another.
 func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
-	select {
-	case m.local <- struct{}{}:
-	default:
+	if !m.hold.tryTake() {
 		return false, nil
 	}
 	l, err := m.acquire(ctx, false)
 	if err != nil {
-		<-m.local
+		m.hold.giveBack()
 		if errors.Is(err, ErrLeaseHeld) {
 			return false, nil
 		}
 		return false, err
 	}
-	m.set(l)
+	m.hold.set(l)
 	return true, nil
 }
 
 // Unlock releases the Mutex. It returns an error if the Mutex is not held
 // or the release could not be confirmed; either way the Mutex is free for
-// this process afterwards.
+// this process afterwards. When the lock's lease ended before Unlock, it
+// releases nothing and returns an error matching ErrLeaseLost that wraps
+// the lease's Err (a *LostError whose Cause says why, or ErrReleased); see
+// Mutex for which lock an Unlock ends.
 func (m *Mutex) Unlock(ctx context.Context) error {
-	m.mu.Lock()
-	l := m.lease
-	m.lease = nil
-	m.mu.Unlock()
-	if l == nil {
+	l, lost := m.hold.end()
+	switch {
+	case lost != nil:
+		return lockLost("unlock", m.resource, lost)
+	case l == nil:
 		return errors.New("tenure: unlock of unlocked Mutex")
 	}
-	defer func() { <-m.local }()
+	defer m.hold.giveBack()
 	return l.Release(ctx, ReleaseVoluntary)
 }
 
-// Lease returns the lease held while the Mutex is locked, else nil.
-func (m *Mutex) Lease() *Lease {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.lease
-}
-
-func (m *Mutex) set(l *Lease) {
-	m.mu.Lock()
-	m.lease = l
-	m.mu.Unlock()
-}
+// Lease returns the lease of the goroutine that holds the Mutex. While no
+// goroutine holds it, Lease returns the last lease that ended while held
+// and whose Unlock has not come yet (Done closed, Err says why), else nil.
+// A holder should keep the lease it got right after Lock rather than ask
+// again later, when the Mutex may have passed to another goroutine.
+func (m *Mutex) Lease() *Lease { return m.hold.current() }
 
 func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	return acquireWaiting(ctx, m.c, m.resource, m.opts, wait)
+}
+
+// lockLost is the error of an Unlock (or Resign) whose lease had ended: it
+// matches ErrLeaseLost and wraps the lease's Err.
+func lockLost(op, resource string, l *Lease) error {
+	cause := l.Err()
+	if errors.Is(cause, ErrLeaseLost) {
+		return fmt.Errorf("tenure: %s of %q: lease ended before %s: %w", op, resource, op, cause)
+	}
+	return fmt.Errorf("tenure: %s of %q: %w: %w", op, resource, ErrLeaseLost, cause)
+}
+
+// localHold is the side of a lease-backed lock that lives in this process:
+// at most one goroutine holds it at a time, from take until its lease is
+// given up (end) or ends by itself. A lease that ends by itself frees the
+// hold at once and is remembered as lost until an end call accounts for it,
+// so that the late Unlock of a lost lock never releases a later holder's
+// lease.
+type localHold struct {
+	turn chan struct{} // one token: the right to hold a lease in this process
+
+	mu    sync.Mutex
+	lease *Lease   // the holder's lease; nil while free or acquiring
+	lost  []*Lease // leases that ended while held, not yet accounted for by end; oldest first
+}
+
+func newLocalHold() *localHold { return &localHold{turn: make(chan struct{}, 1)} }
+
+// take waits for the turn, or until ctx ends (ctx.Err()).
+func (h *localHold) take(ctx context.Context) error {
+	if h.tryTake() {
+		return nil
+	}
+	select {
+	case h.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// tryTake takes the turn if it is free now, or if the holder's lease has
+// ended (the turn passes from the lost holder to the caller without waiting
+// for set's watcher to notice).
+func (h *localHold) tryTake() bool {
+	select {
+	case h.turn <- struct{}{}:
+		return true
+	default:
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l := h.lease; l != nil && leaseEnded(l) {
+		h.lease = nil
+		h.lost = append(h.lost, l)
+		return true
+	}
+	return false
+}
+
+// giveBack frees the turn taken by take or tryTake, after a failed
+// acquisition or once end's lease was released.
+func (h *localHold) giveBack() { <-h.turn }
+
+// set makes l the hold's lease and frees the turn as soon as l ends by
+// itself.
+func (h *localHold) set(l *Lease) {
+	h.mu.Lock()
+	h.lease = l
+	h.mu.Unlock()
+	go func() {
+		<-l.Done()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.lease != l {
+			return // given up by end, which frees the turn
+		}
+		h.lease = nil
+		h.lost = append(h.lost, l)
+		h.giveBack() // the turn is ours: h.lease was set
+	}()
+}
+
+// end gives up a hold: the oldest lost lease not yet accounted for, if any
+// (the turn is already free), else the holder's lease, which the caller
+// releases before giveBack. A holder's lease that has just ended is
+// returned as lost, with the turn freed.
+func (h *localHold) end() (held, lost *Lease) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.lost) > 0 {
+		lost = h.lost[0]
+		h.lost[0] = nil
+		h.lost = h.lost[1:]
+		return nil, lost
+	}
+	l := h.lease
+	h.lease = nil
+	switch {
+	case l == nil:
+		return nil, nil
+	case leaseEnded(l):
+		h.giveBack()
+		return nil, l
+	default:
+		return l, nil
+	}
+}
+
+// leaseEnded reports whether l's Done is closed.
+func leaseEnded(l *Lease) bool {
+	select {
+	case <-l.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// current returns the holder's lease, else the last lost lease not yet
+// accounted for, else nil.
+func (h *localHold) current() *Lease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lease != nil {
+		return h.lease
+	}
+	if n := len(h.lost); n > 0 {
+		return h.lost[n-1]
+	}
+	return nil
 }
 
 // acquireWaiting acquires an exclusive lease on resource, queueing at the
