@@ -34,6 +34,7 @@ type Client struct {
 	leases    map[string]*Lease    // active leases of this client by id
 	acquiring map[string]int       // Acquire calls in flight per namespace + resource
 	givenUp   map[string]time.Time // leases given up for lost (gaveUp), until when to remember them
+	strays    map[string]time.Time // namespace + resource of Acquires that ended after sending, until when
 
 	hb *heartbeat
 
@@ -84,6 +85,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		leases:    make(map[string]*Lease),
 		acquiring: make(map[string]int),
 		givenUp:   make(map[string]time.Time),
+		strays:    make(map[string]time.Time),
 	}
 	if cfg.tlsConfig == nil && cfg.httpClient == nil {
 		// An https:// endpoint needs TLS even without WithTLS: trust

@@ -1,6 +1,7 @@
 package tenure
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"testing/synctest"
@@ -471,6 +472,37 @@ func TestGrantAfterTrustWindowIsRenewedFirst(t *testing.T) {
 		}
 		if !l.TrustedUntil().After(time.Now()) {
 			t.Fatalf("returned an untrusted lease: trusted until %v", l.TrustedUntil())
+		}
+	})
+}
+
+// TestStrayGrantReleasedByNextAcquire: an Acquire whose ctx ended after its
+// request went out may still be granted; the next Acquire of the resource
+// by the same Client releases that lease and takes the resource, instead
+// of meeting LEASE_HELD (naming its own holder) for a whole ttl.
+func TestStrayGrantReleasedByNextAcquire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		fc.members["a:1"].set(func(m *fakeMember) { m.acquireDelay = 2 * time.Second })
+		c := fc.client([]string{"a:1"}, WithoutPipeline())
+		short, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		if _, err := c.Acquire(short, "orders/42", TTL(time.Minute)); err == nil {
+			t.Fatal("an Acquire past its deadline succeeded")
+		}
+		time.Sleep(2 * time.Second) // fake time: the server grants the lease nobody waits for
+		synctest.Wait()
+		fc.members["a:1"].set(func(m *fakeMember) { m.acquireDelay = 0 })
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(time.Minute))
+		if err != nil {
+			t.Fatalf("the next Acquire: %v", err)
+		}
+		m := fc.members["a:1"]
+		m.mu.Lock()
+		rel := append([]string(nil), m.releases...)
+		m.mu.Unlock()
+		if len(rel) != 1 || rel[0] == l.ID() {
+			t.Fatalf("released %v; want the stray lease, not %s", rel, l.ID())
 		}
 	})
 }

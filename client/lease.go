@@ -223,6 +223,12 @@ func claimOf(pb *tenurev1.Lease) fencing.Claim {
 // the one granted to the lost attempt: Acquire adopts it, trusting it from
 // the first attempt's send time. This is safe when the holder identity is
 // unique to this Client (the default user@host:pid is).
+//
+// An Acquire whose ctx ends after its request was sent may still have been
+// granted, a lease this Client never sees. The next Acquire of the resource
+// by this Client that meets such a lease of its holder (not held by this
+// Client, no other Acquire of it in flight) releases it and asks again, as
+// it does for a lease this Client gave up when its trust window passed.
 func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lease, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
@@ -271,11 +277,18 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		if firstSent.IsZero() {
 			firstSent = now
 		}
+		defer func() {
+			if ctx.Err() != nil {
+				c.mayHaveStray(key, req.GetTtl().AsDuration())
+			}
+		}()
 		resp, err := c.acquireRPC(ctx, ep, req)
 		var held *HeldError
-		if err != nil && errors.As(fromConnect(err), &held) && held.Holder == c.cfg.holder && c.takeGivenUp(held.LeaseID) {
-			// A lease of ours this client gave up for lost: release it and
-			// ask again.
+		if err != nil && errors.As(fromConnect(err), &held) && held.Holder == c.cfg.holder &&
+			(c.takeGivenUp(held.LeaseID) || c.takeStray(key, held.LeaseID)) {
+			// A lease of ours this client gave up for lost, or granted to
+			// an Acquire that had already returned: release it and ask
+			// again.
 			if _, rerr := c.releaseRPC(ctx, ep, &tenurev1.ReleaseRequest{LeaseId: held.LeaseID, Holder: c.cfg.holder,
 				Reason: tenurev1.ReleaseReason_RELEASE_REASON_ABORTED}); rerr == nil {
 				now = c.clock.Now()
@@ -406,6 +419,38 @@ func (c *Client) gaveUp(id string, ttl time.Duration) {
 	// Beyond a ttl the registrar ends it itself, unless its time stood
 	// still for longer: a generous bound.
 	c.givenUp[id] = now.Add(10*ttl + time.Minute)
+}
+
+// mayHaveStray notes that an Acquire of key ended (its ctx) after sending:
+// the registrar may have granted it a lease nobody here will see.
+func (c *Client) mayHaveStray(key string, ttl time.Duration) {
+	if ttl <= 0 {
+		ttl = 5 * time.Minute // the policy's, at most its maximum
+	}
+	now := c.clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, until := range c.strays {
+		if now.After(until) {
+			delete(c.strays, k)
+		}
+	}
+	c.strays[key] = now.Add(ttl + time.Minute)
+}
+
+// takeStray reports whether lease id, met on key by an Acquire, can only be
+// one granted to an Acquire of key that had already returned: one was
+// noted, this Client does not hold id, and no other Acquire of key is in
+// flight here.
+func (c *Client) takeStray(key, id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	until, ok := c.strays[key]
+	if !ok || c.clock.Now().After(until) || c.leases[id] != nil || c.acquiring[key] > 1 {
+		return false
+	}
+	delete(c.strays, key)
+	return true
 }
 
 // takeGivenUp reports whether id is a lease this client gave up, and
