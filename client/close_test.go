@@ -60,13 +60,14 @@ func TestIntegrationCloseEndsCallsAndConnections(t *testing.T) {
 			t.Errorf("%s after Close: %v, want ErrClientClosed", name, err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.After(10 * time.Second)
 	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			buf := make([]byte, 1<<20)
 			t.Fatalf("%d goroutines after Close, %d before the client:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		case <-time.After(10 * time.Millisecond): // poll the condition
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
