@@ -78,13 +78,28 @@ type realServer struct {
 
 func freePort(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		// The kernel may hand a port it just gave back out again: a
+		// server's API and Raft ports, asked for in a row, must differ.
+		if !portsGiven[addr] {
+			portsGiven[addr] = true
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[string]bool{}
+)
 
 // startRealServer starts a single node and waits until /readyz answers.
 func startRealServer(t testing.TB) *realServer {

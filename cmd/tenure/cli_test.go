@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -103,13 +104,28 @@ func startTestServer(dir string) (stop func(), err error) {
 }
 
 func freePort() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		// The kernel may hand a port it just gave back out again: two
+		// calls in a row (a server's API and Raft ports) must differ.
+		if !portsGiven[addr] {
+			portsGiven[addr] = true
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[string]bool{}
+)
 
 // result is one run of the binary.
 type result struct {
