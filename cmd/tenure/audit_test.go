@@ -33,6 +33,12 @@ func TestAuditVerifyAndExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("server log:\n%s", b)
+		}
+	})
 	srv.Stdout, srv.Stderr = logf, logf
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
