@@ -36,6 +36,9 @@ var (
 	readerOnly = []auth.Role{auth.RoleReader}
 	adminOnly  = []auth.Role{auth.RoleAdmin}
 	workerRead = []auth.Role{auth.RoleWorker, auth.RoleReader}
+	// holderWorker may renew: a worker keeps its task and piece leases
+	// alive (Renew, KeepAlive) as a holder does its own.
+	holderWorker = []auth.Role{auth.RoleHolder, auth.RoleWorker}
 )
 
 // target is what a request names, for the checks above.
@@ -84,7 +87,7 @@ var rules = map[string]rule{
 		r := m.(*tenurev1.AcquireRequest)
 		return nsActing(r.Namespace, &r.Holder, "holder")
 	}},
-	v1c.LeaseServiceRenewProcedure: {holderOnly, func(m any) target {
+	v1c.LeaseServiceRenewProcedure: {holderWorker, func(m any) target {
 		r := m.(*tenurev1.RenewRequest)
 		// Its lease ids are checked by the handler (ownLeases), one by one.
 		return target{namespace: r.Namespace, hasNamespace: true, anyNamespace: true, acting: &r.Holder, field: "holder",
@@ -142,7 +145,7 @@ var rules = map[string]rule{
 	}},
 	// Streams of operations: each message is checked with the rule of
 	// the unary RPC it stands for (KeepAlive: Renew; Pipeline: its op).
-	v1c.LeaseServiceKeepAliveProcedure: {holderOnly, none},
+	v1c.LeaseServiceKeepAliveProcedure: {holderWorker, none},
 	v1c.LeaseServicePipelineProcedure:  {anyRole, none},
 
 	// QueueService.

@@ -223,6 +223,21 @@ func TestWorkerCompletesOnlyItsOwnTask(t *testing.T) {
 	if task.Worker != "q1" || task.Lease.Holder != "q1" {
 		t.Fatalf("task claimed for %q (lease holder %q), want q1", task.Worker, task.Lease.Holder)
 	}
+	// A worker keeps its task lease alive (Renew, KeepAlive), and only its own.
+	if _, err := q1.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{task.LeaseId}})); err != nil {
+		t.Fatalf("the worker's renewal of its task lease: %v", err)
+	}
+	ka := q1.leases.KeepAlive(ctx)
+	if err := ka.Send(&tenurev1.KeepAliveRequest{LeaseIds: []string{task.LeaseId}, RequestId: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := ka.Receive(); err != nil || len(r.Leases) != 1 {
+		t.Fatalf("the worker's KeepAlive of its task lease: %v %v", r, err)
+	}
+	_ = ka.CloseRequest()
+	_ = ka.CloseResponse()
+	_, err = q2.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{task.LeaseId}}))
+	wantReason(t, err, connect.CodePermissionDenied, "NOT_HOLDER")
 	_, err = q2.queues.Complete(ctx, connect.NewRequest(&tenurev1.CompleteRequest{Namespace: "jobs", Queue: "q", TaskId: "t1", LeaseId: task.LeaseId}))
 	wantReason(t, err, connect.CodePermissionDenied, "NOT_HOLDER")
 	_, err = q2.queues.Fail(ctx, connect.NewRequest(&tenurev1.FailRequest{Namespace: "jobs", Queue: "q", TaskId: "t1", LeaseId: task.LeaseId}))
