@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/testport"
 )
 
 // The tests in this file run the real `tenure server` binary, built once from
@@ -78,28 +78,12 @@ type realServer struct {
 
 func freePort(t testing.TB) string {
 	t.Helper()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		// The kernel may hand a port it just gave back out again: a
-		// server's API and Raft ports, asked for in a row, must differ.
-		if !portsGiven[addr] {
-			portsGiven[addr] = true
-			return addr
-		}
+	addr, err := testport.Free()
+	if err != nil {
+		t.Fatal(err)
 	}
+	return addr
 }
-
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[string]bool{}
-)
 
 // startRealServer starts a single node and waits until /readyz answers.
 func startRealServer(t testing.TB) *realServer {

@@ -408,17 +408,9 @@ func (c *Client) track(l *Lease, sent, trusted time.Time) error {
 // for a while longer, since its time stood still — and an Acquire of the
 // resource that meets it releases it instead of waiting it out.
 func (c *Client) gaveUp(id string, ttl time.Duration) {
-	now := c.clock.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, until := range c.givenUp {
-		if now.After(until) {
-			delete(c.givenUp, k)
-		}
-	}
 	// Beyond a ttl the registrar ends it itself, unless its time stood
 	// still for longer: a generous bound.
-	c.givenUp[id] = now.Add(10*ttl + time.Minute)
+	c.remember(c.givenUp, id, 10*ttl+time.Minute)
 }
 
 // mayHaveStray notes that an Acquire of key ended (its ctx) after sending:
@@ -427,15 +419,21 @@ func (c *Client) mayHaveStray(key string, ttl time.Duration) {
 	if ttl <= 0 {
 		ttl = 5 * time.Minute // the policy's, at most its maximum
 	}
+	c.remember(c.strays, key, ttl+time.Minute)
+}
+
+// remember notes key in m (givenUp, strays) for the next d, forgetting
+// the entries whose time has passed.
+func (c *Client) remember(m map[string]time.Time, key string, d time.Duration) {
 	now := c.clock.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k, until := range c.strays {
+	for k, until := range m {
 		if now.After(until) {
-			delete(c.strays, k)
+			delete(m, k)
 		}
 	}
-	c.strays[key] = now.Add(ttl + time.Minute)
+	m[key] = now.Add(d)
 }
 
 // takeStray reports whether lease id, met on key by an Acquire, can only be

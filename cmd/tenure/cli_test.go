@@ -6,14 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/testport"
 )
 
 // The tests in this file run the compiled binary against a real server,
@@ -104,28 +103,12 @@ func startTestServer(dir string) (stop func(), err error) {
 }
 
 func freePort() string {
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			panic(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		// The kernel may hand a port it just gave back out again: two
-		// calls in a row (a server's API and Raft ports) must differ.
-		if !portsGiven[addr] {
-			portsGiven[addr] = true
-			return addr
-		}
+	addr, err := testport.Free()
+	if err != nil {
+		panic(err)
 	}
+	return addr
 }
-
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[string]bool{}
-)
 
 // result is one run of the binary.
 type result struct {
