@@ -136,7 +136,7 @@ func newHTTPClient(cfg *config) *http.Client {
 	} else {
 		p.SetUnencryptedHTTP2(true)
 	}
-	return &http.Client{Transport: &http.Transport{
+	return &http.Client{Transport: wire.Transport(&http.Transport{
 		Protocols:         &p,
 		TLSClientConfig:   cfg.tlsConfig,
 		ForceAttemptHTTP2: true,
@@ -146,7 +146,7 @@ func newHTTPClient(cfg *config) *http.Client {
 			SendPingTimeout: 10 * time.Second,
 			PingTimeout:     5 * time.Second,
 		},
-	}}
+	})}
 }
 
 func (c *Client) normalize(addr string) (string, error) {

@@ -281,12 +281,12 @@ func (c *cliCommand) remote() (*remote, error) {
 	var p http.Protocols
 	p.SetHTTP2(true)
 	p.SetUnencryptedHTTP2(true)
-	hc := &http.Client{Transport: &http.Transport{
+	hc := &http.Client{Transport: wire.Transport(&http.Transport{
 		Protocols:         &p,
 		TLSClientConfig:   tc,
 		ForceAttemptHTTP2: true,
 		DialContext:       (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
-	}}
+	})}
 	scheme := "http://"
 	if tc != nil {
 		scheme = "https://"

@@ -172,7 +172,9 @@ func Start(cfg Config) (*Server, error) {
 		connect.WithInterceptors(authInterceptor{s}, s.forwardInterceptor()),
 	}
 	mux := http.NewServeMux()
-	mux.Handle(tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, opts...))
+	leasePath, leaseHandler := tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, opts...)
+	mux.Handle(leasePath, leaseHandler)
+	mux.Handle(tenurev1connect.LeaseServiceKeepAliveProcedure, bufferMessages(leaseHandler))
 	mux.Handle(tenurev1connect.NewClusterServiceHandler(&clusterService{s: s}, opts...))
 	mux.Handle(tenurev1connect.NewQueueServiceHandler(&queueService{s: s}, opts...))
 	mux.Handle(tenurev1connect.NewPoolServiceHandler(&poolService{s: s}, opts...))
@@ -185,9 +187,9 @@ func Start(cfg Config) (*Server, error) {
 	_, leasePipe := tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, popts...)
 	_, queuePipe := tenurev1connect.NewQueueServiceHandler(&queueService{s: s}, popts...)
 	_, poolPipe := tenurev1connect.NewPoolServiceHandler(&poolService{s: s}, popts...)
-	mux.Handle(tenurev1connect.LeaseServicePipelineProcedure, leasePipe)
-	mux.Handle(tenurev1connect.QueueServicePipelineProcedure, queuePipe)
-	mux.Handle(tenurev1connect.PoolServicePipelineProcedure, poolPipe)
+	mux.Handle(tenurev1connect.LeaseServicePipelineProcedure, bufferMessages(leasePipe))
+	mux.Handle(tenurev1connect.QueueServicePipelineProcedure, bufferMessages(queuePipe))
+	mux.Handle(tenurev1connect.PoolServicePipelineProcedure, bufferMessages(poolPipe))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -219,7 +221,7 @@ func Start(cfg Config) (*Server, error) {
 		s.http.TLSConfig = cfg.TLS.Clone()
 		go func() { s.served <- s.http.ServeTLS(ln, "", "") }()
 	} else {
-		go func() { s.served <- s.http.Serve(ln) }()
+		go func() { s.served <- s.http.Serve(bufferedListener{ln}) }()
 	}
 	log.Info("serving", "listen", ln.Addr().String(), "raft", s.node.RaftAddr(), "node", s.node.ID(),
 		"tls", cfg.TLS != nil, "client_certificates", cfg.TLS != nil && cfg.TLS.ClientCAs != nil, "auth", cfg.Auth != nil)
