@@ -17,9 +17,14 @@ func BenchmarkClientAcquireRelease(b *testing.B) {
 	for _, bc := range []struct {
 		mode    string
 		callers int
-	}{{"pipeline", 1}, {"pipeline", 64}, {"unary", 1}, {"unary", 64}} {
+		held    int // leases the client holds (and keeps alive) meanwhile
+	}{{"pipeline", 1, 0}, {"pipeline", 64, 0}, {"pipeline", 64, 5_000}, {"unary", 1, 0}, {"unary", 64, 0}} {
 		mode, callers := bc.mode, bc.callers
-		b.Run(fmt.Sprintf("%s/callers=%d", mode, callers), func(b *testing.B) {
+		name := fmt.Sprintf("%s/callers=%d", mode, callers)
+		if bc.held > 0 {
+			name += fmt.Sprintf("/held=%d", bc.held)
+		}
+		b.Run(name, func(b *testing.B) {
 			s := startRealServer(b)
 			opts := []Option{WithHolder("bench")}
 			if mode == "unary" {
@@ -27,6 +32,18 @@ func BenchmarkClientAcquireRelease(b *testing.B) {
 			}
 			c := s.client(b, opts...)
 			ctx := context.Background()
+			var hold sync.WaitGroup
+			for w := range callers {
+				hold.Go(func() {
+					for i := w; i < bc.held; i += callers {
+						if _, err := c.Acquire(ctx, fmt.Sprintf("held/%d", i), TTL(30*time.Second)); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			hold.Wait()
 			var mu sync.Mutex
 			var cycles []time.Duration
 			b.ResetTimer()

@@ -40,8 +40,9 @@ const (
 
 // heartbeat keeps all leases of a Client alive over one KeepAlive stream.
 //
-// One goroutine (run) owns every field below ops; others reach it through
-// ops. Each renewal request records its send time; a response extends a
+// One goroutine (run) owns every field below changes; others reach it
+// through ops, or through changes for the leases acquired and released,
+// which callers hand over without waiting for the loop to run them. Each renewal request records its send time; a response extends a
 // lease's trust window only when it answers a request of the current stream
 // that carried that lease, so trust is never extended on a response whose
 // send time is unknown. Responses of abandoned streams are dropped.
@@ -51,11 +52,15 @@ type heartbeat struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	ops    chan func()
-	events chan streamEvent
-	done   chan struct{}
-	wg     sync.WaitGroup // stream goroutines
+	// changes is unbuffered: once a send returns, the loop holds the
+	// change and applies it before anything else it does.
+	changes chan leaseChange
+	events  chan streamEvent
+	done    chan struct{}
+	wg      sync.WaitGroup // stream goroutines
 
 	leases   map[string]*tracked
+	wakeAt   time.Time // when the loop's timer fires (zero: stopped)
 	stream   *kaStream
 	gen      uint64
 	pending  map[uint64]*attempt
@@ -89,6 +94,12 @@ type kaStream struct {
 	out    chan *tenurev1.KeepAliveRequest
 }
 
+// leaseChange starts tracking a lease (add) or stops (remove).
+type leaseChange struct {
+	add    *tracked
+	remove *Lease
+}
+
 type streamEvent struct {
 	gen  uint64
 	resp *tenurev1.KeepAliveResponse
@@ -103,6 +114,7 @@ func newHeartbeat(c *Client) *heartbeat {
 		ctx:     ctx,
 		cancel:  cancel,
 		ops:     make(chan func(), 64),
+		changes: make(chan leaseChange),
 		events:  make(chan streamEvent, 64),
 		done:    make(chan struct{}),
 		leases:  make(map[string]*tracked),
@@ -129,13 +141,38 @@ func (h *heartbeat) do(f func()) error {
 }
 
 // add starts heartbeating l, whose last confirmed attempt was sent at sent.
+// It does not wait for the loop: an Acquire pays no round trip through it.
 func (h *heartbeat) add(l *Lease, sent, trusted time.Time) error {
-	return h.do(func() {
-		if l.Err() != nil {
-			return
+	return h.change(leaseChange{add: &tracked{l: l, trusted: trusted, nextRenew: sent.Add(l.ttl / 3), limited: renewalLimited(l)}})
+}
+
+func (h *heartbeat) change(c leaseChange) error {
+	select {
+	case h.changes <- c:
+		return nil
+	case <-h.done:
+		return ErrClientClosed
+	}
+}
+
+// apply applies a change on the loop and reports whether the loop must
+// recompute its timer: a new lease due before the timer fires. (A removed
+// lease at most wakes the loop once for nothing.) Unlike a full step, it
+// does not scan every lease, which made each Acquire and Release cost
+// O(leases) on a client holding many.
+func (h *heartbeat) apply(c leaseChange) (rearm bool) {
+	if c.remove != nil {
+		if t := h.leases[c.remove.id]; t != nil && t.l == c.remove {
+			delete(h.leases, c.remove.id)
 		}
-		h.leases[l.id] = &tracked{l: l, trusted: trusted, nextRenew: sent.Add(l.ttl / 3), limited: renewalLimited(l)}
-	})
+		return false
+	}
+	t := c.add
+	if t.l.Err() != nil {
+		return false
+	}
+	h.leases[t.l.id] = t
+	return h.wakeAt.IsZero() || t.nextRenew.Before(h.wakeAt) || t.trusted.Before(h.wakeAt)
 }
 
 // renewalLimited reports whether the registrar granted l with a renewal
@@ -146,14 +183,9 @@ func renewalLimited(l *Lease) bool {
 	return l.pb.GetMaxRenewals() > 0
 }
 
-// remove stops heartbeating l (Release).
-func (h *heartbeat) remove(l *Lease) {
-	_ = h.do(func() {
-		if t := h.leases[l.id]; t != nil && t.l == l {
-			delete(h.leases, l.id)
-		}
-	})
-}
+// remove stops heartbeating l (Release): once it returns, no renewal of l
+// is sent that was not already in flight.
+func (h *heartbeat) remove(l *Lease) { _ = h.change(leaseChange{remove: l}) }
 
 // confirm records a renewal of l sent at sent and confirmed outside the
 // stream (Lease.Renew).
@@ -194,20 +226,37 @@ func (h *heartbeat) run() {
 	for {
 		now := h.clock.Now()
 		h.step(now)
-		if next := h.nextWake(); !next.IsZero() {
-			timer.Reset(max(next.Sub(now), 0))
+		if h.wakeAt = h.nextWake(); !h.wakeAt.IsZero() {
+			timer.Reset(max(h.wakeAt.Sub(now), 0))
 		} else {
 			timer.Stop()
 		}
-		select {
-		case <-h.ctx.Done():
+		if !h.wait(timer) {
 			h.shutdown()
 			return
+		}
+	}
+}
+
+// wait applies lease changes until something needs a full step, and
+// reports false when the client is closing.
+func (h *heartbeat) wait(timer Timer) bool {
+	for {
+		select {
+		case <-h.ctx.Done():
+			return false
+		case c := <-h.changes:
+			if h.apply(c) {
+				return true
+			}
 		case f := <-h.ops:
 			f()
+			return true
 		case ev := <-h.events:
 			h.handle(ev)
+			return true
 		case <-timer.C():
+			return true
 		}
 	}
 }
