@@ -506,3 +506,36 @@ func TestStrayGrantReleasedByNextAcquire(t *testing.T) {
 		}
 	})
 }
+
+// A lease due sooner than everything already tracked re-arms the loop's
+// timer when it is added (Acquire hands it over without a full step).
+func TestShortLeaseAfterLongOneIsRenewedOnTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		long, err := c.Acquire(t.Context(), "long", TTL(60*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the loop has armed its timer for the long lease
+		t0 := time.Now()
+		short, err := c.Acquire(t.Context(), "short", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3*time.Second + time.Millisecond)
+		synctest.Wait()
+		if isDone(short) || isDone(long) {
+			t.Fatalf("lost a lease: short %v, long %v", short.Err(), long.Err())
+		}
+		var at []time.Duration
+		for _, r := range fc.members["a:1"].keepalives() {
+			if len(r.ids) == 1 && r.ids[0] == short.ID() {
+				at = append(at, r.at.Sub(t0))
+			}
+		}
+		if len(at) != 3 || at[0] != time.Second {
+			t.Fatalf("the 3s lease was renewed at %v, want at 1s, 2s and 3s", at)
+		}
+	})
+}
