@@ -63,17 +63,29 @@ func ParseFile(data []byte) (*File, error) {
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("auth file is %d bytes; the limit is %d", len(data), MaxFileBytes)
 	}
+	// The entries are decoded one by one so that an error in one (an
+	// unknown field, a wrong type) names it.
+	var raw struct {
+		Tokens []json.RawMessage `json:"tokens"`
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var f File
-	if err := dec.Decode(&f); err != nil {
+	if err := dec.Decode(&raw); err != nil {
 		return nil, fmt.Errorf("auth file: %w", sanitizeJSONError(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("auth file: unexpected data after the JSON object")
 	}
-	if f.Tokens == nil {
+	if raw.Tokens == nil {
 		return nil, errors.New(`auth file: missing "tokens" list`)
+	}
+	f := File{Tokens: make([]FileEntry, len(raw.Tokens))}
+	for i, r := range raw.Tokens {
+		dec := json.NewDecoder(bytes.NewReader(r))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&f.Tokens[i]); err != nil {
+			return nil, fmt.Errorf("auth file: tokens[%d]: %w", i, sanitizeJSONError(err))
+		}
 	}
 	return &f, f.validate()
 }
@@ -88,6 +100,8 @@ func sanitizeJSONError(err error) error {
 		return fmt.Errorf("invalid JSON at byte %d", se.Offset)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return errors.New("invalid JSON: the file ends too early")
+	case errors.As(err, &te) && te.Field == "":
+		return fmt.Errorf("expected an object, found a %s", te.Value)
 	case errors.As(err, &te):
 		return fmt.Errorf("field %q: wrong type %s", te.Field, te.Value)
 	}

@@ -168,6 +168,9 @@ func (s *Server) authorize(ctx context.Context, proc string, msg any) error {
 		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "namespace": orDefault(t.namespace)},
 			"principal %s may not use namespace %s", p.Name, orDefault(t.namespace))
 	}
+	if err := scopeWithin(p, msg); err != nil {
+		return err
+	}
 	if t.acting != nil {
 		switch {
 		case *t.acting == "" && p.Admin() && (len(t.leases) > 0 || t.byIDs):
@@ -178,6 +181,27 @@ func (s *Server) authorize(ctx context.Context, proc string, msg any) error {
 		case *t.acting != p.Name && !p.Admin():
 			return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "field": t.field, t.field: *t.acting},
 				"principal %s may not act as %s %s: the %s of a request is the authenticated principal", p.Name, t.field, *t.acting, t.field)
+		}
+	}
+	return nil
+}
+
+// scopeWithin refuses a lease scope that names a namespace the principal
+// may not use: the scope is what Authorize answers from (and what a
+// signed certificate carries to other systems), so it may not reach past
+// its creator's own authority.
+func scopeWithin(p *auth.Principal, msg any) error {
+	var sc *tenurev1.Scope
+	switch m := msg.(type) {
+	case *tenurev1.AcquireRequest:
+		sc = m.GetScope()
+	case *tenurev1.DeriveRequest:
+		sc = m.GetScope()
+	}
+	for _, ns := range sc.GetNamespaces() {
+		if !p.InNamespace(ns) {
+			return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "field": "scope.namespaces", "namespace": ns},
+				"principal %s may not grant a scope over namespace %s: it may not use that namespace itself", p.Name, ns)
 		}
 	}
 	return nil

@@ -204,6 +204,16 @@ func TestWrongRoleOrNamespaceIsDenied(t *testing.T) {
 			_, err := r1.leases.History(ctx, connect.NewRequest(&tenurev1.HistoryRequest{Namespace: "default", Resource: "x"}))
 			return err
 		}},
+		{"holder grants a scope over a foreign namespace", func() error {
+			_, err := w1.leases.Acquire(ctx, req(&tenurev1.AcquireRequest{Resource: "scoped",
+				Scope: &tenurev1.Scope{Namespaces: []string{"default", "team-a"}}}))
+			return err
+		}},
+		{"namespace admin grants a scope past its namespaces", func() error {
+			_, err := b.as("tok-teamadmin").leases.Acquire(ctx, req(&tenurev1.AcquireRequest{Namespace: "team-a", Resource: "x",
+				Holder: "w1", Scope: &tenurev1.Scope{Namespaces: []string{"team-b", "default"}}}))
+			return err
+		}},
 		{"holder revokes", func() error {
 			_, err := w1.leases.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{LeaseId: "01ABC"}))
 			return err
@@ -277,6 +287,23 @@ func TestWrongRoleOrNamespaceIsDenied(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			wantReason(t, tc.call(), connect.CodePermissionDenied, "PERMISSION_DENIED")
 		})
+	}
+	// Pipelined, the same.
+	ps := w1.leases.Pipeline(ctx)
+	defer ps.CloseResponse()
+	if err := ps.Send(&tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{{Id: 1, Op: &tenurev1.PipelineOp_Acquire{
+		Acquire: &tenurev1.AcquireRequest{Resource: "scoped", Scope: &tenurev1.Scope{Namespaces: []string{"team-a"}}}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if pr, err := ps.Receive(); err != nil {
+		t.Fatal(err)
+	} else if got := pr.GetResults()[0].GetError().GetReason(); got != "PERMISSION_DENIED" {
+		t.Errorf("pipelined Acquire with a scope over a foreign namespace: %v, want PERMISSION_DENIED", pr.GetResults()[0])
+	}
+	// A scope within the caller's namespaces is granted.
+	if _, err := w1.leases.Acquire(ctx, req(&tenurev1.AcquireRequest{Resource: "scoped-ok",
+		Scope: &tenurev1.Scope{Namespaces: []string{"default"}}})); err != nil {
+		t.Errorf("holder acquires with a scope over its own namespace: %v", err)
 	}
 	// Within its namespaces the namespace admin may change the policy.
 	if _, err := b.as("tok-teamadmin").cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "team-a",
