@@ -113,7 +113,8 @@
 //
 // # Helpers
 //
-// Mutex is a lock over a lease, Election elects a leader and publishes its
+// Mutex is a lock over a lease, RWMutex a readers-writer lock (each reader
+// with a shared lease of its own), Election elects a leader and publishes its
 // value in the resource's guarded state, VerifyAll and Resume are the boot-time
 // reality check of a restarting agent, ReadState and WriteState are guarded
 // state with epochs, and CheckFence asks whether a fence is still current.

@@ -77,7 +77,7 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 	if err := e.hold.take(ctx); err != nil {
 		return err
 	}
-	l, err := acquireWaiting(ctx, e.c, e.resource, e.aopts, true)
+	l, err := acquireWaiting(ctx, e.c, e.resource, e.aopts, Exclusive, true)
 	if err != nil {
 		e.hold.giveBack()
 		return err

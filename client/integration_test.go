@@ -583,21 +583,7 @@ func TestIntegrationAcquireHeld(t *testing.T) {
 		got <- l2
 	}()
 	// Wait until the waiter is queued behind l.
-	probe := s.client(t, WithHolder("probe"))
-	for {
-		_, err := probe.Acquire(ctx, "integration/held")
-		if errors.As(err, &held) && held.Waiters >= 1 {
-			break
-		}
-		if !errors.Is(err, ErrLeaseHeld) {
-			t.Fatalf("probe: %v", err)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the waiter never queued")
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	awaitWaiters(ctx, t, s.client(t, WithHolder("probe")), "integration/held", 1)
 	if err := l.Release(ctx, ReleaseCompleted); err != nil {
 		t.Fatal(err)
 	}
@@ -755,5 +741,104 @@ func TestIntegrationHTTP1ClientFallsBackToUnary(t *testing.T) {
 	}
 	if err := l.Release(ctx, ReleaseCompleted); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestIntegrationRWMutex(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c1 := s.client(t, WithHolder("reader-1"))
+	c2 := s.client(t, WithHolder("writer"))
+	ctx := ctxTimeout(t, 60*time.Second)
+	m1 := NewRWMutex(c1, "integration/rw", TTL(5*time.Second))
+	m2 := NewRWMutex(c2, "integration/rw", TTL(5*time.Second))
+
+	// Readers share the lock, each with a lease and a fence of its own.
+	r1, err := m1.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := m1.TryRLock(ctx)
+	if err != nil || r2 == nil {
+		t.Fatalf("TryRLock beside a reader: %v, %v", r2, err)
+	}
+	if r1.Mode() != Shared || r2.Mode() != Shared || r1.ID() == r2.ID() || r1.Fence() == r2.Fence() {
+		t.Fatalf("readers' leases: %s %v fence %d, %s %v fence %d", r1.ID(), r1.Mode(), r1.Fence(), r2.ID(), r2.Mode(), r2.Fence())
+	}
+	if ok, err := m2.TryLock(ctx); ok || err != nil {
+		t.Fatalf("TryLock while readers hold: %v, %v", ok, err)
+	}
+
+	// A writer waits for the readers, and readers that come after it wait
+	// for it.
+	locked := make(chan error, 1)
+	go func() { locked <- m2.Lock(ctx) }()
+	probe := s.client(t, WithHolder("probe"))
+	awaitWaiters(ctx, t, probe, "integration/rw", 1)
+	if r3, err := m1.TryRLock(ctx); r3 != nil || err != nil {
+		t.Fatalf("TryRLock while a writer waits: %v, %v", r3, err)
+	}
+	if err := m1.RUnlock(ctx, r1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-locked:
+		t.Fatalf("Lock returned (%v) while a reader still held", err)
+	default:
+	}
+	if err := m1.RUnlock(ctx, r2); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-locked; err != nil {
+		t.Fatal(err)
+	}
+	w := m2.Lease()
+	if w.Mode() != Exclusive || w.Fence() <= r2.Fence() {
+		t.Fatalf("writer's lease %v fence %d after readers' %d", w.Mode(), w.Fence(), r2.Fence())
+	}
+	read := make(chan *Lease, 1)
+	go func() {
+		l, err := m1.RLock(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		read <- l
+	}()
+	awaitWaiters(ctx, t, probe, "integration/rw", 1)
+	if err := m2.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r4 := <-read
+	if r4 == nil || r4.Fence() <= w.Fence() {
+		t.Fatalf("reader after the writer: %v", r4)
+	}
+	// A reader's lease released behind the lock's back: RUnlock reports it.
+	if err := r4.Release(ctx, ReleaseVoluntary); err != nil {
+		t.Fatal(err)
+	}
+	if err := m1.RUnlock(ctx, r4); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("RUnlock of an ended lease: %v, want ErrLeaseLost", err)
+	}
+}
+
+// awaitWaiters returns once at least n acquires wait on resource, which
+// must be held meanwhile: probe's exclusive Acquire is refused with the
+// number of waiters.
+func awaitWaiters(ctx context.Context, t *testing.T, probe *Client, resource string, n int) {
+	t.Helper()
+	for {
+		_, err := probe.Acquire(ctx, resource)
+		var held *HeldError
+		if errors.As(err, &held) && held.Waiters >= n {
+			return
+		}
+		if !errors.Is(err, ErrLeaseHeld) {
+			t.Fatalf("probe of %s: %v", resource, err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("fewer than %d acquires ever waited on %s", n, resource)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }

@@ -111,7 +111,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 func (m *Mutex) Lease() *Lease { return m.hold.current() }
 
 func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
-	return acquireWaiting(ctx, m.c, m.resource, m.opts, wait)
+	return acquireWaiting(ctx, m.c, m.resource, m.opts, Exclusive, wait)
 }
 
 // lockLost is the error of an Unlock (or Resign) whose lease had ended: it
@@ -245,10 +245,10 @@ func (h *localHold) current() *Lease {
 	return nil
 }
 
-// acquireWaiting acquires an exclusive lease on resource, queueing at the
+// acquireWaiting acquires a lease of mode on resource, queueing at the
 // registrar until ctx ends when wait is set.
-func acquireWaiting(ctx context.Context, c *Client, resource string, opts []AcquireOption, wait bool) (*Lease, error) {
-	all := append(append([]AcquireOption(nil), opts...), Exclusive)
+func acquireWaiting(ctx context.Context, c *Client, resource string, opts []AcquireOption, mode Mode, wait bool) (*Lease, error) {
+	all := append(append([]AcquireOption(nil), opts...), mode)
 	if !wait {
 		return c.Acquire(ctx, resource, all...)
 	}
