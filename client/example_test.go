@@ -72,6 +72,26 @@ func ExampleMutex() {
 	}
 }
 
+// A readers-writer lock: readers hold shared leases, each with its own
+// fence for the storage they read.
+func ExampleRWMutex() {
+	c, err := tenure.New([]string{"127.0.0.1:7070"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	m := tenure.NewRWMutex(c, "config/routing", tenure.TTL(10*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := m.RLock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.RUnlock(context.Background(), l)
+	log.Printf("reading under fence %d", l.Fence())
+}
+
 // Leader election: one campaigner leads at a time; everyone can observe.
 func ExampleElection() {
 	c, err := tenure.New([]string{"127.0.0.1:7070"})
