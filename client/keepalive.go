@@ -42,10 +42,11 @@ const (
 //
 // One goroutine (run) owns every field below changes; others reach it
 // through ops, or through changes for the leases acquired and released,
-// which callers hand over without waiting for the loop to run them. Each renewal request records its send time; a response extends a
-// lease's trust window only when it answers a request of the current stream
-// that carried that lease, so trust is never extended on a response whose
-// send time is unknown. Responses of abandoned streams are dropped.
+// which callers hand over without waiting for the loop to run them. Each
+// renewal request records its send time; a response extends a lease's
+// trust window only when it answers a request of the current stream that
+// carried that lease, so trust is never extended on a response whose send
+// time is unknown. Responses of abandoned streams are dropped.
 type heartbeat struct {
 	c      *Client
 	clock  Clock
