@@ -22,6 +22,15 @@ type Feed struct {
 	n       int    // records held
 	next    uint64 // ledger index of the next record to arrive (0 = none seen yet)
 	changed chan struct{}
+	observe func([]statemachine.Sealed)
+}
+
+// Observe has fn called with every batch of records as it is appended,
+// on the apply path: fn must be quick and must not call the feed.
+func (f *Feed) Observe(fn func([]statemachine.Sealed)) {
+	f.mu.Lock()
+	f.observe = fn
+	f.mu.Unlock()
 }
 
 // NewFeed returns a feed keeping up to size records.
@@ -53,11 +62,39 @@ func (f *Feed) append(recs []statemachine.Sealed) {
 	}
 	close(f.changed)
 	f.changed = make(chan struct{})
+	if f.observe != nil {
+		f.observe(recs)
+	}
 	f.mu.Unlock()
 }
 
-// ErrCompacted reports an afterIndex older than the feed keeps.
-func compacted(after, oldest uint64) error {
+// At returns the record at index, or false when it is not in the ring
+// (compacted, or not yet appended).
+func (f *Feed) At(index uint64) (statemachine.Sealed, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.n == 0 {
+		return statemachine.Sealed{}, false
+	}
+	oldest := f.ring[f.start].Record.Index
+	if index < oldest || index >= f.next {
+		return statemachine.Sealed{}, false
+	}
+	return f.ring[(f.start+int(index-oldest))%len(f.ring)], true
+}
+
+// Oldest returns the index of the oldest record held (0 if none).
+func (f *Feed) Oldest() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.n == 0 {
+		return 0
+	}
+	return f.ring[f.start].Record.Index
+}
+
+// Compacted is the error for an afterIndex older than the feed keeps.
+func Compacted(after, oldest uint64) error {
 	return &registrar.Error{Reason: registrar.ReasonInvalidArgument,
 		Message: fmt.Sprintf("%s: after_index %d was compacted; the oldest event kept in memory is %d",
 			registrar.ReasonInvalidArgument, after, oldest),
@@ -82,13 +119,13 @@ func (f *Feed) Read(after uint64, limit int) ([]statemachine.Sealed, <-chan stru
 	defer f.mu.RUnlock()
 	if f.n == 0 {
 		if f.next != 0 && after+1 < f.next {
-			return nil, nil, compacted(after, f.next)
+			return nil, nil, Compacted(after, f.next)
 		}
 		return nil, f.changed, nil
 	}
 	oldest := f.ring[f.start].Record.Index
 	if after+1 < oldest {
-		return nil, nil, compacted(after, oldest)
+		return nil, nil, Compacted(after, oldest)
 	}
 	skip := int(after + 1 - oldest)
 	var out []statemachine.Sealed

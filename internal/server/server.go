@@ -110,6 +110,8 @@ type Server struct {
 	cancel context.CancelFunc
 	// closing ends streams (Watch, KeepAlive) when the server shuts down.
 	closing chan struct{}
+	// watchers tells Watch streams which applied records they match.
+	watchers *watchHub
 }
 
 type metrics struct {
@@ -131,7 +133,7 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
 	}
 	s := &Server{cfg: cfg, log: log, ln: ln, reg: prometheus.NewRegistry(), served: make(chan error, 1),
-		closing: make(chan struct{}), fwd: newForwardClients(cfg.PeerTLS, cfg.MemberToken)}
+		closing: make(chan struct{}), fwd: newForwardClients(cfg.PeerTLS, cfg.MemberToken), watchers: newWatchHub()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.metrics = &metrics{rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenure_rejections_total", Help: "Requests answered with an error, by reason.",
@@ -159,6 +161,7 @@ func Start(cfg Config) (*Server, error) {
 		ln.Close()
 		return nil, err
 	}
+	s.node.Feed().Observe(s.watchers.observe)
 
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),

@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strings"
 
 	"connectrpc.com/connect"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
 // watchBatch bounds the records read from the feed per wake-up.
@@ -34,6 +35,10 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	}
 	visible := watchScope(ctx)
 	feed := s.node.Feed()
+	// Registered first: what is appended from here on is offered to w,
+	// and whatever of it is read in order below is skipped there.
+	w := s.watchers.add(m.Namespace, m.Prefix)
+	defer s.watchers.remove(w)
 	after := m.AfterIndex
 	if after == 0 {
 		after = feed.Head()
@@ -43,30 +48,56 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	if err := stream.Send(nil); err != nil { // flush headers
 		return err
 	}
-	for {
-		recs, changed, err := feed.Read(after, watchBatch)
-		if err != nil {
-			// The watcher fell behind the ring: it must resume from a newer index.
-			return s.toConnect(err)
+	send := func(sl statemachine.Sealed) error {
+		after = sl.Record.Index
+		if ns, res := eventScope(sl.Record); !w.matches(ns, res) || !visible(ns) {
+			return nil
 		}
-		for _, sl := range recs {
-			after = sl.Record.Index
-			ns, res := eventScope(sl.Record)
-			if m.Namespace != "" && ns != m.Namespace || !visible(ns) {
+		return stream.Send(&tenurev1.WatchResponse{Event: renderEvent(sl)})
+	}
+	// A resume reads the feed in order up to its head, as does a watcher
+	// whose pending indexes ran over; otherwise only the records the hub
+	// offered are read.
+	inOrder := m.AfterIndex != 0
+	for {
+		if inOrder {
+			recs, _, err := feed.Read(after, watchBatch)
+			if err != nil {
+				// The watcher fell behind the ring: it must resume from a newer index.
+				return s.toConnect(err)
+			}
+			for _, sl := range recs {
+				if err := send(sl); err != nil {
+					return err
+				}
+			}
+			if len(recs) == watchBatch {
 				continue
 			}
-			if m.Prefix != "" && !strings.HasPrefix(res, m.Prefix) {
+			inOrder = false
+		}
+		idxs, overflow := w.take()
+		if overflow {
+			inOrder = true
+			continue
+		}
+		for _, i := range idxs {
+			if i <= after {
 				continue
 			}
-			if err := stream.Send(&tenurev1.WatchResponse{Event: renderEvent(sl)}); err != nil {
+			sl, ok := feed.At(i)
+			if !ok {
+				return s.toConnect(cluster.Compacted(after, feed.Oldest()))
+			}
+			if err := send(sl); err != nil {
 				return err
 			}
 		}
-		if len(recs) == watchBatch {
+		if len(idxs) > 0 {
 			continue
 		}
 		select {
-		case <-changed:
+		case <-w.wake:
 		case <-ctx.Done():
 			return nil
 		case <-s.closing:
