@@ -186,9 +186,13 @@ func (s *Server) claimCommand(m *tenurev1.ClaimRequest) (*logpb.Claim, time.Dura
 }
 
 // claim proposes a claim; with a wait, it proposes again whenever the
-// queue may have a claimable task (an applied change, or a delayed task's
-// ready time), until it gets one or the wait ends. An empty answer after
-// the wait is not an error.
+// queue may have a claimable task (a record of one of its tasks applied,
+// or a delayed task's ready time), until it gets one or the wait ends. An
+// empty answer after the wait is not an error.
+//
+// A waiting claim is woken by the watch hub for its queue's records only:
+// woken by every applied entry, 1,000 idle workers long-polling empty
+// queues cut unrelated write throughput by more than half.
 func (s *Server) claim(ctx context.Context, c *logpb.Claim, wait time.Duration) (queue.Outcome, error) {
 	var deadline <-chan time.Time
 	if wait > 0 {
@@ -202,9 +206,17 @@ func (s *Server) claim(ctx context.Context, c *logpb.Claim, wait time.Duration) 
 			ready.Stop()
 		}
 	}()
+	var changed <-chan struct{} // nil without a wait: never ready
+	var w *watcher
+	if wait > 0 {
+		// Registered before the first look, so that no change after it
+		// goes unnoticed.
+		w = s.watchers.add(orDefault(c.Namespace), queue.Resource(c.Queue, ""))
+		defer s.watchers.remove(w)
+		changed = w.wake
+	}
 	propose := true
 	for {
-		changed := s.node.Changes()
 		if propose {
 			out, err := s.proposeQueue(ctx, &logpb.Command{Actor: c.Worker, Op: &logpb.Command_Claim{Claim: c}})
 			if err != nil || len(out.Tasks) > 0 || wait <= 0 {
@@ -230,6 +242,7 @@ func (s *Server) claim(ctx context.Context, c *logpb.Claim, wait time.Duration) 
 		}
 		select {
 		case <-changed:
+			w.take() // the indexes are not needed: the state is read
 			propose = s.claimable(c)
 		case <-readyC:
 			propose = true

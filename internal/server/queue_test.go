@@ -296,3 +296,47 @@ func (q pipelinedQueue) complete(r *tenurev1.CompleteRequest) error {
 	_, err := q.p.do(&tenurev1.QueueOp{Op: &tenurev1.QueueOp_Complete{Complete: r}})
 	return err
 }
+
+// A long-poll Claim wakes for its own queue's records: in a named
+// namespace, on a queue whose name needs escaping, and in the default
+// namespace named or not.
+func TestClaimWaitWakesForItsQueue(t *testing.T) {
+	b := setup(t)
+	qc := b.queueClient()
+	ctx := context.Background()
+	for _, tc := range []struct{ claimNS, enqueueNS, queue string }{
+		{"team", "team", "a/b%c"},
+		{"", "default", "plain"},
+		{"default", "", "plain2"},
+	} {
+		got := make(chan *tenurev1.ClaimResponse, 1)
+		go func() {
+			resp, err := qc.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Namespace: tc.claimNS, Queue: tc.queue,
+				Worker: "w", Wait: durationpb.New(20 * time.Second)}))
+			if err != nil {
+				t.Error(err)
+				got <- nil
+				return
+			}
+			got <- resp.Msg
+		}()
+		waitFor(t, "the claim waiting", 10*time.Second, func() bool {
+			b.srv.watchers.mu.Lock()
+			defer b.srv.watchers.mu.Unlock()
+			return len(b.srv.watchers.subs) == 1
+		})
+		// Another queue's task does not end the wait.
+		if _, err := qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Namespace: tc.enqueueNS, Queue: tc.queue + "-other",
+			Tasks: []*tenurev1.NewTask{{Payload: []byte("no")}}})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Namespace: tc.enqueueNS, Queue: tc.queue,
+			Tasks: []*tenurev1.NewTask{{Payload: []byte("yes")}}})); err != nil {
+			t.Fatal(err)
+		}
+		m := <-got
+		if m == nil || len(m.Tasks) != 1 || string(m.Tasks[0].Payload) != "yes" {
+			t.Fatalf("%+v: claimed %v (nothing: the wait was never woken)", tc, m)
+		}
+	}
+}
