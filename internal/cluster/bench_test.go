@@ -91,7 +91,7 @@ func BenchmarkProposeCycle(b *testing.B) {
 // FSM goroutine spends, which every caller of Propose waits for.
 func BenchmarkApplyBatch(b *testing.B) {
 	const perEntry = 46
-	f := newFSM(statemachine.DefaultConfig(), NewFeed(0))
+	f := newFSM(statemachine.DefaultConfig(), NewFeed(0, nil))
 	f.observe = newMetrics(nil, nil).observe
 	var err error
 	if f.ledger, err = openLedger(b.TempDir(), 0, slog.New(slog.DiscardHandler)); err != nil {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"github.com/tenurehq/tenure/internal/logpb"
 	"io"
 	"log/slog"
 	"net"
@@ -51,6 +52,9 @@ type Config struct {
 	Machine statemachine.Config
 	// FeedSize is how many recent records Watch and History can reach.
 	FeedSize int
+	// EventScope, when set, names the namespace and resource a record
+	// belongs to: the feed indexes its records by them (Feed.History).
+	EventScope func(*logpb.Record) (ns, resource string)
 	// MaxBatch bounds the commands proposed in one Raft log entry.
 	MaxBatch int
 	// MaxInflightEntries bounds the Raft entries proposed and not yet

@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
+	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
@@ -23,7 +25,17 @@ type Feed struct {
 	next    uint64 // ledger index of the next record to arrive (0 = none seen yet)
 	changed chan struct{}
 	observe func([]statemachine.Sealed)
+
+	// With scope set, the records held are indexed by namespace and
+	// resource: keys is parallel to ring, byKey lists each key's record
+	// indexes in order (records leave the ring oldest first, so the one
+	// leaving is always the first of its key's list).
+	scope func(*logpb.Record) (ns, resource string)
+	keys  []feedKey
+	byKey map[feedKey][]uint64
 }
+
+type feedKey struct{ ns, resource string }
 
 // Observe has fn called with every batch of records as it is appended,
 // on the apply path: fn must be quick and must not call the feed.
@@ -33,12 +45,18 @@ func (f *Feed) Observe(fn func([]statemachine.Sealed)) {
 	f.mu.Unlock()
 }
 
-// NewFeed returns a feed keeping up to size records.
-func NewFeed(size int) *Feed {
+// NewFeed returns a feed keeping up to size records, indexed by scope
+// when it is not nil.
+func NewFeed(size int, scope func(*logpb.Record) (ns, resource string)) *Feed {
 	if size <= 0 {
 		size = DefaultFeedSize
 	}
-	return &Feed{ring: make([]statemachine.Sealed, size), changed: make(chan struct{})}
+	f := &Feed{ring: make([]statemachine.Sealed, size), changed: make(chan struct{}), scope: scope}
+	if scope != nil {
+		f.keys = make([]feedKey, size)
+		f.byKey = map[feedKey][]uint64{}
+	}
+	return f
 }
 
 func (f *Feed) append(recs []statemachine.Sealed) {
@@ -50,15 +68,25 @@ func (f *Feed) append(recs []statemachine.Sealed) {
 		if f.n > 0 && s.Record.Index != f.next {
 			// A gap (after a snapshot restore): the ring restarts.
 			f.start, f.n = 0, 0
+			if f.byKey != nil {
+				clear(f.byKey)
+			}
 		}
 		pos := (f.start + f.n) % len(f.ring)
 		if f.n == len(f.ring) {
 			f.start = (f.start + 1) % len(f.ring)
+			f.unindex(pos)
 		} else {
 			f.n++
 		}
 		f.ring[pos] = s
 		f.next = s.Record.Index + 1
+		if f.scope != nil {
+			ns, res := f.scope(s.Record)
+			k := feedKey{ns, res}
+			f.keys[pos] = k
+			f.byKey[k] = append(f.byKey[k], s.Record.Index)
+		}
 	}
 	close(f.changed)
 	f.changed = make(chan struct{})
@@ -66,6 +94,38 @@ func (f *Feed) append(recs []statemachine.Sealed) {
 		f.observe(recs)
 	}
 	f.mu.Unlock()
+}
+
+// unindex drops the record at pos, the oldest, from the index.
+func (f *Feed) unindex(pos int) {
+	if f.byKey == nil {
+		return
+	}
+	k := f.keys[pos]
+	if idx := f.byKey[k]; len(idx) > 1 {
+		f.byKey[k] = idx[1:]
+	} else {
+		delete(f.byKey, k)
+	}
+}
+
+// History calls fn for each record held of namespace ns and resource,
+// with index > after, oldest first, until fn returns false. It reads only
+// that resource's records (the feed must have been given a scope).
+func (f *Feed) History(ns, resource string, after uint64, fn func(statemachine.Sealed) bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	idx := f.byKey[feedKey{ns, resource}]
+	if len(idx) == 0 {
+		return
+	}
+	oldest := f.ring[f.start].Record.Index
+	i, _ := slices.BinarySearch(idx, after+1)
+	for _, x := range idx[i:] {
+		if !fn(f.ring[(f.start+int(x-oldest))%len(f.ring)]) {
+			return
+		}
+	}
 }
 
 // At returns the record at index, or false when it is not in the ring
@@ -133,20 +193,4 @@ func (f *Feed) Read(after uint64, limit int) ([]statemachine.Sealed, <-chan stru
 		out = append(out, f.ring[(f.start+i)%len(f.ring)])
 	}
 	return out, f.changed, nil
-}
-
-// Scan calls fn for each record with index > after, oldest first, until
-// fn returns false. Records older than the ring are skipped silently.
-func (f *Feed) Scan(after uint64, fn func(statemachine.Sealed) bool) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	for i := 0; i < f.n; i++ {
-		s := f.ring[(f.start+i)%len(f.ring)]
-		if s.Record.Index <= after {
-			continue
-		}
-		if !fn(s) {
-			return
-		}
-	}
 }

@@ -117,7 +117,7 @@ func Open(cfg Config) (*Node, error) {
 		cfg:      cfg,
 		log:      log.With("node", id),
 		id:       id,
-		feed:     NewFeed(cfg.FeedSize),
+		feed:     NewFeed(cfg.FeedSize, cfg.EventScope),
 		in:       make(chan *proposal, 4*cfg.MaxBatch),
 		inflight: make(chan *inflight, 256),
 		slots:    newEntrySlots(cfg.MaxInflightEntries),

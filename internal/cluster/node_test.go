@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -249,7 +250,7 @@ func TestConcurrentProposalsShareBatches(t *testing.T) {
 }
 
 func TestFeedReadsAndCompacts(t *testing.T) {
-	f := NewFeed(3)
+	f := NewFeed(3, nil)
 	if _, ch, err := f.Read(0, 10); err != nil || ch == nil {
 		t.Fatalf("empty feed: %v", err)
 	}
@@ -267,6 +268,62 @@ func TestFeedReadsAndCompacts(t *testing.T) {
 	}
 	if f.Head() != 5 {
 		t.Fatalf("Head = %d", f.Head())
+	}
+}
+
+// History reads one resource's records among those the ring still
+// holds, in order, after an index; a gap (snapshot restore) empties it.
+func TestFeedHistoryIndex(t *testing.T) {
+	scope := func(r *logpb.Record) (string, string) {
+		return r.GetIssued().GetNamespace(), r.GetIssued().GetResource()
+	}
+	f := NewFeed(4, scope)
+	rec := func(i uint64, ns, res string) statemachine.Sealed {
+		return statemachine.Sealed{Record: &logpb.Record{Index: i,
+			Body: &logpb.Record_Issued{Issued: &logpb.LeaseIssued{Namespace: ns, Resource: res}}}}
+	}
+	history := func(ns, res string, after uint64) []uint64 {
+		var out []uint64
+		f.History(ns, res, after, func(s statemachine.Sealed) bool {
+			out = append(out, s.Record.Index)
+			return true
+		})
+		return out
+	}
+	f.append([]statemachine.Sealed{rec(1, "a", "x"), rec(2, "a", "y"), rec(3, "b", "x"), rec(4, "a", "x")})
+	if got := history("a", "x", 0); !slices.Equal(got, []uint64{1, 4}) {
+		t.Fatalf("history of a/x: %v, want [1 4]", got)
+	}
+	if got := history("a", "x", 1); !slices.Equal(got, []uint64{4}) {
+		t.Fatalf("history of a/x after 1: %v, want [4]", got)
+	}
+	// 1 and 2 leave the ring.
+	f.append([]statemachine.Sealed{rec(5, "a", "x"), rec(6, "b", "x")})
+	for _, tc := range []struct {
+		ns, res string
+		want    []uint64
+	}{{"a", "x", []uint64{4, 5}}, {"a", "y", nil}, {"b", "x", []uint64{3, 6}}} {
+		if got := history(tc.ns, tc.res, 0); !slices.Equal(got, tc.want) {
+			t.Fatalf("history of %s/%s: %v, want %v", tc.ns, tc.res, got, tc.want)
+		}
+	}
+	if len(f.byKey) != 2 {
+		t.Fatalf("index holds %d keys, want 2: %v", len(f.byKey), f.byKey)
+	}
+	// A gap restarts the ring and its index.
+	f.append([]statemachine.Sealed{rec(10, "a", "x")})
+	if got := history("a", "x", 0); !slices.Equal(got, []uint64{10}) {
+		t.Fatalf("history after a gap: %v, want [10]", got)
+	}
+	if got := history("b", "x", 0); got != nil {
+		t.Fatalf("history of b/x after a gap: %v, want none", got)
+	}
+	// Stopping early.
+	f.append([]statemachine.Sealed{rec(11, "a", "x")})
+	n := 0
+	f.History("a", "x", 0, func(statemachine.Sealed) bool { n++; return false })
+	if n != 1 {
+		t.Fatalf("fn called %d times after returning false", n)
 	}
 }
 

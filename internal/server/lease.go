@@ -543,7 +543,9 @@ func (h *leaseService) WriteState(ctx context.Context, req *connect.Request[tenu
 }
 
 // History answers a resource's events from the in-memory feed (the most
-// recent cluster.DefaultFeedSize records of the whole registrar).
+// recent cluster.DefaultFeedSize records of the whole registrar), through
+// its index by resource: the resource's own events, not a scan of the
+// feed.
 func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev1.HistoryRequest]) (*connect.Response[tenurev1.HistoryResponse], error) {
 	s, m := h.s, req.Msg
 	if err := registrar.CheckIdentifier("namespace", m.Namespace, false); err != nil {
@@ -569,11 +571,8 @@ func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev
 		return nil, s.toConnect(err)
 	}
 	resp := &tenurev1.HistoryResponse{}
-	s.node.Feed().Scan(m.AfterIndex, func(sl statemachine.Sealed) bool {
-		if registrar.Tick(sl.Record.Tick) < cutoff {
-			return true
-		}
-		if rns, res := eventScope(sl.Record); rns == ns && res == m.Resource {
+	s.node.Feed().History(ns, m.Resource, m.AfterIndex, func(sl statemachine.Sealed) bool {
+		if registrar.Tick(sl.Record.Tick) >= cutoff {
 			resp.Events = append(resp.Events, renderEvent(sl))
 		}
 		return len(resp.Events) < limit

@@ -146,6 +146,7 @@ func Start(cfg Config) (*Server, error) {
 	cc := cfg.Cluster
 	cc.APIAddr = ln.Addr().String()
 	cc.Registerer = s.reg
+	cc.EventScope = eventScope // History reads a resource's events by this index
 	if cc.Logger == nil {
 		cc.Logger = log
 	}
