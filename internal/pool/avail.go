@@ -92,8 +92,9 @@ func (p *pool) removeWanted(f *file, x uint32) {
 }
 
 // replaceHave installs a peer's new have-map of f, adjusting availability
-// by the difference only.
+// by the difference only. It forgets the bytes seen for the old one.
 func (p *pool) replaceHave(f *file, pe *peer, nw *roaring.Bitmap) {
+	delete(pe.seen, f.index)
 	if old := pe.have[f.index]; old == nil {
 		p.shiftAvail(f, nw, true)
 	} else {

@@ -99,8 +99,29 @@ func (ps *Pools) Do(tx *registrar.Tx, c *logpb.PoolCommand) Outcome {
 }
 
 func (ps *Pools) emit(tx *registrar.Tx, k key, pr *logpb.PoolRecord) {
+	ps.emitIn(tx, k, &logpb.Record{}, &logpb.Record_Pool{}, pr)
+}
+
+// emitIn is emit with the record and its body's oneof wrapper supplied
+// by the caller (see leasedRecord).
+func (ps *Pools) emitIn(tx *registrar.Tx, k key, rec *logpb.Record, body *logpb.Record_Pool, pr *logpb.PoolRecord) {
 	pr.Namespace, pr.Pool = k.ns, k.name
-	tx.Emit(&logpb.Record{Body: &logpb.Record_Pool{Pool: pr}})
+	body.Pool = pr
+	rec.Body = body
+	tx.Emit(rec)
+}
+
+// leasedRecord allocates the record of a piece leased in one piece: the
+// record, its oneof wrappers, the pool record and the event share one
+// struct, which saves four allocations per granted piece. The messages
+// are the same (fields, encoding, hashes); only their memory is shared,
+// and they live as long as the record does anyway.
+type leasedRecord struct {
+	rec   logpb.Record
+	body  logpb.Record_Pool
+	pr    logpb.PoolRecord
+	event logpb.PoolRecord_Leased
+	msg   logpb.PieceLeased
 }
 
 func (ps *Pools) create(tx *registrar.Tx, k key, c *logpb.PoolCreate) Outcome {
@@ -184,6 +205,9 @@ type haveIn struct {
 	f   *file
 	raw []byte          // the request's bits
 	bm  *roaring.Bitmap // the recorded have-map
+	// empty is bm.IsEmpty(), known when the request looks at bm (a
+	// choose then need not read it again: a likely cache miss each).
+	empty bool
 	// tested counts the members a choose tested bit by bit; idle marks a
 	// have-map found to share no piece with wanted.
 	tested int
@@ -225,7 +249,12 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 	if len(r.Have) > MaxHaveMaps {
 		return reject(tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST, "too many have-maps")
 	}
-	haves := make([]haveIn, 0, len(r.Have))
+	haves := slices.Grow(ps.scratch.haves[:0], len(r.Have))
+	defer func() {
+		// Keep the room, not the request's bytes and sets.
+		clear(haves[:cap(haves)])
+		ps.scratch.haves = haves[:0]
+	}()
 	for _, h := range r.Have {
 		f := p.files[h.FileIndex]
 		if f == nil {
@@ -252,11 +281,13 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 		h := &haves[i]
 		var old *roaring.Bitmap
 		if pe != nil {
-			old = pe.have[h.f.index]
-			if c, ok := pe.seen[h.f.index]; ok && c.set == old && old != nil && bytes.Equal(c.raw, h.raw) {
-				h.bm = old
+			// A seen entry is the peer's current recorded have-map of the
+			// file, never empty: replaceHave drops it when the set changes.
+			if c, ok := pe.seen[h.f.index]; ok && bytes.Equal(c.raw, h.raw) {
+				h.bm = c.set
 				continue
 			}
+			old = pe.have[h.f.index]
 		}
 		bm := fromBits(h.raw)
 		if !sameSet(old, bm) {
@@ -269,6 +300,7 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 			pe = p.peers[r.Peer]
 		}
 		h.bm = pe.haveOf(h.f.index)
+		h.empty = h.bm.IsEmpty()
 		if h.bm != emptySet {
 			pe.seen[h.f.index] = seenHave{raw: bytes.Clone(h.raw), set: h.bm}
 		}
@@ -290,7 +322,7 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 	out := Outcome{Leases: make([]Grant, 0, min(need, 64))}
 	var skip map[pieceKey]bool
 	for len(out.Leases) < need {
-		chosen := p.choose(haves, need-len(out.Leases), skip)
+		chosen := p.choose(&ps.scratch, haves, need-len(out.Leases), skip)
 		if len(chosen) == 0 {
 			break
 		}
@@ -313,9 +345,12 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 				}
 				return out
 			}
-			ps.emit(tx, k, &logpb.PoolRecord{Event: &logpb.PoolRecord_Leased{Leased: &logpb.PieceLeased{
+			x := &leasedRecord{msg: logpb.PieceLeased{
 				Peer: r.Peer, FileIndex: pk.file, PieceIndex: pk.piece, LeaseSeq: l.Fence, LeaseId: l.ID,
-			}}})
+			}}
+			x.event.Leased = &x.msg
+			x.pr.Event = &x.event
+			ps.emitIn(tx, k, &x.rec, &x.body, &x.pr)
 			if err := tx.Err(); err != nil {
 				return fail(err)
 			}
@@ -337,20 +372,25 @@ const scanLimit = 1024
 // choose picks up to need wanted pieces from the have-maps: lowest
 // availability first; within one availability, round robin across files
 // (ascending index), lowest piece first.
-func (p *pool) choose(haves []haveIn, need int, skip map[pieceKey]bool) []pieceKey {
+// The answer and the working room are s's (reused): the answer is valid
+// until the next choose.
+func (p *pool) choose(s *scratch, haves []haveIn, need int, skip map[pieceKey]bool) []pieceKey {
 	for i := range haves {
 		h := &haves[i]
-		h.tested, h.idle = 0, h.bm.IsEmpty() || h.f.wanted.IsEmpty()
+		h.tested, h.idle = 0, h.empty || h.f.wanted.IsEmpty()
 	}
-	out := make([]pieceKey, 0, need)
+	out := slices.Grow(s.out[:0], need)
 	// per[i] collects have-map i's pieces of one level (at most need; the
 	// shared backing array covers small needs, larger ones grow).
-	per := make([][]uint32, len(haves))
+	per := slices.Grow(s.per[:0], len(haves))[:len(haves)]
 	c := min(need, 16)
-	buf := make([]uint32, c*len(haves))
+	buf := slices.Grow(s.buf[:0], c*len(haves))[:c*len(haves)]
 	for i := range per {
 		per[i] = buf[i*c : i*c : (i+1)*c]
 	}
+	defer func() {
+		s.out, s.per, s.buf = out[:0], per[:0], buf[:0]
+	}()
 	for _, lv := range p.levels {
 		found := false
 		for i := range haves {

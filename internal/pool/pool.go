@@ -23,6 +23,17 @@ type Pools struct {
 	pools map[key]*pool
 	// byLease finds the piece of a pool lease (by fence/seq).
 	byLease map[uint64]*pieceLease
+	// scratch is working room reused by every request.
+	scratch scratch
+}
+
+// scratch is a request's working room: its have-maps, and choose's answer
+// and buffers. Not state: it only saves allocations.
+type scratch struct {
+	haves []haveIn
+	out   []pieceKey
+	per   [][]uint32
+	buf   []uint32
 }
 
 type key struct{ ns, name string }

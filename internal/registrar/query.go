@@ -276,7 +276,7 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 	if startRes > from {
 		from = startRes
 	}
-	ns.ordered.AscendGreaterOrEqual(named{name: from}, func(e named) bool {
+	ns.ordered.AscendGreaterOrEqual(nameKey(from), func(e named) bool {
 		res := e.res
 		if !strings.HasPrefix(res.name, q.Prefix) {
 			return false

@@ -198,8 +198,10 @@ func (r *Registrar) applyIssued(rec *logpb.Record, is *logpb.LeaseIssued) error 
 	if m := Mode(is.Mode); m != Exclusive && m != Shared {
 		return fmt.Errorf("record %d: lease %d has mode %d", rec.Index, is.Seq, is.Mode)
 	}
-	if ns := r.namespaces[is.Namespace]; ns != nil {
-		if res := ns.resources[is.Resource]; res != nil && !compatible(res, Mode(is.Mode)) {
+	ns := r.namespaces[is.Namespace]
+	var res *resource
+	if ns != nil {
+		if res = ns.resources[is.Resource]; res != nil && !compatible(res, Mode(is.Mode)) {
 			// CTR-0501: a grant for an already-leased resource.
 			return fmt.Errorf("record %d: lease %d on %s, which is already leased", rec.Index, is.Seq, is.Resource)
 		}
@@ -209,10 +211,19 @@ func (r *Registrar) applyIssued(rec *logpb.Record, is *logpb.LeaseIssued) error 
 		if w == nil {
 			return fmt.Errorf("record %d: grants unknown waiter %d", rec.Index, is.WaiterId)
 		}
-		r.removeWaiter(w)
+		r.removeWaiter(w) // may drop the resource: look it up again
+		res = nil
+		ns = r.namespaces[is.Namespace]
 	}
-	ns := r.namespace(is.Namespace, true)
-	res := ns.resource(is.Resource, true)
+	switch {
+	case ns == nil:
+		ns = r.namespace(is.Namespace, true)
+		res = ns.resource(is.Resource, true)
+	case res == nil && is.WaiterId == 0:
+		res = ns.newResource(is.Resource) // not there: looked up above
+	case res == nil:
+		res = ns.resource(is.Resource, true)
+	}
 	h := ns.holder(is.Holder)
 	l := &lease{
 		seq:         is.Seq,

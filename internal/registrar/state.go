@@ -1,6 +1,7 @@
 package registrar
 
 import (
+	"encoding/binary"
 	"strings"
 
 	"github.com/tenurehq/tenure/internal/logpb"
@@ -91,6 +92,9 @@ type resource struct {
 	excl    *lease   // the active exclusive lease, if any
 	cont    *contention
 	guarded *guarded
+	// first is room for the first lease, which most resources never
+	// outgrow (it fits the struct's size class: no extra allocation).
+	first [1]*lease
 }
 
 // contention holds what only some resources have: active shared leases
@@ -183,13 +187,36 @@ type namespace struct {
 
 // named is an entry of a namespace's ordered resources. The name is
 // inline so that the tree's comparisons read only the names, not the
-// resources they point to (each a likely cache miss in a large tree).
+// resources they point to (each a likely cache miss in a large tree); and
+// so are its first 16 bytes, as two big-endian words (zero-padded), which
+// decide most comparisons without reading the names' bytes (another
+// likely cache miss each).
 type named struct {
-	name string
-	res  *resource
+	hi, lo uint64
+	name   string
+	res    *resource
 }
 
-func lessResource(a, b named) bool { return a.name < b.name }
+// nameKey returns the entry of the resource name (res not set).
+func nameKey(name string) named {
+	var b [16]byte
+	copy(b[:], name)
+	return named{hi: binary.BigEndian.Uint64(b[:8]), lo: binary.BigEndian.Uint64(b[8:]), name: name}
+}
+
+// lessResource orders entries by name. Zero-padded prefixes that differ
+// order as the names do (at the first difference, a name that has ended
+// pads with 0, which no byte of a longer name sorts before); equal ones
+// leave it to the names.
+func lessResource(a, b named) bool {
+	if a.hi != b.hi {
+		return a.hi < b.hi
+	}
+	if a.lo != b.lo {
+		return a.lo < b.lo
+	}
+	return a.name < b.name
+}
 
 func newNamespace(name string, p Policy) *namespace {
 	return &namespace{
@@ -205,16 +232,24 @@ func (ns *namespace) resource(name string, create bool) *resource {
 	if r := ns.resources[name]; r != nil || !create {
 		return r
 	}
+	return ns.newResource(name)
+}
+
+// newResource adds the resource name, which the namespace does not have.
+func (ns *namespace) newResource(name string) *resource {
 	r := &resource{ns: ns, name: strings.Clone(name)}
+	r.leases = r.first[:0]
 	ns.resources[r.name] = r
-	ns.ordered.ReplaceOrInsert(named{r.name, r})
+	e := nameKey(r.name)
+	e.res = r
+	ns.ordered.ReplaceOrInsert(e)
 	return r
 }
 
 func (ns *namespace) dropIfEmpty(r *resource) {
 	if r.empty() {
 		delete(ns.resources, r.name)
-		ns.ordered.Delete(named{name: r.name})
+		ns.ordered.Delete(nameKey(r.name))
 	}
 }
 

@@ -344,8 +344,23 @@ func (m *Machine) Emit(rec *logpb.Record) error {
 	if err := m.applyRecord(rec); err != nil {
 		return err
 	}
+	if len(m.out) == cap(m.out) {
+		m.moveOut()
+	}
 	m.out = append(m.out, Sealed{Record: rec, Bytes: b, Hash: h})
 	return nil
+}
+
+// moveOut moves the current command's records, which fill the room left
+// in recs, to the start of a new chunk that becomes recs: records then
+// takes its room as usual, and the commands after it have room again
+// (growing out by append would leave recs' short remainder to the next
+// command, and so reallocate its records as well).
+func (m *Machine) moveOut() {
+	n := len(m.out)
+	fresh := make([]Sealed, n, max(recsChunk, 2*n))
+	copy(fresh, m.out)
+	m.recs, m.out = fresh[:0], fresh
 }
 
 func (m *Machine) applyRecord(rec *logpb.Record) error {
