@@ -214,3 +214,42 @@ func TestPolicy_SetPolicyValidationAndSnapshotAtGrant(t *testing.T) {
 	e.after(1000).renew(l.ID, nil)
 	wantReason(t, e.after(1000).renew(l.ID, nil).Err, registrar.ReasonRenewalLimitExceeded)
 }
+
+// Pruning follows each namespace's own retention, and a namespace whose
+// terminal leases were all pruned is pruned again when more end.
+func TestPolicy_PruneAcrossNamespaces(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.setPolicy("fast", &tenurev1.NamespacePolicy{LeaseRetention: durationpb.New(10 * time.Second)})
+	e.setPolicy("slow", &tenurev1.NamespacePolicy{LeaseRetention: durationpb.New(20 * time.Second)})
+	e.mustAcquire("idle", "w", inNS("idle")) // a namespace with nothing to prune
+	end := func(ns string) string {
+		l := e.mustAcquire("r", "w", inNS(ns))
+		e.release(l.ID, "w")
+		return l.ID
+	}
+	pruned := func(id string) bool {
+		_, err := e.m.Registrar().Get(id, e.tick)
+		return registrar.ReasonOf(err) == registrar.ReasonLeaseNotFound
+	}
+	poke := func(at registrar.Tick) { // a command that emits a record
+		e.at(at)
+		end("idle")
+	}
+	t0 := e.tick
+	fast, slow := end("fast"), end("slow")
+	poke(t0 + 10_000)
+	if !pruned(fast) || pruned(slow) {
+		t.Fatalf("after 10 s: fast pruned %v (want true), slow pruned %v (want false)", pruned(fast), pruned(slow))
+	}
+	e.at(t0 + 15_000)
+	fast2 := end("fast")
+	poke(t0 + 20_000)
+	if !pruned(slow) || pruned(fast2) {
+		t.Fatalf("after 20 s: slow pruned %v (want true), the second fast lease pruned %v (want false)", pruned(slow), pruned(fast2))
+	}
+	poke(t0 + 25_000)
+	if !pruned(fast2) {
+		t.Fatal("the second lease of a namespace pruned empty before was never pruned")
+	}
+}

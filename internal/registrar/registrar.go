@@ -31,6 +31,11 @@ type Registrar struct {
 	// nextPrune is the earliest tick at which some terminal lease is due
 	// for pruning (derived, not snapshotted).
 	nextPrune Tick
+	// retiring holds the namespaces with terminal leases not yet pruned
+	// (derived): pruning visits only these, not every namespace (with
+	// 100,000 namespaces, visiting all of them on every entry while
+	// pruning went on cut throughput fourfold).
+	retiring map[*namespace]struct{}
 	// LeaseEnded, when set, is told of every lease that ends, inside the
 	// same apply step (sibling domains hook task requeue and piece return
 	// here).
@@ -49,6 +54,7 @@ func New(defaults Policy) *Registrar {
 		nextSeq:    1,
 		nextWaiter: 1,
 		nextPrune:  noPrune,
+		retiring:   make(map[*namespace]struct{}),
 	}
 }
 
@@ -316,7 +322,7 @@ func (r *Registrar) applyEnded(rec *logpb.Record, l *lease, e *logpb.LeaseEnded)
 	h.active--
 	ns.counts[Active]--
 	ns.counts[l.state]++
-	ns.retired.push(l)
+	r.retire(l)
 	if due := l.endedTick + Tick(ns.policy.LeaseRetention); due < r.nextPrune {
 		r.nextPrune = due
 	}
@@ -388,19 +394,29 @@ func (r *Registrar) advanceTo(t Tick, wall int64) {
 	if r.tick < r.nextPrune {
 		return
 	}
-	for _, ns := range r.namespaces {
+	for ns := range r.retiring {
 		ret := Tick(ns.policy.LeaseRetention)
 		for l := ns.retired.peek(); l != nil && l.endedTick+ret <= r.tick; l = ns.retired.peek() {
 			ns.retired.pop()
 			r.prune(l)
 		}
+		if ns.retired.peek() == nil {
+			delete(r.retiring, ns)
+		}
 	}
 	r.schedulePrune()
 }
 
+// retire queues terminal lease l for pruning.
+func (r *Registrar) retire(l *lease) {
+	ns := l.res.ns
+	ns.retired.push(l)
+	r.retiring[ns] = struct{}{}
+}
+
 func (r *Registrar) schedulePrune() {
 	r.nextPrune = noPrune
-	for _, ns := range r.namespaces {
+	for ns := range r.retiring {
 		if l := ns.retired.peek(); l != nil {
 			if due := l.endedTick + Tick(ns.policy.LeaseRetention); due < r.nextPrune {
 				r.nextPrune = due

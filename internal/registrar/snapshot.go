@@ -153,7 +153,7 @@ func Restore(s *logpb.Snapshot) (*Registrar, error) {
 	// order does not matter.
 	slices.SortStableFunc(retired, func(a, b *lease) int { return cmp.Compare(a.endedTick, b.endedTick) })
 	for _, l := range retired {
-		l.res.ns.retired.push(l)
+		r.retire(l)
 	}
 	for _, wq := range s.Waiters {
 		if err := r.applyWaiting(wq); err != nil {
