@@ -194,8 +194,9 @@ func (f *fsm) changes() <-chan struct{} {
 }
 
 // Snapshot captures the machine's state (raft.FSM) under the read lock,
-// holding applies back only for the copy (statemachine.Capture); Persist
-// encodes and writes it beside later applies.
+// holding applies back only for the copy of what may still change
+// (statemachine.CaptureLazy); Persist adds the leases that never change
+// again, encodes and writes it beside later applies.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	// Raft may drop the log entries a snapshot covers: the ledger lines
 	// written from them must be on disk first.
@@ -204,7 +205,8 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return fsmSnapshot{f.m.Capture()}, nil
+	s, fill := f.m.CaptureLazy()
+	return fsmSnapshot{state: s, fill: fill}, nil
 }
 
 // Restore replaces the machine with a snapshot's (raft.FSM).
@@ -229,9 +231,13 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type fsmSnapshot struct{ state *logpb.Snapshot }
+type fsmSnapshot struct {
+	state *logpb.Snapshot
+	fill  func() // completes state, beside later applies
+}
 
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	s.fill()
 	b, err := statemachine.EncodeSnapshot(s.state)
 	if err == nil {
 		_, err = sink.Write(b)

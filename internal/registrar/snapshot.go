@@ -14,19 +14,82 @@ import (
 // SnapshotInto copies the registrar's state into s: states and policies
 // by name, leases and waiters in no particular order
 // (statemachine.EncodeSnapshot sorts them by sequence).
-func (r *Registrar) SnapshotInto(s *logpb.Snapshot) {
+//
+// Terminal leases outside lease trees are not copied: they never change
+// again (pruning drops them from the registrar without touching them), so
+// the returned Retained keeps only pointers to them, and its Fill adds
+// them to s later, beside the applies that follow, instead of while they
+// wait. On a busy registrar most leases are terminal ones kept for their
+// retention.
+func (r *Registrar) SnapshotInto(s *logpb.Snapshot) *Retained {
 	s.Tick, s.Wall = int64(r.tick), r.wall
 	s.NextSeq, s.NextWaiter = r.nextSeq, r.nextWaiter
 	s.IdTag = uint32(r.tag)
 	s.DefaultPolicy = r.defaults.Proto()
-	s.Leases = make([]*logpb.LeaseSnap, 0, len(r.leases))
-	snaps := make([]logpb.LeaseSnap, len(r.leases)) // one allocation: applies wait
+	ret := &Retained{leases: make([]*lease, 0, r.retainedHint())}
+	live := make([]*lease, 0, len(r.leases)-cap(ret.leases))
 	for _, l := range r.leases {
+		if l.state != Active && l.tree == nil {
+			ret.leases = append(ret.leases, l)
+		} else {
+			live = append(live, l)
+		}
+	}
+	s.Leases = make([]*logpb.LeaseSnap, 0, len(r.leases))
+	snaps := make([]logpb.LeaseSnap, len(live)) // one allocation: applies wait
+	for i, l := range live {
+		s.Leases = append(s.Leases, &snaps[i])
+		r.leaseSnap(l, &snaps[i])
+	}
+	r.snapshotRest(s)
+	return ret
+}
+
+// Retained is the part of a snapshot SnapshotInto left for later: its
+// terminal leases outside lease trees.
+type Retained struct{ leases []*lease }
+
+// Fill adds the retained leases to s. It may run beside later applies.
+func (ret *Retained) Fill(s *logpb.Snapshot) {
+	snaps := make([]logpb.LeaseSnap, len(ret.leases))
+	for i, l := range ret.leases {
+		snapOf(l, &snaps[i])
+		s.Leases = append(s.Leases, &snaps[i])
+	}
+	ret.leases = nil
+}
+
+// retainedHint estimates the terminal leases, to size the pointer list.
+func (r *Registrar) retainedHint() int {
+	n := 0
+	for ns := range r.retiring {
+		n += ns.retired.len()
+	}
+	return min(n, len(r.leases))
+}
+
+// leaseSnap fills ls from l, a live lease or one in a lease tree (read on
+// the apply goroutine).
+func (r *Registrar) leaseSnap(l *lease, ls *logpb.LeaseSnap) {
+	snapOf(l, ls)
+	if t := l.tree; t != nil {
+		ls.Derivation = r.derivationOf(l)
+		ls.EndedByLeaseId = t.endedBy
+		for _, c := range t.counters {
+			if c.Used != 0 || c.Reserved != 0 {
+				ls.Usage = append(ls.Usage, &logpb.CounterUse{Counter: c.Name, Used: c.Used, Reserved: c.Reserved})
+			}
+		}
+	}
+}
+
+// snapOf fills ls with the fields of l's own (everything but its tree).
+func snapOf(l *lease, ls *logpb.LeaseSnap) {
+	{
 		var x leaseExtra
 		if l.extra != nil {
 			x = *l.extra
 		}
-		ls := &snaps[len(s.Leases)]
 		*ls = logpb.LeaseSnap{
 			Seq: l.seq, Namespace: l.res.ns.name, Resource: l.res.name, Holder: l.holder.name,
 			Mode: tenurev1.Mode(l.mode), State: tenurev1.State(l.state), TtlMs: l.ttl,
@@ -38,17 +101,11 @@ func (r *Registrar) SnapshotInto(s *logpb.Snapshot) {
 			MaxRenewals: l.maxRenewals, MaxLifetimeMs: l.maxLifetime, RevokeReason: x.revokeReason,
 			EndedTick: int64(l.endedTick),
 		}
-		if t := l.tree; t != nil {
-			ls.Derivation = r.derivationOf(l)
-			ls.EndedByLeaseId = t.endedBy
-			for _, c := range t.counters {
-				if c.Used != 0 || c.Reserved != 0 {
-					ls.Usage = append(ls.Usage, &logpb.CounterUse{Counter: c.Name, Used: c.Used, Reserved: c.Reserved})
-				}
-			}
-		}
-		s.Leases = append(s.Leases, ls)
 	}
+}
+
+// snapshotRest copies what is not leases: waiters, states, policies.
+func (r *Registrar) snapshotRest(s *logpb.Snapshot) {
 	s.Waiters = make([]*logpb.WaiterQueued, 0, len(r.waiters))
 	for _, w := range r.waiters {
 		s.Waiters = append(s.Waiters, &logpb.WaiterQueued{

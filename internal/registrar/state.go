@@ -269,6 +269,7 @@ type leaseFIFO struct {
 }
 
 func (q *leaseFIFO) push(l *lease) { q.items = append(q.items, l) }
+func (q *leaseFIFO) len() int      { return len(q.items) - q.head }
 func (q *leaseFIFO) peek() *lease {
 	if q.head == len(q.items) {
 		return nil

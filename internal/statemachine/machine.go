@@ -435,6 +435,16 @@ func (m *Machine) Snapshot() ([]byte, error) { return EncodeSnapshot(m.Capture()
 // part of a snapshot that must hold the machine still: EncodeSnapshot,
 // the costly part, can run beside later applies.
 func (m *Machine) Capture() *logpb.Snapshot {
+	s, fill := m.CaptureLazy()
+	fill()
+	return s
+}
+
+// CaptureLazy is Capture for a caller that holds applies back only for
+// what may still change: the returned fill completes the snapshot with
+// the leases that never change again (registrar.Retained), and may run
+// beside later applies; call it before EncodeSnapshot.
+func (m *Machine) CaptureLazy() (*logpb.Snapshot, func()) {
 	head := m.chain.Head // Seal overwrites the chain's own array
 	s := &logpb.Snapshot{
 		Version:        SnapshotVersion,
@@ -443,13 +453,13 @@ func (m *Machine) Capture() *logpb.Snapshot {
 		ChainHead:      head[:],
 		LastCheckpoint: m.lastCheckpoint,
 	}
-	m.reg.SnapshotInto(s)
+	retained := m.reg.SnapshotInto(s)
 	m.q.SnapshotInto(s)
 	m.pools.SnapshotInto(s)
 	for _, mb := range m.Members() { // sorted by id
 		s.Members = append(s.Members, &logpb.MemberSet{Id: mb.ID, ApiAddress: mb.APIAddress, RaftAddress: mb.RaftAddress})
 	}
-	return s
+	return s, func() { retained.Fill(s) }
 }
 
 // EncodeSnapshot encodes a captured state canonically, so that equal
