@@ -813,7 +813,7 @@ func TestCaptureLazyBesideApplies(t *testing.T) {
 	for _, id := range ids[150:] {
 		release(id)
 	}
-	r.after(2 * 3_600_000).acquire("poke", "w") // prunes every terminal lease
+	r.after(2*3_600_000).acquire("poke", "w") // prunes every terminal lease
 	<-done
 	got, err := statemachine.EncodeSnapshot(s)
 	if err != nil {
