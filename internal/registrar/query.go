@@ -271,6 +271,10 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 	if ns == nil {
 		return nil, "", nil
 	}
+	if q.Holder != "" && len(q.States) == 1 && q.States[0] == Active {
+		leases, next = r.listActiveOf(ns.holders[q.Holder], q.Prefix, size, startRes, startSeq, t)
+		return leases, next, nil
+	}
 	want := func(s State) bool { return len(q.States) == 0 || slices.Contains(q.States, s) }
 	from := q.Prefix
 	if startRes > from {
@@ -302,6 +306,44 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 		return true
 	})
 	return leases, next, nil
+}
+
+// listActiveOf is List of one holder's active leases: it reads the
+// holder's own list of them, not every resource of the namespace (with
+// 100,000 leases, a holder filter that matched few took 8–18 ms, holding
+// applies back). Same order, same paging.
+func (r *Registrar) listActiveOf(h *holderEntry, prefix string, size int, startRes string, startSeq uint64, t Tick) ([]Lease, string) {
+	if h == nil {
+		return nil, ""
+	}
+	var cand []*lease
+	for l := h.head; l != nil; l = l.hNext {
+		name := l.res.name
+		if !strings.HasPrefix(name, prefix) || name < startRes || name == startRes && l.seq <= startSeq {
+			continue
+		}
+		if d, _ := l.chainDeadlineWall(); t >= d {
+			continue // expired, not yet marked: List shows it expired
+		}
+		cand = append(cand, l)
+	}
+	slices.SortFunc(cand, func(a, b *lease) int {
+		if c := strings.Compare(a.res.name, b.res.name); c != 0 {
+			return c
+		}
+		return cmpUint(a.seq, b.seq)
+	})
+	var next string
+	if len(cand) > size {
+		cand = cand[:size]
+		last := cand[size-1]
+		next = encodePageToken(last.res.name, last.seq)
+	}
+	out := make([]Lease, len(cand))
+	for i, l := range cand {
+		out[i] = r.view(l, t)
+	}
+	return out, next
 }
 
 func encodePageToken(res string, seq uint64) string {
