@@ -90,10 +90,11 @@ func (h *clusterService) TransferLeadership(ctx context.Context, req *connect.Re
 	if err := h.s.node.TransferLeadership(req.Msg.Id); err != nil {
 		return nil, h.s.toConnect(err)
 	}
-	if h.s.node.IsLeader() { // named itself: nothing moved
-		st, _ := h.s.node.Status()
-		return connect.NewResponse(&tenurev1.TransferLeadershipResponse{LeaderId: st.LeaderID}), nil
+	if req.Msg.Id == h.s.node.ID() { // named itself: nothing moved
+		return connect.NewResponse(&tenurev1.TransferLeadershipResponse{LeaderId: req.Msg.Id}), nil
 	}
+	// Not IsLeader: right after the transfer this member may not have
+	// stepped down yet.
 	return connect.NewResponse(&tenurev1.TransferLeadershipResponse{LeaderId: h.s.node.NextLeader(ctx)}), nil
 }
 
