@@ -36,6 +36,9 @@ type Registrar struct {
 	// 100,000 namespaces, visiting all of them on every entry while
 	// pruning went on cut throughput fourfold).
 	retiring map[*namespace]struct{}
+	// retiredTrees counts the terminal leases in lease trees (derived):
+	// a snapshot copies them at once (SnapshotInto).
+	retiredTrees int
 	// LeaseEnded, when set, is told of every lease that ends, inside the
 	// same apply step (sibling domains hook task requeue and piece return
 	// here).
@@ -412,6 +415,9 @@ func (r *Registrar) retire(l *lease) {
 	ns := l.res.ns
 	ns.retired.push(l)
 	r.retiring[ns] = struct{}{}
+	if l.tree != nil {
+		r.retiredTrees++
+	}
 }
 
 func (r *Registrar) schedulePrune() {
@@ -427,6 +433,9 @@ func (r *Registrar) schedulePrune() {
 
 func (r *Registrar) prune(l *lease) {
 	delete(r.leases, l.seq)
+	if l.tree != nil {
+		r.retiredTrees--
+	}
 	r.unlink(l)
 	res := l.res
 	ns := res.ns

@@ -17,22 +17,33 @@ import (
 //
 // Terminal leases outside lease trees are not copied: they never change
 // again (pruning drops them from the registrar without touching them), so
-// the returned Retained keeps only pointers to them, and its Fill adds
-// them to s later, beside the applies that follow, instead of while they
-// wait. On a busy registrar most leases are terminal ones kept for their
-// retention.
+// the returned Retained keeps only the namespaces' lists of terminal
+// leases (a copy of their pointers), and its Fill adds them to s later,
+// beside the applies that follow, instead of while they wait. On a busy
+// registrar most leases are terminal ones kept for their retention. The
+// leases read here are the active ones (the expiry heap holds exactly
+// those) and the terminal ones in lease trees, whose trees may change.
 func (r *Registrar) SnapshotInto(s *logpb.Snapshot) *Retained {
 	s.Tick, s.Wall = int64(r.tick), r.wall
 	s.NextSeq, s.NextWaiter = r.nextSeq, r.nextWaiter
 	s.IdTag = uint32(r.tag)
 	s.DefaultPolicy = r.defaults.Proto()
-	ret := &Retained{leases: make([]*lease, 0, r.retainedHint())}
-	live := make([]*lease, 0, len(r.leases)-cap(ret.leases))
-	for _, l := range r.leases {
-		if l.state != Active && l.tree == nil {
-			ret.leases = append(ret.leases, l)
-		} else {
-			live = append(live, l)
+	ret := &Retained{}
+	n := 0
+	for ns := range r.retiring {
+		n += ns.retired.len()
+	}
+	ret.leases = make([]*lease, 0, n)
+	for ns := range r.retiring {
+		ret.leases = append(ret.leases, ns.retired.items[ns.retired.head:]...)
+	}
+	live := r.expiry.items
+	if r.retiredTrees > 0 {
+		live = slices.Clone(live)
+		for _, l := range ret.leases {
+			if l.tree != nil {
+				live = append(live, l)
+			}
 		}
 	}
 	s.Leases = make([]*logpb.LeaseSnap, 0, len(r.leases))
@@ -46,26 +57,23 @@ func (r *Registrar) SnapshotInto(s *logpb.Snapshot) *Retained {
 }
 
 // Retained is the part of a snapshot SnapshotInto left for later: its
-// terminal leases outside lease trees.
+// terminal leases (those in lease trees it copied already).
 type Retained struct{ leases []*lease }
 
-// Fill adds the retained leases to s. It may run beside later applies.
+// Fill adds the retained leases outside lease trees to s. It may run
+// beside later applies: it reads only leases that never change again.
 func (ret *Retained) Fill(s *logpb.Snapshot) {
 	snaps := make([]logpb.LeaseSnap, len(ret.leases))
-	for i, l := range ret.leases {
-		snapOf(l, &snaps[i])
-		s.Leases = append(s.Leases, &snaps[i])
+	n := 0
+	for _, l := range ret.leases {
+		if l.tree != nil {
+			continue
+		}
+		snapOf(l, &snaps[n])
+		s.Leases = append(s.Leases, &snaps[n])
+		n++
 	}
 	ret.leases = nil
-}
-
-// retainedHint estimates the terminal leases, to size the pointer list.
-func (r *Registrar) retainedHint() int {
-	n := 0
-	for ns := range r.retiring {
-		n += ns.retired.len()
-	}
-	return min(n, len(r.leases))
 }
 
 // leaseSnap fills ls from l, a live lease or one in a lease tree (read on

@@ -802,6 +802,16 @@ func TestCaptureLazyBesideApplies(t *testing.T) {
 	for _, id := range ids[:150] {
 		release(id)
 	}
+	// Lease trees: a root with children, ended (its tree is copied at
+	// once) and one still active.
+	for i := range 3 {
+		root := ids[150+i]
+		for j := range 2 {
+			r.must(r.do(&logpb.Command{Actor: "w", Op: &logpb.Command_Derive{Derive: &logpb.Derive{
+				ParentLeaseId: root, Holder: "w", NewHolder: "k", Resource: fmt.Sprintf("t/%d/%d", i, j)}}}))
+		}
+	}
+	release(ids[150])
 	r.after(1000).acquire("r/0", "w2", ttl(5000))
 	want := r.snapshot(r.m)
 	s, fill := r.m.CaptureLazy()
@@ -810,7 +820,7 @@ func TestCaptureLazyBesideApplies(t *testing.T) {
 		defer close(done)
 		fill()
 	}()
-	for _, id := range ids[150:] {
+	for _, id := range ids[151:] {
 		release(id)
 	}
 	r.after(2*3_600_000).acquire("poke", "w") // prunes every terminal lease
@@ -821,5 +831,13 @@ func TestCaptureLazyBesideApplies(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("the lazy capture encodes to %d bytes that differ from the full capture's %d", len(got), len(want))
+	}
+	// Every lease is in it once: 200 acquired, 6 derived, 1 more.
+	seqs := map[uint64]bool{}
+	for _, ls := range s.Leases {
+		seqs[ls.Seq] = true
+	}
+	if len(s.Leases) != 207 || len(seqs) != 207 {
+		t.Fatalf("the snapshot holds %d leases (%d distinct), want 207", len(s.Leases), len(seqs))
 	}
 }
