@@ -139,7 +139,7 @@ func (e *Election) Resign(ctx context.Context) error {
 		return nil
 	}
 	defer e.hold.giveBack()
-	return l.Release(ctx, ReleaseVoluntary)
+	return releaseLock(ctx, "resign", e.resource, l)
 }
 
 // Lease returns the leadership lease while this client leads, or led and

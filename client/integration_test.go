@@ -842,3 +842,43 @@ func awaitWaiters(ctx context.Context, t *testing.T, probe *Client, resource str
 		}
 	}
 }
+
+// An unlock of a lock whose lease was revoked (or expired) before it, and
+// before the client heard of it, reports the loss: the registrar answers
+// the release "already terminal" with the state.
+func TestIntegrationUnlockAfterUnseenRevoke(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t, WithHolder("locker"))
+	admin := s.client(t, WithHolder("admin"))
+	ctx := ctxTimeout(t, 30*time.Second)
+	m := NewRWMutex(c, "integration/revoked", TTL(30*time.Second))
+	revoke := func(l *Lease) {
+		t.Helper()
+		if _, err := admin.Revoke(ctx, l.ID(), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := m.RLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoke(r)
+	if err := m.RUnlock(ctx, r); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("RUnlock after a revoke: %v, want ErrLeaseLost", err)
+	}
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	revoke(m.Lease())
+	if err := m.Unlock(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Unlock after a revoke: %v, want ErrLeaseLost", err)
+	}
+	// A plain release of a live lock is still no error.
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+}

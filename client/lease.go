@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -554,8 +555,11 @@ func (l *Lease) RefreshCertificate(ctx context.Context) (*Certificate, error) {
 // the release with reason. Release is idempotent on the registrar, so it is
 // retried on another endpoint after any transient failure, and releasing a
 // lease that already ended succeeds. Afterwards Done is closed and Err is
-// ErrReleased; if the release could not be confirmed, Err is a *LostError
-// (the lease ends at its expiry at the latest) and Release returns why.
+// ErrReleased; if the registrar answers that the lease had expired or been
+// revoked before this release, Err is a *LostError saying so (what a
+// lock's Unlock reports); if the release could not be confirmed, Err is a
+// *LostError (the lease ends at its expiry at the latest) and Release
+// returns why.
 func (l *Lease) Release(ctx context.Context, reason ReleaseReason) error {
 	l.c.hb.remove(l)
 	l.c.forget(l)
@@ -563,12 +567,13 @@ func (l *Lease) Release(ctx context.Context, reason ReleaseReason) error {
 		reason = ReleaseVoluntary
 	}
 	var pb *tenurev1.Lease
+	var already bool
 	err := l.c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
 		resp, err := l.c.releaseRPC(ctx, ep, &tenurev1.ReleaseRequest{
 			LeaseId: l.id, Holder: l.holder, Reason: tenurev1.ReleaseReason(reason),
 		})
 		if err == nil {
-			pb = resp.GetLease()
+			pb, already = resp.GetLease(), resp.GetAlreadyTerminal()
 		}
 		return err
 	})
@@ -582,8 +587,19 @@ func (l *Lease) Release(ctx context.Context, reason ReleaseReason) error {
 	if pb != nil {
 		l.update(pb, time.Time{})
 	}
+	// Already RELEASED is this release's own retry (or an earlier one);
+	// already EXPIRED or REVOKED means the lease was gone before it.
+	if st := pb.GetState(); already && (st == tenurev1.State_STATE_EXPIRED || st == tenurev1.State_STATE_REVOKED) {
+		l.end(l.lost(fmt.Errorf("tenure: lease %s was already %s when released", l.id, stateWord(st))))
+		return nil
+	}
 	l.end(ErrReleased)
 	return nil
+}
+
+// stateWord names a terminal state in lower case ("expired").
+func stateWord(s tenurev1.State) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "STATE_"))
 }
 
 // Transfer hands the lease over to newHolder: the registrar ends it

@@ -100,7 +100,21 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return errors.New("tenure: unlock of unlocked Mutex")
 	}
 	defer m.hold.giveBack()
-	return l.Release(ctx, ReleaseVoluntary)
+	return releaseLock(ctx, "unlock", m.resource, l)
+}
+
+// releaseLock releases a lock's lease, and reports as lost (ErrLeaseLost)
+// one the registrar says had expired or been revoked before the release:
+// the lock ended before its unlock, though the client had not yet seen
+// it.
+func releaseLock(ctx context.Context, op, resource string, l *Lease) error {
+	if err := l.Release(ctx, ReleaseVoluntary); err != nil {
+		return err
+	}
+	if errors.Is(l.Err(), ErrLeaseLost) {
+		return lockLost(op, resource, l)
+	}
+	return nil
 }
 
 // Lease returns the lease of the goroutine that holds the Mutex. While no

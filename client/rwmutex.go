@@ -54,5 +54,5 @@ func (m *RWMutex) RUnlock(ctx context.Context, l *Lease) error {
 	if leaseEnded(l) {
 		return lockLost("runlock", m.resource, l)
 	}
-	return l.Release(ctx, ReleaseVoluntary)
+	return releaseLock(ctx, "runlock", m.resource, l)
 }
