@@ -39,9 +39,13 @@ func resourceNames(n int) []string {
 // BenchmarkAcquireRelease measures acquire+release pairs on distinct
 // resources (one pair per op).
 func BenchmarkAcquireRelease(b *testing.B) {
-	m := benchMachine(b)
+	acquireReleaseLoop(b, benchMachine(b), 10)
+}
+
+// acquireReleaseLoop applies an acquire and a release per op, on 1,024
+// resources in turn, from tick on.
+func acquireReleaseLoop(b *testing.B, m *statemachine.Machine, tick int64) {
 	names := resourceNames(1024)
-	tick := int64(10)
 	acq := &logpb.Acquire{Holder: "w1"}
 	rel := &logpb.Release{Holder: "w1"}
 	b.ReportAllocs()
@@ -77,22 +81,7 @@ func BenchmarkAcquireReleaseWhilePruning(b *testing.B) {
 	if out := m.Apply(&logpb.Command{Tick: tick, Wall: wallBase + tick, Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: p.Proto()}}}); out.Outcome.Err != nil {
 		b.Fatal(out.Outcome.Err)
 	}
-	names := resourceNames(1024)
-	acq := &logpb.Acquire{Holder: "w1"}
-	rel := &logpb.Release{Holder: "w1"}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		tick++
-		acq.Resource = names[i&1023]
-		out := m.Apply(&logpb.Command{Tick: tick, Wall: wallBase + tick, Op: &logpb.Command_Acquire{Acquire: acq}})
-		if out.Outcome.Err != nil {
-			b.Fatal(out.Outcome.Err)
-		}
-		rel.LeaseId = out.Outcome.Lease.ID
-		if out := m.Apply(&logpb.Command{Tick: tick, Wall: wallBase + tick, Op: &logpb.Command_Release{Release: rel}}); out.Outcome.Err != nil {
-			b.Fatal(out.Outcome.Err)
-		}
-	}
+	acquireReleaseLoop(b, m, tick)
 }
 
 // BenchmarkRenewBatch1000 renews 1,000 leases in one command (one op).
