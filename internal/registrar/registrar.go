@@ -154,12 +154,9 @@ func (r *Registrar) Apply(rec *logpb.Record) error {
 		r.removeWaiter(w)
 	case *logpb.Record_StateWritten:
 		sw := b.StateWritten
-		res := r.namespace(sw.Namespace, true).resource(sw.Resource, true)
-		if res.guarded == nil {
-			res.guarded = &guarded{}
-		}
-		res.guarded.epoch = sw.Epoch
-		res.guarded.data = sw.Data
+		ns := r.namespace(sw.Namespace, true)
+		g := ns.guard(ns.resource(sw.Resource, true))
+		g.epoch, g.data = sw.Epoch, sw.Data
 	case *logpb.Record_PolicySet:
 		p := PolicyFromProto(r.defaults, b.PolicySet.Policy)
 		if b.PolicySet.Namespace == DefaultsNamespace {

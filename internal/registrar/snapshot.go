@@ -129,15 +129,11 @@ func (r *Registrar) snapshotRest(s *logpb.Snapshot) {
 		if ns.hasPolicy {
 			s.Policies = append(s.Policies, &logpb.PolicySet{Namespace: ns.name, Policy: ns.policy.Proto()})
 		}
-		ns.ordered.Ascend(func(e named) bool {
-			res := e.res
-			if res.guarded != nil {
-				s.States = append(s.States, &logpb.GuardedStateSnap{
-					Namespace: ns.name, Resource: res.name, Epoch: res.guarded.epoch, Data: res.guarded.data,
-				})
-			}
-			return true
-		})
+		for _, res := range ns.guarded { // by name, as the resource index orders them
+			s.States = append(s.States, &logpb.GuardedStateSnap{
+				Namespace: ns.name, Resource: res.name, Epoch: res.guarded.epoch, Data: res.guarded.data,
+			})
+		}
 	}
 }
 
@@ -230,8 +226,9 @@ func Restore(s *logpb.Snapshot) (*Registrar, error) {
 	}
 	r.nextWaiter = s.NextWaiter
 	for _, st := range s.States {
-		res := r.namespace(st.Namespace, true).resource(st.Resource, true)
-		res.guarded = &guarded{epoch: st.Epoch, data: st.Data}
+		ns := r.namespace(st.Namespace, true)
+		g := ns.guard(ns.resource(st.Resource, true))
+		g.epoch, g.data = st.Epoch, st.Data
 	}
 	r.schedulePrune()
 	return r, nil

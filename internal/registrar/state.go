@@ -2,6 +2,7 @@ package registrar
 
 import (
 	"encoding/binary"
+	"slices"
 	"strings"
 
 	"github.com/tenurehq/tenure/internal/logpb"
@@ -183,6 +184,20 @@ type namespace struct {
 	retired   leaseFIFO // terminal leases in the order they ended
 	counts    [5]uint64 // by State
 	waiters   uint64
+	// guarded lists the resources with guarded state (which, once
+	// written, is never dropped) by name, so that a snapshot need not
+	// walk every resource to find them.
+	guarded []*resource
+}
+
+// guard gives res guarded state, if it has none yet.
+func (ns *namespace) guard(res *resource) *guarded {
+	if res.guarded == nil {
+		res.guarded = &guarded{}
+		i, _ := slices.BinarySearchFunc(ns.guarded, res.name, func(r *resource, name string) int { return strings.Compare(r.name, name) })
+		ns.guarded = slices.Insert(ns.guarded, i, res)
+	}
+	return res.guarded
 }
 
 // named is an entry of a namespace's ordered resources. The name is

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -812,8 +813,18 @@ func TestCaptureLazyBesideApplies(t *testing.T) {
 		}
 	}
 	release(ids[150])
+	// Guarded state on resources written out of name order.
+	for _, i := range []int{190, 160, 199, 170} {
+		r.must(r.do(&logpb.Command{Actor: "w", Op: &logpb.Command_WriteState{WriteState: &logpb.WriteState{
+			Resource: fmt.Sprintf("r/%d", i), LeaseId: ids[i], Data: []byte{byte(i)}}}}))
+	}
 	r.after(1000).acquire("r/0", "w2", ttl(5000))
 	want := r.snapshot(r.m)
+	if restored, err := statemachine.Restore(r.cfg, want); err != nil {
+		t.Fatal(err)
+	} else if again := r.snapshot(restored); !bytes.Equal(again, want) {
+		t.Fatal("a restored machine's snapshot differs from the snapshot it was restored from")
+	}
 	s, fill := r.m.CaptureLazy()
 	done := make(chan struct{})
 	go func() {
@@ -831,6 +842,14 @@ func TestCaptureLazyBesideApplies(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("the lazy capture encodes to %d bytes that differ from the full capture's %d", len(got), len(want))
+	}
+	// Guarded states are in name order, however they were written.
+	var states []string
+	for _, st := range s.States {
+		states = append(states, st.Resource)
+	}
+	if want := []string{"r/160", "r/170", "r/190", "r/199"}; !slices.Equal(states, want) {
+		t.Fatalf("guarded states %v, want %v", states, want)
 	}
 	// Every lease is in it once: 200 acquired, 6 derived, 1 more.
 	seqs := map[uint64]bool{}
