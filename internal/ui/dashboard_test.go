@@ -374,6 +374,22 @@ func TestDashboard(t *testing.T) {
 			[...document.querySelectorAll("#lease-table tbody tr")].every(r => r.dataset.holder === "loader") &&
 			document.querySelectorAll("#lease-table tbody tr").length > 0`)
 
+		// The address carries the namespace, so a link opens the same
+		// page in it, whatever namespace the browser had chosen.
+		if got := eval[string](t, e, `location.hash`); got != "#/leases?ns=load" {
+			t.Errorf("address after choosing namespace load: %q", got)
+		}
+		e.open(t, "/leases?state=active")
+		e.waitJS(t, "the namespace added to the address", `location.hash === "#/leases?state=active&ns=load"`)
+		e.step(t, "back to default", chromedp.SetValue(chromedp.ID("namespace"), "default"),
+			chromedp.Click(chromedp.CSS(`#settings button[type=submit]`)))
+		e.waitJS(t, "default's address", `location.hash === "#/leases?state=active" && document.querySelector("h1").textContent === "Leases in default"`)
+		e.open(t, "/leases?ns=load")
+		e.waitJS(t, "a link into namespace load", `document.querySelector("h1").textContent === "Leases in load" &&
+			document.querySelector("#namespace").value === "load" &&
+			[...document.querySelectorAll("#lease-table tbody tr")].every(r => r.dataset.holder === "loader") &&
+			document.querySelectorAll("#lease-table tbody tr").length > 0`)
+
 		// A token is kept and sent as a bearer token on calls and on the
 		// Watch stream.
 		wctx, cancel := context.WithTimeout(e.tab, 20*time.Second)

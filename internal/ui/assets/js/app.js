@@ -120,6 +120,17 @@ function route() {
   const raw = location.hash.replace(/^#/, '') || '/';
   const [path, qs] = raw.split('?');
   const query = new URLSearchParams(qs || '');
+  // The address carries the namespace (?ns=, left out for default), so
+  // that a link shows the same page to whoever opens it.
+  const ns = query.get('ns');
+  if (ns && ns !== api.namespace()) {
+    api.setNamespace(ns);
+    document.getElementById('namespace').value = api.namespace();
+    startWatch();
+  } else if (!ns && api.namespace() !== 'default') {
+    query.set('ns', api.namespace());
+    history.replaceState(null, '', `#${path}?${query}`);
+  }
   const main = document.getElementById('main');
   for (const [re, view, nav] of routes) {
     const m = re.exec(path);
@@ -199,6 +210,11 @@ function init() {
     api.setNamespace(nsInput.value.trim());
     api.setToken(tokInput.value.trim());
     nsInput.value = api.namespace();
+    // The address follows: the same page in the namespace just chosen.
+    const [path, qs] = (location.hash.replace(/^#/, '') || '/').split('?');
+    const query = new URLSearchParams(qs || '');
+    if (api.namespace() === 'default') query.delete('ns'); else query.set('ns', api.namespace());
+    history.replaceState(null, '', `#${path}${query.size ? `?${query}` : ''}`);
     startWatch();
     identify();
   });
