@@ -261,6 +261,21 @@ func TestCluster(t *testing.T) {
 			return err == nil && l.Fence == a.lease.Fence
 		})
 	}
+	// History is a linearizable read as well: every member answers with
+	// the event the leader has just acknowledged, applied there or not.
+	for _, m := range ms {
+		b := acquireVia(t, leader, "hist/"+m.id, 30*time.Second)
+		var resp *connect.Response[tenurev1.HistoryResponse]
+		if err := whileNotLeader(func() (err error) {
+			resp, err = m.leases.History(context.Background(), connect.NewRequest(&tenurev1.HistoryRequest{Resource: "hist/" + m.id}))
+			return err
+		}); err != nil {
+			t.Fatalf("History via %s: %v", m.id, err)
+		}
+		if ev := resp.Msg.Events; len(ev) != 1 || ev[0].LeaseId != b.lease.LeaseId || ev[0].Type != "lease.issued" {
+			t.Fatalf("History via %s right after the ack: %v, want the issue of %s", m.id, ev, b.lease.LeaseId)
+		}
+	}
 	// A rejection by the leader passes through the follower unchanged.
 	_, err = f.leases.Acquire(context.Background(), connect.NewRequest(&tenurev1.AcquireRequest{
 		Resource: "fwd/1", Holder: "someone-else", Ttl: durationpb.New(time.Minute)}))

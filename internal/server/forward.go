@@ -24,8 +24,10 @@ import (
 // h2c, passing the original request message; the leader's answer, error
 // or not, goes back unchanged. Writes and linearizable reads are
 // forwarded; reads that ask for stale consistency (request header
-// Tenure-Consistency: stale) are answered from local state. Watch and
-// History read the member's own feed; KeepAlive and Pipeline forward each
+// Tenure-Consistency: stale) are answered from local state. History is
+// such a read: a member that is behind (or still replaying its log after a
+// restart) must not answer "no events" for events it has not applied yet.
+// Watch reads the member's own feed; KeepAlive and Pipeline forward each
 // operation through the same unary path; Status, Snapshot and PublicKey
 // are answered locally.
 //
@@ -71,6 +73,7 @@ var routes = map[string]route{
 	v1c.LeaseServiceConsumeProcedure:        {true, via[tenurev1.ConsumeRequest, tenurev1.ConsumeResponse](v1c.LeaseServiceConsumeProcedure)},
 	v1c.LeaseServiceAuthorizeProcedure:      {false, via[tenurev1.AuthorizeRequest, tenurev1.AuthorizeResponse](v1c.LeaseServiceAuthorizeProcedure)},
 	v1c.LeaseServiceTreeProcedure:           {false, via[tenurev1.TreeRequest, tenurev1.TreeResponse](v1c.LeaseServiceTreeProcedure)},
+	v1c.LeaseServiceHistoryProcedure:        {false, via[tenurev1.HistoryRequest, tenurev1.HistoryResponse](v1c.LeaseServiceHistoryProcedure)},
 	v1c.ClusterServiceGetPolicyProcedure:    {false, via[tenurev1.GetPolicyRequest, tenurev1.GetPolicyResponse](v1c.ClusterServiceGetPolicyProcedure)},
 	v1c.ClusterServiceSetPolicyProcedure:    {true, via[tenurev1.SetPolicyRequest, tenurev1.SetPolicyResponse](v1c.ClusterServiceSetPolicyProcedure)},
 	v1c.ClusterServiceAddVoterProcedure:     {true, via[tenurev1.AddVoterRequest, tenurev1.AddVoterResponse](v1c.ClusterServiceAddVoterProcedure)},

@@ -563,8 +563,11 @@ func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev
 	}
 	ns := orDefault(m.Namespace)
 	// History older than the namespace's history retention is not shown.
+	// The read is linearizable unless the caller asked for a stale one:
+	// once it returns, the feed holds every event acknowledged before the
+	// call.
 	var cutoff registrar.Tick
-	if err := s.node.Read(ctx, true, func(mc *statemachine.Machine, t registrar.Tick) error {
+	if err := s.node.Read(ctx, staleRead(ctx), func(mc *statemachine.Machine, t registrar.Tick) error {
 		cutoff = t - registrar.Tick(mc.Registrar().Policy(ns).HistoryRetention)
 		return nil
 	}); err != nil {
