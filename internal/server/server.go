@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -36,6 +37,7 @@ import (
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/auth"
 	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/ui"
 	"github.com/tenurehq/tenure/internal/wire"
 )
@@ -178,7 +180,7 @@ func Start(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	leasePath, leaseHandler := tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, opts...)
 	mux.Handle(leasePath, leaseHandler)
-	mux.Handle(tenurev1connect.LeaseServiceKeepAliveProcedure, bufferMessages(leaseHandler))
+	mux.Handle(tenurev1connect.LeaseServiceKeepAliveProcedure, s.endOnShutdown(bufferMessages(leaseHandler)))
 	mux.Handle(tenurev1connect.NewClusterServiceHandler(&clusterService{s: s}, opts...))
 	mux.Handle(tenurev1connect.NewQueueServiceHandler(&queueService{s: s}, opts...))
 	mux.Handle(tenurev1connect.NewPoolServiceHandler(&poolService{s: s}, opts...))
@@ -191,9 +193,9 @@ func Start(cfg Config) (*Server, error) {
 	_, leasePipe := tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, popts...)
 	_, queuePipe := tenurev1connect.NewQueueServiceHandler(&queueService{s: s}, popts...)
 	_, poolPipe := tenurev1connect.NewPoolServiceHandler(&poolService{s: s}, popts...)
-	mux.Handle(tenurev1connect.LeaseServicePipelineProcedure, bufferMessages(leasePipe))
-	mux.Handle(tenurev1connect.QueueServicePipelineProcedure, bufferMessages(queuePipe))
-	mux.Handle(tenurev1connect.PoolServicePipelineProcedure, bufferMessages(poolPipe))
+	mux.Handle(tenurev1connect.LeaseServicePipelineProcedure, s.endOnShutdown(bufferMessages(leasePipe)))
+	mux.Handle(tenurev1connect.QueueServicePipelineProcedure, s.endOnShutdown(bufferMessages(queuePipe)))
+	mux.Handle(tenurev1connect.PoolServicePipelineProcedure, s.endOnShutdown(bufferMessages(poolPipe)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -251,9 +253,23 @@ func (s *Server) Node() *cluster.Node { return s.node }
 // A single node gets there on its own; a follower never does (use /readyz).
 func (s *Server) WaitReady(ctx context.Context) error { return s.node.WaitLeader(ctx) }
 
-// Close stops accepting requests, lets unary calls finish until ctx ends
-// (then cuts streams), and shuts the node down.
+// Close hands leadership to another voter if this member leads, ends
+// its streams, stops accepting requests, lets unary calls finish until ctx
+// ends (then cuts them), and shuts the node down.
+//
+// The hand-over comes first: a leader that drained its connections first
+// would stay leader while serving nothing, and the cluster could not
+// write until it was gone and an election timeout had passed (13 s behind
+// one idle KeepAlive stream, before streams ended on shutdown).
 func (s *Server) Close(ctx context.Context) error {
+	if s.node.IsLeader() {
+		switch err := s.node.TransferLeadership(""); {
+		case err == nil:
+			s.log.Info("handed leadership over before shutting down")
+		case registrar.ReasonOf(err) != registrar.ReasonInvalidArgument: // not just the only voter
+			s.log.Warn("could not hand leadership over before shutting down", "err", err)
+		}
+	}
 	close(s.closing)
 	s.cancel()
 	s.bg.Wait()
@@ -266,6 +282,43 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.fwd.close()
 	return errors.Join(err, s.node.Close())
+}
+
+// endOnShutdown ends a client stream's request body when the server shuts
+// down, so that a handler waiting in Receive for the client's next message
+// (an idle KeepAlive or Pipeline stream) stops at once with UNAVAILABLE,
+// as Watch does, instead of holding the drain until the client speaks
+// again. What the handler has in flight still completes and is answered.
+func (s *Server) endOnShutdown(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := &shutdownBody{ReadCloser: r.Body}
+		stop := context.AfterFunc(s.ctx, func() {
+			b.ended.Store(true)
+			b.ReadCloser.Close()
+		})
+		defer stop()
+		r.Body = b
+		h.ServeHTTP(w, r)
+	})
+}
+
+// shutdownBody is a request body that endOnShutdown may end.
+type shutdownBody struct {
+	io.ReadCloser
+	ended atomic.Bool
+}
+
+func (b *shutdownBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && b.ended.Load() {
+		err = errShuttingDown()
+	}
+	return n, err
+}
+
+// errShuttingDown is what a stream ends with when the server shuts down.
+func errShuttingDown() error {
+	return connect.NewError(connect.CodeUnavailable, errors.New("UNAVAILABLE: the server is shutting down"))
 }
 
 // limitBody answers an oversized request body with INVALID_ARGUMENT in the

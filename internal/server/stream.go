@@ -101,7 +101,7 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 		case <-ctx.Done():
 			return nil
 		case <-s.closing:
-			return connect.NewError(connect.CodeUnavailable, errors.New("UNAVAILABLE: the server is shutting down"))
+			return errShuttingDown()
 		}
 	}
 }
@@ -204,7 +204,7 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 		}
 		select {
 		case <-s.closing:
-			return connect.NewError(connect.CodeUnavailable, errors.New("UNAVAILABLE: the server is shutting down"))
+			return errShuttingDown()
 		default:
 		}
 	}
