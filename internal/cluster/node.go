@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -359,6 +360,11 @@ func (n *Node) lead() {
 		}
 		n.log.Info("registrar initialized")
 	}
+	if err := n.withdrawOrphanWaits(base); err != nil {
+		n.log.Error("withdrawing the waits of earlier terms; this term serves nothing", "err", err)
+		cancel()
+		return
+	}
 	n.noteVoters()
 	n.leader.Store(t)
 	n.log.Info("leading", "tick", base)
@@ -404,26 +410,79 @@ func (n *Node) bootstrapRegistrar(tick registrar.Tick) error {
 	if _, err := rand.Read(seed); err != nil {
 		return fmt.Errorf("drawing the key seed: %w", err)
 	}
-	data, err := proto.Marshal(&logpb.Batch{Commands: []*logpb.Command{{
-		Op:   &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: seed}},
-		Tick: int64(tick), Wall: time.Now().Add(n.cfg.TestWallOffset).UTC().UnixMilli(),
-	}}})
+	res, err := n.applyBeforeTerm(tick, []*logpb.Command{{
+		Op: &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: seed}},
+	}})
 	if err != nil {
 		return err
 	}
+	if err := res[0].Outcome.Err; err != nil && registrar.ReasonOf(err) != registrar.ReasonAlreadyBootstrapped {
+		return err
+	}
+	return nil
+}
+
+// withdrawOrphanWaits ends the waits queued under earlier terms, before
+// this term serves anything. Their callers waited on the member that led
+// then: its Acquire handlers went with it (or, if it lives, answered
+// OUTCOME_UNKNOWN when its leadership ended, see AwaitWaiter), and the
+// callers have gone or asked again here. Left queued, each would be
+// granted a lease nobody receives, holding its resource for a whole ttl
+// and its place ahead of the callers' own retries. They are withdrawn
+// latest first (Registrar.QueuedWaits), so that none is granted on the way.
+func (n *Node) withdrawOrphanWaits(tick registrar.Tick) error {
+	n.fsm.mu.RLock()
+	waits := n.fsm.m.Registrar().QueuedWaits()
+	n.fsm.mu.RUnlock()
+	if len(waits) == 0 {
+		return nil
+	}
+	const perEntry = 1024
+	for chunk := range slices.Chunk(waits, perEntry) {
+		cmds := make([]*logpb.Command, len(chunk))
+		for i, w := range chunk {
+			cmds[i] = &logpb.Command{Actor: w.Holder, Op: &logpb.Command_CancelWait{
+				CancelWait: &logpb.CancelWait{WaiterId: w.ID, Holder: w.Holder}}}
+		}
+		res, err := n.applyBeforeTerm(tick, cmds)
+		if err != nil {
+			return err
+		}
+		for i, r := range res {
+			if r.Outcome.Err != nil {
+				return fmt.Errorf("withdrawing waiter %d: %w", chunk[i].ID, r.Outcome.Err)
+			}
+		}
+	}
+	n.log.Info("withdrew the waits queued under an earlier term", "waits", len(waits))
+	return nil
+}
+
+// applyBeforeTerm applies cmds as one Raft entry, stamped with tick, before
+// this term serves (the proposer serves only a term that has begun), and
+// answers their results.
+func (n *Node) applyBeforeTerm(tick registrar.Tick, cmds []*logpb.Command) ([]statemachine.Result, error) {
+	wall := time.Now().Add(n.cfg.TestWallOffset).UTC().UnixMilli()
+	for _, c := range cmds {
+		c.Tick, c.Wall = int64(tick), wall
+	}
+	data, err := proto.Marshal(&logpb.Batch{Commands: cmds})
+	if err != nil {
+		return nil, err
+	}
 	fut := n.raft.Apply(data, n.cfg.ApplyTimeout)
 	if err := n.await(fut); err != nil {
-		return err
+		return nil, err
 	}
 	switch r := fut.Response().(type) {
 	case error:
-		return r
+		return nil, r
 	case []statemachine.Result:
-		if err := r[0].Outcome.Err; err != nil && registrar.ReasonOf(err) != registrar.ReasonAlreadyBootstrapped {
-			return err
+		if len(r) == len(cmds) {
+			return r, nil
 		}
 	}
-	return nil
+	return nil, fmt.Errorf("applying %d commands answered %T", len(cmds), fut.Response())
 }
 
 // publishMembers runs when this node takes office: it publishes its own

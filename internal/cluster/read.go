@@ -58,7 +58,16 @@ func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
 
 // AwaitWaiter blocks until the queued acquire with this waiter id is
 // granted or its wait ends. Call it after Propose answered the id.
+//
+// When this node leads and its leadership ends first, the answer is
+// OUTCOME_UNKNOWN: the next leader withdraws the wait (it was queued under
+// an earlier term) unless it has been granted by then, and the caller's
+// retry there either queues again or finds the lease granted to it.
 func (n *Node) AwaitWaiter(ctx context.Context, id uint64) (WaitResult, error) {
+	var term <-chan struct{} // nil (never ready) unless this node leads
+	if t := n.leader.Load(); t != nil {
+		term = t.ctx.Done()
+	}
 	ch, cancel, err := n.fsm.await(id)
 	if err != nil {
 		return WaitResult{}, err
@@ -67,6 +76,13 @@ func (n *Node) AwaitWaiter(ctx context.Context, id uint64) (WaitResult, error) {
 	select {
 	case r := <-ch:
 		return r, nil
+	case <-term:
+		select {
+		case r := <-ch:
+			return r, nil
+		default:
+		}
+		return WaitResult{}, outcomeUnknown("leadership moved while the acquire waited; the new leader withdraws the wait unless it was granted")
 	case <-ctx.Done():
 		// A result that raced the end of ctx is still handed back (with
 		// ctx's error), so the caller can undo a grant nobody will use.

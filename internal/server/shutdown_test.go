@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
 // syncBuffer is a bytes.Buffer that several members' loggers share.
@@ -102,5 +105,73 @@ func TestLeaderShutdownHandsOver(t *testing.T) {
 	l, err := getVia(next, a.lease.LeaseId, false)
 	if err != nil || l.State != tenurev1.State_STATE_ACTIVE || l.Fence != a.lease.Fence {
 		t.Fatalf("the held lease after the hand-over: %v %v", l, err)
+	}
+}
+
+// TestWaitsOfAnEarlierTermAreWithdrawn: an Acquire waiting on a leader
+// that loses office answers OUTCOME_UNKNOWN (the client retries), and the
+// new leader withdraws the wait before serving, so that the release of
+// the resource grants no lease that nobody would receive.
+func TestWaitsOfAnEarlierTermAreWithdrawn(t *testing.T) {
+	ms := startCluster(t, 3)
+	leader := leaderOf(t, ms, 10*time.Second)
+	held := acquireVia(t, leader, "orphan/r", time.Minute)
+
+	waited := make(chan error, 1)
+	go func() {
+		_, err := leader.leases.Acquire(context.Background(), connect.NewRequest(&tenurev1.AcquireRequest{
+			Resource: "orphan/r", Holder: "waiter", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)}))
+		waited <- err
+	}()
+	queued := func(m *member) int {
+		var n int
+		_ = m.srv.Node().Read(context.Background(), true, func(mc *statemachine.Machine, _ registrar.Tick) error {
+			n = len(mc.Registrar().QueuedWaits())
+			return nil
+		})
+		return n
+	}
+	waitFor(t, "the acquire to queue", 10*time.Second, func() bool { return queued(leader) == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := leader.srv.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	leader.srv = nil
+	wantReason(t, <-waited, connect.CodeUnavailable, "OUTCOME_UNKNOWN")
+
+	var rest []*member
+	for _, m := range ms {
+		if m.srv != nil {
+			rest = append(rest, m)
+		}
+	}
+	next := leaderOf(t, rest, 10*time.Second)
+	if n := queued(next); n != 0 {
+		t.Fatalf("the new leader serves with %d waits of the earlier term queued", n)
+	}
+	if _, err := next.leases.Release(context.Background(), connect.NewRequest(&tenurev1.ReleaseRequest{
+		LeaseId: held.lease.LeaseId, Holder: held.lease.Holder})); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := next.leases.List(context.Background(), connect.NewRequest(&tenurev1.ListRequest{
+		Prefix: "orphan/r", States: []tenurev1.State{tenurev1.State_STATE_ACTIVE}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Msg.Leases) != 0 {
+		t.Fatalf("after the release, a lease nobody asked for: %v", resp.Msg.Leases)
+	}
+	hist, err := next.leases.History(context.Background(), connect.NewRequest(&tenurev1.HistoryRequest{Resource: "orphan/r"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, ev := range hist.Msg.Events {
+		types = append(types, ev.Type)
+	}
+	if !slices.Contains(types, "lease.wait_ended") {
+		t.Errorf("history %v has no lease.wait_ended", types)
 	}
 }
