@@ -128,7 +128,20 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 }
 
 // newHTTPClient speaks HTTP/2 only: cleartext (h2c) by default, TLS with
-// WithTLS. Pings detect a dead connection that TCP alone would keep open.
+// WithTLS. Pings detect a dead connection that TCP alone would keep open:
+// a member that hangs (a stopped process, a stalled VM, a black hole) is
+// given up after healthCheckAfter of silence and a ping unanswered for
+// pingTimeout, and its calls fail over. A member's HTTP/2 layer answers a
+// ping whatever its Raft log is doing, so a healthy but busy member is
+// not mistaken for a hung one.
+// healthCheckAfter and pingTimeout bound how long a hung member holds the
+// calls sent to it: about 4 s (it was 15 s, the whole default retry
+// budget, so a read failed instead of moving on).
+const (
+	healthCheckAfter = 2 * time.Second
+	pingTimeout      = 2 * time.Second
+)
+
 func newHTTPClient(cfg *config) *http.Client {
 	var p http.Protocols
 	if cfg.tlsConfig != nil {
@@ -143,8 +156,8 @@ func newHTTPClient(cfg *config) *http.Client {
 		IdleConnTimeout:   90 * time.Second,
 		DialContext:       (&net.Dialer{Timeout: cfg.dialTimeout, KeepAlive: 15 * time.Second}).DialContext,
 		HTTP2: &http.HTTP2Config{
-			SendPingTimeout: 10 * time.Second,
-			PingTimeout:     5 * time.Second,
+			SendPingTimeout: healthCheckAfter,
+			PingTimeout:     pingTimeout,
 		},
 	})}
 }

@@ -3,6 +3,7 @@ package tenure
 import (
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -89,5 +90,63 @@ func TestIntegrationLeaseSurvivesLeaderFailover(t *testing.T) {
 	}
 	if err := l.Release(ctx, ReleaseCompleted); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A member that hangs (SIGSTOP: the kernel still holds its connections
+// open, so TCP alone notices nothing) is left after a few seconds of
+// silence, not for as long as it hangs: a read with no deadline is
+// answered by another member. Before, the connection's health check waited
+// 10 s of silence and then 5 s for a ping, and callers stalled with it.
+func TestIntegrationHungMemberIsLeft(t *testing.T) {
+	ms := startRealCluster(t)
+	var leader *realServer
+	var endpoints []string
+	c0 := ms[0].client(t)
+	ctx := ctxTimeout(t, 2*time.Minute)
+	st, err := c0.Status(ctx)
+	for err == nil && st.GetLeaderApiAddress() == "" { // not published yet
+		time.Sleep(20 * time.Millisecond) // polling pause, not synchronisation
+		st, err = c0.Status(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ms {
+		if s.api == st.GetLeaderApiAddress() {
+			leader = s
+			endpoints = append([]string{s.api}, endpoints...) // the hung member first
+		} else {
+			endpoints = append(endpoints, s.api)
+		}
+	}
+	if leader == nil {
+		t.Fatalf("leader %q is none of the members", st.GetLeaderApiAddress())
+	}
+	c, err := New(endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := c.Acquire(ctx, "integration/hung", TTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = leader.cmd.Process.Signal(syscall.SIGCONT) })
+	stopped := time.Now()
+	got, err := c.Get(ctx, l.ID())
+	if err != nil {
+		t.Fatalf("Get while the leader hangs: %v", err)
+	}
+	if got.GetFence() != l.Fence() {
+		t.Fatalf("Get answered fence %d, want %d", got.GetFence(), l.Fence())
+	}
+	// Liveness, not speed: the hung member would have held the call for
+	// 15 s before; an election and the health check take well under that.
+	if waited := time.Since(stopped); waited > 12*time.Second {
+		t.Fatalf("Get waited %v on the hung member", waited)
 	}
 }
