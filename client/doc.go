@@ -88,6 +88,9 @@
 // Release and Renew, which are idempotent and retried, and Acquire, which
 // retries and recognises its own lease in the LEASE_HELD answer (see
 // Client.Acquire). Retries last at most the retry budget (WithRetryBudget).
+// A member that stops answering while its connection stays open (a stopped
+// process, a stalled VM) is given up after about 4 s: 2 s of silence, then a
+// ping unanswered for 2 s; its calls fail as above and move on.
 //
 // # Pipelined calls
 //
