@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 )
 
 // startRealCluster starts three `tenure server` processes bootstrapped
@@ -104,13 +106,19 @@ func TestIntegrationHungMemberIsLeft(t *testing.T) {
 	var endpoints []string
 	c0 := ms[0].client(t)
 	ctx := ctxTimeout(t, 2*time.Minute)
-	st, err := c0.Status(ctx)
-	for err == nil && st.GetLeaderApiAddress() == "" { // not published yet
-		time.Sleep(20 * time.Millisecond) // polling pause, not synchronisation
-		st, err = c0.Status(ctx)
-	}
-	if err != nil {
-		t.Fatal(err)
+	var st *tenurev1.StatusResponse
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for st.GetLeaderApiAddress() == "" { // published once the leader's term begins
+		var err error
+		if st, err = c0.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatal("no member published the leader's address")
+		}
 	}
 	for _, s := range ms {
 		if s.api == st.GetLeaderApiAddress() {
