@@ -59,14 +59,19 @@ func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
 // AwaitWaiter blocks until the queued acquire with this waiter id is
 // granted or its wait ends. Call it after Propose answered the id.
 //
-// When this node leads and its leadership ends first, the answer is
-// OUTCOME_UNKNOWN: the next leader withdraws the wait (it was queued under
-// an earlier term) unless it has been granted by then, and the caller's
-// retry there either queues again or finds the lease granted to it.
+// Only the leader that queued the wait calls it. When its leadership ends
+// first (or already has), the answer is OUTCOME_UNKNOWN: the next leader
+// withdraws the wait (it was queued under an earlier term) unless it has
+// been granted by then, and the caller's retry there either queues again
+// or finds the lease granted to it.
 func (n *Node) AwaitWaiter(ctx context.Context, id uint64) (WaitResult, error) {
-	var term <-chan struct{} // nil (never ready) unless this node leads
+	var term <-chan struct{}
 	if t := n.leader.Load(); t != nil {
 		term = t.ctx.Done()
+	} else {
+		ended := make(chan struct{})
+		close(ended)
+		term = ended
 	}
 	ch, cancel, err := n.fsm.await(id)
 	if err != nil {
