@@ -204,8 +204,14 @@ func ttlFor(p Policy, field string, req *int64) (int64, error) {
 	return *req, nil
 }
 
-func quota(what string, limit uint64, format string, args ...any) error {
-	return newError(ReasonQuotaExceeded, map[string]string{"quota": what, "limit": strconv.FormatUint(limit, 10)}, format, args...)
+// quota is a QUOTA_EXCEEDED error; scope names what the quota was
+// counted on (namespace, holder, resource, lease_id), as metadata.
+func quota(what string, limit uint64, scope map[string]string, format string, args ...any) error {
+	meta := map[string]string{"quota": what, "limit": strconv.FormatUint(limit, 10)}
+	for k, v := range scope {
+		meta[k] = v
+	}
+	return newError(ReasonQuotaExceeded, meta, format, args...)
 }
 
 // checkQuota enforces the per-holder and per-namespace active-lease quotas.
@@ -216,12 +222,12 @@ func (r *Registrar) checkQuota(ns *namespace, holder string) error {
 	p := ns.policy
 	// Queued acquires count: each will become an active lease when granted.
 	if h := ns.holders[holder]; h != nil && h.active+h.waiting >= p.MaxActivePerHolder {
-		return quota("max_active_per_holder", p.MaxActivePerHolder,
+		return quota("max_active_per_holder", p.MaxActivePerHolder, map[string]string{"namespace": ns.name, "holder": holder},
 			"holder %s has %d active and %d queued leases in namespace %s; the limit is %d",
 			holder, h.active, h.waiting, ns.name, p.MaxActivePerHolder)
 	}
 	if n := ns.counts[Active] + ns.waiters; n >= p.MaxActivePerNamespace {
-		return quota("max_active_per_namespace", p.MaxActivePerNamespace,
+		return quota("max_active_per_namespace", p.MaxActivePerNamespace, map[string]string{"namespace": ns.name},
 			"namespace %s has %d active and %d queued leases; the limit is %d", ns.name, ns.counts[Active], ns.waiters, p.MaxActivePerNamespace)
 	}
 	return nil
@@ -309,6 +315,7 @@ func (r *Registrar) Acquire(tx *Tx, c *logpb.Acquire) Outcome {
 	if c.WaitMs > 0 {
 		if uint64(len(res.waiters())) >= p.MaxWaitersPerResource {
 			return fail(quota("max_waiters_per_resource", p.MaxWaitersPerResource,
+				map[string]string{"namespace": nsName, "resource": c.Resource},
 				"%s has %d waiters; the limit is %d", c.Resource, len(res.waiters()), p.MaxWaitersPerResource))
 		}
 		id := r.nextWaiter
@@ -782,7 +789,8 @@ func (r *Registrar) WriteState(tx *Tx, c *logpb.WriteState) Outcome {
 	if res.guarded != nil {
 		cur = res.guarded.epoch
 	}
-	meta := map[string]string{"expected_epoch": strconv.FormatUint(c.ExpectedEpoch, 10), "current_epoch": strconv.FormatUint(cur, 10)}
+	meta := map[string]string{"expected_epoch": strconv.FormatUint(c.ExpectedEpoch, 10), "current_epoch": strconv.FormatUint(cur, 10),
+		"namespace": nsName, "resource": c.Resource, "lease_id": c.LeaseId}
 	switch {
 	case c.ExpectedEpoch < cur:
 		return fail(newError(ReasonStaleEpoch, meta, "expected epoch %d < current %d", c.ExpectedEpoch, cur))

@@ -168,7 +168,7 @@ func (r *Registrar) Derive(tx *Tx, c *logpb.Derive) Outcome {
 		depth++
 	}
 	if depth > MaxTreeDepth {
-		return fail(quota("max_tree_depth", MaxTreeDepth, "lease %s is already %d levels deep; the limit is %d", parentID, depth-1, MaxTreeDepth))
+		return fail(quota("max_tree_depth", MaxTreeDepth, map[string]string{"lease_id": parentID}, "lease %s is already %d levels deep; the limit is %d", parentID, depth-1, MaxTreeDepth))
 	}
 	nsName := c.Namespace
 	if nsName == "" {

@@ -82,7 +82,8 @@ func TestGuarded_Epochs_Seed001(t *testing.T) {
 			wantReason(t, out.Err, c.want)
 			wantErrIs(t, out.Err, c.sentinel)
 			wantMessagePrefix(t, out.Err)
-			wantMeta(t, out.Err, "expected_epoch", strconv.FormatUint(c.expected, 10), "current_epoch", "2")
+			wantMeta(t, out.Err, "expected_epoch", strconv.FormatUint(c.expected, 10), "current_epoch", "2",
+				"namespace", "default", "resource", "wf/7", "lease_id", l.ID)
 			if data, epoch := e.readState("wf/7"); string(data) != "b" || epoch != 2 {
 				t.Fatalf("state %q @%d", data, epoch)
 			}

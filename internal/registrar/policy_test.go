@@ -41,9 +41,10 @@ func TestPolicy_Quotas(t *testing.T) {
 		holders []string // one acquire each, on distinct resources; the last is refused
 		quota   string
 		limit   string
+		holder  string // the holder metadata ("" for none)
 	}{
-		{"per_holder", &tenurev1.NamespacePolicy{MaxActivePerHolder: 2}, strs("w1", "w1", "w1"), "max_active_per_holder", "2"},
-		{"per_namespace", &tenurev1.NamespacePolicy{MaxActivePerNamespace: 3}, strs("w1", "w2", "w3", "w4"), "max_active_per_namespace", "3"},
+		{"per_holder", &tenurev1.NamespacePolicy{MaxActivePerHolder: 2}, strs("w1", "w1", "w1"), "max_active_per_holder", "2", "w1"},
+		{"per_namespace", &tenurev1.NamespacePolicy{MaxActivePerNamespace: 3}, strs("w1", "w2", "w3", "w4"), "max_active_per_namespace", "3", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -59,7 +60,7 @@ func TestPolicy_Quotas(t *testing.T) {
 			e.unchanged(func() { out = e.acquire("r/z", c.holders[n-1], inNS("tight")) })
 			wantReason(t, out.Err, registrar.ReasonQuotaExceeded)
 			wantErrIs(t, out.Err, registrar.ErrQuotaExceeded)
-			wantMeta(t, out.Err, "quota", c.quota, "limit", c.limit)
+			wantMeta(t, out.Err, "quota", c.quota, "limit", c.limit, "namespace", "tight", "holder", c.holder)
 			wantMessagePrefix(t, out.Err)
 			// Waiting does not get around it either.
 			e.unchanged(func() { out = e.acquire("r/z", c.holders[n-1], inNS("tight"), wait(1000)) })

@@ -3,6 +3,7 @@ package registrar
 import (
 	"encoding/base64"
 	"encoding/binary"
+	"hash/fnv"
 	"slices"
 	"strings"
 
@@ -263,7 +264,7 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 	if size == 0 {
 		size = DefaultPageSize
 	}
-	startRes, startSeq, err := decodePageToken(q.PageToken)
+	startRes, startSeq, err := q.decodePageToken()
 	if err != nil {
 		return nil, "", err
 	}
@@ -272,7 +273,10 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 		return nil, "", nil
 	}
 	if q.Holder != "" && len(q.States) == 1 && q.States[0] == Active {
-		leases, next = r.listActiveOf(ns.holders[q.Holder], q.Prefix, size, startRes, startSeq, t)
+		leases, last := r.listActiveOf(ns.holders[q.Holder], q.Prefix, size, startRes, startSeq, t)
+		if last != nil {
+			next = q.encodePageToken(last.res.name, last.seq)
+		}
 		return leases, next, nil
 	}
 	want := func(s State) bool { return len(q.States) == 0 || slices.Contains(q.States, s) }
@@ -298,7 +302,7 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 			}
 			if len(leases) == size {
 				last := leases[len(leases)-1]
-				next = encodePageToken(last.Resource, last.Fence)
+				next = q.encodePageToken(last.Resource, last.Fence)
 				return false
 			}
 			leases = append(leases, v)
@@ -311,10 +315,11 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 // listActiveOf is List of one holder's active leases: it reads the
 // holder's own list of them, not every resource of the namespace (with
 // 100,000 leases, a holder filter that matched few took 8–18 ms, holding
-// applies back). Same order, same paging.
-func (r *Registrar) listActiveOf(h *holderEntry, prefix string, size int, startRes string, startSeq uint64, t Tick) ([]Lease, string) {
+// applies back). Same order, same paging: it returns the page and, when
+// there are more, the page's last lease.
+func (r *Registrar) listActiveOf(h *holderEntry, prefix string, size int, startRes string, startSeq uint64, t Tick) ([]Lease, *lease) {
 	if h == nil {
-		return nil, ""
+		return nil, nil
 	}
 	var cand []*lease
 	for l := h.head; l != nil; l = l.hNext {
@@ -333,38 +338,63 @@ func (r *Registrar) listActiveOf(h *holderEntry, prefix string, size int, startR
 		}
 		return cmpUint(a.seq, b.seq)
 	})
-	var next string
+	var last *lease
 	if len(cand) > size {
 		cand = cand[:size]
-		last := cand[size-1]
-		next = encodePageToken(last.res.name, last.seq)
+		last = cand[size-1]
 	}
 	out := make([]Lease, len(cand))
 	for i, l := range cand {
 		out[i] = r.view(l, t)
 	}
-	return out, next
+	return out, last
 }
 
-func encodePageToken(res string, seq uint64) string {
-	b := binary.AppendUvarint(nil, seq)
+// A List page token is the version byte, a checksum of the query's
+// filters, and the (resource, fence) of the last lease returned. The
+// checksum ties a token to its query: continuing with other filters, or
+// with a token that was never issued, is INVALID_ARGUMENT rather than a
+// page of something else. The page size may change between pages.
+const pageTokenVersion = 1
+
+func (q ListQuery) filterSum() uint32 {
+	h := fnv.New32a()
+	for _, f := range []string{orDefault(q.Namespace), q.Prefix, q.Holder} {
+		h.Write([]byte(f))
+		h.Write([]byte{0})
+	}
+	var states byte // a set: the order and repeats of States do not matter
+	for _, st := range q.States {
+		states |= 1 << st
+	}
+	h.Write([]byte{states})
+	return h.Sum32()
+}
+
+func (q ListQuery) encodePageToken(res string, seq uint64) string {
+	b := binary.BigEndian.AppendUint32([]byte{pageTokenVersion}, q.filterSum())
+	b = binary.AppendUvarint(b, seq)
 	b = append(b, res...)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodePageToken(tok string) (string, uint64, error) {
-	if tok == "" {
+func (q ListQuery) decodePageToken() (string, uint64, error) {
+	if q.PageToken == "" {
 		return "", 0, nil
 	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
+	b, err := base64.RawURLEncoding.DecodeString(q.PageToken)
+	if err != nil || len(b) < 5 || b[0] != pageTokenVersion {
 		return "", 0, invalid("page_token", "is not a token this server issued")
 	}
-	seq, n := binary.Uvarint(b)
-	if n <= 0 {
+	if binary.BigEndian.Uint32(b[1:5]) != q.filterSum() {
+		return "", 0, invalid("page_token", "was issued for other filters (namespace, prefix, holder or states); start again without it")
+	}
+	seq, n := binary.Uvarint(b[5:])
+	res := string(b[5+max(n, 0):])
+	if n <= 0 || !strings.HasPrefix(res, q.Prefix) {
 		return "", 0, invalid("page_token", "is not a token this server issued")
 	}
-	return string(b[n:]), seq, nil
+	return res, seq, nil
 }
 
 // StateFromProto converts a wire state filter.

@@ -136,6 +136,10 @@ func TestList_Filters(t *testing.T) {
 func TestList_BadQueries(t *testing.T) {
 	t.Parallel()
 	e := listFixture(t)
+	_, tok, err := e.m.Registrar().List(registrar.ListQuery{PageSize: 1}, e.tick)
+	if err != nil || tok == "" {
+		t.Fatalf("first page: token %q, %v", tok, err)
+	}
 	cases := []struct {
 		name  string
 		q     registrar.ListQuery
@@ -144,6 +148,11 @@ func TestList_BadQueries(t *testing.T) {
 		{"page_size_negative", registrar.ListQuery{PageSize: -1}, "page_size"},
 		{"page_size_too_big", registrar.ListQuery{PageSize: registrar.MaxPageSize + 1}, "page_size"},
 		{"garbage_token", registrar.ListQuery{PageToken: "!!!"}, "page_token"},
+		{"base64_garbage_token", registrar.ListQuery{PageToken: "AXp6eg"}, "page_token"},
+		{"token_of_another_prefix", registrar.ListQuery{Prefix: "zzz", PageToken: tok}, "page_token"},
+		{"token_of_another_holder", registrar.ListQuery{Holder: "w1", PageToken: tok}, "page_token"},
+		{"token_of_other_states", registrar.ListQuery{States: []registrar.State{registrar.Active}, PageToken: tok}, "page_token"},
+		{"token_of_another_namespace", registrar.ListQuery{Namespace: "other", PageToken: tok}, "page_token"},
 		{"unknown_state", registrar.ListQuery{States: []registrar.State{9}}, "states"},
 		{"bad_holder", registrar.ListQuery{Holder: "w\n1"}, "holder"},
 		{"bad_namespace", registrar.ListQuery{Namespace: string(make([]byte, 129))}, "namespace"},

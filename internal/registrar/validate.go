@@ -2,6 +2,7 @@ package registrar
 
 import (
 	"strconv"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -15,8 +16,8 @@ const (
 	DefaultNamespace   = "default"
 )
 
-// checkText validates a name: valid UTF-8, no control characters, at most
-// max bytes and, when required, not empty.
+// checkText validates a name: valid UTF-8, no control characters, not
+// only white space, at most max bytes and, when required, not empty.
 func checkText(field, v string, max int, required bool) error {
 	if v == "" {
 		if required {
@@ -27,12 +28,14 @@ func checkText(field, v string, max int, required bool) error {
 	if len(v) > max {
 		return invalid(field, "is %d bytes; the limit is %d", len(v), max)
 	}
+	blank := true
 	for i := 0; i < len(v); {
 		c := v[i]
 		if c < utf8.RuneSelf {
 			if c < 0x20 || c == 0x7f {
 				return invalid(field, "contains a control character at byte %d", i)
 			}
+			blank = blank && c == ' '
 			i++
 			continue
 		}
@@ -43,7 +46,11 @@ func checkText(field, v string, max int, required bool) error {
 		if r >= 0x80 && r <= 0x9f || r == 0x2028 || r == 0x2029 {
 			return invalid(field, "contains a control character at byte %d", i)
 		}
+		blank = blank && unicode.IsSpace(r)
 		i += n
+	}
+	if blank {
+		return invalid(field, "is only white space")
 	}
 	return nil
 }

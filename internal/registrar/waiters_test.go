@@ -232,7 +232,7 @@ func TestWaiters_MaxWaitersQuota(t *testing.T) {
 	e.unchanged(func() { out = e.acquire("orders/42", "w4", wait(10_000)) })
 	wantReason(t, out.Err, registrar.ReasonQuotaExceeded)
 	wantErrIs(t, out.Err, registrar.ErrQuotaExceeded)
-	wantMeta(t, out.Err, "quota", "max_waiters_per_resource", "limit", "2")
+	wantMeta(t, out.Err, "quota", "max_waiters_per_resource", "limit", "2", "namespace", "default", "resource", "orders/42")
 	wantMessagePrefix(t, out.Err)
 	if out.WaiterID != 0 {
 		t.Fatalf("waiter id %d on a rejected request", out.WaiterID)

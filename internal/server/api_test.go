@@ -101,6 +101,19 @@ func TestConnectJSONShapes(t *testing.T) {
 	}
 }
 
+// TestRenewNamesTheBadID: a Renew of several ids, one of them malformed,
+// is refused whole, naming the entry.
+func TestRenewNamesTheBadID(t *testing.T) {
+	b := setup(t)
+	code, out := b.postJSON(t, "LeaseService/Renew", `{"leaseIds":["x",""]}`)
+	if code == http.StatusOK || errorReason(t, out) != "INVALID_ARGUMENT" {
+		t.Fatalf("got %d %v, want INVALID_ARGUMENT", code, out)
+	}
+	if msg, _ := out["message"].(string); !strings.HasPrefix(msg, "INVALID_ARGUMENT: lease_ids[1]: ") {
+		t.Errorf("message %q does not name lease_ids[1]", msg)
+	}
+}
+
 // TestBadInputChangesNothing sends malformed requests; each must answer
 // invalid_argument, propose nothing and leave the server healthy.
 func TestBadInputChangesNothing(t *testing.T) {
@@ -113,6 +126,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"malformed JSON", "LeaseService/Acquire", `{"resource":"r","holder":`, "INVALID_ARGUMENT"},
 		{"unknown enum", "LeaseService/Acquire", `{"resource":"r","holder":"w","mode":"MODE_BOGUS"}`, "INVALID_ARGUMENT"},
 		{"invalid UTF-8", "LeaseService/Acquire", "{\"resource\":\"r\xff\xfe\",\"holder\":\"w\"}", "INVALID_ARGUMENT"},
+		{"unknown field", "LeaseService/Acquire", `{"resource":"r","holder":"w","bogus":1}`, "INVALID_ARGUMENT"},
+		{"misspelt field", "LeaseService/Acquire", `{"resource":"r","holder":"w","tll":"5s"}`, "INVALID_ARGUMENT"},
 		{"wrong field type", "LeaseService/Acquire", `{"resource":"r","holder":"w","ttl":30}`, "INVALID_ARGUMENT"},
 		{"bad duration", "QueueService/Claim", `{"queue":"q","worker":"w","wait":"soon"}`, "INVALID_ARGUMENT"},
 		{"not an object", "PoolService/Status", `[1,2]`, "INVALID_ARGUMENT"},
@@ -486,13 +501,19 @@ func TestRestartKeepsLeases(t *testing.T) {
 func TestOpsEndpoints(t *testing.T) {
 	b := setup(t)
 	b.acquire(t, &tenurev1.AcquireRequest{Resource: "m", Holder: "w"})
+	if _, err := b.leases.Acquire(context.Background(), connect.NewRequest(&tenurev1.AcquireRequest{Resource: "m", Holder: "w2"})); err == nil {
+		t.Fatal("second acquire of m succeeded")
+	}
 	resp, err := b.http.Get(b.base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, m := range []string{"tenure_grants_total 1", "tenure_leases_active 1", "tenure_raft_commit_index", "tenure_raft_apply_seconds", "tenure_is_leader 1"} {
+	for _, m := range []string{"tenure_grants_total 1", "tenure_leases_active 1", "tenure_raft_commit_index", "tenure_raft_apply_seconds", "tenure_is_leader 1",
+		`tenure_rpc_requests_total{code="ok",procedure="/tenure.v1.LeaseService/Acquire"} 1`,
+		`tenure_rpc_requests_total{code="failed_precondition",procedure="/tenure.v1.LeaseService/Acquire"} 1`,
+		`tenure_rpc_duration_seconds_count{procedure="/tenure.v1.LeaseService/Acquire"} 2`} {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("/metrics lacks %q", m)
 		}

@@ -3,16 +3,16 @@ package server
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
-// jsonCodec is Connect's JSON codec, except that an unknown enum name is
-// an error (API.md: unknown enum values are INVALID_ARGUMENT) instead of
-// being silently dropped. Unknown fields are still tolerated, so clients
-// built against a newer schema keep working.
+// jsonCodec is Connect's JSON codec, except that it decodes strictly, as
+// protojson does by default: an unknown enum name (API.md: unknown enum
+// values are INVALID_ARGUMENT) and an unknown field are errors, not
+// silently dropped. A misspelt field ("tll") would otherwise take its
+// default without a word.
 type jsonCodec struct{}
 
 func (jsonCodec) Name() string { return "json" }
@@ -33,13 +33,7 @@ func (jsonCodec) Unmarshal(b []byte, m any) error {
 	if len(b) == 0 {
 		return errors.New("zero-length payload is not a valid JSON object")
 	}
-	err := protojson.UnmarshalOptions{}.Unmarshal(b, pm)
-	if err != nil && strings.Contains(err.Error(), "unknown field") {
-		// Retry tolerating unknown fields. protojson would then also drop
-		// unknown enum names, so only a message without them gets here.
-		err = protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(b, pm)
-	}
-	if err != nil {
+	if err := protojson.Unmarshal(b, pm); err != nil {
 		return fmt.Errorf("unmarshal into %T: %w", m, err)
 	}
 	return nil

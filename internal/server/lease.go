@@ -240,8 +240,10 @@ func validateRenew(c *logpb.Renew) error {
 	case len(c.LeaseIds) > 0 && c.AllOfHolder:
 		return invalidArg("lease_ids", "name leases or set all_of_holder, not both")
 	}
-	for _, id := range c.LeaseIds {
-		if err := registrar.CheckLeaseIDText("lease_ids", id); err != nil {
+	for i, id := range c.LeaseIds {
+		// The whole call is refused, naming the entry: a bad id is bad
+		// input, not a lease that failed to renew.
+		if err := registrar.CheckLeaseIDText("lease_ids["+strconv.Itoa(i)+"]", id); err != nil {
 			return err
 		}
 	}
