@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -128,38 +127,12 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 }
 
 // newHTTPClient speaks HTTP/2 only: cleartext (h2c) by default, TLS with
-// WithTLS. Pings detect a dead connection that TCP alone would keep open:
-// a member that hangs (a stopped process, a stalled VM, a black hole) is
-// given up after healthCheckAfter of silence and a ping unanswered for
-// pingTimeout, and its calls fail over. A member's HTTP/2 layer answers a
-// ping whatever its Raft log is doing, so a healthy but busy member is
-// not mistaken for a hung one.
-// healthCheckAfter and pingTimeout bound how long a hung member holds the
-// calls sent to it: about 4 s (it was 15 s, the whole default retry
-// budget, so a read failed instead of moving on).
-const (
-	healthCheckAfter = 2 * time.Second
-	pingTimeout      = 2 * time.Second
-)
-
+// WithTLS. Its pings give up a hung member after about 4 s of silence
+// (wire.HealthCheckAfter, wire.PingTimeout; it was 15 s, the whole default
+// retry budget, so a read failed instead of moving on), and its calls fail
+// over.
 func newHTTPClient(cfg *config) *http.Client {
-	var p http.Protocols
-	if cfg.tlsConfig != nil {
-		p.SetHTTP2(true)
-	} else {
-		p.SetUnencryptedHTTP2(true)
-	}
-	return &http.Client{Transport: wire.Transport(&http.Transport{
-		Protocols:         &p,
-		TLSClientConfig:   cfg.tlsConfig,
-		ForceAttemptHTTP2: true,
-		IdleConnTimeout:   90 * time.Second,
-		DialContext:       (&net.Dialer{Timeout: cfg.dialTimeout, KeepAlive: 15 * time.Second}).DialContext,
-		HTTP2: &http.HTTP2Config{
-			SendPingTimeout: healthCheckAfter,
-			PingTimeout:     pingTimeout,
-		},
-	})}
+	return wire.NewHTTPClient(cfg.tlsConfig, cfg.dialTimeout)
 }
 
 func (c *Client) normalize(addr string) (string, error) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -158,22 +160,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	_, _ = rand.Read(id[:])
 	run := hex.EncodeToString(id[:])
 	cfg.prefix, cfg.holder = "bench/"+run, "bench-"+run
-	if c.token != "" || c.tlsCert != "" {
-		r, err := c.remote()
-		if err != nil {
-			return err
-		}
-		who, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.WhoAmI, &tenurev1.WhoAmIRequest{})
-		if err != nil {
-			return err
-		}
-		if who.GetAuthenticated() {
-			cfg.principal = who.GetPrincipal()
-		}
+	// First contact: no server (or credentials it refuses) is an error at
+	// once, not a run of failed operations. With authentication on, the
+	// workers hold as the principal.
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	who, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.WhoAmI, &tenurev1.WhoAmIRequest{})
+	if err != nil {
+		return err
+	}
+	if who.GetAuthenticated() {
+		cfg.principal = who.GetPrincipal()
 	}
 
 	var res *benchResult
-	var err error
 	switch cfg.workload {
 	case "keepalive":
 		res, err = benchKeepAlive(ctx, c, cfg)
@@ -190,10 +192,27 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		if _, err = fmt.Fprintf(stdout, "%s\n", b); err != nil {
+			return err
+		}
+	} else if err := writeBench(stdout, res); err != nil {
 		return err
 	}
-	return writeBench(stdout, res)
+	if res.Ops == 0 && len(res.Errors) > 0 {
+		return fmt.Errorf("no operation succeeded (errors: %s)", fmtReasons(res.Errors))
+	}
+	return nil
+}
+
+// fmtReasons lists error counts by reason, most frequent first.
+func fmtReasons(m map[string]int64) string {
+	rs := slices.Collect(maps.Keys(m))
+	slices.SortFunc(rs, func(a, b string) int { return cmp.Or(cmp.Compare(m[b], m[a]), cmp.Compare(a, b)) })
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%s %d", r, m[r])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // benchStats counts operations as they complete.
@@ -288,8 +307,12 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 			reasons := make(map[string]int64)
 			fail := func(err error) {
 				if ctx.Err() == nil {
-					reasons[benchReason(err)]++
+					r := benchReason(err)
+					reasons[r]++
 					stats.errs.Add(1)
+					if r == "UNAVAILABLE" { // a server gone: retry gently, not in a busy loop
+						pause(runCtx, 50*time.Millisecond)
+					}
 				}
 			}
 			for i := 0; runCtx.Err() == nil; i++ {
@@ -543,4 +566,14 @@ func fmtMs(ms float64) string {
 		return fmt.Sprintf("%.0fµs", ms*1000)
 	}
 	return fmt.Sprintf("%.2fms", ms)
+}
+
+// pause waits d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -251,6 +253,12 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"bad budget", []string{"derive", "id", "r", "--budget", "tokens"}},
 		{"consume not a number", []string{"consume", "id", "tokens", "many"}},
 		{"authorize nothing", []string{"authorize", "id"}},
+		{"negative page size", []string{"ls", "--page-size", "-1"}},
+		{"negative history limit", []string{"history", "r", "--limit", "-1"}},
+		{"endpoint not host:port", []string{"ls", "--endpoints", "not a host"}},
+		{"endpoint without a port", []string{"get", "x", "--endpoints", "localhost"}},
+		{"endpoint with another scheme", []string{"cluster", "status", "--endpoints", "ftp://a:1"}},
+		{"endpoint port out of range", []string{"acquire", "r", "--endpoints", "127.0.0.1:70000"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -431,6 +439,47 @@ func TestCLIClusterAndVersion(t *testing.T) {
 	}
 }
 
+// blackHole listens on loopback and accepts connections that it never
+// answers, as a stopped or stalled member does.
+func blackHole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(io.Discard, c) // ends when the client gives up
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A member that accepts connections and never answers does not hold a
+// command: a read moves on to the next endpoint, and with no other one the
+// command fails (exit 1, UNAVAILABLE) instead of hanging.
+func TestCLIHungMember(t *testing.T) {
+	t.Parallel()
+	hung := blackHole(t)
+	l := acquire(t, "hung/"+uniq(t))
+	got := parse(t, ok(t, "get", l.GetLeaseId(), "--endpoints", hung+","+apiAddr, "-o", "json"), &tenurev1.Lease{})
+	if got.GetLeaseId() != l.GetLeaseId() {
+		t.Fatalf("get through a hung member first: %v", got)
+	}
+	r := runTenure(t, "ls", "--endpoints", hung)
+	if r.code != 1 || !strings.Contains(strings.ToLower(r.stderr), "unavailable") {
+		t.Fatalf("ls against a hung member alone: %+v", r)
+	}
+}
+
 func TestCLIWatch(t *testing.T) {
 	t.Parallel()
 	res := "watch/" + uniq(t)
@@ -449,6 +498,10 @@ func TestCLIWatch(t *testing.T) {
 		}
 	}
 	fails(t, "INVALID_ARGUMENT", "watch", "--namespace", strings.Repeat("n", 200))
+	// No server at all: an error, not a silent wait.
+	if r := runTenure(t, "watch", "--endpoints", freePort()); r.code != 1 || !strings.Contains(r.stderr, "unavailable") {
+		t.Fatalf("watch with no server: %+v", r)
+	}
 }
 
 // startTenure starts the binary and returns its stdout lines as they come.
@@ -708,6 +761,10 @@ func TestCLIBench(t *testing.T) {
 		if res.Workload == "keepalive" && (res.LeasesLost != 0 || res.KeptAlivePerSec != 100) {
 			t.Errorf("keepalive: %+v", res)
 		}
+	}
+	// No server: an error at once (exit 1), not a run of failures.
+	if r := runTenure(t, "bench", "--duration", "1s", "--concurrency", "2", "--endpoints", freePort()); r.code != 1 || !strings.Contains(r.stderr, "unavailable") {
+		t.Fatalf("bench with no server: %+v", r)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"os/user"
 	"strconv"
@@ -225,12 +224,35 @@ func (c *cliCommand) endpointList() []string {
 	return out
 }
 
-// client returns a Go client (heartbeats, Watch, failover) for commands that
-// hold leases or follow streams. The caller closes it.
-func (c *cliCommand) client(opts ...tenure.Option) (*tenure.Client, error) {
+// checkEndpoints refuses, as a usage error, an --endpoints list that is
+// empty or names something that is not host:port or an http(s) URL.
+func (c *cliCommand) checkEndpoints() ([]string, error) {
 	eps := c.endpointList()
 	if len(eps) == 0 {
 		return nil, c.usageError("--endpoints is empty")
+	}
+	for _, e := range eps {
+		hostPort := e
+		if scheme, rest, ok := strings.Cut(e, "://"); ok {
+			if s := strings.ToLower(scheme); s != "http" && s != "https" {
+				return nil, c.usageError("--endpoints: %q: the scheme must be http or https", e)
+			}
+			hostPort = strings.TrimRight(rest, "/")
+		}
+		host, port, err := net.SplitHostPort(hostPort)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || strings.ContainsAny(host, " /") || perr != nil || n < 1 || n > 65535 {
+			return nil, c.usageError("--endpoints: %q is not host:port or an http(s):// URL", e)
+		}
+	}
+	return eps, nil
+}
+
+// client returns a Go client (heartbeats, Watch, failover) for commands that
+// hold leases or follow streams. The caller closes it.
+func (c *cliCommand) client(opts ...tenure.Option) (*tenure.Client, error) {
+	eps, err := c.checkEndpoints()
+	if err != nil {
+		return nil, err
 	}
 	opts = append([]tenure.Option{tenure.WithNamespace(c.namespace)}, opts...)
 	if c.token != "" {
@@ -270,28 +292,22 @@ func (c *cliCommand) client(opts ...tenure.Option) (*tenure.Client, error) {
 // remote returns raw service clients for the RPCs the Go client does not
 // wrap. Calls go to the first endpoint that answers (see remote.lease).
 func (c *cliCommand) remote() (*remote, error) {
-	eps := c.endpointList()
-	if len(eps) == 0 {
-		return nil, c.usageError("--endpoints is empty")
+	eps, err := c.checkEndpoints()
+	if err != nil {
+		return nil, err
 	}
 	tc, err := c.tlsConfig()
 	if err != nil {
 		return nil, err
 	}
-	var p http.Protocols
-	p.SetHTTP2(true)
-	p.SetUnencryptedHTTP2(true)
-	hc := &http.Client{Transport: wire.Transport(&http.Transport{
-		Protocols:         &p,
-		TLSClientConfig:   tc,
-		ForceAttemptHTTP2: true,
-		DialContext:       (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
-	})}
+	// The Go client's HTTP client: its pings give up a hung member after
+	// ~4 s, where a stalled process used to hold a command forever.
+	hc := wire.NewHTTPClient(tc, 3*time.Second)
 	scheme := "http://"
 	if tc != nil {
 		scheme = "https://"
 	}
-	opts := []connect.ClientOption{connect.WithCodec(wire.Codec{})}
+	opts := []connect.ClientOption{connect.WithCodec(wire.Codec{}), connect.WithInterceptors(markReadRetry{})}
 	if c.token != "" {
 		opts = append(opts, connect.WithInterceptors(bearerToken(c.token)))
 	}
@@ -354,17 +370,20 @@ type remote struct {
 
 // firstAnswer runs fn against each endpoint's client in turn until one
 // answers: it moves on only when the request cannot have been processed
-// (the connection could not be made, or NOT_LEADER). When every endpoint
-// failed so, it goes through the list again after a pause, for up to
-// retryFor: a server started a moment ago may not listen yet, a cluster
-// may be electing its leader. The error is parsed into the Go client's
-// typed errors, so its message starts with the reason.
+// (the connection could not be made, or NOT_LEADER), or when it only
+// reads and its member could not answer (hung, or unavailable). When
+// every endpoint failed so, it goes through the list again after a
+// pause, for up to retryFor: a server started a moment ago may not listen
+// yet, a cluster may be electing its leader. The error is parsed into the
+// Go client's typed errors, so its message starts with the reason.
 func firstAnswer[C any](clients []C, fn func(C) error) error {
 	var err error
 	deadline := time.Now().Add(retryFor)
 	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
 		for _, c := range clients {
-			if err = tenure.ParseError(fn(c)); err == nil || !tryNext(err) {
+			raw := fn(c)
+			var rr readRetry
+			if err = tenure.ParseError(raw); err == nil || !tryNext(err) && !errors.As(raw, &rr) {
 				return err
 			}
 		}
@@ -426,6 +445,50 @@ func tryNext(err error) bool {
 	}
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// readOnly lists the calls that change nothing: one that fails for
+// want of an answer (a hung member, UNAVAILABLE) may be sent to the next
+// member.
+var readOnly = map[string]bool{
+	tenurev1connect.LeaseServiceGetProcedure: true, tenurev1connect.LeaseServiceListProcedure: true,
+	tenurev1connect.LeaseServiceVerifyProcedure: true, tenurev1connect.LeaseServiceHistoryProcedure: true,
+	tenurev1connect.LeaseServiceCheckFenceProcedure: true, tenurev1connect.LeaseServiceReadStateProcedure: true,
+	tenurev1connect.LeaseServiceTreeProcedure: true, tenurev1connect.LeaseServiceAuthorizeProcedure: true,
+	tenurev1connect.ClusterServiceStatusProcedure: true, tenurev1connect.ClusterServiceWhoAmIProcedure: true,
+	tenurev1connect.ClusterServicePublicKeyProcedure: true, tenurev1connect.ClusterServiceGetPolicyProcedure: true,
+	tenurev1connect.QueueServiceGetTaskProcedure: true, tenurev1connect.QueueServiceListTasksProcedure: true,
+	tenurev1connect.QueueServiceStatsProcedure: true, tenurev1connect.QueueServiceListQueuesProcedure: true,
+	tenurev1connect.PoolServiceStatusProcedure: true, tenurev1connect.PoolServiceRankingsProcedure: true,
+	tenurev1connect.PoolServiceListPoolsProcedure: true,
+}
+
+// readRetry marks the failure of a read-only call that the next member
+// may answer (firstAnswer).
+type readRetry struct{ error }
+
+func (r readRetry) Unwrap() error { return r.error }
+
+// markReadRetry is the interceptor that marks such failures.
+type markReadRetry struct{}
+
+func (markReadRetry) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		resp, err := next(ctx, req)
+		if err != nil && ctx.Err() == nil && readOnly[req.Spec().Procedure] &&
+			connect.CodeOf(err) == connect.CodeUnavailable {
+			err = readRetry{err}
+		}
+		return resp, err
+	}
+}
+
+func (markReadRetry) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (markReadRetry) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 // bearerToken adds "Authorization: Bearer <token>" to every request.

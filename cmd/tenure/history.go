@@ -25,6 +25,9 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if *limit < 0 {
+		return c.usageError("--limit must not be negative, got %d", *limit)
+	}
 	r, err := c.remote()
 	if err != nil {
 		return err

@@ -30,6 +30,9 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
 	}
+	if *pageSize < 0 {
+		return c.usageError("--page-size must not be negative, got %d", *pageSize)
+	}
 	req := &tenurev1.ListRequest{Namespace: c.namespace, Prefix: *prefix, Holder: *holder, PageSize: *pageSize, PageToken: *pageToken}
 	for s := range strings.SplitSeq(*states, ",") {
 		if s = strings.TrimSpace(s); s == "" {

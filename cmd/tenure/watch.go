@@ -7,13 +7,15 @@ import (
 	"io"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
 
 const watchHelp = `Follow the ledger: print every event of the namespace (optionally only of
 resources starting with --prefix) as it happens, one line each (NDJSON with
 -o json), until Ctrl-C or --count events. --after INDEX starts after that
 ledger index instead of now, so nothing is missed between a history and a
-watch. A broken stream is resumed, on any endpoint, from the last event.`
+watch. A broken stream is resumed, on any endpoint, from the last event;
+no endpoint answering at the start is an error (exit 1).`
 
 const watchExamples = `  tenure watch --prefix orders/
   tenure watch --after 1200 -o json | jq .type`
@@ -28,6 +30,16 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	after := c.fs.Uint64("after", 0, "start after this ledger index (default: from now)")
 	count := c.fs.Int("count", 0, "exit after this many events (default: follow until interrupted)")
 	if _, err := c.parse(args, 0, 0); err != nil {
+		return err
+	}
+	// A watch resumes a broken stream for as long as it runs; but a first
+	// contact that fails is an error, as for every other command, not a
+	// silent wait for a server that may never come.
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	if _, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.WhoAmI, &tenurev1.WhoAmIRequest{}); err != nil {
 		return err
 	}
 	cl, err := c.client()
