@@ -8,7 +8,6 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/logpb"
-	"github.com/tenurehq/tenure/internal/pool"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
@@ -130,7 +129,7 @@ func (h *poolService) startOp(ctx context.Context, _ http.Header, op *tenurev1.P
 	switch x := op.Op.(type) {
 	case *tenurev1.PoolOp_RequestLeases:
 		m := x.RequestLeases
-		if m.Max == 0 || len(m.Have) > pool.MaxHaveMaps {
+		if invalidRequest(m) != nil {
 			return false // answered without proposing
 		}
 		o.proc, o.msg = v1c.PoolServiceRequestLeasesProcedure, m

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -112,16 +113,8 @@ func (h *poolService) Want(ctx context.Context, req *connect.Request[tenurev1.Wa
 
 func (h *poolService) RequestLeases(ctx context.Context, req *connect.Request[tenurev1.RequestLeasesRequest]) (*connect.Response[tenurev1.RequestLeasesResponse], error) {
 	m := req.Msg
-	if m.Max == 0 {
-		// Answered without proposing: nothing to record.
-		return connect.NewResponse(&tenurev1.RequestLeasesResponse{
-			RejectedReason: tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST,
-			Message:        "REJECTED_REASON_INVALID_REQUEST: max must be positive"}), nil
-	}
-	if len(m.Have) > pool.MaxHaveMaps {
-		return connect.NewResponse(&tenurev1.RequestLeasesResponse{
-			RejectedReason: tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST,
-			Message:        "REJECTED_REASON_INVALID_REQUEST: too many have-maps"}), nil
+	if r := invalidRequest(m); r != nil {
+		return connect.NewResponse(r), nil
 	}
 	out, err := h.s.proposePool(ctx, m.Peer, requestCommand(m))
 	if err != nil {
@@ -130,8 +123,31 @@ func (h *poolService) RequestLeases(ctx context.Context, req *connect.Request[te
 	return connect.NewResponse(requestLeasesResponse(out)), nil
 }
 
-// requestCommand is the pool command of a RequestLeases (whose max and
-// number of have-maps were checked).
+// invalidRequest answers a RequestLeases that is malformed on its face
+// (max 0, too many have-maps, an empty or malformed pool, peer or
+// namespace) without proposing it: nothing to record. Like the
+// rejections the pool answers (an unknown pool or file, a bad have-map),
+// it is REJECTED_REASON_INVALID_REQUEST in the response, not an error.
+// nil: the request goes to the pool.
+func invalidRequest(m *tenurev1.RequestLeasesRequest) *tenurev1.RequestLeasesResponse {
+	why := ""
+	switch {
+	case m.Max == 0:
+		why = "max must be positive"
+	case len(m.Have) > pool.MaxHaveMaps:
+		why = "too many have-maps"
+	default:
+		err := pool.ValidateCommand(requestCommand(m))
+		if err == nil {
+			return nil
+		}
+		why = strings.TrimPrefix(err.Error(), string(registrar.ReasonInvalidArgument)+": ")
+	}
+	r := tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST
+	return &tenurev1.RequestLeasesResponse{RejectedReason: r, Message: r.String() + ": " + why}
+}
+
+// requestCommand is the pool command of a RequestLeases.
 func requestCommand(m *tenurev1.RequestLeasesRequest) *logpb.PoolCommand {
 	have := make([]*logpb.PoolHave, len(m.Have))
 	for i, hm := range m.Have {

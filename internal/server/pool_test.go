@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -64,8 +65,15 @@ func TestPoolEndToEnd(t *testing.T) {
 	if rl.Msg.RejectedReason != tenurev1.RejectedReason_REJECTED_REASON_NO_AVAILABLE_PIECES {
 		t.Fatalf("no pieces: %v", rl.Msg)
 	}
-	_, err = pc.RequestLeases(ctx, connect.NewRequest(&tenurev1.RequestLeasesRequest{Pool: "swarm", Peer: "", Max: 1}))
-	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+	// A malformed peer or pool is an invalid request like max 0: answered
+	// in the response, as every rejection of RequestLeases is.
+	for _, bad := range []*tenurev1.RequestLeasesRequest{{Pool: "swarm", Peer: "", Max: 1}, {Pool: "", Peer: "p2", Max: 1}, {Pool: "swarm", Peer: " ", Max: 1}} {
+		rl, err = pc.RequestLeases(ctx, connect.NewRequest(bad))
+		if err != nil || rl.Msg.RejectedReason != tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST ||
+			!strings.HasPrefix(rl.Msg.Message, "REJECTED_REASON_INVALID_REQUEST: ") || len(rl.Msg.Leases) != 0 {
+			t.Fatalf("request %v: %v %v", bad, rl, err)
+		}
+	}
 
 	// Completion by another peer; then success and failure by the holder.
 	_, err = pc.CompletePiece(ctx, connect.NewRequest(&tenurev1.CompletePieceRequest{Pool: "swarm", Peer: "p2",
