@@ -494,8 +494,20 @@ func (ps *Pools) complete(tx *registrar.Tx, k key, c *logpb.PoolComplete) Outcom
 	pk := pieceKey{c.FileIndex, c.PieceIndex}
 	pl := p.held[pk]
 	if pl == nil || pl.peer.name != c.Peer {
+		// piece_state lets a peer retrying after OUTCOME_UNKNOWN tell its
+		// own applied completion: a success it retries finds the piece
+		// done (no one else can complete a piece leased to it).
+		state := "wanted"
+		switch {
+		case pl != nil:
+			state = "leased"
+		case f.done.Contains(c.PieceIndex):
+			state = "done"
+		case !f.wanted.Contains(c.PieceIndex):
+			state = "not_wanted"
+		}
 		meta := map[string]string{"pool": k.name, "file_index": strconv.FormatUint(uint64(c.FileIndex), 10),
-			"piece_index": strconv.FormatUint(uint64(c.PieceIndex), 10), "peer": c.Peer}
+			"piece_index": strconv.FormatUint(uint64(c.PieceIndex), 10), "peer": c.Peer, "piece_state": state}
 		if pl != nil {
 			meta["holder"] = pl.peer.name
 			return fail(registrar.NewError(registrar.ReasonPieceNotLeased, meta,

@@ -215,9 +215,9 @@ func TestCompleteErrors(t *testing.T) {
 		}
 	}
 	wantErr("other peer", e.complete("p", "b", g[0].File, g[0].Piece, true, 0), registrar.ReasonPieceNotLeased,
-		"PIECE_NOT_LEASED: piece 0 of file 0 is leased to peer a, not to b", map[string]string{"holder": "a", "peer": "b"})
+		"PIECE_NOT_LEASED: piece 0 of file 0 is leased to peer a, not to b", map[string]string{"holder": "a", "peer": "b", "piece_state": "leased"})
 	wantErr("unleased piece", e.complete("p", "a", 0, 1, true, 0), registrar.ReasonPieceNotLeased,
-		"PIECE_NOT_LEASED: piece 1 of file 0 is not leased to a", map[string]string{"piece_index": "1"})
+		"PIECE_NOT_LEASED: piece 1 of file 0 is not leased to a", map[string]string{"piece_index": "1", "piece_state": "wanted"})
 	wantErr("piece out of range", e.complete("p", "a", 0, 9, true, 0), registrar.ReasonInvalidArgument,
 		"INVALID_ARGUMENT: piece_index: pool p has no piece 9 of file 0 (it has 4 pieces)", map[string]string{"field": "piece_index"})
 	wantErr("unknown file", e.complete("p", "a", 3, 0, true, 0), registrar.ReasonInvalidArgument,
@@ -235,6 +235,16 @@ func TestCompleteErrors(t *testing.T) {
 	l, err := e.m.Registrar().Get(g[0].LeaseID, registrar.Tick(e.tick))
 	if err != nil || l.State != registrar.Released || l.ReleaseReason != tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED {
 		t.Fatalf("lease after completion: %+v %v", l, err)
+	}
+	// A retry of it (after OUTCOME_UNKNOWN) is refused, changes nothing,
+	// and says the piece is done.
+	before := e.ranking("p", "a")
+	var re *registrar.Error
+	if out := e.complete("p", "a", 0, 0, true, 0); !errors.As(out.Err, &re) || re.Reason != registrar.ReasonPieceNotLeased || re.Metadata["piece_state"] != "done" {
+		t.Fatalf("retried completion: %v", out.Err)
+	}
+	if after := e.ranking("p", "a"); after != before {
+		t.Fatalf("a retried completion ranked again: %+v, was %+v", after, before)
 	}
 	// Done for good: wanting it again changes nothing.
 	if out := e.wantRange("p", 0, 4, 0, 4); out.Added != 0 || out.File.Done != 1 || out.File.Wanted != 3 {
