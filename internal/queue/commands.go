@@ -211,13 +211,14 @@ func (qs *Queues) find(ns, queue, id string) (*task, error) {
 
 func (qs *Queues) notLeased(t *task, leaseID string) error {
 	meta := map[string]string{"namespace": orDefault(t.q.ns), "task_id": t.id, "queue": t.q.name, "lease_id": leaseID, "state": t.state.String()}
-	cur := "none"
+	// current_lease_id is empty when the task is not leased.
+	cur, said := "", "none"
 	if t.state == Leased {
-		cur = t.leaseID
+		cur, said = t.leaseID, t.leaseID
 	}
 	meta["current_lease_id"] = cur
 	return registrar.NewError(registrar.ReasonTaskNotLeased, meta,
-		"lease %s is not the current lease of task %s (task is %s, current lease: %s)", leaseID, t.id, t.state, cur)
+		"lease %s is not the current lease of task %s (task is %s, current lease: %s)", leaseID, t.id, t.state, said)
 }
 
 func (qs *Queues) retention(ns string, tick registrar.Tick) int64 {

@@ -110,7 +110,11 @@ func TestExpiryRequeuesAndZombieRejected(t *testing.T) {
 		t.Fatalf("reclaim: %+v", c2)
 	}
 	// The zombie cannot complete or fail the new attempt.
-	wantReason(t, e.complete("q", "t", l1.ID, nil).Err, registrar.ReasonTaskNotLeased)
+	zombie := e.complete("q", "t", l1.ID, nil).Err
+	wantReason(t, zombie, registrar.ReasonTaskNotLeased)
+	if re := registrar.ToError(zombie); re.Metadata["current_lease_id"] != c2.Leases[0].ID || re.Metadata["lease_id"] != l1.ID {
+		t.Fatalf("TASK_NOT_LEASED metadata %v, want the current lease %s", re.Metadata, c2.Leases[0].ID)
+	}
 	wantReason(t, e.fail("q", "t", l1.ID, "boom", nil).Err, registrar.ReasonTaskNotLeased)
 	wantReason(t, e.complete("q", "nope", l1.ID, nil).Err, registrar.ReasonTaskNotFound)
 	// The second attempt's lease expires too: attempts are used up → DEAD.

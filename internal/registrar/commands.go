@@ -777,13 +777,15 @@ func (r *Registrar) WriteState(tx *Tx, c *logpb.WriteState) Outcome {
 	l := r.lookup(c.LeaseId)
 	if l == nil || res == nil || l.res != res || l.mode != Exclusive || res.excl != l || !l.activeAt(tx.Tick) {
 		meta := map[string]string{"lease_id": c.LeaseId, "resource": c.Resource}
-		active := "none"
+		// active_lease_id is empty when no exclusive lease is active.
+		active, said := "", "none"
 		if res != nil && res.excl != nil && res.excl.activeAt(tx.Tick) {
 			active = FormatLeaseID(res.excl.issuedWall, r.tag, res.excl.seq)
+			said = active
 		}
 		meta["active_lease_id"] = active
 		return fail(newError(ReasonLeaseViolation, meta,
-			"lease %s is not the active exclusive lease of %s (active: %s)", c.LeaseId, c.Resource, active))
+			"lease %s is not the active exclusive lease of %s (active: %s)", c.LeaseId, c.Resource, said))
 	}
 	var cur uint64
 	if res.guarded != nil {

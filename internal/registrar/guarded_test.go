@@ -102,27 +102,27 @@ func TestGuarded_LeaseViolation_Seed001(t *testing.T) {
 	}{
 		{"shared_lease", func(e *env) string {
 			return e.mustAcquire("wf/7", "r1", shared).ID
-		}, func(*env) string { return "none" }},
+		}, func(*env) string { return "" }},
 		{"expired_not_yet_recorded", func(e *env) string {
 			l := e.mustAcquire("wf/7", "w1", ttl(2000))
 			e.at(l.ExpiresTick)
 			return l.ID
-		}, func(*env) string { return "none" }},
+		}, func(*env) string { return "" }},
 		{"expired_one_ms_late", func(e *env) string {
 			l := e.mustAcquire("wf/7", "w1", ttl(2000))
 			e.at(l.ExpiresTick + 1).advance()
 			return l.ID
-		}, func(*env) string { return "none" }},
+		}, func(*env) string { return "" }},
 		{"released", func(e *env) string {
 			l := e.mustAcquire("wf/7", "w1")
 			e.release(l.ID, "w1")
 			return l.ID
-		}, func(*env) string { return "none" }},
+		}, func(*env) string { return "" }},
 		{"revoked", func(e *env) string {
 			l := e.mustAcquire("wf/7", "w1")
 			e.revoke(l.ID, "ops")
 			return l.ID
-		}, func(*env) string { return "none" }},
+		}, func(*env) string { return "" }},
 		{"previous_holder_after_transfer", func(e *env) string {
 			l := e.mustAcquire("wf/7", "w1")
 			e.transfer(l.ID, "w1", "w2", nil)
