@@ -278,8 +278,8 @@ var (
 // wanted and not leased, rarest first, each under a lease of the pool's
 // duration. When it grants nothing the error is a *RejectedError
 // (ErrInvalidRequest, ErrPeerRankingTooLow, ErrPeerAtCapacity,
-// ErrNoAvailablePieces); malformed input (an empty peer) is
-// ErrInvalidArgument. Not retried after an unknown outcome
+// ErrNoAvailablePieces); malformed input (an empty peer or pool, max 0,
+// a bad have-map) is ErrInvalidRequest. Not retried after an unknown outcome
 // (ErrOutcomeUnknown): the pieces may have been granted, and Status shows
 // the peer's current leases.
 func (c *Client) RequestLeases(ctx context.Context, pool, peer string, have map[uint32]Bitset, max uint32, opts ...CallOption) ([]PieceLease, error) {

@@ -220,7 +220,7 @@ func TestIntegrationPool(t *testing.T) {
 	if _, err := c.RequestLeases(ctx, "swarm", "p3", map[uint32]Bitset{0: all0}, 0); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("max 0: %v", err)
 	}
-	if _, err := c.RequestLeases(ctx, "swarm", "", map[uint32]Bitset{0: all0}, 1); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := c.RequestLeases(ctx, "swarm", "", map[uint32]Bitset{0: all0}, 1); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("empty peer: %v", err)
 	}
 
