@@ -51,7 +51,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	tlsKey := fs.String("tls-key", env("tls-key", ""), "PEM key of --tls-cert (env TENURE_TLS_KEY)")
 	tlsClientCA := fs.String("tls-client-ca", env("tls-client-ca", ""), "PEM CA(s) of client certificates: require and verify one on every connection (env TENURE_TLS_CLIENT_CA)")
 	tlsCA := fs.String("tls-ca", env("tls-ca", ""), "PEM CA(s) this member trusts when it calls other members over TLS (default: the system's, plus --tls-client-ca) (env TENURE_TLS_CA)")
-	memberToken := fs.String("member-token", env("member-token", ""), "admin bearer token this member presents to other members when joining or publishing its address (env TENURE_MEMBER_TOKEN)")
+	memberToken := fs.String("member-token", env("member-token", ""), "bearer token of an admin on namespace * this member presents to other members when joining or publishing its address (env TENURE_MEMBER_TOKEN)")
 	rateLimit := fs.String("rate-limit", env("rate-limit", "0"), "requests per second per principal, for auth file entries without a rate; 0 = unlimited (env TENURE_RATE_LIMIT)")
 	rateBurst := fs.String("rate-burst", env("rate-burst", "0"), "token bucket size of --rate-limit; 0 = the rate rounded up (env TENURE_RATE_BURST)")
 	if err := fs.Parse(args); err != nil {

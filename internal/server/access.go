@@ -57,9 +57,11 @@ type target struct {
 	// reads: lease ids the request reads, which must be in the caller's
 	// namespaces (held by anyone); checked like leases.
 	reads []string
-	// defaults is true for a change of the server-wide policy defaults
-	// (namespace "*"): only an admin of every namespace may.
-	defaults bool
+	// whole names what the request acts on when it reaches past any one
+	// namespace (the server-wide policy defaults, the cluster's
+	// membership, a snapshot of every namespace's state): only an admin
+	// of every namespace (namespace "*") may. "" for none.
+	whole string
 }
 
 // rule is one procedure's access rule.
@@ -192,10 +194,13 @@ var rules = map[string]rule{
 	v1c.ClusterServicePublicKeyProcedure:          {anyRole, none},
 	v1c.ClusterServiceGetPolicyProcedure:          {anyRole, func(m any) target { return policyTarget(m.(*tenurev1.GetPolicyRequest).Namespace, false) }},
 	v1c.ClusterServiceSetPolicyProcedure:          {adminOnly, func(m any) target { return policyTarget(m.(*tenurev1.SetPolicyRequest).Namespace, true) }},
-	v1c.ClusterServiceAddVoterProcedure:           {adminOnly, none},
-	v1c.ClusterServiceRemoveServerProcedure:       {adminOnly, none},
-	v1c.ClusterServiceTransferLeadershipProcedure: {adminOnly, none},
-	v1c.ClusterServiceSnapshotProcedure:           {adminOnly, none},
+	// Membership and snapshots reach every namespace: a member holds all
+	// of the state (and the registrar's key seed), and removing or
+	// moving members can stop the whole cluster.
+	v1c.ClusterServiceAddVoterProcedure:           {adminOnly, wholeCluster("change the cluster's membership")},
+	v1c.ClusterServiceRemoveServerProcedure:       {adminOnly, wholeCluster("change the cluster's membership")},
+	v1c.ClusterServiceTransferLeadershipProcedure: {adminOnly, wholeCluster("move the cluster's leadership")},
+	v1c.ClusterServiceSnapshotProcedure:           {adminOnly, wholeCluster("snapshot every namespace's state")},
 	// Any authenticated principal, even one with no role.
 	v1c.ClusterServiceWhoAmIProcedure: {nil, none},
 }
@@ -205,7 +210,15 @@ var rules = map[string]rule{
 // like anything else of the namespace.
 func policyTarget(n string, write bool) target {
 	if n == registrar.DefaultsNamespace {
-		return target{defaults: write}
+		if write {
+			return target{whole: "change the server-wide policy defaults"}
+		}
+		return target{}
 	}
 	return ns(n)
+}
+
+// wholeCluster is the target of a request that acts on the whole cluster.
+func wholeCluster(what string) func(any) target {
+	return func(any) target { return target{whole: what} }
 }

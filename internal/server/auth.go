@@ -161,9 +161,9 @@ func (s *Server) authorize(ctx context.Context, proc string, msg any) error {
 	}
 	t := ru.target(msg)
 	switch {
-	case t.defaults && !(p.Admin() && p.AllNamespaces()):
-		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "namespace": registrar.DefaultsNamespace},
-			`principal %s may not change the server-wide policy defaults: that needs admin on namespace "*"`, p.Name)
+	case t.whole != "" && !(p.Admin() && p.AllNamespaces()):
+		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "namespace": registrar.DefaultsNamespace, "procedure": proc},
+			`principal %s may not %s: that needs admin on namespace "*"`, p.Name, t.whole)
 	case t.hasNamespace && !(t.anyNamespace && t.namespace == "") && !p.InNamespace(t.namespace):
 		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "namespace": orDefault(t.namespace)},
 			"principal %s may not use namespace %s", p.Name, orDefault(t.namespace))

@@ -234,6 +234,22 @@ func TestWrongRoleOrNamespaceIsDenied(t *testing.T) {
 			_, err := b.as("tok-teamadmin").leases.Acquire(ctx, req(&tenurev1.AcquireRequest{Resource: "x", Holder: "w1"}))
 			return err
 		}},
+		{"namespace admin snapshots every namespace", func() error {
+			_, err := b.as("tok-teamadmin").cluster.Snapshot(ctx, connect.NewRequest(&tenurev1.SnapshotRequest{}))
+			return err
+		}},
+		{"namespace admin adds a voter", func() error {
+			_, err := b.as("tok-teamadmin").cluster.AddVoter(ctx, connect.NewRequest(&tenurev1.AddVoterRequest{Id: "evil", RaftAddress: "127.0.0.1:1"}))
+			return err
+		}},
+		{"namespace admin removes a member", func() error {
+			_, err := b.as("tok-teamadmin").cluster.RemoveServer(ctx, connect.NewRequest(&tenurev1.RemoveServerRequest{Id: "n1"}))
+			return err
+		}},
+		{"namespace admin moves the leadership", func() error {
+			_, err := b.as("tok-teamadmin").cluster.TransferLeadership(ctx, connect.NewRequest(&tenurev1.TransferLeadershipRequest{}))
+			return err
+		}},
 		{"reader snapshots", func() error {
 			_, err := r1.cluster.Snapshot(ctx, connect.NewRequest(&tenurev1.SnapshotRequest{}))
 			return err
