@@ -623,6 +623,12 @@ func (r *Registrar) Transfer(tx *Tx, c *logpb.Transfer) Outcome {
 	if err := CheckIdentifier("new_holder", c.NewHolder, true); err != nil {
 		return fail(err)
 	}
+	if c.NewHolder == c.Holder {
+		// The new lease would start its renewal count and lifetime
+		// afresh, a way past the policy's limits and ahead of the
+		// resource's waiters.
+		return fail(invalid("new_holder", "is the lease's holder already; a lease is transferred to another holder (renew it to keep it)"))
+	}
 	if c.TtlMs != nil && *c.TtlMs <= 0 {
 		return fail(newError(ReasonTTLOutOfRange, map[string]string{"field": "ttl"}, "ttl must be positive, got %s", Dur(*c.TtlMs)))
 	}
@@ -638,10 +644,8 @@ func (r *Registrar) Transfer(tx *Tx, c *logpb.Transfer) Outcome {
 			return fail(err)
 		}
 	}
-	if c.NewHolder != c.Holder {
-		if err := r.checkQuota(ns, c.NewHolder); err != nil {
-			return fail(err)
-		}
+	if err := r.checkQuota(ns, c.NewHolder); err != nil {
+		return fail(err)
 	}
 	ended := &logpb.LeaseEnded{State: tenurev1.State_STATE_RELEASED, Reason: tenurev1.ReleaseReason_RELEASE_REASON_TRANSFERRED}
 	// The subtree ends first: its handoffs may issue leases, and the

@@ -829,6 +829,10 @@ func (p *propRun) expect(adv *statemachine.Machine, cmd *logpb.Command) func(sta
 				}
 				return
 			}
+			if c.NewHolder == c.Holder { // to oneself: refused, whatever the lease
+				want(res, registrar.ReasonInvalidArgument)
+				return
+			}
 			live := false
 			switch {
 			case getErr != nil:

@@ -306,6 +306,12 @@ func TestTransfer_Errors(t *testing.T) {
 		{"no_new_holder", func(e *env, l registrar.Lease) (string, string, string, *int64) {
 			return l.ID, "w1", "", nil
 		}, registrar.ReasonInvalidArgument, "new_holder"},
+		// A transfer to oneself would restart the renewal count and the
+		// lifetime, past the policy's limits and ahead of waiters.
+		{"to_itself", func(e *env, l registrar.Lease) (string, string, string, *int64) {
+			e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: 1})
+			return l.ID, "w1", "w1", nil
+		}, registrar.ReasonInvalidArgument, "new_holder"},
 		{"new_holder_over_quota", func(e *env, l registrar.Lease) (string, string, string, *int64) {
 			e.setPolicy("default", &tenurev1.NamespacePolicy{MaxActivePerHolder: 1})
 			e.mustAcquire("other", "w2")
