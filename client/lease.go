@@ -165,7 +165,7 @@ func (l *Lease) update(pb *tenurev1.Lease, trusted time.Time) {
 	if pb != nil {
 		l.pb = pb
 		if sig := pb.GetSignature(); len(sig) > 0 {
-			l.cert = &Certificate{Signature: sig, KeyID: pb.GetKeyId(), Claim: claimOf(pb)}
+			l.cert = &Certificate{Signature: sig, KeyID: pb.GetKeyId(), Claim: ClaimOf(pb)}
 		}
 	}
 	if trusted.After(l.trusted) {
@@ -193,17 +193,23 @@ func (l *Lease) lost(cause error) *LostError {
 	return &LostError{LeaseID: l.id, Resource: l.resource, At: l.c.clock.Now(), Cause: cause}
 }
 
-func claimOf(pb *tenurev1.Lease) fencing.Claim {
+// ClaimOf is what the certificate of lease pb (its signature, when the
+// lease carries one) attests: check it with fencing.VerifyCertificate.
+func ClaimOf(pb *tenurev1.Lease) fencing.Claim {
+	sc := pb.GetScope()
 	return fencing.Claim{
-		LeaseID:      pb.GetLeaseId(),
-		Namespace:    pb.GetNamespace(),
-		Resource:     pb.GetResource(),
-		Holder:       pb.GetHolder(),
-		Mode:         fencing.Mode(pb.GetMode()),
-		Fence:        pb.GetFence(),
-		IssuedAt:     pb.GetIssuedAt().AsTime(),
-		ExpiresAt:    pb.GetExpiresAt().AsTime(),
-		RenewalCount: pb.GetRenewalCount(),
+		LeaseID:       pb.GetLeaseId(),
+		Namespace:     pb.GetNamespace(),
+		Resource:      pb.GetResource(),
+		Holder:        pb.GetHolder(),
+		Mode:          fencing.Mode(pb.GetMode()),
+		Fence:         pb.GetFence(),
+		IssuedAt:      pb.GetIssuedAt().AsTime(),
+		ExpiresAt:     pb.GetExpiresAt().AsTime(),
+		RenewalCount:  pb.GetRenewalCount(),
+		ParentLeaseID: pb.GetParentLeaseId(),
+		Scope:         fencing.Scope{Namespaces: sc.GetNamespaces(), ResourcePrefixes: sc.GetResourcePrefixes(), Actions: sc.GetActions()},
+		Budget:        pb.GetBudget().GetLimits(),
 	}
 }
 

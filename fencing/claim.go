@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -44,12 +46,35 @@ type Claim struct {
 	Fence                                uint64
 	IssuedAt, ExpiresAt                  time.Time
 	RenewalCount                         uint32
+	// A derived lease's parent, and what a lease may do (its scope) and
+	// spend (its budget's limits): signed too when any is set, so that a
+	// certificate cannot be made to claim a wider scope or budget.
+	ParentLeaseID string
+	Scope         Scope
+	Budget        map[string]int64
+}
+
+// Scope is what a lease authorizes (tenure.v1.Scope): each list empty
+// means unrestricted of that kind.
+type Scope struct {
+	Namespaces, ResourcePrefixes, Actions []string
+}
+
+// extended reports whether the claim has a parent, a scope or a budget,
+// which the v2 encoding adds to v1's fields.
+func (c Claim) extended() bool {
+	return c.ParentLeaseID != "" || len(c.Scope.Namespaces) > 0 || len(c.Scope.ResourcePrefixes) > 0 ||
+		len(c.Scope.Actions) > 0 || len(c.Budget) > 0
 }
 
 // canonicalDomain starts every canonical encoding. It separates lease
 // certificates from anything else the registrar key signs (ledger checkpoints)
-// and names the version of the encoding.
-const canonicalDomain = "tenure.lease.v1\x00"
+// and names the version of the encoding: v1 for a plain lease, v2 for one
+// with a parent, a scope or a budget.
+const (
+	canonicalDomain   = "tenure.lease.v1\x00"
+	canonicalDomainV2 = "tenure.lease.v2\x00"
+)
 
 // AppendCanonical appends the canonical encoding of c to dst and returns the
 // extended slice. This is the wire contract signed by the registrar:
@@ -65,27 +90,75 @@ const canonicalDomain = "tenure.lease.v1\x00"
 //	ExpiresAt.UnixMilli()   8 bytes big-endian (int64, two's complement)
 //	RenewalCount            4 bytes big-endian
 //
+// A claim with a parent, a scope or a budget is encoded as v2: the domain
+// "tenure.lease.v2" 0x00, the fields above, then
+//
+//	uvarint(len(ParentLeaseID)) ParentLeaseID
+//	for Scope.Namespaces, Scope.ResourcePrefixes, Scope.Actions in turn:
+//	    uvarint(count), then each: uvarint(len(s)) s
+//	uvarint(len(Budget)), then by name ascending: uvarint(len(name)) name,
+//	    limit 8 bytes big-endian (int64, two's complement)
+//
 // Every variable-length field is length-prefixed, so two different claims never
 // encode to the same bytes. Strings are encoded as their bytes, unvalidated.
 func (c Claim) AppendCanonical(dst []byte) []byte {
-	dst = append(dst, canonicalDomain...)
+	ext := c.extended()
+	if ext {
+		dst = append(dst, canonicalDomainV2...)
+	} else {
+		dst = append(dst, canonicalDomain...)
+	}
 	for _, s := range [...]string{c.LeaseID, c.Namespace, c.Resource, c.Holder} {
-		dst = binary.AppendUvarint(dst, uint64(len(s)))
-		dst = append(dst, s...)
+		dst = appendString(dst, s)
 	}
 	dst = append(dst, byte(c.Mode))
 	dst = binary.BigEndian.AppendUint64(dst, c.Fence)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(c.IssuedAt.UnixMilli()))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(c.ExpiresAt.UnixMilli()))
 	dst = binary.BigEndian.AppendUint32(dst, c.RenewalCount)
+	if !ext {
+		return dst
+	}
+	dst = appendString(dst, c.ParentLeaseID)
+	for _, list := range [...][]string{c.Scope.Namespaces, c.Scope.ResourcePrefixes, c.Scope.Actions} {
+		dst = binary.AppendUvarint(dst, uint64(len(list)))
+		for _, s := range list {
+			dst = appendString(dst, s)
+		}
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(c.Budget)))
+	for _, name := range slices.Sorted(maps.Keys(c.Budget)) {
+		dst = appendString(dst, name)
+		dst = binary.BigEndian.AppendUint64(dst, uint64(c.Budget[name]))
+	}
 	return dst
 }
+
+func appendString(dst []byte, s string) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(s))), s...)
+}
+
+func stringSize(s string) int { return uvarintLen(uint64(len(s))) + len(s) }
 
 // canonicalSize is the exact length of c's canonical encoding.
 func (c Claim) canonicalSize() int {
 	n := len(canonicalDomain) + 1 + 8 + 8 + 8 + 4
 	for _, s := range [...]string{c.LeaseID, c.Namespace, c.Resource, c.Holder} {
-		n += uvarintLen(uint64(len(s))) + len(s)
+		n += stringSize(s)
+	}
+	if !c.extended() {
+		return n
+	}
+	n += stringSize(c.ParentLeaseID)
+	for _, list := range [...][]string{c.Scope.Namespaces, c.Scope.ResourcePrefixes, c.Scope.Actions} {
+		n += uvarintLen(uint64(len(list)))
+		for _, s := range list {
+			n += stringSize(s)
+		}
+	}
+	n += uvarintLen(uint64(len(c.Budget)))
+	for name := range c.Budget {
+		n += stringSize(name) + 8
 	}
 	return n
 }

@@ -104,6 +104,44 @@ func TestAppendCanonical(t *testing.T) {
 			t.Fatalf("len = %d, canonicalSize = %d", got, want)
 		}
 	})
+	t.Run("parent, scope and budget: v2, each part signed", func(t *testing.T) {
+		t.Parallel()
+		ext := base
+		ext.ParentLeaseID = "parent"
+		ext.Scope = Scope{Namespaces: []string{"a"}, ResourcePrefixes: []string{"r/"}, Actions: []string{"read", "write"}}
+		ext.Budget = map[string]int64{"tokens": 5, "calls": -1}
+		enc := ext.AppendCanonical(nil)
+		if !bytes.HasPrefix(enc, []byte(canonicalDomainV2)) || len(enc) != ext.canonicalSize() {
+			t.Fatalf("encoding %x (size %d, hint %d)", enc, len(enc), ext.canonicalSize())
+		}
+		if !bytes.Equal(enc, ext.AppendCanonical(nil)) {
+			t.Fatal("budget order changes the encoding")
+		}
+		seen := map[string]bool{string(enc): true}
+		for _, alter := range []func(c *Claim){
+			func(c *Claim) { c.ParentLeaseID = "" },
+			func(c *Claim) { c.Scope.Namespaces = nil },
+			func(c *Claim) { c.Scope.Actions = []string{"read"} },
+			func(c *Claim) { c.Scope.Actions = []string{"readwrite"} },
+			func(c *Claim) { c.Scope.ResourcePrefixes, c.Scope.Actions = []string{"r/", "read"}, []string{"write"} },
+			func(c *Claim) { c.Budget = map[string]int64{"tokens": 6, "calls": -1} },
+			func(c *Claim) { c.Budget = map[string]int64{"tokens": 5} },
+			func(c *Claim) { c.ParentLeaseID, c.Scope, c.Budget = "", Scope{}, nil },
+		} {
+			c := ext
+			c.Scope = Scope{Namespaces: ext.Scope.Namespaces, ResourcePrefixes: ext.Scope.ResourcePrefixes, Actions: ext.Scope.Actions}
+			alter(&c)
+			e := string(c.AppendCanonical(nil))
+			if seen[e] {
+				t.Fatalf("two claims encode alike: %+v", c)
+			}
+			seen[e] = true
+		}
+		// A plain claim keeps the v1 encoding (the golden bytes above).
+		if plain := base.AppendCanonical(nil); !bytes.HasPrefix(plain, []byte(canonicalDomain)) {
+			t.Fatalf("plain claim encoded as %x", plain)
+		}
+	})
 	t.Run("multi-byte uvarint length", func(t *testing.T) {
 		t.Parallel()
 		c := Claim{Resource: strings.Repeat("r", 200)}

@@ -16,6 +16,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	tenure "github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/fencing"
 )
 
@@ -80,17 +81,7 @@ func runCert(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 			return err
 		}
 	}
-	claim := fencing.Claim{
-		LeaseID:      lease.GetLeaseId(),
-		Namespace:    lease.GetNamespace(),
-		Resource:     lease.GetResource(),
-		Holder:       lease.GetHolder(),
-		Mode:         fencing.Mode(lease.GetMode()),
-		Fence:        lease.GetFence(),
-		IssuedAt:     lease.GetIssuedAt().AsTime(),
-		ExpiresAt:    lease.GetExpiresAt().AsTime(),
-		RenewalCount: lease.GetRenewalCount(),
-	}
+	claim := tenure.ClaimOf(lease)
 	verr := fencing.VerifyCertificate(pub, claim, lease.GetSignature(), time.Now(), *skew)
 	if len(lease.GetSignature()) == 0 {
 		verr = fmt.Errorf("%s: lease %s carries no certificate (ask for one with --certificate)", fencing.ReasonInvalidArgument, lease.GetLeaseId())

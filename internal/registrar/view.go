@@ -166,17 +166,30 @@ func (l Lease) Proto() *tenurev1.Lease {
 	return pb
 }
 
-// Claim is what a lease certificate attests for this lease.
+// Claim is what a lease certificate attests for this lease: what its
+// Proto shows, the budget being the limits of the limited counters.
 func (l Lease) Claim() fencing.Claim {
+	var budget map[string]int64
+	for _, c := range l.Counters {
+		if c.Limited {
+			if budget == nil {
+				budget = map[string]int64{}
+			}
+			budget[c.Name] = c.Limit
+		}
+	}
 	return fencing.Claim{
-		LeaseID:      l.ID,
-		Namespace:    l.Namespace,
-		Resource:     l.Resource,
-		Holder:       l.Holder,
-		Mode:         fencing.Mode(l.Mode),
-		Fence:        l.Fence,
-		IssuedAt:     l.IssuedAt,
-		ExpiresAt:    l.ExpiresAt,
-		RenewalCount: l.RenewalCount,
+		LeaseID:       l.ID,
+		Namespace:     l.Namespace,
+		Resource:      l.Resource,
+		Holder:        l.Holder,
+		Mode:          fencing.Mode(l.Mode),
+		Fence:         l.Fence,
+		IssuedAt:      l.IssuedAt,
+		ExpiresAt:     l.ExpiresAt,
+		RenewalCount:  l.RenewalCount,
+		ParentLeaseID: l.ParentID,
+		Scope:         fencing.Scope{Namespaces: l.Scope.Namespaces, ResourcePrefixes: l.Scope.ResourcePrefixes, Actions: l.Scope.Actions},
+		Budget:        budget,
 	}
 }

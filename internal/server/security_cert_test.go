@@ -11,14 +11,12 @@ import (
 	"connectrpc.com/connect"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	tenure "github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/fencing"
 )
 
-func claimOf(l *tenurev1.Lease) fencing.Claim {
-	return fencing.Claim{LeaseID: l.LeaseId, Namespace: l.Namespace, Resource: l.Resource, Holder: l.Holder,
-		Mode: fencing.Mode(l.Mode), Fence: l.Fence, IssuedAt: l.IssuedAt.AsTime(), ExpiresAt: l.ExpiresAt.AsTime(),
-		RenewalCount: l.RenewalCount}
-}
+// claimOf is the Go client's reading of a lease's certificate claim.
+var claimOf = tenure.ClaimOf
 
 // TestCertificatesEndToEnd: with authentication on, Acquire, Renew and a
 // pipelined Acquire that ask for a certificate return an Ed25519
@@ -83,6 +81,33 @@ func TestCertificatesEndToEnd(t *testing.T) {
 	}
 	_ = ps.CloseRequest()
 	_ = ps.CloseResponse()
+
+	// A lease with a scope and a budget: they are signed too, so that a
+	// certificate cannot be made to claim more.
+	sr, err := w1.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "certs/3", Certificate: true,
+		Scope:  &tenurev1.Scope{ResourcePrefixes: []string{"certs/3/"}, Actions: []string{"read"}},
+		Budget: &tenurev1.Budget{Limits: map[string]int64{"tokens": 5, "calls": 2}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl := sr.Msg.Lease
+	if err := verify(sl, claimOf(sl), sl.Signature, sl.IssuedAt.AsTime()); err != nil {
+		t.Fatalf("scoped grant certificate: %v", err)
+	}
+	for name, alter := range map[string]func(c *fencing.Claim){
+		"scope widened":    func(c *fencing.Claim) { c.Scope.Actions = append(c.Scope.Actions, "write") },
+		"scope dropped":    func(c *fencing.Claim) { c.Scope = fencing.Scope{} },
+		"budget raised":    func(c *fencing.Claim) { c.Budget = map[string]int64{"tokens": 999999, "calls": 2} },
+		"budget dropped":   func(c *fencing.Claim) { c.Budget, c.Scope = nil, fencing.Scope{} },
+		"parent made up":   func(c *fencing.Claim) { c.ParentLeaseID = l.LeaseId },
+		"prefix rewritten": func(c *fencing.Claim) { c.Scope.ResourcePrefixes = []string{""} },
+	} {
+		c := claimOf(sl)
+		alter(&c)
+		if err := fencing.VerifyCertificate(pub, c, sl.Signature, sl.IssuedAt.AsTime(), time.Second); !errors.Is(err, fencing.ErrCertificateInvalid) {
+			t.Errorf("%s: VerifyCertificate = %v, want CERTIFICATE_INVALID", name, err)
+		}
+	}
 
 	forger := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
 	for _, tc := range []struct {
