@@ -190,10 +190,10 @@ var rules = map[string]rule{
 	v1c.PoolServiceListPoolsProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.ListPoolsRequest).Namespace) }},
 
 	// ClusterService.
-	v1c.ClusterServiceStatusProcedure:             {anyRole, none},
-	v1c.ClusterServicePublicKeyProcedure:          {anyRole, none},
-	v1c.ClusterServiceGetPolicyProcedure:          {anyRole, func(m any) target { return policyTarget(m.(*tenurev1.GetPolicyRequest).Namespace, false) }},
-	v1c.ClusterServiceSetPolicyProcedure:          {adminOnly, func(m any) target { return policyTarget(m.(*tenurev1.SetPolicyRequest).Namespace, true) }},
+	v1c.ClusterServiceStatusProcedure:    {anyRole, none},
+	v1c.ClusterServicePublicKeyProcedure: {anyRole, none},
+	v1c.ClusterServiceGetPolicyProcedure: {anyRole, func(m any) target { return policyTarget(m.(*tenurev1.GetPolicyRequest).Namespace, false) }},
+	v1c.ClusterServiceSetPolicyProcedure: {adminOnly, func(m any) target { return policyTarget(m.(*tenurev1.SetPolicyRequest).Namespace, true) }},
 	// Membership and snapshots reach every namespace: a member holds all
 	// of the state (and the registrar's key seed), and removing or
 	// moving members can stop the whole cluster.
