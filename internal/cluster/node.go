@@ -102,8 +102,8 @@ func Open(cfg Config) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("cluster: data dir: %w", err)
+	if err := privateDir(cfg.DataDir, log); err != nil {
+		return nil, err
 	}
 	id, err := nodeID(cfg.DataDir, cfg.NodeID)
 	if err != nil {
@@ -150,6 +150,11 @@ func Open(cfg Config) (*Node, error) {
 	n.store, err = wal.Open(walDir, wal.WithMetaStore(n.meta), wal.WithLogger(hclog.New(&hclog.LoggerOptions{Name: "wal", Output: raftOut, Level: hclog.Info})))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: raft log store: %w", err)
+	}
+	// Snapshots hold the registrar's key seed: the store's own directory
+	// would be 0755 and its files 0644.
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "snapshots"), 0o700); err != nil {
+		return nil, fmt.Errorf("cluster: snapshot dir: %w", err)
 	}
 	snaps, err := raft.NewFileSnapshotStore(cfg.DataDir, 2, raftOut)
 	if err != nil {
@@ -606,3 +611,24 @@ type peerAddr string
 
 func (a peerAddr) Network() string { return "tcp" }
 func (a peerAddr) String() string  { return string(a) }
+
+// privateDir creates the data directory, or takes an existing one, as
+// accessible to this user only (0700): it holds the registrar's key seed
+// (in snapshots and the log) and every namespace's state, and the files
+// Raft and its log store write within are readable by anyone (0644).
+func privateDir(dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("cluster: data dir: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("cluster: data dir: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := os.Chmod(dir, perm&^0o077); err != nil {
+			return fmt.Errorf("cluster: data dir %s is open to other users (%v) and cannot be closed: %w", dir, perm, err)
+		}
+		log.Warn("data dir was open to other users; now accessible to this user only", "dir", dir, "was", perm.String(), "now", (perm &^ 0o077).String())
+	}
+	return nil
+}

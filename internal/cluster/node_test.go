@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -564,5 +566,30 @@ func TestProposeThen(t *testing.T) {
 	}
 	if closed := propose("w3"); closed.err == nil {
 		t.Fatalf("after Close: %+v, want an error", closed)
+	}
+}
+
+// A data dir that exists open to other users is closed to them at start,
+// and the snapshot dir (the key seed is in every snapshot) is private.
+func TestDataDirIsPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	n := open(t, dir)
+	if _, _, err := n.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "snapshots")} {
+		fi, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			t.Errorf("%s is %v, want no access for others", d, perm)
+		}
 	}
 }
