@@ -101,6 +101,38 @@ func TestConnectJSONShapes(t *testing.T) {
 	}
 }
 
+// An oversized unary body of unknown length (chunked; no Content-Length)
+// is INVALID_ARGUMENT like one that announces its length, in JSON and in
+// binary; it was Connect's resource_exhausted (HTTP 429), with no reason.
+func TestOversizedBodyOfUnknownLength(t *testing.T) {
+	b := setup(t)
+	before := b.status(t)
+	for _, ct := range []string{"application/json", "application/proto"} {
+		body := io.MultiReader(strings.NewReader(`{"resource":"r","holder":"w","namespace":"`), strings.NewReader(strings.Repeat("n", 2<<20)), strings.NewReader(`"}`))
+		req, err := http.NewRequest(http.MethodPost, b.base+"/tenure.v1.LeaseService/Acquire", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", ct)
+		resp, err := b.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var out map[string]any
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("%s: %d %q", ct, resp.StatusCode, raw)
+		}
+		if resp.StatusCode != http.StatusBadRequest || out["code"] != "invalid_argument" || errorReason(t, out) != "INVALID_ARGUMENT" {
+			t.Errorf("%s: %d %v", ct, resp.StatusCode, out)
+		}
+	}
+	if after := b.status(t); after.CommitIndex != before.CommitIndex {
+		t.Errorf("commit index moved: %d → %d", before.CommitIndex, after.CommitIndex)
+	}
+}
+
 // TestRenewNamesTheBadID: a Renew of several ids, one of them malformed,
 // is refused whole, naming the entry.
 func TestRenewNamesTheBadID(t *testing.T) {

@@ -323,20 +323,33 @@ func errShuttingDown() error {
 }
 
 // limitBody answers an oversized request body with INVALID_ARGUMENT in the
-// request's own protocol (API.md), before anything decodes it. Bodies of
-// unknown length (streams) are bounded by connect.WithReadMaxBytes instead.
+// request's own protocol (API.md), before anything decodes it. A unary
+// call's body of unknown length (chunked) is read here, up to the limit,
+// to answer the same; stream bodies are bounded by connect.WithReadMaxBytes
+// instead, and so are compressed ones once inflated.
 func limitBody(next http.Handler, max int64) http.Handler {
 	ew := connect.NewErrorWriter()
+	tooLarge := func(w http.ResponseWriter, r *http.Request, size string) {
+		err := connect.NewError(connect.CodeInvalidArgument,
+			fmt.Errorf("INVALID_ARGUMENT: request body is %s bytes; the limit is %d", size, max))
+		if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "INVALID_ARGUMENT", Domain: ErrorDomain,
+			Metadata: map[string]string{"field": "body", "limit_bytes": fmt.Sprint(max)}}); derr == nil {
+			err.AddDetail(d)
+		}
+		_ = ew.Write(w, r, err)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > max && ew.IsSupported(r) {
-			err := connect.NewError(connect.CodeInvalidArgument,
-				fmt.Errorf("INVALID_ARGUMENT: request body is %d bytes; the limit is %d", r.ContentLength, max))
-			if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "INVALID_ARGUMENT", Domain: ErrorDomain,
-				Metadata: map[string]string{"field": "body", "limit_bytes": fmt.Sprint(max)}}); derr == nil {
-				err.AddDetail(d)
-			}
-			_ = ew.Write(w, r, err)
+		switch _, unary := unaryInputs[r.URL.Path]; {
+		case r.ContentLength > max && ew.IsSupported(r):
+			tooLarge(w, r, fmt.Sprint(r.ContentLength))
 			return
+		case r.ContentLength < 0 && unary && r.Method == http.MethodPost && ew.IsSupported(r):
+			body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+			if err == nil && int64(len(body)) > max {
+				tooLarge(w, r, "more than "+fmt.Sprint(max))
+				return
+			}
+			putBack(r, body, err)
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -362,14 +375,7 @@ func checkJSON(next http.Handler, max int64) http.Handler {
 		body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 		if err != nil || int64(len(body)) > max {
 			// Cut off, or too large: Connect answers as usual.
-			rest := r.Body
-			if err != nil {
-				rest = io.NopCloser(errReader{err})
-			}
-			r.Body = struct {
-				io.Reader
-				io.Closer
-			}{io.MultiReader(bytes.NewReader(body), rest), r.Body}
+			putBack(r, body, err)
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -389,6 +395,19 @@ func checkJSON(next http.Handler, max int64) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// putBack puts the start of r's body, read by a check, back in front of
+// the rest: read is what was read, err the error that cut it off, if any.
+func putBack(r *http.Request, read []byte, err error) {
+	rest := r.Body
+	if err != nil {
+		rest = io.NopCloser(errReader{err})
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(read), rest), r.Body}
 }
 
 type errReader struct{ err error }
