@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -130,6 +131,37 @@ func TestOversizedBodyOfUnknownLength(t *testing.T) {
 	}
 	if after := b.status(t); after.CommitIndex != before.CommitIndex {
 		t.Errorf("commit index moved: %d → %d", before.CommitIndex, after.CommitIndex)
+	}
+}
+
+// Without authentication (on loopback), only requests addressed to a
+// loopback host are served: a web page cannot reach the API through DNS
+// rebinding.
+func TestNoAuthServesLoopbackHostsOnly(t *testing.T) {
+	b := setup(t)
+	_, port, _ := net.SplitHostPort(b.srv.Addr())
+	for host, served := range map[string]bool{
+		"127.0.0.1:" + port: true, "localhost:" + port: true, "[::1]:" + port: true, "LOCALHOST": true, "app.localhost:" + port: true,
+		"attacker.example:" + port: false, "10.0.0.1:" + port: false, "127.0.0.1.attacker.example": false,
+	} {
+		req, err := http.NewRequest(http.MethodPost, b.base+"/tenure.v1.ClusterService/WhoAmI", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Host = host
+		resp, err := b.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if served && resp.StatusCode != http.StatusOK || !served && resp.StatusCode != http.StatusForbidden {
+			t.Errorf("Host %q: %d %s", host, resp.StatusCode, raw)
+		}
+		if !served && !strings.Contains(string(raw), "PERMISSION_DENIED") {
+			t.Errorf("Host %q: %s", host, raw)
+		}
 	}
 }
 

@@ -2,14 +2,18 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -66,7 +70,10 @@ func open(path string) bool {
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	store := s.cfg.Auth
 	if store == nil {
-		return next
+		if a, ok := s.ln.Addr().(*net.TCPAddr); ok && a.IP.IsLoopback() {
+			return loopbackOnly(next)
+		}
+		return next // --insecure: served to the network as asked
 	}
 	ew := connect.NewErrorWriter()
 	fail := func(w http.ResponseWriter, r *http.Request, err error) {
@@ -387,4 +394,45 @@ func (h *clusterService) WhoAmI(ctx context.Context, _ *connect.Request[tenurev1
 		resp.Roles = append(resp.Roles, string(r))
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// loopbackOnly serves only requests addressed to a loopback address or to
+// localhost (their Host). A server without authentication listens on
+// loopback, and this keeps web pages off it too: a page of another site
+// could otherwise reach it through DNS rebinding (a name of the site's
+// that it makes resolve to 127.0.0.1), with the browser's fetch.
+func loopbackOnly(next http.Handler) http.Handler {
+	ew := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if loopbackHost(r.Host) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		msg := fmt.Sprintf("PERMISSION_DENIED: host %q is not a loopback address or localhost; without --auth-file the server "+
+			"answers only requests addressed to one (protection from DNS rebinding)", r.Host)
+		if strings.HasPrefix(r.URL.Path, "/tenure.v1.") && ew.IsSupported(r) {
+			ce := connect.NewError(connect.CodePermissionDenied, errors.New(msg))
+			if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: string(registrar.ReasonPermissionDenied), Domain: ErrorDomain,
+				Metadata: map[string]string{"host": r.Host}}); err == nil {
+				ce.AddDetail(d)
+			}
+			_ = ew.Write(w, r, ce)
+			return
+		}
+		http.Error(w, msg, http.StatusForbidden)
+	})
+}
+
+// loopbackHost reports whether host (host or host:port, from a request)
+// is localhost, a name under .localhost, or a loopback IP address.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
