@@ -87,3 +87,17 @@ func TestJSONCodecZeros(t *testing.T) {
 		})
 	}
 }
+
+// Times in an event's details have three fractional digits, as the
+// event's own timestamps in protobuf JSON.
+func TestWallStringMilliseconds(t *testing.T) {
+	for ms, want := range map[int64]string{
+		1_764_000_000_500: "2025-11-24T16:00:00.500Z",
+		1_764_000_000_000: "2025-11-24T16:00:00.000Z",
+		1_764_000_000_007: "2025-11-24T16:00:00.007Z",
+	} {
+		if got := wallString(ms); got != want {
+			t.Errorf("wallString(%d) = %s, want %s", ms, got, want)
+		}
+	}
+}

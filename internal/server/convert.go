@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/hex"
 	"strconv"
-	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -72,8 +71,11 @@ func durationString(ms int64) string {
 	return sign + strconv.FormatInt(ms/1000, 10) + "." + strconv.FormatInt(1000+ms%1000, 10)[1:] + "s"
 }
 
+// wallString writes a wall time of an event's details with three
+// fractional digits always, as protobuf JSON writes the event's own
+// timestamps (…:51.500Z, not …:51.5Z).
 func wallString(ms int64) string {
-	return registrar.WallTime(ms).Format(time.RFC3339Nano)
+	return registrar.WallTime(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
 }
 
 // RenderEvent turns a sealed ledger record into the wire event, as Watch
