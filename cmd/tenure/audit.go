@@ -44,6 +44,11 @@ files in DATA-DIR/ledger, which every node writes as it applies records
            The key is --public-key: hex, @FILE, or "cluster" (fetched from
            --endpoints); by default DATA-DIR/ledger/public-key, or else the
            ledger's own first record (which only proves self-consistency).
+           A gap's start marker is not signed: anyone who can write the files
+           can turn removed records into a gap. --complete makes any gap
+           (other than the oldest records, pruned) a failure, for a node that
+           never caught up from a snapshot; otherwise check a gap's range on a
+           member that holds it.
   export   prints the records as NDJSON events, in the form of
            "tenure watch -o json", plus start markers {"start":N,"prevHash":…}.
   prune    removes the oldest whole ledger files whose records all come
@@ -65,6 +70,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	after := c.fs.Uint64("after", 0, "export: start after this index")
 	limit := c.fs.Int("limit", 0, "export: at most this many records (0: all)")
 	before := c.fs.Uint64("before", 0, "prune: remove the files whose records all come before this index")
+	complete := c.fs.Bool("complete", false, "verify: fail (exit 1) on a gap, records missing other than the oldest, pruned ones")
 	pos, err := c.parse(args, 1, 1)
 	if err != nil {
 		return err
@@ -75,7 +81,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	switch pos[0] {
 	case "verify":
-		return auditVerify(ctx, c, dir, *pubFlag)
+		return auditVerify(ctx, c, dir, *pubFlag, *complete)
 	case "export":
 		return auditExport(dir, *after, *limit, stdout, stderr)
 	case "prune":
@@ -140,7 +146,7 @@ type auditReport struct {
 	Problem       string `json:"problem,omitempty"`
 }
 
-func auditVerify(ctx context.Context, c *cliCommand, dir, keyFlag string) error {
+func auditVerify(ctx context.Context, c *cliCommand, dir, keyFlag string, complete bool) error {
 	pub, source, err := auditKey(ctx, c, dir, keyFlag)
 	if err != nil {
 		return err
@@ -158,6 +164,14 @@ func auditVerify(ctx context.Context, c *cliCommand, dir, keyFlag string) error 
 			fmt.Fprintf(c.stderr, "verified %d records (%s)…\n", n, time.Since(start).Round(time.Second))
 		}
 	}})
+	if verr == nil && complete {
+		for _, g := range rep.Gaps {
+			if !g.Pruned {
+				verr = &ledger.BrokenError{Index: g.From, Reason: fmt.Sprintf("records %d..%d are not in this ledger, and --complete allows no gap", g.From, g.To)}
+				break
+			}
+		}
+	}
 	out := auditReport{OK: verr == nil, Dir: dir, Report: rep, Key: source}
 	if anchor != nil {
 		out.AnchorSource = anchor.Source

@@ -111,8 +111,26 @@ func TestAuditVerifyAndExport(t *testing.T) {
 		t.Fatalf("verify with a torn tail:\n%s", out)
 	}
 
-	// A record altered in place: exit 1 naming it.
+	// Records removed behind a start marker: a gap, which --complete
+	// refuses.
 	lines := strings.SplitAfter(string(orig), "\n")
+	var after ledger.Entry
+	if err := json.Unmarshal([]byte(lines[6]), &after); err != nil {
+		t.Fatal(err)
+	}
+	gapped := append(append(append([]string(nil), lines[:3]...),
+		fmt.Sprintf(`{"start":%d,"prev":"%s"}`+"\n", after.Index, after.Prev)), lines[6:]...)
+	if err := os.WriteFile(segs[0], []byte(strings.Join(gapped, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := ok(t, "audit", "verify", "--data-dir", data); !strings.Contains(out, "gap: records") || !strings.Contains(out, "OK") {
+		t.Fatalf("verify with a gap:\n%s", out)
+	}
+	if r := runTenure(t, "audit", "verify", "--data-dir", data, "--complete"); r.code != 1 || !strings.HasPrefix(r.stderr, "LEDGER_CORRUPT: record ") {
+		t.Fatalf("verify --complete with a gap: exit %d, stderr %q", r.code, r.stderr)
+	}
+
+	// A record altered in place: exit 1 naming it.
 	var e ledger.Entry
 	if err := json.Unmarshal([]byte(lines[3]), &e); err != nil {
 		t.Fatal(err)

@@ -247,6 +247,21 @@ func TestLedgerTamperingDetected(t *testing.T) {
 			t.Fatalf("gaps %+v; want records %d..%d", rep.Gaps, at+1, at+5)
 		}
 	})
+
+	// Prune cuts only the oldest records: its marker after records is a
+	// forgery hiding records removed by hand.
+	t.Run("deleted records behind a pruned marker are refused", func(t *testing.T) {
+		dir := t.TempDir()
+		write(t, dir, 0, recs)
+		path, ls := lines(t, dir)
+		e, _ := entry(t, ls[at+5])
+		marker := fmt.Sprintf(`{"start":%d,"prev":"%s","pruned":true}`+"\n", e.Index, e.Prev)
+		ls = append(append(ls[:at:at], marker), ls[at+5:]...)
+		if err := os.WriteFile(path, []byte(strings.Join(ls, "")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		wantBroken(t, dir, pub, at+1, "pruned marker after records")
+	})
 }
 
 func TestLedgerTornTail(t *testing.T) {

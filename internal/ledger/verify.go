@@ -208,6 +208,10 @@ func Verify(dir string, opt VerifyOptions) (Report, error) {
 				return bad("start marker with a malformed previous hash")
 			}
 			switch {
+			case l.Pruned && rep.Records > 0:
+				// Prune only ever cuts the oldest records: its marker
+				// comes before every record the ledger holds.
+				return bad("a pruned marker after records: tenure audit prune removes only the oldest records, so records before %d were removed by hand", l.Start)
 			case held && l.Start < chain.Next:
 				return bad("start marker at %d goes back before the records already read", l.Start)
 			case l.Start == chain.Next && !bytes.Equal(prev, chain.Head[:]) && held:
