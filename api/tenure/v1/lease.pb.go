@@ -2571,9 +2571,11 @@ func (x *HistoryResponse) GetEvents() []*Event {
 }
 
 type WatchRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Prefix    string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty follows every namespace (with authentication, every namespace
+	// the caller may read); unlike other requests, not only "default".
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Prefix    string `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// Exclusive; 0 starts live.
 	AfterIndex    uint64 `protobuf:"varint,3,opt,name=after_index,json=afterIndex,proto3" json:"after_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
