@@ -77,6 +77,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	}
 	ew := connect.NewErrorWriter()
 	fail := func(w http.ResponseWriter, r *http.Request, err error) {
+		refuseUnread(w, r)
 		ce := s.toConnect(err)
 		if strings.HasPrefix(r.URL.Path, "/tenure.v1.") && ew.IsSupported(r) {
 			_ = ew.Write(w, r, ce.(*connect.Error))
@@ -408,6 +409,7 @@ func loopbackOnly(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		refuseUnread(w, r)
 		msg := fmt.Sprintf("PERMISSION_DENIED: host %q is not a loopback address or localhost; without --auth-file the server "+
 			"answers only requests addressed to one (protection from DNS rebinding)", r.Host)
 		if strings.HasPrefix(r.URL.Path, "/tenure.v1.") && ew.IsSupported(r) {
@@ -435,4 +437,16 @@ func loopbackHost(host string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// refuseUnread prepares the refusal of a request whose body is not read:
+// over HTTP/1.x the connection closes after the answer. Go's server
+// would otherwise read the body before it answers (to keep the
+// connection for the next request), and a client that sends headers and
+// never its body, with no credentials, held the connection and got no
+// answer at all. HTTP/2 answers a stream at once whatever its body.
+func refuseUnread(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 && r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
 }

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -476,4 +478,33 @@ func errorMeta(t *testing.T, err error) map[string]string {
 	}
 	t.Fatalf("no ErrorInfo in %v", err)
 	return nil
+}
+
+// A request refused before its body is read (here: no credentials) is
+// answered at once over HTTP/1.1 even when its body never comes, and the
+// connection then closes. It used to wait for the body, without end.
+func TestRefusalDoesNotWaitForTheBody(t *testing.T) {
+	b := startSecure(t, nil)
+	addr := strings.TrimPrefix(b.base, "http://")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The test's own bound, not a measurement: a hang fails it.
+	if err := conn.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	req := "POST /tenure.v1.LeaseService/Get HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+	if _, err := conn.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+		t.Fatalf("answer %d (close %v), want 401 and the connection closed", resp.StatusCode, resp.Close)
+	}
 }
