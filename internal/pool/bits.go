@@ -3,6 +3,7 @@ package pool
 import (
 	"encoding/binary"
 	"fmt"
+	mbits "math/bits"
 
 	"github.com/RoaringBitmap/roaring/v2"
 )
@@ -21,15 +22,21 @@ func denseWords(bits []byte) []uint64 {
 	return w
 }
 
-// checkBits reports whether bits names only pieces below count.
+// checkBits reports whether bits names only pieces below count. The
+// error names the highest piece set, in the units of the caller's own
+// ranges.
 func checkBits(bits []byte, count uint32) error {
-	if uint64(len(bits)) > (uint64(count)+7)/8 {
-		return fmt.Errorf("is %d bytes, longer than %d pieces need", len(bits), count)
-	}
-	if rem := count % 8; rem != 0 && uint64(len(bits)) == (uint64(count)+7)/8 {
-		if bits[len(bits)-1]>>rem != 0 {
-			return fmt.Errorf("sets pieces at or above the piece count %d", count)
+	top := -1 // the highest piece set
+	for i := len(bits) - 1; i >= 0 && top < 0; i-- {
+		if b := bits[i]; b != 0 {
+			top = 8*i + mbits.Len8(b) - 1
 		}
+	}
+	switch {
+	case top >= int(count):
+		return fmt.Errorf("names piece %d; the file has %d pieces (0 to %d)", top, count, int64(count)-1)
+	case uint64(len(bits)) > (uint64(count)+7)/8:
+		return fmt.Errorf("is %d bytes, longer than %d pieces need", len(bits), count)
 	}
 	return nil
 }
