@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/url"
 	"os"
 	"os/user"
 	"strconv"
@@ -232,19 +233,31 @@ func (c *cliCommand) checkEndpoints() ([]string, error) {
 		return nil, c.usageError("--endpoints is empty")
 	}
 	for _, e := range eps {
-		hostPort := e
-		if scheme, rest, ok := strings.Cut(e, "://"); ok {
-			if s := strings.ToLower(scheme); s != "http" && s != "https" {
-				return nil, c.usageError("--endpoints: %q: the scheme must be http or https", e)
-			}
-			hostPort = strings.TrimRight(rest, "/")
-		}
-		host, port, err := net.SplitHostPort(hostPort)
-		if n, perr := strconv.Atoi(port); err != nil || host == "" || strings.ContainsAny(host, " /") || perr != nil || n < 1 || n > 65535 {
-			return nil, c.usageError("--endpoints: %q is not host:port or an http(s):// URL", e)
+		if !validEndpoint(e) {
+			return nil, c.usageError("--endpoints: %q is not host:port or an http(s)://host[:port] URL", e)
 		}
 	}
 	return eps, nil
+}
+
+// validEndpoint: host:port, or an http or https URL with a host (the
+// port may be left to the scheme) and no path.
+func validEndpoint(e string) bool {
+	if !strings.Contains(e, "://") {
+		host, port, err := net.SplitHostPort(e)
+		n, perr := strconv.Atoi(port)
+		return err == nil && host != "" && !strings.ContainsAny(host, " /") && perr == nil && n >= 1 && n <= 65535
+	}
+	u, err := url.Parse(e)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || strings.Trim(u.Path, "/") != "" ||
+		u.RawQuery != "" || u.User != nil {
+		return false
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		return err == nil && n >= 1 && n <= 65535
+	}
+	return true
 }
 
 // client returns a Go client (heartbeats, Watch, failover) for commands that
