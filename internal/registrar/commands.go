@@ -623,18 +623,18 @@ func (r *Registrar) Transfer(tx *Tx, c *logpb.Transfer) Outcome {
 	if err := CheckIdentifier("new_holder", c.NewHolder, true); err != nil {
 		return fail(err)
 	}
-	if c.NewHolder == c.Holder {
-		// The new lease would start its renewal count and lifetime
-		// afresh, a way past the policy's limits and ahead of the
-		// resource's waiters.
-		return fail(invalid("new_holder", "is the lease's holder already; a lease is transferred to another holder (renew it to keep it)"))
-	}
 	if c.TtlMs != nil && *c.TtlMs <= 0 {
 		return fail(newError(ReasonTTLOutOfRange, map[string]string{"field": "ttl"}, "ttl must be positive, got %s", Dur(*c.TtlMs)))
 	}
 	l := r.lookup(c.LeaseId)
 	if err := r.checkLive(c.LeaseId, l, c.Holder, tx.Tick); err != nil {
 		return fail(err)
+	}
+	if c.NewHolder == c.Holder {
+		// The new lease would start its renewal count and lifetime
+		// afresh, a way past the policy's limits and ahead of the
+		// resource's waiters.
+		return fail(invalid("new_holder", "is the lease's holder already; a lease is transferred to another holder (renew it to keep it)"))
 	}
 	ns := l.res.ns
 	ttl := l.ttl

@@ -829,10 +829,6 @@ func (p *propRun) expect(adv *statemachine.Machine, cmd *logpb.Command) func(sta
 				}
 				return
 			}
-			if c.NewHolder == c.Holder { // to oneself: refused, whatever the lease
-				want(res, registrar.ReasonInvalidArgument)
-				return
-			}
 			live := false
 			switch {
 			case getErr != nil:
@@ -847,6 +843,10 @@ func (p *propRun) expect(adv *statemachine.Machine, cmd *logpb.Command) func(sta
 				live = true
 			}
 			if !live {
+				return
+			}
+			if c.NewHolder == c.Holder { // a live lease to its own holder: refused
+				want(res, registrar.ReasonInvalidArgument)
 				return
 			}
 			if out.Err != nil {

@@ -363,9 +363,15 @@ func (q ListQuery) filterSum() uint32 {
 		h.Write([]byte(f))
 		h.Write([]byte{0})
 	}
-	var states byte // a set: the order and repeats of States do not matter
+	var states, all byte // a set: the order and repeats of States do not matter
 	for _, st := range q.States {
 		states |= 1 << st
+	}
+	for st := Active; st <= Revoked; st++ {
+		all |= 1 << st
+	}
+	if states == all {
+		states = 0 // every state, named or not
 	}
 	h.Write([]byte{states})
 	return h.Sum32()

@@ -152,6 +152,7 @@ func TestList_BadQueries(t *testing.T) {
 		{"token_of_another_prefix", registrar.ListQuery{Prefix: "zzz", PageToken: tok}, "page_token"},
 		{"token_of_another_holder", registrar.ListQuery{Holder: "w1", PageToken: tok}, "page_token"},
 		{"token_of_other_states", registrar.ListQuery{States: []registrar.State{registrar.Active}, PageToken: tok}, "page_token"},
+		{"token_of_almost_every_state", registrar.ListQuery{States: []registrar.State{registrar.Active, registrar.Released, registrar.Expired}, PageToken: tok}, "page_token"},
 		{"token_of_another_namespace", registrar.ListQuery{Namespace: "other", PageToken: tok}, "page_token"},
 		{"unknown_state", registrar.ListQuery{States: []registrar.State{9}}, "states"},
 		{"bad_holder", registrar.ListQuery{Holder: "w\n1"}, "holder"},
@@ -163,6 +164,12 @@ func TestList_BadQueries(t *testing.T) {
 			wantReason(t, err, registrar.ReasonInvalidArgument)
 			wantMeta(t, err, "field", c.field)
 		})
+	}
+	// Naming every state is the same query as naming none, and "default"
+	// the same as no namespace: the token carries on.
+	every := []registrar.State{registrar.Revoked, registrar.Active, registrar.Expired, registrar.Released}
+	if _, _, err := e.m.Registrar().List(registrar.ListQuery{Namespace: "default", States: every, PageToken: tok}, e.tick); err != nil {
+		t.Fatalf("token with every state named: %v", err)
 	}
 }
 

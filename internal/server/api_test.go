@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -141,7 +142,7 @@ func TestNoAuthServesLoopbackHostsOnly(t *testing.T) {
 	b := setup(t)
 	_, port, _ := net.SplitHostPort(b.srv.Addr())
 	for host, served := range map[string]bool{
-		"127.0.0.1:" + port: true, "localhost:" + port: true, "[::1]:" + port: true, "LOCALHOST": true, "app.localhost:" + port: true,
+		"127.0.0.1:" + port: true, "localhost:" + port: true, "[::1]:" + port: true, "LOCALHOST": true, "app.localhost:" + port: true, "localhost.:" + port: true,
 		"attacker.example:" + port: false, "10.0.0.1:" + port: false, "127.0.0.1.attacker.example": false,
 	} {
 		req, err := http.NewRequest(http.MethodPost, b.base+"/tenure.v1.ClusterService/WhoAmI", strings.NewReader("{}"))
@@ -161,6 +162,53 @@ func TestNoAuthServesLoopbackHostsOnly(t *testing.T) {
 		}
 		if !served && !strings.Contains(string(raw), "PERMISSION_DENIED") {
 			t.Errorf("Host %q: %s", host, raw)
+		}
+	}
+}
+
+// "application/json; charset=utf-8" is the same JSON as plain
+// "application/json": strict requests (compressed ones too), answers with
+// their zero values.
+func TestJSONWithCharset(t *testing.T) {
+	b := setup(t)
+	post := func(body []byte, gz bool) (int, map[string]any) {
+		t.Helper()
+		if gz {
+			var zb bytes.Buffer
+			zw := gzip.NewWriter(&zb)
+			zw.Write(body)
+			zw.Close()
+			body = zb.Bytes()
+		}
+		req, err := http.NewRequest(http.MethodPost, b.base+"/tenure.v1.LeaseService/Acquire", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json; charset=utf-8")
+		if gz {
+			req.Header.Set("Content-Encoding", "gzip")
+		}
+		resp, err := b.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, out
+	}
+	code, out := post([]byte(`{"resource":"cs/1","holder":"h","ttl":"5s"}`), false)
+	if code != http.StatusOK {
+		t.Fatalf("acquire: %d %v", code, out)
+	}
+	if l := out["lease"].(map[string]any); l["renewalCount"] != float64(0) {
+		t.Errorf("lease without its zero renewalCount: %v", l)
+	}
+	for _, gz := range []bool{false, true} {
+		if code, out := post([]byte(`{"resource":"cs/2","holder":"h","bogus":1}`), gz); code == http.StatusOK || out["code"] != "invalid_argument" {
+			t.Errorf("unknown field (gzip %v): %d %v", gz, code, out)
 		}
 	}
 }

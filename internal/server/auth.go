@@ -432,6 +432,7 @@ func loopbackHost(host string) bool {
 		host = h
 	}
 	host = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"))
+	host = strings.TrimSuffix(host, ".") // a fully qualified name: "localhost."
 	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		return true
 	}

@@ -20,6 +20,13 @@ type jsonCodec struct{}
 
 func (jsonCodec) Name() string { return "json" }
 
+// jsonUTF8Codec is jsonCodec for "application/json; charset=utf-8", the
+// content type many HTTP clients send: Connect keys codecs by the name,
+// parameter included, and would otherwise use its own there.
+type jsonUTF8Codec struct{ jsonCodec }
+
+func (jsonUTF8Codec) Name() string { return "json; charset=utf-8" }
+
 // Marshal writes every field, zeros included (piece 0, a count of 0,
 // false), so that a JSON client reads them like any value instead of
 // finding them missing: proto3 JSON leaves zero values out. Enums are

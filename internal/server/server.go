@@ -169,6 +169,7 @@ func Start(cfg Config) (*Server, error) {
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),
 		connect.WithCodec(jsonCodec{}),
+		connect.WithCodec(jsonUTF8Codec{}),
 		connect.WithCodec(wire.Codec{}),
 		// Compressing a few hundred bytes costs more CPU than it saves on
 		// the wire (gzip was a fifth of the server's CPU for small calls).
