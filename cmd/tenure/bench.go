@@ -174,6 +174,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if who.GetAuthenticated() {
 		cfg.principal = who.GetPrincipal()
 	}
+	// The workers' streams go to the first endpoint: make it the leader,
+	// so that a dead endpoint first in the list, or a follower that would
+	// forward every operation, is not what is measured.
+	if st, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.Status, &tenurev1.StatusRequest{}); err == nil {
+		c.endpoints = leaderFirst(c.endpointList(), st.GetLeaderApiAddress())
+	}
 
 	var res *benchResult
 	switch cfg.workload {
@@ -202,6 +208,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("no operation succeeded (errors: %s)", fmtReasons(res.Errors))
 	}
 	return nil
+}
+
+// leaderFirst returns the endpoint list (comma-separated) with the one
+// that names the leader's API address first, if one does.
+func leaderFirst(eps []string, leader string) string {
+	for i, e := range eps {
+		if _, hostPort, ok := strings.Cut(e, "://"); ok {
+			e = strings.TrimRight(hostPort, "/")
+		}
+		if leader != "" && e == leader {
+			eps = append([]string{eps[i]}, slices.Delete(slices.Clone(eps), i, i+1)...)
+			break
+		}
+	}
+	return strings.Join(eps, ",")
 }
 
 // fmtReasons lists error counts by reason, most frequent first.

@@ -229,3 +229,22 @@ func TestHoistFlags(t *testing.T) {
 		}
 	}
 }
+
+// leaderFirst puts the endpoint naming the leader first, whatever its
+// form, and leaves the list alone when none does.
+func TestLeaderFirst(t *testing.T) {
+	for _, c := range []struct {
+		eps          []string
+		leader, want string
+	}{
+		{[]string{"127.0.0.1:1", "127.0.0.1:2"}, "127.0.0.1:2", "127.0.0.1:2,127.0.0.1:1"},
+		{[]string{"a:1", "http://b:2/", "c:3"}, "b:2", "http://b:2/,a:1,c:3"},
+		{[]string{"a:1", "b:2"}, "a:1", "a:1,b:2"},
+		{[]string{"a:1", "b:2"}, "c:3", "a:1,b:2"},
+		{[]string{"a:1", "b:2"}, "", "a:1,b:2"},
+	} {
+		if got := leaderFirst(c.eps, c.leader); got != c.want {
+			t.Errorf("leaderFirst(%v, %q) = %q, want %q", c.eps, c.leader, got, c.want)
+		}
+	}
+}
