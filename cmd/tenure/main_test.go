@@ -126,16 +126,19 @@ func TestServerJoin(t *testing.T) {
 	}
 	b := startServer(t, ready, "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--raft-listen", "127.0.0.1:0",
 		"--node-id", "node2", "--join", a.Addr())
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		st, err := a.Node().Status()
 		if err == nil && len(st.Members) == 2 && st.Members[1].APIAddress == b.Addr() {
 			break
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline:
 			t.Fatalf("node2 not a published member: %+v %v", st, err)
+		case <-tick.C:
 		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, not synchronising
 	}
 }
 

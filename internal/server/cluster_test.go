@@ -168,14 +168,20 @@ type acked struct {
 // NOT_LEADER (nothing was proposed, so a retry is safe): a member may not
 // know the leader yet right after an election.
 func whileNotLeader(call func() error) error {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.After(10 * time.Second)
+	retry := time.NewTicker(20 * time.Millisecond) // a client's backoff
+	defer retry.Stop()
 	for {
 		err := call()
 		var ce *connect.Error
-		if err == nil || !errors.As(err, &ce) || !strings.HasPrefix(ce.Message(), "NOT_LEADER") || time.Now().After(deadline) {
+		if err == nil || !errors.As(err, &ce) || !strings.HasPrefix(ce.Message(), "NOT_LEADER") {
 			return err
 		}
-		time.Sleep(20 * time.Millisecond) // backoff between retries, not synchronisation
+		select {
+		case <-deadline:
+			return err
+		case <-retry.C:
+		}
 	}
 }
 
