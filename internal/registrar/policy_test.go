@@ -17,7 +17,7 @@ func TestPolicy_Defaults(t *testing.T) {
 	want := registrar.Policy{
 		DefaultTTL: 60_000, MinTTL: 1000, MaxTTL: 300_000, MaxGrace: 15_000,
 		MaxActivePerHolder: 10_000, MaxActivePerNamespace: 1_000_000, MaxWaitersPerResource: 1000,
-		LeaseRetention: 3_600_000, HistoryRetention: 86_400_000,
+		LeaseRetention: 3_600_000, HistoryRetention: 86_400_000, MaxRetainedLeases: 100_000,
 	}
 	if p != want {
 		t.Fatalf("defaults %+v\nwant     %+v", p, want)
@@ -183,6 +183,71 @@ func TestPolicy_PruneAfterRetention(t *testing.T) {
 	if _, _, seq, _ := registrar.ParseLeaseID(n.ID); seq != n.Fence {
 		t.Fatalf("id sequence %d, fence %d", seq, n.Fence)
 	}
+}
+
+// max_retained_leases bounds the terminal leases a namespace keeps: past
+// it the oldest are pruned before their retention, a whole tick at a time,
+// never those of the current tick; active leases are never pruned.
+func TestPolicy_MaxRetainedLeases(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.setPolicy("capped", &tenurev1.NamespacePolicy{MaxRetainedLeases: 3})
+	pruned := func(id string) bool {
+		_, err := e.m.Registrar().Get(id, e.tick)
+		return registrar.ReasonOf(err) == registrar.ReasonLeaseNotFound
+	}
+	active := e.mustAcquire("held", "w", inNS("capped"))
+	other := e.mustAcquire("r", "w") // another namespace: its own cap
+	e.release(other.ID, "w")
+	// Two leases end in one tick, then one per tick.
+	var ended []string
+	e.after(1)
+	for _, res := range []string{"a", "b"} {
+		l := e.mustAcquire(res, "w", inNS("capped"))
+		e.release(l.ID, "w")
+		ended = append(ended, l.ID)
+	}
+	for _, res := range []string{"c", "d"} {
+		e.after(1)
+		l := e.mustAcquire(res, "w", inNS("capped"))
+		e.release(l.ID, "w")
+		ended = append(ended, l.ID)
+	}
+	// Four kept until a later tick: those of the current tick (d) are
+	// never pruned by the cap, and the record that ended d came after
+	// the last chance in this tick.
+	for _, id := range ended {
+		if pruned(id) {
+			t.Fatalf("lease %s pruned in the tick that put the namespace over its cap", id)
+		}
+	}
+	e.after(1).advance()
+	e.after(1).mustAcquire("poke", "p") // any record prunes
+	// a and b ended in the same tick: both go, though that leaves two.
+	for i, want := range []bool{true, true, false, false} {
+		if got := pruned(ended[i]); got != want {
+			t.Fatalf("lease %d (%s) pruned %v, want %v", i, ended[i], got, want)
+		}
+	}
+	if pruned(active.ID) || pruned(other.ID) {
+		t.Fatal("the cap pruned an active lease or another namespace's")
+	}
+	_, released, _, _, _ := e.m.Registrar().Counts("capped")
+	if released != 2 {
+		t.Fatalf("counts %d released leases, want 2", released)
+	}
+	// A lower cap set later prunes at the next record past the tick.
+	e.setPolicy("capped", &tenurev1.NamespacePolicy{MaxRetainedLeases: 1})
+	e.after(1).mustAcquire("poke2", "p")
+	if !pruned(ended[2]) || pruned(ended[3]) {
+		t.Fatalf("after lowering the cap to 1: c pruned %v (want true), d pruned %v (want false)", pruned(ended[2]), pruned(ended[3]))
+	}
+	// A policy that leaves it 0 gets the default, as for every count.
+	e.setPolicy("capped", &tenurev1.NamespacePolicy{MaxRenewals: 2})
+	if got := e.m.Registrar().Policy("capped").MaxRetainedLeases; got != 100_000 {
+		t.Fatalf("max_retained_leases 0 gives %d, want the default", got)
+	}
+	e.wantReplayEqual()
 }
 
 // Policy limits are validated and the ones copied into a lease at grant

@@ -487,6 +487,16 @@ func (p *propRun) checkState(T registrar.Tick, res statemachine.Result, cmd *log
 			registrarRecords++
 		}
 	}
+	// The cap on terminal leases (MaxRetainedLeases): how many each
+	// namespace kept before any pruning of this step (those it began with
+	// and those it ended), and the latest tick pruned for the cap.
+	kept := map[string]int{}
+	for _, pl := range p.leases {
+		if pl.ended && !pl.pruned {
+			kept[pl.last.Namespace]++
+		}
+	}
+	capPruned := map[string]registrar.Tick{} // the latest tick pruned for the cap
 	p.active = p.active[:0]
 	for _, id := range p.ids {
 		pl := p.leases[id]
@@ -503,7 +513,17 @@ func (p *propRun) checkState(T registrar.Tick, res statemachine.Result, cmd *log
 			ns := pl.last.Namespace
 			ret := min(polBefore[ns].LeaseRetention, polAfter[ns].LeaseRetention)
 			if !pl.ended || pl.endedTick+registrar.Tick(ret) > T {
-				t.Fatalf("step %d: lease %s (ended %v at %d) pruned at %d, retention %dms", p.step, id, pl.ended, pl.endedTick, T, ret)
+				// Or one of the oldest, from a tick before T, of a
+				// namespace that kept more than its cap.
+				limit := min(polBefore[ns].MaxRetainedLeases, polAfter[ns].MaxRetainedLeases)
+				if !pl.ended || pl.endedTick >= T || uint64(kept[ns]) <= limit {
+					t.Fatalf("step %d: lease %s (ended %v at %d) pruned at %d, retention %dms, %d kept (cap %d)",
+						p.step, id, pl.ended, pl.endedTick, T, ret, kept[ns], limit)
+				}
+				capPruned[ns] = max(capPruned[ns], pl.endedTick)
+				if p.stats != nil {
+					p.stats["~pruned for the cap"]++
+				}
 			}
 			if _, err := r.Get(id, T); registrar.ReasonOf(err) != registrar.ReasonLeaseNotFound {
 				t.Fatalf("step %d: Get of pruned lease %s: %v", p.step, id, err)
@@ -545,6 +565,25 @@ func (p *propRun) checkState(T registrar.Tick, res statemachine.Result, cmd *log
 		pl.last = v
 		if v.State == registrar.Active {
 			p.active = append(p.active, id)
+		}
+	}
+	// The cap prunes the oldest ticks whole, and promptly: what ended
+	// before T is within the cap after any step with records.
+	for _, ns := range propNamespaces {
+		older := uint64(0)
+		for _, pl := range p.leases {
+			if !pl.ended || pl.pruned || pl.last.Namespace != ns {
+				continue
+			}
+			if at, ok := capPruned[ns]; ok && pl.endedTick <= at {
+				t.Fatalf("step %d: namespace %s pruned leases that ended at %d for its cap, and kept one that ended at %d", p.step, ns, at, pl.endedTick)
+			}
+			if pl.endedTick < T {
+				older++
+			}
+		}
+		if limit := polAfter[ns].MaxRetainedLeases; registrarRecords > 0 && !isPolicy && older > limit {
+			t.Fatalf("step %d: namespace %s keeps %d terminal leases from before tick %d, over its cap %d", p.step, ns, older, T, limit)
 		}
 	}
 	if len(views) != len(p.ids)-countPruned(p.leases) {
@@ -1090,6 +1129,9 @@ func (p *propRun) drawPolicy() *tenurev1.NamespacePolicy {
 	}
 	if rapid.IntRange(0, 3).Draw(t, "set_waiters") == 0 {
 		pol.MaxWaitersPerResource = rapid.Uint64Range(1, 3).Draw(t, "max_waiters")
+	}
+	if rapid.IntRange(0, 3).Draw(t, "set_retained") == 0 {
+		pol.MaxRetainedLeases = rapid.Uint64Range(1, 4).Draw(t, "max_retained")
 	}
 	if rapid.IntRange(0, 3).Draw(t, "set_quota") == 0 {
 		pol.MaxActivePerHolder = rapid.Uint64Range(1, 6).Draw(t, "max_per_holder")

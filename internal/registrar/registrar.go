@@ -323,9 +323,6 @@ func (r *Registrar) applyEnded(rec *logpb.Record, l *lease, e *logpb.LeaseEnded)
 	ns.counts[Active]--
 	ns.counts[l.state]++
 	r.retire(l)
-	if due := l.endedTick + Tick(ns.policy.LeaseRetention); due < r.nextPrune {
-		r.nextPrune = due
-	}
 	r.settleEnded(l, e.EndedBy)
 }
 
@@ -396,15 +393,41 @@ func (r *Registrar) advanceTo(t Tick, wall int64) {
 	}
 	for ns := range r.retiring {
 		ret := Tick(ns.policy.LeaseRetention)
-		for l := ns.retired.peek(); l != nil && l.endedTick+ret <= r.tick; l = ns.retired.peek() {
-			ns.retired.pop()
-			r.prune(l)
+	prune:
+		for l := ns.retired.peek(); l != nil; l = ns.retired.peek() {
+			switch {
+			case l.endedTick+ret <= r.tick:
+				ns.retired.pop()
+				r.prune(l)
+			case overCap(ns) && l.endedTick < r.tick:
+				r.pruneTick(ns, l.endedTick)
+			default:
+				break prune
+			}
 		}
 		if ns.retired.peek() == nil {
 			delete(r.retiring, ns)
 		}
 	}
 	r.schedulePrune()
+}
+
+// overCap reports whether ns keeps more terminal leases than its policy's
+// MaxRetainedLeases.
+func overCap(ns *namespace) bool { return uint64(ns.retired.len()) > ns.policy.MaxRetainedLeases }
+
+// pruneTick prunes the terminal leases of ns that ended at tick t, the
+// oldest it keeps. The cap prunes whole ticks: the order of the leases
+// that ended in one tick is the order of their records, which a restored
+// snapshot does not keep, so pruning part of a tick could leave replicas
+// with different leases. Leases of the current tick are never pruned this
+// way, so a command's later records always find the leases its earlier
+// records ended.
+func (r *Registrar) pruneTick(ns *namespace, t Tick) {
+	for l := ns.retired.peek(); l != nil && l.endedTick == t; l = ns.retired.peek() {
+		ns.retired.pop()
+		r.prune(l)
+	}
 }
 
 // retire queues terminal lease l for pruning.
@@ -415,17 +438,27 @@ func (r *Registrar) retire(l *lease) {
 	if l.tree != nil {
 		r.retiredTrees++
 	}
+	r.pruneBy(ns, ns.retired.peek())
 }
 
 func (r *Registrar) schedulePrune() {
 	r.nextPrune = noPrune
 	for ns := range r.retiring {
 		if l := ns.retired.peek(); l != nil {
-			if due := l.endedTick + Tick(ns.policy.LeaseRetention); due < r.nextPrune {
-				r.nextPrune = due
-			}
+			r.pruneBy(ns, l)
 		}
 	}
+}
+
+// pruneBy brings the next prune forward to when l, the oldest terminal
+// lease of ns, is due: at the end of its retention, or at the next tick
+// if ns keeps more than its cap.
+func (r *Registrar) pruneBy(ns *namespace, l *lease) {
+	due := l.endedTick + Tick(ns.policy.LeaseRetention)
+	if overCap(ns) {
+		due = min(due, l.endedTick+1)
+	}
+	r.nextPrune = min(r.nextPrune, due)
 }
 
 func (r *Registrar) prune(l *lease) {

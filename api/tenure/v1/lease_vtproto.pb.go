@@ -606,6 +606,11 @@ func (m *NamespacePolicy) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.MaxRetainedLeases != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxRetainedLeases))
+		i--
+		dAtA[i] = 0x68
+	}
 	if m.AlwaysCertify {
 		i--
 		if m.AlwaysCertify {
@@ -3972,6 +3977,9 @@ func (m *NamespacePolicy) SizeVT() (n int) {
 	}
 	if m.AlwaysCertify {
 		n += 2
+	}
+	if m.MaxRetainedLeases != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.MaxRetainedLeases))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -7587,6 +7595,25 @@ func (m *NamespacePolicy) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.AlwaysCertify = bool(v != 0)
+		case 13:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MaxRetainedLeases", wireType)
+			}
+			m.MaxRetainedLeases = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.MaxRetainedLeases |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
