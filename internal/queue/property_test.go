@@ -6,6 +6,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/queue"
 	"github.com/tenurehq/tenure/internal/registrar"
@@ -19,7 +20,8 @@ import (
 //   - a LEASED task has exactly one live lease, held by its worker, and no
 //     live task lease exists without its LEASED task (none lost, none doubled);
 //   - attempts only grow and never pass max_attempts; DEAD only at max_attempts;
-//   - finished states are final;
+//   - finished states are final, and no more finished tasks are kept
+//     than the namespace's max_retained_tasks;
 //   - replaying the ledger and restoring the snapshot give the same bytes.
 func TestProperties(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
@@ -33,6 +35,12 @@ func TestProperties(t *testing.T) {
 		taskIDs := []string{"a", "b", "c", "d", "e", ""}
 		workers := []string{"w0", "w1", "w2"}
 		queues := []string{"q", "r"}
+		limit := registrar.DefaultPolicy().MaxRetainedTasks
+		if rapid.Bool().Draw(rt, "cap") { // few finished tasks kept: the cap prunes
+			limit = rapid.Uint64Range(1, 3).Draw(rt, "max_retained")
+			e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
+				Policy: &tenurev1.NamespacePolicy{MaxRetainedTasks: limit}}}})
+		}
 		steps := rapid.IntRange(1, 60).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
 			qn := rapid.SampledFrom(queues).Draw(rt, "queue")
@@ -115,13 +123,16 @@ func TestProperties(t *testing.T) {
 			}
 			// Invariants, as of the last applied command.
 			now := e.applied
-			kept := 0
+			kept, finished := 0, uint64(0)
 			for _, qn := range queues {
 				all, _ := e.m.Queues().List("", qn, nil, 0, 1<<30)
 				kept += len(all)
 				var counts [7]uint64
 				for _, tk := range all {
 					counts[tk.State]++
+					if tk.State.Finished() {
+						finished++
+					}
 					h, had := hist[tk.Seq]
 					if had && tk.Attempts < h.attempts {
 						rt.Fatalf("task %s attempts went %d → %d", tk.ID, h.attempts, tk.Attempts)
@@ -148,6 +159,9 @@ func TestProperties(t *testing.T) {
 			}
 			if kept != e.m.Queues().Len() {
 				rt.Fatalf("lists hold %d tasks, the domain %d", kept, e.m.Queues().Len())
+			}
+			if finished > limit {
+				rt.Fatalf("%d finished tasks kept, over the cap %d", finished, limit)
 			}
 			// Every live task lease belongs to a LEASED task (no orphans, no doubles).
 			for _, id := range leases {

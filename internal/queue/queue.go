@@ -86,7 +86,8 @@ type task struct {
 	// Index bookkeeping (derived, not snapshotted).
 	where    uint8 // 0 none, 1 ready, 2 delayed
 	delayIdx int
-	pruneIdx int
+	pruneIdx int // in Queues.prune
+	nsIdx    int // in its namespace's finishedHeap
 }
 
 const (
@@ -126,12 +127,15 @@ type Queues struct {
 	bySeq   map[uint64]*task
 	byLease map[uint64]*task // LEASED tasks by lease seq
 	nextSeq uint64
-	prune   pruneHeap
+	// prune holds every finished task, finished each one's namespace's.
+	prune    finishedHeap
+	finished map[string]*finishedHeap
 }
 
 // New returns an empty queue domain beside reg, hooked to its lease ends.
 func New(reg *registrar.Registrar) *Queues {
-	q := &Queues{reg: reg, queues: map[qkey]*queue{}, bySeq: map[uint64]*task{}, byLease: map[uint64]*task{}, nextSeq: 1}
+	q := &Queues{reg: reg, queues: map[qkey]*queue{}, bySeq: map[uint64]*task{}, byLease: map[uint64]*task{}, nextSeq: 1,
+		prune: finishedHeap{at: pruneIdx}, finished: map[string]*finishedHeap{}}
 	reg.OnLeaseEnd(q.leaseEnded)
 	return q
 }
@@ -230,26 +234,36 @@ func (h *delayHeap) Pop() any {
 	return t
 }
 
-type pruneHeap []*task
+// finishedHeap orders finished tasks by prune tick, then sequence (a
+// total order, so the first is the same on every replica however the
+// heap was built). at is the task's index field for this heap: a task is
+// in the registrar-wide heap and in its namespace's.
+type finishedHeap struct {
+	ts []*task
+	at func(*task) *int
+}
 
-func (h pruneHeap) Len() int { return len(h) }
-func (h pruneHeap) Less(i, j int) bool {
-	if h[i].pruneTick != h[j].pruneTick {
-		return h[i].pruneTick < h[j].pruneTick
+func pruneIdx(t *task) *int { return &t.pruneIdx }
+func nsIdx(t *task) *int    { return &t.nsIdx }
+
+func (h *finishedHeap) Len() int { return len(h.ts) }
+func (h *finishedHeap) Less(i, j int) bool {
+	a, b := h.ts[i], h.ts[j]
+	if a.pruneTick != b.pruneTick {
+		return a.pruneTick < b.pruneTick
 	}
-	return h[i].seq < h[j].seq
+	return a.seq < b.seq
 }
-func (h pruneHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].pruneIdx, h[j].pruneIdx = i, j
+func (h *finishedHeap) Swap(i, j int) {
+	h.ts[i], h.ts[j] = h.ts[j], h.ts[i]
+	*h.at(h.ts[i]), *h.at(h.ts[j]) = i, j
 }
-func (h *pruneHeap) Push(x any) { t := x.(*task); t.pruneIdx = len(*h); *h = append(*h, t) }
-func (h *pruneHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	t.pruneIdx = -1
+func (h *finishedHeap) Push(x any) { t := x.(*task); *h.at(t) = len(h.ts); h.ts = append(h.ts, t) }
+func (h *finishedHeap) Pop() any {
+	t := h.ts[len(h.ts)-1]
+	h.ts[len(h.ts)-1] = nil
+	h.ts = h.ts[:len(h.ts)-1]
+	*h.at(t) = -1
 	return t
 }
 
@@ -313,7 +327,7 @@ func (qs *Queues) Apply(rec *logpb.Record) error {
 		}
 		t := &task{seq: ref.Seq, q: q, id: ref.TaskId, payload: e.Payload, priority: e.Priority, state: Queued,
 			maxAttempts: e.MaxAttempts, notBefore: e.NotBefore, readyAt: max(e.NotBefore, rec.Wall),
-			createdWall: rec.Wall, delayIdx: -1, pruneIdx: -1}
+			createdWall: rec.Wall, delayIdx: -1, pruneIdx: -1, nsIdx: -1}
 		qs.nextSeq = ref.Seq + 1
 		qs.add(q, t)
 		q.makeReady(t, rec.Wall)
@@ -418,22 +432,48 @@ func (qs *Queues) finish(rec *logpb.Record, t *task, s State, pruneTick registra
 	t.q.setState(t, s)
 	t.finishedWall = rec.Wall
 	t.pruneTick = pruneTick
+	qs.keepFinished(t)
+	// The namespace keeps at most its policy's MaxRetainedTasks: those
+	// nearest their prune tick go first. No later record names a finished
+	// task, so pruning one (even this one) here cannot break a command.
+	h := qs.finished[t.q.ns]
+	for limit := qs.reg.Policy(t.q.ns).MaxRetainedTasks; uint64(h.Len()) > limit; {
+		qs.drop(h.ts[0])
+	}
+}
+
+// keepFinished files a finished task for pruning.
+func (qs *Queues) keepFinished(t *task) {
 	heap.Push(&qs.prune, t)
+	h := qs.finished[t.q.ns]
+	if h == nil {
+		h = &finishedHeap{at: nsIdx}
+		qs.finished[t.q.ns] = h
+	}
+	heap.Push(h, t)
 }
 
 // pruneTo drops finished tasks whose prune tick has come. It runs on every
 // queue record, so replay prunes exactly alike.
 func (qs *Queues) pruneTo(now registrar.Tick) {
-	for qs.prune.Len() > 0 && qs.prune[0].pruneTick <= now {
-		t := heap.Pop(&qs.prune).(*task)
-		q := t.q
-		delete(q.tasks, t.id)
-		q.all.Delete(t)
-		q.counts[t.state]--
-		delete(qs.bySeq, t.seq)
-		if len(q.tasks) == 0 {
-			delete(qs.queues, qkey{q.ns, q.name})
-		}
+	for qs.prune.Len() > 0 && qs.prune.ts[0].pruneTick <= now {
+		qs.drop(qs.prune.ts[0])
+	}
+}
+
+// drop forgets a finished task.
+func (qs *Queues) drop(t *task) {
+	heap.Remove(&qs.prune, t.pruneIdx)
+	q := t.q
+	if h := qs.finished[q.ns]; heap.Remove(h, t.nsIdx) != nil && h.Len() == 0 {
+		delete(qs.finished, q.ns)
+	}
+	delete(q.tasks, t.id)
+	q.all.Delete(t)
+	q.counts[t.state]--
+	delete(qs.bySeq, t.seq)
+	if len(q.tasks) == 0 {
+		delete(qs.queues, qkey{q.ns, q.name})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/queue"
 	"github.com/tenurehq/tenure/internal/registrar"
@@ -305,6 +306,60 @@ func TestQueueNamesWithSlashesKeepTasksApart(t *testing.T) {
 		if !got[want] {
 			t.Errorf("no lease on %s: %v", want, got)
 		}
+	}
+	e.checkReplay()
+}
+
+// TestFinishedTasksCap: a namespace keeps at most max_retained_tasks
+// finished tasks; finishing one more prunes the one nearest its prune
+// tick (the oldest), whatever the queue; other namespaces and unfinished
+// tasks are untouched, and a pruned id may be enqueued again.
+func TestFinishedTasksCap(t *testing.T) {
+	e := setup(t)
+	e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
+		Policy: &tenurev1.NamespacePolicy{MaxRetainedTasks: 2}}}})
+	finish := func(queueName, id string) {
+		e.after(10).mustEnqueue(queueName, task(id, 0))
+		c := e.claim(queueName, "w", 1)
+		if len(c.Leases) != 1 {
+			t.Fatalf("claim %s: %+v", id, c)
+		}
+		if out := e.complete(queueName, id, c.Leases[0].ID, nil); out.Err != nil {
+			t.Fatalf("complete %s: %v", id, out.Err)
+		}
+	}
+	kept := func(queueName, id string) bool {
+		_, err := e.m.Queues().Get("", queueName, id)
+		if err != nil && registrar.ReasonOf(err) != registrar.ReasonTaskNotFound {
+			t.Fatalf("get %s: %v", id, err)
+		}
+		return err == nil
+	}
+	e.mustEnqueue("idle", task("waiting", 0)) // queued: never pruned
+	e.apply(&logpb.Command{Op: &logpb.Command_Enqueue{Enqueue: &logpb.Enqueue{Namespace: "other", Queue: "q",
+		Tasks: []*logpb.NewTask{task("x", 0)}}}})
+	finish("q", "a")
+	finish("r", "b")
+	if !kept("q", "a") || !kept("r", "b") {
+		t.Fatal("pruned within the cap")
+	}
+	finish("q", "c")
+	if kept("q", "a") || !kept("r", "b") || !kept("q", "c") {
+		t.Fatalf("after a third: a kept %v (want false), b %v, c %v", kept("q", "a"), kept("r", "b"), kept("q", "c"))
+	}
+	finish("r", "d")
+	if kept("r", "b") || !kept("q", "c") || !kept("r", "d") || !kept("idle", "waiting") {
+		t.Fatal("after a fourth: want b pruned, c, d and the queued task kept")
+	}
+	if s := e.m.Queues().Stats("", "q"); s.Succeeded != 1 || s.Queued != 0 {
+		t.Fatalf("stats of q: %+v", s)
+	}
+	if _, err := e.m.Queues().Get("other", "q", "x"); err != nil {
+		t.Fatalf("another namespace's task: %v", err)
+	}
+	finish("q", "a") // a pruned id is new again
+	if got := e.get("q", "a"); got.State != queue.Succeeded {
+		t.Fatalf("re-enqueued a: %+v", got)
 	}
 	e.checkReplay()
 }

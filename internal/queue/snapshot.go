@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"container/heap"
 	"fmt"
 
 	"github.com/tenurehq/tenure/internal/logpb"
@@ -56,7 +55,7 @@ func Restore(reg *registrar.Registrar, s *logpb.Snapshot) (*Queues, error) {
 			attempts: ts.Attempts, maxAttempts: ts.MaxAttempts, notBefore: ts.NotBefore, readyAt: ts.ReadyAt,
 			createdWall: ts.CreatedWall, claimedWall: ts.ClaimedWall, finishedWall: ts.CompletedWall,
 			lastError: ts.LastError, result: ts.Result, leaseSeq: ts.LeaseSeq, leaseID: ts.LeaseId, worker: ts.Worker,
-			pruneTick: registrar.Tick(ts.PruneTick), outcome: uint8(ts.Outcome), delayIdx: -1, pruneIdx: -1}
+			pruneTick: registrar.Tick(ts.PruneTick), outcome: uint8(ts.Outcome), delayIdx: -1, pruneIdx: -1, nsIdx: -1}
 		qs.add(q, t)
 		switch {
 		case st.claimable():
@@ -66,8 +65,8 @@ func Restore(reg *registrar.Registrar, s *logpb.Snapshot) (*Queues, error) {
 				return nil, fmt.Errorf("snapshot: task %s leased by a bad or shared lease", t.id)
 			}
 			qs.byLease[t.leaseSeq] = t
-		default:
-			heap.Push(&qs.prune, t)
+		default: // finished: the cap applies as tasks finish, not here
+			qs.keepFinished(t)
 		}
 	}
 	return qs, nil

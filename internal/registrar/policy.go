@@ -33,6 +33,8 @@ type Policy struct {
 	// sustained traffic (at 15,000 cycles/s an hour of retention is 54
 	// million leases).
 	MaxRetainedLeases uint64
+	// MaxRetainedTasks caps the finished queue tasks kept, likewise.
+	MaxRetainedTasks uint64
 	// AlwaysCertify signs every grant and renewal.
 	AlwaysCertify bool
 }
@@ -50,6 +52,7 @@ func DefaultPolicy() Policy {
 		LeaseRetention:        3_600_000,
 		HistoryRetention:      86_400_000,
 		MaxRetainedLeases:     100_000,
+		MaxRetainedTasks:      100_000,
 	}
 }
 
@@ -83,6 +86,8 @@ func (p Policy) Validate() error {
 		return bad("history_retention", "must be positive")
 	case p.MaxRetainedLeases == 0:
 		return bad("max_retained_leases", "must be positive")
+	case p.MaxRetainedTasks == 0:
+		return bad("max_retained_tasks", "must be positive")
 	}
 	return nil
 }
@@ -119,6 +124,9 @@ func PolicyFromProto(base Policy, pb *tenurev1.NamespacePolicy) Policy {
 	if pb.MaxRetainedLeases != 0 {
 		base.MaxRetainedLeases = pb.MaxRetainedLeases
 	}
+	if pb.MaxRetainedTasks != 0 {
+		base.MaxRetainedTasks = pb.MaxRetainedTasks
+	}
 	base.AlwaysCertify = pb.AlwaysCertify
 	return base
 }
@@ -140,5 +148,6 @@ func (p Policy) Proto() *tenurev1.NamespacePolicy {
 		HistoryRetention:      d(p.HistoryRetention),
 		AlwaysCertify:         p.AlwaysCertify,
 		MaxRetainedLeases:     p.MaxRetainedLeases,
+		MaxRetainedTasks:      p.MaxRetainedTasks,
 	}
 }

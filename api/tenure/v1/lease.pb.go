@@ -753,8 +753,13 @@ type NamespacePolicy struct {
 	// time, never those that ended in the current tick). 0 = the default,
 	// 100,000.
 	MaxRetainedLeases uint64 `protobuf:"varint,13,opt,name=max_retained_leases,json=maxRetainedLeases,proto3" json:"max_retained_leases,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// At most this many finished tasks (succeeded, dead, cancelled) are kept
+	// in the namespace: past it, a task finishing prunes those nearest their
+	// prune time (lease_retention after they finished) early. 0 = the
+	// default, 100,000.
+	MaxRetainedTasks uint64 `protobuf:"varint,14,opt,name=max_retained_tasks,json=maxRetainedTasks,proto3" json:"max_retained_tasks,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *NamespacePolicy) Reset() {
@@ -874,6 +879,13 @@ func (x *NamespacePolicy) GetAlwaysCertify() bool {
 func (x *NamespacePolicy) GetMaxRetainedLeases() uint64 {
 	if x != nil {
 		return x.MaxRetainedLeases
+	}
+	return 0
+}
+
+func (x *NamespacePolicy) GetMaxRetainedTasks() uint64 {
+	if x != nil {
+		return x.MaxRetainedTasks
 	}
 	return 0
 }
@@ -3999,7 +4011,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x04hash\x18\f \x01(\fR\x04hash\x1a:\n" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd6\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x84\x06\n" +
 	"\x0fNamespacePolicy\x12:\n" +
 	"\vdefault_ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"defaultTtl\x122\n" +
@@ -4015,7 +4027,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x0eleaseRetention\x12F\n" +
 	"\x11history_retention\x18\v \x01(\v2\x19.google.protobuf.DurationR\x10historyRetention\x12%\n" +
 	"\x0ealways_certify\x18\f \x01(\bR\ralwaysCertify\x12.\n" +
-	"\x13max_retained_leases\x18\r \x01(\x04R\x11maxRetainedLeases\"\xd8\x02\n" +
+	"\x13max_retained_leases\x18\r \x01(\x04R\x11maxRetainedLeases\x12,\n" +
+	"\x12max_retained_tasks\x18\x0e \x01(\x04R\x10maxRetainedTasks\"\xd8\x02\n" +
 	"\x0eAcquireRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x16\n" +

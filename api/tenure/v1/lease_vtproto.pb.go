@@ -606,6 +606,11 @@ func (m *NamespacePolicy) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.MaxRetainedTasks != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxRetainedTasks))
+		i--
+		dAtA[i] = 0x70
+	}
 	if m.MaxRetainedLeases != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxRetainedLeases))
 		i--
@@ -3980,6 +3985,9 @@ func (m *NamespacePolicy) SizeVT() (n int) {
 	}
 	if m.MaxRetainedLeases != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.MaxRetainedLeases))
+	}
+	if m.MaxRetainedTasks != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.MaxRetainedTasks))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -7610,6 +7618,25 @@ func (m *NamespacePolicy) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.MaxRetainedLeases |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 14:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MaxRetainedTasks", wireType)
+			}
+			m.MaxRetainedTasks = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.MaxRetainedTasks |= uint64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
