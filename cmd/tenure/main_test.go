@@ -251,3 +251,17 @@ func TestLeaderFirst(t *testing.T) {
 		}
 	}
 }
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "123": 123, "10B": 10, "500MB": 500e6, "2kB": 2000,
+		"4GiB": 4 << 30, "1 TiB": 1 << 40, "3KiB": 3072, "7GB": 7e9} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "-1", "4gb", "4 PB", "1.5GiB", "9999999TiB", "GiB"} {
+		if got, err := parseSize(in); err == nil {
+			t.Errorf("parseSize(%q) = %d, want an error", in, got)
+		}
+	}
+}

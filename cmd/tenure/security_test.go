@@ -146,6 +146,8 @@ func TestServerSecurityFlagErrors(t *testing.T) {
 		{"invalid auth file", []string{"--auth-file", bad}, "tokens[0]"},
 		{"bad rate", []string{"--rate-limit", "fast"}, "--rate-limit"},
 		{"negative rate", []string{"--rate-limit", "-1"}, "rate-limit"},
+		{"ledger size unit", []string{"--ledger-max-size", "4GB2"}, "--ledger-max-size"},
+		{"ledger size negative", []string{"--ledger-max-size", "-1"}, "--ledger-max-size"},
 		{"unreadable certificate", []string{"--tls-cert", filepath.Join(dir, "x.pem"), "--tls-key", filepath.Join(dir, "x.key")}, "--tls-cert"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -54,6 +55,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	memberToken := fs.String("member-token", env("member-token", ""), "bearer token of an admin on namespace * this member presents to other members when joining or publishing its address (env TENURE_MEMBER_TOKEN)")
 	rateLimit := fs.String("rate-limit", env("rate-limit", "0"), "requests per second per principal, for auth file entries without a rate; 0 = unlimited (env TENURE_RATE_LIMIT)")
 	rateBurst := fs.String("rate-burst", env("rate-burst", "0"), "token bucket size of --rate-limit; 0 = the rate rounded up (env TENURE_RATE_BURST)")
+	ledgerMax := fs.String("ledger-max-size", env("ledger-max-size", "4GiB"), "size budget of the ledger files in DATA-DIR/ledger: the oldest whole files are pruned past it (e.g. 500MB, 10GiB); 0 keeps everything (env TENURE_LEDGER_MAX_SIZE)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -113,6 +115,9 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Cluster.Peers = peerList
 	cfg.Cluster.RaftTLS = raftTLS
 	cfg.Join = *join
+	if cfg.Cluster.LedgerMaxBytes, err = parseSize(*ledgerMax); err != nil {
+		return usagef("--ledger-max-size: %v", err)
+	}
 	cfg.MemberToken = *memberToken
 	var limits auth.Limits
 	if limits.Rate, err = strconv.ParseFloat(*rateLimit, 64); err != nil {
@@ -189,6 +194,27 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// parseSize reads a byte count: a whole number with an optional unit,
+// B, kB/MB/GB/TB (powers of 1000) or KiB/MiB/GiB/TiB (powers of 1024).
+func parseSize(v string) (int64, error) {
+	num := strings.TrimRight(v, "BbKkMGTi ")
+	unit := strings.TrimSpace(v[len(num):])
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a size (a whole number of bytes, or with a unit: 500MB, 4GiB)", v)
+	}
+	mult := map[string]int64{"": 1, "B": 1,
+		"kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+		"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[unit]
+	if mult == 0 {
+		return 0, fmt.Errorf("%q: unknown unit %q (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)", v, unit)
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is too large", v)
+	}
+	return n * mult, nil
 }
 
 // loadRaftTLS reads the Raft transport's mutual-TLS files: all three

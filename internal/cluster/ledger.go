@@ -33,6 +33,10 @@ type durableLedger struct {
 	dir string
 	w   *ledger.Writer
 	log *slog.Logger
+	// maxBytes is the files' budget (0: none); prunedAt is the segment
+	// the writer was on when the files were last brought within it.
+	maxBytes int64
+	prunedAt string
 	ops chan ledgerOp
 	// done is closed when the writer goroutine has drained ops.
 	done chan struct{}
@@ -55,7 +59,7 @@ type ledgerOp struct {
 	synced chan error
 }
 
-func openLedger(dataDir string, segSize int64, log *slog.Logger) (*durableLedger, error) {
+func openLedger(dataDir string, segSize, maxBytes int64, log *slog.Logger) (*durableLedger, error) {
 	dir := filepath.Join(dataDir, ledger.DirName)
 	w, rec, err := ledger.OpenWriter(dir, segSize)
 	if err != nil {
@@ -65,7 +69,8 @@ func openLedger(dataDir string, segSize int64, log *slog.Logger) (*durableLedger
 		log.Warn("ledger: cut a partial last line left by a crash; Raft re-applies the records it held",
 			"segment", rec.Segment, "bytes", rec.TornBytes, "last_index", rec.Last)
 	}
-	d := &durableLedger{dir: dir, w: w, log: log, ops: make(chan ledgerOp, ledgerQueue), done: make(chan struct{})}
+	d := &durableLedger{dir: dir, w: w, log: log, maxBytes: maxBytes, ops: make(chan ledgerOp, ledgerQueue), done: make(chan struct{})}
+	d.keepWithinBudget()
 	go d.run()
 	return d, nil
 }
@@ -141,6 +146,26 @@ func (d *durableLedger) writeNow(sealed []statemachine.Sealed, pub ed25519.Publi
 		return
 	}
 	d.savePublicKey(pub)
+	d.keepWithinBudget()
+}
+
+// keepWithinBudget prunes the oldest ledger files past maxBytes, once
+// per segment the writer starts (the files grow a segment at a time). A
+// failure is logged and leaves the files as they are: pruning is upkeep,
+// the records are safe either way.
+func (d *durableLedger) keepWithinBudget() {
+	if d.maxBytes <= 0 || d.w.Segment() == d.prunedAt {
+		return
+	}
+	d.prunedAt = d.w.Segment()
+	p, err := ledger.PruneToSize(d.dir, d.maxBytes)
+	switch {
+	case err != nil:
+		d.log.Warn("ledger: pruning the oldest files to stay within the size budget", "err", err, "max_bytes", d.maxBytes)
+	case p.Removed > 0:
+		d.log.Info("ledger: pruned the oldest files to stay within the size budget (--ledger-max-size)",
+			"files_removed", p.Removed, "first_index_kept", p.Start, "max_bytes", d.maxBytes)
+	}
 }
 
 // fail stops the ledger until the node restarts: snapshots fail from now

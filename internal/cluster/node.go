@@ -137,7 +137,7 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}()
 	// The ledger opens before Raft, which re-applies into it at start.
-	if n.fsm.ledger, err = openLedger(cfg.DataDir, cfg.LedgerSegmentSize, n.log); err != nil {
+	if n.fsm.ledger, err = openLedger(cfg.DataDir, cfg.LedgerSegmentSize, cfg.LedgerMaxBytes, n.log); err != nil {
 		return nil, err
 	}
 	// raft-wal appends each batch of entries to a segment file with one

@@ -292,6 +292,14 @@ func (w *Writer) rotate(index uint64) error {
 	return syncDir(w.dir)
 }
 
+// Segment is the file the writer appends to ("" before the first record).
+func (w *Writer) Segment() string {
+	if w.f == nil {
+		return ""
+	}
+	return w.f.Name()
+}
+
 // Flush writes the buffered lines to the file (no fsync).
 func (w *Writer) Flush() error {
 	if w.err != nil || len(w.buf) == 0 {

@@ -505,3 +505,51 @@ func TestLedgerPrune(t *testing.T) {
 	}
 	wantBroken(t, dir, pub, 1, "missing or reordered")
 }
+
+// PruneToSize removes the oldest whole segments until the files fit the
+// budget, never the newest one, and leaves a ledger that verifies with
+// the pruned range reported.
+func TestLedgerPruneToSize(t *testing.T) {
+	t.Parallel()
+	recs, pub := history(t, 300, 32)
+	dir := t.TempDir()
+	write(t, dir, 4096, recs)
+	size := func() (total int64, n int) {
+		segs, _ := ledger.Segments(dir)
+		for _, s := range segs {
+			st, err := os.Stat(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += st.Size()
+		}
+		return total, len(segs)
+	}
+	before, nBefore := size()
+	if p, err := ledger.PruneToSize(dir, before); err != nil || p.Removed != 0 {
+		t.Fatalf("within the budget: %+v, %v", p, err)
+	}
+	p, err := ledger.PruneToSize(dir, before/2)
+	if err != nil || p.Removed == 0 {
+		t.Fatalf("half the budget: %+v, %v", p, err)
+	}
+	after, nAfter := size()
+	if after > before/2 || after < before/2-2*4096 || nAfter >= nBefore {
+		t.Fatalf("after pruning to %d bytes: %d bytes in %d files (from %d in %d)", before/2, after, nAfter, before, nBefore)
+	}
+	rep, err := verify(t, dir, pub)
+	if err != nil || len(rep.Gaps) != 1 || !rep.Gaps[0].Pruned || rep.First != p.Start || rep.Last != recs[len(recs)-1].Record.Index {
+		t.Fatalf("after pruning: %+v, %v", rep, err)
+	}
+	// A budget smaller than one segment keeps the newest one (and the marker).
+	if _, err := ledger.PruneToSize(dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	segs, _ := ledger.Segments(dir)
+	if len(segs) != 2 {
+		t.Fatalf("segments %v, want the marker and the newest", segs)
+	}
+	if rep, err := verify(t, dir, pub); err != nil || rep.Last != recs[len(recs)-1].Record.Index {
+		t.Fatalf("after pruning to one segment: %+v, %v", rep, err)
+	}
+}

@@ -99,6 +99,41 @@ func Prune(dir string, before uint64) (Pruned, error) {
 	return out, syncDir(dir)
 }
 
+// PruneToSize prunes, as Prune does, the oldest whole segments until the
+// ledger's files take at most maxBytes, or only the newest segment (which
+// a running node appends to) is left. A node calls it on its own ledger
+// as the files rotate, without verifying them first.
+func PruneToSize(dir string, maxBytes int64) (Pruned, error) {
+	segs, err := Segments(dir)
+	if err != nil {
+		return Pruned{}, err
+	}
+	var regular []string
+	var sizes []int64
+	total := int64(0)
+	for _, s := range segs {
+		st, err := os.Stat(s)
+		if err != nil {
+			return Pruned{}, fmt.Errorf("ledger: %w", err)
+		}
+		total += st.Size()
+		if !isPrunedMarker(s) {
+			regular, sizes = append(regular, s), append(sizes, st.Size())
+		}
+	}
+	cut := 0
+	for cut < len(regular)-1 && total > maxBytes {
+		total -= sizes[cut]
+		cut++
+	}
+	if cut == 0 {
+		return Pruned{}, nil
+	}
+	// Segment cut is named after its first index: Prune removes exactly
+	// the segments before it.
+	return Prune(dir, firstIndexOf(regular[cut]))
+}
+
 // firstIndexOf is the index a segment or marker file is named after.
 func firstIndexOf(path string) uint64 {
 	name, _, _ := strings.Cut(filepath.Base(path), ".")
