@@ -37,7 +37,7 @@ type durableLedger struct {
 	// the writer was on when the files were last brought within it.
 	maxBytes int64
 	prunedAt string
-	ops chan ledgerOp
+	ops      chan ledgerOp
 	// done is closed when the writer goroutine has drained ops.
 	done chan struct{}
 	// keySaved is the writer goroutine's.
