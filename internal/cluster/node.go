@@ -202,6 +202,12 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
 	}
+	// Raft looks this often (jittered) for SnapshotThreshold new entries
+	// to snapshot. Its default, 2 minutes, let a busy node gather ~100,000
+	// entries, which a restart then replays (9 s measured after a minute of
+	// full load); a snapshot is taken beside the applies, so looking
+	// every 20 s costs little and bounds the replay to seconds.
+	rc.SnapshotInterval = 20 * time.Second
 
 	existing, err := raft.HasExistingState(n.store, n.store, snaps)
 	if err != nil {
