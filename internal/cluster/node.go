@@ -191,6 +191,10 @@ func Open(cfg Config) (*Node, error) {
 	rc.LocalID = raft.ServerID(id)
 	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Output: raftOut, Level: hclog.Info})
 	rc.BatchApplyCh = true
+	// A leader that removes itself steps down and keeps running Raft, as a
+	// removed follower does, so that it can be added back (Raft's default
+	// shut it down for good: re-added, it never caught up).
+	rc.ShutdownOnRemove = false
 	rc.MaxAppendEntries = 256
 	if cfg.HeartbeatTimeout > 0 {
 		rc.HeartbeatTimeout = cfg.HeartbeatTimeout

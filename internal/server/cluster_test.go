@@ -621,3 +621,46 @@ func TestFreshClusterAnswersEveryMemberAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoveLeaderThenAddBack: a leader removed from the cluster steps
+// down and keeps running, and added back it catches up and votes again
+// (the cluster then survives the loss of another member).
+func TestRemoveLeaderThenAddBack(t *testing.T) {
+	ms := startCluster(t, 3)
+	old := leaderOf(t, ms, 10*time.Second)
+	f := followerOf(ms, old)
+	if _, err := f.cluster.RemoveServer(context.Background(), connect.NewRequest(&tenurev1.RemoveServerRequest{Id: old.id})); err != nil {
+		t.Fatalf("RemoveServer of the leader: %v", err)
+	}
+	var rest []*member
+	for _, m := range ms {
+		if m != old {
+			rest = append(rest, m)
+		}
+	}
+	next := leaderOf(t, rest, 10*time.Second)
+	before := acquireVia(t, next, "while/removed", 30*time.Second)
+	if err := whileNotLeader(func() error {
+		_, err := next.cluster.AddVoter(context.Background(), connect.NewRequest(&tenurev1.AddVoterRequest{
+			Id: old.id, RaftAddress: old.srv.Node().RaftAddr(), ApiAddress: old.srv.Addr()}))
+		return err
+	}); err != nil {
+		t.Fatalf("AddVoter of the old leader: %v", err)
+	}
+	after := acquireVia(t, next, "after/added", 30*time.Second)
+	waitFor(t, "the re-added member to apply what it missed and what came after", 10*time.Second, func() bool {
+		a, errA := getVia(old, before.lease.LeaseId, true)
+		b, errB := getVia(old, after.lease.LeaseId, true)
+		return errA == nil && errB == nil && a.Fence == before.lease.Fence && b.Fence == after.lease.Fence
+	})
+	// It votes again: with another member gone, two of three still elect.
+	var other *member
+	for _, m := range rest {
+		if m != next {
+			other = m
+		}
+	}
+	next.stop(t)
+	l := leaderOf(t, []*member{old, other}, 15*time.Second)
+	acquireVia(t, l, "after/another/loss", 30*time.Second)
+}
