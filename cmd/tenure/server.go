@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -185,12 +186,21 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 			}
 		}
 	}()
-	<-ctx.Done()
-	log.Info("shutting down")
+	var failed error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case <-srv.Node().Failed():
+		failed = srv.Node().Err()
+		log.Error("shutting down: the node stopped", "err", failed)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Close(sctx); err != nil {
-		return fmt.Errorf("shutting down: %w", err)
+		return errors.Join(failed, fmt.Errorf("shutting down: %w", err))
+	}
+	if failed != nil {
+		return failed
 	}
 	log.Info("stopped")
 	return nil

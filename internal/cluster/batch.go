@@ -80,12 +80,19 @@ func (r *wireReader) string() string {
 
 func decodeBatchFast(data []byte) (*logpb.Batch, bool) {
 	// One pass to count the commands, so that they take one allocation.
+	// The cluster tag, if any, comes last (as proto.Marshal writes it).
 	n := 0
-	for r := (wireReader{b: data, ok: true}); r.more(); n++ {
-		if num, typ := r.tag(); num != 1 || typ != protowire.BytesType {
+	var cluster []byte
+	for r := (wireReader{b: data, ok: true}); r.more(); {
+		num, typ := r.tag()
+		if typ != protowire.BytesType || num != 1 && num != 2 || cluster != nil {
 			return nil, false
 		}
-		r.bytes()
+		if v := r.bytes(); num == 2 {
+			cluster = v
+		} else {
+			n++
+		}
 		if !r.ok {
 			return nil, false
 		}
@@ -106,7 +113,11 @@ func decodeBatchFast(data []byte) (*logpb.Batch, bool) {
 		cmds[i] = c
 		actor = c.Actor
 	}
-	return &logpb.Batch{Commands: cmds}, true
+	b := &logpb.Batch{Commands: cmds}
+	if len(cluster) > 0 { // proto.Unmarshal leaves an empty one nil too
+		b.Cluster = append([]byte(nil), cluster...)
+	}
+	return b, true
 }
 
 // The op of a command shares one allocation with its oneof wrapper.

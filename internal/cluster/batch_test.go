@@ -74,6 +74,8 @@ func TestDecodeBatchMatchesProto(t *testing.T) {
 		{"acquire with negative values", batchOf(&logpb.Command{Tick: -1, Wall: math.MinInt64, Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{
 			TtlMs: &neg, WaitMs: -3, Mode: tenurev1.Mode(-2)}}}), true},
 		{"empty acquire", batchOf(&logpb.Command{Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{}}}), true},
+		{"cluster tag", cat(batchOf(&logpb.Command{Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: "x"}}}), str(2, "\x01\x02\x03\x04\x05\x06\x07\x08")), true},
+		{"empty cluster tag", cat(rawCommand(nil), str(2, "")), true},
 		{"release", batchOf(&logpb.Command{Tick: 3, Op: &logpb.Command_Release{Release: &logpb.Release{
 			LeaseId: "01ARZ3NDEKTSV4RRFFQ69G5FAV", Holder: "w1", Reason: tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED}}}), true},
 		{"renew", batchOf(&logpb.Command{Op: &logpb.Command_Renew{Renew: &logpb.Renew{
@@ -100,7 +102,10 @@ func TestDecodeBatchMatchesProto(t *testing.T) {
 		{"the same op twice (merged)", rawCommand(cat(rawOp(11, str(2, "a"))[2:], rawOp(11, str(3, "h"))[2:])), false},
 		{"unknown command field", rawCommand(varint(99, 1)), false},
 		{"unknown acquire field", rawOp(11, varint(98, 1)), false},
-		{"unknown batch field", cat(rawCommand(nil), varint(2, 1)), false},
+		{"unknown batch field", cat(rawCommand(nil), varint(3, 1)), false},
+		{"cluster tag of the wrong wire type", cat(rawCommand(nil), varint(2, 1)), false},
+		{"cluster tag before a command", cat(str(2, "tag"), rawCommand(nil)), false},
+		{"two cluster tags", cat(rawCommand(nil), str(2, "a"), str(2, "b")), false},
 		{"wrong wire type", rawCommand(str(1, "tick")), false},
 		{"invalid UTF-8", rawOp(13, str(2, "\xff")), false},
 		{"truncated", batchOf(&logpb.Command{Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: "abc"}}})[:5], false},
@@ -163,7 +168,15 @@ func TestDecodeBatchRandom(t *testing.T) {
 			}
 			cmds[i] = c
 		}
-		if checkDecode(t, batchOf(cmds...)) {
+		b := &logpb.Batch{Commands: cmds}
+		if rng.IntN(2) == 0 {
+			b.Cluster = []byte(s())
+		}
+		data, err := proto.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if checkDecode(t, data) {
 			fastSeen++
 		}
 	}

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -37,6 +39,18 @@ type fsm struct {
 	maxTick atomicTick
 	// applied is the highest Raft index the FSM has seen (see Node.Read).
 	applied atomic.Uint64
+	// fromLog is the index of the last command entry applied since the
+	// state was last restored from a snapshot (0: none): the state holds
+	// its effects, so the log must never lose it (writtenStore.DeleteRange).
+	fromLog atomic.Uint64
+	// tag is the cluster tag of the state (the registrar public key's
+	// first 8 bytes; nil before bootstrap), which the proposer stamps on
+	// every entry (logpb.Batch.Cluster).
+	tag atomic.Pointer[[]byte]
+	// halted is set once an entry of another cluster came: nothing is
+	// applied after it, and onDiverged is told.
+	halted     bool
+	onDiverged func(error)
 	// waits holds a channel for each waiter somebody awaits.
 	waits map[uint64]chan WaitResult
 	// resolved holds resolutions that arrived before anybody awaited them,
@@ -92,11 +106,26 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 			f.applied.Store(max(f.applied.Load(), l.Index))
 			continue
 		}
+		if f.halted {
+			out[i] = errHalted
+			continue
+		}
 		b, err := decodeBatch(l.Data)
 		if err != nil {
 			// Every replica refuses the entry alike, so state stays equal.
 			out[i] = fmt.Errorf("cluster: undecodable log entry %d: %w", l.Index, err)
 			f.applied.Store(max(f.applied.Load(), l.Index))
+			continue
+		}
+		if own := f.tag.Load(); own != nil && len(b.Cluster) > 0 && !bytes.Equal(b.Cluster, *own) {
+			f.halted = true
+			out[i] = errHalted
+			if f.onDiverged != nil {
+				f.onDiverged(fmt.Errorf("cluster: log entry %d comes from another cluster (registrar key %x…, this node's is %x…): "+
+					"this node holds history the cluster does not (was its data dir wiped and the node started without --peers or --join, "+
+					"bootstrapping a cluster of its own?); stopping with its state as it was. Remove the member, wipe its data dir and --join it again",
+					l.Index, b.Cluster, *own))
+			}
 			continue
 		}
 		if sealed == nil {
@@ -118,8 +147,10 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		}
 		out[i] = results
 		f.applied.Store(max(f.applied.Load(), l.Index))
+		f.fromLog.Store(l.Index)
 	}
 	f.lastSealed = len(sealed)
+	f.noteTag()
 	f.feed.append(sealed)
 	close(f.changed)
 	f.changed = make(chan struct{})
@@ -222,6 +253,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.m = m
+	f.fromLog.Store(0)
+	f.tag.Store(nil)
+	f.noteTag()
 	f.maxTick.raise(m.Registrar().Tick())
 	ch := m.Chain()
 	f.ledger.restored(ch.Next, ch.Head, m.PublicKey())
@@ -230,6 +264,34 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Unlock()
 	return nil
 }
+
+// errHalted answers the entries a halted FSM did not apply.
+var errHalted = errors.New("cluster: not applied: this node stopped, its log holds another cluster's entries")
+
+// noteTag records the state's cluster tag once it has one. Called under
+// mu's write lock.
+func (f *fsm) noteTag() {
+	if f.tag.Load() != nil {
+		return
+	}
+	if pub := f.m.PublicKey(); len(pub) >= clusterTagSize {
+		t := bytes.Clone(pub[:clusterTagSize])
+		f.tag.Store(&t)
+	}
+}
+
+// batchOf is the log entry of cmds, stamped with the cluster's tag.
+// Safe for concurrent use.
+func (f *fsm) batchOf(cmds []*logpb.Command) *logpb.Batch {
+	b := &logpb.Batch{Commands: cmds}
+	if tag := f.tag.Load(); tag != nil {
+		b.Cluster = *tag
+	}
+	return b
+}
+
+// clusterTagSize is how much of the registrar key tags an entry.
+const clusterTagSize = 8
 
 type fsmSnapshot struct {
 	state *logpb.Snapshot

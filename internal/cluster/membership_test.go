@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
 func TestCheckAddress(t *testing.T) {
@@ -207,5 +209,79 @@ func TestMembershipNoOps(t *testing.T) {
 	}
 	if !n.IsLeader() {
 		t.Fatal("the node no longer leads")
+	}
+}
+
+// TestForeignHistoryStopsTheNode: a member holding another cluster's
+// history (here: two one-node clusters, each with its own grants, joined
+// as if the second were a wiped member restarted without --peers or
+// --join) does not take the other's entries on top of its own state: the
+// node that would have to stops, its state as it was, and says why.
+func TestForeignHistoryStopsTheNode(t *testing.T) {
+	start := func(id string) *Node {
+		cfg := DefaultConfig()
+		cfg.DataDir, cfg.RaftAddr, cfg.NodeID = t.TempDir(), "127.0.0.1:0", id
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+		n, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := n.WaitLeader(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	a, b := start("a"), start("b")
+	granted := map[*Node]registrar.Outcome{}
+	for i, n := range []*Node{a, b} {
+		// Enough entries that the two logs overlap well past the start.
+		for j := range 20 {
+			out := acquire(t, n, fmt.Sprintf("r/%d", j), fmt.Sprintf("holder-%d", i), time.Minute, 0)
+			if out.Err != nil {
+				t.Fatal(out.Err)
+			}
+			granted[n] = out
+		}
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.AddVoter(ctx, "b", b.RaftAddr(), "")
+	}()
+	var failed, other *Node
+	deadline := time.After(20 * time.Second)
+	select {
+	case <-a.Failed():
+		failed, other = a, b
+	case <-b.Failed():
+		failed, other = b, a
+	case <-deadline:
+		t.Fatal("neither node noticed the other's history")
+	}
+	if err := failed.Err(); err == nil || !strings.Contains(err.Error(), "history the cluster does not") {
+		t.Fatalf("Err() = %v", err)
+	}
+	t.Logf("%s stopped: %v", failed.ID(), failed.Err())
+	// Its state is its own, untouched by the other's entries.
+	get := func(n *Node, id string) (l registrar.Lease, err error) {
+		err = n.Read(context.Background(), true, func(m *statemachine.Machine, tk registrar.Tick) error {
+			l, err = m.Registrar().Get(id, tk)
+			return err
+		})
+		return l, err
+	}
+	own := granted[failed].Lease
+	l, err := get(failed, own.ID)
+	if err != nil || l.Holder != own.Holder || l.Fence != own.Fence {
+		t.Fatalf("the stopped node's own lease: %+v, %v; want %+v", l, err, own)
+	}
+	if _, err := get(failed, granted[other].Lease.ID); err == nil {
+		t.Fatalf("the stopped node took the other cluster's lease %s", granted[other].Lease.ID)
+	}
+	if failed.Ready() {
+		t.Fatal("a stopped node reports ready")
 	}
 }

@@ -57,6 +57,11 @@ type Node struct {
 	slots    *entrySlots // Raft entries proposed and not yet in the leader's log
 	stop     chan struct{}
 	raftDown chan struct{} // closed once Raft has shut down
+	// failed is closed when the node stopped Raft on its own (failErr
+	// says why): its state diverged from the cluster's.
+	failed   chan struct{}
+	failOnce sync.Once
+	failErr  error
 	wg       sync.WaitGroup
 	closed   sync.Once
 	closeErr error
@@ -124,11 +129,13 @@ func Open(cfg Config) (*Node, error) {
 		slots:    newEntrySlots(cfg.MaxInflightEntries),
 		stop:     make(chan struct{}),
 		raftDown: make(chan struct{}),
+		failed:   make(chan struct{}),
 	}
 	n.fsm = newFSM(cfg.Machine, n.feed)
 	n.metrics = newMetrics(cfg.Registerer, n)
 	n.fsm.observe = n.metrics.observe
 	n.fsm.applying = n.slots.written
+	n.fsm.onDiverged = n.diverged
 
 	ok := false
 	defer func() {
@@ -217,7 +224,8 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: reading raft state: %w", err)
 	}
-	n.raft, err = raft.NewRaft(rc, n.fsm, &writtenStore{WAL: n.store, slots: n.slots}, n.store, snaps, n.trans)
+	logs := &writtenStore{WAL: n.store, slots: n.slots, fromLog: &n.fsm.fromLog, diverged: n.diverged}
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, snaps, n.trans)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: starting raft: %w", err)
 	}
@@ -239,10 +247,18 @@ func Open(cfg Config) (*Node, error) {
 	}
 	ok = true
 	n.reach.since = map[string]time.Time{}
-	n.wg.Add(4)
+	n.wg.Add(5)
 	go func() {
 		defer n.wg.Done()
 		n.reach.observe(n.raft, n.stop)
+	}()
+	go func() { // Raft's own goroutine finds a divergence; Shutdown waits for it
+		defer n.wg.Done()
+		select {
+		case <-n.stop:
+		case <-n.failed:
+			n.raft.Shutdown()
+		}
 	}()
 	go n.watchLeadership()
 	go n.propose()
@@ -274,6 +290,29 @@ func nodeID(dir, want string) (string, error) {
 		return "", fmt.Errorf("cluster: storing node id: %w", err)
 	}
 	return want, nil
+}
+
+// diverged stops the node for good: its log holds applied history the
+// cluster's leader contradicts (writtenStore.DeleteRange).
+func (n *Node) diverged(err error) {
+	n.failOnce.Do(func() {
+		n.failErr = err
+		n.log.Error("stopping Raft: this node's state diverged from the cluster's", "err", err)
+		close(n.failed)
+	})
+}
+
+// Failed is closed when the node has stopped on its own; Err says why.
+func (n *Node) Failed() <-chan struct{} { return n.failed }
+
+// Err is why the node stopped on its own (nil while it has not).
+func (n *Node) Err() error {
+	select {
+	case <-n.failed:
+		return n.failErr
+	default:
+		return nil
+	}
 }
 
 // ID returns the member id.
@@ -481,7 +520,7 @@ func (n *Node) applyBeforeTerm(tick registrar.Tick, cmds []*logpb.Command) ([]st
 	for _, c := range cmds {
 		c.Tick, c.Wall = int64(tick), wall
 	}
-	data, err := proto.Marshal(&logpb.Batch{Commands: cmds})
+	data, err := proto.Marshal(n.fsm.batchOf(cmds))
 	if err != nil {
 		return nil, err
 	}
@@ -533,6 +572,9 @@ func (n *Node) proposeMember(ctx context.Context, c *logpb.SetMember) error {
 
 // notLeader is the NOT_LEADER answer, naming the leader when known.
 func (n *Node) notLeader() error {
+	if err := n.Err(); err != nil {
+		return &registrar.Error{Reason: registrar.ReasonUnavailable, Message: string(registrar.ReasonUnavailable) + ": " + err.Error()}
+	}
 	_, id := n.raft.LeaderWithID()
 	meta := map[string]string{"leader_id": string(id), "leader": ""}
 	if id == raft.ServerID(n.id) {
@@ -565,6 +607,9 @@ func (n *Node) IsLeader() bool { return n.leader.Load() != nil }
 // its key, writes and linearizable reads are answered), or it follows a
 // known leader and has applied everything committed.
 func (n *Node) Ready() bool {
+	if n.Err() != nil {
+		return false
+	}
 	addr, id := n.raft.LeaderWithID()
 	if addr == "" {
 		return false

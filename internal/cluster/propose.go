@@ -144,11 +144,12 @@ func (n *Node) propose() {
 		}
 		tick := clock.stamp(t, n.fsm.maxTick.load())
 		wall := time.Now().Add(n.cfg.TestWallOffset).UTC().UnixMilli()
-		b := &logpb.Batch{Commands: make([]*logpb.Command, len(batch))}
+		cmds := make([]*logpb.Command, len(batch))
 		for i, p := range batch {
 			p.cmd.Tick, p.cmd.Wall = int64(tick), wall
-			b.Commands[i] = p.cmd
+			cmds[i] = p.cmd
 		}
+		b := n.fsm.batchOf(cmds)
 		data, err := proto.Marshal(b)
 		if err != nil {
 			for _, p := range batch {

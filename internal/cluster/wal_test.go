@@ -3,6 +3,7 @@ package cluster
 import (
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -59,5 +60,50 @@ func TestLogReopensAfterTailTruncation(t *testing.T) {
 	}
 	if last, _ := w.LastIndex(); last != 8 {
 		t.Fatalf("last index %d after reopening, want 8", last)
+	}
+}
+
+// The log store refuses to cut off its end at or below the last command
+// entry the state machine applied from it (the node's history differs
+// from the leader's) and reports it; an uncommitted tail above it, the
+// start of the log, and the whole log once the state came from a
+// snapshot may go.
+func TestLogKeepsAppliedEntries(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "wal")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	meta := &metadb.BoltMetaDB{}
+	w, err := wal.Open(dir, wal.WithMetaStore(meta))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { w.Close(); meta.Close() }()
+	var logs []*raft.Log
+	for i := uint64(1); i <= 10; i++ {
+		logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte("entry")})
+	}
+	if err := w.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	var fromLog atomic.Uint64
+	var reported []error
+	s := &writtenStore{WAL: w, slots: newEntrySlots(1), fromLog: &fromLog, diverged: func(err error) { reported = append(reported, err) }}
+	fromLog.Store(6)
+	if err := s.DeleteRange(9, 10); err != nil || len(reported) != 0 { // not applied yet
+		t.Fatalf("cutting an unapplied tail: %v, reported %v", err, reported)
+	}
+	if err := s.DeleteRange(5, 8); err == nil || len(reported) != 1 {
+		t.Fatalf("cutting applied entries: %v, reported %v", err, reported)
+	}
+	if last, _ := w.LastIndex(); last != 8 {
+		t.Fatalf("the refused cut changed the log: last index %d", last)
+	}
+	if err := s.DeleteRange(1, 3); err != nil { // compaction after a snapshot
+		t.Fatalf("trimming the start: %v", err)
+	}
+	fromLog.Store(0) // the state was restored from the leader's snapshot
+	if err := s.DeleteRange(4, 8); err != nil || len(reported) != 1 {
+		t.Fatalf("clearing the log after a restore: %v, reported %v", err, reported)
 	}
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -15,6 +16,38 @@ import (
 type writtenStore struct {
 	*wal.WAL
 	slots *entrySlots
+	// fromLog is the FSM's last command entry applied from the log, and
+	// diverged is told when Raft would delete it (see DeleteRange).
+	fromLog  *atomic.Uint64
+	diverged func(error)
+}
+
+// DeleteRange refuses to cut off the end of the log at or below the last
+// command entry the state machine applied from it. Raft cuts the end of a
+// follower's log where it conflicts with the leader's, which for applied
+// (so committed) entries never happens in one cluster: this node holds
+// history the cluster does not have, such as a wiped member restarted
+// without --peers or --join that bootstrapped a cluster of its own and
+// granted leases there before the old leader reached it. Taking the
+// leader's entries now would leave its state a mix of both histories
+// while the log says otherwise; the node stops instead (diverged), its
+// state as it was. Trimming the start of the log (after a snapshot), and
+// clearing it after the state was restored from the leader's snapshot,
+// go ahead.
+func (s *writtenStore) DeleteRange(min, max uint64) error {
+	last, err := s.WAL.LastIndex()
+	if err != nil {
+		return err
+	}
+	if applied := s.fromLog.Load(); max >= last && min <= applied {
+		err := fmt.Errorf("cluster: the leader's log conflicts with entries %d..%d of this node's, which it applied up to %d: "+
+			"this node holds history the cluster does not (was its data dir wiped and the node started without --peers or --join, "+
+			"bootstrapping a cluster of its own?); stopping with its state as it was. Remove the member, wipe its data dir and --join it again",
+			min, last, applied)
+		s.diverged(err)
+		return err
+	}
+	return s.WAL.DeleteRange(min, max)
 }
 
 func (s *writtenStore) StoreLogs(logs []*raft.Log) error {

@@ -27,8 +27,12 @@ const (
 
 // Batch is one Raft log entry: commands applied in order, each on its own.
 type Batch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Commands      []*Command             `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Commands []*Command             `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	// The first 8 bytes of the proposing cluster's registrar public key
+	// (empty before it has one). A replica whose own key differs refuses the
+	// entry and stops: it holds another cluster's history.
+	Cluster       []byte `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -66,6 +70,13 @@ func (*Batch) Descriptor() ([]byte, []int) {
 func (x *Batch) GetCommands() []*Command {
 	if x != nil {
 		return x.Commands
+	}
+	return nil
+}
+
+func (x *Batch) GetCluster() []byte {
+	if x != nil {
+		return x.Cluster
 	}
 	return nil
 }
@@ -4749,9 +4760,10 @@ var File_log_proto protoreflect.FileDescriptor
 const file_log_proto_rawDesc = "" +
 	"\n" +
 	"\tlog.proto\x12\rtenure.log.v1\x1a\x15tenure/v1/lease.proto\x1a\n" +
-	"pool.proto\";\n" +
+	"pool.proto\"U\n" +
 	"\x05Batch\x122\n" +
-	"\bcommands\x18\x01 \x03(\v2\x16.tenure.log.v1.CommandR\bcommands\"\xd9\t\n" +
+	"\bcommands\x18\x01 \x03(\v2\x16.tenure.log.v1.CommandR\bcommands\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\fR\acluster\"\xd9\t\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04tick\x18\x01 \x01(\x03R\x04tick\x12\x12\n" +
 	"\x04wall\x18\x02 \x01(\x03R\x04wall\x12\x14\n" +
