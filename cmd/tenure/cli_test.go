@@ -478,6 +478,14 @@ func TestCLIHungMember(t *testing.T) {
 	if r.code != 1 || !strings.Contains(strings.ToLower(r.stderr), "unavailable") {
 		t.Fatalf("ls against a hung member alone: %+v", r)
 	}
+	// Writes that may be sent again move on too; one that may not fails
+	// as what it is: its outcome is unknown.
+	ok(t, "renew", l.GetLeaseId(), "--endpoints", hung+","+apiAddr)
+	ok(t, "release", l.GetLeaseId(), "--endpoints", hung+","+apiAddr)
+	if got := parse(t, ok(t, "get", l.GetLeaseId(), "-o", "json"), &tenurev1.Lease{}); got.GetState() != tenurev1.State_STATE_RELEASED {
+		t.Fatalf("after a release through a hung member first: %v", got)
+	}
+	fails(t, "OUTCOME_UNKNOWN", "acquire", "hung/"+uniq(t)+"/2", "--endpoints", hung+","+apiAddr)
 }
 
 func TestCLIWatch(t *testing.T) {

@@ -476,21 +476,39 @@ var readOnly = map[string]bool{
 	tenurev1connect.PoolServiceListPoolsProcedure: true,
 }
 
-// readRetry marks the failure of a read-only call that the next member
-// may answer (firstAnswer).
+// resendable lists the writes that may be sent again, to the next member,
+// when the first one's answer was lost: a release of a released lease
+// answers as the first did, a renewal extends from the new send time, and
+// a task completed twice by the same lease is answered again.
+var resendable = map[string]bool{
+	tenurev1connect.LeaseServiceRenewProcedure: true, tenurev1connect.LeaseServiceReleaseProcedure: true,
+	tenurev1connect.QueueServiceCompleteProcedure: true,
+}
+
+// readRetry marks the failure of a call that the next member may answer
+// (firstAnswer): a read-only or resendable one whose member did not.
 type readRetry struct{ error }
 
 func (r readRetry) Unwrap() error { return r.error }
 
-// markReadRetry is the interceptor that marks such failures.
+// markReadRetry is the interceptor that marks such failures, and names a
+// write whose answer was lost for what it is: OUTCOME_UNKNOWN.
 type markReadRetry struct{}
 
 func (markReadRetry) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		resp, err := next(ctx, req)
-		if err != nil && ctx.Err() == nil && readOnly[req.Spec().Procedure] &&
-			connect.CodeOf(err) == connect.CodeUnavailable {
+		if err == nil || ctx.Err() != nil || tenure.ReasonOf(tenure.ParseError(err)) != "" || tryNext(err) {
+			return resp, err // answered, abandoned, or never sent
+		}
+		proc := req.Spec().Procedure
+		switch code := connect.CodeOf(err); {
+		case (readOnly[proc] || resendable[proc]) && code == connect.CodeUnavailable:
 			err = readRetry{err}
+		case !readOnly[proc] && (code == connect.CodeUnavailable || code == connect.CodeUnknown || code == connect.CodeInternal):
+			err = &tenure.Error{Reason: tenure.ReasonOutcomeUnknown, Code: code, Message: fmt.Sprintf(
+				"%s: no answer from %s (%v); the write may or may not have been applied: read the state before repeating it",
+				tenure.ReasonOutcomeUnknown, req.Peer().Addr, err)}
 		}
 		return resp, err
 	}
