@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -880,5 +882,45 @@ func TestIntegrationUnlockAfterUnseenRevoke(t *testing.T) {
 	}
 	if err := m.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)
+	}
+}
+
+// Watch from "now" pins now to the ledger index at once, even when the
+// first endpoint hangs: asked in turn, the hung member held the question
+// for seconds, and the events committed meanwhile were never delivered.
+func TestIntegrationWatchNowPastAHungMember(t *testing.T) {
+	s := startRealServer(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() { // accepts and never answers, as a stopped member
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer conn.Close(); _, _ = io.Copy(io.Discard, conn) }()
+		}
+	}()
+	live := s.client(t)
+	if _, err := live.Acquire(ctxTimeout(t, 10*time.Second), "watch-now/before"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := live.Status(ctxTimeout(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New([]string{ln.Addr().String(), s.api})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	// Well inside the ~4 s it takes to give up on the hung member.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if got := c.ledgerIndexNow(ctx); got < st.GetLedgerIndex() || got == 0 {
+		t.Fatalf("ledger index now %d, want at least %d from the live member", got, st.GetLedgerIndex())
 	}
 }

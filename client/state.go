@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -186,9 +187,7 @@ func (c *Client) Watch(ctx context.Context, prefix string, afterIndex uint64, fn
 	last := afterIndex
 	if last == 0 {
 		// Pin "now" to an index so that a reconnect misses nothing.
-		if st, err := c.Status(ctx); err == nil {
-			last = st.GetLedgerIndex()
-		}
+		last = c.ledgerIndexNow(ctx)
 	}
 	backoff := 50 * time.Millisecond
 	for {
@@ -229,6 +228,51 @@ func (c *Client) Watch(ctx context.Context, prefix string, afterIndex uint64, fn
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// ledgerIndexNow asks every endpoint at once for its ledger index and
+// takes the highest of the answers that come within a moment of the first
+// (0 when none answers: the server's "now"). Asked in turn, a hung member
+// would hold the question for seconds, and the events committed meanwhile
+// would fall before "now"; the highest, because a member that lags
+// answers an earlier index (whose events would come again, or be out of
+// the server's reach).
+func (c *Client) ledgerIndexNow(ctx context.Context) uint64 {
+	c.mu.Lock()
+	eps := slices.Clone(c.endpoints)
+	c.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answers := make(chan *tenurev1.StatusResponse, len(eps))
+	for _, ep := range eps {
+		go func() {
+			resp, err := ep.cluster.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
+			if err != nil {
+				answers <- nil
+				return
+			}
+			answers <- resp.Msg
+		}()
+	}
+	var idx uint64
+	var grace <-chan time.Time // runs from the first answer
+	for range eps {
+		select {
+		case st := <-answers:
+			if st == nil {
+				continue
+			}
+			idx = max(idx, st.GetLedgerIndex())
+			if grace == nil {
+				t := c.clock.NewTimer(100 * time.Millisecond)
+				defer t.Stop()
+				grace = t.C()
+			}
+		case <-grace:
+			return idx
+		}
+	}
+	return idx
 }
 
 // Status returns the cluster status as seen by the endpoint in use.
