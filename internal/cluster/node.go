@@ -588,6 +588,8 @@ func (n *Node) notLeader() error {
 		msg += fmt.Sprintf(" (leader %s at %s)", id, meta["leader"]) // its API address, where to retry
 	case id != "":
 		msg += fmt.Sprintf(" (leader %s, API address not published yet)", id)
+	case !n.isVoter():
+		msg += ", knows no leader, and is not a voter of the cluster's configuration (removed, or not yet added)"
 	default:
 		msg += " and no leader is known"
 	}
@@ -597,6 +599,21 @@ func (n *Node) notLeader() error {
 func outcomeUnknown(why string) error {
 	return &registrar.Error{Reason: registrar.ReasonOutcomeUnknown,
 		Message: string(registrar.ReasonOutcomeUnknown) + ": " + why + "; the write may or may not have been applied"}
+}
+
+// isVoter reports whether this node is a voter in its latest Raft
+// configuration (true when that cannot be read).
+func (n *Node) isVoter() bool {
+	servers, err := n.configuration()
+	if err != nil {
+		return true
+	}
+	for _, s := range servers {
+		if s.ID == raft.ServerID(n.id) {
+			return s.Suffrage == raft.Voter
+		}
+	}
+	return false
 }
 
 // IsLeader reports whether this node leads and serves writes.

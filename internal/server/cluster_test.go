@@ -640,6 +640,12 @@ func TestRemoveLeaderThenAddBack(t *testing.T) {
 	}
 	next := leaderOf(t, rest, 10*time.Second)
 	before := acquireVia(t, next, "while/removed", 30*time.Second)
+	// Removed, it says so rather than "an election may be under way".
+	waitFor(t, "the removed member to say it is not a voter", 20*time.Second, func() bool {
+		_, err := old.leases.Acquire(context.Background(), connect.NewRequest(&tenurev1.AcquireRequest{
+			Resource: "via/removed", Holder: "h", Ttl: durationpb.New(time.Minute)}))
+		return err != nil && strings.Contains(err.Error(), "not a voter of the cluster's configuration")
+	})
 	if err := whileNotLeader(func() error {
 		_, err := next.cluster.AddVoter(context.Background(), connect.NewRequest(&tenurev1.AddVoterRequest{
 			Id: old.id, RaftAddress: old.srv.Node().RaftAddr(), ApiAddress: old.srv.Addr()}))
