@@ -230,6 +230,9 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("cluster: starting raft: %w", err)
 	}
 	n.existing = existing
+	if existing {
+		n.checkOwnAddress()
+	}
 	if !existing && !cfg.NoBootstrap {
 		servers := []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: n.trans.LocalAddr()}}
 		if len(cfg.Peers) > 0 {
@@ -599,6 +602,24 @@ func (n *Node) notLeader() error {
 func outcomeUnknown(why string) error {
 	return &registrar.Error{Reason: registrar.ReasonOutcomeUnknown,
 		Message: string(registrar.ReasonOutcomeUnknown) + ": " + why + "; the write may or may not have been applied"}
+}
+
+// checkOwnAddress warns when the configuration this node restarted with
+// lists it at another Raft address than the one it listens on now: the
+// other members cannot reach it there, and it would campaign forever.
+func (n *Node) checkOwnAddress() {
+	servers, err := n.configuration()
+	if err != nil {
+		return
+	}
+	here := string(n.trans.LocalAddr())
+	for _, s := range servers {
+		if s.ID == raft.ServerID(n.id) && !sameAddress(string(s.Address), here) {
+			n.log.Warn("the cluster knows this member at another Raft address: the others cannot reach it here; "+
+				"start it with --raft-listen at that address, or remove it and add it back at the new one",
+				"configured", string(s.Address), "listening", here)
+		}
+	}
 }
 
 // isVoter reports whether this node is a voter in its latest Raft

@@ -1,13 +1,16 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -593,3 +596,36 @@ func TestDataDirIsPrivate(t *testing.T) {
 		}
 	}
 }
+
+// A member restarted on another Raft address than the cluster knows it
+// at says so (the others cannot reach it there).
+func TestRestartOnAnotherRaftAddressWarns(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, dir) // on a free port
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var logged bytes.Buffer
+	cfg := DefaultConfig()
+	cfg.DataDir, cfg.RaftAddr = dir, "127.0.0.1:0" // another free port
+	cfg.Logger = slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), nil))
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "another Raft address") {
+		t.Fatalf("no warning in the log:\n%s", logged.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
