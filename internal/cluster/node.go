@@ -156,7 +156,7 @@ func Open(cfg Config) (*Node, error) {
 	n.meta = &metadb.BoltMetaDB{}
 	n.store, err = wal.Open(walDir, wal.WithMetaStore(n.meta), wal.WithLogger(hclog.New(&hclog.LoggerOptions{Name: "wal", Output: raftOut, Level: hclog.Info})))
 	if err != nil {
-		return nil, fmt.Errorf("cluster: raft log store: %w", err)
+		return nil, fmt.Errorf("cluster: raft log store in %s: %w", walDir, err)
 	}
 	// Snapshots hold the registrar's key seed: the store's own directory
 	// would be 0755 and its files 0644.
