@@ -121,10 +121,8 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 			f.halted = true
 			out[i] = errHalted
 			if f.onDiverged != nil {
-				f.onDiverged(fmt.Errorf("cluster: log entry %d comes from another cluster (registrar key %x…, this node's is %x…): "+
-					"this node holds history the cluster does not (was its data dir wiped and the node started without --peers or --join, "+
-					"bootstrapping a cluster of its own?); stopping with its state as it was. Remove the member, wipe its data dir and --join it again",
-					l.Index, b.Cluster, *own))
+				f.onDiverged(fmt.Errorf("cluster: log entry %d comes from another cluster (registrar key %x…, this node's is %x…): %s",
+					l.Index, b.Cluster, *own, foreignHistory))
 			}
 			continue
 		}
@@ -264,6 +262,12 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Unlock()
 	return nil
 }
+
+// foreignHistory explains a node stopped for holding another cluster's
+// history, and what to do.
+const foreignHistory = "this node holds history the cluster does not (was its data dir wiped and the node started without " +
+	"--peers or --join, bootstrapping a cluster of its own?); stopping with its state as it was. " +
+	"Remove the member, wipe its data dir and --join it again"
 
 // errHalted answers the entries a halted FSM did not apply.
 var errHalted = errors.New("cluster: not applied: this node stopped, its log holds another cluster's entries")

@@ -40,10 +40,8 @@ func (s *writtenStore) DeleteRange(min, max uint64) error {
 		return err
 	}
 	if applied := s.fromLog.Load(); max >= last && min <= applied {
-		err := fmt.Errorf("cluster: the leader's log conflicts with entries %d..%d of this node's, which it applied up to %d: "+
-			"this node holds history the cluster does not (was its data dir wiped and the node started without --peers or --join, "+
-			"bootstrapping a cluster of its own?); stopping with its state as it was. Remove the member, wipe its data dir and --join it again",
-			min, last, applied)
+		err := fmt.Errorf("cluster: the leader's log conflicts with entries %d..%d of this node's, which it applied up to %d: %s",
+			min, last, applied, foreignHistory)
 		s.diverged(err)
 		return err
 	}

@@ -127,7 +127,8 @@ type Queues struct {
 	bySeq   map[uint64]*task
 	byLease map[uint64]*task // LEASED tasks by lease seq
 	nextSeq uint64
-	// prune holds every finished task, finished each one's namespace's.
+	// prune holds every finished task, by prune tick; finished holds
+	// each namespace's, for its MaxRetainedTasks.
 	prune    finishedHeap
 	finished map[string]*finishedHeap
 }
