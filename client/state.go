@@ -187,7 +187,7 @@ func (c *Client) Watch(ctx context.Context, prefix string, afterIndex uint64, fn
 	last := afterIndex
 	if last == 0 {
 		// Pin "now" to an index so that a reconnect misses nothing.
-		last = c.ledgerIndexNow(ctx)
+		last, _ = c.LedgerIndex(ctx) // none answering: the server's "now"
 	}
 	backoff := 50 * time.Millisecond
 	for {
@@ -230,49 +230,60 @@ func (c *Client) Watch(ctx context.Context, prefix string, afterIndex uint64, fn
 	}
 }
 
-// ledgerIndexNow asks every endpoint at once for its ledger index and
-// takes the highest of the answers that come within a moment of the first
-// (0 when none answers: the server's "now"). Asked in turn, a hung member
-// would hold the question for seconds, and the events committed meanwhile
-// would fall before "now"; the highest, because a member that lags
-// answers an earlier index (whose events would come again, or be out of
-// the server's reach).
-func (c *Client) ledgerIndexNow(ctx context.Context) uint64 {
+// LedgerIndex returns the index of the last event in the ledger now: to
+// watch from (Watch's afterIndex) without missing what follows. It asks
+// every endpoint at once and takes the highest of the answers that come
+// within a moment of the first: asked in turn, a hung member would hold
+// the question for seconds, and the events committed meanwhile would fall
+// before "now"; the highest, because a member that lags answers an
+// earlier index. The error is the last endpoint's when none answers.
+func (c *Client) LedgerIndex(ctx context.Context) (uint64, error) {
 	c.mu.Lock()
 	eps := slices.Clone(c.endpoints)
 	c.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	answers := make(chan *tenurev1.StatusResponse, len(eps))
+	type answer struct {
+		st  *tenurev1.StatusResponse
+		err error
+	}
+	answers := make(chan answer, len(eps))
 	for _, ep := range eps {
 		go func() {
 			resp, err := ep.cluster.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
 			if err != nil {
-				answers <- nil
+				answers <- answer{err: fromConnect(err)}
 				return
 			}
-			answers <- resp.Msg
+			answers <- answer{st: resp.Msg}
 		}()
 	}
 	var idx uint64
+	var err error
 	var grace <-chan time.Time // runs from the first answer
 	for range eps {
 		select {
-		case st := <-answers:
-			if st == nil {
+		case a := <-answers:
+			if a.st == nil {
+				if grace == nil {
+					err = a.err
+				}
 				continue
 			}
-			idx = max(idx, st.GetLedgerIndex())
+			idx = max(idx, a.st.GetLedgerIndex())
 			if grace == nil {
 				t := c.clock.NewTimer(100 * time.Millisecond)
 				defer t.Stop()
 				grace = t.C()
 			}
 		case <-grace:
-			return idx
+			return idx, nil
 		}
 	}
-	return idx
+	if grace == nil {
+		return 0, err
+	}
+	return idx, nil
 }
 
 // Status returns the cluster status as seen by the endpoint in use.

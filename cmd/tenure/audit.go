@@ -218,7 +218,7 @@ func auditVerify(ctx context.Context, c *cliCommand, dir, keyFlag string, comple
 	}
 	for _, g := range rep.Gaps {
 		if g.Pruned {
-			fmt.Fprintf(w, "pruned: records %d..%d were removed from this ledger (tenure audit prune)\n", g.From, g.To)
+			fmt.Fprintf(w, "pruned: records %d..%d were removed from this ledger (tenure audit prune, or the server's --ledger-max-size)\n", g.From, g.To)
 			continue
 		}
 		fmt.Fprintf(w, "gap: records %d..%d are not in this ledger (the node caught up from a snapshot); check them on another member\n", g.From, g.To)

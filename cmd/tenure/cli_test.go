@@ -486,6 +486,35 @@ func TestCLIHungMember(t *testing.T) {
 		t.Fatalf("after a release through a hung member first: %v", got)
 	}
 	fails(t, "OUTCOME_UNKNOWN", "acquire", "hung/"+uniq(t)+"/2", "--endpoints", hung+","+apiAddr)
+
+	// A watch from now past the hung member shows what comes after it.
+	prefix := "hung/" + uniq(t) + "/watch/"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w := tenureCmd(ctx, "watch", "--prefix", prefix, "--count", "1", "-o", "json", "--endpoints", hung+","+apiAddr)
+	var out bytes.Buffer
+	w.Stdout = &out
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- w.Wait() }()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ { // a lease at a time until the watch has shown one
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Fatalf("watch: %v", err)
+			}
+			if e := parse(t, strings.TrimSpace(out.String()), &tenurev1.Event{}); !strings.HasPrefix(e.GetResource(), prefix) || e.GetType() != "lease.issued" {
+				t.Fatalf("watch showed %v", e)
+			}
+			return
+		case <-tick.C:
+			acquire(t, fmt.Sprintf("%s%d", prefix, i))
+		}
+	}
 }
 
 func TestCLIWatch(t *testing.T) {

@@ -259,6 +259,9 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
+	if _, err := parseSize("18446744073709551615"); err == nil || !strings.Contains(err.Error(), "too large") {
+		t.Errorf("parseSize of 2^64-1: %v, want too large", err)
+	}
 	for _, in := range []string{"", "x", "-1", "4gb", "4 PB", "1.5GiB", "9999999TiB", "GiB"} {
 		if got, err := parseSize(in); err == nil {
 			t.Errorf("parseSize(%q) = %d, want an error", in, got)

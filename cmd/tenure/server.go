@@ -212,6 +212,9 @@ func parseSize(v string) (int64, error) {
 	num := strings.TrimRight(v, "BbKkMGTi ")
 	unit := strings.TrimSpace(v[len(num):])
 	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if errors.Is(err, strconv.ErrRange) && n > 0 {
+		return 0, fmt.Errorf("%q is too large", v)
+	}
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("%q is not a size (a whole number of bytes, or with a unit: 500MB, 4GiB)", v)
 	}

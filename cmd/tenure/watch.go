@@ -34,19 +34,28 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	// A watch resumes a broken stream for as long as it runs; but a first
 	// contact that fails is an error, as for every other command, not a
-	// silent wait for a server that may never come.
-	r, err := c.remote()
-	if err != nil {
-		return err
-	}
-	if _, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.WhoAmI, &tenurev1.WhoAmIRequest{}); err != nil {
-		return err
-	}
+	// silent wait for a server that may never come. From now, that first
+	// contact is also what pins "now", asked of every member at once: a
+	// hung member must not make it seconds later (what was committed
+	// meanwhile would never be shown).
 	cl, err := c.client()
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	if *after == 0 {
+		if *after, err = cl.LedgerIndex(ctx); err != nil {
+			return err
+		}
+	} else {
+		r, err := c.remote()
+		if err != nil {
+			return err
+		}
+		if _, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.WhoAmI, &tenurev1.WhoAmIRequest{}); err != nil {
+			return err
+		}
+	}
 	if !c.json() {
 		fmt.Fprintf(stdout, "%-8s %-20s %-18s %-24s %-28s %-20s %s\n", "INDEX", "TIME", "TYPE", "RESOURCE", "LEASE ID", "HOLDER", "FENCE")
 	}
