@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -44,8 +45,16 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer cl.Close()
 	if *after == 0 {
-		if *after, err = cl.LedgerIndex(ctx); err != nil {
-			return err
+		// A member that does not listen yet (started a moment ago) is
+		// tried again, for as long as firstAnswer would.
+		deadline := time.Now().Add(retryFor)
+		for *after, err = cl.LedgerIndex(ctx); err != nil; *after, err = cl.LedgerIndex(ctx) {
+			if !tryNext(err) || time.Now().After(deadline) {
+				return err
+			}
+			if pause(ctx, 100*time.Millisecond); ctx.Err() != nil {
+				return ctx.Err()
+			}
 		}
 	} else {
 		r, err := c.remote()
