@@ -269,6 +269,13 @@ const foreignHistory = "this node holds history the cluster does not (was its da
 	"--peers or --join, bootstrapping a cluster of its own?); stopping with its state as it was. " +
 	"Remove the member, wipe its data dir and --join it again"
 
+// count reads one number from the state (for a metric).
+func (f *fsm) count(read func(*statemachine.Machine) int) float64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return float64(read(f.m))
+}
+
 // errHalted answers the entries a halted FSM did not apply.
 var errHalted = errors.New("cluster: not applied: this node stopped, its log holds another cluster's entries")
 

@@ -66,6 +66,14 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 			}
 			return 0
 		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_leases_retained",
+			Help: "Terminal leases kept for Get and List until their retention passes (or the namespace's max_retained_leases prunes them)."},
+			func() float64 {
+				return n.fsm.count(func(m *statemachine.Machine) int { return m.Registrar().Retained() })
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_tasks_finished_retained",
+			Help: "Finished queue tasks kept until their retention passes (or the namespace's max_retained_tasks prunes them)."},
+			func() float64 { return n.fsm.count(func(m *statemachine.Machine) int { return m.Queues().Finished() }) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_is_leader",
 			Help: "1 when this node is the leader."}, func() float64 {
 			if n.leader.Load() != nil {

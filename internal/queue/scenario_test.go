@@ -354,6 +354,9 @@ func TestFinishedTasksCap(t *testing.T) {
 	if s := e.m.Queues().Stats("", "q"); s.Succeeded != 1 || s.Queued != 0 {
 		t.Fatalf("stats of q: %+v", s)
 	}
+	if n := e.m.Queues().Finished(); n != 2 {
+		t.Fatalf("Finished() = %d, want the cap, 2", n)
+	}
 	if _, err := e.m.Queues().Get("other", "q", "x"); err != nil {
 		t.Fatalf("another namespace's task: %v", err)
 	}

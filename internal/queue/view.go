@@ -132,6 +132,10 @@ func (qs *Queues) TaskOfLease(fence uint64) (Task, bool) {
 // Len returns the number of tasks kept (not yet pruned).
 func (qs *Queues) Len() int { return len(qs.bySeq) }
 
+// Finished returns how many finished tasks are kept (until their prune
+// tick, or their namespace's cap prunes them).
+func (qs *Queues) Finished() int { return qs.prune.Len() }
+
 // ParsePageToken decodes a ListTasks page token ("" is the start).
 func ParsePageToken(tok string) (uint64, error) {
 	if tok == "" {

@@ -177,6 +177,16 @@ func (r *Registrar) NextDeadline() (Tick, bool) {
 	return next, ok
 }
 
+// Retained returns how many terminal leases all namespaces keep (until
+// their retention passes, or their namespace's cap prunes them).
+func (r *Registrar) Retained() int {
+	n := 0
+	for ns := range r.retiring {
+		n += ns.retired.len()
+	}
+	return n
+}
+
 // Counts returns a namespace's leases by state and its waiters (as of the
 // last applied record).
 func (r *Registrar) Counts(ns string) (active, released, expired, revoked, waiters uint64) {

@@ -630,6 +630,23 @@ func TestOpsEndpoints(t *testing.T) {
 			t.Errorf("/metrics lacks %q", m)
 		}
 	}
+	// What the retention caps bound.
+	if !strings.Contains(string(body), "tenure_leases_retained 0") || !strings.Contains(string(body), "tenure_tasks_finished_retained 0") {
+		t.Errorf("/metrics before any lease ended:\n%s", body)
+	}
+	l := b.acquire(t, &tenurev1.AcquireRequest{Resource: "m2", Holder: "w"})
+	if _, err := b.leases.Release(context.Background(), connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: l.LeaseId, Holder: "w"})); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = b.http.Get(b.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "tenure_leases_retained 1") {
+		t.Errorf("/metrics after a release lacks tenure_leases_retained 1")
+	}
 	st := b.status(t)
 	if st.LeaderId != "node1" || st.NodeId != "node1" || len(st.Members) != 1 || st.Members[0].Role != tenurev1.Role_ROLE_LEADER ||
 		st.LeaderApiAddress != b.srv.Addr() || st.AppliedIndex < st.CommitIndex-1 {
