@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -206,21 +205,7 @@ func TestLedgerStaysWithinBudget(t *testing.T) {
 	dir := t.TempDir()
 	const segSize, budget = 2048, 8192
 	start := func() *Node {
-		cfg := DefaultConfig()
-		cfg.DataDir, cfg.RaftAddr = dir, "127.0.0.1:0"
-		cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
-		cfg.LedgerSegmentSize, cfg.LedgerMaxBytes = segSize, budget
-		n, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := n.WaitLeader(ctx); err != nil {
-			n.Close()
-			t.Fatal(err)
-		}
-		return n
+		return openWith(t, dir, func(cfg *Config) { cfg.LedgerSegmentSize, cfg.LedgerMaxBytes = segSize, budget })
 	}
 	ldir := filepath.Join(dir, ledger.DirName)
 	check := func(n *Node, when string) {

@@ -219,19 +219,8 @@ func TestMembershipNoOps(t *testing.T) {
 // node that would have to stops, its state as it was, and says why.
 func TestForeignHistoryStopsTheNode(t *testing.T) {
 	start := func(id string) *Node {
-		cfg := DefaultConfig()
-		cfg.DataDir, cfg.RaftAddr, cfg.NodeID = t.TempDir(), "127.0.0.1:0", id
-		cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
-		n, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		n := openWith(t, t.TempDir(), func(cfg *Config) { cfg.NodeID = id })
 		t.Cleanup(func() { n.Close() })
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := n.WaitLeader(ctx); err != nil {
-			t.Fatal(err)
-		}
 		return n
 	}
 	a, b := start("a"), start("b")

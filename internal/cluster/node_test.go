@@ -25,7 +25,13 @@ import (
 // open starts a node on dir with fast Raft timings and waits until it leads.
 func open(t *testing.T, dir string) *Node {
 	t.Helper()
-	n := openNoWait(t, dir)
+	return openWith(t, dir, nil)
+}
+
+// openWith is open with the config passed through mod (when not nil).
+func openWith(t *testing.T, dir string, mod func(*Config)) *Node {
+	t.Helper()
+	n := openNoWaitWith(t, dir, mod)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := n.WaitLeader(ctx); err != nil {
@@ -38,11 +44,20 @@ func open(t *testing.T, dir string) *Node {
 // openNoWait starts a node on dir with fast Raft timings.
 func openNoWait(t *testing.T, dir string) *Node {
 	t.Helper()
+	return openNoWaitWith(t, dir, nil)
+}
+
+// openNoWaitWith is openNoWait with the config passed through mod.
+func openNoWaitWith(t *testing.T, dir string, mod func(*Config)) *Node {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.DataDir = dir
 	cfg.RaftAddr = "127.0.0.1:0"
 	cfg.HeartbeatTimeout = 50 * time.Millisecond
 	cfg.ElectionTimeout = 50 * time.Millisecond
+	if mod != nil {
+		mod(&cfg)
+	}
 	n, err := Open(cfg)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -607,17 +622,13 @@ func TestRestartOnAnotherRaftAddressWarns(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var logged bytes.Buffer
-	cfg := DefaultConfig()
-	cfg.DataDir, cfg.RaftAddr = dir, "127.0.0.1:0" // another free port
-	cfg.Logger = slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logged.Write(p)
-	}), nil))
-	n, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n = openNoWaitWith(t, dir, func(cfg *Config) { // on another free port
+		cfg.Logger = slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return logged.Write(p)
+		}), nil))
+	})
 	defer n.Close()
 	mu.Lock()
 	defer mu.Unlock()
