@@ -820,6 +820,6 @@ func (r *Registrar) SetPolicy(tx *Tx, c *logpb.SetPolicy) Outcome {
 	if err := p.Validate(); err != nil {
 		return fail(err)
 	}
-	tx.Emit(&logpb.Record{Body: &logpb.Record_PolicySet{PolicySet: &logpb.PolicySet{Namespace: c.Namespace, Policy: p.Proto()}}})
+	tx.Emit(&logpb.Record{Body: &logpb.Record_PolicySet{PolicySet: &logpb.PolicySet{Namespace: c.Namespace, Policy: p.ProtoOver(r.defaults)}}})
 	return Outcome{Err: tx.err}
 }

@@ -151,3 +151,20 @@ func (p Policy) Proto() *tenurev1.NamespacePolicy {
 		MaxRetainedTasks:      p.MaxRetainedTasks,
 	}
 }
+
+// ProtoOver renders the policy for a record that is read back over base
+// (PolicyFromProto(base, …)). Fields added after the first release are
+// left out when base supplies the same value, so that a log written by an
+// earlier binary derives the same record bytes on this one: the ledger
+// compares them on every restart (and upgrade), and replicas of both
+// versions must write the same history.
+func (p Policy) ProtoOver(base Policy) *tenurev1.NamespacePolicy {
+	pb := p.Proto()
+	if p.MaxRetainedLeases == base.MaxRetainedLeases {
+		pb.MaxRetainedLeases = 0
+	}
+	if p.MaxRetainedTasks == base.MaxRetainedTasks {
+		pb.MaxRetainedTasks = 0
+	}
+	return pb
+}

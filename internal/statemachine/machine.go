@@ -298,7 +298,7 @@ func (m *Machine) bootstrap(tx *registrar.Tx, b *logpb.Bootstrap) registrar.Outc
 	}
 	m.SetKeySeed(b.KeySeed)
 	tx.Emit(&logpb.Record{Body: &logpb.Record_Initialized{Initialized: &logpb.Initialized{
-		PublicKey: m.pub, DefaultPolicy: p.Proto(),
+		PublicKey: m.pub, DefaultPolicy: p.ProtoOver(registrar.DefaultPolicy()),
 	}}})
 	return registrar.Outcome{Err: tx.Err()}
 }
