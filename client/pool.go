@@ -28,7 +28,8 @@ import (
 
 // PoolConfig is a pool's configuration as the registrar resolved it
 // (defaults filled in: lease 300 s, 4 leases per peer, decay 0.95 per hour,
-// success bonus 0.5, failure penalty 1.0, minimum score 0.2).
+// success bonus 0.5, failure penalty 1.0, minimum score 0.2, peer idle
+// timeout 1 h).
 type PoolConfig struct {
 	LeaseDuration    time.Duration
 	MaxLeasesPerPeer uint32
@@ -38,6 +39,11 @@ type PoolConfig struct {
 	FailurePenalty float64
 	// MinScore: peers scoring below it are refused (ErrPeerRankingTooLow).
 	MinScore float64
+	// PeerIdleTimeout: a peer holding no piece lease that records no
+	// have-map, takes no lease and ends none for this long has its
+	// have-maps forgotten (its next request records them again; its score
+	// is kept).
+	PeerIdleTimeout time.Duration
 }
 
 func poolConfigFrom(pb *tenurev1.PoolConfig) PoolConfig {
@@ -48,11 +54,13 @@ func poolConfigFrom(pb *tenurev1.PoolConfig) PoolConfig {
 		SuccessBonus:     pb.GetSuccessBonus(),
 		FailurePenalty:   pb.GetFailurePenalty(),
 		MinScore:         pb.GetMinPeerScore(),
+		PeerIdleTimeout:  pb.GetPeerIdleTimeout().AsDuration(),
 	}
 }
 
 // A PoolOption configures CreatePool: LeaseDuration, MaxLeasesPerPeer,
-// RankingDecay, SuccessBonus, FailurePenalty, MinPeerScore, Namespace.
+// RankingDecay, SuccessBonus, FailurePenalty, MinPeerScore,
+// PeerIdleTimeout, Namespace.
 // Every setting not given takes the registrar's default.
 type PoolOption interface{ applyPool(*poolConfig) }
 
@@ -95,6 +103,13 @@ func FailurePenalty(f float64) PoolOption {
 // MinPeerScore sets the score below which a peer is refused.
 func MinPeerScore(f float64) PoolOption {
 	return poolFunc(func(p *poolConfig) { p.pb.MinPeerScore = &f })
+}
+
+// PeerIdleTimeout sets how long a peer holding no piece lease may be
+// inactive before the pool forgets its have-maps (default 1h, within
+// [1s, 720h]).
+func PeerIdleTimeout(d time.Duration) PoolOption {
+	return poolFunc(func(p *poolConfig) { p.pb.PeerIdleTimeout = durationpb.New(d) })
 }
 
 // CreatePool creates pool with the given settings (the rest default) and

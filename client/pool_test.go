@@ -125,15 +125,16 @@ func TestIntegrationPool(t *testing.T) {
 	c := s.client(t)
 	ctx := ctxTimeout(t, 30*time.Second)
 
-	cfg, created, err := c.CreatePool(ctx, "swarm", MaxLeasesPerPeer(2), PieceLeaseDuration(time.Minute))
+	cfg, created, err := c.CreatePool(ctx, "swarm", MaxLeasesPerPeer(2), PieceLeaseDuration(time.Minute), PeerIdleTimeout(10*time.Minute))
 	if err != nil || !created {
 		t.Fatalf("CreatePool: %v %v", created, err)
 	}
-	want := PoolConfig{LeaseDuration: time.Minute, MaxLeasesPerPeer: 2, Decay: 0.95, SuccessBonus: 0.5, FailurePenalty: 1, MinScore: 0.2}
+	want := PoolConfig{LeaseDuration: time.Minute, MaxLeasesPerPeer: 2, Decay: 0.95, SuccessBonus: 0.5, FailurePenalty: 1, MinScore: 0.2,
+		PeerIdleTimeout: 10 * time.Minute}
 	if cfg != want {
 		t.Fatalf("config %+v, want %+v", cfg, want)
 	}
-	if _, created, err := c.CreatePool(ctx, "swarm", MaxLeasesPerPeer(2), PieceLeaseDuration(time.Minute)); err != nil || created {
+	if _, created, err := c.CreatePool(ctx, "swarm", MaxLeasesPerPeer(2), PieceLeaseDuration(time.Minute), PeerIdleTimeout(10*time.Minute)); err != nil || created {
 		t.Fatalf("CreatePool again: %v %v", created, err)
 	}
 	if _, _, err := c.CreatePool(ctx, "swarm", MaxLeasesPerPeer(3)); !errors.Is(err, ErrInvalidArgument) {

@@ -20,7 +20,7 @@ import (
 const poolHelp = `The piece pool: files split into pieces, each piece leased to one peer at a
 time, peers ranked by their results (see tenure pool SUBCOMMAND --help).
 
-  pool create POOL [--lease-duration --max-leases-per-peer --decay --bonus --penalty --min-score]
+  pool create POOL [--lease-duration --max-leases-per-peer --decay --bonus --penalty --min-score --peer-idle-timeout]
   pool want POOL --file N [--pieces COUNT] (--range 0-99,200-299 | --all)
   pool request POOL --peer P --have FILE:RANGES … [--max N]
   pool complete POOL --peer P --file N --piece I (--success | --failure REASON)
@@ -69,8 +69,11 @@ func poolCall[Req, Resp any](ctx context.Context, r *remote,
 
 const poolCreateHelp = `Create a piece pool. Settings not given take the defaults: lease 300s, 4
 leases per peer, decay 0.95 per hour, success bonus 0.5, failure penalty 1.0,
-minimum score 0.2. Creating an existing pool with the same settings succeeds
-(and says so); with other settings it fails with INVALID_ARGUMENT.`
+minimum score 0.2, peer idle timeout 1h (a peer holding no piece lease that
+records no have-map, takes no lease and ends none for that long has its
+have-maps forgotten; its score is kept). Creating an existing pool with the
+same settings succeeds (and says so); with other settings it fails with
+INVALID_ARGUMENT.`
 
 const poolCreateExamples = `  tenure pool create swarm
   tenure pool create swarm --lease-duration 2m --max-leases-per-peer 8 --min-score 0.5`
@@ -83,11 +86,13 @@ func runPoolCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 	bonus := c.fs.Float64("bonus", 0.5, "success bonus of the ranking formula")
 	penalty := c.fs.Float64("penalty", 1.0, "failure penalty of the ranking formula")
 	minScore := c.fs.Float64("min-score", 0.2, "peers scoring below this are refused")
+	idle := c.fs.Duration("peer-idle-timeout", time.Hour, "forget the have-maps of a peer inactive this long (holding no lease)")
 	pos, err := c.parse(args, 1, 1)
 	if err != nil {
 		return err
 	}
-	cfg := &tenurev1.PoolConfig{LeaseDuration: c.durationIfGiven("lease-duration", *leaseDur)}
+	cfg := &tenurev1.PoolConfig{LeaseDuration: c.durationIfGiven("lease-duration", *leaseDur),
+		PeerIdleTimeout: c.durationIfGiven("peer-idle-timeout", *idle)}
 	if c.given("max-leases-per-peer") {
 		if *maxLeases == 0 {
 			return c.usageError("--max-leases-per-peer must be at least 1")
@@ -128,9 +133,9 @@ func runPoolCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 func writePoolConfig(w io.Writer, cfg *tenurev1.PoolConfig) error {
 	tw := newTable(w)
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
-	fmt.Fprintf(tw, "lease duration\t%s\nmax leases per peer\t%d\ndecay per hour\t%s\nsuccess bonus\t%s\nfailure penalty\t%s\nmin score\t%s\n",
+	fmt.Fprintf(tw, "lease duration\t%s\nmax leases per peer\t%d\ndecay per hour\t%s\nsuccess bonus\t%s\nfailure penalty\t%s\nmin score\t%s\npeer idle timeout\t%s\n",
 		fmtPBDuration(cfg.GetLeaseDuration()), cfg.GetMaxLeasesPerPeer(), f(cfg.GetPeerRankingDecay()),
-		f(cfg.GetSuccessBonus()), f(cfg.GetFailurePenalty()), f(cfg.GetMinPeerScore()))
+		f(cfg.GetSuccessBonus()), f(cfg.GetFailurePenalty()), f(cfg.GetMinPeerScore()), fmtPBDuration(cfg.GetPeerIdleTimeout()))
 	return tw.Flush()
 }
 

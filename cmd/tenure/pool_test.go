@@ -22,9 +22,15 @@ func TestCLIPoolLifecycle(t *testing.T) {
 		cr.GetConfig().GetSuccessBonus() != 0.5 || cr.GetConfig().GetMinPeerScore() != 0.2 {
 		t.Fatalf("create: %v", cr)
 	}
-	if out := ok(t, "pool", "create", pool, "--max-leases-per-peer", "2", "--lease-duration", "1m"); !strings.Contains(out, "already exists") || !strings.Contains(out, "max leases per peer  2") {
+	if out := ok(t, "pool", "create", pool, "--max-leases-per-peer", "2", "--lease-duration", "1m"); !strings.Contains(out, "already exists") ||
+		!strings.Contains(out, "max leases per peer  2") || !strings.Contains(out, "peer idle timeout    1h") {
 		t.Fatalf("create again:\n%s", out)
 	}
+	fails(t, "INVALID_ARGUMENT", "pool", "create", pool, "--max-leases-per-peer", "2", "--lease-duration", "1m", "--peer-idle-timeout", "10m")
+	if cr := parse(t, ok(t, "pool", "create", pool+"b", "--peer-idle-timeout", "10m", "-o", "json"), &tenurev1.CreatePoolResponse{}); cr.GetConfig().GetPeerIdleTimeout().AsDuration() != 10*time.Minute {
+		t.Fatalf("create with --peer-idle-timeout: %v", cr)
+	}
+	fails(t, "INVALID_ARGUMENT: config.peer_idle_timeout", "pool", "create", pool+"c", "--peer-idle-timeout", "100ms")
 	fails(t, "INVALID_ARGUMENT", "pool", "create", pool, "--max-leases-per-peer", "3")
 
 	wr := parse(t, ok(t, "pool", "want", pool, "--file", "0", "--pieces", "10", "--all", "-o", "json"), &tenurev1.WantResponse{})

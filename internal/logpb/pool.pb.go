@@ -33,8 +33,11 @@ type PoolConfig struct {
 	Bonus            float64                `protobuf:"fixed64,4,opt,name=bonus,proto3" json:"bonus,omitempty"`
 	Penalty          float64                `protobuf:"fixed64,5,opt,name=penalty,proto3" json:"penalty,omitempty"`
 	MinScore         float64                `protobuf:"fixed64,6,opt,name=min_score,json=minScore,proto3" json:"min_score,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// 0: the default, 1h (left out at the default, as before the field
+	// existed).
+	PeerIdleMs    int64 `protobuf:"varint,7,opt,name=peer_idle_ms,json=peerIdleMs,proto3" json:"peer_idle_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PoolConfig) Reset() {
@@ -105,6 +108,13 @@ func (x *PoolConfig) GetPenalty() float64 {
 func (x *PoolConfig) GetMinScore() float64 {
 	if x != nil {
 		return x.MinScore
+	}
+	return 0
+}
+
+func (x *PoolConfig) GetPeerIdleMs() int64 {
+	if x != nil {
+		return x.PeerIdleMs
 	}
 	return 0
 }
@@ -797,10 +807,13 @@ func (x *PoolWanted) GetPieces() []byte {
 
 // PeerHave replaces a peer's have-map of one file (availability counts).
 type PeerHave struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Peer          string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
-	FileIndex     uint32                 `protobuf:"varint,2,opt,name=file_index,json=fileIndex,proto3" json:"file_index,omitempty"`
-	Pieces        []byte                 `protobuf:"bytes,3,opt,name=pieces,proto3" json:"pieces,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Peer      string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	FileIndex uint32                 `protobuf:"varint,2,opt,name=file_index,json=fileIndex,proto3" json:"file_index,omitempty"`
+	Pieces    []byte                 `protobuf:"bytes,3,opt,name=pieces,proto3" json:"pieces,omitempty"`
+	// The pool forgot the peer's have-map (pieces empty): the peer had been
+	// idle for the pool's peer idle timeout.
+	Idle          bool `protobuf:"varint,4,opt,name=idle,proto3" json:"idle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -854,6 +867,13 @@ func (x *PeerHave) GetPieces() []byte {
 		return x.Pieces
 	}
 	return nil
+}
+
+func (x *PeerHave) GetIdle() bool {
+	if x != nil {
+		return x.Idle
+	}
+	return false
 }
 
 type PieceLeased struct {
@@ -1183,13 +1203,16 @@ func (x *PoolPeerHaveSnap) GetPieces() []byte {
 }
 
 type PoolPeerSnap struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Peer          string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
-	Score         float64                `protobuf:"fixed64,2,opt,name=score,proto3" json:"score,omitempty"`
-	Successes     uint64                 `protobuf:"varint,3,opt,name=successes,proto3" json:"successes,omitempty"`
-	Failures      uint64                 `protobuf:"varint,4,opt,name=failures,proto3" json:"failures,omitempty"`
-	LastTick      int64                  `protobuf:"varint,5,opt,name=last_tick,json=lastTick,proto3" json:"last_tick,omitempty"`
-	Have          []*PoolPeerHaveSnap    `protobuf:"bytes,6,rep,name=have,proto3" json:"have,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Peer      string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	Score     float64                `protobuf:"fixed64,2,opt,name=score,proto3" json:"score,omitempty"`
+	Successes uint64                 `protobuf:"varint,3,opt,name=successes,proto3" json:"successes,omitempty"`
+	Failures  uint64                 `protobuf:"varint,4,opt,name=failures,proto3" json:"failures,omitempty"`
+	LastTick  int64                  `protobuf:"varint,5,opt,name=last_tick,json=lastTick,proto3" json:"last_tick,omitempty"`
+	Have      []*PoolPeerHaveSnap    `protobuf:"bytes,6,rep,name=have,proto3" json:"have,omitempty"`
+	// The peer's last activity (a have-map recorded, a lease taken or
+	// ended); 0 in older snapshots: last_tick.
+	SeenTick      int64 `protobuf:"varint,7,opt,name=seen_tick,json=seenTick,proto3" json:"seen_tick,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1264,6 +1287,13 @@ func (x *PoolPeerSnap) GetHave() []*PoolPeerHaveSnap {
 		return x.Have
 	}
 	return nil
+}
+
+func (x *PoolPeerSnap) GetSeenTick() int64 {
+	if x != nil {
+		return x.SeenTick
+	}
+	return 0
 }
 
 type PoolLeaseSnap struct {
@@ -1424,7 +1454,7 @@ var File_pool_proto protoreflect.FileDescriptor
 const file_pool_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"pool.proto\x12\rtenure.log.v1\x1a\x15tenure/v1/lease.proto\x1a\x14tenure/v1/pool.proto\"\xb9\x01\n" +
+	"pool.proto\x12\rtenure.log.v1\x1a\x15tenure/v1/lease.proto\x1a\x14tenure/v1/pool.proto\"\xdb\x01\n" +
 	"\n" +
 	"PoolConfig\x12\x19\n" +
 	"\blease_ms\x18\x01 \x01(\x03R\aleaseMs\x12-\n" +
@@ -1432,7 +1462,9 @@ const file_pool_proto_rawDesc = "" +
 	"\x05decay\x18\x03 \x01(\x01R\x05decay\x12\x14\n" +
 	"\x05bonus\x18\x04 \x01(\x01R\x05bonus\x12\x18\n" +
 	"\apenalty\x18\x05 \x01(\x01R\apenalty\x12\x1b\n" +
-	"\tmin_score\x18\x06 \x01(\x01R\bminScore\"\x9c\x02\n" +
+	"\tmin_score\x18\x06 \x01(\x01R\bminScore\x12 \n" +
+	"\fpeer_idle_ms\x18\a \x01(\x03R\n" +
+	"peerIdleMs\"\x9c\x02\n" +
 	"\vPoolCommand\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x123\n" +
@@ -1487,12 +1519,13 @@ const file_pool_proto_rawDesc = "" +
 	"file_index\x18\x01 \x01(\rR\tfileIndex\x12\x1f\n" +
 	"\vpiece_count\x18\x02 \x01(\rR\n" +
 	"pieceCount\x12\x16\n" +
-	"\x06pieces\x18\x03 \x01(\fR\x06pieces\"U\n" +
+	"\x06pieces\x18\x03 \x01(\fR\x06pieces\"i\n" +
 	"\bPeerHave\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x1d\n" +
 	"\n" +
 	"file_index\x18\x02 \x01(\rR\tfileIndex\x12\x16\n" +
-	"\x06pieces\x18\x03 \x01(\fR\x06pieces\"\x99\x01\n" +
+	"\x06pieces\x18\x03 \x01(\fR\x06pieces\x12\x12\n" +
+	"\x04idle\x18\x04 \x01(\bR\x04idle\"\x99\x01\n" +
 	"\vPieceLeased\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x1d\n" +
 	"\n" +
@@ -1527,14 +1560,15 @@ const file_pool_proto_rawDesc = "" +
 	"\x10PoolPeerHaveSnap\x12\x1d\n" +
 	"\n" +
 	"file_index\x18\x01 \x01(\rR\tfileIndex\x12\x16\n" +
-	"\x06pieces\x18\x02 \x01(\fR\x06pieces\"\xc4\x01\n" +
+	"\x06pieces\x18\x02 \x01(\fR\x06pieces\"\xe1\x01\n" +
 	"\fPoolPeerSnap\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x01R\x05score\x12\x1c\n" +
 	"\tsuccesses\x18\x03 \x01(\x04R\tsuccesses\x12\x1a\n" +
 	"\bfailures\x18\x04 \x01(\x04R\bfailures\x12\x1b\n" +
 	"\tlast_tick\x18\x05 \x01(\x03R\blastTick\x123\n" +
-	"\x04have\x18\x06 \x03(\v2\x1f.tenure.log.v1.PoolPeerHaveSnapR\x04have\"\x80\x01\n" +
+	"\x04have\x18\x06 \x03(\v2\x1f.tenure.log.v1.PoolPeerHaveSnapR\x04have\x12\x1b\n" +
+	"\tseen_tick\x18\a \x01(\x03R\bseenTick\"\x80\x01\n" +
 	"\rPoolLeaseSnap\x12\x1b\n" +
 	"\tlease_seq\x18\x01 \x01(\x04R\bleaseSeq\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\tR\x04peer\x12\x1d\n" +

@@ -180,6 +180,9 @@ func (ps *Pools) want(tx *registrar.Tx, k key, w *logpb.PoolWant) Outcome {
 		added.AndNot(f.done)
 	}
 	n := added.GetCardinality()
+	if p != nil {
+		ps.forgetIdle(tx, p, "")
+	}
 	if p == nil {
 		ps.emit(tx, k, &logpb.PoolRecord{Event: &logpb.PoolRecord_Created{Created: &logpb.PoolCreated{Config: DefaultConfig().proto()}}})
 	}
@@ -274,6 +277,7 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 				"file "+strconv.FormatUint(uint64(haves[i].f.index), 10)+" has two have-maps")
 		}
 	}
+	ps.forgetIdle(tx, p, r.Peer)
 	// The pool has seen these have-maps, whatever the answer. The set
 	// operations below use the recorded (compact) have-map.
 	pe := p.peers[r.Peer]
@@ -515,6 +519,7 @@ func (ps *Pools) complete(tx *registrar.Tx, k key, c *logpb.PoolComplete) Outcom
 		}
 		return fail(registrar.NewError(registrar.ReasonPieceNotLeased, meta, "piece %d of file %d is not leased to %s", c.PieceIndex, c.FileIndex, c.Peer))
 	}
+	ps.forgetIdle(tx, p, c.Peer)
 	ps.done(tx, pl, success, c.FailureReason, 0, true)
 	reason := tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED
 	if !success {

@@ -20,6 +20,10 @@ type Config struct {
 	Bonus            float64
 	Penalty          float64
 	MinScore         float64
+	// PeerIdleMs is how long a peer holding no piece lease may go without
+	// activity (a have-map recorded, a lease taken or ended) before the
+	// pool forgets its have-maps.
+	PeerIdleMs int64
 }
 
 // Score bounds (seed 004).
@@ -38,11 +42,16 @@ const (
 	MaxLeasesCap     = 1024
 	MaxHaveMaps      = 1024
 	MaxRanges        = 4096
+	MinPeerIdleMs    = 1000
+	MaxPeerIdleMs    = 30 * 24 * 3600 * 1000
+	// DefaultPeerIdleMs is the default peer idle timeout, 1h.
+	DefaultPeerIdleMs = 3600 * 1000
 )
 
 // DefaultConfig is seed 004's default.
 func DefaultConfig() Config {
-	return Config{LeaseMs: 300_000, MaxLeasesPerPeer: 4, Decay: 0.95, Bonus: 0.5, Penalty: 1.0, MinScore: 0.2}
+	return Config{LeaseMs: 300_000, MaxLeasesPerPeer: 4, Decay: 0.95, Bonus: 0.5, Penalty: 1.0, MinScore: 0.2,
+		PeerIdleMs: DefaultPeerIdleMs}
 }
 
 // ConfigFromAPI resolves a wire configuration over the defaults.
@@ -72,6 +81,12 @@ func ConfigFromAPI(pb *tenurev1.PoolConfig) (Config, error) {
 	if pb.MinPeerScore != nil {
 		c.MinScore = *pb.MinPeerScore
 	}
+	if pb.PeerIdleTimeout != nil {
+		if err := pb.PeerIdleTimeout.CheckValid(); err != nil {
+			return c, invalid("config.peer_idle_timeout", "%v", err)
+		}
+		c.PeerIdleMs = registrar.Ms(pb.PeerIdleTimeout.AsDuration())
+	}
 	return c, c.Validate()
 }
 
@@ -92,6 +107,8 @@ func (c Config) Validate() error {
 		return invalid("config.failure_penalty", "must be within [0, 10], got %v", c.Penalty)
 	case !finite(c.MinScore) || c.MinScore < 0 || c.MinScore > MaxScoreClamp:
 		return invalid("config.min_peer_score", "must be within [0, 10], got %v", c.MinScore)
+	case c.PeerIdleMs < MinPeerIdleMs || c.PeerIdleMs > MaxPeerIdleMs:
+		return invalid("config.peer_idle_timeout", "must be within [1s, 720h], got %s", registrar.Dur(c.PeerIdleMs))
 	}
 	return nil
 }
@@ -102,17 +119,30 @@ func (c Config) API() *tenurev1.PoolConfig {
 		LeaseDuration:    durationpb.New(time.Duration(c.LeaseMs) * time.Millisecond),
 		MaxLeasesPerPeer: c.MaxLeasesPerPeer,
 		PeerRankingDecay: &c.Decay, SuccessBonus: &c.Bonus, FailurePenalty: &c.Penalty, MinPeerScore: &c.MinScore,
+		PeerIdleTimeout: durationpb.New(time.Duration(c.PeerIdleMs) * time.Millisecond),
 	}
 }
 
+// proto renders the configuration for records and snapshots. The peer
+// idle timeout, added after the first release, is left out at its
+// default, so that a log written by an earlier binary derives the same
+// record bytes on this one (see registrar.Policy.ProtoOver).
 func (c Config) proto() *logpb.PoolConfig {
-	return &logpb.PoolConfig{LeaseMs: c.LeaseMs, MaxLeasesPerPeer: c.MaxLeasesPerPeer,
+	pb := &logpb.PoolConfig{LeaseMs: c.LeaseMs, MaxLeasesPerPeer: c.MaxLeasesPerPeer,
 		Decay: c.Decay, Bonus: c.Bonus, Penalty: c.Penalty, MinScore: c.MinScore}
+	if c.PeerIdleMs != DefaultPeerIdleMs {
+		pb.PeerIdleMs = c.PeerIdleMs
+	}
+	return pb
 }
 
 func configFromProto(p *logpb.PoolConfig) Config {
-	return Config{LeaseMs: p.GetLeaseMs(), MaxLeasesPerPeer: p.GetMaxLeasesPerPeer(),
-		Decay: p.GetDecay(), Bonus: p.GetBonus(), Penalty: p.GetPenalty(), MinScore: p.GetMinScore()}
+	c := Config{LeaseMs: p.GetLeaseMs(), MaxLeasesPerPeer: p.GetMaxLeasesPerPeer(),
+		Decay: p.GetDecay(), Bonus: p.GetBonus(), Penalty: p.GetPenalty(), MinScore: p.GetMinScore(), PeerIdleMs: p.GetPeerIdleMs()}
+	if c.PeerIdleMs == 0 { // the default, left out (proto)
+		c.PeerIdleMs = DefaultPeerIdleMs
+	}
+	return c
 }
 
 // NextScore is seed 004's ranking update: the score after one more

@@ -48,6 +48,8 @@ type pool struct {
 	// levelN counts wanted pieces per availability (all files).
 	levels []uint32
 	levelN map[uint32]int
+	// idle orders the peers by their last activity (idle.go).
+	idle peerList
 }
 
 // seenHave is the raw bytes of a peer's last have-map of a file and the
@@ -89,6 +91,12 @@ type peer struct {
 	// unchanged have-map is recognised without decoding it. Not
 	// replicated: it only saves work, the answer is the same without it.
 	seen map[uint32]seenHave
+	// seenTick is the peer's last activity: a have-map recorded, a lease
+	// taken or ended (idle.go); prev and next link it in its pool's idle
+	// list while listed.
+	seenTick   int64
+	prev, next *peer
+	listed     bool
 }
 
 // New returns an empty pool domain hooked to reg's lease ends.
@@ -118,8 +126,10 @@ func newFile(index, count uint32) *file {
 func (p *pool) peer(name string, tick int64) *peer {
 	pe := p.peers[name]
 	if pe == nil {
-		pe = &peer{name: name, score: StartScore, lastTick: tick, have: map[uint32]*roaring.Bitmap{}, seen: map[uint32]seenHave{}}
+		pe = &peer{name: name, score: StartScore, lastTick: tick, have: map[uint32]*roaring.Bitmap{}, seen: map[uint32]seenHave{},
+			seenTick: tick}
 		p.peers[name] = pe
+		p.idle.pushBack(pe)
 	}
 	return pe
 }
@@ -171,7 +181,13 @@ func (ps *Pools) Apply(rec *logpb.Record) error {
 		if err != nil {
 			return fmt.Errorf("record %d: %w", rec.Index, err)
 		}
+		if h.Idle && !nw.IsEmpty() {
+			return fmt.Errorf("record %d: a forgotten have-map with pieces", rec.Index)
+		}
 		pe := p.peer(h.Peer, rec.Tick)
+		if !h.Idle {
+			p.touch(pe, rec.Tick)
+		}
 		p.replaceHave(f, pe, nw)
 	case *logpb.PoolRecord_Leased:
 		l := ev.Leased
@@ -184,6 +200,7 @@ func (ps *Pools) Apply(rec *logpb.Record) error {
 			return fmt.Errorf("record %d: piece %d/%d leased twice", rec.Index, l.FileIndex, l.PieceIndex)
 		}
 		pe := p.peer(l.Peer, rec.Tick)
+		p.touch(pe, rec.Tick)
 		ps.addLease(p, &pieceLease{pool: p, seq: l.LeaseSeq, peer: pe, pieceKey: pk})
 	case *logpb.PoolRecord_Done:
 		d := ev.Done
@@ -192,6 +209,7 @@ func (ps *Pools) Apply(rec *logpb.Record) error {
 			return fmt.Errorf("record %d: piece %d/%d is not leased under %d", rec.Index, d.FileIndex, d.PieceIndex, d.LeaseSeq)
 		}
 		ps.dropLease(pl)
+		p.touch(pl.peer, rec.Tick)
 		f := p.files[pl.file]
 		if d.Result == tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS {
 			f.done.Add(pl.piece)

@@ -2,7 +2,9 @@ package pool_test
 
 import (
 	"testing"
+	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"pgregory.net/rapid"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -17,8 +19,10 @@ import (
 // most one of wanted/leased/done and every wanted piece in one; no piece
 // leased twice and every pool lease an active registrar lease of its peer;
 // no peer above its cap; every score within [0.1, 10]; availability index
-// consistent (pool.Check). At the end: replay and restore give the same
-// snapshot bytes.
+// consistent (pool.Check). Peers may be forgotten when idle (random
+// timeouts); from a random step on, a twin restored from a snapshot is
+// given the same commands and must emit the same records. At the end:
+// replay and restore give the same snapshot bytes.
 func TestProperties(t *testing.T) {
 	peers := []string{"a", "b", "c"}
 	counts := []uint32{13, 20}
@@ -29,6 +33,9 @@ func TestProperties(t *testing.T) {
 		lowMin := 0.05
 		if rapid.Bool().Draw(rt, "lenient") {
 			cfg.MinPeerScore = &lowMin
+		}
+		if rapid.Bool().Draw(rt, "forgetful") {
+			cfg.PeerIdleTimeout = durationpb.New(time.Duration(rapid.Int64Range(1000, 900_000).Draw(rt, "idle_ms")) * time.Millisecond)
 		}
 		e.create("p", cfg)
 		wanted := map[[2]uint32]bool{}
@@ -41,9 +48,20 @@ func TestProperties(t *testing.T) {
 			}
 			return b
 		}
+		idle := int64(pool.DefaultPeerIdleMs)
+		if cfg.PeerIdleTimeout != nil {
+			idle = cfg.PeerIdleTimeout.AsDuration().Milliseconds()
+		}
+		m := idleModel{active: map[string]int64{}, has: map[string]int{}}
 		steps := rapid.IntRange(1, 60).Draw(rt, "steps")
-		for range steps {
-			switch rapid.IntRange(0, 5).Draw(rt, "op") {
+		fork := rapid.IntRange(0, steps).Draw(rt, "fork")
+		for step := range steps {
+			if step == fork {
+				e.fork()
+			}
+			op := rapid.IntRange(0, 5).Draw(rt, "op")
+			var self string // the peer of a request or completion
+			switch op {
 			case 0:
 				f := rapid.IntRange(0, 1).Draw(rt, "file")
 				b := bits("want", counts[f])
@@ -59,6 +77,7 @@ func TestProperties(t *testing.T) {
 				}
 			case 1, 2:
 				peer := rapid.SampledFrom(peers).Draw(rt, "peer")
+				self = peer
 				var hs []*logpb.PoolHave
 				for f, n := range counts {
 					if _, ok := e.m.Pools().Status("", "p"); ok != nil {
@@ -88,6 +107,7 @@ func TestProperties(t *testing.T) {
 				}
 			case 3:
 				peer := rapid.SampledFrom(peers).Draw(rt, "peer")
+				self = peer
 				f := uint32(rapid.IntRange(0, 1).Draw(rt, "file"))
 				x := rapid.Uint32Range(0, counts[f]-1).Draw(rt, "piece")
 				ok := rapid.Bool().Draw(rt, "success")
@@ -113,11 +133,12 @@ func TestProperties(t *testing.T) {
 				if holder, seq, ok := e.m.Pools().Holder("", "p", f, x); ok {
 					l, err := activeByFence(e, pool.Resource("p", f, x), seq)
 					if err == nil {
-						e.keep(e.m.Apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick, Op: &logpb.Command_Release{
-							Release: &logpb.Release{LeaseId: l.ID, Holder: holder}}}))
+						e.apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick, Op: &logpb.Command_Release{
+							Release: &logpb.Release{LeaseId: l.ID, Holder: holder}}})
 					}
 				}
 			}
+			m.check(rt, e, peers, idle, op <= 3, self)
 			if err := e.m.Pools().Check(); err != nil {
 				rt.Fatal(err)
 			}
@@ -144,6 +165,75 @@ func TestProperties(t *testing.T) {
 		}
 		e.checkReplay()
 	})
+}
+
+// idleModel follows, from the records, each peer's last activity and how
+// many have-maps it has recorded, to check the pool forgets exactly the
+// idle peers: those holding no lease, with a have-map, and inactive for
+// the idle timeout.
+type idleModel struct {
+	active map[string]int64 // peer → tick of its last have-map, lease taken or ended
+	has    map[string]int   // peer → files with a recorded have-map
+	held   map[string]int   // peer → leases held before the last command
+	files  map[string]map[uint32]bool
+}
+
+// check reads the last step's records; swept says the step was a want,
+// request or completion (which forget idle peers but self, its peer).
+func (m *idleModel) check(rt *rapid.T, e *env, peers []string, idle int64, swept bool, self string) {
+	if m.files == nil {
+		m.files = map[string]map[uint32]bool{}
+	}
+	records := e.last
+	e.last = nil // a step that applies nothing leaves no records
+	forgot := map[string]bool{}
+	for _, s := range records {
+		pr := s.Record.GetPool()
+		if pr == nil {
+			continue
+		}
+		switch ev := pr.Event.(type) {
+		case *logpb.PoolRecord_Have:
+			h := ev.Have
+			if m.files[h.Peer] == nil {
+				m.files[h.Peer] = map[uint32]bool{}
+			}
+			if h.Idle {
+				if m.held[h.Peer] > 0 || s.Record.Tick-m.active[h.Peer] < idle || !m.files[h.Peer][h.FileIndex] {
+					rt.Fatalf("forgot %s's have-map of file %d: it holds %d leases, was active at %d (now %d, idle %d)",
+						h.Peer, h.FileIndex, m.held[h.Peer], m.active[h.Peer], s.Record.Tick, idle)
+				}
+				forgot[h.Peer] = true
+				delete(m.files[h.Peer], h.FileIndex)
+				continue
+			}
+			m.active[h.Peer] = s.Record.Tick
+			m.files[h.Peer][h.FileIndex] = len(h.Pieces) > 0
+		case *logpb.PoolRecord_Leased:
+			m.active[ev.Leased.Peer] = s.Record.Tick
+		case *logpb.PoolRecord_Done:
+			m.active[ev.Done.Peer] = s.Record.Tick
+		}
+	}
+	// A want, request or completion forgets every idle peer but its own
+	// (fewer than maxForget here): none may be left.
+	if swept && len(records) > 0 {
+		for _, p := range peers {
+			n := 0
+			for _, ok := range m.files[p] {
+				if ok {
+					n++
+				}
+			}
+			if p != self && !forgot[p] && n > 0 && m.held[p] == 0 && e.tick-m.active[p] >= idle && len(e.m.Pools().HeldBy("", "p", p)) == 0 {
+				rt.Fatalf("peer %s idle since %d (now %d, idle %d) still has %d have-maps", p, m.active[p], e.tick, idle, n)
+			}
+		}
+	}
+	m.held = map[string]int{}
+	for _, p := range peers {
+		m.held[p] = len(e.m.Pools().HeldBy("", "p", p))
+	}
 }
 
 func haveOf(hs []*logpb.PoolHave, f uint32) []byte {

@@ -70,7 +70,8 @@ func (ps *Pools) Holder(ns, name string, file, piece uint32) (string, uint64, bo
 // Check verifies the domain's invariants (tests): wanted, leased and done
 // pairwise disjoint and within the piece count; every leased piece held by
 // exactly one lease, no peer above its cap and its count right; every score
-// within [0.1, 10]; availability and its index agree with the have-maps.
+// within [0.1, 10]; availability and its index agree with the have-maps;
+// the idle list is ordered and holds every peer that could be forgotten.
 func (ps *Pools) Check() error {
 	seen := 0
 	for _, p := range ps.sortedPools() {
@@ -134,6 +135,9 @@ func (ps *Pools) Check() error {
 				return fmt.Errorf("pool %s: level %d counts %d, not %d", p.name, lv, p.levelN[lv], n)
 			}
 		}
+		if err := p.checkIdle(); err != nil {
+			return err
+		}
 		for _, pe := range p.peers {
 			if pe.current != current[pe.name] || pe.current > p.cfg.MaxLeasesPerPeer {
 				return fmt.Errorf("pool %s: peer %s holds %d leases (counted %d, cap %d)", p.name, pe.name, current[pe.name], pe.current, p.cfg.MaxLeasesPerPeer)
@@ -181,4 +185,35 @@ func (ps *Pools) Names(ns string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// checkIdle verifies the idle list: linked both ways, seenTicks not
+// decreasing, and every peer with a have-map and no lease in it.
+func (p *pool) checkIdle() error {
+	var prev *peer
+	listed := 0
+	for pe := p.idle.front; pe != nil; prev, pe = pe, pe.next {
+		if !pe.listed || pe.prev != prev || p.peers[pe.name] != pe {
+			return fmt.Errorf("pool %s: idle list broken at peer %s", p.name, pe.name)
+		}
+		if prev != nil && prev.seenTick > pe.seenTick {
+			return fmt.Errorf("pool %s: idle list out of order at peer %s", p.name, pe.name)
+		}
+		listed++
+	}
+	if p.idle.back != prev {
+		return fmt.Errorf("pool %s: idle list ends at the wrong peer", p.name)
+	}
+	for _, pe := range p.peers {
+		if !pe.listed && pe.current == 0 && len(pe.have) > 0 {
+			return fmt.Errorf("pool %s: peer %s could be forgotten but is not listed", p.name, pe.name)
+		}
+		if pe.listed {
+			listed--
+		}
+	}
+	if listed != 0 {
+		return fmt.Errorf("pool %s: idle list and peers disagree", p.name)
+	}
+	return nil
 }

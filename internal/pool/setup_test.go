@@ -27,6 +27,12 @@ type env struct {
 	tick int64
 	seed []byte
 	log  [][]byte
+	// twin, when set, is a machine restored from a snapshot of m that is
+	// given every later command too: apply checks that it emits the same
+	// records (a restored replica decides exactly as the live one).
+	twin *statemachine.Machine
+	// last is the records of the last command applied.
+	last []statemachine.Sealed
 }
 
 func setup(t testing.TB) *env {
@@ -48,10 +54,42 @@ func (e *env) keep(res statemachine.Result) {
 
 func (e *env) after(ms int64) *env { e.tick += ms; return e }
 
+// apply applies cmd (and to the twin, comparing what they emit) and keeps
+// its records.
+func (e *env) apply(cmd *logpb.Command) statemachine.Result {
+	e.t.Helper()
+	res := e.m.Apply(cmd)
+	e.keep(res)
+	e.last = res.Records
+	if e.twin != nil {
+		got := e.twin.Apply(cmd)
+		if len(got.Records) != len(res.Records) {
+			e.t.Fatalf("restored twin emitted %d records, live %d", len(got.Records), len(res.Records))
+		}
+		for i := range got.Records {
+			if !bytes.Equal(got.Records[i].Bytes, res.Records[i].Bytes) {
+				e.t.Fatalf("restored twin's record %d differs:\n%s\nlive:\n%s", i, got.Records[i].Bytes, res.Records[i].Bytes)
+			}
+		}
+	}
+	return res
+}
+
+// fork sets the twin: a machine restored from a snapshot of m now.
+func (e *env) fork() {
+	e.t.Helper()
+	b, err := e.m.Snapshot()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if e.twin, err = statemachine.Restore(statemachine.DefaultConfig(), b); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 func (e *env) do(c *logpb.PoolCommand) pool.Outcome {
 	e.t.Helper()
-	res := e.m.Apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick, Op: &logpb.Command_Pool{Pool: c}})
-	e.keep(res)
+	res := e.apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick, Op: &logpb.Command_Pool{Pool: c}})
 	if res.Pool == nil {
 		return pool.Outcome{Err: res.Outcome.Err}
 	}
@@ -59,7 +97,7 @@ func (e *env) do(c *logpb.PoolCommand) pool.Outcome {
 }
 
 func (e *env) advance() {
-	e.keep(e.m.Apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick, Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}}))
+	e.apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick, Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}})
 }
 
 func (e *env) create(name string, cfg *tenurev1.PoolConfig) pool.Outcome {

@@ -22,7 +22,7 @@ func (ps *Pools) SnapshotInto(s *logpb.Snapshot) {
 		}
 		for _, pe := range p.sortedPeers() {
 			snap := &logpb.PoolPeerSnap{Peer: pe.name, Score: pe.score, Successes: pe.successes,
-				Failures: pe.failures, LastTick: pe.lastTick}
+				Failures: pe.failures, LastTick: pe.lastTick, SeenTick: pe.seenTick}
 			idx := make([]uint32, 0, len(pe.have))
 			for i := range pe.have {
 				idx = append(idx, i)
@@ -70,7 +70,10 @@ func Restore(s *logpb.Snapshot, reg *registrar.Registrar) (*Pools, error) {
 				return nil, fmt.Errorf("snapshot: pool %s: peer %s listed twice", k.name, pss.Peer)
 			}
 			pe := p.peer(pss.Peer, pss.LastTick)
-			pe.score, pe.successes, pe.failures = pss.Score, pss.Successes, pss.Failures
+			pe.score, pe.successes, pe.failures, pe.seenTick = pss.Score, pss.Successes, pss.Failures, pss.SeenTick
+			if pe.seenTick == 0 { // written before peers were forgotten
+				pe.seenTick = pss.LastTick
+			}
 			for _, h := range pss.Have {
 				f := p.files[h.FileIndex]
 				if f == nil {
@@ -83,6 +86,7 @@ func Restore(s *logpb.Snapshot, reg *registrar.Registrar) (*Pools, error) {
 				p.replaceHave(f, pe, bm) // wanted is still empty: only counts
 			}
 		}
+		p.relinkIdle()
 		// Wanted after availability, so each piece lands in its bucket once.
 		for _, fs := range sp.Files {
 			f := p.files[fs.FileIndex]

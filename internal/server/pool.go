@@ -272,6 +272,9 @@ func renderPoolEvent(ev *tenurev1.Event, d map[string]string, pr *logpb.PoolReco
 		ev.Type = EventPeerHave
 		ev.Holder = e.Have.Peer
 		d["file_index"] = utoa(uint64(e.Have.FileIndex))
+		if e.Have.Idle {
+			d["forgotten"] = "idle" // the peer was idle: its have-map no longer counts
+		}
 	case *logpb.PoolRecord_Leased:
 		ev.Type = EventPieceLeased
 		piece(e.Leased.Peer, e.Leased.FileIndex, e.Leased.PieceIndex)

@@ -196,8 +196,13 @@ type PoolConfig struct {
 	SuccessBonus     *float64               `protobuf:"fixed64,4,opt,name=success_bonus,json=successBonus,proto3,oneof" json:"success_bonus,omitempty"`
 	FailurePenalty   *float64               `protobuf:"fixed64,5,opt,name=failure_penalty,json=failurePenalty,proto3,oneof" json:"failure_penalty,omitempty"`
 	MinPeerScore     *float64               `protobuf:"fixed64,6,opt,name=min_peer_score,json=minPeerScore,proto3,oneof" json:"min_peer_score,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// How long a peer that holds no piece lease may go without recording a
+	// have-map, taking a lease or ending one before the pool forgets its
+	// have-maps (they stop counting towards rarity; its score is kept, and
+	// its next request records them again). Default 1h; within [1s, 30d].
+	PeerIdleTimeout *durationpb.Duration `protobuf:"bytes,7,opt,name=peer_idle_timeout,json=peerIdleTimeout,proto3" json:"peer_idle_timeout,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PoolConfig) Reset() {
@@ -270,6 +275,13 @@ func (x *PoolConfig) GetMinPeerScore() float64 {
 		return *x.MinPeerScore
 	}
 	return 0
+}
+
+func (x *PoolConfig) GetPeerIdleTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.PeerIdleTimeout
+	}
+	return nil
 }
 
 // PieceRange is the pieces [start, end) of a file.
@@ -1832,7 +1844,7 @@ var File_tenure_v1_pool_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\n" +
-	"\x14tenure/v1/pool.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tenure/v1/lease.proto\"\x83\x03\n" +
+	"\x14tenure/v1/pool.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tenure/v1/lease.proto\"\xca\x03\n" +
 	"\n" +
 	"PoolConfig\x12@\n" +
 	"\x0elease_duration\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\rleaseDuration\x12-\n" +
@@ -1840,7 +1852,8 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\x12peer_ranking_decay\x18\x03 \x01(\x01H\x00R\x10peerRankingDecay\x88\x01\x01\x12(\n" +
 	"\rsuccess_bonus\x18\x04 \x01(\x01H\x01R\fsuccessBonus\x88\x01\x01\x12,\n" +
 	"\x0ffailure_penalty\x18\x05 \x01(\x01H\x02R\x0efailurePenalty\x88\x01\x01\x12)\n" +
-	"\x0emin_peer_score\x18\x06 \x01(\x01H\x03R\fminPeerScore\x88\x01\x01B\x15\n" +
+	"\x0emin_peer_score\x18\x06 \x01(\x01H\x03R\fminPeerScore\x88\x01\x01\x12E\n" +
+	"\x11peer_idle_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\x0fpeerIdleTimeoutB\x15\n" +
 	"\x13_peer_ranking_decayB\x10\n" +
 	"\x0e_success_bonusB\x12\n" +
 	"\x10_failure_penaltyB\x11\n" +
@@ -2034,51 +2047,52 @@ var file_tenure_v1_pool_proto_goTypes = []any{
 }
 var file_tenure_v1_pool_proto_depIdxs = []int32{
 	28, // 0: tenure.v1.PoolConfig.lease_duration:type_name -> google.protobuf.Duration
-	3,  // 1: tenure.v1.CreatePoolRequest.config:type_name -> tenure.v1.PoolConfig
-	3,  // 2: tenure.v1.CreatePoolResponse.config:type_name -> tenure.v1.PoolConfig
-	4,  // 3: tenure.v1.WantRequest.ranges:type_name -> tenure.v1.PieceRange
-	18, // 4: tenure.v1.WantResponse.file:type_name -> tenure.v1.PoolFileStatus
-	5,  // 5: tenure.v1.RequestLeasesRequest.have:type_name -> tenure.v1.HaveMap
-	29, // 6: tenure.v1.PieceLease.expires_at:type_name -> google.protobuf.Timestamp
-	11, // 7: tenure.v1.RequestLeasesResponse.leases:type_name -> tenure.v1.PieceLease
-	0,  // 8: tenure.v1.RequestLeasesResponse.rejected_reason:type_name -> tenure.v1.RejectedReason
-	1,  // 9: tenure.v1.CompletePieceRequest.result:type_name -> tenure.v1.CompletionResult
-	2,  // 10: tenure.v1.CompletePieceRequest.failure_reason:type_name -> tenure.v1.FailureReason
-	15, // 11: tenure.v1.CompletePieceResponse.ranking:type_name -> tenure.v1.PeerRanking
-	15, // 12: tenure.v1.RankingsResponse.rankings:type_name -> tenure.v1.PeerRanking
-	3,  // 13: tenure.v1.PoolStatusResponse.config:type_name -> tenure.v1.PoolConfig
-	18, // 14: tenure.v1.PoolStatusResponse.files:type_name -> tenure.v1.PoolFileStatus
-	19, // 15: tenure.v1.PoolStatusResponse.peers:type_name -> tenure.v1.PoolPeerStatus
-	10, // 16: tenure.v1.PoolOp.request_leases:type_name -> tenure.v1.RequestLeasesRequest
-	13, // 17: tenure.v1.PoolOp.complete_piece:type_name -> tenure.v1.CompletePieceRequest
-	8,  // 18: tenure.v1.PoolOp.want:type_name -> tenure.v1.WantRequest
-	12, // 19: tenure.v1.PoolResult.request_leases:type_name -> tenure.v1.RequestLeasesResponse
-	14, // 20: tenure.v1.PoolResult.complete_piece:type_name -> tenure.v1.CompletePieceResponse
-	9,  // 21: tenure.v1.PoolResult.want:type_name -> tenure.v1.WantResponse
-	30, // 22: tenure.v1.PoolResult.error:type_name -> tenure.v1.PipelineError
-	24, // 23: tenure.v1.PoolPipelineRequest.ops:type_name -> tenure.v1.PoolOp
-	25, // 24: tenure.v1.PoolPipelineResponse.results:type_name -> tenure.v1.PoolResult
-	6,  // 25: tenure.v1.PoolService.CreatePool:input_type -> tenure.v1.CreatePoolRequest
-	8,  // 26: tenure.v1.PoolService.Want:input_type -> tenure.v1.WantRequest
-	10, // 27: tenure.v1.PoolService.RequestLeases:input_type -> tenure.v1.RequestLeasesRequest
-	13, // 28: tenure.v1.PoolService.CompletePiece:input_type -> tenure.v1.CompletePieceRequest
-	16, // 29: tenure.v1.PoolService.Rankings:input_type -> tenure.v1.RankingsRequest
-	20, // 30: tenure.v1.PoolService.Status:input_type -> tenure.v1.PoolStatusRequest
-	22, // 31: tenure.v1.PoolService.ListPools:input_type -> tenure.v1.ListPoolsRequest
-	26, // 32: tenure.v1.PoolService.Pipeline:input_type -> tenure.v1.PoolPipelineRequest
-	7,  // 33: tenure.v1.PoolService.CreatePool:output_type -> tenure.v1.CreatePoolResponse
-	9,  // 34: tenure.v1.PoolService.Want:output_type -> tenure.v1.WantResponse
-	12, // 35: tenure.v1.PoolService.RequestLeases:output_type -> tenure.v1.RequestLeasesResponse
-	14, // 36: tenure.v1.PoolService.CompletePiece:output_type -> tenure.v1.CompletePieceResponse
-	17, // 37: tenure.v1.PoolService.Rankings:output_type -> tenure.v1.RankingsResponse
-	21, // 38: tenure.v1.PoolService.Status:output_type -> tenure.v1.PoolStatusResponse
-	23, // 39: tenure.v1.PoolService.ListPools:output_type -> tenure.v1.ListPoolsResponse
-	27, // 40: tenure.v1.PoolService.Pipeline:output_type -> tenure.v1.PoolPipelineResponse
-	33, // [33:41] is the sub-list for method output_type
-	25, // [25:33] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	28, // 1: tenure.v1.PoolConfig.peer_idle_timeout:type_name -> google.protobuf.Duration
+	3,  // 2: tenure.v1.CreatePoolRequest.config:type_name -> tenure.v1.PoolConfig
+	3,  // 3: tenure.v1.CreatePoolResponse.config:type_name -> tenure.v1.PoolConfig
+	4,  // 4: tenure.v1.WantRequest.ranges:type_name -> tenure.v1.PieceRange
+	18, // 5: tenure.v1.WantResponse.file:type_name -> tenure.v1.PoolFileStatus
+	5,  // 6: tenure.v1.RequestLeasesRequest.have:type_name -> tenure.v1.HaveMap
+	29, // 7: tenure.v1.PieceLease.expires_at:type_name -> google.protobuf.Timestamp
+	11, // 8: tenure.v1.RequestLeasesResponse.leases:type_name -> tenure.v1.PieceLease
+	0,  // 9: tenure.v1.RequestLeasesResponse.rejected_reason:type_name -> tenure.v1.RejectedReason
+	1,  // 10: tenure.v1.CompletePieceRequest.result:type_name -> tenure.v1.CompletionResult
+	2,  // 11: tenure.v1.CompletePieceRequest.failure_reason:type_name -> tenure.v1.FailureReason
+	15, // 12: tenure.v1.CompletePieceResponse.ranking:type_name -> tenure.v1.PeerRanking
+	15, // 13: tenure.v1.RankingsResponse.rankings:type_name -> tenure.v1.PeerRanking
+	3,  // 14: tenure.v1.PoolStatusResponse.config:type_name -> tenure.v1.PoolConfig
+	18, // 15: tenure.v1.PoolStatusResponse.files:type_name -> tenure.v1.PoolFileStatus
+	19, // 16: tenure.v1.PoolStatusResponse.peers:type_name -> tenure.v1.PoolPeerStatus
+	10, // 17: tenure.v1.PoolOp.request_leases:type_name -> tenure.v1.RequestLeasesRequest
+	13, // 18: tenure.v1.PoolOp.complete_piece:type_name -> tenure.v1.CompletePieceRequest
+	8,  // 19: tenure.v1.PoolOp.want:type_name -> tenure.v1.WantRequest
+	12, // 20: tenure.v1.PoolResult.request_leases:type_name -> tenure.v1.RequestLeasesResponse
+	14, // 21: tenure.v1.PoolResult.complete_piece:type_name -> tenure.v1.CompletePieceResponse
+	9,  // 22: tenure.v1.PoolResult.want:type_name -> tenure.v1.WantResponse
+	30, // 23: tenure.v1.PoolResult.error:type_name -> tenure.v1.PipelineError
+	24, // 24: tenure.v1.PoolPipelineRequest.ops:type_name -> tenure.v1.PoolOp
+	25, // 25: tenure.v1.PoolPipelineResponse.results:type_name -> tenure.v1.PoolResult
+	6,  // 26: tenure.v1.PoolService.CreatePool:input_type -> tenure.v1.CreatePoolRequest
+	8,  // 27: tenure.v1.PoolService.Want:input_type -> tenure.v1.WantRequest
+	10, // 28: tenure.v1.PoolService.RequestLeases:input_type -> tenure.v1.RequestLeasesRequest
+	13, // 29: tenure.v1.PoolService.CompletePiece:input_type -> tenure.v1.CompletePieceRequest
+	16, // 30: tenure.v1.PoolService.Rankings:input_type -> tenure.v1.RankingsRequest
+	20, // 31: tenure.v1.PoolService.Status:input_type -> tenure.v1.PoolStatusRequest
+	22, // 32: tenure.v1.PoolService.ListPools:input_type -> tenure.v1.ListPoolsRequest
+	26, // 33: tenure.v1.PoolService.Pipeline:input_type -> tenure.v1.PoolPipelineRequest
+	7,  // 34: tenure.v1.PoolService.CreatePool:output_type -> tenure.v1.CreatePoolResponse
+	9,  // 35: tenure.v1.PoolService.Want:output_type -> tenure.v1.WantResponse
+	12, // 36: tenure.v1.PoolService.RequestLeases:output_type -> tenure.v1.RequestLeasesResponse
+	14, // 37: tenure.v1.PoolService.CompletePiece:output_type -> tenure.v1.CompletePieceResponse
+	17, // 38: tenure.v1.PoolService.Rankings:output_type -> tenure.v1.RankingsResponse
+	21, // 39: tenure.v1.PoolService.Status:output_type -> tenure.v1.PoolStatusResponse
+	23, // 40: tenure.v1.PoolService.ListPools:output_type -> tenure.v1.ListPoolsResponse
+	27, // 41: tenure.v1.PoolService.Pipeline:output_type -> tenure.v1.PoolPipelineResponse
+	34, // [34:42] is the sub-list for method output_type
+	26, // [26:34] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_pool_proto_init() }
