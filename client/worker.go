@@ -90,8 +90,8 @@ func WorkerConcurrency(n int) WorkerOption { return func(w *Worker) { w.concurre
 // longest ttl the default policy allows. (A renewal resent after a failover
 // may count twice, so plan for less.) A handler that needs longer needs a
 // longer ttl, within the namespace policy's max_ttl, which an admin raises
-// with ClusterService.SetPolicy (there is no tenure CLI command for it, nor
-// a method of this Client); the policy's max_renewals and max_lifetime do
+// with `tenure policy set NAMESPACE --max-ttl …` (ClusterService.SetPolicy;
+// this Client has no method for it); the policy's max_renewals and max_lifetime do
 // not apply to task leases. A longer ttl also makes a task whose worker died
 // wait up to that ttl before it is claimed again. Whatever the ttl, a
 // handler never runs past the 2 h lifetime (ErrLifetimeExceeded), which

@@ -50,6 +50,7 @@ commands:
   cert        verify a lease certificate offline (verify)
   audit       check, export or prune a node's durable ledger (verify, export, prune)
   cluster     status, join, remove, transfer-leader, public-key, whoami
+  policy      read or change a namespace's policy, or the server's defaults (get, set)
   exec        run a command while holding a lease
   queue       work queue: push, claim, complete, fail, cancel, get, ls, stats
   bench       the load generator
@@ -83,6 +84,7 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"tree":      runTree,
 	"fence":     runFence,
 	"cluster":   runCluster,
+	"policy":    runPolicy,
 	"exec":      runExec,
 	"bench":     runBench,
 	"queue":     runQueue,
@@ -141,7 +143,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 var clientFlags = map[string]bool{"endpoints": true, "namespace": true, "token": true, "tls-ca": true, "tls-cert": true, "tls-key": true, "o": true}
 
 // subcommanded are the commands whose first argument is a subcommand.
-var subcommanded = map[string]bool{"queue": true, "pool": true, "audit": true, "state": true, "fence": true, "cert": true}
+var subcommanded = map[string]bool{"queue": true, "pool": true, "audit": true, "state": true, "fence": true, "cert": true, "policy": true}
 
 // hoistFlags moves client flags given before the command to just after it
 // (after its subcommand), where the command parses them:

@@ -148,6 +148,11 @@ func TestServerSecurityFlagErrors(t *testing.T) {
 		{"negative rate", []string{"--rate-limit", "-1"}, "rate-limit"},
 		{"ledger size unit", []string{"--ledger-max-size", "4GB2"}, "--ledger-max-size"},
 		{"ledger size negative", []string{"--ledger-max-size", "-1"}, "--ledger-max-size"},
+		{"policy duration", []string{"--max-ttl", "long"}, "--max-ttl"},
+		{"policy count", []string{"--max-active-per-holder", "0x10"}, "--max-active-per-holder"},
+		{"policy inconsistent", []string{"--min-ttl", "10m"}, "max_ttl: must be at least min_ttl"},
+		{"policy file missing", []string{"--policy-file", filepath.Join(dir, "nope.json")}, "--policy-file"},
+		{"policy file unknown setting", []string{"--policy-file", bad}, `unknown setting "tokens"`},
 		{"unreadable certificate", []string{"--tls-cert", filepath.Join(dir, "x.pem"), "--tls-key", filepath.Join(dir, "x.key")}, "--tls-cert"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -57,6 +57,8 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	rateLimit := fs.String("rate-limit", env("rate-limit", "0"), "requests per second per principal, for auth file entries without a rate; 0 = unlimited (env TENURE_RATE_LIMIT)")
 	rateBurst := fs.String("rate-burst", env("rate-burst", "0"), "token bucket size of --rate-limit; 0 = the rate rounded up (env TENURE_RATE_BURST)")
 	ledgerMax := fs.String("ledger-max-size", env("ledger-max-size", "4GiB"), "size budget of the ledger files in DATA-DIR/ledger: the oldest whole files are pruned past it (e.g. 500MB, 10GiB); 0 keeps everything (env TENURE_LEDGER_MAX_SIZE)")
+	policyFile := fs.String("policy-file", env("policy-file", ""), "JSON file of server-wide policy defaults by flag name (e.g. {\"max-ttl\": \"10m\", \"max-renewals\": 20}); the policy flags win over it (env TENURE_POLICY_FILE)")
+	policy := addPolicyFlags(fs, true)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -118,6 +120,9 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Join = *join
 	if cfg.Cluster.LedgerMaxBytes, err = parseSize(*ledgerMax); err != nil {
 		return usagef("--ledger-max-size: %v", err)
+	}
+	if cfg.Cluster.PolicyDefaults, err = policy.overlay(*policyFile, true); err != nil {
+		return err
 	}
 	cfg.MemberToken = *memberToken
 	var limits auth.Limits

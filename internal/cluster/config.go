@@ -3,7 +3,6 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"github.com/tenurehq/tenure/internal/logpb"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
@@ -54,6 +55,12 @@ type Config struct {
 	LedgerMaxBytes int64
 	// Machine configures the state machine.
 	Machine statemachine.Config
+	// PolicyDefaults, when set, is what the server-wide policy defaults
+	// given at start (flags, TENURE_* variables, a policy file) do to a
+	// policy. They are replicated state: the first leader bootstraps the
+	// registrar with them, and a leader taking office whose replicated
+	// defaults differ from what they make of them proposes the change.
+	PolicyDefaults func(registrar.Policy) registrar.Policy
 	// FeedSize is how many recent records Watch and History can reach.
 	FeedSize int
 	// EventScope, when set, names the namespace and resource a record

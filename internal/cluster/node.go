@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -426,7 +427,43 @@ func (n *Node) lead() {
 	n.leader.Store(t)
 	n.log.Info("leading", "tick", base)
 	n.publishMembers(ctx)
+	n.applyPolicyDefaults(ctx)
 	n.expire(t)
+}
+
+// applyPolicyDefaults proposes the server-wide policy defaults given at
+// start where the replicated ones differ (a member restarted with other
+// flags, then elected).
+func (n *Node) applyPolicyDefaults(ctx context.Context) {
+	if n.cfg.PolicyDefaults == nil {
+		return
+	}
+	n.fsm.mu.RLock()
+	cur := n.fsm.m.Registrar().Defaults()
+	n.fsm.mu.RUnlock()
+	want := n.cfg.PolicyDefaults(cur)
+	if want == cur {
+		return
+	}
+	res, err := n.Propose(ctx, &logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{
+		Namespace: registrar.DefaultsNamespace, Policy: want.Proto()}}})
+	if err == nil {
+		err = res.Outcome.Err
+	}
+	if err != nil {
+		n.log.Warn("applying the policy defaults given at start", "err", err)
+		return
+	}
+	n.fsm.mu.RLock()
+	now := n.fsm.m.Registrar().Defaults()
+	n.fsm.mu.RUnlock()
+	if now != want {
+		// A count set to 0 (unlimited) cannot undo a limit through a
+		// policy update (0 leaves a field as it is).
+		n.log.Warn("the policy defaults given at start could not all be applied", "not_applied", policyDiff(now, want))
+		return
+	}
+	n.log.Info("applied the policy defaults given at start", "changed", policyDiff(cur, now))
 }
 
 // errStopping is await's answer when the node closes first.
@@ -467,9 +504,13 @@ func (n *Node) bootstrapRegistrar(tick registrar.Tick) error {
 	if _, err := rand.Read(seed); err != nil {
 		return fmt.Errorf("drawing the key seed: %w", err)
 	}
-	res, err := n.applyBeforeTerm(tick, []*logpb.Command{{
-		Op: &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: seed}},
-	}})
+	boot := &logpb.Bootstrap{KeySeed: seed}
+	if d := n.cfg.PolicyDefaults; d != nil {
+		if p := d(registrar.DefaultPolicy()); p != registrar.DefaultPolicy() {
+			boot.DefaultPolicy = p.Proto()
+		}
+	}
+	res, err := n.applyBeforeTerm(tick, []*logpb.Command{{Op: &logpb.Command_Bootstrap{Bootstrap: boot}}})
 	if err != nil {
 		return err
 	}
@@ -724,4 +765,16 @@ func privateDir(dir string, log *slog.Logger) error {
 		log.Warn("data dir was open to other users; now accessible to this user only", "dir", dir, "was", perm.String(), "now", (perm &^ 0o077).String())
 	}
 	return nil
+}
+
+// policyDiff names the fields of a that b changes, with b's values.
+func policyDiff(a, b registrar.Policy) string {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	var out []string
+	for i := range va.NumField() {
+		if va.Field(i).Interface() != vb.Field(i).Interface() {
+			out = append(out, fmt.Sprintf("%s=%v", va.Type().Field(i).Name, vb.Field(i).Interface()))
+		}
+	}
+	return strings.Join(out, " ")
 }

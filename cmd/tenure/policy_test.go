@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+func TestCLIPolicy(t *testing.T) {
+	t.Parallel()
+	ns := "pol" + uniq(t)
+	// A namespace without a policy of its own follows the defaults.
+	if out := ok(t, "policy", "get", ns); !strings.Contains(out, "max-ttl                   5m0s") || !strings.Contains(out, "max-renewals              unlimited") {
+		t.Fatalf("get before set:\n%s", out)
+	}
+	out := ok(t, "policy", "set", ns, "--max-ttl", "1m", "--default-ttl", "30s", "--max-renewals", "3")
+	for _, want := range []string{"default-ttl               30.0s", "max-ttl                   1m0s", "max-renewals              3", "max-grace                 15.0s"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("set: no %q in\n%s", want, out)
+		}
+	}
+	// Set changes only what it names.
+	p := parse(t, ok(t, "policy", "set", ns, "--max-active-per-holder", "9", "-o", "json"), &tenurev1.NamespacePolicy{})
+	if p.GetMaxTtl().AsDuration() != time.Minute || p.GetMaxRenewals() != 3 || p.GetMaxActivePerHolder() != 9 {
+		t.Fatalf("second set: %v", p)
+	}
+	if p := parse(t, ok(t, "policy", "get", "--namespace", ns, "-o", "json"), &tenurev1.NamespacePolicy{}); p.GetDefaultTtl().AsDuration() != 30*time.Second {
+		t.Fatalf("get with --namespace: %v", p)
+	}
+	fails(t, "TTL_OUT_OF_RANGE", "acquire", "x", "--namespace", ns, "--ttl", "2m")
+	// The registrar checks the policy a set makes.
+	fails(t, "INVALID_ARGUMENT", "policy", "set", ns, "--min-ttl", "5m")
+	for _, args := range [][]string{
+		{"policy", "set", ns},
+		{"policy", "get", ns, "--max-ttl", "1m"},
+		{"policy", "set"},
+		{"policy", "unset", ns},
+		{"policy", "set", ns, "--max-ttl", "soon"},
+		{"policy", "set", ns, "--max-renewals", "-1"},
+		{"policy", "set", ns, "--always-certify", "maybe"},
+	} {
+		if r := runTenure(t, args...); r.code != 2 {
+			t.Errorf("tenure %s: exit %d (%s), want 2", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+}
+
+// TestServerPolicyDefaults: tenure server's policy flags and policy file
+// make the defaults at bootstrap, and a restart with others changes them.
+func TestServerPolicyDefaults(t *testing.T) {
+	dir := t.TempDir()
+	api := freePort()
+	start := func(args ...string) func() {
+		t.Helper()
+		srv := exec.Command(tenureBin, append([]string{"server", "--data-dir", filepath.Join(dir, "data"), "--listen", api,
+			"--raft-listen", freePort(), "--log-level", "warn"}, args...)...)
+		srv.Env = append(os.Environ(), "TENURE_MAX_WAITERS_PER_RESOURCE=12")
+		var log bytes.Buffer
+		srv.Stdout, srv.Stderr = &log, &log
+		exited := startBackground(t, srv)
+		waitFor(t, 20*time.Second, "the server to be ready", func() bool {
+			select {
+			case <-exited:
+				t.Fatalf("server exited: %s", log.String())
+			default:
+			}
+			resp, err := http.Get("http://" + api + "/readyz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+		return func() {
+			_ = srv.Process.Signal(syscall.SIGTERM)
+			<-exited
+		}
+	}
+	get := func() *tenurev1.NamespacePolicy {
+		t.Helper()
+		return parse(t, ok(t, "policy", "get", "*", "--endpoints", api, "-o", "json"), &tenurev1.NamespacePolicy{})
+	}
+	stop := start("--max-ttl", "10m", "--max-renewals", "5")
+	p := get()
+	if p.GetMaxTtl().AsDuration() != 10*time.Minute || p.GetMaxRenewals() != 5 || p.GetMaxWaitersPerResource() != 12 ||
+		p.GetDefaultTtl().AsDuration() != time.Minute {
+		t.Fatalf("bootstrapped defaults: %v", p)
+	}
+	// A namespace without a policy of its own follows them.
+	ok(t, "acquire", "long", "--ttl", "8m", "--endpoints", api)
+	stop()
+	file := filepath.Join(dir, "policy.json")
+	if err := os.WriteFile(file, []byte(`{"max-ttl": "15m", "max-active-per-holder": 7, "always-certify": true}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stop = start("--policy-file", file, "--max-ttl", "20m")
+	// The new leader applies them once it leads: wait for that.
+	waitFor(t, 20*time.Second, "the restarted server's defaults", func() bool { return get().GetMaxActivePerHolder() == 7 })
+	p = get()
+	if p.GetMaxTtl().AsDuration() != 20*time.Minute || p.GetMaxRenewals() != 5 || !p.GetAlwaysCertify() || p.GetMaxWaitersPerResource() != 12 {
+		t.Fatalf("defaults after a restart with other settings: %v", p)
+	}
+	stop()
+}
