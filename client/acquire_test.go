@@ -310,9 +310,53 @@ func TestBearerTokenOnUnaryAndStream(t *testing.T) {
 
 func TestDefaultHolder(t *testing.T) {
 	t.Parallel()
-	h := defaultHolder()
-	if !strings.Contains(h, "@") || !strings.HasSuffix(h, ":"+strconv.Itoa(os.Getpid())) {
-		t.Errorf("default holder %q, want user@host:pid", h)
+	// Two Clients of one process never share a default holder (one would
+	// take the other's leases for its own after an unknown outcome).
+	a, b := defaultHolder(), defaultHolder()
+	base, _, _ := strings.Cut(a, "#")
+	if !strings.Contains(a, "@") || !strings.HasSuffix(base, ":"+strconv.Itoa(os.Getpid())) || a == b ||
+		!strings.HasPrefix(b, base+"#") {
+		t.Errorf("default holders %q and %q, want user@host:pid, each Client its own", a, b)
+	}
+}
+
+// TestSharedHolderLeavesStraysAlone: with a holder other Clients may
+// share, an Acquire never releases or adopts a lease of the holder that
+// it cannot tell from another Client's: the stray and the lost attempt's
+// grant are left to expire (a Client sharing the holder may hold them).
+func TestSharedHolderLeavesStraysAlone(t *testing.T) {
+	for _, opt := range []Option{WithSharedHolder(), WithToken("shared-token")} {
+		synctest.Test(t, func(t *testing.T) {
+			fc := setup(t, "a:1", "b:1")
+			fc.members["a:1"].set(func(m *fakeMember) { m.acquireDelay = 2 * time.Second })
+			c := fc.client([]string{"a:1"}, WithoutPipeline(), opt)
+			short, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			if _, err := c.Acquire(short, "orders/42", TTL(time.Minute)); err == nil {
+				t.Fatal("an Acquire past its deadline succeeded")
+			}
+			time.Sleep(2 * time.Second) // fake time: the server grants the lease nobody waits for
+			synctest.Wait()
+			fc.members["a:1"].set(func(m *fakeMember) { m.acquireDelay = 0 })
+			_, err := c.Acquire(t.Context(), "orders/42", TTL(time.Minute))
+			var held *HeldError
+			if !errors.As(err, &held) || held.Holder != "tester" {
+				t.Fatalf("the next Acquire: %v, want LEASE_HELD naming the holder", err)
+			}
+			if rel := fc.members["a:1"].releaseCount(); rel != 0 {
+				t.Fatalf("released %d leases; want none", rel)
+			}
+			// Nor is a lost attempt's grant adopted.
+			fc.members["b:1"].set(func(m *fakeMember) {
+				m.acquireHook = func(*tenurev1.AcquireRequest) (bool, error) {
+					return true, tenureError(connect.CodeUnavailable, ReasonOutcomeUnknown, nil, "commit broke off")
+				}
+			})
+			c2 := fc.client([]string{"b:1", "a:1"}, opt)
+			if _, err := c2.Acquire(t.Context(), "orders/43", TTL(3*time.Second)); !errors.As(err, &held) || held.Holder != "tester" {
+				t.Fatalf("Acquire after an unknown outcome: %v, want LEASE_HELD naming the holder", err)
+			}
+		})
 	}
 }
 

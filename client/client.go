@@ -75,6 +75,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg.finish()
 	if len(endpoints) == 0 {
 		return nil, errors.New("tenure: New: at least one endpoint is required")
 	}

@@ -403,6 +403,12 @@ func (m *fakeMember) acquireCount() int {
 	return m.acquires
 }
 
+func (m *fakeMember) releaseCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.releases)
+}
+
 func (m *fakeMember) renewCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -229,12 +229,14 @@ func ClaimOf(pb *tenurev1.Lease) fencing.Claim {
 // other Acquire of the resource is in flight in this Client, that lease is
 // the one granted to the lost attempt: Acquire adopts it, trusting it from
 // the first attempt's send time. This is safe when the holder identity is
-// unique to this Client (the default user@host:pid is).
+// unique to this Client (the default is); with WithSharedHolder or
+// WithToken it is not assumed, and Acquire never adopts.
 //
 // An Acquire whose ctx ends after its request was sent may still have been
 // granted, a lease this Client never sees. The next Acquire of the resource
 // by this Client that meets such a lease of its holder (not held by this
-// Client, no other Acquire of it in flight) releases it and asks again, as
+// Client, no other Acquire of it in flight) releases it and asks again
+// (unless the holder may be shared, as above: the lease then expires), as
 // it does for a lease this Client gave up when its trust window passed.
 func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lease, error) {
 	if err := c.checkOpen(); err != nil {
@@ -292,7 +294,7 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		resp, err := c.acquireRPC(ctx, ep, req)
 		var held *HeldError
 		if err != nil && errors.As(fromConnect(err), &held) && held.Holder == c.cfg.holder &&
-			(c.takeGivenUp(held.LeaseID) || c.takeStray(key, held.LeaseID)) {
+			(c.takeGivenUp(held.LeaseID) || !c.cfg.sharedHolder && c.takeStray(key, held.LeaseID)) {
 			// A lease of ours this client gave up for lost, or granted to
 			// an Acquire that had already returned: release it and ask
 			// again.
@@ -349,7 +351,7 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 // adoptable returns the lease named by held when it must be the one granted
 // to an earlier attempt of this Acquire whose outcome was unknown.
 func (c *Client) adoptable(ctx context.Context, ep *endpoint, key string, req *tenurev1.AcquireRequest, held *HeldError) *tenurev1.Lease {
-	if held.Holder != c.cfg.holder || held.LeaseID == "" {
+	if held.Holder != c.cfg.holder || held.LeaseID == "" || c.cfg.sharedHolder {
 		return nil
 	}
 	c.mu.Lock()

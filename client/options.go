@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/user"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -69,6 +70,8 @@ type config struct {
 	namespace    string
 	token        string
 	holder       string
+	holderGiven  bool // WithHolder: else the Client's own default
+	sharedHolder bool // WithSharedHolder, or WithToken: see recognisesOwn
 	tlsConfig    *tls.Config
 	httpClient   *http.Client
 	safetyMargin time.Duration // 0: the default rule
@@ -84,7 +87,6 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		namespace:    DefaultNamespace,
-		holder:       defaultHolder(),
 		clock:        realClock{},
 		logger:       slog.New(slog.DiscardHandler),
 		retryBudget:  DefaultRetryBudget,
@@ -94,11 +96,21 @@ func defaultConfig() config {
 	}
 }
 
+// finish fills in what depends on other options.
+func (c *config) finish() {
+	if !c.holderGiven {
+		c.holder = defaultHolder()
+	}
+	if c.token != "" {
+		c.sharedHolder = true
+	}
+}
+
 func (c *config) validate() error {
 	switch {
 	case c.namespace == "":
 		return fmt.Errorf("tenure: WithNamespace: namespace must not be empty")
-	case c.holder == "":
+	case c.holderGiven && c.holder == "":
 		return fmt.Errorf("tenure: WithHolder: holder must not be empty")
 	case len(c.holder) > 128:
 		return fmt.Errorf("tenure: WithHolder: holder is %d bytes, at most 128 allowed", len(c.holder))
@@ -112,8 +124,12 @@ func (c *config) validate() error {
 	return nil
 }
 
+// clients counts the Clients made in this process without WithHolder.
+var clients atomic.Int64
+
 // defaultHolder is user@hostname:pid, so that two processes never share a
-// holder identity by accident.
+// holder identity by accident, and #2, #3, … after it for the second and
+// later Clients of the process, so that two Clients do not either.
 func defaultHolder() string {
 	name := os.Getenv("USER")
 	if u, err := user.Current(); err == nil && u.Username != "" {
@@ -127,6 +143,9 @@ func defaultHolder() string {
 		host = "localhost"
 	}
 	h := name + "@" + host + ":" + strconv.Itoa(os.Getpid())
+	if n := clients.Add(1); n > 1 {
+		h += "#" + strconv.FormatInt(n, 10)
+	}
 	if len(h) > 128 {
 		h = h[len(h)-128:]
 	}
@@ -144,12 +163,27 @@ func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns
 func WithToken(token string) Option { return func(c *config) { c.token = token } }
 
 // WithHolder sets the holder identity sent with acquisitions and releases.
-// The default is user@hostname:pid. When the server authenticates requests
-// the holder is the authenticated principal, and this should match it.
+// The default is user@hostname:pid (with #2, #3, … for the second and
+// later Clients of a process). When the server authenticates requests the
+// holder is the authenticated principal, and this should match it.
 //
 // The holder should be unique to this Client: Acquire recognises its own
-// lease by the holder after an unknown outcome (see Client.Acquire).
-func WithHolder(holder string) Option { return func(c *config) { c.holder = holder } }
+// lease by the holder after an unknown outcome (see Client.Acquire). If
+// other Clients may use the same holder (replicas started with one name),
+// add WithSharedHolder.
+func WithHolder(holder string) Option {
+	return func(c *config) { c.holder, c.holderGiven = holder, true }
+}
+
+// WithSharedHolder says that other Clients, in this process or others, may
+// act as the same holder (with WithToken this is assumed: every process
+// given the token is its principal). Acquire then never takes a lease it
+// meets on the resource for its own: after an unknown outcome (a leader
+// lost, a ctx that ended after the request went out) the lease it may have
+// been granted is left to expire, and the resource answers LEASE_HELD
+// naming this holder until it does, rather than risk releasing or
+// adopting another Client's lease.
+func WithSharedHolder() Option { return func(c *config) { c.sharedHolder = true } }
 
 // WithTLS connects with TLS (HTTP/2 over TLS) using cfg. Endpoints without
 // a scheme become https://. Without this option the client speaks HTTP/2
