@@ -3,6 +3,7 @@ package tenure
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -120,16 +121,16 @@ func TestDoneOnlyAfterTrustWindow(t *testing.T) {
 		}
 		time.Sleep(time.Until(lastConfirmed) - time.Millisecond)
 		synctest.Wait()
-		if isDone(l) {
-			t.Fatalf("Done 1ms before the trust window ended: %v", l.Err())
+		if isDone(l) || !l.Valid() {
+			t.Fatalf("Done or not Valid 1ms before the trust window ended: %v", l.Err())
 		}
 		if len(fc.members["a:1"].keepalives()) <= 2 {
 			t.Fatal("no renewal attempted after the member went silent")
 		}
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
-		if !isDone(l) {
-			t.Fatal("Done not closed when the trust window ended")
+		if !isDone(l) || l.Valid() {
+			t.Fatal("Done not closed, or still Valid, when the trust window ended")
 		}
 		err = l.Err()
 		if !errors.Is(err, ErrLeaseLost) || !errors.Is(err, ErrTrustWindowPassed) {
@@ -536,6 +537,34 @@ func TestShortLeaseAfterLongOneIsRenewedOnTime(t *testing.T) {
 		}
 		if len(at) != 3 || at[0] != time.Second {
 			t.Fatalf("the 3s lease was renewed at %v, want at 1s, 2s and 3s", at)
+		}
+	})
+}
+
+// pausedClock is the real (synctest) clock plus a jump that no timer
+// sees: a process waking from a pause before its timers have run.
+type pausedClock struct{ jump atomic.Int64 }
+
+func (c *pausedClock) Now() time.Time                 { return time.Now().Add(time.Duration(c.jump.Load())) }
+func (c *pausedClock) NewTimer(d time.Duration) Timer { return realClock{}.NewTimer(d) }
+
+// TestValidWithoutWaitingForTimers: after a pause past the trust window,
+// Valid answers false before the timer that closes Done has run.
+func TestValidWithoutWaitingForTimers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		clock := &pausedClock{}
+		c := fc.client([]string{"a:1"}, WithClock(clock))
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.Valid() {
+			t.Fatal("a fresh lease is not Valid")
+		}
+		clock.jump.Store(int64(3 * time.Second))
+		if isDone(l) || l.Valid() {
+			t.Fatalf("after a pause past the window: Done %v, Valid %v; want Done still open and Valid false", isDone(l), l.Valid())
 		}
 	})
 }

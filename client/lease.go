@@ -146,8 +146,25 @@ func (l *Lease) Proto() *tenurev1.Lease {
 }
 
 // Done is closed when the lease ends for this client: lost (revoked,
-// expired, refused on renewal, trust window passed) or released.
+// expired, refused on renewal, trust window passed) or released. A timer
+// closes it when the trust window passes: a process that was paused past
+// it (SIGSTOP, a long GC or VM pause) may run before that timer does, so
+// check Valid right before acting on the lease.
 func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Valid reports, by the client's clock now, whether the lease may still be
+// acted on: it has not ended and its trust window has not passed. Unlike
+// Done it does not wait for the client's timers, so a process that wakes
+// from a pause past the window sees false at once. (A pause between Valid
+// and the action it guards is what fences are for.)
+func (l *Lease) Valid() bool {
+	select {
+	case <-l.done:
+		return false
+	default:
+	}
+	return l.c.clock.Now().Before(l.TrustedUntil())
+}
 
 // Err returns nil while the lease is held, then why it ended: ErrReleased,
 // or a *LostError matching ErrLeaseLost.
