@@ -540,9 +540,16 @@ func TestIntegrationResume(t *testing.T) {
 	if err != nil || len(res) != 1 || !res[0].Active() {
 		t.Fatalf("VerifyAll = %+v, %v", res, err)
 	}
+	// Another holder cannot resume it, and does not renew it trying.
+	if _, err := s.client(t, WithHolder("intruder")).Resume(ctx, id); !errors.Is(err, ErrNotHolder) {
+		t.Fatalf("Resume by another holder = %v, want ErrNotHolder", err)
+	}
 	r, err := second.Resume(ctx, id)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := r.Proto().GetRenewalCount(); n != 1 {
+		t.Fatalf("renewal count %d after one Resume by the holder, want 1", n)
 	}
 	if r.ID() != id || r.Fence() != l.Fence() || !r.TrustedUntil().After(time.Now()) {
 		t.Fatalf("resumed lease %s fence %d trusted %v", r.ID(), r.Fence(), r.TrustedUntil())

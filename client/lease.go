@@ -518,7 +518,7 @@ func (c *Client) renewOnce(ctx context.Context, id string, cert bool) (time.Time
 	)
 	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
 		now := c.clock.Now()
-		resp, err := c.renewRPC(ctx, ep, &tenurev1.RenewRequest{LeaseIds: []string{id}, Certificate: cert})
+		resp, err := c.renewRPC(ctx, ep, &tenurev1.RenewRequest{LeaseIds: []string{id}, Holder: c.cfg.holder, Certificate: cert})
 		if err != nil {
 			return err
 		}
