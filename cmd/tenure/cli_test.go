@@ -314,6 +314,11 @@ func TestCLILeaseLifecycle(t *testing.T) {
 	if out := ok(t, "ls", "--prefix", res); !strings.Contains(out, "LEASE ID") || !strings.Contains(out, id) {
 		t.Fatalf("ls table:\n%s", out)
 	}
+	// --resource is exact: a resource that extends res is not listed.
+	acquire(t, res+"0", "--ttl", "30s", "--holder", "w1")
+	if l := parse(t, ok(t, "ls", "--resource", res, "-o", "json"), &tenurev1.ListResponse{}); len(l.GetLeases()) != 1 || l.GetLeases()[0].GetLeaseId() != id {
+		t.Fatalf("ls --resource: %v", l)
+	}
 	fails(t, "INVALID_ARGUMENT", "ls", "--namespace", strings.Repeat("n", 200))
 
 	vout := ok(t, "verify", id, "no-such-lease", "-o", "json")

@@ -10,18 +10,20 @@ import (
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
 
-const lsHelp = `List the leases of a namespace, optionally only those whose resource starts
-with --prefix, of one --holder, or in some --state. Prints one page (see
+const lsHelp = `List the leases of a namespace, optionally only those of one --resource, those
+whose resource starts with --prefix, of one --holder, or in some --state. Prints one page (see
 --page-size and --page-token) or, with --all, every page.`
 
 const lsExamples = `  tenure ls
   tenure ls --prefix orders/ --state active
+  tenure ls --resource orders/42 --state active
   tenure ls --holder w1 --state active,expired --all -o json`
 
 // runLs is `tenure ls`.
 func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure ls", "[flags]", lsHelp, lsExamples, stdout, stderr)
 	prefix := c.fs.String("prefix", "", "only resources starting with this")
+	resource := c.fs.String("resource", "", "only this resource (exactly)")
 	holder := c.fs.String("holder", "", "only leases of this holder")
 	states := c.fs.String("state", "", "comma-separated states: active, released, expired, revoked (default: all)")
 	pageSize := c.int32Flag("page-size", 0, "leases per page (default: the server's)")
@@ -33,7 +35,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *pageSize < 0 {
 		return c.usageError("--page-size must not be negative, got %d", *pageSize)
 	}
-	req := &tenurev1.ListRequest{Namespace: c.namespace, Prefix: *prefix, Holder: *holder, PageSize: *pageSize, PageToken: *pageToken}
+	req := &tenurev1.ListRequest{Namespace: c.namespace, Prefix: *prefix, Resource: *resource, Holder: *holder, PageSize: *pageSize, PageToken: *pageToken}
 	for s := range strings.SplitSeq(*states, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue

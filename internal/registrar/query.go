@@ -237,6 +237,8 @@ func (r *Registrar) WaiterPending(id uint64) bool { return r.waiters[id] != nil 
 type ListQuery struct {
 	Namespace string
 	Prefix    string
+	// Resource, when set, is the one resource listed (exactly).
+	Resource  string
 	Holder    string
 	States    []State // empty = all
 	PageSize  int
@@ -258,6 +260,11 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 	}
 	if err := CheckPrefix("prefix", q.Prefix); err != nil {
 		return nil, "", err
+	}
+	if q.Resource != "" {
+		if err := CheckResource("resource", q.Resource); err != nil {
+			return nil, "", err
+		}
 	}
 	if err := CheckIdentifier("holder", q.Holder, false); err != nil {
 		return nil, "", err
@@ -282,7 +289,10 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 	if ns == nil {
 		return nil, "", nil
 	}
-	if q.Holder != "" && len(q.States) == 1 && q.States[0] == Active {
+	if q.Resource != "" && !strings.HasPrefix(q.Resource, q.Prefix) {
+		return nil, "", nil
+	}
+	if q.Holder != "" && q.Resource == "" && len(q.States) == 1 && q.States[0] == Active {
 		leases, last := r.listActiveOf(ns.holders[q.Holder], q.Prefix, size, startRes, startSeq, t)
 		if last != nil {
 			next = q.encodePageToken(last.res.name, last.seq)
@@ -290,13 +300,10 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 		return leases, next, nil
 	}
 	want := func(s State) bool { return len(q.States) == 0 || slices.Contains(q.States, s) }
-	from := q.Prefix
-	if startRes > from {
-		from = startRes
-	}
+	from := max(q.Prefix, q.Resource, startRes)
 	ns.ordered.AscendGreaterOrEqual(nameKey(from), func(e named) bool {
 		res := e.res
-		if !strings.HasPrefix(res.name, q.Prefix) {
+		if !strings.HasPrefix(res.name, q.Prefix) || q.Resource != "" && res.name != q.Resource {
 			return false
 		}
 		for _, l := range res.leases {
@@ -373,6 +380,10 @@ func (q ListQuery) filterSum() uint32 {
 		h.Write([]byte(f))
 		h.Write([]byte{0})
 	}
+	if q.Resource != "" { // (left out when unset: tokens issued before it stay valid)
+		h.Write([]byte(q.Resource))
+		h.Write([]byte{1})
+	}
 	var states, all byte // a set: the order and repeats of States do not matter
 	for _, st := range q.States {
 		states |= 1 << st
@@ -403,7 +414,7 @@ func (q ListQuery) decodePageToken() (string, uint64, error) {
 		return "", 0, invalid("page_token", "is not a token this server issued")
 	}
 	if binary.BigEndian.Uint32(b[1:5]) != q.filterSum() {
-		return "", 0, invalid("page_token", "was issued for other filters (namespace, prefix, holder or states); start again without it")
+		return "", 0, invalid("page_token", "was issued for other filters (namespace, prefix, resource, holder or states); start again without it")
 	}
 	seq, n := binary.Uvarint(b[5:])
 	res := string(b[5+max(n, 0):])

@@ -119,6 +119,13 @@ func TestList_Filters(t *testing.T) {
 			"jobs/a w1 RELEASED", "jobs/b w1 EXPIRED", "orders/1 w2 REVOKED")},
 		{"holder_prefix_state", registrar.ListQuery{Holder: "w1", Prefix: "jobs/", States: []registrar.State{registrar.Active}}, strs(
 			"jobs/c w1 ACTIVE")},
+		{"resource", registrar.ListQuery{Resource: "jobs/a"}, strs("jobs/a w1 RELEASED", "jobs/a w2 ACTIVE")},
+		{"resource_is_exact", registrar.ListQuery{Resource: "jobs/"}, nil},
+		{"resource_holder_active", registrar.ListQuery{Resource: "orders/2", Holder: "w1", States: []registrar.State{registrar.Active}}, strs(
+			"orders/2 w1 ACTIVE")},
+		{"resource_within_prefix", registrar.ListQuery{Prefix: "orders/", Resource: "orders/1"}, strs("orders/1 w2 REVOKED")},
+		{"resource_outside_prefix", registrar.ListQuery{Prefix: "jobs/", Resource: "orders/2"}, nil},
+		{"resource_unknown", registrar.ListQuery{Resource: "jobs/zz"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -156,6 +163,8 @@ func TestList_BadQueries(t *testing.T) {
 		{"token_of_another_namespace", registrar.ListQuery{Namespace: "other", PageToken: tok}, "page_token"},
 		{"unknown_state", registrar.ListQuery{States: []registrar.State{9}}, "states"},
 		{"bad_holder", registrar.ListQuery{Holder: "w\n1"}, "holder"},
+		{"bad_resource", registrar.ListQuery{Resource: "a\nb"}, "resource"},
+		{"token_of_another_resource", registrar.ListQuery{Resource: "jobs/a", PageToken: tok}, "page_token"},
 		{"bad_namespace", registrar.ListQuery{Namespace: string(make([]byte, 129))}, "namespace"},
 	}
 	for _, c := range cases {
@@ -164,6 +173,14 @@ func TestList_BadQueries(t *testing.T) {
 			wantReason(t, err, registrar.ReasonInvalidArgument)
 			wantMeta(t, err, "field", c.field)
 		})
+	}
+	// One resource's leases page like the rest.
+	q := registrar.ListQuery{Resource: "jobs/a", PageSize: 1}
+	first, tok2, err := e.m.Registrar().List(q, e.tick)
+	q.PageToken = tok2
+	second, tok3, err2 := e.m.Registrar().List(q, e.tick)
+	if err != nil || err2 != nil || len(first) != 1 || len(second) != 1 || first[0].Fence >= second[0].Fence || tok3 != "" {
+		t.Fatalf("paging one resource: %v %v, %v %v, next %q", describe(first), err, describe(second), err2, tok3)
 	}
 	// Naming every state is the same query as naming none, and "default"
 	// the same as no namespace: the token carries on.

@@ -1927,13 +1927,15 @@ func (x *GetResponse) GetLease() *Lease {
 }
 
 type ListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Prefix        string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	Holder        string                 `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
-	States        []State                `protobuf:"varint,4,rep,packed,name=states,proto3,enum=tenure.v1.State" json:"states,omitempty"`
-	PageSize      int32                  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Prefix    string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Holder    string                 `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	States    []State                `protobuf:"varint,4,rep,packed,name=states,proto3,enum=tenure.v1.State" json:"states,omitempty"`
+	PageSize  int32                  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string                 `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only the leases of this resource (exactly; prefix matches more).
+	Resource      string `protobuf:"bytes,7,opt,name=resource,proto3" json:"resource,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2006,6 +2008,13 @@ func (x *ListRequest) GetPageSize() int32 {
 func (x *ListRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListRequest) GetResource() string {
+	if x != nil {
+		return x.Resource
 	}
 	return ""
 }
@@ -4096,7 +4105,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12 \n" +
 	"\vcertificate\x18\x02 \x01(\bR\vcertificate\"5\n" +
 	"\vGetResponse\x12&\n" +
-	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\xc1\x01\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\xdd\x01\n" +
 	"\vListRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x16\n" +
@@ -4104,7 +4113,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06states\x18\x04 \x03(\x0e2\x10.tenure.v1.StateR\x06states\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"\x8f\x01\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x1a\n" +
+	"\bresource\x18\a \x01(\tR\bresource\"\x8f\x01\n" +
 	"\vLeaseCounts\x12\x16\n" +
 	"\x06active\x18\x01 \x01(\x04R\x06active\x12\x1a\n" +
 	"\breleased\x18\x02 \x01(\x04R\breleased\x12\x18\n" +
