@@ -544,7 +544,9 @@ func (r *Registrar) renewOne(tx *Tx, id string, l *lease, holder string, ttlReq 
 	return r.view(l, tx.Tick), tx.err
 }
 
-func checkReleaseReason(rr tenurev1.ReleaseReason) (tenurev1.ReleaseReason, error) {
+// CheckReleaseReason resolves the reason a Release gives (none:
+// VOLUNTARY); the others are recorded by the registrar itself.
+func CheckReleaseReason(rr tenurev1.ReleaseReason) (tenurev1.ReleaseReason, error) {
 	switch rr {
 	case tenurev1.ReleaseReason_RELEASE_REASON_UNSPECIFIED:
 		return tenurev1.ReleaseReason_RELEASE_REASON_VOLUNTARY, nil
@@ -552,7 +554,10 @@ func checkReleaseReason(rr tenurev1.ReleaseReason) (tenurev1.ReleaseReason, erro
 		tenurev1.ReleaseReason_RELEASE_REASON_VOLUNTARY:
 		return rr, nil
 	}
-	return 0, invalid("reason", "unknown or reserved release reason %d", rr)
+	if name, ok := tenurev1.ReleaseReason_name[int32(rr)]; ok {
+		return 0, invalid("reason", "%s is recorded by the registrar (Transfer), not given to Release; give COMPLETED, ABORTED or VOLUNTARY", name)
+	}
+	return 0, invalid("reason", "unknown release reason %d; give COMPLETED, ABORTED or VOLUNTARY", rr)
 }
 
 // Release ends a lease at its holder's request (CTR-0505). Releasing a
@@ -564,7 +569,7 @@ func (r *Registrar) Release(tx *Tx, c *logpb.Release) Outcome {
 	if err := CheckIdentifier("holder", c.Holder, true); err != nil {
 		return fail(err)
 	}
-	reason, err := checkReleaseReason(c.Reason)
+	reason, err := CheckReleaseReason(c.Reason)
 	if err != nil {
 		return fail(err)
 	}

@@ -1,6 +1,7 @@
 package registrar_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -335,5 +336,23 @@ func TestTransfer_Errors(t *testing.T) {
 				t.Fatalf("failed transfer returned leases: %+v", out)
 			}
 		})
+	}
+}
+
+func TestCheckReleaseReasonNamesTheReason(t *testing.T) {
+	t.Parallel()
+	for rr, want := range map[tenurev1.ReleaseReason]string{
+		tenurev1.ReleaseReason_RELEASE_REASON_TRANSFERRED: "RELEASE_REASON_TRANSFERRED is recorded by the registrar",
+		tenurev1.ReleaseReason(42):                        "unknown release reason 42",
+	} {
+		_, err := registrar.CheckReleaseReason(rr)
+		wantReason(t, err, registrar.ReasonInvalidArgument)
+		wantMeta(t, err, "field", "reason")
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "give COMPLETED, ABORTED or VOLUNTARY") {
+			t.Errorf("reason %d: %v", rr, err)
+		}
+	}
+	if got, err := registrar.CheckReleaseReason(0); err != nil || got != tenurev1.ReleaseReason_RELEASE_REASON_VOLUNTARY {
+		t.Errorf("no reason: %v %v, want VOLUNTARY", got, err)
 	}
 }

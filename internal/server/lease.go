@@ -338,11 +338,8 @@ func releaseCommand(m *tenurev1.ReleaseRequest) (*logpb.Release, error) {
 	if err := registrar.CheckIdentifier("holder", m.Holder, true); err != nil {
 		return nil, err
 	}
-	switch m.Reason {
-	case tenurev1.ReleaseReason_RELEASE_REASON_UNSPECIFIED, tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED,
-		tenurev1.ReleaseReason_RELEASE_REASON_ABORTED, tenurev1.ReleaseReason_RELEASE_REASON_VOLUNTARY:
-	default:
-		return nil, invalidArg("reason", fmt.Sprintf("unknown or reserved release reason %d", m.Reason))
+	if _, err := registrar.CheckReleaseReason(m.Reason); err != nil {
+		return nil, err
 	}
 	return &logpb.Release{LeaseId: m.LeaseId, Holder: m.Holder, Reason: m.Reason}, nil
 }
