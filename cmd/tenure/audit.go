@@ -206,8 +206,8 @@ func auditVerify(ctx context.Context, c *cliCommand, dir, keyFlag string, comple
 			fmt.Fprintf(w, ", signed through %d", rep.SignedThrough)
 		}
 		fmt.Fprintln(w)
-		if rep.Last > rep.SignedThrough && verr == nil {
-			fmt.Fprintf(w, "note: the %d record(s) after %d are chained but not yet covered by a signed checkpoint\n", rep.Last-rep.SignedThrough, rep.SignedThrough)
+		if rep.Unsigned > 0 && verr == nil {
+			fmt.Fprintf(w, "note: the last %d record(s) are chained but not yet covered by a signed checkpoint\n", rep.Unsigned)
 		}
 	}
 	if out.Key != "" {

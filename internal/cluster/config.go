@@ -87,6 +87,12 @@ type Config struct {
 	// much a failover can add to a lease beyond the election (zero: the
 	// default, 100 ms).
 	ClockHeartbeat time.Duration
+	// SignAfter bounds how long the ledger's last records wait for a
+	// signed checkpoint: a checkpoint signs the chain head every
+	// Machine.CheckpointEvery records, and the leader asks for one this
+	// long after the first record it would leave unsigned (zero: the
+	// default, 1 s).
+	SignAfter time.Duration
 	// HeartbeatTimeout and ElectionTimeout tune Raft (zero: Raft's defaults).
 	HeartbeatTimeout, ElectionTimeout time.Duration
 	// SnapshotThreshold is how many log entries trigger a snapshot (zero:
@@ -122,6 +128,7 @@ func DefaultConfig() Config {
 		MaxInflightEntries: 1,
 		ApplyTimeout:       5 * time.Second,
 		ClockHeartbeat:     100 * time.Millisecond,
+		SignAfter:          time.Second,
 		LedgerMaxBytes:     DefaultLedgerMaxBytes,
 	}
 }

@@ -104,6 +104,9 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.ClockHeartbeat <= 0 {
 		cfg.ClockHeartbeat = def.ClockHeartbeat
 	}
+	if cfg.SignAfter <= 0 {
+		cfg.SignAfter = def.SignAfter
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

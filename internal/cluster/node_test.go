@@ -640,3 +640,30 @@ func TestRestartOnAnotherRaftAddressWarns(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestQuietLedgerTailIsSigned: a few records, then nothing: the leader
+// has the tail signed SignAfter later instead of leaving it unsigned
+// until the next 1024 records.
+func TestQuietLedgerTailIsSigned(t *testing.T) {
+	n := openWith(t, t.TempDir(), func(c *Config) { c.SignAfter = 200 * time.Millisecond })
+	defer n.Close()
+	if out := acquire(t, n, "sign/a", "h", time.Minute, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	unsigned := func() uint64 {
+		n.fsm.mu.RLock()
+		defer n.fsm.mu.RUnlock()
+		u, _ := n.fsm.m.UnsignedTail()
+		return u
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for unsigned() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records still unsigned 10 s after the last write", unsigned())
+		}
+		select {
+		case <-n.fsm.changes():
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -108,27 +108,39 @@ func (n *Node) AwaitWaiter(ctx context.Context, id uint64) (WaitResult, error) {
 // anything is due it also proposes an Advance whenever no command has
 // carried the clock for ClockHeartbeat: a successor resumes time from the
 // last applied tick, so without it an idle spell before a leader's crash
-// would be added to every lease (the fault tests measured it).
+// would be added to every lease (the fault tests measured it). And it asks
+// for the ledger's tail to be signed once it has waited SignAfter.
 func (n *Node) expire(t *term) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	// Proposed at half the heartbeat, so that the Raft round of the
 	// Advance itself stays within it.
 	beat := registrar.Tick(registrar.Ms(n.cfg.ClockHeartbeat / 2))
+	signAfter := registrar.Tick(registrar.Ms(n.cfg.SignAfter))
 	for {
 		changed := n.fsm.changes()
 		n.fsm.mu.RLock()
 		next, ok := n.fsm.m.Registrar().NextDeadline()
+		unsigned, since := n.fsm.m.UnsignedTail()
 		n.fsm.mu.RUnlock()
 		applied := n.fsm.maxTick.load()
 		timer.Stop()
 		if ok {
-			now := t.now()
 			if stale := applied + beat; stale < next {
 				next = stale
 			}
+		}
+		// A quiet ledger's tail is signed SignAfter after its first
+		// unsigned record.
+		signAt := since + signAfter
+		if unsigned > 0 && (!ok || signAt < next) {
+			next, ok = signAt, true
+		}
+		if ok {
+			now := t.now()
 			if next <= now {
-				_, err := n.Propose(t.ctx, &logpb.Command{Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}})
+				sign := unsigned > 0 && signAt <= now
+				_, err := n.Propose(t.ctx, &logpb.Command{Op: &logpb.Command_Advance{Advance: &logpb.Advance{Sign: sign}}})
 				if err == nil {
 					continue
 				}

@@ -129,6 +129,9 @@ type Report struct {
 	// SignedThrough is the last index a verified checkpoint covers;
 	// the records after it are chained but not yet signed.
 	SignedThrough uint64 `json:"signedThrough"`
+	// Unsigned counts the records after the last checkpoint (the records
+	// after SignedThrough but the checkpoint that signs them).
+	Unsigned uint64 `json:"unsigned"`
 	// Gaps are the ranges not held (start markers).
 	Gaps []Gap `json:"gaps,omitempty"`
 	// Torn is a partial last line, ignored.
@@ -259,6 +262,9 @@ func Verify(dir string, opt VerifyOptions) (Report, error) {
 		if cp := rec.GetCheckpoint(); cp != nil {
 			rep.Checkpoints++
 			rep.SignedThrough = cp.CoversIndex
+			rep.Unsigned = 0
+		} else {
+			rep.Unsigned++
 		}
 		if rep.Records == 0 {
 			rep.First = rec.Index

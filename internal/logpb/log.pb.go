@@ -1636,7 +1636,12 @@ func (x *CancelWait) GetHolder() string {
 
 // Advance only moves registrar time forward (expiring what is due).
 type Advance struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also sign the chain head (a checkpoint record) if records follow the
+	// last checkpoint: the leader asks for it once the ledger's tail has
+	// gone unsigned for a while, so that a quiet ledger's last records do
+	// not wait for the next 1024 to be signed.
+	Sign          bool `protobuf:"varint,1,opt,name=sign,proto3" json:"sign,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1669,6 +1674,13 @@ func (x *Advance) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Advance.ProtoReflect.Descriptor instead.
 func (*Advance) Descriptor() ([]byte, []int) {
 	return file_log_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Advance) GetSign() bool {
+	if x != nil {
+		return x.Sign
+	}
+	return false
 }
 
 // Record is one ledger event. Its canonical bytes are its deterministic
@@ -4894,8 +4906,9 @@ const file_log_proto_rawDesc = "" +
 	"\n" +
 	"CancelWait\x12\x1b\n" +
 	"\twaiter_id\x18\x01 \x01(\x04R\bwaiterId\x12\x16\n" +
-	"\x06holder\x18\x02 \x01(\tR\x06holder\"\t\n" +
-	"\aAdvance\"\xbd\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\"\x1d\n" +
+	"\aAdvance\x12\x12\n" +
+	"\x04sign\x18\x01 \x01(\bR\x04sign\"\xbd\n" +
 	"\n" +
 	"\x06Record\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +

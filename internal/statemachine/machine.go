@@ -90,6 +90,9 @@ type Machine struct {
 	priv           ed25519.PrivateKey
 	pub            ed25519.PublicKey
 	lastCheckpoint uint64
+	// unsignedSince is the tick of the first record after lastCheckpoint
+	// (not state: after a restore, the registrar's tick then).
+	unsignedSince registrar.Tick
 	// members are the published cluster members, by id.
 	members map[string]Member
 	tx      *registrar.Tx
@@ -187,7 +190,8 @@ func (m *Machine) Apply(cmd *logpb.Command) Result {
 		m.reg.Advance(tx)
 		out = m.dispatch(tx, cmd)
 	}
-	if m.priv != nil && m.chain.Next-1-m.lastCheckpoint >= m.cfg.CheckpointEvery {
+	unsigned := m.chain.Next - 1 - m.lastCheckpoint
+	if a, ok := cmd.Op.(*logpb.Command_Advance); m.priv != nil && (unsigned >= m.cfg.CheckpointEvery || ok && a.Advance.Sign && unsigned > 0) {
 		tx.Emit(&logpb.Record{Body: &logpb.Record_Checkpoint{Checkpoint: m.chain.SignCheckpoint(m.priv)}})
 	}
 	if err := tx.Err(); err != nil {
@@ -334,6 +338,15 @@ func (m *Machine) SetKeySeed(seed []byte) {
 	m.pub = m.priv.Public().(ed25519.PublicKey)
 }
 
+// UnsignedTail reports how many records follow the last checkpoint (none
+// before the registrar has its key), and the tick of the first of them.
+func (m *Machine) UnsignedTail() (records uint64, since registrar.Tick) {
+	if m.priv == nil {
+		return 0, 0
+	}
+	return m.chain.Next - 1 - m.lastCheckpoint, m.unsignedSince
+}
+
 // Emit seals and applies one record of the current command (registrar.Sink).
 func (m *Machine) Emit(rec *logpb.Record) error {
 	rec.Tick, rec.Wall, rec.Actor = int64(m.tx.Tick), m.tx.Wall, m.tx.Actor
@@ -364,6 +377,9 @@ func (m *Machine) moveOut() {
 }
 
 func (m *Machine) applyRecord(rec *logpb.Record) error {
+	if rec.Index == m.lastCheckpoint+1 {
+		m.unsignedSince = registrar.Tick(rec.Tick)
+	}
 	switch b := rec.Body.(type) {
 	case *logpb.Record_Initialized:
 		if len(b.Initialized.PublicKey) != ed25519.PublicKeySize {
@@ -509,6 +525,7 @@ func Restore(cfg Config, b []byte) (*Machine, error) {
 	m.chain.Next = s.NextIndex
 	copy(m.chain.Head[:], s.ChainHead)
 	m.lastCheckpoint = s.LastCheckpoint
+	m.unsignedSince = reg.Tick()
 	for _, mb := range s.Members {
 		if mb.Id == "" || mb.Removed {
 			return nil, fmt.Errorf("snapshot: bad member %q", mb.Id)

@@ -477,6 +477,31 @@ func TestCheckpointAfterBigCommand(t *testing.T) {
 	}
 }
 
+func TestAdvanceSignsTheTail(t *testing.T) {
+	r := newRig(t, 1024)
+	sign := &logpb.Command{Op: &logpb.Command_Advance{Advance: &logpb.Advance{Sign: true}}}
+	r.acquire("res/a", "w1")
+	if u, _ := r.m.UnsignedTail(); u == 0 {
+		t.Fatal("no unsigned record after a grant")
+	}
+	n := len(r.log)
+	r.must(r.do(sign))
+	if len(r.log) != n+1 || decode(t, r.log[n]).GetCheckpoint() == nil {
+		t.Fatalf("Advance{sign} emitted %d records, want one checkpoint", len(r.log)-n)
+	}
+	if u, _ := r.m.UnsignedTail(); u != 0 {
+		t.Fatalf("%d records unsigned after the checkpoint", u)
+	}
+	// Nothing unsigned: nothing to sign.
+	r.must(r.do(sign))
+	if len(r.log) != n+1 {
+		t.Fatalf("Advance{sign} with nothing unsigned emitted %d records", len(r.log)-n-1)
+	}
+	if _, err := replayAll(r.cfg, r.seed, r.log); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	r := newRig(t, 4)
 	r.scenario()
