@@ -706,6 +706,13 @@ func (n *Node) Ready() bool {
 	return n.fsm.applied.Load() >= n.raft.CommitIndex()
 }
 
+// LeaderChanges counts the changes of leader this node has seen since it
+// started, a follower included (a change to no leader counts too).
+func (n *Node) LeaderChanges() uint64 { return n.reach.leaderChanges.Load() }
+
+// Applied is the index of the last log entry this node has applied.
+func (n *Node) Applied() uint64 { return n.fsm.applied.Load() }
+
 // streamLayer is Raft's TCP stream layer over a listener we own, so that
 // the advertised address can be the one the peer list names (and tests
 // can bind every member's port before starting any).

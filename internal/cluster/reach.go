@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -15,6 +16,9 @@ import (
 type reach struct {
 	mu    sync.Mutex
 	since map[string]time.Time // member id → last contact before the failures
+	// leaderChanges counts the changes of leader this node has seen
+	// (including to none: an election under way, or this node cut off).
+	leaderChanges atomic.Uint64
 }
 
 // observe follows Raft's heartbeat and leader observations until stop.
@@ -55,6 +59,7 @@ func (rc *reach) note(data any) {
 		delete(rc.since, string(d.PeerID))
 	case raft.LeaderObservation:
 		clear(rc.since)
+		rc.leaderChanges.Add(1)
 	}
 }
 

@@ -670,3 +670,50 @@ func TestRemoveLeaderThenAddBack(t *testing.T) {
 	l := leaderOf(t, []*member{old, other}, 15*time.Second)
 	acquireVia(t, l, "after/another/loss", 30*time.Second)
 }
+
+// TestRestartedFollowerReadyOnlyOnceCaughtUp: a follower restarted after
+// the cluster moved on answers /readyz 200 only once it has applied what
+// the leader had committed (its own commit index is 0 after a restart,
+// and trails the leader's while it catches up).
+func TestRestartedFollowerReadyOnlyOnceCaughtUp(t *testing.T) {
+	cfgs := map[string]Config{}
+	ms := startClusterWith(t, 3, func(c *Config) { cfgs[c.Cluster.NodeID] = *c })
+	l := leaderOf(t, ms, 10*time.Second)
+	f := followerOf(ms, l)
+	for i := range 100 { // entries the follower has, and must apply again after its restart
+		acquireVia(t, l, fmt.Sprintf("before/%d", i), time.Minute)
+	}
+	raftAddr := f.srv.Node().RaftAddr()
+	f.stop(t)
+	for i := range 50 { // and entries it missed
+		acquireVia(t, l, fmt.Sprintf("missed/%d", i), time.Minute)
+	}
+	st, err := statusOf(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := st.CommitIndex
+	cfg := cfgs[f.id]
+	cfg.Cluster.RaftListener = nil
+	cfg.Cluster.RaftAddr = raftAddr
+	srv, err := Start(cfg)
+	if err != nil {
+		t.Fatalf("restart %s: %v", f.id, err)
+	}
+	f.srv = srv
+	hc := &http.Client{Timeout: 2 * time.Second}
+	waitFor(t, "the restarted follower to be ready", 20*time.Second, func() bool {
+		resp, err := hc.Get("http://" + srv.Addr() + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false
+		}
+		if applied := srv.Node().Applied(); applied < target {
+			t.Fatalf("/readyz 200 with %d entries applied; the leader had committed %d before the restart", applied, target)
+		}
+		return true
+	})
+}

@@ -106,6 +106,8 @@ type Server struct {
 	http    *http.Server
 	served  chan error
 	fwd     *forwardClients
+	// catchUp tracks a following member's readiness (ready.go).
+	catchUp catchUp
 	bg      sync.WaitGroup
 	// ctx ends when Close begins (background work).
 	ctx    context.Context
@@ -201,10 +203,16 @@ func Start(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !s.node.Ready() {
 			http.Error(w, "not ready: no leader known or log not applied up to commit", http.StatusServiceUnavailable)
 			return
+		}
+		if !s.node.IsLeader() {
+			if ok, why := s.caughtUp(r.Context()); !ok {
+				http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+				return
+			}
 		}
 		w.Write([]byte("ok\n"))
 	})
