@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/fencing"
 	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/internal/logpb"
@@ -77,10 +78,42 @@ func (h *clusterService) RemoveServer(ctx context.Context, req *connect.Request[
 	if err := registrar.CheckIdentifier("id", req.Msg.Id, true); err != nil {
 		return nil, h.s.toConnect(err)
 	}
-	if err := h.s.node.RemoveServer(ctx, req.Msg.Id); err != nil {
-		return nil, h.s.toConnect(err)
+	s := h.s
+	if req.Msg.Id == s.node.ID() && s.node.IsLeader() {
+		// The leader removing itself hands leadership over first, and the
+		// new leader removes it: a leader that removed itself stepped down
+		// only once the change committed, and nothing was written until an
+		// election had passed (~3 s measured from outside).
+		switch err := s.node.TransferLeadership(""); {
+		case err == nil:
+			return h.removeViaNewLeader(ctx, req)
+		case registrar.ReasonOf(err) != registrar.ReasonInvalidArgument:
+			return nil, s.toConnect(err)
+		}
+		// No other voter: RemoveServer below says why it cannot.
+	}
+	if err := s.node.RemoveServer(ctx, req.Msg.Id); err != nil {
+		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&tenurev1.RemoveServerResponse{}), nil
+}
+
+// removeViaNewLeader asks the leader this member just handed over to to
+// remove it.
+func (h *clusterService) removeViaNewLeader(ctx context.Context, req *connect.Request[tenurev1.RemoveServerRequest]) (*connect.Response[tenurev1.RemoveServerResponse], error) {
+	s := h.s
+	next := s.node.NextLeader(ctx)
+	s.node.AwaitLeader(ctx) // a member that never led publishes its address as it takes office
+	id, addr := s.node.Leader()
+	if next == "" || id != next || addr == "" {
+		return nil, s.toConnect(notLeader(id, addr, "leadership was handed over before removing this member, and the new leader is not known yet; nothing was removed, retry"))
+	}
+	proc := v1c.ClusterServiceRemoveServerProcedure
+	resp, err := routes[proc].call(ctx, s, s.fwd.scheme+addr, req.Msg, req.Header())
+	if err != nil {
+		return nil, s.forwardError(ctx, err, true, id, addr)
+	}
+	return connect.NewResponse(resp.Any().(*tenurev1.RemoveServerResponse)), nil
 }
 
 func (h *clusterService) TransferLeadership(ctx context.Context, req *connect.Request[tenurev1.TransferLeadershipRequest]) (*connect.Response[tenurev1.TransferLeadershipResponse], error) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -631,6 +632,11 @@ func TestRemoveLeaderThenAddBack(t *testing.T) {
 	f := followerOf(ms, old)
 	if _, err := f.cluster.RemoveServer(context.Background(), connect.NewRequest(&tenurev1.RemoveServerRequest{Id: old.id})); err != nil {
 		t.Fatalf("RemoveServer of the leader: %v", err)
+	}
+	// It handed leadership over first: the member that removed it leads
+	// already, with no election to wait for.
+	if old.srv.Node().IsLeader() || !slices.ContainsFunc(ms, func(m *member) bool { return m != old && m.srv.Node().IsLeader() }) {
+		t.Fatal("no other member leads when the removal of the leader returns")
 	}
 	var rest []*member
 	for _, m := range ms {
