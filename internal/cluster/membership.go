@@ -133,6 +133,12 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	return nil
 }
 
+// unreachable reports whether this leader's heartbeats to member id fail.
+func (n *Node) unreachable(id string) bool {
+	_, ok := n.reach.unreachableSince(id)
+	return ok
+}
+
 // otherVoter reports whether a voter other than id is in servers.
 func otherVoter(servers []raft.Server, id string) bool {
 	for _, s := range servers {
@@ -174,6 +180,11 @@ func (n *Node) TransferLeadership(id string) error {
 		return nil
 	case target.Suffrage != raft.Voter:
 		return invalidArg("id", "%s is not a voter and cannot lead", id)
+	case n.unreachable(id):
+		// Raft would try for an election timeout, refusing writes
+		// meanwhile, and then give up.
+		since, _ := n.reach.unreachableSince(id)
+		return invalidArg("id", "%s cannot be reached (no heartbeat answered since %s): hand leadership to a member that is up", id, since.UTC().Format(time.RFC3339))
 	default:
 		f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
 	}

@@ -723,3 +723,33 @@ func TestRestartedFollowerReadyOnlyOnceCaughtUp(t *testing.T) {
 		return true
 	})
 }
+
+// TestTransferToADownMemberIsRefused: the leader knows a member it cannot
+// reach and refuses to hand leadership to it at once, instead of refusing
+// writes for an election timeout and then answering OUTCOME_UNKNOWN.
+func TestTransferToADownMemberIsRefused(t *testing.T) {
+	ms := startCluster(t, 3)
+	l := leaderOf(t, ms, 10*time.Second)
+	f := followerOf(ms, l)
+	f.stop(t)
+	waitFor(t, "the leader to see the stopped member unreachable", 20*time.Second, func() bool {
+		st, err := statusOf(l)
+		if err != nil {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.Id == f.id && m.UnreachableSince != nil {
+				return true
+			}
+		}
+		return false
+	})
+	_, err := l.cluster.TransferLeadership(context.Background(), connect.NewRequest(&tenurev1.TransferLeadershipRequest{Id: f.id}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "cannot be reached") {
+		t.Fatalf("transfer to a stopped member: %v, want INVALID_ARGUMENT saying it cannot be reached", err)
+	}
+	if !l.srv.Node().IsLeader() {
+		t.Fatal("the leader stepped down")
+	}
+	acquireVia(t, l, "after/refused/transfer", 30*time.Second)
+}
