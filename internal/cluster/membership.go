@@ -32,10 +32,11 @@ import (
 // left as it is (so a caller may retry after an unknown outcome); its API
 // address is published when given and not published yet. A member with
 // another Raft address is given this one (Raft's way to move a member; a
-// member restarted elsewhere publishes itself so). INVALID_ARGUMENT
-// (field raft_address), with nothing changed: id is the leader itself
-// with another address, another member has raftAddr, or raftAddr is a
-// member's API address. The address is not dialled (the new
+// member restarted elsewhere publishes itself so), unless the member
+// still answers at its old address: then INVALID_ARGUMENT (field id).
+// INVALID_ARGUMENT (field raft_address), with nothing changed: id is the
+// leader itself with another address, another member has raftAddr, or
+// raftAddr is a member's API address. The address is not dialled (the new
 // member may not listen yet), except for the certificate check under Raft
 // TLS.
 func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string) error {
@@ -53,9 +54,15 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string) error
 			// The leader cannot move itself: it would stop hearing its own
 			// configuration and lose the cluster.
 			return invalidArg("raft_address", "member %s is this leader, at raft address %s; transfer the leadership before giving it another", id, s.Address)
+		case string(s.ID) == id && !sameAddress(string(s.Address), raftAddr) && !n.unreachable(id):
+			// A live member keeps its id: a second node started with it
+			// (a copied --node-id) would take its place in the
+			// configuration, and the two would move it back and forth.
+			return invalidArg("id", "member %s is up at raft address %s (it answers this leader's heartbeats): start the new node with another --node-id, or stop %s and remove it first", id, s.Address, id)
 		case string(s.ID) == id && !sameAddress(string(s.Address), raftAddr):
 			// Raft's way to give a member a new address (a member
-			// restarted elsewhere publishes itself so).
+			// restarted elsewhere, whose old address no longer answers,
+			// publishes itself so).
 		case string(s.ID) == id:
 			voter = s.Suffrage == raft.Voter
 		case sameAddress(string(s.Address), raftAddr):

@@ -228,6 +228,9 @@ func TestClusterInputThreeNodes(t *testing.T) {
 	wantInvalid(t, addVoter("n4", addr[leader.id], ""), "raft_address",
 		fmt.Sprintf("is already the raft address of member %s", leader.id))
 	unchanged("the address of another member")
+	wantInvalid(t, addVoter(f.id, "127.0.0.1:1", ""), "id",
+		fmt.Sprintf("member %s is up at raft address %s (it answers this leader's heartbeats): start the new node with another --node-id", f.id, addr[f.id]))
+	unchanged("a second node with a live member's id")
 	if err := addVoter(f.id, addr[f.id], f.srv.Addr()); err != nil {
 		t.Fatalf("a member's request to be published again: %v", err)
 	}
