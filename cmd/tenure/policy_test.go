@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -109,4 +110,47 @@ func TestServerPolicyDefaults(t *testing.T) {
 		t.Fatalf("defaults after a restart with other settings: %v", p)
 	}
 	stop()
+}
+
+// TestSIGTERMWhileJoining: a member still asking to join (nobody answers
+// at --join) stops at once on SIGTERM, as a running one does.
+func TestSIGTERMWhileJoining(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := exec.Command(tenureBin, "server", "--data-dir", filepath.Join(dir, "data"), "--listen", freePort(),
+		"--raft-listen", freePort(), "--node-id", "late", "--join", freePort())
+	var log syncBuffer
+	srv.Stdout, srv.Stderr = &log, &log
+	exited := startBackground(t, srv)
+	waitFor(t, 20*time.Second, "the join to be retrying", func() bool { return strings.Contains(log.String(), "join: retrying") })
+	sent := time.Now()
+	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still running 10 s after SIGTERM:\n%s", log.String())
+	}
+	if code := srv.ProcessState.ExitCode(); code != 0 || !strings.Contains(log.String(), "stopped before the node started") {
+		t.Fatalf("exit %d %v after SIGTERM:\n%s", code, time.Since(sent), log.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer a process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

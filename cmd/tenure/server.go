@@ -165,8 +165,12 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Warn("test hook: wall clock offset", "offset", d)
 		cfg.Cluster.TestWallOffset = d
 	}
-	srv, err := server.Start(cfg)
+	srv, err := server.StartContext(ctx, cfg)
 	if err != nil {
+		if ctx.Err() != nil { // SIGTERM while joining
+			log.Info("stopped before the node started", "err", err)
+			return nil
+		}
 		return err
 	}
 	if onServerReady != nil {

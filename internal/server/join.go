@@ -16,14 +16,17 @@ import (
 // add this node as a voter, with its id, Raft and API addresses. It
 // retries with backoff while the cluster cannot answer (unavailable: no
 // leader, leader unreachable, outcome unknown — adding again is
-// harmless), and gives up on any other error or after JoinTimeout.
-func (s *Server) join(addr string) error {
+// harmless), and gives up on any other error, after JoinTimeout, or when
+// start (the start's ctx) ends.
+func (s *Server) join(start context.Context, addr string) error {
 	timeout := s.cfg.JoinTimeout
 	if timeout <= 0 {
 		timeout = DefaultJoinTimeout
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, timeout)
 	defer cancel()
+	stop := context.AfterFunc(start, cancel)
+	defer stop()
 	c := tenurev1connect.NewClusterServiceClient(s.fwd.http, s.fwd.scheme+addr)
 	req := &tenurev1.AddVoterRequest{Id: s.node.ID(), RaftAddress: s.node.RaftAddr(), ApiAddress: s.Addr()}
 	backoff := 50 * time.Millisecond
@@ -43,6 +46,9 @@ func (s *Server) join(addr string) error {
 		s.log.Info("join: retrying", "via", addr, "err", err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
+			if start.Err() != nil {
+				return fmt.Errorf("server: joining via %s: stopped before the cluster answered: %w", addr, start.Err())
+			}
 			return fmt.Errorf("server: joining via %s: gave up after %s: %w", addr, timeout, err)
 		case <-time.After(backoff):
 		}

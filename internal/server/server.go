@@ -124,7 +124,11 @@ type metrics struct {
 }
 
 // Start listens on cfg.Listen, opens the node and serves until Close.
-func Start(cfg Config) (*Server, error) {
+func Start(cfg Config) (*Server, error) { return StartContext(context.Background(), cfg) }
+
+// StartContext is Start with ctx bounding the start itself: a join that
+// is still retrying when ctx ends (SIGTERM) gives up at once.
+func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -242,7 +246,7 @@ func Start(cfg Config) (*Server, error) {
 	log.Info("serving", "listen", ln.Addr().String(), "raft", s.node.RaftAddr(), "node", s.node.ID(),
 		"tls", cfg.TLS != nil, "client_certificates", cfg.TLS != nil && cfg.TLS.ClientCAs != nil, "auth", cfg.Auth != nil)
 	if cfg.Join != "" && !s.node.HadState() {
-		if err := s.join(cfg.Join); err != nil {
+		if err := s.join(ctx, cfg.Join); err != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			return nil, errors.Join(err, s.Close(cctx))
