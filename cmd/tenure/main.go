@@ -178,6 +178,8 @@ func hoistFlags(args []string) []string {
 func hint(err error) string {
 	msg := err.Error()
 	switch {
+	case strings.Contains(msg, "not its Raft address"): // a join that says what is wrong already
+		return ""
 	case strings.Contains(msg, "doesn't contain any IP SANs"), strings.Contains(msg, "certificate is valid for"):
 		return "hint: the server's certificate must name the address dialled (subjectAltName IP:… or DNS:…); see docs/security.md section 2"
 	case strings.Contains(msg, "x509: certificate signed by unknown authority"):

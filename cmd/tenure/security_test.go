@@ -148,6 +148,7 @@ func TestServerSecurityFlagErrors(t *testing.T) {
 		{"negative rate", []string{"--rate-limit", "-1"}, "rate-limit"},
 		{"ledger size unit", []string{"--ledger-max-size", "4GB2"}, "--ledger-max-size"},
 		{"ledger size negative", []string{"--ledger-max-size", "-1"}, "--ledger-max-size"},
+		{"join own listen", []string{"--join", "127.0.0.1:0"}, "is this node's own --listen address"},
 		{"policy duration", []string{"--max-ttl", "long"}, "--max-ttl"},
 		{"policy count", []string{"--max-active-per-holder", "0x10"}, "--max-active-per-holder"},
 		{"policy inconsistent", []string{"--min-ttl", "10m"}, "max_ttl: must be at least min_ttl"},

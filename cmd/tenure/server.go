@@ -79,6 +79,12 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 		return usagef("--peers and --join exclude each other: initial members bootstrap with --peers, later ones --join")
 	}
 	if *join != "" {
+		switch {
+		case sameTCPAddr(*join, *listen):
+			return usagef("--join %s is this node's own --listen address: name the API address of a member of the cluster to join", *join)
+		case sameTCPAddr(*join, *raftListen):
+			return usagef("--join %s is this node's own --raft-listen address: name the API address (--listen) of a member of the cluster to join", *join)
+		}
 		if _, _, err := net.SplitHostPort(*join); err != nil {
 			return usagef("--join: %v", err)
 		}
@@ -258,6 +264,17 @@ func loadRaftTLS(cert, key, ca string) (*cluster.RaftTLS, error) {
 }
 
 // loopback reports whether addr (host:port) only listens on loopback.
+// sameTCPAddr reports whether two host:port addresses name the same
+// endpoint (resolving host names; false when either does not resolve).
+func sameTCPAddr(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ta, err1 := net.ResolveTCPAddr("tcp", a)
+	tb, err2 := net.ResolveTCPAddr("tcp", b)
+	return err1 == nil && err2 == nil && ta.Port == tb.Port && ta.IP.Equal(tb.IP)
+}
+
 func loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {

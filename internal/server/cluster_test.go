@@ -753,3 +753,36 @@ func TestTransferToADownMemberIsRefused(t *testing.T) {
 	}
 	acquireVia(t, l, "after/refused/transfer", 30*time.Second)
 }
+
+// TestJoinViaSomethingElseFailsFast: --join naming an address where
+// something listens but does not speak the API (a member's Raft port)
+// fails after a few answers, saying so, instead of retrying for the whole
+// join timeout.
+func TestJoinViaSomethingElseFailsFast(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close() // not HTTP/2: the connection ends at once
+		}
+	}()
+	cfg := clusterTestConfig(t.TempDir(), "late")
+	cfg.Join = ln.Addr().String()
+	cfg.JoinTimeout = time.Minute
+	start := time.Now()
+	srv, err := Start(cfg)
+	if err == nil {
+		srv.Close(context.Background())
+		t.Fatal("joined via a listener that is not a Tenure API")
+	}
+	if !strings.Contains(err.Error(), "does not answer as a Tenure API") || time.Since(start) > 30*time.Second {
+		t.Fatalf("after %v: %v", time.Since(start), err)
+	}
+}

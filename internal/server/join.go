@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -30,6 +31,7 @@ func (s *Server) join(start context.Context, addr string) error {
 	c := tenurev1connect.NewClusterServiceClient(s.fwd.http, s.fwd.scheme+addr)
 	req := &tenurev1.AddVoterRequest{Id: s.node.ID(), RaftAddress: s.node.RaftAddr(), ApiAddress: s.Addr()}
 	backoff := 50 * time.Millisecond
+	garbled := 0 // answers in a row that were not HTTP/2 at all
 	for attempt := 1; ; attempt++ {
 		actx, acancel := context.WithTimeout(ctx, 10*time.Second)
 		creq := connect.NewRequest(req)
@@ -43,6 +45,14 @@ func (s *Server) join(start context.Context, addr string) error {
 		if code := connect.CodeOf(err); code != connect.CodeUnavailable && code != connect.CodeDeadlineExceeded && !isTransport(err) {
 			return fmt.Errorf("server: joining via %s: %w", addr, err)
 		}
+		// Something listens there but does not speak the API: most likely
+		// a member's Raft port. Connection refused, by contrast, is a
+		// member not up yet, worth waiting for.
+		if garbled++; !notTheAPI(err) {
+			garbled = 0
+		} else if garbled >= 3 {
+			return fmt.Errorf("server: joining via %s: it does not answer as a Tenure API (%v); --join takes a member's API address (its --listen), not its Raft address", addr, err)
+		}
 		s.log.Info("join: retrying", "via", addr, "err", err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
@@ -54,6 +64,14 @@ func (s *Server) join(start context.Context, addr string) error {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// notTheAPI reports a transport error of a peer that accepted the
+// connection and then spoke something else than HTTP/2.
+func notTheAPI(err error) bool {
+	msg := err.Error()
+	return isTransport(err) && (strings.Contains(msg, "EOF") || strings.Contains(msg, "malformed HTTP") ||
+		strings.Contains(msg, "frame too large") || strings.Contains(msg, "connection reset"))
 }
 
 // isTransport reports an error that did not come from a Tenure server.
