@@ -77,7 +77,14 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.GetId(), role, m.GetApiAddress(), m.GetRaftAddress())
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if st.GetLeaderId() != "" && st.GetLeaderId() != st.GetNodeId() {
+			// Only the leader hears from every member.
+			fmt.Fprintf(stdout, "\nanswered by a follower: which members are unreachable only the leader knows; ask it with --endpoints %s\n", st.GetLeaderApiAddress())
+		}
+		return nil
 	case "join":
 		err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
 			_, err := cl.AddVoter(ctx, connect.NewRequest(&tenurev1.AddVoterRequest{Id: rest[0], RaftAddress: rest[1], ApiAddress: *apiAddr}))
