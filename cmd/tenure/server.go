@@ -112,6 +112,14 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	tuneGC(log)
+	for _, p := range peerList {
+		if p.ID == *nodeID && !sameTCPAddr(p.RaftAddr, *raftListen) {
+			// Right behind a proxy or NAT; otherwise the others cannot
+			// reach this node where it listens.
+			log.Warn("--peers gives this node another Raft address than --raft-listen: the others reach it at the --peers one",
+				"peers", p.RaftAddr, "raft_listen", *raftListen)
+		}
+	}
 
 	cfg := server.DefaultConfig()
 	cfg.Listen = *listen

@@ -236,6 +236,8 @@ func Open(cfg Config) (*Node, error) {
 	n.existing = existing
 	if existing {
 		n.checkOwnAddress()
+		n.log.Info("resuming from the data dir", "dir", cfg.DataDir, "last_log_index", n.raft.LastIndex(),
+			"applied_from_snapshot", n.raft.AppliedIndex())
 	}
 	if !existing && !cfg.NoBootstrap {
 		servers := []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: n.trans.LocalAddr()}}
@@ -254,6 +256,14 @@ func Open(cfg Config) (*Node, error) {
 	}
 	ok = true
 	n.reach.since = map[string]time.Time{}
+	n.reach.onLeader = func(id string) {
+		switch {
+		case id == "":
+			n.log.Info("no leader known: an election is under way, or this node is cut off")
+		case id != n.id:
+			n.log.Info("following", "leader", id)
+		}
+	}
 	n.wg.Add(5)
 	go func() {
 		defer n.wg.Done()

@@ -19,6 +19,8 @@ type reach struct {
 	// leaderChanges counts the changes of leader this node has seen
 	// (including to none: an election under way, or this node cut off).
 	leaderChanges atomic.Uint64
+	// onLeader, when set, is told of each leader observed (id, or "").
+	onLeader func(id string)
 }
 
 // observe follows Raft's heartbeat and leader observations until stop.
@@ -39,6 +41,9 @@ func (rc *reach) observe(r *raft.Raft, stop <-chan struct{}) {
 			return
 		case o := <-ch:
 			rc.note(o.Data)
+			if lo, ok := o.Data.(raft.LeaderObservation); ok && rc.onLeader != nil {
+				rc.onLeader(string(lo.LeaderID))
+			}
 		}
 	}
 }

@@ -279,7 +279,7 @@ func (s *Server) Close(ctx context.Context) error {
 	if s.node.IsLeader() {
 		switch err := s.node.TransferLeadership(""); {
 		case err == nil:
-			s.log.Info("handed leadership over before shutting down")
+			s.log.Info("handed leadership over before shutting down", "to", s.node.NextLeader(ctx))
 		case registrar.ReasonOf(err) != registrar.ReasonInvalidArgument: // not just the only voter
 			s.log.Warn("could not hand leadership over before shutting down", "err", err)
 		}
