@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -91,6 +92,12 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if len(peerList) > 0 && *nodeID == "" {
 		return usagef("--peers needs --node-id: this member's id in the list")
+	}
+	if len(peerList) > 0 && !slices.ContainsFunc(peerList, func(p cluster.Peer) bool { return p.ID == *nodeID }) {
+		return usagef("--peers does not list this node (--node-id %s): every initial member is started with the same list, itself included", *nodeID)
+	}
+	if sameTCPAddr(*listen, *raftListen) {
+		return usagef("--listen and --raft-listen are both %s: the API and Raft need a port each", *listen)
 	}
 	if *authFile == "" && !*insecure && !loopback(*listen) {
 		return usagef("--listen %s is not a loopback address, and without --auth-file anyone who reaches it may acquire, "+
@@ -178,6 +185,11 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		log.Warn("test hook: wall clock offset", "offset", d)
 		cfg.Cluster.TestWallOffset = d
+	}
+	// Bound before anything is written to the data dir: a port in use
+	// refuses the start without claiming the dir for this node id.
+	if cfg.Cluster.RaftListener, err = net.Listen("tcp", *raftListen); err != nil {
+		return fmt.Errorf("raft transport on %s: %w", *raftListen, err)
 	}
 	srv, err := server.StartContext(ctx, cfg)
 	if err != nil {
