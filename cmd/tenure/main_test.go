@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -144,10 +146,16 @@ func TestServerJoin(t *testing.T) {
 
 func TestPeersMustListThisNode(t *testing.T) {
 	var out bytes.Buffer
-	code := run(context.Background(), []string{"server", "--data-dir", t.TempDir(), "--node-id", "c",
+	dir := filepath.Join(t.TempDir(), "data")
+	code := run(context.Background(), []string{"server", "--data-dir", dir, "--node-id", "c",
 		"--peers", "a=127.0.0.1:1,b=127.0.0.1:2", "--listen", "127.0.0.1:0", "--raft-listen", "127.0.0.1:0"}, &out, &out)
-	if code != 1 || !strings.Contains(out.String(), "does not list this node") {
+	if code != 2 || !strings.Contains(out.String(), "does not list this node") {
 		t.Fatalf("exit %d: %s", code, out.String())
+	}
+	// A refused start leaves the data dir alone (a start with the id
+	// corrected then works on it).
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the refused start made the data dir: %v", err)
 	}
 }
 

@@ -285,14 +285,12 @@ func loadRaftTLS(cert, key, ca string) (*cluster.RaftTLS, error) {
 
 // loopback reports whether addr (host:port) only listens on loopback.
 // sameTCPAddr reports whether two host:port addresses name the same
-// endpoint (resolving host names; false when either does not resolve).
+// endpoint (resolving host names; false when either does not resolve, or
+// names port 0: each such listener gets a port of its own).
 func sameTCPAddr(a, b string) bool {
-	if a == b {
-		return true
-	}
 	ta, err1 := net.ResolveTCPAddr("tcp", a)
 	tb, err2 := net.ResolveTCPAddr("tcp", b)
-	return err1 == nil && err2 == nil && ta.Port == tb.Port && ta.IP.Equal(tb.IP)
+	return err1 == nil && err2 == nil && ta.Port != 0 && ta.Port == tb.Port && ta.IP.Equal(tb.IP)
 }
 
 func loopback(addr string) bool {
