@@ -339,7 +339,7 @@ func (c *Client) untilClose(ctx context.Context) (context.Context, func(err *err
 // retryable reports whether err allows repeating a call of kind elsewhere.
 func retryable(kind callKind, err error) bool {
 	switch ReasonOf(err) {
-	case ReasonNotLeader:
+	case ReasonNotLeader, ReasonUnavailable: // nothing was proposed
 		return true
 	case ReasonOutcomeUnknown:
 		return kind != writeCall

@@ -33,12 +33,16 @@ const (
 	ReasonPermissionDenied     Reason = "PERMISSION_DENIED"
 	ReasonNotLeader            Reason = "NOT_LEADER"
 	ReasonOutcomeUnknown       Reason = "OUTCOME_UNKNOWN"
-	ReasonBudgetExhausted      Reason = "BUDGET_EXHAUSTED"
-	ReasonScopeViolation       Reason = "SCOPE_VIOLATION"
-	ReasonTaskNotFound         Reason = "TASK_NOT_FOUND"
-	ReasonTaskNotLeased        Reason = "TASK_NOT_LEASED"
-	ReasonPieceNotLeased       Reason = "PIECE_NOT_LEASED"
-	ReasonPoolNotFound         Reason = "POOL_NOT_FOUND"
+	// ReasonUnavailable: the member could not take the call at all (it is
+	// shutting down, or stopped) and nothing was proposed; the client
+	// moves on to another member.
+	ReasonUnavailable     Reason = "UNAVAILABLE"
+	ReasonBudgetExhausted Reason = "BUDGET_EXHAUSTED"
+	ReasonScopeViolation  Reason = "SCOPE_VIOLATION"
+	ReasonTaskNotFound    Reason = "TASK_NOT_FOUND"
+	ReasonTaskNotLeased   Reason = "TASK_NOT_LEASED"
+	ReasonPieceNotLeased  Reason = "PIECE_NOT_LEASED"
+	ReasonPoolNotFound    Reason = "POOL_NOT_FOUND"
 )
 
 // errorDomain is the ErrorInfo domain of Tenure's errors.
@@ -100,6 +104,7 @@ var (
 	ErrTaskNotLeased        = &Error{Reason: ReasonTaskNotLeased, Code: connect.CodeFailedPrecondition}
 	ErrPieceNotLeased       = &Error{Reason: ReasonPieceNotLeased, Code: connect.CodeFailedPrecondition}
 	ErrPoolNotFound         = &Error{Reason: ReasonPoolNotFound, Code: connect.CodeNotFound}
+	ErrUnavailable          = &Error{Reason: ReasonUnavailable, Code: connect.CodeUnavailable}
 )
 
 // sentinels is the one table mapping reasons to sentinels (and so to the
@@ -113,7 +118,7 @@ var sentinels = func() map[Reason]*Error {
 		ErrStaleEpoch, ErrFutureEpoch, ErrQuotaExceeded, ErrUnauthenticated,
 		ErrPermissionDenied, ErrNotLeader, ErrOutcomeUnknown, ErrBudgetExhausted,
 		ErrScopeViolation, ErrTaskNotFound, ErrTaskNotLeased, ErrPieceNotLeased,
-		ErrPoolNotFound,
+		ErrPoolNotFound, ErrUnavailable,
 	} {
 		m[e.Reason] = e
 	}

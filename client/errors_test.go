@@ -21,7 +21,7 @@ func TestErrorMappingEveryReason(t *testing.T) {
 		ErrStaleEpoch, ErrFutureEpoch, ErrQuotaExceeded, ErrUnauthenticated,
 		ErrPermissionDenied, ErrNotLeader, ErrOutcomeUnknown, ErrBudgetExhausted,
 		ErrScopeViolation, ErrTaskNotFound, ErrTaskNotLeased, ErrPieceNotLeased,
-		ErrPoolNotFound,
+		ErrPoolNotFound, ErrUnavailable,
 	}
 	if len(sentinels) != len(all) {
 		t.Fatalf("table has %d reasons, want %d", len(sentinels), len(all))
@@ -146,6 +146,7 @@ func TestRetryPolicy(t *testing.T) {
 	notLeader := fromConnect(tenureError(connect.CodeUnavailable, ReasonNotLeader, map[string]string{"leader": "b:1"}, "x"))
 	unknown := fromConnect(tenureError(connect.CodeUnavailable, ReasonOutcomeUnknown, nil, "x"))
 	held := fromConnect(tenureError(connect.CodeFailedPrecondition, ReasonLeaseHeld, nil, "x"))
+	shutting := fromConnect(tenureError(connect.CodeUnavailable, ReasonUnavailable, nil, "the node is shutting down; nothing was proposed"))
 	dial := connect.NewError(connect.CodeUnavailable, &net.OpError{Op: "dial", Err: errors.New("refused")})
 	broke := connect.NewError(connect.CodeUnavailable, io.ErrUnexpectedEOF)
 	tests := []struct {
@@ -155,6 +156,7 @@ func TestRetryPolicy(t *testing.T) {
 		unknownOutcome         bool
 	}{
 		{"NOT_LEADER", notLeader, true, true, true, false},
+		{"UNAVAILABLE", shutting, true, true, true, false},
 		{"OUTCOME_UNKNOWN", unknown, true, false, true, true},
 		{"dial failure", dial, true, true, true, false},
 		{"broken connection", broke, true, false, true, true},

@@ -134,10 +134,13 @@ func pipelined[Req, Res, Op, Result, Out any](ctx context.Context, c *Client, ep
 		// out again (the next call opens a new stream).
 		return unary()
 	}
-	if e := fromConnect(se.Err); ReasonOf(e) != "" {
+	if e := fromConnect(se.Err); ReasonOf(e) != "" && ReasonOf(e) != ReasonUnavailable {
 		return nil, e // the stream was refused: UNAUTHENTICATED, …
 	}
-	return nil, connect.NewError(connect.CodeUnavailable, err)
+	// The stream broke (the member shut down, the connection dropped)
+	// after the operation went out: it may have run.
+	return nil, newError(ReasonOutcomeUnknown, string(ReasonOutcomeUnknown)+": "+err.Error()+
+		"; the operation was sent and may or may not have been applied", nil, connect.CodeUnavailable, err)
 }
 
 // unaryOf returns the unary call of req with call, for pipelined.
