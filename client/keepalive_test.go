@@ -477,6 +477,21 @@ func TestGrantAfterTrustWindowIsRenewedFirst(t *testing.T) {
 	})
 }
 
+// leaveStray has c's Acquire of resource end (its ctx) while member a:1
+// holds it back, and a:1 grant it after: a lease nobody waits for.
+func leaveStray(t *testing.T, fc *fakeCluster, c *Client, resource string) {
+	t.Helper()
+	fc.members["a:1"].set(func(m *fakeMember) { m.acquireDelay = 2 * time.Second })
+	short, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if _, err := c.Acquire(short, resource, TTL(time.Minute)); err == nil {
+		t.Fatal("an Acquire past its deadline succeeded")
+	}
+	time.Sleep(2 * time.Second) // fake time: the server grants the lease nobody waits for
+	synctest.Wait()
+	fc.members["a:1"].set(func(m *fakeMember) { m.acquireDelay = 0 })
+}
+
 // TestStrayGrantReleasedByNextAcquire: an Acquire whose ctx ended after its
 // request went out may still be granted; the next Acquire of the resource
 // by the same Client releases that lease and takes the resource, instead
@@ -484,16 +499,8 @@ func TestGrantAfterTrustWindowIsRenewedFirst(t *testing.T) {
 func TestStrayGrantReleasedByNextAcquire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fc := setup(t, "a:1")
-		fc.members["a:1"].set(func(m *fakeMember) { m.acquireDelay = 2 * time.Second })
 		c := fc.client([]string{"a:1"}, WithoutPipeline())
-		short, cancel := context.WithTimeout(t.Context(), time.Second)
-		defer cancel()
-		if _, err := c.Acquire(short, "orders/42", TTL(time.Minute)); err == nil {
-			t.Fatal("an Acquire past its deadline succeeded")
-		}
-		time.Sleep(2 * time.Second) // fake time: the server grants the lease nobody waits for
-		synctest.Wait()
-		fc.members["a:1"].set(func(m *fakeMember) { m.acquireDelay = 0 })
+		leaveStray(t, fc, c, "orders/42")
 		l, err := c.Acquire(t.Context(), "orders/42", TTL(time.Minute))
 		if err != nil {
 			t.Fatalf("the next Acquire: %v", err)

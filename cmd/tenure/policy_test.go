@@ -7,12 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/testlog"
 )
 
 func TestCLIPolicy(t *testing.T) {
@@ -119,7 +119,7 @@ func TestSIGTERMWhileJoining(t *testing.T) {
 	dir := t.TempDir()
 	srv := exec.Command(tenureBin, "server", "--data-dir", filepath.Join(dir, "data"), "--listen", freePort(),
 		"--raft-listen", freePort(), "--node-id", "late", "--join", freePort())
-	var log syncBuffer
+	var log testlog.Buffer
 	srv.Stdout, srv.Stderr = &log, &log
 	exited := startBackground(t, srv)
 	waitFor(t, 20*time.Second, "the join to be retrying", func() bool { return strings.Contains(log.String(), "join: retrying") })
@@ -135,22 +135,4 @@ func TestSIGTERMWhileJoining(t *testing.T) {
 	if code := srv.ProcessState.ExitCode(); code != 0 || !strings.Contains(log.String(), "stopped before the node started") {
 		t.Fatalf("exit %d %v after SIGTERM:\n%s", code, time.Since(sent), log.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer a process writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,13 +1,11 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,32 +15,15 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
+	"github.com/tenurehq/tenure/internal/testlog"
 )
-
-// syncBuffer is a bytes.Buffer that several members' loggers share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestLeaderShutdownHandsOver: a leader asked to shut down (SIGTERM)
 // hands leadership to another voter first and ends its idle streams at
 // once with UNAVAILABLE, so its drain neither holds the cluster without a
 // serving leader nor waits for clients to speak again.
 func TestLeaderShutdownHandsOver(t *testing.T) {
-	var logs syncBuffer
+	var logs testlog.Buffer
 	ms := startClusterWith(t, 3, func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil)).With("member", c.Cluster.NodeID)
 	})
