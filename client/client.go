@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/wire"
 )
@@ -36,6 +37,12 @@ type Client struct {
 	strays    map[string]time.Time // namespace + resource of Acquires that ended after sending, until when
 
 	hb *heartbeat
+
+	// synced is when the member list was last asked for (syncMembers);
+	// syncing says a sync runs, in syncs.
+	synced  time.Time
+	syncing bool
+	syncs   sync.WaitGroup
 
 	// pipeCtx bounds the endpoints' Pipeline streams (pipeline.go).
 	pipeCtx    context.Context
@@ -213,6 +220,7 @@ func (c *Client) Close() error {
 	wg.Wait()
 	cancel()
 	c.shutDown(ErrClientClosed)
+	c.syncs.Wait()
 	c.hb.stop()
 	c.pipeCancel()
 	c.closePipes() // waits for the streams to end, so that their connections are idle
@@ -267,6 +275,48 @@ func (c *Client) failover(from int, hint string) bool {
 	return false
 }
 
+// memberSyncEvery bounds how often a client asks for the member list.
+const memberSyncEvery = 30 * time.Second
+
+// syncMembers learns, in the background, the API addresses of the members
+// that ep (which just answered) knows of, at most every memberSyncEvery:
+// a client given one member's address can then fail over when that member
+// goes away (a follower forwards every call, so no NOT_LEADER ever names
+// the others).
+func (c *Client) syncMembers(ep *endpoint) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.syncing || !c.synced.IsZero() && c.clock.Now().Sub(c.synced) < memberSyncEvery {
+		return
+	}
+	c.syncing = true
+	c.syncs.Go(func() {
+		ctx, cancel := context.WithTimeout(c.shut, 2*time.Second)
+		defer cancel()
+		resp, err := ep.cluster.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.syncing, c.synced = false, c.clock.Now()
+		if err != nil {
+			return
+		}
+	members:
+		for _, m := range resp.Msg.GetMembers() {
+			u, err := c.normalize(m.GetApiAddress())
+			if m.GetApiAddress() == "" || err != nil {
+				continue
+			}
+			for _, e := range c.endpoints {
+				if e.url == u {
+					continue members
+				}
+			}
+			c.endpoints = append(c.endpoints, c.newEndpoint(u))
+			c.cfg.logger.Debug("tenure: learned member endpoint", "member", m.GetId(), "url", u)
+		}
+	})
+}
+
 // callKind says when a unary call may be repeated on another endpoint.
 type callKind int
 
@@ -296,6 +346,7 @@ func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Contex
 		ep, idx := c.pick()
 		err := fromConnect(fn(ctx, ep))
 		if err == nil {
+			c.syncMembers(ep)
 			return nil
 		}
 		if ctx.Err() != nil || !retryable(kind, err) {

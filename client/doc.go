@@ -72,7 +72,11 @@
 //
 // # Failover
 //
-// The client knows every endpoint it was given, plus any leader it learns of.
+// The client knows every endpoint it was given, plus any leader it learns of,
+// plus every member the cluster lists: after a call succeeds it asks the
+// member that answered for the member list (at most every 30 s, in the
+// background), so a client given one address can go on when that member
+// goes away.
 // When the KeepAlive stream breaks, stops answering, or answers NOT_LEADER, the
 // client moves to another endpoint (the leader named in NOT_LEADER's metadata
 // when there is one), reopens the stream and resends every unconfirmed renewal,

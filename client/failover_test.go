@@ -158,3 +158,67 @@ func TestIntegrationHungMemberIsLeft(t *testing.T) {
 		t.Fatalf("Get waited %v on the hung member", waited)
 	}
 }
+
+// A client given one member's address learns the others from it (a
+// follower forwards every call, so no NOT_LEADER names them) and goes on
+// when that member is killed.
+func TestIntegrationClientLearnsMembers(t *testing.T) {
+	ms := startRealCluster(t)
+	ctx := ctxTimeout(t, time.Minute)
+	// Every member lists every member's address (a member fills in its
+	// own: ask each) once all have published theirs.
+	var st *tenurev1.StatusResponse
+	for _, s := range ms {
+		probe, err := New([]string{s.api})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = probe.Close() })
+		waitFor(t, "every member's API address published", 20*time.Second, func() bool {
+			st, err = probe.Status(ctx)
+			if err != nil {
+				return false
+			}
+			n := 0
+			for _, m := range st.GetMembers() {
+				if m.GetApiAddress() != "" {
+					n++
+				}
+			}
+			return n == 3
+		})
+	}
+	var follower *realServer
+	for _, s := range ms {
+		if s.api != st.GetLeaderApiAddress() {
+			follower = s
+		}
+	}
+	c, err := New([]string{follower.api})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Status(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the client to learn every member", 10*time.Second, func() bool { return len(c.Endpoints()) == 3 })
+	follower.kill()
+	if _, err := c.Acquire(ctx, "integration/learned", TTL(10*time.Second)); err != nil {
+		t.Fatalf("Acquire after the only given member was killed: %v", err)
+	}
+}
+
+// waitFor polls cond every 10 ms until it holds, failing the test after
+// timeout.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for !cond() {
+		select {
+		case <-deadline:
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
