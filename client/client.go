@@ -356,10 +356,14 @@ func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Contex
 		if c.clock.Now().Sub(start) >= c.cfg.retryBudget {
 			return err
 		}
-		c.cfg.logger.Debug("tenure: retrying on another endpoint", "from", ep.url, "err", err)
 		c.mu.Lock()
 		n := len(c.endpoints)
 		c.mu.Unlock()
+		if n > 1 {
+			c.cfg.logger.Debug("tenure: retrying on another endpoint", "from", ep.url, "err", err)
+		} else {
+			c.cfg.logger.Debug("tenure: retrying", "endpoint", ep.url, "err", err)
+		}
 		// Go straight to a named leader and through the list once; after
 		// that (an election in progress, everyone down) back off.
 		if followed || attempt < n {

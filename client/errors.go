@@ -146,6 +146,9 @@ var (
 	// ErrClientClosed is returned by calls on a closed Client, and is the
 	// cause of a LostError for leases Close could not release.
 	ErrClientClosed = errors.New("tenure: client closed")
+	// ErrNotLocked is returned by Mutex.Unlock when the Mutex is not
+	// locked (never, or unlocked already).
+	ErrNotLocked = errors.New("tenure: unlock of a Mutex that is not locked")
 	// ErrNoLeader is returned by Election.Leader when no leader is elected.
 	ErrNoLeader = errors.New("tenure: no leader elected")
 )

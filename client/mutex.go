@@ -97,7 +97,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	case lost != nil:
 		return lockLost("unlock", m.resource, lost)
 	case l == nil:
-		return errors.New("tenure: unlock of unlocked Mutex")
+		return ErrNotLocked
 	}
 	defer m.hold.giveBack()
 	return releaseLock(ctx, "unlock", m.resource, l)

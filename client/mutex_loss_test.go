@@ -78,7 +78,7 @@ func TestMutexLostLease(t *testing.T) {
 			if l := m.Lease(); l != nil {
 				t.Errorf("Lease() after both Unlocks = %s, want nil", l.ID())
 			}
-			if err := m.Unlock(ctx); err == nil || errors.Is(err, ErrLeaseLost) {
+			if err := m.Unlock(ctx); !errors.Is(err, ErrNotLocked) || errors.Is(err, ErrLeaseLost) {
 				t.Errorf("Unlock of an unlocked Mutex = %v, want the not-locked error", err)
 			}
 		})
