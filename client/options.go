@@ -71,7 +71,7 @@ type config struct {
 	token        string
 	holder       string
 	holderGiven  bool // WithHolder: else the Client's own default
-	sharedHolder bool // WithSharedHolder, or WithToken: see recognisesOwn
+	sharedHolder bool // WithSharedHolder, or WithToken: Acquire never takes a lease it meets for its own
 	tlsConfig    *tls.Config
 	httpClient   *http.Client
 	safetyMargin time.Duration // 0: the default rule

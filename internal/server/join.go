@@ -50,7 +50,7 @@ func (s *Server) join(start context.Context, addr string) error {
 		// member not up yet, worth waiting for.
 		if garbled++; !notTheAPI(err) {
 			garbled = 0
-		} else if garbled >= 3 {
+		} else if garbled >= 5 {
 			return fmt.Errorf("server: joining via %s: it does not answer as a Tenure API (%v); --join takes a member's API address (its --listen), not its Raft address", addr, err)
 		}
 		s.log.Info("join: retrying", "via", addr, "err", err, "backoff", backoff)
