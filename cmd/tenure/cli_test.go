@@ -177,6 +177,26 @@ func startBackground(t *testing.T, cmd *exec.Cmd) <-chan struct{} {
 	return exited
 }
 
+// waitReady waits until a server process (startBackground) answers
+// readyz, its /readyz URL, with 200 through hc, failing the test with its
+// log if it exits first.
+func waitReady(t *testing.T, hc *http.Client, readyz string, exited <-chan struct{}, log fmt.Stringer) {
+	t.Helper()
+	waitFor(t, 20*time.Second, readyz+" to answer 200", func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("server exited: %s", log.String())
+		default:
+		}
+		resp, err := hc.Get(readyz)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
 // ok runs the binary and fails the test unless it exits 0.
 func ok(t *testing.T, args ...string) string {
 	t.Helper()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"net/http"
 	"os"
 	"os/exec"
@@ -64,22 +63,10 @@ func TestServerPolicyDefaults(t *testing.T) {
 		srv := exec.Command(tenureBin, append([]string{"server", "--data-dir", filepath.Join(dir, "data"), "--listen", api,
 			"--raft-listen", freePort(), "--log-level", "warn"}, args...)...)
 		srv.Env = append(os.Environ(), "TENURE_MAX_WAITERS_PER_RESOURCE=12")
-		var log bytes.Buffer
+		var log testlog.Buffer
 		srv.Stdout, srv.Stderr = &log, &log
 		exited := startBackground(t, srv)
-		waitFor(t, 20*time.Second, "the server to be ready", func() bool {
-			select {
-			case <-exited:
-				t.Fatalf("server exited: %s", log.String())
-			default:
-			}
-			resp, err := http.Get("http://" + api + "/readyz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+		waitReady(t, http.DefaultClient, "http://"+api+"/readyz", exited, &log)
 		return func() {
 			_ = srv.Process.Signal(syscall.SIGTERM)
 			<-exited

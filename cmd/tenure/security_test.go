@@ -15,6 +15,7 @@ import (
 	"time"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/testlog"
 )
 
 // writeServerPKI writes a CA (ca.crt) and a certificate for the API
@@ -48,26 +49,14 @@ func TestCLISecureServer(t *testing.T) {
 	srv := exec.Command(tenureBin, "server", "--data-dir", filepath.Join(dir, "data"), "--listen", api, "--raft-listen", raft,
 		"--tls-cert", filepath.Join(dir, "server.crt"), "--tls-key", filepath.Join(dir, "server.key"), "--log-level", "warn")
 	srv.Env = append(os.Environ(), "TENURE_AUTH_FILE="+authFile)
-	var log bytes.Buffer
+	var log testlog.Buffer
 	srv.Stdout, srv.Stderr = &log, &log
 	exited := startBackground(t, srv)
 	pool := x509.NewCertPool()
 	caPEM, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
 	pool.AppendCertsFromPEM(caPEM)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	waitFor(t, 20*time.Second, "the TLS server to be ready", func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("server exited: %s", log.String())
-		default:
-		}
-		resp, err := hc.Get("https://" + api + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	waitReady(t, hc, "https://"+api+"/readyz", exited, &log)
 
 	run := func(env []string, args ...string) result {
 		t.Helper()
