@@ -66,12 +66,21 @@ func (s *Server) join(start context.Context, addr string) error {
 	}
 }
 
-// notTheAPI reports a transport error of a peer that accepted the
-// connection and then spoke something else than HTTP/2.
+// notTheAPI reports a transport error of a peer that took the connection
+// and did not answer as HTTP/2 (its connection ended, reset, or said
+// something else); connection refused (nothing listens yet), a name that
+// does not resolve and a TLS refusal (it says why itself) are not.
 func notTheAPI(err error) bool {
+	if !isTransport(err) {
+		return false
+	}
 	msg := err.Error()
-	return isTransport(err) && (strings.Contains(msg, "EOF") || strings.Contains(msg, "malformed HTTP") ||
-		strings.Contains(msg, "frame too large") || strings.Contains(msg, "connection reset"))
+	for _, not := range []string{"connection refused", "no such host", "tls:", "x509:"} {
+		if strings.Contains(msg, not) {
+			return false
+		}
+	}
+	return true
 }
 
 // isTransport reports an error that did not come from a Tenure server.
