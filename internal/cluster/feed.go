@@ -16,7 +16,9 @@ const DefaultFeedSize = 100_000
 // Feed is an in-memory ring of the most recently applied ledger records,
 // in index order, with a broadcast of changes. Watch resumes from it and
 // History reads it; records older than the ring are gone from memory
-// (they remain in the Raft log and snapshots only as state).
+// (they remain in the ledger files). A restarted node refills it from its
+// ledger files (durableLedger.tail), so that history and Watch resumption
+// reach back past the snapshot it restored.
 type Feed struct {
 	mu      sync.RWMutex
 	ring    []statemachine.Sealed
@@ -64,6 +66,39 @@ func (f *Feed) append(recs []statemachine.Sealed) {
 		return
 	}
 	f.mu.Lock()
+	f.push(recs)
+	close(f.changed)
+	f.changed = make(chan struct{})
+	if f.observe != nil {
+		f.observe(recs)
+	}
+	f.mu.Unlock()
+}
+
+// empty reports whether no record has reached the feed yet.
+func (f *Feed) empty() bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.next == 0
+}
+
+// prime fills an empty feed with records read back from the ledger files
+// at a restart: the history before the snapshot the node restored, which
+// the records applied from then on continue. Nobody is told: nothing
+// changed.
+func (f *Feed) prime(recs []statemachine.Sealed) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.next == 0 {
+		f.push(recs)
+	}
+}
+
+// size is how many records the feed keeps.
+func (f *Feed) size() int { return len(f.ring) }
+
+// push appends recs to the ring. Called with mu held.
+func (f *Feed) push(recs []statemachine.Sealed) {
 	for _, s := range recs {
 		if f.n > 0 && s.Record.Index != f.next {
 			// A gap (after a snapshot restore): the ring restarts.
@@ -88,12 +123,6 @@ func (f *Feed) append(recs []statemachine.Sealed) {
 			f.byKey[k] = append(f.byKey[k], s.Record.Index)
 		}
 	}
-	close(f.changed)
-	f.changed = make(chan struct{})
-	if f.observe != nil {
-		f.observe(recs)
-	}
-	f.mu.Unlock()
 }
 
 // unindex drops the record at pos, the oldest, from the index.

@@ -256,6 +256,10 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.noteTag()
 	f.maxTick.raise(m.Registrar().Tick())
 	ch := m.Chain()
+	if f.feed.empty() {
+		// A restart: the history before the snapshot is in the ledger files.
+		f.feed.prime(f.ledger.tail(ch.Next-1, ch.Head, f.feed.size()))
+	}
 	f.ledger.restored(ch.Next, ch.Head, m.PublicKey())
 	close(f.changed)
 	f.changed = make(chan struct{})

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	"github.com/tenurehq/tenure/internal/ledger"
 	"github.com/tenurehq/tenure/internal/statemachine"
@@ -194,6 +195,31 @@ func (d *durableLedger) resumeNow(next uint64, head ledger.Hash) {
 	if err := d.w.Resume(next, head); err != nil {
 		d.fail(err)
 	}
+}
+
+// tail reads back from the files up to max records ending at index last
+// with hash head (ledger.Tail), for the feed of a restarted node. It is
+// called before the writer goroutine has anything to write, and logs
+// rather than fails: the feed is a convenience, the files stay as they are.
+func (d *durableLedger) tail(last uint64, head ledger.Hash, max int) []statemachine.Sealed {
+	if d == nil || last == 0 {
+		return nil
+	}
+	start := time.Now()
+	recs, err := ledger.Tail(d.dir, last, head, max)
+	if err != nil {
+		d.log.Warn("ledger: reading back the recent history for History and Watch", "err", err)
+		return nil
+	}
+	out := make([]statemachine.Sealed, len(recs))
+	for i, r := range recs {
+		out[i] = statemachine.Sealed{Record: r.Record, Bytes: r.Bytes, Hash: r.Hash}
+	}
+	if len(out) > 0 {
+		d.log.Info("ledger: read back the recent history for History and Watch", "records", len(out),
+			"from_index", out[0].Record.Index, "to_index", last, "took", time.Since(start).Round(time.Millisecond).String())
+	}
+	return out
 }
 
 func (d *durableLedger) savePublicKey(pub ed25519.PublicKey) {

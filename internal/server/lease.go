@@ -542,9 +542,9 @@ func (h *leaseService) WriteState(ctx context.Context, req *connect.Request[tenu
 }
 
 // History answers a resource's events from the in-memory feed (the most
-// recent cluster.DefaultFeedSize records of the whole registrar), through
-// its index by resource: the resource's own events, not a scan of the
-// feed.
+// recent cluster.DefaultFeedSize records of the whole registrar, read back
+// from the ledger files at a restart), through its index by resource: the
+// resource's own events, not a scan of the feed.
 func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev1.HistoryRequest]) (*connect.Response[tenurev1.HistoryResponse], error) {
 	s, m := h.s, req.Msg
 	if err := registrar.CheckIdentifier("namespace", m.Namespace, false); err != nil {

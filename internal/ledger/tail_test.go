@@ -1,0 +1,85 @@
+package ledger_test
+
+import (
+	"bytes"
+	"os"
+
+	"google.golang.org/protobuf/proto"
+	"testing"
+
+	"github.com/tenurehq/tenure/internal/ledger"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// TestTail: the records read back are the run ending at the index and
+// head asked for, byte for byte, across segments; nothing when the files
+// hold another history; only the part after a start marker or a gap.
+func TestTail(t *testing.T) {
+	recs, _ := history(t, 60, 0)
+	last := recs[len(recs)-1].Record.Index
+	same := func(t *testing.T, got []ledger.Sealed, want []statemachine.Sealed) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("read back %d records; want %d", len(got), len(want))
+		}
+		for i, g := range got {
+			w := want[i]
+			if g.Record.Index != w.Record.Index || g.Hash != w.Hash || !bytes.Equal(g.Bytes, w.Bytes) || !proto.Equal(g.Record, w.Record) {
+				t.Fatalf("record %d read back as %d (hash %x); want %d (hash %x)", i, g.Record.Index, g.Hash, w.Record.Index, w.Hash)
+			}
+		}
+	}
+
+	dir := t.TempDir()
+	write(t, dir, 2048, recs) // several segments
+	if segs, _ := ledger.Segments(dir); len(segs) < 3 {
+		t.Fatalf("%d segments; the test wants several", len(segs))
+	}
+	got, err := ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same(t, got, recs)
+	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 7) // the last 7 only
+	same(t, got, recs[len(recs)-7:])
+	got, _ = ledger.Tail(dir, 40, recs[39].Hash, 10) // ending before the files do
+	same(t, got, recs[30:40])
+	if got, _ := ledger.Tail(dir, last, recs[0].Hash, 1000); got != nil {
+		t.Fatalf("another head: read back %d records; want none", len(got))
+	}
+	if got, _ := ledger.Tail(dir, last+5, recs[len(recs)-1].Hash, 1000); got != nil {
+		t.Fatalf("past the files: read back %d records; want none", len(got))
+	}
+
+	// A start marker (the ledger resumed at a snapshot) ends the run.
+	dir = t.TempDir()
+	write(t, dir, 0, recs[:20])
+	w, _, err := ledger.OpenWriter(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Resume(31, recs[29].Hash); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	write(t, dir, 0, recs[30:])
+	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000)
+	same(t, got, recs[30:])
+
+	// A record altered in place: only the run after it is vouched for.
+	dir = t.TempDir()
+	write(t, dir, 0, recs)
+	seg, ls := lines(t, dir)
+	ls[9] = string(bytes.Replace([]byte(ls[9]), []byte(`"record":"`), []byte(`"record":"AA`), 1))
+	var b bytes.Buffer
+	for _, l := range ls {
+		b.WriteString(l)
+	}
+	if err := os.WriteFile(seg, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000)
+	same(t, got, recs[10:])
+}
