@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -270,25 +271,36 @@ func (s *stream[Req, Res, Op, Result]) receive() {
 	}
 }
 
-// maxBatch bounds the operations sent in one message.
-const maxBatch = 1000
+// maxBatch bounds the operations sent in one message, and MaxBatchBytes
+// their encoded size: a server reads messages of up to 1 MiB, and a
+// batch of large operations (Complete with a result of 256 KiB each) must
+// go out as several messages, never as one the server refuses, breaking
+// the stream.
+const (
+	maxBatch      = 1000
+	MaxBatchBytes = 512 << 10
+)
 
 func (s *stream[Req, Res, Op, Result]) send(ctx context.Context) {
+	var op *Op
+	var carried bool // op is the one the last message had no room for
 	for {
-		var op *Op
-		select {
-		case op = <-s.ops:
-		case <-ctx.Done():
-			// Half-close: a server shutting down gracefully waits for
-			// streams whose requests are still open.
-			_ = s.stream.CloseRequest()
-			return
-		case <-s.dead:
-			return
+		if !carried {
+			select {
+			case op = <-s.ops:
+			case <-ctx.Done():
+				// Half-close: a server shutting down gracefully waits for
+				// streams whose requests are still open.
+				_ = s.stream.CloseRequest()
+				return
+			case <-s.dead:
+				return
+			}
 		}
 		// Callers just woken by results enqueue their next operation
 		// into this message rather than each into its own.
-		ops := Gather([]*Op{op}, s.ops, maxBatch)
+		var ops []*Op
+		ops, op, carried = Gather([]*Op{op}, s.ops, maxBatch, MaxBatchBytes)
 		if err := s.stream.Send(s.set.shape.Wrap(ops)); err != nil {
 			// io.EOF: the server ended the stream, and receive gets
 			// its reason.
@@ -300,18 +312,29 @@ func (s *stream[Req, Res, Op, Result]) send(ctx context.Context) {
 	}
 }
 
-// Gather appends to batch what is waiting on ch, up to max items in all,
-// and yields the processor once when ch runs empty, so that goroutines
-// just woken can add theirs: one message per round of work, not one per
-// item (the senders of both ends of a Pipeline stream). It stops early at
-// a closed ch.
-func Gather[T any](batch []T, ch <-chan T, max int) []T {
+// Gather appends to batch what is waiting on ch, up to max items and
+// maxBytes of encoded messages in all, and yields the processor once when
+// ch runs empty, so that goroutines just woken can add theirs: one message
+// per round of work, not one per item (the senders of both ends of a
+// Pipeline stream). It stops early at a closed ch. An item taken from ch
+// that would pass maxBytes is returned as over (with ok set), for the next
+// batch; a batch always holds at least the items it was given.
+func Gather[T any](batch []T, ch <-chan T, max, maxBytes int) (out []T, over T, ok bool) {
+	size := 0
+	for _, v := range batch {
+		size += encodedSize(v)
+	}
 	for yielded := false; len(batch) < max; {
 		select {
-		case v, ok := <-ch:
-			if !ok {
-				return batch
+		case v, open := <-ch:
+			if !open {
+				return batch, over, false
 			}
+			n := encodedSize(v)
+			if size+n > maxBytes {
+				return batch, v, true
+			}
+			size += n
 			batch = append(batch, v)
 			yielded = false
 			continue
@@ -323,5 +346,18 @@ func Gather[T any](batch []T, ch <-chan T, max int) []T {
 		runtime.Gosched()
 		yielded = true
 	}
-	return batch
+	return batch, over, false
+}
+
+// encodedSize is v's size in a repeated field of a message: its encoding
+// and room for the field's tag and length.
+func encodedSize(v any) int {
+	const framing = 8
+	switch m := v.(type) {
+	case interface{ SizeVT() int }:
+		return m.SizeVT() + framing
+	case proto.Message:
+		return proto.Size(m) + framing
+	}
+	return framing
 }

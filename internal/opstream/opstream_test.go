@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,10 +64,10 @@ func (s *scripted) Pipeline(ctx context.Context, stream *connect.BidiStream[tenu
 	}
 }
 
-func serve(t *testing.T, h tenurev1connect.LeaseServiceHandler) tenurev1connect.LeaseServiceClient {
+func serve(t *testing.T, h tenurev1connect.LeaseServiceHandler, opts ...connect.HandlerOption) tenurev1connect.LeaseServiceClient {
 	t.Helper()
 	mux := http.NewServeMux()
-	mux.Handle(tenurev1connect.NewLeaseServiceHandler(h))
+	mux.Handle(tenurev1connect.NewLeaseServiceHandler(h, opts...))
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	srv := &http.Server{Handler: mux, Protocols: &protos}
@@ -224,15 +225,58 @@ func TestGatherTakesWhatWaitsUpToMaxAndStopsAtClose(t *testing.T) {
 	for i := range 5 {
 		ch <- i
 	}
-	if got := opstream.Gather([]int{-1}, ch, 4); fmt.Sprint(got) != "[-1 0 1 2]" {
+	gather := func(batch []int, max, maxBytes int) string {
+		got, over, ok := opstream.Gather(batch, ch, max, maxBytes)
+		if ok {
+			return fmt.Sprint(got, " over ", over)
+		}
+		return fmt.Sprint(got)
+	}
+	if got := gather([]int{-1}, 4, 1<<20); got != "[-1 0 1 2]" {
 		t.Errorf("up to max: %v", got)
 	}
-	if got := opstream.Gather(nil, ch, 10); fmt.Sprint(got) != "[3 4]" {
+	if got := gather(nil, 10, 1<<20); got != "[3 4]" {
 		t.Errorf("what waits: %v", got)
+	}
+	for i := range 4 {
+		ch <- 10 + i
+	}
+	if got := gather([]int{9}, 10, 24); got != "[9 10 11] over 12" { // 8 bytes an item
+		t.Errorf("up to max bytes: %v", got)
+	}
+	if got := gather([]int{12}, 10, 4); got != "[12 13]" && got != "[12] over 13" {
+		t.Errorf("past max bytes with what it was given: %v", got)
 	}
 	ch <- 7
 	close(ch)
-	if got := opstream.Gather(nil, ch, 10); fmt.Sprint(got) != "[7]" {
+	if got := gather(nil, 10, 1<<20); got != "[7]" {
 		t.Errorf("closed: %v", got)
+	}
+}
+
+// TestLargeOperationsSpreadOverMessages: operations that would not fit in
+// one message the server accepts go out in several; none fails.
+func TestLargeOperationsSpreadOverMessages(t *testing.T) {
+	h := &scripted{}
+	set := opstream.OpenLease(t.Context(), serve(t, h, connect.WithReadMaxBytes(1<<20)), 1)
+	defer set.Close()
+	const callers = 16
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			want := fmt.Sprintf("%d-%s", c, strings.Repeat("x", 200<<10))
+			r, err := set.Do(t.Context(), acquire(want))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if got := r.GetAcquire().GetLease().GetLeaseId(); got != want {
+				t.Errorf("result %.10q for operation %.10q", got, want)
+			}
+		})
+	}
+	wg.Wait()
+	if set.Broken() {
+		t.Error("stream broken")
 	}
 }

@@ -117,22 +117,28 @@ func servePipeline[Req, Res, Op, Result any](ctx context.Context, stream *connec
 }
 
 // sendResults sends results as they come, each message carrying every
-// result ready at that moment.
+// result ready at that moment (up to opstream.MaxBatchBytes: a Claim's
+// tasks may carry large payloads, and clients refuse messages past a few
+// MiB).
 func sendResults[Req, Res, Result any](ctx context.Context, stream *connect.BidiStream[Req, Res], results <-chan *Result, respond func([]*Result) *Res) error {
+	var r *Result
+	var carried bool // r is the result the last message had no room for
 	for {
-		var r *Result
-		var ok bool
-		select {
-		case r, ok = <-results:
-			if !ok {
-				return nil
+		if !carried {
+			var ok bool
+			select {
+			case r, ok = <-results:
+				if !ok {
+					return nil
+				}
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-		case <-ctx.Done():
-			return ctx.Err()
 		}
 		// The results of one Raft entry arrive together, each from its
 		// own goroutine: those just woken add theirs to this message.
-		batch := opstream.Gather([]*Result{r}, results, 1024)
+		var batch []*Result
+		batch, r, carried = opstream.Gather([]*Result{r}, results, 1024, opstream.MaxBatchBytes)
 		if err := stream.Send(respond(batch)); err != nil {
 			return err
 		}
