@@ -106,10 +106,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// TestWallOffset is a fault-injection hook (tenure server reads it
 	// from TENURE_TEST_WALL_OFFSET): it is added to the wall time this
-	// node stamps on commands while it leads, as if its wall clock were
-	// off by that much. Only the informative wall times (issued_at,
-	// expires_at, lease ids) move; validity runs on registrar ticks, which
-	// the fault tests check. Zero in production.
+	// node's wall clock while it leads, as if it were off by that much.
+	// Validity runs on registrar ticks, which the fault tests check; the
+	// wall times stamped on commands (issued_at, expires_at, lease ids,
+	// the queue's ready times) never run backwards (term.wall), so only a
+	// clock ahead moves them. Zero in production.
 	TestWallOffset time.Duration
 }
 

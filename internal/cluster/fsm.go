@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -37,6 +38,11 @@ type fsm struct {
 	// written under mu by ApplyBatch and Restore and read without mu: the
 	// proposer stamps the next entry while the FSM applies the last one.
 	maxTick atomicTick
+	// maxWall is the latest wall time of any applied command, kept like
+	// maxTick: a new term's wall clock starts no earlier (term.wall).
+	// wallSeen is maxWall with the local (monotonic) time it was applied.
+	maxWall  atomic.Int64
+	wallSeen atomic.Pointer[wallReading]
 	// applied is the highest Raft index the FSM has seen (see Node.Read).
 	applied atomic.Uint64
 	// fromLog is the index of the last command entry applied since the
@@ -133,6 +139,9 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		results := make([]statemachine.Result, len(b.Commands))
 		for j, cmd := range b.Commands {
 			f.maxTick.raise(registrar.Tick(cmd.Tick))
+			if cmd.Wall > f.maxWall.Load() {
+				f.maxWall.Store(cmd.Wall) // only the FSM goroutine writes it
+			}
 			res := f.m.Apply(cmd)
 			results[j] = res
 			for _, s := range res.Records {
@@ -146,6 +155,11 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		out[i] = results
 		f.applied.Store(max(f.applied.Load(), l.Index))
 		f.fromLog.Store(l.Index)
+	}
+	if w := f.maxWall.Load(); w > 0 {
+		if seen := f.wallSeen.Load(); seen == nil || seen.wall != w {
+			f.wallSeen.Store(&wallReading{wall: w, at: time.Now()})
+		}
 	}
 	f.lastSealed = len(sealed)
 	f.noteTag()
@@ -255,6 +269,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.tag.Store(nil)
 	f.noteTag()
 	f.maxTick.raise(m.Registrar().Tick())
+	f.maxWall.Store(max(f.maxWall.Load(), m.Registrar().Wall()))
 	ch := m.Chain()
 	if f.feed.empty() {
 		// A restart: the history before the snapshot is in the ledger files.
@@ -265,6 +280,25 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.changed = make(chan struct{})
 	f.mu.Unlock()
 	return nil
+}
+
+// wallReading is a wall time of the replicated state and when this node
+// applied it.
+type wallReading struct {
+	wall int64
+	at   time.Time
+}
+
+// wall estimates the cluster's wall time now (unix ms): the latest wall
+// time applied plus the time since, by this node's monotonic clock; its
+// own wall clock before anything is applied. Timers that wait for a
+// replicated wall time (a task's ready time) use it, not the local
+// clock, which may be off from the leader's.
+func (f *fsm) wall() int64 {
+	if seen := f.wallSeen.Load(); seen != nil {
+		return seen.wall + time.Since(seen.at).Milliseconds()
+	}
+	return time.Now().UnixMilli()
 }
 
 // foreignHistory explains a node stopped for holding another cluster's

@@ -75,12 +75,39 @@ type term struct {
 	base   registrar.Tick
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// wallBase is the wall time (unix ms) the term's clock started from:
+	// the leader's wall clock, or the latest wall time applied when that
+	// is later. offset is Config.TestWallOffset.
+	wallBase int64
+	offset   time.Duration
+	lastWall atomic.Int64
 }
 
 // now is the leader's registrar time: the anchor plus monotonic time since
 // it, rounded up to the next millisecond.
 func (t *term) now() registrar.Tick {
 	return t.base + registrar.Tick(registrar.Ms(time.Since(t.start)))
+}
+
+// wall is the wall time (unix ms) to stamp on the next entry: the
+// leader's wall clock, but never earlier than the term's start plus the
+// monotonic time since, nor than what it stamped before. Wall times order
+// the queue's tasks and time their delays and retries, so they must not
+// run backwards when the leader's clock is stepped back or a leader whose
+// clock is behind takes over (that reordered FIFO tasks and stalled
+// retries by the difference); a clock stepped forward is followed.
+func (t *term) wall() int64 {
+	w := max(time.Now().Add(t.offset).UnixMilli(), t.wallBase+time.Since(t.start).Milliseconds())
+	for {
+		last := t.lastWall.Load()
+		if w <= last {
+			return last
+		}
+		if t.lastWall.CompareAndSwap(last, w) {
+			return w
+		}
+	}
 }
 
 const nodeIDFile = "node-id"
@@ -413,25 +440,28 @@ func (n *Node) lead() {
 	f := n.fsm
 	f.mu.RLock()
 	base := max(f.maxTick.load(), f.m.Registrar().Tick())
+	lastWall := max(f.maxWall.Load(), f.m.Registrar().Wall())
 	bootstrapped := f.m.Bootstrapped()
 	f.mu.RUnlock()
 	// Everything up to the barrier is applied; the entries the FSM never
 	// sees (no-ops, barriers) count as applied too.
 	f.applied.Store(max(f.applied.Load(), n.raft.AppliedIndex()))
-	t := &term{start: time.Now(), base: base, ctx: ctx, cancel: cancel}
+	start := time.Now()
+	t := &term{start: start, base: base, ctx: ctx, cancel: cancel, offset: n.cfg.TestWallOffset,
+		wallBase: max(start.Add(n.cfg.TestWallOffset).UnixMilli(), lastWall)}
 	if n.raft.State() != raft.Leader {
 		cancel()
 		return
 	}
 	if !bootstrapped {
-		if err := n.bootstrapRegistrar(base); err != nil {
+		if err := n.bootstrapRegistrar(t); err != nil {
 			n.log.Error("bootstrapping the registrar; this term serves nothing", "err", err)
 			cancel()
 			return
 		}
 		n.log.Info("registrar initialized")
 	}
-	if err := n.withdrawOrphanWaits(base); err != nil {
+	if err := n.withdrawOrphanWaits(t); err != nil {
 		n.log.Error("withdrawing the waits of earlier terms; this term serves nothing", "err", err)
 		cancel()
 		return
@@ -512,7 +542,7 @@ func awaitFuture(f raft.Future, gone <-chan struct{}, ifGone error) error {
 // bootstrapRegistrar gives the registrar its key, straight through Raft:
 // the proposer serves only a term that has begun, and nothing else may be
 // proposed before this.
-func (n *Node) bootstrapRegistrar(tick registrar.Tick) error {
+func (n *Node) bootstrapRegistrar(t *term) error {
 	seed := make([]byte, 32)
 	if _, err := rand.Read(seed); err != nil {
 		return fmt.Errorf("drawing the key seed: %w", err)
@@ -523,7 +553,7 @@ func (n *Node) bootstrapRegistrar(tick registrar.Tick) error {
 			boot.DefaultPolicy = p.Proto()
 		}
 	}
-	res, err := n.applyBeforeTerm(tick, []*logpb.Command{{Op: &logpb.Command_Bootstrap{Bootstrap: boot}}})
+	res, err := n.applyBeforeTerm(t, []*logpb.Command{{Op: &logpb.Command_Bootstrap{Bootstrap: boot}}})
 	if err != nil {
 		return err
 	}
@@ -541,7 +571,7 @@ func (n *Node) bootstrapRegistrar(tick registrar.Tick) error {
 // granted a lease nobody receives, holding its resource for a whole ttl
 // and its place ahead of the callers' own retries. They are withdrawn
 // latest first (Registrar.QueuedWaits), so that none is granted on the way.
-func (n *Node) withdrawOrphanWaits(tick registrar.Tick) error {
+func (n *Node) withdrawOrphanWaits(t *term) error {
 	n.fsm.mu.RLock()
 	waits := n.fsm.m.Registrar().QueuedWaits()
 	n.fsm.mu.RUnlock()
@@ -555,7 +585,7 @@ func (n *Node) withdrawOrphanWaits(tick registrar.Tick) error {
 			cmds[i] = &logpb.Command{Actor: w.Holder, Op: &logpb.Command_CancelWait{
 				CancelWait: &logpb.CancelWait{WaiterId: w.ID, Holder: w.Holder}}}
 		}
-		res, err := n.applyBeforeTerm(tick, cmds)
+		res, err := n.applyBeforeTerm(t, cmds)
 		if err != nil {
 			return err
 		}
@@ -569,13 +599,13 @@ func (n *Node) withdrawOrphanWaits(tick registrar.Tick) error {
 	return nil
 }
 
-// applyBeforeTerm applies cmds as one Raft entry, stamped with tick, before
+// applyBeforeTerm applies cmds as one Raft entry, stamped with t's base tick, before
 // this term serves (the proposer serves only a term that has begun), and
 // answers their results.
-func (n *Node) applyBeforeTerm(tick registrar.Tick, cmds []*logpb.Command) ([]statemachine.Result, error) {
-	wall := time.Now().Add(n.cfg.TestWallOffset).UTC().UnixMilli()
+func (n *Node) applyBeforeTerm(t *term, cmds []*logpb.Command) ([]statemachine.Result, error) {
+	wall := t.wall()
 	for _, c := range cmds {
-		c.Tick, c.Wall = int64(tick), wall
+		c.Tick, c.Wall = int64(t.base), wall
 	}
 	data, err := proto.Marshal(n.fsm.batchOf(cmds))
 	if err != nil {
@@ -722,6 +752,11 @@ func (n *Node) LeaderChanges() uint64 { return n.reach.leaderChanges.Load() }
 
 // Applied is the index of the last log entry this node has applied.
 func (n *Node) Applied() uint64 { return n.fsm.applied.Load() }
+
+// Wall estimates the cluster's wall time now, in unix ms: the time the
+// leader would stamp, as far as this node can tell (the latest applied
+// wall time advanced by this node's monotonic clock).
+func (n *Node) Wall() int64 { return n.fsm.wall() }
 
 // streamLayer is Raft's TCP stream layer over a listener we own, so that
 // the advertised address can be the one the peer list names (and tests

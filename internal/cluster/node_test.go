@@ -503,6 +503,51 @@ func TestStampsDoNotCarryAcrossTerms(t *testing.T) {
 	}
 }
 
+// Wall times stamped on commands never run backwards: not within a term
+// whose clock is stepped back, nor when a leader whose clock is behind
+// takes over (found from outside: a leader an hour behind ordered new
+// queue tasks ahead of older ones and held delayed tasks back an hour);
+// a clock that is ahead is followed.
+func TestWallTimesNeverRunBackwards(t *testing.T) {
+	now := time.Now()
+	behind := &term{start: now, offset: -time.Hour, wallBase: now.UnixMilli()}
+	w1 := behind.wall()
+	if w1 < now.UnixMilli() {
+		t.Fatalf("a term whose clock is an hour behind stamped %d, before the last applied wall time %d", w1, now.UnixMilli())
+	}
+	if w2 := behind.wall(); w2 < w1 {
+		t.Fatalf("stamped %d after %d", w2, w1)
+	}
+	ahead := &term{start: now, offset: time.Hour, wallBase: now.Add(time.Hour).UnixMilli()}
+	if w := ahead.wall(); w < now.Add(time.Hour).UnixMilli() {
+		t.Fatalf("a clock an hour ahead stamped %d; want it followed", w)
+	}
+
+	// Through Raft: a node restarted with its clock an hour behind goes on
+	// from the wall time it applied before.
+	dir := t.TempDir()
+	n := open(t, dir)
+	if out := acquire(t, n, "a", "w", time.Minute, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	before := n.fsm.maxWall.Load()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n = openWith(t, dir, func(c *Config) { c.TestWallOffset = -time.Hour })
+	defer n.Close()
+	if out := acquire(t, n, "b", "w", time.Minute, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	last, ok := n.Feed().At(n.Feed().Head())
+	if !ok || last.Record.Wall < before {
+		t.Fatalf("after a restart an hour behind, a record stamped %d; before it %d", last.Record.Wall, before)
+	}
+	if est := n.Wall(); est < before || est > time.Now().Add(time.Minute).UnixMilli() {
+		t.Fatalf("the node's estimate of the cluster's wall time: %d; want from %d to about now", est, before)
+	}
+}
+
 // Closing a node while writes pour in returns, and every write gets an
 // answer: Raft leaves a command still queued at Shutdown unanswered
 // (hashicorp/raft#498), and Close used to wait for it forever (seen in the

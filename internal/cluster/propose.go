@@ -143,7 +143,7 @@ func (n *Node) propose() {
 			continue
 		}
 		tick := clock.stamp(t, n.fsm.maxTick.load())
-		wall := time.Now().Add(n.cfg.TestWallOffset).UTC().UnixMilli()
+		wall := t.wall()
 		cmds := make([]*logpb.Command, len(batch))
 		for i, p := range batch {
 			p.cmd.Tick, p.cmd.Wall = int64(tick), wall

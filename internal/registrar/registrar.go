@@ -72,6 +72,9 @@ func (r *Registrar) IDTag() uint16 { return r.tag }
 // Tick returns the tick of the last applied record.
 func (r *Registrar) Tick() Tick { return r.tick }
 
+// Wall returns the latest wall time (unix ms) of the applied records.
+func (r *Registrar) Wall() int64 { return r.wall }
+
 // Defaults returns the server-wide default policy.
 func (r *Registrar) Defaults() Policy { return r.defaults }
 

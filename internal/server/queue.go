@@ -228,11 +228,13 @@ func (s *Server) claim(ctx context.Context, c *logpb.Claim, wait time.Duration) 
 		var at int64
 		var ok bool
 		_ = s.node.Read(ctx, true, func(m *statemachine.Machine, _ registrar.Tick) error {
-			at, ok = m.Queues().NextReady(c.Namespace, c.Queue, time.Now().UnixMilli())
+			at, ok = m.Queues().NextReady(c.Namespace, c.Queue, s.node.Wall())
 			return nil
 		})
+		// Ready times are the leader's wall times: wait by the cluster's
+		// wall time, not this member's clock, which may be off.
 		var readyC <-chan time.Time
-		if now := time.Now().UnixMilli(); ok && at > now {
+		if now := s.node.Wall(); ok && at > now {
 			if ready == nil {
 				ready = time.NewTimer(registrar.Dur(at - now))
 			} else {
@@ -260,7 +262,7 @@ func (s *Server) claim(ctx context.Context, c *logpb.Claim, wait time.Duration) 
 func (s *Server) claimable(c *logpb.Claim) bool {
 	var ok bool
 	_ = s.node.Read(context.Background(), true, func(m *statemachine.Machine, _ registrar.Tick) error {
-		now := time.Now().UnixMilli()
+		now := s.node.Wall()
 		at, found := m.Queues().NextReady(c.Namespace, c.Queue, now)
 		ok = found && at <= now
 		return nil
