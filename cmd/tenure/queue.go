@@ -80,7 +80,9 @@ func queueCall[Req, Resp any](ctx context.Context, c *cliCommand,
 
 const queuePushHelp = `Enqueue a task into QUEUE (created on first use) and print it. The payload
 is --data, the contents of --file, or stdin. --id makes the push idempotent:
-pushing an id that exists answers the existing task, unchanged.
+pushing an id that exists answers the existing task, unchanged (and says so
+on stderr). Ids of the form T<number> are the server's generated ones and
+cannot be chosen.
 --not-before takes an RFC 3339 time or a delay from now (30s, 5m).`
 
 const queuePushExamples = `  tenure queue push emails --data '{"to":"a@example.com"}'
@@ -130,6 +132,9 @@ func queuePush(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if len(resp.GetTasks()) != 1 {
 		return fmt.Errorf("the server answered %d tasks for one", len(resp.GetTasks()))
+	}
+	if ex := resp.GetExisted(); len(ex) == 1 && ex[0] {
+		fmt.Fprintf(stderr, "task %s already existed in %s: answered as it is (nothing was enqueued)\n", resp.GetTasks()[0].GetTaskId(), pos[0])
 	}
 	if c.json() {
 		return writeJSON(stdout, resp.GetTasks()[0])

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -15,6 +16,8 @@ type Outcome struct {
 	Err error
 	// Tasks answers Enqueue (request order) and Claim.
 	Tasks []Task
+	// Existed is parallel to Tasks for Enqueue: the id was already there.
+	Existed []bool
 	// Leases are the claimed tasks' leases, parallel to Tasks (Claim).
 	Leases []registrar.Lease
 	// Task answers Complete, Fail and Cancel.
@@ -72,6 +75,49 @@ func ValidateEnqueue(c *logpb.Enqueue) error {
 	return nil
 }
 
+// GeneratedIDPrefix starts the ids given to tasks enqueued without one:
+// "T" and the task's sequence number (and "-k" in the rare case a caller
+// took that id first, in logs written before the API refused such ids).
+const GeneratedIDPrefix = "T"
+
+// IsGeneratedID reports whether id has the form of a generated task id,
+// which callers may not choose (CheckCallerTaskID).
+func IsGeneratedID(id string) bool {
+	rest, ok := strings.CutPrefix(id, GeneratedIDPrefix)
+	if !ok {
+		return false
+	}
+	num, k, dash := strings.Cut(rest, "-")
+	return allDigits(num) && (!dash || allDigits(k))
+}
+
+func allDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckCallerTaskIDs refuses task ids a caller chose that have the form of
+// generated ones: "T7" would otherwise answer the task generated as T7 (an
+// idempotent enqueue of someone else's task) and drop the caller's. It is
+// the API's check, not the state machine's: logs written before it may
+// hold such ids, and must apply as they did.
+func CheckCallerTaskIDs(c *logpb.Enqueue) error {
+	for i, t := range c.Tasks {
+		if IsGeneratedID(t.TaskId) {
+			return invalid("tasks["+strconv.Itoa(i)+"].task_id",
+				"%q has the form of the ids the server generates (T and a number); choose another, or leave it empty for a generated one", t.TaskId)
+		}
+	}
+	return nil
+}
+
 // Enqueue adds tasks. A task id that already exists in the queue answers
 // the existing task, unchanged (idempotent enqueue).
 func (qs *Queues) Enqueue(tx *registrar.Tx, c *logpb.Enqueue) Outcome {
@@ -79,21 +125,22 @@ func (qs *Queues) Enqueue(tx *registrar.Tx, c *logpb.Enqueue) Outcome {
 		return fail(err)
 	}
 	ns := orDefault(c.Namespace)
-	out := Outcome{Tasks: make([]Task, 0, len(c.Tasks))}
-	for _, nt := range c.Tasks {
+	out := Outcome{Tasks: make([]Task, 0, len(c.Tasks)), Existed: make([]bool, len(c.Tasks))}
+	for i, nt := range c.Tasks {
 		q := qs.queue(ns, c.Queue, false)
 		id := nt.TaskId
 		if id != "" && q != nil {
 			if t := q.tasks[id]; t != nil {
 				out.Tasks = append(out.Tasks, qs.view(t))
+				out.Existed[i] = true
 				continue
 			}
 		}
 		seq := qs.nextSeq
 		if id == "" {
-			id = "T" + itoa(seq)
+			id = GeneratedIDPrefix + itoa(seq)
 			for k := 1; q != nil && q.tasks[id] != nil; k++ {
-				id = "T" + itoa(seq) + "-" + strconv.Itoa(k)
+				id = GeneratedIDPrefix + itoa(seq) + "-" + strconv.Itoa(k)
 			}
 		}
 		ma := nt.MaxAttempts

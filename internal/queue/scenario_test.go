@@ -61,6 +61,11 @@ func TestIdempotentEnqueueAndGeneratedIDs(t *testing.T) {
 	if gen[0].ID == "T3" {
 		t.Fatal("generated id collides with a client id")
 	}
+	for id, want := range map[string]bool{"T3": true, "T12-1": true, "T": false, "T3-": false, "T-1": false, "t3": false, "T3x": false, "Tuesday": false, "T３": false} {
+		if got := queue.IsGeneratedID(id); got != want {
+			t.Errorf("IsGeneratedID(%q) = %v", id, got)
+		}
+	}
 	// Duplicates inside one batch answer the first.
 	b := e.mustEnqueue("q", task("x", 1), task("x", 2))
 	if b[0].Seq != b[1].Seq || b[1].Priority != 1 {

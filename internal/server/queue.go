@@ -125,11 +125,14 @@ func enqueueCommand(m *tenurev1.EnqueueRequest) (*logpb.Command, error) {
 	if err := queue.ValidateEnqueue(c); err != nil {
 		return nil, err
 	}
+	if err := queue.CheckCallerTaskIDs(c); err != nil {
+		return nil, err
+	}
 	return &logpb.Command{Op: &logpb.Command_Enqueue{Enqueue: c}}, nil
 }
 
 func enqueueResponse(out queue.Outcome) *tenurev1.EnqueueResponse {
-	resp := &tenurev1.EnqueueResponse{Tasks: make([]*tenurev1.Task, len(out.Tasks))}
+	resp := &tenurev1.EnqueueResponse{Tasks: make([]*tenurev1.Task, len(out.Tasks)), Existed: out.Existed}
 	for i, t := range out.Tasks {
 		resp.Tasks[i] = taskPB(t)
 	}

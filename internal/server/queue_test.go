@@ -117,7 +117,22 @@ func TestQueueErrorsAndZombie(t *testing.T) {
 	if _, err := qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "q", Tasks: []*tenurev1.NewTask{{TaskId: "t"}}})); err != nil {
 		t.Fatal(err)
 	}
-	_, err := qc.GetTask(ctx, connect.NewRequest(&tenurev1.GetTaskRequest{Queue: "q", TaskId: "nope"}))
+	// An id that exists is answered as it is, and said to have existed; a
+	// generated id cannot be chosen (it would answer someone else's task).
+	again, err := qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "q", Tasks: []*tenurev1.NewTask{{TaskId: "t", Payload: []byte("other")}, {}}}))
+	if err != nil || fmt.Sprint(again.Msg.Existed) != "[true false]" || len(again.Msg.Tasks[0].Payload) != 0 {
+		t.Fatalf("enqueue again: existed %v, %v, %v", again.Msg.GetExisted(), again.Msg.GetTasks(), err)
+	}
+	gen := again.Msg.Tasks[1].TaskId
+	_, err = qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "q", Tasks: []*tenurev1.NewTask{{TaskId: gen, Payload: []byte("mine")}}}))
+	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+	if md := errorMeta(t, err); md["field"] != "tasks[0].task_id" {
+		t.Errorf("generated id chosen: metadata %v", md)
+	}
+	if _, err := qc.Cancel(ctx, connect.NewRequest(&tenurev1.CancelRequest{Queue: "q", TaskId: gen})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = qc.GetTask(ctx, connect.NewRequest(&tenurev1.GetTaskRequest{Queue: "q", TaskId: "nope"}))
 	wantReason(t, err, connect.CodeNotFound, "TASK_NOT_FOUND")
 	_, err = qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "", Tasks: []*tenurev1.NewTask{{}}}))
 	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")

@@ -414,7 +414,10 @@ type EnqueueResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One per requested task, in request order; an id that already existed
 	// answers the existing task, unchanged.
-	Tasks         []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Tasks []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Parallel to tasks: true where the task id already existed in the
+	// queue, so that nothing was enqueued for it (its payload was not used).
+	Existed       []bool `protobuf:"varint,2,rep,packed,name=existed,proto3" json:"existed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -452,6 +455,13 @@ func (*EnqueueResponse) Descriptor() ([]byte, []int) {
 func (x *EnqueueResponse) GetTasks() []*Task {
 	if x != nil {
 		return x.Tasks
+	}
+	return nil
+}
+
+func (x *EnqueueResponse) GetExisted() []bool {
+	if x != nil {
+		return x.Existed
 	}
 	return nil
 }
@@ -1912,9 +1922,10 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\x0eEnqueueRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12(\n" +
-	"\x05tasks\x18\x03 \x03(\v2\x12.tenure.v1.NewTaskR\x05tasks\"8\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x12.tenure.v1.NewTaskR\x05tasks\"R\n" +
 	"\x0fEnqueueResponse\x12%\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x0f.tenure.v1.TaskR\x05tasks\"\xd3\x01\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x0f.tenure.v1.TaskR\x05tasks\x12\x18\n" +
+	"\aexisted\x18\x02 \x03(\bR\aexisted\"\xd3\x01\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x16\n" +
