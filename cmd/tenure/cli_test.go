@@ -229,6 +229,9 @@ func parse[M proto.Message](t *testing.T, out string, m M) M {
 func acquire(t *testing.T, resource string, args ...string) *tenurev1.Lease {
 	t.Helper()
 	out := ok(t, append([]string{"acquire", resource, "-o", "json"}, args...)...)
+	if strings.Contains(out, "UNSPECIFIED") || strings.Contains(out, ", ") {
+		t.Errorf("-o json: %s; want enums at zero left out, as the API does, on one compact line", out)
+	}
 	return parse(t, out, &tenurev1.Lease{})
 }
 

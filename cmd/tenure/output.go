@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
@@ -10,31 +8,25 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/server"
 )
 
 // writeJSON writes m in the protobuf JSON mapping (lowerCamelCase, enums by
 // name, RFC 3339 UTC times), one document per line, so that a stream of
 // results is NDJSON. Zero values are written too ("found": false, "dead":
-// "0", "tasks": []), so that scripts find every field they read.
+// "0", "tasks": []), so that scripts find every field they read; enums at
+// zero are left out, as the API leaves them.
 func writeJSON(w io.Writer, m proto.Message) error {
-	b, err := protojson.MarshalOptions{EmitDefaultValues: true}.Marshal(m)
+	b, err := server.MarshalJSON(m) // the API's own JSON form, on one line
 	if err != nil {
 		return err
 	}
-	// protojson adds random spaces between tokens (on purpose, so that
-	// nobody depends on its layout); compact it into a stable line.
-	var out bytes.Buffer
-	if err := json.Compact(&out, b); err != nil {
-		return err
-	}
-	out.WriteByte('\n')
-	_, err = w.Write(out.Bytes())
+	_, err = w.Write(append(b, '\n'))
 	return err
 }
 

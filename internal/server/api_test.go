@@ -534,6 +534,22 @@ func TestWatchReceivesEvents(t *testing.T) {
 		t.Fatalf("live watch: %v %v", resp, err)
 	}
 	resp.Body.Close()
+
+	// A watch that reaches the caller's deadline ends with
+	// deadline_exceeded, not as if the feed had ended.
+	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, b.base+"/tenure.v1.LeaseService/Watch",
+		bytes.NewReader(connectEnvelope([]byte(`{}`))))
+	req.Header.Set("Content-Type", "application/connect+json")
+	req.Header.Set("Connect-Timeout-Ms", "200")
+	resp, err = b.http.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch with a deadline: %v %v", resp, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !bytes.Contains(body, []byte(`"code":"deadline_exceeded"`)) {
+		t.Fatalf("watch past its deadline ended with %q, %v; want deadline_exceeded", body, err)
+	}
 }
 
 // connectEnvelope frames one Connect streaming message.

@@ -38,9 +38,25 @@ func (jsonCodec) Marshal(m any) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("%T is not a protobuf message", m)
 	}
+	return MarshalJSON(pm)
+}
+
+// MarshalJSON is the JSON form the API answers with (and the CLI's -o
+// json prints): every field, zeros included, except enums at zero, on
+// one line without spaces.
+func MarshalJSON(pm proto.Message) ([]byte, error) {
 	b, err := protojson.MarshalOptions{EmitDefaultValues: true}.Marshal(pm)
-	if err != nil || !hasZeroEnum(pm.ProtoReflect()) {
-		return b, err
+	if err != nil {
+		return nil, err
+	}
+	if !hasZeroEnum(pm.ProtoReflect()) {
+		// protojson adds random spaces between tokens (on purpose, so
+		// that nobody depends on its layout): one stable form instead.
+		var out bytes.Buffer
+		if err := json.Compact(&out, b); err != nil {
+			return nil, err
+		}
+		return out.Bytes(), nil
 	}
 	var obj map[string]any
 	dec := json.NewDecoder(bytes.NewReader(b))

@@ -99,7 +99,12 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 		select {
 		case <-w.wake:
 		case <-ctx.Done():
-			return nil
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The caller's deadline: say so, so that it is not taken
+				// for the end of the feed.
+				return connect.NewError(connect.CodeDeadlineExceeded, errors.New("the watch reached the caller's deadline"))
+			}
+			return nil // the caller went away
 		case <-s.closing:
 			return errShuttingDown()
 		}
