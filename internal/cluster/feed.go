@@ -10,8 +10,14 @@ import (
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
-// DefaultFeedSize is how many recent records the feed keeps.
-const DefaultFeedSize = 100_000
+// DefaultFeedSize is how many recent records the feed keeps, and
+// DefaultFeedBytes about how much memory they may take: a registrar whose
+// records carry large blobs (guarded state of 64 KiB, task payloads of
+// 256 KiB) keeps fewer of them.
+const (
+	DefaultFeedSize  = 100_000
+	DefaultFeedBytes = 256 << 20
+)
 
 // Feed is an in-memory ring of the most recently applied ledger records,
 // in index order, with a broadcast of changes. Watch resumes from it and
@@ -20,13 +26,16 @@ const DefaultFeedSize = 100_000
 // ledger files (durableLedger.tail), so that history and Watch resumption
 // reach back past the snapshot it restored.
 type Feed struct {
-	mu      sync.RWMutex
-	ring    []statemachine.Sealed
-	start   int    // position of the oldest record in ring
-	n       int    // records held
-	next    uint64 // ledger index of the next record to arrive (0 = none seen yet)
-	changed chan struct{}
-	observe func([]statemachine.Sealed)
+	mu    sync.RWMutex
+	ring  []statemachine.Sealed
+	start int    // position of the oldest record in ring
+	n     int    // records held
+	next  uint64 // ledger index of the next record to arrive (0 = none seen yet)
+	// bytes is the recordCost of the records held, at most maxBytes
+	// (but for the latest record).
+	bytes, maxBytes int
+	changed         chan struct{}
+	observe         func([]statemachine.Sealed)
 
 	// With scope set, the records held are indexed by namespace and
 	// resource: keys is parallel to ring, byKey lists each key's record
@@ -53,7 +62,7 @@ func NewFeed(size int, scope func(*logpb.Record) (ns, resource string)) *Feed {
 	if size <= 0 {
 		size = DefaultFeedSize
 	}
-	f := &Feed{ring: make([]statemachine.Sealed, size), changed: make(chan struct{}), scope: scope}
+	f := &Feed{ring: make([]statemachine.Sealed, size), changed: make(chan struct{}), scope: scope, maxBytes: DefaultFeedBytes}
 	if scope != nil {
 		f.keys = make([]feedKey, size)
 		f.byKey = map[feedKey][]uint64{}
@@ -102,19 +111,22 @@ func (f *Feed) push(recs []statemachine.Sealed) {
 	for _, s := range recs {
 		if f.n > 0 && s.Record.Index != f.next {
 			// A gap (after a snapshot restore): the ring restarts.
-			f.start, f.n = 0, 0
+			f.start, f.n, f.bytes = 0, 0, 0
+			clear(f.ring)
 			if f.byKey != nil {
 				clear(f.byKey)
 			}
 		}
 		pos := (f.start + f.n) % len(f.ring)
 		if f.n == len(f.ring) {
+			f.bytes -= recordCost(f.ring[pos])
 			f.start = (f.start + 1) % len(f.ring)
 			f.unindex(pos)
 		} else {
 			f.n++
 		}
 		f.ring[pos] = s
+		f.bytes += recordCost(s)
 		f.next = s.Record.Index + 1
 		if f.scope != nil {
 			ns, res := f.scope(s.Record)
@@ -122,8 +134,22 @@ func (f *Feed) push(recs []statemachine.Sealed) {
 			f.keys[pos] = k
 			f.byKey[k] = append(f.byKey[k], s.Record.Index)
 		}
+		// Large records (guarded state, task payloads) leave sooner: the
+		// ring holds at most maxBytes of them, whatever their number.
+		for f.bytes > f.maxBytes && f.n > 1 {
+			old := f.start
+			f.bytes -= recordCost(f.ring[old])
+			f.unindex(old)
+			f.ring[old] = statemachine.Sealed{}
+			f.start = (f.start + 1) % len(f.ring)
+			f.n--
+		}
 	}
 }
+
+// recordCost is about the memory a record holds in the ring: its
+// encoding and its decoded form.
+func recordCost(s statemachine.Sealed) int { return 2*len(s.Bytes) + 256 }
 
 // unindex drops the record at pos, the oldest, from the index.
 func (f *Feed) unindex(pos int) {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -46,6 +47,11 @@ type durableLedger struct {
 	// failed is set when writing stopped (atomic: the FSM and the
 	// metrics read it).
 	failed atomic.Bool
+	// lastAtOpen is the index of the last record the files held at start
+	// (checkHistory), and diverged is told when the node applies another
+	// history than the files hold (ledger.ErrOtherHistory).
+	lastAtOpen uint64
+	diverged   func(error)
 }
 
 // ledgerOp is one request to the writer goroutine: the records of an
@@ -70,7 +76,8 @@ func openLedger(dataDir string, segSize, maxBytes int64, log *slog.Logger) (*dur
 		log.Warn("ledger: cut a partial last line left by a crash; Raft re-applies the records it held",
 			"segment", rec.Segment, "bytes", rec.TornBytes, "last_index", rec.Last)
 	}
-	d := &durableLedger{dir: dir, w: w, log: log, maxBytes: maxBytes, ops: make(chan ledgerOp, ledgerQueue), done: make(chan struct{})}
+	d := &durableLedger{dir: dir, w: w, log: log, maxBytes: maxBytes, ops: make(chan ledgerOp, ledgerQueue), done: make(chan struct{}),
+		lastAtOpen: rec.Last}
 	d.keepWithinBudget()
 	go d.run()
 	return d, nil
@@ -174,6 +181,15 @@ func (d *durableLedger) keepWithinBudget() {
 // for concurrent use.
 func (d *durableLedger) fail(err error) {
 	d.failed.Store(true)
+	if errors.Is(err, ledger.ErrOtherHistory) && d.diverged != nil {
+		// Not a disk's trouble: the Raft log (or snapshot) this node
+		// applied derives other records than it once did. Serving from it
+		// could grant again what was granted.
+		d.diverged(fmt.Errorf("cluster: %w; the Raft log or snapshot in the data dir was damaged or replaced (the ledger files in %s "+
+			"record what was applied before). Refusing to serve: restore the data dir from a backup, or in a cluster remove this "+
+			"member, wipe its data dir and --join it again", err, d.dir))
+		return
+	}
 	d.log.Error("ledger: writing stopped; restart the node once the cause is fixed, and Raft's log refills it", "err", err)
 }
 

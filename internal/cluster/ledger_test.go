@@ -150,9 +150,15 @@ func TestLedgerSyncCoversQueuedWrites(t *testing.T) {
 func TestLedgerFailureHoldsSnapshots(t *testing.T) {
 	n := open(t, t.TempDir())
 	defer n.Close()
+	if n.LedgerStopped() {
+		t.Fatal("ledger stopped before any failure")
+	}
 	n.fsm.ledger.fail(errors.New("disk full"))
 	if out := acquire(t, n, "r", "w", time.Minute, 0); out.Err != nil {
 		t.Fatalf("writes go on: %v", out.Err)
+	}
+	if !n.LedgerStopped() || n.Err() != nil {
+		t.Fatalf("after a disk's failure: ledger stopped %v, node stopped %v; want the ledger only", n.LedgerStopped(), n.Err())
 	}
 	if _, _, err := n.Snapshot(); err == nil || !strings.Contains(err.Error(), "ledger") {
 		t.Fatalf("Snapshot with a failed ledger: %v", err)
@@ -330,5 +336,89 @@ func TestFeedRefilledAfterRestart(t *testing.T) {
 	}
 	if _, _, err := n.Feed().Read(0, 10); err == nil {
 		t.Fatal("Watch from index 0 without the history: no error; want compacted")
+	}
+}
+
+// waitFailed waits for n to stop on its own and returns why.
+func waitFailed(t *testing.T, n *Node) error {
+	t.Helper()
+	select {
+	case <-n.Failed():
+		return n.Err()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node did not stop")
+		return nil
+	}
+}
+
+// TestRefusesALogThatLostHistory: a node whose Raft log lost entries it
+// had applied (the wal directory deleted) stops instead of serving: its
+// ledger files show the history went further, and serving would grant
+// acknowledged leases again with lower fences (found from outside).
+func TestRefusesALogThatLostHistory(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, dir)
+	for i := range 5 {
+		if out := acquire(t, n, fmt.Sprintf("r/%d", i), "w", time.Minute, 0); out.Err != nil {
+			t.Fatal(out.Err)
+		}
+	}
+	if _, _, err := n.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if out := acquire(t, n, fmt.Sprintf("s/%d", i), "w", time.Minute, 0); out.Err != nil {
+			t.Fatal(out.Err)
+		}
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "wal")); err != nil {
+		t.Fatal(err)
+	}
+	n = openNoWait(t, dir)
+	defer n.Close()
+	err := waitFailed(t, n)
+	if err == nil || !strings.Contains(err.Error(), "missing from the Raft log") {
+		t.Fatalf("stopped with %v; want the missing entries named", err)
+	}
+	if n.leader.Load() != nil {
+		t.Fatal("the node serves a term")
+	}
+}
+
+// TestRefusesAnotherHistory: a node whose log derives other records than
+// its ledger files hold (a damaged or replaced log) stops.
+func TestRefusesAnotherHistory(t *testing.T) {
+	short, long := t.TempDir(), t.TempDir()
+	a := open(t, short)
+	if out := acquire(t, a, "a", "w", time.Minute, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, long)
+	for i := range 5 {
+		if out := acquire(t, b, fmt.Sprintf("b/%d", i), "w", time.Minute, 0); out.Err != nil {
+			t.Fatal(out.Err)
+		}
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// b's data dir with a's (shorter, other) ledger files.
+	if err := os.RemoveAll(filepath.Join(long, ledger.DirName)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(short, ledger.DirName), filepath.Join(long, ledger.DirName)); err != nil {
+		t.Fatal(err)
+	}
+	b = openNoWait(t, long)
+	defer b.Close()
+	err := waitFailed(t, b)
+	if !errors.Is(err, ledger.ErrOtherHistory) {
+		t.Fatalf("stopped with %v; want another history named", err)
 	}
 }

@@ -12,9 +12,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -34,6 +36,7 @@ type Node struct {
 	cfg     Config
 	log     *slog.Logger
 	id      string
+	lock    *os.File // the data dir's lock (lockDataDir), held while open
 	raft    *raft.Raft
 	trans   *raft.NetworkTransport
 	stream  *streamLayer
@@ -147,7 +150,9 @@ func Open(cfg Config) (*Node, error) {
 	}
 	raftOut := cfg.RaftLogOutput
 	if raftOut == nil {
-		raftOut = io.Discard
+		// Raft's own chatter is left out, its errors are not: a follower
+		// whose disk is full only ever said so there.
+		raftOut = raftErrors{log.With("node", id)}
 	}
 
 	n := &Node{
@@ -174,10 +179,14 @@ func Open(cfg Config) (*Node, error) {
 			n.closeStores()
 		}
 	}()
+	if n.lock, err = lockDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	// The ledger opens before Raft, which re-applies into it at start.
 	if n.fsm.ledger, err = openLedger(cfg.DataDir, cfg.LedgerSegmentSize, cfg.LedgerMaxBytes, n.log); err != nil {
 		return nil, err
 	}
+	n.fsm.ledger.diverged = n.diverged
 	// raft-wal appends each batch of entries to a segment file with one
 	// fsync, about twice as fast here as BoltDB's two.
 	walDir := filepath.Join(cfg.DataDir, "wal")
@@ -396,7 +405,59 @@ func (n *Node) closeStores() error {
 		errs = append(errs, n.meta.Close())
 	}
 	errs = append(errs, n.fsm.ledger.close())
+	if n.lock != nil {
+		errs = append(errs, n.lock.Close()) // releases the lock
+	}
 	return errors.Join(errs...)
+}
+
+// raftErrors passes the error lines of hashicorp/raft's logs (and its
+// log store's and transport's) on to the node's log, dropping the rest.
+type raftErrors struct{ log *slog.Logger }
+
+func (r raftErrors) Write(p []byte) (int, error) {
+	for line := range strings.Lines(string(p)) {
+		_, msg, ok := strings.Cut(line, "[ERROR] ")
+		if !ok {
+			_, msg, ok = strings.Cut(line, "[ERR] ") // the standard library logger's form
+		}
+		if ok {
+			r.log.Error(strings.TrimSpace(msg)) // "raft: …", "wal: …"
+		}
+	}
+	return len(p), nil
+}
+
+// lockFile is the data dir's lock file; it holds the pid of its holder.
+const lockFile = "LOCK"
+
+// lockDataDir takes the data dir's lock, held until the returned file is
+// closed (or the process ends): a second server started on the same data
+// dir would otherwise block inside the Raft log store's own lock, with
+// its listeners open and nothing said, after opening the ledger files the
+// first one writes.
+func lockDataDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, lockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: data dir lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := io.ReadAll(io.LimitReader(f, 32))
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			holder := "another process"
+			if pid := strings.TrimSpace(string(b)); pid != "" {
+				holder = "process " + pid
+			}
+			return nil, fmt.Errorf("cluster: the data dir %s is in use by another tenure server (%s); stop it first, or give this one another --data-dir", dir, holder)
+		}
+		return nil, fmt.Errorf("cluster: locking the data dir %s: %w", dir, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
 }
 
 // watchLeadership anchors the clock when this node becomes leader and
@@ -460,6 +521,11 @@ func (n *Node) lead() {
 			return
 		}
 		n.log.Info("registrar initialized")
+	}
+	if err := n.checkHistory(); err != nil {
+		n.diverged(err)
+		cancel()
+		return
 	}
 	if err := n.withdrawOrphanWaits(t); err != nil {
 		n.log.Error("withdrawing the waits of earlier terms; this term serves nothing", "err", err)
@@ -537,6 +603,36 @@ func awaitFuture(f raft.Future, gone <-chan struct{}, ifGone error) error {
 			return ifGone
 		}
 	}
+}
+
+// checkHistory refuses a term whose state lacks history this node once
+// applied: its ledger files recorded records up to some index, and the
+// Raft log and snapshot it restarted from, now all applied (the term's
+// barrier), derive fewer. The log lost entries that were acknowledged (a
+// deleted, truncated or replaced wal directory), and serving would grant
+// again what was granted, with lower fences. The ledger is synced first,
+// so that every record replayed has been compared with the files
+// (ledger.ErrOtherHistory stops the node).
+func (n *Node) checkHistory() error {
+	d := n.fsm.ledger
+	if d == nil || d.lastAtOpen == 0 {
+		return nil
+	}
+	_ = d.sync() // an error here is the disk's, logged by the ledger
+	if err := n.Err(); err != nil {
+		return err
+	}
+	n.fsm.mu.RLock()
+	last := n.fsm.m.Chain().Next - 1
+	n.fsm.mu.RUnlock()
+	if last >= d.lastAtOpen {
+		return nil
+	}
+	return fmt.Errorf("cluster: the Raft log and snapshot in %s derive the history up to record %d, but the ledger files in %s "+
+		"hold records up to %d: entries that were applied and acknowledged are missing from the Raft log (was the wal directory "+
+		"deleted, truncated or replaced?). Refusing to serve, so that nothing acknowledged is granted again: restore the data dir "+
+		"from a backup, or in a cluster remove this member, wipe its data dir and --join it again",
+		n.cfg.DataDir, last, d.dir, d.lastAtOpen)
 }
 
 // bootstrapRegistrar gives the registrar its key, straight through Raft:
@@ -749,6 +845,14 @@ func (n *Node) Ready() bool {
 // LeaderChanges counts the changes of leader this node has seen since it
 // started, a follower included (a change to no leader counts too).
 func (n *Node) LeaderChanges() uint64 { return n.reach.leaderChanges.Load() }
+
+// LedgerStopped reports whether the durable ledger stopped writing (a
+// disk's error, logged): writes go on, but the ledger files miss what
+// follows and snapshots are held back until the node restarts.
+func (n *Node) LedgerStopped() bool {
+	d := n.fsm.ledger
+	return d != nil && d.failed.Load()
+}
 
 // Applied is the index of the last log entry this node has applied.
 func (n *Node) Applied() uint64 { return n.fsm.applied.Load() }

@@ -20,6 +20,7 @@ import (
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
+	"github.com/tenurehq/tenure/internal/testlog"
 )
 
 // open starts a node on dir with fast Raft timings and waits until it leads.
@@ -710,5 +711,45 @@ func TestQuietLedgerTailIsSigned(t *testing.T) {
 		case <-n.fsm.changes():
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// TestDataDirLocked: a second node on a data dir in use fails at once,
+// naming the holder (it used to block in the log store's lock, silently,
+// with its listeners open: found from outside), and the lock goes with
+// the first node.
+func TestDataDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, dir)
+	cfg := DefaultConfig()
+	cfg.DataDir, cfg.RaftAddr = dir, "127.0.0.1:0"
+	second, err := Open(cfg)
+	if err == nil {
+		second.Close()
+		t.Fatal("a second node opened a data dir in use")
+	}
+	if want := fmt.Sprintf("in use by another tenure server (process %d)", os.Getpid()); !strings.Contains(err.Error(), want) {
+		t.Fatalf("second open: %v; want %q", err, want)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n = open(t, dir)
+	n.Close()
+}
+
+// TestRaftErrorsReachTheLog: hashicorp/raft's error lines are logged by
+// the node (a follower whose disk was full said so only there), the rest
+// of its chatter is not.
+func TestRaftErrorsReachTheLog(t *testing.T) {
+	var buf testlog.Buffer
+	w := raftErrors{slog.New(slog.NewTextHandler(&buf, nil))}
+	w.Write([]byte("2026-11-26T00:00:00.000Z [INFO]  raft: entering follower state\n" +
+		"2026-11-26T00:00:01.000Z [ERROR] raft: failed to append to logs: error=\"no space left on device\"\n" +
+		"2026/11/26 00:00:02 [ERR] snapshot: failed to move\n"))
+	out := buf.String()
+	if !strings.Contains(out, `level=ERROR msg="raft: failed to append to logs: error=\"no space left on device\""`) ||
+		!strings.Contains(out, `msg="snapshot: failed to move"`) || strings.Contains(out, "follower state") {
+		t.Fatalf("logged:\n%s", out)
 	}
 }

@@ -193,6 +193,11 @@ func completeLines(b []byte) int {
 // Last returns the index of the last record written (0: none).
 func (w *Writer) Last() uint64 { return w.last }
 
+// ErrOtherHistory is the error of a record (or snapshot chain head) that
+// differs from the ledger's own at the same index: what the node applied
+// is not the history the ledger recorded.
+var ErrOtherHistory = errors.New("the ledger belongs to another history")
+
 // Append adds one sealed record: its index, previous hash, hash and
 // canonical bytes. A record the ledger already holds (Raft re-applies
 // its log on restart) is skipped; one that does not follow the last (the
@@ -204,7 +209,7 @@ func (w *Writer) Append(index uint64, prev []byte, hash Hash, rec []byte) error 
 	}
 	if w.started && index <= w.last {
 		if index == w.last && hash != w.lastHash {
-			return fmt.Errorf("ledger: record %d differs from the one in the ledger: the ledger belongs to another history", index)
+			return fmt.Errorf("ledger: record %d differs from the one in the ledger: %w", index, ErrOtherHistory)
 		}
 		return nil
 	}
@@ -244,7 +249,7 @@ func (w *Writer) Resume(next uint64, prev Hash) error {
 	}
 	if next <= 1 || w.started && w.last >= next-1 {
 		if w.started && w.last == next-1 && w.lastHash != prev {
-			return fmt.Errorf("ledger: record %d differs from the restored snapshot's chain head: the ledger belongs to another history", next-1)
+			return fmt.Errorf("ledger: record %d differs from the restored snapshot's chain head: %w", next-1, ErrOtherHistory)
 		}
 		return nil
 	}

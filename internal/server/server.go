@@ -212,6 +212,11 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 			http.Error(w, "not ready: no leader known or log not applied up to commit", http.StatusServiceUnavailable)
 			return
 		}
+		if s.node.LedgerStopped() {
+			http.Error(w, "not ready: the ledger stopped writing (see the log; a full or failing disk?): writes go on, but the "+
+				"ledger files miss them and snapshots are held back until the node restarts", http.StatusServiceUnavailable)
+			return
+		}
 		if !s.node.IsLeader() {
 			if ok, why := s.caughtUp(r.Context()); !ok {
 				http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
@@ -245,6 +250,10 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	log.Info("serving", "listen", ln.Addr().String(), "raft", s.node.RaftAddr(), "node", s.node.ID(),
 		"tls", cfg.TLS != nil, "client_certificates", cfg.TLS != nil && cfg.TLS.ClientCAs != nil, "auth", cfg.Auth != nil)
+	if cfg.Join != "" && s.node.HadState() {
+		log.Warn("--join ignored: the data dir already holds this node's Raft state, and it resumes the cluster it belongs to; "+
+			"to join another cluster, start it on an empty data dir", "join", cfg.Join, "data_dir", cc.DataDir)
+	}
 	if cfg.Join != "" && !s.node.HadState() {
 		if err := s.join(ctx, cfg.Join); err != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
