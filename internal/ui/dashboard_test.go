@@ -475,4 +475,21 @@ func TestDashboard(t *testing.T) {
 		e.waitJS(t, "rows", `document.querySelectorAll("#lease-table tbody tr").length > 0`)
 		e.screenshot(t, "leases-dark")
 	})
+
+	t.Run("narrow", func(t *testing.T) {
+		// A phone's width: no page scrolls sideways (wide tables scroll
+		// in their card), found from outside at 375 px.
+		if err := chromedp.Do(e.tab, chromedp.EmulateViewport(375, 800)); err != nil {
+			t.Fatal(err)
+		}
+		defer chromedp.Do(e.tab, chromedp.EmulateViewport(1366, 768))
+		for _, route := range []string{"/", "/leases", "/events", "/queues", "/queues/mail", "/pools", "/leases?prefix=orders/1"} {
+			e.open(t, route)
+			e.waitJS(t, route+" drawn", `document.querySelectorAll("main .card, main table, main .empty").length > 0`)
+			e.waitJS(t, route+" within the width", `document.documentElement.scrollWidth <= document.documentElement.clientWidth`)
+		}
+		e.open(t, "/leases")
+		e.waitJS(t, "rows", `document.querySelectorAll("#lease-table tbody tr").length > 0`)
+		e.screenshot(t, "leases-narrow")
+	})
 }
