@@ -178,3 +178,30 @@ func ExampleClient_WriteState() {
 		fmt.Println("now at epoch", epoch)
 	}
 }
+
+// A work queue: enqueue idempotently, and run a worker whose handler's
+// result completes the task (an error fails it, retried with backoff up to
+// its max attempts, then dead).
+func ExampleWorker() {
+	c, err := tenure.New([]string{"127.0.0.1:7070"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	ctx, stop := context.WithTimeout(context.Background(), time.Minute)
+	defer stop()
+	if _, err := c.Enqueue(ctx, "emails", []tenure.NewTask{
+		{ID: "welcome-42", Payload: []byte(`{"to":"a@example.com"}`)}, // the id makes a retried enqueue harmless
+	}); err != nil {
+		log.Fatal(err)
+	}
+	w := tenure.NewWorker(c, "emails", func(ctx context.Context, t *tenure.Task) ([]byte, error) {
+		// ctx ends if the task's lease is lost: stop then. Pass
+		// t.Lease.Fence() to storage that checks fences.
+		return []byte("sent"), nil
+	}, tenure.WorkerConcurrency(8), tenure.WorkerLeaseTTL(30*time.Second))
+	if err := w.Run(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		log.Fatal(err)
+	}
+}

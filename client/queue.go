@@ -32,7 +32,8 @@ type NewTask struct {
 // Task is a task this client claimed: its fields at claim time and the
 // lease it was claimed under. The client keeps the lease alive by heartbeat
 // like an acquired one, within the task lease's renewal limits (10 renewals,
-// 2 h by default), until the task is completed or failed through this
+// 2 h by default; the namespace policy's task_max_renewals and
+// task_max_lifetime), until the task is completed or failed through this
 // client, the lease is released (which returns the task to the queue), or
 // it is lost (Lease.Done). The heartbeat renews a task lease every ttl/3
 // and never earlier, so that it is lost to the renewal limit about

@@ -82,20 +82,23 @@ func WorkerConcurrency(n int) WorkerOption { return func(w *Worker) { w.concurre
 // WorkerLeaseTTL sets the ttl of task leases (default: the namespace's
 // default ttl, 60 s unless its policy sets another).
 //
-// The ttl bounds how long a handler can run. The registrar grants a task
-// lease 10 renewals and a 2 h lifetime; the heartbeat renews it every ttl/3,
-// never earlier, and the renewal after the 10th is refused about 11/3 × ttl
-// after the claim, which cancels the handler's ctx (ErrRenewalLimitExceeded):
-// after about 3 min 40 s with a 60 s ttl, 18 min 20 s with 300 s, the
-// longest ttl the default policy allows. (A renewal resent after a failover
-// may count twice, so plan for less.) A handler that needs longer needs a
-// longer ttl, within the namespace policy's max_ttl, which an admin raises
-// with `tenure policy set NAMESPACE --max-ttl …` (ClusterService.SetPolicy;
-// this Client has no method for it); the policy's max_renewals and max_lifetime do
-// not apply to task leases. A longer ttl also makes a task whose worker died
-// wait up to that ttl before it is claimed again. Whatever the ttl, a
-// handler never runs past the 2 h lifetime (ErrLifetimeExceeded), which
-// bites first from a ttl of about 33 min.
+// The ttl bounds how long a handler can run. By default the registrar
+// grants a task lease 10 renewals and a 2 h lifetime; the heartbeat renews
+// it every ttl/3, never earlier, and the renewal after the 10th is refused
+// about 11/3 × ttl after the claim, which cancels the handler's ctx
+// (ErrRenewalLimitExceeded): after about 3 min 40 s with a 60 s ttl, 18 min
+// 20 s with 300 s, the longest ttl the default policy allows. (A renewal
+// resent after a failover may count twice, so plan for less.) A handler
+// that needs longer needs the namespace policy's task_max_renewals and
+// task_max_lifetime raised (0 is unlimited): `tenure policy set NAMESPACE
+// --task-max-renewals 0 --task-max-lifetime 24h` (ClusterService.SetPolicy;
+// this Client has no method for it), or a longer ttl within its max_ttl
+// (`--max-ttl`). A longer ttl also makes a task whose worker died wait up to
+// that ttl before it is claimed again, so raising the limits is the better
+// way for long handlers. The policy's max_renewals and max_lifetime are for
+// plain leases and do not apply to task leases. With the default limits a
+// handler never runs past 2 h (ErrLifetimeExceeded), which bites first from
+// a ttl of about 33 min.
 func WorkerLeaseTTL(d time.Duration) WorkerOption { return func(w *Worker) { w.leaseTTL = d } }
 
 // WorkerWait sets the long-poll wait of each claim (default 20 s).

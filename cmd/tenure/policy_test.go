@@ -32,8 +32,24 @@ func TestCLIPolicy(t *testing.T) {
 	if p.GetMaxTtl().AsDuration() != time.Minute || p.GetMaxRenewals() != 3 || p.GetMaxActivePerHolder() != 9 {
 		t.Fatalf("second set: %v", p)
 	}
-	if p := parse(t, ok(t, "policy", "get", "--namespace", ns, "-o", "json"), &tenurev1.NamespacePolicy{}); p.GetDefaultTtl().AsDuration() != 30*time.Second {
+	if p := parse(t, ok(t, "policy", "get", "--namespace", ns, "-o", "json"), &tenurev1.NamespacePolicy{}); p.GetDefaultTtl().AsDuration() != 30*time.Second ||
+		p.GetTaskMaxRenewals() != 10 || p.GetTaskMaxLifetime().AsDuration() != 2*time.Hour {
 		t.Fatalf("get with --namespace: %v", p)
+	}
+	// Task leases' limits: unlimited renewals, a lifetime of a day; a claim
+	// in the namespace gets them.
+	out = ok(t, "policy", "set", ns, "--task-max-renewals", "0", "--task-max-lifetime", "24h")
+	if !strings.Contains(out, "task-max-renewals         unlimited") || !strings.Contains(out, "task-max-lifetime         24h0m0s") {
+		t.Fatalf("set task limits:\n%s", out)
+	}
+	ok(t, "queue", "push", "long", "--namespace", ns, "--data", "x")
+	claimed := parse(t, ok(t, "queue", "claim", "long", "--namespace", ns, "-o", "json"), &tenurev1.ClaimResponse{})
+	if len(claimed.GetTasks()) != 1 {
+		t.Fatalf("claim: %v", claimed)
+	}
+	l := parse(t, ok(t, "get", claimed.GetTasks()[0].GetLeaseId(), "--namespace", ns, "-o", "json"), &tenurev1.Lease{})
+	if l.GetMaxRenewals() != 0 || l.GetMaxLifetime().AsDuration() != 24*time.Hour {
+		t.Fatalf("task lease limits: renewals %d, lifetime %v; want unlimited and 24h", l.GetMaxRenewals(), l.GetMaxLifetime().AsDuration())
 	}
 	fails(t, "TTL_OUT_OF_RANGE", "acquire", "x", "--namespace", ns, "--ttl", "2m")
 	// The registrar checks the policy a set makes.

@@ -326,9 +326,19 @@ const poolCompleteHelp = `Report the outcome of a piece leased to a peer: --succ
 for good, the peer rewarded) or --failure REASON (verification_failed,
 network_error, timeout or invalid_data: the piece is wanted again, the peer
 penalised). Prints the peer's new ranking. Only the peer holding the piece's
-lease may complete it (PIECE_NOT_LEASED otherwise).`
+lease may complete it (PIECE_NOT_LEASED otherwise).
 
-const poolCompleteExamples = `  tenure pool complete swarm --peer p1 --file 0 --piece 17 --success
+A peer's score starts at 1.0; with the default configuration one failure
+(or one expired piece lease) before any success takes a new peer to the
+floor, 0.1, below the minimum score 0.2, and its requests are refused
+(PEER_RANKING_TOO_LOW) from then on: the score is kept, and decay applies
+only at a peer's next outcome, which a refused peer never gets. That is the
+seed's formula (rate = successes / (successes + failures)); to give new
+peers a second chance, create the pool with a lower --min-score or a
+smaller --penalty.`
+
+const poolCompleteExamples = `  # FILE and PIECE as tenure pool request printed them for p1:
+  tenure pool complete swarm --peer p1 --file 0 --piece 17 --success
   tenure pool complete swarm --peer p1 --file 0 --piece 18 --failure verification_failed`
 
 // parsePieceFailureReason accepts "network_error", "NETWORK_ERROR" or

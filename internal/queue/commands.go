@@ -195,6 +195,7 @@ func (qs *Queues) Claim(tx *registrar.Tx, c *logpb.Claim) Outcome {
 	n := min(want, q.ready.Len())
 	out := Outcome{Tasks: make([]Task, 0, n), Leases: make([]registrar.Lease, 0, n)}
 	var skipped map[*task]bool // tasks whose resource is leased by someone else
+	pol := qs.reg.Policy(ns)
 	for len(out.Tasks) < want {
 		var cands []*task
 		q.ready.Ascend(func(t *task) bool {
@@ -209,7 +210,7 @@ func (qs *Queues) Claim(tx *registrar.Tx, c *logpb.Claim) Outcome {
 		for _, t := range cands {
 			l, err := qs.reg.IssueFor(tx, registrar.Grant{
 				Namespace: ns, Resource: Resource(q.name, t.id), Holder: c.Worker, TTL: ttl,
-				MaxRenewals: DefaultMaxRenewals, MaxLifetime: DefaultMaxLifetime,
+				MaxRenewals: pol.TaskMaxRenewals, MaxLifetime: pol.TaskMaxLifetime,
 			})
 			if registrar.ReasonOf(err) == registrar.ReasonLeaseHeld {
 				// Somebody holds an ordinary lease on the task's resource;

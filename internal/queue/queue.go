@@ -40,9 +40,6 @@ func (s State) claimable() bool { return s == Queued || s == Failed }
 const (
 	DefaultMaxAttempts = 5
 	MaxAttemptsLimit   = 1000
-	// Task leases: renewal limits (seed 003).
-	DefaultMaxRenewals = 10
-	DefaultMaxLifetime = 2 * 3600 * 1000 // ms
 	MaxPayloadBytes    = 256 << 10
 	MaxResultBytes     = 256 << 10
 	MaxErrorBytes      = 8 << 10

@@ -31,7 +31,7 @@ func TestPriorityThenFIFO(t *testing.T) {
 	for i, tk := range out.Tasks {
 		l := out.Leases[i]
 		if tk.State != queue.Leased || tk.Attempts != 1 || tk.LeaseID != l.ID || l.Holder != "w" ||
-			l.Resource != queue.Resource("q", tk.ID) || l.MaxRenewals != queue.DefaultMaxRenewals {
+			l.Resource != queue.Resource("q", tk.ID) || l.MaxRenewals != registrar.DefaultPolicy().TaskMaxRenewals {
 			t.Fatalf("claimed task %+v lease %+v", tk, l)
 		}
 	}
@@ -246,7 +246,7 @@ func TestTaskLeaseRenewalLimits(t *testing.T) {
 	e.mustEnqueue("q", task("t", 0))
 	c := e.claim("q", "w", 1, 60_000)
 	id := c.Leases[0].ID
-	for i := 0; i < queue.DefaultMaxRenewals; i++ {
+	for i := range registrar.DefaultPolicy().TaskMaxRenewals {
 		e.after(1000)
 		if out := e.renew(id); out.Err != nil {
 			t.Fatalf("renewal %d: %v", i+1, out.Err)
@@ -259,6 +259,30 @@ func TestTaskLeaseRenewalLimits(t *testing.T) {
 		t.Fatalf("metadata %v", re.Metadata)
 	}
 
+	// The namespace's policy sets them: 3 renewals, or unlimited (0).
+	for _, limit := range []uint32{3, 0} {
+		p := registrar.DefaultPolicy()
+		p.TaskMaxRenewals, p.TaskMaxLifetime = limit, 0
+		e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: p.Proto()}}})
+		e.mustEnqueue("q", task(fmt.Sprintf("limit-%d", limit), 0))
+		c := e.claim("q", "w", 1, 60_000)
+		if len(c.Leases) != 1 || c.Leases[0].MaxRenewals != limit {
+			t.Fatalf("limit %d: claimed %+v", limit, c.Leases)
+		}
+		for i := range 20 {
+			e.after(1000)
+			err := e.renew(c.Leases[0].ID).Err
+			switch {
+			case limit == 0 || uint32(i) < limit:
+				if err != nil {
+					t.Fatalf("limit %d: renewal %d: %v", limit, i+1, err)
+				}
+			case uint32(i) == limit:
+				wantReason(t, err, registrar.ReasonRenewalLimitExceeded)
+			}
+		}
+	}
+
 	e.checkReplay()
 }
 
@@ -269,7 +293,7 @@ func TestTaskLeaseLifetime(t *testing.T) {
 	e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
 		Policy: registrar.Policy{DefaultTTL: 60_000, MinTTL: 1000, MaxTTL: 3_600_000, MaxGrace: 15_000,
 			MaxActivePerHolder: 100, MaxActivePerNamespace: 1000, MaxWaitersPerResource: 10,
-			LeaseRetention: 3_600_000, HistoryRetention: 3_600_000}.Proto()}}})
+			LeaseRetention: 3_600_000, HistoryRetention: 3_600_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000}.Proto()}}})
 	e.mustEnqueue("q", task("t", 0))
 	c := e.claim("q", "w", 1, 3_600_000)
 	id := c.Leases[0].ID

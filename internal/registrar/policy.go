@@ -37,6 +37,10 @@ type Policy struct {
 	MaxRetainedTasks uint64
 	// AlwaysCertify signs every grant and renewal.
 	AlwaysCertify bool
+	// TaskMaxRenewals and TaskMaxLifetime cap the leases of queue tasks
+	// (0 = unlimited), as MaxRenewals and MaxLifetime do plain leases.
+	TaskMaxRenewals uint32
+	TaskMaxLifetime int64
 }
 
 // DefaultPolicy returns the defaults of API.md "Conventions settled".
@@ -53,6 +57,8 @@ func DefaultPolicy() Policy {
 		HistoryRetention:      86_400_000,
 		MaxRetainedLeases:     100_000,
 		MaxRetainedTasks:      100_000,
+		TaskMaxRenewals:       10,
+		TaskMaxLifetime:       2 * 3_600_000,
 	}
 }
 
@@ -88,6 +94,8 @@ func (p Policy) Validate() error {
 		return bad("max_retained_leases", "must be positive")
 	case p.MaxRetainedTasks == 0:
 		return bad("max_retained_tasks", "must be positive")
+	case p.TaskMaxLifetime < 0 || p.TaskMaxLifetime > maxDurationMs:
+		return bad("task_max_lifetime", "must be between 0 (unlimited) and 10 years")
 	}
 	return nil
 }
@@ -128,6 +136,10 @@ func PolicyFromProto(base Policy, pb *tenurev1.NamespacePolicy) Policy {
 		base.MaxRetainedTasks = pb.MaxRetainedTasks
 	}
 	base.AlwaysCertify = pb.AlwaysCertify
+	if pb.TaskMaxRenewals != nil {
+		base.TaskMaxRenewals = *pb.TaskMaxRenewals
+	}
+	ms(pb.TaskMaxLifetime, &base.TaskMaxLifetime)
 	return base
 }
 
@@ -149,6 +161,8 @@ func (p Policy) Proto() *tenurev1.NamespacePolicy {
 		AlwaysCertify:         p.AlwaysCertify,
 		MaxRetainedLeases:     p.MaxRetainedLeases,
 		MaxRetainedTasks:      p.MaxRetainedTasks,
+		TaskMaxRenewals:       &p.TaskMaxRenewals,
+		TaskMaxLifetime:       d(p.TaskMaxLifetime),
 	}
 }
 
@@ -165,6 +179,12 @@ func (p Policy) ProtoOver(base Policy) *tenurev1.NamespacePolicy {
 	}
 	if p.MaxRetainedTasks == base.MaxRetainedTasks {
 		pb.MaxRetainedTasks = 0
+	}
+	if p.TaskMaxRenewals == base.TaskMaxRenewals {
+		pb.TaskMaxRenewals = nil
+	}
+	if p.TaskMaxLifetime == base.TaskMaxLifetime {
+		pb.TaskMaxLifetime = nil
 	}
 	return pb
 }

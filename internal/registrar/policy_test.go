@@ -18,7 +18,7 @@ func TestPolicy_Defaults(t *testing.T) {
 		DefaultTTL: 60_000, MinTTL: 1000, MaxTTL: 300_000, MaxGrace: 15_000,
 		MaxActivePerHolder: 10_000, MaxActivePerNamespace: 1_000_000, MaxWaitersPerResource: 1000,
 		LeaseRetention: 3_600_000, HistoryRetention: 86_400_000, MaxRetainedLeases: 100_000,
-		MaxRetainedTasks: 100_000,
+		MaxRetainedTasks: 100_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000, // API.md: task leases 10 renewals, 2 h
 	}
 	if p != want {
 		t.Fatalf("defaults %+v\nwant     %+v", p, want)

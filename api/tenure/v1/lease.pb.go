@@ -758,8 +758,15 @@ type NamespacePolicy struct {
 	// prune time (lease_retention after they finished) early. 0 = the
 	// default, 100,000.
 	MaxRetainedTasks uint64 `protobuf:"varint,14,opt,name=max_retained_tasks,json=maxRetainedTasks,proto3" json:"max_retained_tasks,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Renewals of a task's lease (a queue Claim's): unset = the default,
+	// 10; 0 = unlimited. A handler runs at most about (this + 1) lease ttls
+	// before its lease must be given up.
+	TaskMaxRenewals *uint32 `protobuf:"varint,15,opt,name=task_max_renewals,json=taskMaxRenewals,proto3,oneof" json:"task_max_renewals,omitempty"`
+	// Longest life of a task's lease from its claim: unset = the default,
+	// 2 h; 0 = unlimited.
+	TaskMaxLifetime *durationpb.Duration `protobuf:"bytes,16,opt,name=task_max_lifetime,json=taskMaxLifetime,proto3" json:"task_max_lifetime,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NamespacePolicy) Reset() {
@@ -888,6 +895,20 @@ func (x *NamespacePolicy) GetMaxRetainedTasks() uint64 {
 		return x.MaxRetainedTasks
 	}
 	return 0
+}
+
+func (x *NamespacePolicy) GetTaskMaxRenewals() uint32 {
+	if x != nil && x.TaskMaxRenewals != nil {
+		return *x.TaskMaxRenewals
+	}
+	return 0
+}
+
+func (x *NamespacePolicy) GetTaskMaxLifetime() *durationpb.Duration {
+	if x != nil {
+		return x.TaskMaxLifetime
+	}
+	return nil
 }
 
 type AcquireRequest struct {
@@ -4020,7 +4041,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x04hash\x18\f \x01(\fR\x04hash\x1a:\n" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x84\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\a\n" +
 	"\x0fNamespacePolicy\x12:\n" +
 	"\vdefault_ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"defaultTtl\x122\n" +
@@ -4037,7 +4058,10 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x11history_retention\x18\v \x01(\v2\x19.google.protobuf.DurationR\x10historyRetention\x12%\n" +
 	"\x0ealways_certify\x18\f \x01(\bR\ralwaysCertify\x12.\n" +
 	"\x13max_retained_leases\x18\r \x01(\x04R\x11maxRetainedLeases\x12,\n" +
-	"\x12max_retained_tasks\x18\x0e \x01(\x04R\x10maxRetainedTasks\"\xd8\x02\n" +
+	"\x12max_retained_tasks\x18\x0e \x01(\x04R\x10maxRetainedTasks\x12/\n" +
+	"\x11task_max_renewals\x18\x0f \x01(\rH\x00R\x0ftaskMaxRenewals\x88\x01\x01\x12E\n" +
+	"\x11task_max_lifetime\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\x0ftaskMaxLifetimeB\x14\n" +
+	"\x12_task_max_renewals\"\xd8\x02\n" +
 	"\x0eAcquireRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x16\n" +
@@ -4401,111 +4425,112 @@ var file_tenure_v1_lease_proto_depIdxs = []int32{
 	60,  // 23: tenure.v1.NamespacePolicy.max_grace:type_name -> google.protobuf.Duration
 	60,  // 24: tenure.v1.NamespacePolicy.lease_retention:type_name -> google.protobuf.Duration
 	60,  // 25: tenure.v1.NamespacePolicy.history_retention:type_name -> google.protobuf.Duration
-	60,  // 26: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	0,   // 27: tenure.v1.AcquireRequest.mode:type_name -> tenure.v1.Mode
-	60,  // 28: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	3,   // 29: tenure.v1.AcquireRequest.scope:type_name -> tenure.v1.Scope
-	4,   // 30: tenure.v1.AcquireRequest.budget:type_name -> tenure.v1.Budget
-	5,   // 31: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	60,  // 32: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	5,   // 33: tenure.v1.RenewResponse.leases:type_name -> tenure.v1.Lease
-	11,  // 34: tenure.v1.RenewResponse.failures:type_name -> tenure.v1.RenewFailure
-	2,   // 35: tenure.v1.ReleaseRequest.reason:type_name -> tenure.v1.ReleaseReason
-	5,   // 36: tenure.v1.ReleaseResponse.lease:type_name -> tenure.v1.Lease
-	5,   // 37: tenure.v1.RevokeResponse.lease:type_name -> tenure.v1.Lease
-	60,  // 38: tenure.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
-	5,   // 39: tenure.v1.TransferResponse.released:type_name -> tenure.v1.Lease
-	5,   // 40: tenure.v1.TransferResponse.lease:type_name -> tenure.v1.Lease
-	5,   // 41: tenure.v1.VerifyResult.lease:type_name -> tenure.v1.Lease
-	20,  // 42: tenure.v1.VerifyResponse.results:type_name -> tenure.v1.VerifyResult
-	60,  // 43: tenure.v1.DeclareRestartRequest.grace:type_name -> google.protobuf.Duration
-	5,   // 44: tenure.v1.DeclareRestartResponse.leases:type_name -> tenure.v1.Lease
-	5,   // 45: tenure.v1.GetResponse.lease:type_name -> tenure.v1.Lease
-	1,   // 46: tenure.v1.ListRequest.states:type_name -> tenure.v1.State
-	5,   // 47: tenure.v1.ListResponse.leases:type_name -> tenure.v1.Lease
-	27,  // 48: tenure.v1.ListResponse.counts:type_name -> tenure.v1.LeaseCounts
-	6,   // 49: tenure.v1.HistoryResponse.events:type_name -> tenure.v1.Event
-	6,   // 50: tenure.v1.WatchResponse.event:type_name -> tenure.v1.Event
-	60,  // 51: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	5,   // 52: tenure.v1.KeepAliveResponse.leases:type_name -> tenure.v1.Lease
-	11,  // 53: tenure.v1.KeepAliveResponse.failures:type_name -> tenure.v1.RenewFailure
-	8,   // 54: tenure.v1.PipelineOp.acquire:type_name -> tenure.v1.AcquireRequest
-	10,  // 55: tenure.v1.PipelineOp.renew:type_name -> tenure.v1.RenewRequest
-	13,  // 56: tenure.v1.PipelineOp.release:type_name -> tenure.v1.ReleaseRequest
-	17,  // 57: tenure.v1.PipelineOp.transfer:type_name -> tenure.v1.TransferRequest
-	33,  // 58: tenure.v1.PipelineOp.write_state:type_name -> tenure.v1.WriteStateRequest
-	24,  // 59: tenure.v1.PipelineOp.get:type_name -> tenure.v1.GetRequest
-	19,  // 60: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
-	29,  // 61: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
-	15,  // 62: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
-	48,  // 63: tenure.v1.PipelineOp.consume:type_name -> tenure.v1.ConsumeRequest
-	58,  // 64: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
-	9,   // 65: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
-	12,  // 66: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
-	14,  // 67: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
-	18,  // 68: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
-	34,  // 69: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
-	25,  // 70: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
-	21,  // 71: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
-	30,  // 72: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
-	16,  // 73: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
-	49,  // 74: tenure.v1.PipelineResult.consume:type_name -> tenure.v1.ConsumeResponse
-	42,  // 75: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
-	41,  // 76: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
-	43,  // 77: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
-	60,  // 78: tenure.v1.DeriveRequest.ttl:type_name -> google.protobuf.Duration
-	3,   // 79: tenure.v1.DeriveRequest.scope:type_name -> tenure.v1.Scope
-	4,   // 80: tenure.v1.DeriveRequest.budget:type_name -> tenure.v1.Budget
-	0,   // 81: tenure.v1.DeriveRequest.mode:type_name -> tenure.v1.Mode
-	5,   // 82: tenure.v1.DeriveResponse.lease:type_name -> tenure.v1.Lease
-	59,  // 83: tenure.v1.ConsumeResponse.remaining:type_name -> tenure.v1.ConsumeResponse.RemainingEntry
-	5,   // 84: tenure.v1.ConsumeResponse.lease:type_name -> tenure.v1.Lease
-	5,   // 85: tenure.v1.TreeResponse.leases:type_name -> tenure.v1.Lease
-	8,   // 86: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	10,  // 87: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	13,  // 88: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	15,  // 89: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	17,  // 90: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
-	19,  // 91: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
-	22,  // 92: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
-	24,  // 93: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
-	26,  // 94: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
-	29,  // 95: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
-	31,  // 96: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
-	33,  // 97: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
-	35,  // 98: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
-	37,  // 99: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
-	39,  // 100: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	44,  // 101: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
-	46,  // 102: tenure.v1.LeaseService.Derive:input_type -> tenure.v1.DeriveRequest
-	48,  // 103: tenure.v1.LeaseService.Consume:input_type -> tenure.v1.ConsumeRequest
-	50,  // 104: tenure.v1.LeaseService.Authorize:input_type -> tenure.v1.AuthorizeRequest
-	52,  // 105: tenure.v1.LeaseService.Tree:input_type -> tenure.v1.TreeRequest
-	9,   // 106: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	12,  // 107: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	14,  // 108: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	16,  // 109: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	18,  // 110: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
-	21,  // 111: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
-	23,  // 112: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
-	25,  // 113: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
-	28,  // 114: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
-	30,  // 115: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
-	32,  // 116: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
-	34,  // 117: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
-	36,  // 118: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
-	38,  // 119: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
-	40,  // 120: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	45,  // 121: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
-	47,  // 122: tenure.v1.LeaseService.Derive:output_type -> tenure.v1.DeriveResponse
-	49,  // 123: tenure.v1.LeaseService.Consume:output_type -> tenure.v1.ConsumeResponse
-	51,  // 124: tenure.v1.LeaseService.Authorize:output_type -> tenure.v1.AuthorizeResponse
-	53,  // 125: tenure.v1.LeaseService.Tree:output_type -> tenure.v1.TreeResponse
-	106, // [106:126] is the sub-list for method output_type
-	86,  // [86:106] is the sub-list for method input_type
-	86,  // [86:86] is the sub-list for extension type_name
-	86,  // [86:86] is the sub-list for extension extendee
-	0,   // [0:86] is the sub-list for field type_name
+	60,  // 26: tenure.v1.NamespacePolicy.task_max_lifetime:type_name -> google.protobuf.Duration
+	60,  // 27: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	0,   // 28: tenure.v1.AcquireRequest.mode:type_name -> tenure.v1.Mode
+	60,  // 29: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	3,   // 30: tenure.v1.AcquireRequest.scope:type_name -> tenure.v1.Scope
+	4,   // 31: tenure.v1.AcquireRequest.budget:type_name -> tenure.v1.Budget
+	5,   // 32: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
+	60,  // 33: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	5,   // 34: tenure.v1.RenewResponse.leases:type_name -> tenure.v1.Lease
+	11,  // 35: tenure.v1.RenewResponse.failures:type_name -> tenure.v1.RenewFailure
+	2,   // 36: tenure.v1.ReleaseRequest.reason:type_name -> tenure.v1.ReleaseReason
+	5,   // 37: tenure.v1.ReleaseResponse.lease:type_name -> tenure.v1.Lease
+	5,   // 38: tenure.v1.RevokeResponse.lease:type_name -> tenure.v1.Lease
+	60,  // 39: tenure.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
+	5,   // 40: tenure.v1.TransferResponse.released:type_name -> tenure.v1.Lease
+	5,   // 41: tenure.v1.TransferResponse.lease:type_name -> tenure.v1.Lease
+	5,   // 42: tenure.v1.VerifyResult.lease:type_name -> tenure.v1.Lease
+	20,  // 43: tenure.v1.VerifyResponse.results:type_name -> tenure.v1.VerifyResult
+	60,  // 44: tenure.v1.DeclareRestartRequest.grace:type_name -> google.protobuf.Duration
+	5,   // 45: tenure.v1.DeclareRestartResponse.leases:type_name -> tenure.v1.Lease
+	5,   // 46: tenure.v1.GetResponse.lease:type_name -> tenure.v1.Lease
+	1,   // 47: tenure.v1.ListRequest.states:type_name -> tenure.v1.State
+	5,   // 48: tenure.v1.ListResponse.leases:type_name -> tenure.v1.Lease
+	27,  // 49: tenure.v1.ListResponse.counts:type_name -> tenure.v1.LeaseCounts
+	6,   // 50: tenure.v1.HistoryResponse.events:type_name -> tenure.v1.Event
+	6,   // 51: tenure.v1.WatchResponse.event:type_name -> tenure.v1.Event
+	60,  // 52: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	5,   // 53: tenure.v1.KeepAliveResponse.leases:type_name -> tenure.v1.Lease
+	11,  // 54: tenure.v1.KeepAliveResponse.failures:type_name -> tenure.v1.RenewFailure
+	8,   // 55: tenure.v1.PipelineOp.acquire:type_name -> tenure.v1.AcquireRequest
+	10,  // 56: tenure.v1.PipelineOp.renew:type_name -> tenure.v1.RenewRequest
+	13,  // 57: tenure.v1.PipelineOp.release:type_name -> tenure.v1.ReleaseRequest
+	17,  // 58: tenure.v1.PipelineOp.transfer:type_name -> tenure.v1.TransferRequest
+	33,  // 59: tenure.v1.PipelineOp.write_state:type_name -> tenure.v1.WriteStateRequest
+	24,  // 60: tenure.v1.PipelineOp.get:type_name -> tenure.v1.GetRequest
+	19,  // 61: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
+	29,  // 62: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
+	15,  // 63: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
+	48,  // 64: tenure.v1.PipelineOp.consume:type_name -> tenure.v1.ConsumeRequest
+	58,  // 65: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
+	9,   // 66: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
+	12,  // 67: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
+	14,  // 68: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
+	18,  // 69: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
+	34,  // 70: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
+	25,  // 71: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
+	21,  // 72: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
+	30,  // 73: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
+	16,  // 74: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
+	49,  // 75: tenure.v1.PipelineResult.consume:type_name -> tenure.v1.ConsumeResponse
+	42,  // 76: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
+	41,  // 77: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
+	43,  // 78: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
+	60,  // 79: tenure.v1.DeriveRequest.ttl:type_name -> google.protobuf.Duration
+	3,   // 80: tenure.v1.DeriveRequest.scope:type_name -> tenure.v1.Scope
+	4,   // 81: tenure.v1.DeriveRequest.budget:type_name -> tenure.v1.Budget
+	0,   // 82: tenure.v1.DeriveRequest.mode:type_name -> tenure.v1.Mode
+	5,   // 83: tenure.v1.DeriveResponse.lease:type_name -> tenure.v1.Lease
+	59,  // 84: tenure.v1.ConsumeResponse.remaining:type_name -> tenure.v1.ConsumeResponse.RemainingEntry
+	5,   // 85: tenure.v1.ConsumeResponse.lease:type_name -> tenure.v1.Lease
+	5,   // 86: tenure.v1.TreeResponse.leases:type_name -> tenure.v1.Lease
+	8,   // 87: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	10,  // 88: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	13,  // 89: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	15,  // 90: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	17,  // 91: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
+	19,  // 92: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
+	22,  // 93: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
+	24,  // 94: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
+	26,  // 95: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
+	29,  // 96: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
+	31,  // 97: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
+	33,  // 98: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
+	35,  // 99: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
+	37,  // 100: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
+	39,  // 101: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	44,  // 102: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
+	46,  // 103: tenure.v1.LeaseService.Derive:input_type -> tenure.v1.DeriveRequest
+	48,  // 104: tenure.v1.LeaseService.Consume:input_type -> tenure.v1.ConsumeRequest
+	50,  // 105: tenure.v1.LeaseService.Authorize:input_type -> tenure.v1.AuthorizeRequest
+	52,  // 106: tenure.v1.LeaseService.Tree:input_type -> tenure.v1.TreeRequest
+	9,   // 107: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	12,  // 108: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	14,  // 109: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	16,  // 110: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	18,  // 111: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
+	21,  // 112: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
+	23,  // 113: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
+	25,  // 114: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
+	28,  // 115: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
+	30,  // 116: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
+	32,  // 117: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
+	34,  // 118: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
+	36,  // 119: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
+	38,  // 120: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
+	40,  // 121: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	45,  // 122: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
+	47,  // 123: tenure.v1.LeaseService.Derive:output_type -> tenure.v1.DeriveResponse
+	49,  // 124: tenure.v1.LeaseService.Consume:output_type -> tenure.v1.ConsumeResponse
+	51,  // 125: tenure.v1.LeaseService.Authorize:output_type -> tenure.v1.AuthorizeResponse
+	53,  // 126: tenure.v1.LeaseService.Tree:output_type -> tenure.v1.TreeResponse
+	107, // [107:127] is the sub-list for method output_type
+	87,  // [87:107] is the sub-list for method input_type
+	87,  // [87:87] is the sub-list for extension type_name
+	87,  // [87:87] is the sub-list for extension extendee
+	0,   // [0:87] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -4513,6 +4538,7 @@ func file_tenure_v1_lease_proto_init() {
 	if File_tenure_v1_lease_proto != nil {
 		return
 	}
+	file_tenure_v1_lease_proto_msgTypes[4].OneofWrappers = []any{}
 	file_tenure_v1_lease_proto_msgTypes[38].OneofWrappers = []any{
 		(*PipelineOp_Acquire)(nil),
 		(*PipelineOp_Renew)(nil),

@@ -606,6 +606,23 @@ func (m *NamespacePolicy) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.TaskMaxLifetime != nil {
+		size, err := (*durationpb.Duration)(m.TaskMaxLifetime).MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x82
+	}
+	if m.TaskMaxRenewals != nil {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(*m.TaskMaxRenewals))
+		i--
+		dAtA[i] = 0x78
+	}
 	if m.MaxRetainedTasks != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxRetainedTasks))
 		i--
@@ -3995,6 +4012,13 @@ func (m *NamespacePolicy) SizeVT() (n int) {
 	}
 	if m.MaxRetainedTasks != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.MaxRetainedTasks))
+	}
+	if m.TaskMaxRenewals != nil {
+		n += 1 + protohelpers.SizeOfVarint(uint64(*m.TaskMaxRenewals))
+	}
+	if m.TaskMaxLifetime != nil {
+		l = (*durationpb.Duration)(m.TaskMaxLifetime).SizeVT()
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -7652,6 +7676,62 @@ func (m *NamespacePolicy) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 15:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TaskMaxRenewals", wireType)
+			}
+			var v uint32
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.TaskMaxRenewals = &v
+		case 16:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TaskMaxLifetime", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.TaskMaxLifetime == nil {
+				m.TaskMaxLifetime = &durationpb1.Duration{}
+			}
+			if err := (*durationpb.Duration)(m.TaskMaxLifetime).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
