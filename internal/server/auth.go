@@ -118,22 +118,24 @@ func (s *Server) principal(r *http.Request) (*auth.Principal, error) {
 	case err == nil:
 		p, ok := s.cfg.Auth.Token(token)
 		if !ok {
-			return nil, authError(registrar.ReasonUnauthenticated, nil, "the bearer token is not valid (unknown, or revoked by an auth file reload)")
+			return nil, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "unknown_token"},
+				"the bearer token is not valid (unknown, or revoked by an auth file reload)")
 		}
 		return p, nil
 	case err != auth.ErrNoCredentials:
-		return nil, authError(registrar.ReasonUnauthenticated, nil, "%v", err)
+		return nil, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "malformed"}, "%v", err)
 	}
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
 		if cn := r.TLS.PeerCertificates[0].Subject.CommonName; cn != "" {
 			return s.cfg.Auth.Certificate(cn), nil
 		}
 	}
-	how := `send "Authorization: Bearer <token>"`
+	how, accepted := `send "Authorization: Bearer <token>"`, "bearer"
 	if s.cfg.TLS != nil && s.cfg.TLS.ClientCAs != nil {
-		how += " or a client certificate"
+		how, accepted = how+" or a client certificate", "bearer,client_certificate"
 	}
-	return nil, authError(registrar.ReasonUnauthenticated, nil, "no credentials: %s", how)
+	return nil, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": accepted, "problem": "missing"},
+		"no credentials: %s", how)
 }
 
 // charge takes n requests from p's token bucket, or answers QUOTA_EXCEEDED.

@@ -101,7 +101,12 @@ func TestEveryRPCWithoutCredentialsIsUnauthenticated(t *testing.T) {
 					}
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					defer cancel()
-					wantReason(t, callRaw(ctx, hc, b.base, proc, md, opts...), connect.CodeUnauthenticated, "UNAUTHENTICATED")
+					err := callRaw(ctx, hc, b.base, proc, md, opts...)
+					wantReason(t, err, connect.CodeUnauthenticated, "UNAUTHENTICATED")
+					problem := map[string]string{"none": "missing", "unknown token": "unknown_token", "basic": "malformed", "empty bearer": "malformed"}[name]
+					if m := errorMeta(t, err); m["problem"] != problem || m["credentials"] != "bearer" {
+						t.Errorf("metadata %v; want problem %s, credentials bearer", m, problem)
+					}
 				})
 			}
 		}
