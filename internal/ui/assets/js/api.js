@@ -179,6 +179,9 @@ export function watch(req, onEvent, onState) {
         after = '0';
       } else {
         onState({ state: 'down', detail: err instanceof ApiError ? err.describe() : String(err) });
+        // Refused for want of a token: asking again gets the same answer
+        // (Apply with a token starts a new watch).
+        if (err instanceof ApiError && err.code === 'unauthenticated') return;
       }
       await new Promise((r) => setTimeout(r, delay));
       delay = Math.min(delay * 2, 8000);

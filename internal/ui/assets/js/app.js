@@ -149,7 +149,9 @@ function route() {
       ns: api.namespace(),
       feed,
       // every runs fn now and then every ms milliseconds while the view
-      // is shown, never two at once.
+      // is shown, never two at once. Without a token the server accepts,
+      // it runs once (the view says what is needed): Apply with a token
+      // shows the view again.
       every(ms, fn) {
         let busy = false;
         const tick = async () => {
@@ -158,6 +160,7 @@ function route() {
           try { await fn(); } finally { busy = false; }
         };
         tick();
+        if (api.me.state === 'unauthenticated') return;
         const id = setInterval(tick, ms);
         cleanup.push(() => clearInterval(id));
       },
@@ -184,6 +187,7 @@ function route() {
 function watchQuorum() {
   const banner = document.getElementById('banner');
   const check = async () => {
+    if (api.me.state === 'unauthenticated') return; // asking would be refused
     let text = '';
     try {
       const st = await api.call('ClusterService', 'Status');
