@@ -72,6 +72,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintln(tw, "ID\tROLE\tAPI ADDRESS\tRAFT ADDRESS")
 		for _, m := range st.GetMembers() {
 			role := enumName(m.GetRole().String(), "ROLE_")
+			if m.GetRole() == tenurev1.Role_ROLE_UNSPECIFIED {
+				role = "unknown (no leader known)"
+			}
 			if u := m.GetUnreachableSince(); u != nil {
 				role += ", unreachable since " + fmtTime(u)
 			}

@@ -753,3 +753,32 @@ func TestRaftErrorsReachTheLog(t *testing.T) {
 		t.Fatalf("logged:\n%s", out)
 	}
 }
+
+// TestStatusWithoutALeader: a member that knows no leader reports the
+// other voters' roles as unknown, not as followers (found from outside:
+// a follower showed the leader just killed as a follower).
+func TestStatusWithoutALeader(t *testing.T) {
+	self, other1, other2 := listen(t), listen(t), listen(t)
+	other1.Close()
+	other2.Close()
+	n := openNoWaitWith(t, t.TempDir(), func(c *Config) {
+		c.NodeID, c.RaftListener = "a", self
+		c.Peers = []Peer{{ID: "a", RaftAddr: self.Addr().String()}, {ID: "b", RaftAddr: other1.Addr().String()}, {ID: "c", RaftAddr: other2.Addr().String()}}
+	})
+	defer n.Close()
+	st, err := n.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LeaderID != "" || len(st.Members) != 3 {
+		t.Fatalf("status %+v; want no leader and three members", st)
+	}
+	for _, m := range st.Members {
+		if m.ID != "a" && m.Role != RoleUnknown {
+			t.Errorf("member %s: role %v; want unknown", m.ID, m.Role)
+		}
+		if m.ID == "a" && m.Role != RoleFollower && m.Role != RoleCandidate {
+			t.Errorf("itself: role %v", m.Role)
+		}
+	}
+}

@@ -178,6 +178,9 @@ const (
 	RoleLeader
 	RoleCandidate
 	RoleNonvoter
+	// RoleUnknown is another voter's role while this node knows no
+	// leader: it may lead a term this node has not heard of, or be down.
+	RoleUnknown
 )
 
 // Member is one member of the Raft configuration.
@@ -235,6 +238,8 @@ func (n *Node) Status() (Status, error) {
 			m.Role = RoleNonvoter
 		case string(srv.ID) == n.id && n.raft.State() == raft.Candidate:
 			m.Role = RoleCandidate
+		case id == "" && string(srv.ID) != n.id:
+			m.Role = RoleUnknown
 		}
 		if string(srv.ID) == n.id {
 			m.APIAddress = n.cfg.APIAddr

@@ -82,7 +82,9 @@ type Member struct {
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	ApiAddress  string                 `protobuf:"bytes,2,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
 	RaftAddress string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
-	Role        Role                   `protobuf:"varint,4,opt,name=role,proto3,enum=tenure.v1.Role" json:"role,omitempty"`
+	// Unset (ROLE_UNSPECIFIED) for another voter while the member answering
+	// knows no leader: it cannot tell whether that one leads or is down.
+	Role Role `protobuf:"varint,4,opt,name=role,proto3,enum=tenure.v1.Role" json:"role,omitempty"`
 	// Addition: set in the leader's answer for a member its heartbeats fail
 	// to reach (down, partitioned or paused): when the leader last heard
 	// from it. Unset for a reachable member, and in a follower's answer.
