@@ -422,3 +422,56 @@ func TestRefusesAnotherHistory(t *testing.T) {
 		t.Fatalf("stopped with %v; want another history named", err)
 	}
 }
+
+// TestDamagedFilesAreNamed: a node whose snapshot or Raft log index is
+// damaged refuses to start and says which files and what to do (found
+// from outside: "failed to load any existing snapshots", "file exists").
+func TestDamagedFilesAreNamed(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, dir)
+	if out := acquire(t, n, "r", "w", time.Minute, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	if _, _, err := n.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.DataDir, cfg.RaftAddr = dir, "127.0.0.1:0"
+
+	meta := filepath.Join(dir, "wal", "wal-meta.db")
+	b, err := os.ReadFile(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(meta); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Open(cfg); err == nil {
+		n.Close()
+		t.Fatal("opened without wal-meta.db")
+	} else if !strings.Contains(err.Error(), "wal-meta.db, is missing or out of step") {
+		t.Fatalf("without wal-meta.db: %v", err)
+	}
+	if err := os.WriteFile(meta, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	states, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*", "state.bin"))
+	if len(states) == 0 {
+		t.Fatal("no snapshot written")
+	}
+	for _, s := range states {
+		if err := os.WriteFile(s, []byte("garbage"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := Open(cfg); err == nil {
+		n.Close()
+		t.Fatal("opened with a garbled snapshot")
+	} else if !strings.Contains(err.Error(), "no snapshot in "+filepath.Join(dir, "snapshots")+" could be read") {
+		t.Fatalf("with a garbled snapshot: %v", err)
+	}
+}

@@ -193,10 +193,20 @@ func Open(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(walDir, 0o700); err != nil {
 		return nil, fmt.Errorf("cluster: raft log dir: %w", err)
 	}
+	// Whether the log's index was there before the store opens it (and
+	// creates it), for the error below.
+	segs, _ := filepath.Glob(filepath.Join(walDir, "*.wal"))
+	_, merr := os.Stat(filepath.Join(walDir, "wal-meta.db"))
+	hadMeta := merr == nil
 	n.meta = &metadb.BoltMetaDB{}
 	n.store, err = wal.Open(walDir, wal.WithMetaStore(n.meta), wal.WithLogger(hclog.New(&hclog.LoggerOptions{Name: "wal", Output: raftOut, Level: hclog.Info})))
 	if err != nil {
-		return nil, fmt.Errorf("cluster: raft log store in %s: %w", walDir, err)
+		hint := ""
+		if len(segs) > 0 && (!hadMeta || strings.Contains(err.Error(), "file exists")) {
+			hint = " (the log's index, wal-meta.db, is missing or out of step with its segments: restore the data dir from a " +
+				"backup, or in a cluster remove this member, wipe its data dir and --join it again)"
+		}
+		return nil, fmt.Errorf("cluster: raft log store in %s: %w%s", walDir, err, hint)
 	}
 	// Snapshots hold the registrar's key seed: the store's own directory
 	// would be 0755 and its files 0644.
@@ -267,6 +277,13 @@ func Open(cfg Config) (*Node, error) {
 	logs := &writtenStore{WAL: n.store, slots: n.slots, fromLog: &n.fsm.fromLog, diverged: n.diverged}
 	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, snaps, n.trans)
 	if err != nil {
+		if strings.Contains(err.Error(), "failed to load any existing snapshots") {
+			return nil, fmt.Errorf("cluster: starting raft: %w: no snapshot in %s could be read (damaged or truncated; "+
+				"the raft log's lines above say which). A snapshot moved aside lets the node start from the Raft log if that "+
+				"log still holds everything after the snapshot before it; otherwise restore the data dir from a backup, "+
+				"or in a cluster remove this member, wipe its data dir and --join it again",
+				err, filepath.Join(cfg.DataDir, "snapshots"))
+		}
 		return nil, fmt.Errorf("cluster: starting raft: %w", err)
 	}
 	n.existing = existing
