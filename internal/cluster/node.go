@@ -37,6 +37,7 @@ type Node struct {
 	log     *slog.Logger
 	id      string
 	lock    *os.File // the data dir's lock (lockDataDir), held while open
+	logs    *writtenStore
 	raft    *raft.Raft
 	trans   *raft.NetworkTransport
 	stream  *streamLayer
@@ -275,6 +276,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("cluster: reading raft state: %w", err)
 	}
 	logs := &writtenStore{WAL: n.store, slots: n.slots, fromLog: &n.fsm.fromLog, diverged: n.diverged}
+	n.logs = logs
 	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, snaps, n.trans)
 	if err != nil {
 		if strings.Contains(err.Error(), "failed to load any existing snapshots") {
@@ -775,6 +777,11 @@ func (n *Node) notLeader() error {
 	if err := n.Err(); err != nil {
 		return &registrar.Error{Reason: registrar.ReasonUnavailable, Message: string(registrar.ReasonUnavailable) + ": " + err.Error()}
 	}
+	if err := n.LogFailure(); err != nil {
+		return &registrar.Error{Reason: registrar.ReasonUnavailable, Metadata: map[string]string{"cause": "raft_log_write"},
+			Message: string(registrar.ReasonUnavailable) + ": this node cannot write its Raft log (" + err.Error() +
+				"), so it cannot lead or take writes; free space or fix the disk (it recovers by itself)"}
+	}
 	_, id := n.raft.LeaderWithID()
 	meta := map[string]string{"leader_id": string(id), "leader": ""}
 	if id == raft.ServerID(n.id) {
@@ -862,6 +869,15 @@ func (n *Node) Ready() bool {
 // LeaderChanges counts the changes of leader this node has seen since it
 // started, a follower included (a change to no leader counts too).
 func (n *Node) LeaderChanges() uint64 { return n.reach.leaderChanges.Load() }
+
+// LogFailure is the Raft log's last write error when it failed in the
+// last 10 s and has not written since (a full or failing disk).
+func (n *Node) LogFailure() error {
+	if n.logs == nil {
+		return nil
+	}
+	return n.logs.recentFailure(10 * time.Second)
+}
 
 // LedgerStopped reports whether the durable ledger stopped writing (a
 // disk's error, logged): writes go on, but the ledger files miss what

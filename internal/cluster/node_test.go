@@ -782,3 +782,31 @@ func TestStatusWithoutALeader(t *testing.T) {
 		}
 	}
 }
+
+// TestLogWriteFailureIsTheAnswer: while the Raft log cannot be written
+// (a full disk), callers hear that, not NOT_LEADER (found from outside:
+// a full disk answered "not the leader, no leader known" for minutes).
+func TestLogWriteFailureIsTheAnswer(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	if n.LogFailure() != nil {
+		t.Fatal("a log failure before any")
+	}
+	n.logs.failure.Store(&storeFailure{err: errors.New("write wal: no space left on device"), at: time.Now()})
+	err := n.notLeader()
+	if re := registrar.ToError(err); re.Reason != registrar.ReasonUnavailable || re.Metadata["cause"] != "raft_log_write" ||
+		!strings.Contains(re.Message, "no space left on device") {
+		t.Fatalf("answer while the log cannot be written: %v", err)
+	}
+	n.logs.failure.Store(&storeFailure{err: errors.New("old"), at: time.Now().Add(-time.Minute)})
+	if n.LogFailure() != nil {
+		t.Fatal("a failure a minute ago still counts")
+	}
+	n.logs.failure.Store(&storeFailure{err: errors.New("write wal: no space left on device"), at: time.Now()})
+	if out := acquire(t, n, "after", "w", time.Minute, 0); out.Err != nil { // a write that succeeds clears it
+		t.Fatal(out.Err)
+	}
+	if n.LogFailure() != nil {
+		t.Fatal("a failure still reported after a successful write")
+	}
+}

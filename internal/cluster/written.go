@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
@@ -20,6 +21,25 @@ type writtenStore struct {
 	// diverged is told when Raft would delete it (see DeleteRange).
 	fromLog  *atomic.Uint64
 	diverged func(error)
+	// failure is the last failed write of the log and when (nil once a
+	// write succeeds): a full or failing disk, which Raft answers by
+	// stepping down, so that callers would only hear of NOT_LEADER.
+	failure atomic.Pointer[storeFailure]
+}
+
+// storeFailure is a failed write of the Raft log.
+type storeFailure struct {
+	err error
+	at  time.Time
+}
+
+// recentFailure returns the log's last write error if it failed within
+// the last window and has not written since.
+func (s *writtenStore) recentFailure(window time.Duration) error {
+	if f := s.failure.Load(); f != nil && time.Since(f.at) < window {
+		return f.err
+	}
+	return nil
 }
 
 // DeleteRange refuses to cut off the end of the log at or below the last
@@ -50,7 +70,11 @@ func (s *writtenStore) DeleteRange(min, max uint64) error {
 
 func (s *writtenStore) StoreLogs(logs []*raft.Log) error {
 	if err := s.WAL.StoreLogs(logs); err != nil {
+		s.failure.Store(&storeFailure{err: err, at: time.Now()})
 		return err
+	}
+	if s.failure.Load() != nil {
+		s.failure.Store(nil)
 	}
 	if s.slots.atWrite.Load() {
 		s.slots.written(logs)

@@ -208,6 +208,10 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.node.LogFailure(); err != nil {
+			http.Error(w, "not ready: this node cannot write its Raft log: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if !s.node.Ready() {
 			http.Error(w, "not ready: no leader known or log not applied up to commit", http.StatusServiceUnavailable)
 			return
