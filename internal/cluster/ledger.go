@@ -6,12 +6,17 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tenurehq/tenure/internal/ledger"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
+
+// ledgerHealEvery is how often a ledger writer stopped by a disk's error
+// is tried again.
+const ledgerHealEvery = 5 * time.Second
 
 // ledgerQueue bounds the batches handed to the ledger writer and not yet
 // written; a full queue holds the FSM back until the disk catches up.
@@ -52,6 +57,16 @@ type durableLedger struct {
 	// history than the files hold (ledger.ErrOtherHistory).
 	lastAtOpen uint64
 	diverged   func(error)
+
+	// segSize is the files' segment size, for reopening them.
+	segSize int64
+	// Healing (startHealing): while a disk's error stops the writer
+	// (healable), it is tried again every so often, refilling the files
+	// from feed, which holds the records applied since.
+	feed     *Feed
+	healable atomic.Bool
+	stopHeal chan struct{}
+	healWG   sync.WaitGroup
 }
 
 // ledgerOp is one request to the writer goroutine: the records of an
@@ -64,6 +79,7 @@ type ledgerOp struct {
 	next   uint64
 	head   ledger.Hash
 	synced chan error
+	heal   chan error
 }
 
 func openLedger(dataDir string, segSize, maxBytes int64, log *slog.Logger) (*durableLedger, error) {
@@ -77,7 +93,7 @@ func openLedger(dataDir string, segSize, maxBytes int64, log *slog.Logger) (*dur
 			"segment", rec.Segment, "bytes", rec.TornBytes, "last_index", rec.Last)
 	}
 	d := &durableLedger{dir: dir, w: w, log: log, maxBytes: maxBytes, ops: make(chan ledgerOp, ledgerQueue), done: make(chan struct{}),
-		lastAtOpen: rec.Last}
+		lastAtOpen: rec.Last, segSize: segSize}
 	d.keepWithinBudget()
 	go d.run()
 	return d, nil
@@ -118,6 +134,10 @@ func (d *durableLedger) close() error {
 	if d == nil {
 		return nil
 	}
+	if d.stopHeal != nil {
+		close(d.stopHeal)
+		d.healWG.Wait()
+	}
 	close(d.ops)
 	<-d.done
 	return d.w.Close()
@@ -130,6 +150,8 @@ func (d *durableLedger) run() {
 		switch {
 		case op.synced != nil:
 			op.synced <- d.syncNow()
+		case op.heal != nil:
+			op.heal <- d.healNow()
 		case op.resume:
 			d.resumeNow(op.next, op.head)
 			d.savePublicKey(op.pub)
@@ -182,6 +204,7 @@ func (d *durableLedger) keepWithinBudget() {
 func (d *durableLedger) fail(err error) {
 	d.failed.Store(true)
 	if errors.Is(err, ledger.ErrOtherHistory) && d.diverged != nil {
+		d.healable.Store(false)
 		// Not a disk's trouble: the Raft log (or snapshot) this node
 		// applied derives other records than it once did. Serving from it
 		// could grant again what was granted.
@@ -190,7 +213,95 @@ func (d *durableLedger) fail(err error) {
 			"member, wipe its data dir and --join it again", err, d.dir))
 		return
 	}
+	d.healable.Store(!errors.Is(err, ledger.ErrOtherHistory))
+	if d.stopHeal != nil {
+		d.log.Error("ledger: writing stopped; it is tried again every few seconds, and resumes once the cause is fixed "+
+			"(or restart the node: Raft's log refills it)", "err", err)
+		return
+	}
 	d.log.Error("ledger: writing stopped; restart the node once the cause is fixed, and Raft's log refills it", "err", err)
+}
+
+// startHealing tries a stopped writer again every `every`, refilling the
+// files from feed (healNow).
+func (d *durableLedger) startHealing(feed *Feed, every time.Duration) {
+	d.feed, d.stopHeal = feed, make(chan struct{})
+	d.healWG.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-d.stopHeal:
+				return
+			case <-t.C:
+			}
+			if !d.healable.Load() {
+				continue
+			}
+			res := make(chan error, 1)
+			select {
+			case d.ops <- ledgerOp{heal: res}:
+			case <-d.stopHeal:
+				return
+			}
+			<-res
+		}
+	})
+}
+
+// healNow reopens the files of a writer a disk's error stopped (cutting a
+// partial last line) and writes the records applied since, which the
+// feed holds, then lets applied batches through again. Those applied
+// while it reads the feed are queued behind it, and the ones it already
+// wrote are skipped. When the feed no longer reaches back to the files'
+// end, only a restart (Raft's log) can refill them.
+func (d *durableLedger) healNow() error {
+	if !d.failed.Load() || !d.healable.Load() || d.feed == nil {
+		return nil
+	}
+	_ = d.w.Close() // its error is what stopped it; closing twice is harmless
+	w, rec, err := ledger.OpenWriter(d.dir, d.segSize)
+	if err != nil {
+		return err // still stopped, the old writer closed
+	}
+	d.w = w
+	if oldest := d.feed.Oldest(); oldest == 0 || oldest > rec.Last+1 {
+		if d.feed.Head() > rec.Last {
+			d.healable.Store(false)
+			d.log.Error("ledger: the files end at a record the in-memory feed no longer holds; restart the node once the "+
+				"cause is fixed, and Raft's log refills them", "files_end", rec.Last, "feed_oldest", oldest)
+			return errors.New("ledger: cannot refill from the feed")
+		}
+	}
+	d.failed.Store(false)
+	after := rec.Last
+	for {
+		recs, _, err := d.feed.Read(after, 4096)
+		if err != nil {
+			d.fail(err)
+			return err
+		}
+		if len(recs) == 0 {
+			break
+		}
+		for _, s := range recs {
+			if err := d.w.Append(s.Record.Index, s.Record.PrevHash, s.Hash, s.Bytes); err != nil {
+				d.fail(err)
+				return err
+			}
+		}
+		after = recs[len(recs)-1].Record.Index
+		if err := d.w.Flush(); err != nil {
+			d.fail(err)
+			return err
+		}
+	}
+	if err := d.w.Sync(); err != nil {
+		d.fail(err)
+		return err
+	}
+	d.log.Info("ledger: writing again; refilled from the in-memory feed", "from_index", rec.Last+1, "to_index", after)
+	return nil
 }
 
 func (d *durableLedger) syncNow() error {

@@ -188,6 +188,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.fsm.ledger.diverged = n.diverged
+	n.fsm.ledger.startHealing(n.feed, ledgerHealEvery)
 	// raft-wal appends each batch of entries to a segment file with one
 	// fsync, about twice as fast here as BoltDB's two.
 	walDir := filepath.Join(cfg.DataDir, "wal")

@@ -218,7 +218,7 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		if s.node.LedgerStopped() {
 			http.Error(w, "not ready: the ledger stopped writing (see the log; a full or failing disk?): writes go on, but the "+
-				"ledger files miss them and snapshots are held back until the node restarts", http.StatusServiceUnavailable)
+				"ledger files miss them and snapshots are held back until it writes again (tried every few seconds)", http.StatusServiceUnavailable)
 			return
 		}
 		if !s.node.IsLeader() {
