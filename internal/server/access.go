@@ -46,6 +46,12 @@ type target struct {
 	namespace    string
 	hasNamespace bool
 	anyNamespace bool // "" means every namespace
+	// holderWide: the request acts on every lease of a holder (Renew with
+	// all_of_holder, DeclareRestart), in every namespace when it names
+	// none; nsField is its namespace field, which a principal confined to
+	// one namespace gets filled in (see authorize).
+	holderWide bool
+	nsField    *string
 	// acting points at the request field naming who acts, and field is its name.
 	acting *string
 	field  string
@@ -92,8 +98,9 @@ var rules = map[string]rule{
 	v1c.LeaseServiceRenewProcedure: {holderWorker, func(m any) target {
 		r := m.(*tenurev1.RenewRequest)
 		// Its lease ids are checked by the handler (ownLeases), one by one.
+		byIDs := len(r.LeaseIds) > 0 && !r.AllOfHolder
 		return target{namespace: r.Namespace, hasNamespace: true, anyNamespace: true, acting: &r.Holder, field: "holder",
-			byIDs: len(r.LeaseIds) > 0 && !r.AllOfHolder}
+			byIDs: byIDs, holderWide: !byIDs, nsField: &r.Namespace}
 	}},
 	v1c.LeaseServiceReleaseProcedure: {holderOnly, func(m any) target {
 		r := m.(*tenurev1.ReleaseRequest)
@@ -108,7 +115,8 @@ var rules = map[string]rule{
 	}},
 	v1c.LeaseServiceDeclareRestartProcedure: {holderOnly, func(m any) target {
 		r := m.(*tenurev1.DeclareRestartRequest)
-		return target{namespace: r.Namespace, hasNamespace: true, anyNamespace: true, acting: &r.Holder, field: "holder"}
+		return target{namespace: r.Namespace, hasNamespace: true, anyNamespace: true, acting: &r.Holder, field: "holder",
+			holderWide: true, nsField: &r.Namespace}
 	}},
 	v1c.LeaseServiceVerifyProcedure: {anyRole, none},
 	v1c.LeaseServiceGetProcedure:    {anyRole, none},

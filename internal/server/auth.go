@@ -177,6 +177,20 @@ func (s *Server) authorize(ctx context.Context, proc string, msg any) error {
 	case t.hasNamespace && !(t.anyNamespace && t.namespace == "") && !p.InNamespace(t.namespace):
 		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "namespace": orDefault(t.namespace)},
 			"principal %s may not use namespace %s", p.Name, orDefault(t.namespace))
+	case t.holderWide && t.namespace == "" && !p.AllNamespaces():
+		// Without a namespace it would reach the holder's leases in every
+		// namespace, the caller's or not (found from outside: an admin of
+		// one namespace renewed, and got certificates for, another
+		// namespace's leases). One namespace of its own is filled in;
+		// otherwise the caller names it.
+		if len(p.Namespaces) == 1 && !strings.Contains(p.Namespaces[0], "*") {
+			*t.nsField = p.Namespaces[0]
+			break
+		}
+		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "field": "namespace",
+			"namespaces": strings.Join(p.Namespaces, ",")},
+			"principal %s may use only the namespaces %s: name the namespace of a request that acts on every lease of a holder",
+			p.Name, strings.Join(p.Namespaces, ", "))
 	}
 	if err := scopeWithin(p, msg); err != nil {
 		return err

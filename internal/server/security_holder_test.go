@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 )
@@ -434,4 +435,40 @@ func TestRateLimitCountsStreamMessages(t *testing.T) {
 	wantReason(t, err, connect.CodeResourceExhausted, "QUOTA_EXCEEDED")
 	_ = ka.CloseRequest()
 	_ = ka.CloseResponse()
+}
+
+// TestHolderWideCallsStayInTheCallersNamespaces: a Renew of every lease of
+// a holder, or a DeclareRestart, without a namespace reaches no namespace
+// the caller may not use (found from outside: an admin of team-* renewed
+// w1's lease in default, and got a certificate for it). A principal of
+// one namespace gets it filled in; one of several names it.
+func TestHolderWideCallsStayInTheCallersNamespaces(t *testing.T) {
+	b := startSecure(t, nil)
+	ctx := context.Background()
+	w1, teamadmin, root := b.as("tok-w1"), b.as("tok-teamadmin"), b.as("tok-root")
+	l, err := w1.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "mine", Ttl: durationpb.New(30 * time.Second)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = teamadmin.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{Holder: "w1", AllOfHolder: true, Certificate: true}))
+	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+	_, err = teamadmin.leases.DeclareRestart(ctx, connect.NewRequest(&tenurev1.DeclareRestartRequest{Holder: "w1"}))
+	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+	if got, err := root.leases.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: l.Msg.Lease.LeaseId})); err != nil ||
+		got.Msg.Lease.RenewalCount != 0 || got.Msg.Lease.GraceUntil != nil {
+		t.Fatalf("w1's lease after the refused calls: %v, %v", got, err)
+	}
+	// In its own namespace, the team admin may.
+	if _, err := teamadmin.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{Namespace: "team-a", Holder: "w1", AllOfHolder: true})); err != nil {
+		t.Fatalf("renew in team-a: %v", err)
+	}
+	// w1 has one namespace: it is filled in, and the renewal goes through.
+	r, err := w1.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{AllOfHolder: true}))
+	if err != nil || len(r.Msg.Leases) != 1 || r.Msg.Leases[0].Namespace != "default" {
+		t.Fatalf("w1's renewal of all its leases: %v, %v", r, err)
+	}
+	// An admin of every namespace reaches every namespace, as before.
+	if r, err := root.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{Holder: "w1", AllOfHolder: true})); err != nil || len(r.Msg.Leases) != 1 {
+		t.Fatalf("root's renewal of w1's leases: %v, %v", r, err)
+	}
 }
