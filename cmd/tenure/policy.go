@@ -61,6 +61,7 @@ var policySettings = []policySetting{
 	durationSetting("history-retention", "how long a resource's history is kept (default 24h)", func(p *registrar.Policy) *int64 { return &p.HistoryRetention }),
 	countSetting("max-retained-leases", "ended leases kept per namespace (default 100000)", func(p *registrar.Policy) *uint64 { return &p.MaxRetainedLeases }),
 	countSetting("max-retained-tasks", "finished queue tasks kept per namespace (default 100000)", func(p *registrar.Policy) *uint64 { return &p.MaxRetainedTasks }),
+	countSetting("max-state-bytes", "guarded state a namespace may hold, bytes, each blob plus 256 (default 268435456, 256 MiB)", func(p *registrar.Policy) *uint64 { return &p.MaxStateBytes }),
 	countSetting("task-max-renewals", "renewals of a queue task's lease, 0 unlimited (default 10)", func(p *registrar.Policy) *uint32 { return &p.TaskMaxRenewals }),
 	durationSetting("task-max-lifetime", "longest life of a queue task's lease from its claim, 0 unlimited (default 2h)", func(p *registrar.Policy) *int64 { return &p.TaskMaxLifetime }),
 	{"always-certify", "sign a certificate for every grant and renewal: true or false (default false)", func(p *registrar.Policy, v string) error {
@@ -246,6 +247,7 @@ func writePolicy(w io.Writer, pb *tenurev1.NamespacePolicy) error {
 		{"max-retained-leases", strconv.FormatUint(p.MaxRetainedLeases, 10)},
 		{"max-retained-tasks", strconv.FormatUint(p.MaxRetainedTasks, 10)},
 		{"always-certify", strconv.FormatBool(p.AlwaysCertify)},
+		{"max-state-bytes", strconv.FormatUint(p.MaxStateBytes, 10)},
 		{"task-max-renewals", unlimited(strconv.FormatUint(uint64(p.TaskMaxRenewals), 10), p.TaskMaxRenewals == 0)},
 		{"task-max-lifetime", unlimited(d(p.TaskMaxLifetime), p.TaskMaxLifetime == 0)},
 	} {

@@ -808,6 +808,18 @@ func (r *Registrar) WriteState(tx *Tx, c *logpb.WriteState) Outcome {
 	case c.ExpectedEpoch > cur:
 		return fail(newError(ReasonFutureEpoch, meta, "expected epoch %d > current %d", c.ExpectedEpoch, cur))
 	}
+	ns := r.namespaces[nsName]
+	held := ns.stateBytes
+	if res.guarded != nil {
+		held -= StateCost(len(res.guarded.data))
+	}
+	if limit := ns.policy.MaxStateBytes; held+StateCost(len(c.Data)) > limit {
+		meta := map[string]string{"namespace": nsName, "resource": c.Resource, "limit": strconv.FormatUint(limit, 10),
+			"held": strconv.FormatUint(held, 10), "quota": "state_bytes"}
+		return fail(newError(ReasonQuotaExceeded, meta,
+			"namespace %s holds %d bytes of guarded state; this write would take it past its limit of %d (max_state_bytes; writing an empty blob frees a resource's bytes)",
+			nsName, held, limit))
+	}
 	tx.Emit(&logpb.Record{Body: &logpb.Record_StateWritten{StateWritten: &logpb.StateWritten{
 		Namespace: nsName, Resource: c.Resource, Seq: l.seq, Epoch: cur + 1, Data: c.Data,
 	}}})

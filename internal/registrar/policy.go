@@ -41,6 +41,9 @@ type Policy struct {
 	// (0 = unlimited), as MaxRenewals and MaxLifetime do plain leases.
 	TaskMaxRenewals uint32
 	TaskMaxLifetime int64
+	// MaxStateBytes caps a namespace's guarded state (StateCost of each
+	// resource's), so that one tenant cannot grow every member for good.
+	MaxStateBytes uint64
 }
 
 // DefaultPolicy returns the defaults of API.md "Conventions settled".
@@ -59,6 +62,7 @@ func DefaultPolicy() Policy {
 		MaxRetainedTasks:      100_000,
 		TaskMaxRenewals:       10,
 		TaskMaxLifetime:       2 * 3_600_000,
+		MaxStateBytes:         256 << 20,
 	}
 }
 
@@ -94,6 +98,8 @@ func (p Policy) Validate() error {
 		return bad("max_retained_leases", "must be positive")
 	case p.MaxRetainedTasks == 0:
 		return bad("max_retained_tasks", "must be positive")
+	case p.MaxStateBytes == 0:
+		return bad("max_state_bytes", "must be positive")
 	case p.TaskMaxLifetime < 0 || p.TaskMaxLifetime > maxDurationMs:
 		return bad("task_max_lifetime", "must be between 0 (unlimited) and 10 years")
 	}
@@ -136,6 +142,9 @@ func PolicyFromProto(base Policy, pb *tenurev1.NamespacePolicy) Policy {
 		base.MaxRetainedTasks = pb.MaxRetainedTasks
 	}
 	base.AlwaysCertify = pb.AlwaysCertify
+	if pb.MaxStateBytes != 0 {
+		base.MaxStateBytes = pb.MaxStateBytes
+	}
 	if pb.TaskMaxRenewals != nil {
 		base.TaskMaxRenewals = *pb.TaskMaxRenewals
 	}
@@ -163,6 +172,7 @@ func (p Policy) Proto() *tenurev1.NamespacePolicy {
 		MaxRetainedTasks:      p.MaxRetainedTasks,
 		TaskMaxRenewals:       &p.TaskMaxRenewals,
 		TaskMaxLifetime:       d(p.TaskMaxLifetime),
+		MaxStateBytes:         p.MaxStateBytes,
 	}
 }
 
@@ -185,6 +195,9 @@ func (p Policy) ProtoOver(base Policy) *tenurev1.NamespacePolicy {
 	}
 	if p.TaskMaxLifetime == base.TaskMaxLifetime {
 		pb.TaskMaxLifetime = nil
+	}
+	if p.MaxStateBytes == base.MaxStateBytes {
+		pb.MaxStateBytes = 0
 	}
 	return pb
 }

@@ -158,8 +158,7 @@ func (r *Registrar) Apply(rec *logpb.Record) error {
 	case *logpb.Record_StateWritten:
 		sw := b.StateWritten
 		ns := r.namespace(sw.Namespace, true)
-		g := ns.guard(ns.resource(sw.Resource, true))
-		g.epoch, g.data = sw.Epoch, sw.Data
+		ns.setState(ns.resource(sw.Resource, true), sw.Epoch, sw.Data)
 	case *logpb.Record_PolicySet:
 		p := PolicyFromProto(r.defaults, b.PolicySet.Policy)
 		if b.PolicySet.Namespace == DefaultsNamespace {

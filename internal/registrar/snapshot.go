@@ -227,8 +227,7 @@ func Restore(s *logpb.Snapshot) (*Registrar, error) {
 	r.nextWaiter = s.NextWaiter
 	for _, st := range s.States {
 		ns := r.namespace(st.Namespace, true)
-		g := ns.guard(ns.resource(st.Resource, true))
-		g.epoch, g.data = st.Epoch, st.Data
+		ns.setState(ns.resource(st.Resource, true), st.Epoch, st.Data)
 	}
 	r.schedulePrune()
 	return r, nil

@@ -188,6 +188,25 @@ type namespace struct {
 	// written, is never dropped) by name, so that a snapshot need not
 	// walk every resource to find them.
 	guarded []*resource
+	// stateBytes is the StateCost of the guarded state held, which the
+	// policy's MaxStateBytes bounds.
+	stateBytes uint64
+}
+
+// StateCost is what a resource's guarded state of n bytes counts against
+// its namespace's MaxStateBytes: the blob and its entry.
+func StateCost(n int) uint64 { return uint64(n) + 256 }
+
+// setState gives res guarded state data at epoch, keeping the namespace's
+// count of state bytes.
+func (ns *namespace) setState(res *resource, epoch uint64, data []byte) {
+	had := res.guarded != nil
+	g := ns.guard(res)
+	if had {
+		ns.stateBytes -= StateCost(len(g.data))
+	}
+	ns.stateBytes += StateCost(len(data))
+	g.epoch, g.data = epoch, data
 }
 
 // guard gives res guarded state, if it has none yet.

@@ -765,8 +765,13 @@ type NamespacePolicy struct {
 	// Longest life of a task's lease from its claim: unset = the default,
 	// 2 h; 0 = unlimited.
 	TaskMaxLifetime *durationpb.Duration `protobuf:"bytes,16,opt,name=task_max_lifetime,json=taskMaxLifetime,proto3" json:"task_max_lifetime,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The guarded state a namespace may hold, in bytes: each resource's blob
+	// plus 256 for its entry (guarded state is never dropped; writing an
+	// empty blob frees its bytes). A write past it is QUOTA_EXCEEDED. 0 =
+	// the default, 256 MiB.
+	MaxStateBytes uint64 `protobuf:"varint,17,opt,name=max_state_bytes,json=maxStateBytes,proto3" json:"max_state_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NamespacePolicy) Reset() {
@@ -909,6 +914,13 @@ func (x *NamespacePolicy) GetTaskMaxLifetime() *durationpb.Duration {
 		return x.TaskMaxLifetime
 	}
 	return nil
+}
+
+func (x *NamespacePolicy) GetMaxStateBytes() uint64 {
+	if x != nil {
+		return x.MaxStateBytes
+	}
+	return 0
 }
 
 type AcquireRequest struct {
@@ -4041,7 +4053,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x04hash\x18\f \x01(\fR\x04hash\x1a:\n" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xba\a\n" +
 	"\x0fNamespacePolicy\x12:\n" +
 	"\vdefault_ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"defaultTtl\x122\n" +
@@ -4060,7 +4072,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x13max_retained_leases\x18\r \x01(\x04R\x11maxRetainedLeases\x12,\n" +
 	"\x12max_retained_tasks\x18\x0e \x01(\x04R\x10maxRetainedTasks\x12/\n" +
 	"\x11task_max_renewals\x18\x0f \x01(\rH\x00R\x0ftaskMaxRenewals\x88\x01\x01\x12E\n" +
-	"\x11task_max_lifetime\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\x0ftaskMaxLifetimeB\x14\n" +
+	"\x11task_max_lifetime\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\x0ftaskMaxLifetime\x12&\n" +
+	"\x0fmax_state_bytes\x18\x11 \x01(\x04R\rmaxStateBytesB\x14\n" +
 	"\x12_task_max_renewals\"\xd8\x02\n" +
 	"\x0eAcquireRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +

@@ -606,6 +606,13 @@ func (m *NamespacePolicy) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.MaxStateBytes != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxStateBytes))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x88
+	}
 	if m.TaskMaxLifetime != nil {
 		size, err := (*durationpb.Duration)(m.TaskMaxLifetime).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -4019,6 +4026,9 @@ func (m *NamespacePolicy) SizeVT() (n int) {
 	if m.TaskMaxLifetime != nil {
 		l = (*durationpb.Duration)(m.TaskMaxLifetime).SizeVT()
 		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.MaxStateBytes != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.MaxStateBytes))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -7732,6 +7742,25 @@ func (m *NamespacePolicy) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 17:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MaxStateBytes", wireType)
+			}
+			m.MaxStateBytes = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.MaxStateBytes |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
