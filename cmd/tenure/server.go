@@ -166,6 +166,11 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	if cfg.Auth != nil && *tlsCert == "" && !loopback(*listen) {
 		log.Warn("authentication without TLS: bearer tokens cross the network in clear text; give --tls-cert and --tls-key")
 	}
+	if *raftCert == "" && !loopback(*raftListen) {
+		log.Warn("the Raft transport listens beyond loopback without TLS: whoever reaches it can rewrite the state, "+
+			"whatever the API's authentication; give --raft-tls-cert, --raft-tls-key and --raft-tls-ca (docs/security.md)",
+			"raft_listen", *raftListen)
+	}
 	var kp *keyPair
 	if *tlsCert != "" {
 		if kp, err = loadKeyPair(*tlsCert, *tlsKey); err != nil {

@@ -194,12 +194,22 @@ func TestLimiter(t *testing.T) {
 	if r2.Limiter() != l {
 		t.Error("Reload replaced an unchanged principal's bucket")
 	}
+	// A certificate principal no entry names gets the default budget,
+	// the same one on every request (found from outside: unlimited).
+	st := s.Certificate("stranger")
+	if st.Limiter() == nil || st.Limiter().Rate() != 100 || s.Certificate("stranger").Limiter() != st.Limiter() ||
+		s.Certificate("other stranger").Limiter() == st.Limiter() {
+		t.Errorf("stranger's limiter %v", st.Limiter())
+	}
 	unl, err := Open(writeFile(t, sample), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if h, _ := unl.Token("tok-holder-1"); h.Limiter() != nil {
 		t.Error("no default rate, but a limiter")
+	}
+	if unl.Certificate("stranger").Limiter() != nil {
+		t.Error("no default rate, but a stranger's limiter")
 	}
 }
 

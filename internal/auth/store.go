@@ -44,7 +44,14 @@ type Store struct {
 
 	mu       sync.Mutex // serializes reloads
 	limiters map[string]*Limiter
+	// strangers are the request budgets of certificate principals no
+	// entry names (the default rate), by name; at most maxStrangers.
+	strangers map[string]*Limiter
 }
+
+// maxStrangers bounds the budgets kept for certificate principals no
+// entry names: past it they start over (full buckets).
+const maxStrangers = 10_000
 
 // Open reads and validates the auth file at path.
 func Open(path string, defaults Limits) (*Store, error) {
@@ -139,7 +146,32 @@ func (s *Store) Certificate(name string) *Principal {
 	if p, ok := s.cur.Load().byCert[name]; ok {
 		return p
 	}
-	return &Principal{Name: name, Certificate: true}
+	return &Principal{Name: name, Certificate: true, limiter: s.strangerLimiter(name)}
+}
+
+// strangerLimiter is the default request budget of a certificate
+// principal no entry names, kept by name (nil when there is no default
+// rate): such a principal may only read /metrics and call WhoAmI, but as
+// often as the others may call anything.
+func (s *Store) strangerLimiter(name string) *Limiter {
+	r, burst := s.defaults.Rate, s.defaults.Burst
+	if r == 0 {
+		return nil
+	}
+	if burst == 0 {
+		burst = max(1, int(math.Ceil(r)))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.strangers[name]
+	if l == nil {
+		if s.strangers == nil || len(s.strangers) >= maxStrangers {
+			s.strangers = map[string]*Limiter{}
+		}
+		l = newLimiter(r, burst)
+		s.strangers[name] = l
+	}
+	return l
 }
 
 // Limiter is a principal's token bucket.
