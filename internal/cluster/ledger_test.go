@@ -70,22 +70,7 @@ func TestLedgerSurvivesRestart(t *testing.T) {
 func TestLedgerResumesAfterSnapshot(t *testing.T) {
 	dir := t.TempDir()
 	n := open(t, dir)
-	for i := range 5 {
-		if out := acquire(t, n, fmt.Sprintf("r/%d", i), "w", time.Minute, 0); out.Err != nil {
-			t.Fatal(out.Err)
-		}
-	}
-	if _, _, err := n.Snapshot(); err != nil {
-		t.Fatal(err)
-	}
-	n.fsm.mu.RLock()
-	snapNext := n.fsm.m.Chain().Next
-	n.fsm.mu.RUnlock()
-	for i := range 3 {
-		if out := acquire(t, n, fmt.Sprintf("s/%d", i), "w", time.Minute, 0); out.Err != nil {
-			t.Fatal(out.Err)
-		}
-	}
+	snapNext := snapshotBetween(t, n)
 	pub := n.fsm.m.PublicKey()
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
@@ -274,22 +259,7 @@ func TestLedgerStaysWithinBudget(t *testing.T) {
 func TestFeedRefilledAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	n := open(t, dir)
-	for i := range 5 {
-		if out := acquire(t, n, fmt.Sprintf("r/%d", i), "w", time.Minute, 0); out.Err != nil {
-			t.Fatal(out.Err)
-		}
-	}
-	if _, _, err := n.Snapshot(); err != nil {
-		t.Fatal(err)
-	}
-	n.fsm.mu.RLock()
-	snapNext := n.fsm.m.Chain().Next
-	n.fsm.mu.RUnlock()
-	for i := range 3 {
-		if out := acquire(t, n, fmt.Sprintf("s/%d", i), "w", time.Minute, 0); out.Err != nil {
-			t.Fatal(out.Err)
-		}
-	}
+	snapNext := snapshotBetween(t, n)
 	head := n.Feed().Head()
 	var before []ledger.Hash
 	for i := uint64(1); i <= head; i++ {
@@ -358,19 +328,7 @@ func waitFailed(t *testing.T, n *Node) error {
 func TestRefusesALogThatLostHistory(t *testing.T) {
 	dir := t.TempDir()
 	n := open(t, dir)
-	for i := range 5 {
-		if out := acquire(t, n, fmt.Sprintf("r/%d", i), "w", time.Minute, 0); out.Err != nil {
-			t.Fatal(out.Err)
-		}
-	}
-	if _, _, err := n.Snapshot(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 3 {
-		if out := acquire(t, n, fmt.Sprintf("s/%d", i), "w", time.Minute, 0); out.Err != nil {
-			t.Fatal(out.Err)
-		}
-	}
+	snapshotBetween(t, n)
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -521,4 +479,27 @@ func TestLedgerHealsAfterADiskError(t *testing.T) {
 	if err != nil || rep.First != 1 || rep.Last < last || len(rep.Gaps) != 0 {
 		t.Fatalf("ledger after healing: %+v, %v; want records 1..%d without a gap", rep, err, last)
 	}
+}
+
+// snapshotBetween acquires r/0..4, snapshots, then acquires s/0..2, and
+// returns the index of the first record after the snapshot.
+func snapshotBetween(t *testing.T, n *Node) (snapNext uint64) {
+	t.Helper()
+	for i := range 5 {
+		if out := acquire(t, n, fmt.Sprintf("r/%d", i), "w", time.Minute, 0); out.Err != nil {
+			t.Fatal(out.Err)
+		}
+	}
+	if _, _, err := n.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	n.fsm.mu.RLock()
+	snapNext = n.fsm.m.Chain().Next
+	n.fsm.mu.RUnlock()
+	for i := range 3 {
+		if out := acquire(t, n, fmt.Sprintf("s/%d", i), "w", time.Minute, 0); out.Err != nil {
+			t.Fatal(out.Err)
+		}
+	}
+	return snapNext
 }
