@@ -503,3 +503,31 @@ func snapshotBetween(t *testing.T, n *Node) (snapNext uint64) {
 	}
 	return snapNext
 }
+
+// TestRefusesToBootstrapOverLostHistory: with its Raft log and snapshots
+// gone but its ledger files there, a node does not bootstrap a registrar
+// anew (another key, fences from 1): it stops.
+func TestRefusesToBootstrapOverLostHistory(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, dir)
+	snapshotBetween(t, n)
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"wal", "snapshots"} {
+		if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n = openNoWait(t, dir)
+	defer n.Close()
+	if err := waitFailed(t, n); err == nil || !strings.Contains(err.Error(), "missing from the Raft log") {
+		t.Fatalf("stopped with %v", err)
+	}
+	n.fsm.mu.RLock()
+	bootstrapped := n.fsm.m.Bootstrapped()
+	n.fsm.mu.RUnlock()
+	if bootstrapped {
+		t.Fatal("bootstrapped a registrar over the lost history")
+	}
+}

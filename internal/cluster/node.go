@@ -534,6 +534,13 @@ func (n *Node) lead() {
 		cancel()
 		return
 	}
+	// Before anything is proposed: a log that lost history must not even
+	// bootstrap a registrar anew.
+	if err := n.checkHistory(); err != nil {
+		n.diverged(err)
+		cancel()
+		return
+	}
 	if !bootstrapped {
 		if err := n.bootstrapRegistrar(t); err != nil {
 			n.log.Error("bootstrapping the registrar; this term serves nothing", "err", err)
@@ -541,11 +548,6 @@ func (n *Node) lead() {
 			return
 		}
 		n.log.Info("registrar initialized")
-	}
-	if err := n.checkHistory(); err != nil {
-		n.diverged(err)
-		cancel()
-		return
 	}
 	if err := n.withdrawOrphanWaits(t); err != nil {
 		n.log.Error("withdrawing the waits of earlier terms; this term serves nothing", "err", err)

@@ -786,3 +786,33 @@ func TestJoinViaSomethingElseFailsFast(t *testing.T) {
 		t.Fatalf("after %v: %v", time.Since(start), err)
 	}
 }
+
+// TestFollowerReadyOnceItReachedTheTargetAsked: a follower that has
+// applied what the leader had committed when it last asked is ready at
+// the next probe, without asking again (found from outside: under steady
+// writes, probes a second or more apart asked a fresh target each time,
+// always a few entries ahead, and /readyz never turned 200).
+func TestFollowerReadyOnceItReachedTheTargetAsked(t *testing.T) {
+	ms := startCluster(t, 3)
+	l := leaderOf(t, ms, 10*time.Second)
+	f := followerOf(ms, l)
+	acquireVia(t, l, "ready/target", time.Minute)
+	srv := f.srv
+	waitFor(t, "the follower to apply the write", 10*time.Second, func() bool {
+		st, err := statusOf(l)
+		return err == nil && srv.Node().Applied() >= st.CommitIndex
+	})
+	asked := time.Now().Add(-time.Hour) // long enough ago to ask again
+	c := &srv.catchUp
+	c.mu.Lock()
+	c.changes, c.target, c.asked, c.done = srv.Node().LeaderChanges(), srv.Node().Applied(), asked, false
+	c.mu.Unlock()
+	if ok, why := srv.caughtUp(context.Background()); !ok {
+		t.Fatalf("not ready with the asked target applied: %s", why)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.asked.Equal(asked) {
+		t.Fatal("asked the leader again for a target already reached")
+	}
+}
