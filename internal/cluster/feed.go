@@ -119,14 +119,14 @@ func (f *Feed) push(recs []statemachine.Sealed) {
 		}
 		pos := (f.start + f.n) % len(f.ring)
 		if f.n == len(f.ring) {
-			f.bytes -= recordCost(f.ring[pos])
+			f.bytes -= recordCost(len(f.ring[pos].Bytes))
 			f.start = (f.start + 1) % len(f.ring)
 			f.unindex(pos)
 		} else {
 			f.n++
 		}
 		f.ring[pos] = s
-		f.bytes += recordCost(s)
+		f.bytes += recordCost(len(s.Bytes))
 		f.next = s.Record.Index + 1
 		if f.scope != nil {
 			ns, res := f.scope(s.Record)
@@ -138,7 +138,7 @@ func (f *Feed) push(recs []statemachine.Sealed) {
 		// ring holds at most maxBytes of them, whatever their number.
 		for f.bytes > f.maxBytes && f.n > 1 {
 			old := f.start
-			f.bytes -= recordCost(f.ring[old])
+			f.bytes -= recordCost(len(f.ring[old].Bytes))
 			f.unindex(old)
 			f.ring[old] = statemachine.Sealed{}
 			f.start = (f.start + 1) % len(f.ring)
@@ -147,9 +147,9 @@ func (f *Feed) push(recs []statemachine.Sealed) {
 	}
 }
 
-// recordCost is about the memory a record holds in the ring: its
-// encoding and its decoded form.
-func recordCost(s statemachine.Sealed) int { return 2*len(s.Bytes) + 256 }
+// recordCost is about the memory a record of n encoded bytes holds in the
+// ring: its encoding and its decoded form.
+func recordCost(n int) int { return 2*n + 256 }
 
 // unindex drops the record at pos, the oldest, from the index.
 func (f *Feed) unindex(pos int) {

@@ -14,7 +14,7 @@ import (
 func TestFeedBoundedByBytes(t *testing.T) {
 	scope := func(r *logpb.Record) (string, string) { return "ns", []string{"even", "odd"}[r.Index%2] }
 	f := NewFeed(100, scope)
-	f.maxBytes = 10 * recordCost(statemachine.Sealed{Bytes: make([]byte, 1000)})
+	f.maxBytes = 10 * recordCost(1000)
 	for i := uint64(1); i <= 30; i++ {
 		size := 10
 		if i > 10 {
@@ -44,7 +44,7 @@ func TestFeedBoundedByBytes(t *testing.T) {
 	for i := uint64(31); i <= 200; i++ {
 		f.append([]statemachine.Sealed{{Record: &logpb.Record{Index: i}, Bytes: make([]byte, 10)}})
 	}
-	small := recordCost(statemachine.Sealed{Bytes: make([]byte, 10)})
+	small := recordCost(10)
 	if want := f.maxBytes / small; f.n != want || f.Oldest() != 200-uint64(want)+1 || f.bytes != want*small {
 		t.Fatalf("oldest %d, %d records, %d bytes; want %d records", f.Oldest(), f.n, f.bytes, want)
 	}

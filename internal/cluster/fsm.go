@@ -273,7 +273,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	ch := m.Chain()
 	if f.feed.empty() {
 		// A restart: the history before the snapshot is in the ledger files.
-		f.feed.prime(f.ledger.tail(ch.Next-1, ch.Head, f.feed.size()))
+		f.feed.prime(f.ledger.tail(ch.Next-1, ch.Head, f.feed.size(), f.feed.maxBytes))
 	}
 	f.ledger.restored(ch.Next, ch.Head, m.PublicKey())
 	close(f.changed)

@@ -324,16 +324,17 @@ func (d *durableLedger) resumeNow(next uint64, head ledger.Hash) {
 	}
 }
 
-// tail reads back from the files up to max records ending at index last
-// with hash head (ledger.Tail), for the feed of a restarted node. It is
-// called before the writer goroutine has anything to write, and logs
-// rather than fails: the feed is a convenience, the files stay as they are.
-func (d *durableLedger) tail(last uint64, head ledger.Hash, max int) []statemachine.Sealed {
+// tail reads back from the files up to max records (and maxBytes of
+// recordCost) ending at index last with hash head (ledger.Tail), for the
+// feed of a restarted node. It is called before the writer goroutine has
+// anything to write, and logs rather than fails: the feed is a
+// convenience, the files stay as they are.
+func (d *durableLedger) tail(last uint64, head ledger.Hash, max, maxBytes int) []statemachine.Sealed {
 	if d == nil || last == 0 {
 		return nil
 	}
 	start := time.Now()
-	recs, err := ledger.Tail(d.dir, last, head, max)
+	recs, err := ledger.Tail(d.dir, last, head, max, maxBytes, recordCost)
 	if err != nil {
 		d.log.Warn("ledger: reading back the recent history for History and Watch", "err", err)
 		return nil

@@ -17,6 +17,7 @@ import (
 func TestTail(t *testing.T) {
 	recs, _ := history(t, 60, 0)
 	last := recs[len(recs)-1].Record.Index
+	cost := func(n int) int { return n }
 	same := func(t *testing.T, got []ledger.Sealed, want []statemachine.Sealed) {
 		t.Helper()
 		if len(got) != len(want) {
@@ -35,19 +36,26 @@ func TestTail(t *testing.T) {
 	if segs, _ := ledger.Segments(dir); len(segs) < 3 {
 		t.Fatalf("%d segments; the test wants several", len(segs))
 	}
-	got, err := ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000)
+	got, err := ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, 1<<30, cost)
 	if err != nil {
 		t.Fatal(err)
 	}
 	same(t, got, recs)
-	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 7) // the last 7 only
+	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 7, 1<<30, cost) // the last 7 only
 	same(t, got, recs[len(recs)-7:])
-	got, _ = ledger.Tail(dir, 40, recs[39].Hash, 10) // ending before the files do
+	got, _ = ledger.Tail(dir, 40, recs[39].Hash, 10, 1<<30, cost) // ending before the files do
 	same(t, got, recs[30:40])
-	if got, _ := ledger.Tail(dir, last, recs[0].Hash, 1000); got != nil {
+	// A byte budget: the latest records whose costs fit.
+	budget := 0
+	for _, r := range recs[len(recs)-5:] {
+		budget += len(r.Bytes)
+	}
+	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, budget, cost)
+	same(t, got, recs[len(recs)-5:])
+	if got, _ := ledger.Tail(dir, last, recs[0].Hash, 1000, 1<<30, cost); got != nil {
 		t.Fatalf("another head: read back %d records; want none", len(got))
 	}
-	if got, _ := ledger.Tail(dir, last+5, recs[len(recs)-1].Hash, 1000); got != nil {
+	if got, _ := ledger.Tail(dir, last+5, recs[len(recs)-1].Hash, 1000, 1<<30, cost); got != nil {
 		t.Fatalf("past the files: read back %d records; want none", len(got))
 	}
 
@@ -65,7 +73,7 @@ func TestTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, dir, 0, recs[30:])
-	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000)
+	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, 1<<30, cost)
 	same(t, got, recs[30:])
 
 	// A record altered in place: only the run after it is vouched for.
@@ -80,6 +88,6 @@ func TestTail(t *testing.T) {
 	if err := os.WriteFile(seg, b.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000)
+	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, 1<<30, cost)
 	same(t, got, recs[10:])
 }
