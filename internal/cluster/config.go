@@ -105,12 +105,12 @@ type Config struct {
 	// Registerer receives the node's metrics; nil skips registration.
 	Registerer prometheus.Registerer
 	// TestWallOffset is a fault-injection hook (tenure server reads it
-	// from TENURE_TEST_WALL_OFFSET): it is added to the wall time this
-	// node's wall clock while it leads, as if it were off by that much.
+	// from TENURE_TEST_WALL_OFFSET): it is added to this node's wall
+	// clock while it leads, as if the clock were off by that much.
 	// Validity runs on registrar ticks, which the fault tests check; the
 	// wall times stamped on commands (issued_at, expires_at, lease ids,
-	// the queue's ready times) never run backwards (term.wall), so only a
-	// clock ahead moves them. Zero in production.
+	// the queue's ready times) never run backwards: behind the last
+	// stamped they slew back (term.wall). Zero in production.
 	TestWallOffset time.Duration
 }
 

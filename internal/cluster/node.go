@@ -82,11 +82,19 @@ type term struct {
 
 	// wallBase is the wall time (unix ms) the term's clock started from:
 	// the leader's wall clock, or the latest wall time applied when that
-	// is later. offset is Config.TestWallOffset.
+	// is later. offset is Config.TestWallOffset. wallMu guards the last
+	// wall time stamped (ns) and when (lastAt, monotonic).
 	wallBase int64
 	offset   time.Duration
-	lastWall atomic.Int64
+	wallMu   sync.Mutex
+	lastNs   int64
+	lastAt   time.Time
 }
+
+// wallSlew is the rate at which the wall time stamped advances while it
+// is ahead of the leader's clock: half speed, so that it meets the clock
+// again after twice the difference, never running backwards.
+const wallSlew = 2
 
 // now is the leader's registrar time: the anchor plus monotonic time since
 // it, rounded up to the next millisecond.
@@ -94,24 +102,29 @@ func (t *term) now() registrar.Tick {
 	return t.base + registrar.Tick(registrar.Ms(time.Since(t.start)))
 }
 
-// wall is the wall time (unix ms) to stamp on the next entry: the
-// leader's wall clock, but never earlier than the term's start plus the
-// monotonic time since, nor than what it stamped before. Wall times order
-// the queue's tasks and time their delays and retries, so they must not
-// run backwards when the leader's clock is stepped back or a leader whose
-// clock is behind takes over (that reordered FIFO tasks and stalled
-// retries by the difference); a clock stepped forward is followed.
-func (t *term) wall() int64 {
-	w := max(time.Now().Add(t.offset).UnixMilli(), t.wallBase+time.Since(t.start).Milliseconds())
-	for {
-		last := t.lastWall.Load()
-		if w <= last {
-			return last
-		}
-		if t.lastWall.CompareAndSwap(last, w) {
-			return w
-		}
+// wall is the wall time (unix ms) to stamp on the next entry. It follows
+// the leader's wall clock, but never runs backwards: when the clock is
+// behind what was stamped before (stepped back, or this leader's clock is
+// behind the last one's, whose wall times the term starts from), the
+// stamps go on at half speed until the clock catches up. Wall times order
+// the queue's tasks and time their delays and retries: running backwards
+// reordered FIFO tasks and stalled retries by the difference, and staying
+// ahead for good (one member's clock an hour ahead, once) made absolute
+// times (a task's notBefore, a certificate's expiry) an hour off for good.
+func (t *term) wall() int64 { return t.wallAt(time.Now()) }
+
+func (t *term) wallAt(now time.Time) int64 {
+	clock := now.Add(t.offset).UnixNano()
+	t.wallMu.Lock()
+	defer t.wallMu.Unlock()
+	w := clock
+	if t.lastAt.IsZero() {
+		w = max(clock, t.wallBase*int64(time.Millisecond))
+	} else if slewed := t.lastNs + int64(now.Sub(t.lastAt))/wallSlew; clock < slewed {
+		w = slewed
 	}
+	t.lastNs, t.lastAt = max(w, t.lastNs), now
+	return (t.lastNs + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 }
 
 const nodeIDFile = "node-id"

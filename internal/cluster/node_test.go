@@ -507,20 +507,43 @@ func TestStampsDoNotCarryAcrossTerms(t *testing.T) {
 // Wall times stamped on commands never run backwards: not within a term
 // whose clock is stepped back, nor when a leader whose clock is behind
 // takes over (found from outside: a leader an hour behind ordered new
-// queue tasks ahead of older ones and held delayed tasks back an hour);
-// a clock that is ahead is followed.
+// queue tasks ahead of older ones and held delayed tasks back an hour).
+// Ahead of the clock they go on at half speed until it catches up (found
+// from outside: one member's clock an hour ahead, once, kept every later
+// wall time an hour ahead for good); a clock that is ahead is followed.
 func TestWallTimesNeverRunBackwards(t *testing.T) {
-	now := time.Now()
-	behind := &term{start: now, offset: -time.Hour, wallBase: now.UnixMilli()}
-	w1 := behind.wall()
-	if w1 < now.UnixMilli() {
-		t.Fatalf("a term whose clock is an hour behind stamped %d, before the last applied wall time %d", w1, now.UnixMilli())
+	t0 := time.Now()
+	ms := func(d time.Duration) int64 {
+		return (t0.Add(d).UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+	} // as stamped: rounded up
+	// The last leader stamped an hour ahead of this one's clock.
+	behind := &term{start: t0, wallBase: ms(time.Hour)}
+	if w := behind.wallAt(t0); w != ms(time.Hour) {
+		t.Fatalf("first stamp %d; want the last applied wall time %d", w, ms(time.Hour))
 	}
-	if w2 := behind.wall(); w2 < w1 {
-		t.Fatalf("stamped %d after %d", w2, w1)
+	if w := behind.wallAt(t0.Add(10 * time.Second)); w != ms(time.Hour+5*time.Second) {
+		t.Fatalf("10 s later: %d; want half of them added, %d", w, ms(time.Hour+5*time.Second))
 	}
-	ahead := &term{start: now, offset: time.Hour, wallBase: now.Add(time.Hour).UnixMilli()}
-	if w := ahead.wall(); w < now.Add(time.Hour).UnixMilli() {
+	prev := behind.wallAt(t0.Add(10 * time.Second))
+	for s := 20 * time.Second; s <= 3*time.Hour; s += 10 * time.Minute {
+		w := behind.wallAt(t0.Add(s))
+		if w < prev {
+			t.Fatalf("at +%v: stamped %d after %d", s, w, prev)
+		}
+		prev = w
+	}
+	if w := behind.wallAt(t0.Add(3 * time.Hour)); w != ms(3*time.Hour) {
+		t.Fatalf("3 h later: %d; want the clock, %d, caught up after twice the hour", w, ms(3*time.Hour))
+	}
+	// A clock stepped back within a term: the same.
+	stepped := &term{start: t0, wallBase: ms(0)}
+	stepped.wallAt(t0)
+	stepped.offset = -time.Minute
+	if w := stepped.wallAt(t0.Add(2 * time.Second)); w != ms(time.Second) {
+		t.Fatalf("after a step back: %d; want %d", w, ms(time.Second))
+	}
+	ahead := &term{start: t0, offset: time.Hour, wallBase: ms(0)}
+	if w := ahead.wallAt(t0); w != ms(time.Hour) {
 		t.Fatalf("a clock an hour ahead stamped %d; want it followed", w)
 	}
 
