@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+
 	"github.com/tenurehq/tenure/internal/ledger"
 )
 
@@ -414,6 +417,35 @@ func TestDamagedFilesAreNamed(t *testing.T) {
 		t.Fatalf("without wal-meta.db: %v", err)
 	}
 	if err := os.WriteFile(meta, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// Every snapshot gone while the log was trimmed after one (as Raft
+	// does past its trailing entries): named, not Raft's panic.
+	w, err := wal.Open(filepath.Join(dir, "wal"), wal.WithMetaStore(&metadb.BoltMetaDB{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.DeleteRange(1, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snapDir := filepath.Join(dir, "snapshots")
+	if err := os.Rename(snapDir, snapDir+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Open(cfg); err == nil {
+		n.Close()
+		t.Fatal("opened without its snapshots")
+	} else if !strings.Contains(err.Error(), "no snapshot in "+snapDir+" holds what came before it") {
+		t.Fatalf("without snapshots: %v", err)
+	}
+	if err := os.RemoveAll(snapDir); err != nil { // the refused start made it again
+		t.Fatal(err)
+	}
+	if err := os.Rename(snapDir+".aside", snapDir); err != nil {
 		t.Fatal(err)
 	}
 

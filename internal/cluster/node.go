@@ -289,6 +289,15 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: reading raft state: %w", err)
 	}
+	// A log that starts after entry 1 needs a snapshot of what came
+	// before it (Raft panics without one).
+	if first, err := n.store.FirstIndex(); err == nil && first > 1 {
+		if metas, err := snaps.List(); err == nil && len(metas) == 0 {
+			return nil, fmt.Errorf("cluster: the Raft log in %s starts at entry %d and no snapshot in %s holds what came before it "+
+				"(were the snapshots deleted?): restore the data dir from a backup, or in a cluster remove this member, wipe its "+
+				"data dir and --join it again", walDir, first, filepath.Join(cfg.DataDir, "snapshots"))
+		}
+	}
 	logs := &writtenStore{WAL: n.store, slots: n.slots, fromLog: &n.fsm.fromLog, diverged: n.diverged}
 	n.logs = logs
 	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, snaps, n.trans)

@@ -254,6 +254,10 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	log.Info("serving", "listen", ln.Addr().String(), "raft", s.node.RaftAddr(), "node", s.node.ID(),
 		"tls", cfg.TLS != nil, "client_certificates", cfg.TLS != nil && cfg.TLS.ClientCAs != nil, "auth", cfg.Auth != nil)
+	if len(cc.Peers) > 0 && s.node.HadState() {
+		log.Warn("--peers ignored: the data dir already holds this node's Raft state, whose configuration decides the members; "+
+			"change members with tenure cluster join/remove", "data_dir", cc.DataDir)
+	}
 	if cfg.Join != "" && s.node.HadState() {
 		log.Warn("--join ignored: the data dir already holds this node's Raft state, and it resumes the cluster it belongs to; "+
 			"to join another cluster, start it on an empty data dir", "join", cfg.Join, "data_dir", cc.DataDir)
