@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,9 +255,9 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	log.Info("serving", "listen", ln.Addr().String(), "raft", s.node.RaftAddr(), "node", s.node.ID(),
 		"tls", cfg.TLS != nil, "client_certificates", cfg.TLS != nil && cfg.TLS.ClientCAs != nil, "auth", cfg.Auth != nil)
-	if len(cc.Peers) > 0 && s.node.HadState() {
-		log.Warn("--peers ignored: the data dir already holds this node's Raft state, whose configuration decides the members; "+
-			"change members with tenure cluster join/remove", "data_dir", cc.DataDir)
+	if len(cc.Peers) > 0 && s.node.HadState() && !samePeers(s.node, cc.Peers) {
+		log.Warn("--peers ignored: the data dir already holds this node's Raft state, whose configuration decides the members "+
+			"(and differs from --peers); change members with tenure cluster join/remove", "data_dir", cc.DataDir)
 	}
 	if cfg.Join != "" && s.node.HadState() {
 		log.Warn("--join ignored: the data dir already holds this node's Raft state, and it resumes the cluster it belongs to; "+
@@ -471,3 +472,21 @@ const compressMinBytes = 8 << 10
 
 // pipelineCompressMinBytes is the smallest Pipeline message compressed.
 const pipelineCompressMinBytes = 1 << 20
+
+// samePeers reports whether the node's Raft configuration has exactly the
+// members peers lists (by id and Raft address); true when it cannot say.
+func samePeers(n *cluster.Node, peers []cluster.Peer) bool {
+	st, err := n.Status()
+	if err != nil {
+		return true
+	}
+	if len(st.Members) != len(peers) {
+		return false
+	}
+	for _, p := range peers {
+		if !slices.ContainsFunc(st.Members, func(m cluster.Member) bool { return m.ID == p.ID && m.RaftAddress == p.RaftAddr }) {
+			return false
+		}
+	}
+	return true
+}
