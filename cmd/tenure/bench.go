@@ -331,7 +331,7 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 					r := benchReason(err)
 					reasons[r]++
 					stats.errs.Add(1)
-					if r == "UNAVAILABLE" { // a server gone: retry gently, not in a busy loop
+					if !refusal(err) { // a server gone or a stream broken: retry gently, not in a busy loop
 						pause(runCtx, 50*time.Millisecond)
 					}
 				}
@@ -526,6 +526,22 @@ func percentiles(lat []time.Duration) *benchLatency {
 
 // benchReason names an error for the error counts: its Tenure reason, else
 // its Connect code, else "other".
+// refusal reports whether err is the registrar refusing an operation
+// (LEASE_HELD, QUOTA_EXCEEDED, …), not a transport's or a server's
+// failure.
+func refusal(err error) bool {
+	reason := string(tenure.ReasonOf(err))
+	var oe *opstream.OpError
+	if errors.As(err, &oe) {
+		reason = oe.Reason()
+	}
+	switch tenure.Reason(reason) {
+	case "", tenure.ReasonUnavailable, tenure.ReasonOutcomeUnknown, tenure.ReasonNotLeader:
+		return false
+	}
+	return true
+}
+
 func benchReason(err error) string {
 	if r := tenure.ReasonOf(err); r != "" {
 		return string(r)
@@ -533,6 +549,10 @@ func benchReason(err error) string {
 	var oe *opstream.OpError
 	if errors.As(err, &oe) {
 		return oe.Reason()
+	}
+	var se *opstream.StreamError
+	if errors.As(err, &se) {
+		return "STREAM_CLOSED" // the server went away or ended the stream (the transport's code says little)
 	}
 	if code := connect.CodeOf(err); code != connect.CodeUnknown {
 		return strings.ToUpper(code.String())
