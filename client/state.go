@@ -123,7 +123,9 @@ type verifyConfig struct {
 // RestartGrace makes VerifyAll first declare a restart of this holder: its
 // active leases are held up to grace past their expiry (once per lease, at
 // most the policy's cap, 15 s by default) until it verifies and renews them.
-// ns limits the declaration to one namespace; "" means every namespace.
+// ns limits the declaration to one namespace; "" means every namespace
+// (with authentication on, only for a principal of "*"; a principal of one
+// namespace gets that one, any other must name it: PERMISSION_DENIED).
 func RestartGrace(grace time.Duration, ns string) VerifyOption {
 	return func(v *verifyConfig) { v.grace, v.namespace = grace, ns }
 }
