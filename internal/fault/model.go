@@ -219,7 +219,9 @@ func step(s regState, o Op) []any {
 			}
 			return []any{regState{Holder: o.NewLease, Fence: o.Fence, Exp: o.ExpiresTick, ExpHi: o.ExpiresTick, Tick: o.IssuedTick, Epoch: s.Epoch, Data: s.Data}}
 		case Failed:
-			if mine && !canExpire(o.Reason) {
+			// INVALID_ARGUMENT (a transfer to the lease's own holder)
+			// says nothing of whether the lease is live.
+			if mine && !canExpire(o.Reason) && o.Reason != "INVALID_ARGUMENT" {
 				return nil
 			}
 			return one

@@ -148,3 +148,21 @@ func TestModelTreatsUnknownGrantAsPossible(t *testing.T) {
 		t.Fatal("an overlapping grant was accepted next to an unknown one")
 	}
 }
+
+// A transfer refused with INVALID_ARGUMENT (to the lease's own holder)
+// says nothing about the lease: the holder's lease stays live, and the
+// next grant still waits for its expiry (found by CI: the model read the
+// refusal as the lease being gone, and rejected a good history).
+func TestModelTransferRefusedAsInvalid(t *testing.T) {
+	ops := []Op{
+		acq(0, "r", "A", 1, 100, 0, 10),
+		{Client: 0, Kind: KindTransfer, Resource: "r", LeaseID: "A", To: "h", TTLms: 1000, Outcome: Failed, Reason: "INVALID_ARGUMENT", Call: 20 * ms, Return: 30 * ms},
+		acq(1, "r", "B", 2, 1100, 40, 1050),
+	}
+	if !linearizable(ops) {
+		t.Fatal("a transfer refused as invalid made a good history illegal")
+	}
+	if linearizable([]Op{ops[0], ops[1], acq(1, "r", "B", 2, 500, 40, 50)}) {
+		t.Fatal("a grant during the holder's lease accepted after an invalid transfer")
+	}
+}
