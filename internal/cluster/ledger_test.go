@@ -327,25 +327,35 @@ func waitFailed(t *testing.T, n *Node) error {
 // TestRefusesALogThatLostHistory: a node whose Raft log lost entries it
 // had applied (the wal directory deleted) stops instead of serving: its
 // ledger files show the history went further, and serving would grant
-// acknowledged leases again with lower fences (found from outside).
+// acknowledged leases again with lower fences (found from outside). With
+// its snapshots gone too, it does not even bootstrap a registrar anew
+// (another key, fences from 1).
 func TestRefusesALogThatLostHistory(t *testing.T) {
-	dir := t.TempDir()
-	n := open(t, dir)
-	snapshotBetween(t, n)
-	if err := n.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.RemoveAll(filepath.Join(dir, "wal")); err != nil {
-		t.Fatal(err)
-	}
-	n = openNoWait(t, dir)
-	defer n.Close()
-	err := waitFailed(t, n)
-	if err == nil || !strings.Contains(err.Error(), "missing from the Raft log") {
-		t.Fatalf("stopped with %v; want the missing entries named", err)
-	}
-	if n.leader.Load() != nil {
-		t.Fatal("the node serves a term")
+	for _, lost := range [][]string{{"wal"}, {"wal", "snapshots"}} {
+		t.Run(strings.Join(lost, "+"), func(t *testing.T) {
+			dir := t.TempDir()
+			n := open(t, dir)
+			snapshotBetween(t, n)
+			if err := n.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for _, sub := range lost {
+				if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n = openNoWait(t, dir)
+			defer n.Close()
+			if err := waitFailed(t, n); err == nil || !strings.Contains(err.Error(), "missing from the Raft log") {
+				t.Fatalf("stopped with %v; want the missing entries named", err)
+			}
+			n.fsm.mu.RLock()
+			bootstrapped := n.fsm.m.Bootstrapped()
+			n.fsm.mu.RUnlock()
+			if n.leader.Load() != nil || len(lost) > 1 && bootstrapped {
+				t.Fatalf("serves a term (%v) or bootstrapped a registrar over the lost history (%v)", n.leader.Load() != nil, bootstrapped)
+			}
+		})
 	}
 }
 
@@ -534,32 +544,4 @@ func snapshotBetween(t *testing.T, n *Node) (snapNext uint64) {
 		}
 	}
 	return snapNext
-}
-
-// TestRefusesToBootstrapOverLostHistory: with its Raft log and snapshots
-// gone but its ledger files there, a node does not bootstrap a registrar
-// anew (another key, fences from 1): it stops.
-func TestRefusesToBootstrapOverLostHistory(t *testing.T) {
-	dir := t.TempDir()
-	n := open(t, dir)
-	snapshotBetween(t, n)
-	if err := n.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for _, sub := range []string{"wal", "snapshots"} {
-		if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n = openNoWait(t, dir)
-	defer n.Close()
-	if err := waitFailed(t, n); err == nil || !strings.Contains(err.Error(), "missing from the Raft log") {
-		t.Fatalf("stopped with %v", err)
-	}
-	n.fsm.mu.RLock()
-	bootstrapped := n.fsm.m.Bootstrapped()
-	n.fsm.mu.RUnlock()
-	if bootstrapped {
-		t.Fatal("bootstrapped a registrar over the lost history")
-	}
 }
