@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,6 +40,30 @@ func TestAcquireHeldReturnsHeldError(t *testing.T) {
 		if held.LeaseID != l.ID() || held.Holder != "tester" || held.Fence != l.Fence() ||
 			held.Resource != "orders/42" || held.Remaining != 29*time.Second {
 			t.Errorf("HeldError = %+v", held)
+		}
+	})
+}
+
+// TestStaleReads: a read made with a StaleReads context asks for a stale
+// read; others do not.
+func TestStaleReads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ctx := range []context.Context{t.Context(), StaleReads(t.Context())} {
+			if _, err := c.Get(ctx, l.ID()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m := fc.members["a:1"]
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if !slices.Equal(m.consistency, []string{"", "stale"}) {
+			t.Errorf("Tenure-Consistency of the two Gets: %q", m.consistency)
 		}
 	})
 }

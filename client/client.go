@@ -110,7 +110,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		c.httpClient = newHTTPClient(&cfg)
 		c.ownHTTP = true
 	}
-	c.connOpts = append(c.connOpts, connect.WithCodec(wire.Codec{}))
+	c.connOpts = append(c.connOpts, connect.WithCodec(wire.Codec{}), connect.WithInterceptors(consistency{}))
 	if cfg.grpc {
 		c.connOpts = append(c.connOpts, connect.WithGRPC())
 	}

@@ -102,6 +102,10 @@
 // process, a stalled VM) is given up after about 4 s: 2 s of silence, then a
 // ping unanswered for 2 s; its calls fail as above and move on.
 //
+// Reads are linearizable: answered or confirmed by the leader. A read made
+// with a StaleReads context is answered by the member called, from its own
+// state: available without a leader, but possibly behind.
+//
 // # Pipelined calls
 //
 // The frequent calls — Acquire and Claim without a wait, Renew, Release,

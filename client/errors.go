@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -230,6 +231,12 @@ func fromConnect(err error) error {
 			continue
 		}
 		return newError(Reason(info.GetReason()), ce.Message(), info.GetMetadata(), ce.Code(), ce)
+	}
+	if ce.Code() == connect.CodeCanceled && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		// connect-go reports a connection the server reset (a member
+		// killed mid-call) as canceled, which reads as the caller's own
+		// cancellation and is not retried: it is the connection breaking.
+		return connect.NewError(connect.CodeUnavailable, ce.Unwrap())
 	}
 	return err
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,6 +151,9 @@ func TestRetryPolicy(t *testing.T) {
 	shutting := fromConnect(tenureError(connect.CodeUnavailable, ReasonUnavailable, nil, "the node is shutting down; nothing was proposed"))
 	dial := connect.NewError(connect.CodeUnavailable, &net.OpError{Op: "dial", Err: errors.New("refused")})
 	broke := connect.NewError(connect.CodeUnavailable, io.ErrUnexpectedEOF)
+	// What connect-go makes of a connection the server reset mid-call.
+	reset := fromConnect(connect.NewError(connect.CodeCanceled, &net.OpError{Op: "read", Net: "tcp",
+		Err: os.NewSyscallError("read", syscall.ECONNRESET)}))
 	tests := []struct {
 		name                   string
 		err                    error
@@ -160,6 +165,8 @@ func TestRetryPolicy(t *testing.T) {
 		{"OUTCOME_UNKNOWN", unknown, true, false, true, true},
 		{"dial failure", dial, true, true, true, false},
 		{"broken connection", broke, true, false, true, true},
+		{"connection reset", reset, true, false, true, true},
+		{"canceled by the caller", connect.NewError(connect.CodeCanceled, context.Canceled), false, false, false, true},
 		{"LEASE_HELD", held, false, false, false, false},
 	}
 	for _, tt := range tests {

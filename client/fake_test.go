@@ -263,6 +263,7 @@ type fakeMember struct {
 	kaLog       []kaRecord
 	acquires    int
 	authHeaders []string // Authorization of each Acquire and KeepAlive
+	consistency []string // Tenure-Consistency of each Get
 	renews      int
 	releases    []string
 	streams     int
@@ -323,6 +324,9 @@ func (m *fakeMember) Release(ctx context.Context, req *connect.Request[tenurev1.
 }
 
 func (m *fakeMember) Get(ctx context.Context, req *connect.Request[tenurev1.GetRequest]) (*connect.Response[tenurev1.GetResponse], error) {
+	m.mu.Lock()
+	m.consistency = append(m.consistency, req.Header().Get(HeaderConsistency))
+	m.mu.Unlock()
 	m.reg.mu.Lock()
 	defer m.reg.mu.Unlock()
 	l := m.reg.leases[req.Msg.GetLeaseId()]

@@ -838,3 +838,73 @@ func TestCLIBench(t *testing.T) {
 func uniq(t *testing.T) string {
 	return fmt.Sprintf("%s/%x", t.Name(), time.Now().UnixNano())
 }
+
+// TestStatusTable: the status table says why no leader is known when the
+// member that answered is not in the configuration (removed, or not yet
+// added) instead of suggesting an election, and points a follower's
+// reader to the leader.
+func TestStatusTable(t *testing.T) {
+	t.Parallel()
+	members := []*tenurev1.Member{{Id: "n2", Role: tenurev1.Role_ROLE_UNSPECIFIED}, {Id: "n3"}}
+	tests := []struct {
+		name string
+		st   *tenurev1.StatusResponse
+		want string
+	}{
+		{"removed", &tenurev1.StatusResponse{NodeId: "n1", Members: members},
+			"none known: n1, which answered, is not in the cluster's configuration (removed, or not yet added)"},
+		{"electing", &tenurev1.StatusResponse{NodeId: "n2", Members: members},
+			"none known (an election may be under way; ask again shortly)"},
+		{"follower", &tenurev1.StatusResponse{NodeId: "n2", LeaderId: "n3", LeaderApiAddress: "127.0.0.1:7072", Members: members},
+			"ask it with --endpoints 127.0.0.1:7072"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			if err := printStatus(&b, tt.st); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), tt.want) {
+				t.Errorf("status table lacks %q:\n%s", tt.want, b.String())
+			}
+		})
+	}
+}
+
+// TestCLIStale: --stale (before or after the command) asks for a stale
+// read; without it none is asked for.
+func TestCLIStale(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 3)
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Protocols: &p, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Tenure-Consistency")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"code":"not_found","message":"LEASE_NOT_FOUND: no lease x"}`)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	ep := ln.Addr().String()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "x", "--endpoints", ep}, ""},
+		{[]string{"get", "x", "--stale", "--endpoints", ep}, "stale"},
+		{[]string{"--stale", "get", "x", "--endpoints", ep}, "stale"},
+	} {
+		if r := runTenure(t, tc.args...); r.code != 1 || !strings.Contains(r.stderr, "LEASE_NOT_FOUND") {
+			t.Fatalf("tenure %v: %+v", tc.args, r)
+		}
+		if h := <-got; h != tc.want {
+			t.Errorf("tenure %v sent Tenure-Consistency %q, want %q", tc.args, h, tc.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -62,32 +63,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if c.json() {
 			return writeJSON(stdout, st)
 		}
-		tw := newTable(stdout)
-		leader := "none known (an election may be under way; ask again shortly)"
-		if st.GetLeaderId() != "" {
-			leader = st.GetLeaderId() + " (" + st.GetLeaderApiAddress() + ")"
-		}
-		fmt.Fprintf(tw, "leader\t%s\nterm\t%d\ncommit index\t%d\napplied index\t%d\nledger index\t%d\nanswered by\t%s (version %s)\n\n",
-			leader, st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLedgerIndex(), st.GetNodeId(), st.GetVersion())
-		fmt.Fprintln(tw, "ID\tROLE\tAPI ADDRESS\tRAFT ADDRESS")
-		for _, m := range st.GetMembers() {
-			role := enumName(m.GetRole().String(), "ROLE_")
-			if m.GetRole() == tenurev1.Role_ROLE_UNSPECIFIED {
-				role = "unknown (no leader known)"
-			}
-			if u := m.GetUnreachableSince(); u != nil {
-				role += ", unreachable since " + fmtTime(u)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.GetId(), role, m.GetApiAddress(), m.GetRaftAddress())
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		if st.GetLeaderId() != "" && st.GetLeaderId() != st.GetNodeId() {
-			// Only the leader hears from every member.
-			fmt.Fprintf(stdout, "\nanswered by a follower: which members are unreachable only the leader knows; ask it with --endpoints %s\n", st.GetLeaderApiAddress())
-		}
-		return nil
+		return printStatus(stdout, st)
 	case "join":
 		err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
 			_, err := cl.AddVoter(ctx, connect.NewRequest(&tenurev1.AddVoterRequest{Id: rest[0], RaftAddress: rest[1], ApiAddress: *apiAddr}))
@@ -149,4 +125,39 @@ func done(c *cliCommand, err error, resp proto.Message, format string, args ...a
 	}
 	_, err = fmt.Fprintf(c.stdout, format+"\n", args...)
 	return err
+}
+
+// printStatus prints a Status answer as a table, saying what an operator
+// would have to work out: no leader known by a member that is not in
+// the configuration, and what only the leader knows.
+func printStatus(stdout io.Writer, st *tenurev1.StatusResponse) error {
+	tw := newTable(stdout)
+	leader := "none known (an election may be under way; ask again shortly)"
+	switch {
+	case st.GetLeaderId() != "":
+		leader = st.GetLeaderId() + " (" + st.GetLeaderApiAddress() + ")"
+	case !slices.ContainsFunc(st.GetMembers(), func(m *tenurev1.Member) bool { return m.GetId() == st.GetNodeId() }):
+		leader = "none known: " + st.GetNodeId() + ", which answered, is not in the cluster's configuration (removed, or not yet added)"
+	}
+	fmt.Fprintf(tw, "leader\t%s\nterm\t%d\ncommit index\t%d\napplied index\t%d\nledger index\t%d\nanswered by\t%s (version %s)\n\n",
+		leader, st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLedgerIndex(), st.GetNodeId(), st.GetVersion())
+	fmt.Fprintln(tw, "ID\tROLE\tAPI ADDRESS\tRAFT ADDRESS")
+	for _, m := range st.GetMembers() {
+		role := enumName(m.GetRole().String(), "ROLE_")
+		if m.GetRole() == tenurev1.Role_ROLE_UNSPECIFIED {
+			role = "unknown (no leader known)"
+		}
+		if u := m.GetUnreachableSince(); u != nil {
+			role += ", unreachable since " + fmtTime(u)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.GetId(), role, m.GetApiAddress(), m.GetRaftAddress())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if st.GetLeaderId() != "" && st.GetLeaderId() != st.GetNodeId() {
+		// Only the leader hears from every member.
+		fmt.Fprintf(stdout, "\nanswered by a follower: which members are unreachable only the leader knows; ask it with --endpoints %s\n", st.GetLeaderApiAddress())
+	}
+	return nil
 }

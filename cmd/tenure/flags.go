@@ -42,6 +42,7 @@ type cliCommand struct {
 	tlsCA     string
 	tlsCert   string
 	tlsKey    string
+	stale     bool
 	// principalHolder is true when credentials are given without
 	// --holder or TENURE_HOLDER: the holder is then the principal the
 	// server authenticates (raw requests send an empty holder, which the
@@ -63,6 +64,7 @@ func newCLICommand(name, synopsis, description, examples string, stdout, stderr 
 	c.fs.StringVar(&c.tlsCert, "tls-cert", os.Getenv("TENURE_TLS_CERT"), "PEM client certificate, for servers that require one (env TENURE_TLS_CERT)")
 	c.fs.StringVar(&c.tlsKey, "tls-key", os.Getenv("TENURE_TLS_KEY"), "PEM key of --tls-cert (env TENURE_TLS_KEY)")
 	c.fs.StringVar(&c.output, "o", "table", "output format: table or json")
+	c.fs.BoolVar(&c.stale, "stale", false, "answer reads from the local state of the member asked, without the leader: possibly behind, but served without a leader (writes are unaffected)")
 	c.fs.Usage = func() {} // the flag package calls it on every error; help is printed by parse
 	c.help = func() {
 		fmt.Fprintf(stdout, "usage: %s %s\n\n%s\n", name, synopsis, strings.TrimSpace(description))
@@ -324,6 +326,9 @@ func (c *cliCommand) remote() (*remote, error) {
 	if c.token != "" {
 		opts = append(opts, connect.WithInterceptors(bearerToken(c.token)))
 	}
+	if c.stale {
+		opts = append(opts, connect.WithInterceptors(staleReads{}))
+	}
 	r := &remote{}
 	for _, e := range eps {
 		if !strings.Contains(e, "://") {
@@ -541,6 +546,25 @@ func (b bearerToken) WrapStreamingClient(next connect.StreamingClientFunc) conne
 }
 
 func (b bearerToken) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// staleReads asks for stale reads (--stale) on every unary call; the
+// server applies it to reads only.
+type staleReads struct{}
+
+func (staleReads) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set(tenure.HeaderConsistency, "stale")
+		return next(ctx, req)
+	}
+}
+
+func (staleReads) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (staleReads) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
 }
 

@@ -64,6 +64,7 @@ flags of every client command (before or after it):
   --tls-ca FILE        CA(s) to trust for TLS endpoints (env TENURE_TLS_CA)
   --tls-cert, --tls-key FILE   client certificate (env TENURE_TLS_CERT, TENURE_TLS_KEY)
   -o table|json        output format
+  --stale              reads answered by the member asked, without the leader (may be behind)
 `
 
 // commands are the client subcommands, each in its own file.
@@ -139,8 +140,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// clientFlags are the flags every client command takes, each with a value.
-var clientFlags = map[string]bool{"endpoints": true, "namespace": true, "token": true, "tls-ca": true, "tls-cert": true, "tls-key": true, "o": true}
+// clientFlags are the flags every client command takes: true for those
+// with a value, false for switches.
+var clientFlags = map[string]bool{"endpoints": true, "namespace": true, "token": true, "tls-ca": true, "tls-cert": true, "tls-key": true, "o": true,
+	"stale": false}
 
 // subcommanded are the commands whose first argument is a subcommand.
 var subcommanded = map[string]bool{"queue": true, "pool": true, "audit": true, "state": true, "fence": true, "cert": true, "policy": true}
@@ -152,11 +155,12 @@ func hoistFlags(args []string) []string {
 	var lead []string
 	for len(args) > 0 && len(args[0]) > 1 && args[0][0] == '-' {
 		name, _, inline := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
-		if !clientFlags[name] || !inline && len(args) < 2 {
+		valued, ok := clientFlags[name]
+		if !ok || valued && !inline && len(args) < 2 {
 			break
 		}
 		n := 2
-		if inline {
+		if inline || !valued {
 			n = 1
 		}
 		lead, args = append(lead, args[:n]...), args[n:]

@@ -234,6 +234,8 @@ func TestHoistFlags(t *testing.T) {
 		{"--holder h ls", "--holder h ls"},
 		{"--endpoints", "--endpoints"},
 		{"--endpoints a:1", "--endpoints a:1"},
+		{"--stale get X", "get --stale X"},
+		{"--stale --endpoints a:1 ls", "ls --stale --endpoints a:1"},
 	} {
 		if got := strings.Join(hoistFlags(strings.Fields(c.in)), " "); got != c.want {
 			t.Errorf("hoistFlags(%q) = %q, want %q", c.in, got, c.want)

@@ -49,7 +49,8 @@ type Node struct {
 
 	// leader is set while this node leads and has anchored its clock.
 	leader atomic.Pointer[term]
-	// knewLeader is set once this node has known a leader (AwaitLeader).
+	// knewLeader is set once this node has known a leader, itself included
+	// (AwaitLeader).
 	knewLeader atomic.Bool
 
 	// existing is whether the data dir held Raft state at Open.
@@ -166,7 +167,7 @@ func Open(cfg Config) (*Node, error) {
 	if raftOut == nil {
 		// Raft's own chatter is left out, its errors are not: a follower
 		// whose disk is full only ever said so there.
-		raftOut = raftErrors{log.With("node", id)}
+		raftOut = newRaftErrors(log.With("node", id))
 	}
 
 	n := &Node{
@@ -335,6 +336,11 @@ func Open(cfg Config) (*Node, error) {
 	ok = true
 	n.reach.since = map[string]time.Time{}
 	n.reach.onLeader = func(id string) {
+		if id != "" {
+			// Also when this node led and nobody asked it who leads: a
+			// partitioned former leader must not wait for an election.
+			n.knewLeader.Store(true)
+		}
 		switch {
 		case id == "":
 			n.log.Info("no leader known: an election is under way, or this node is cut off")
@@ -455,19 +461,71 @@ func (n *Node) closeStores() error {
 
 // raftErrors passes the error lines of hashicorp/raft's logs (and its
 // log store's and transport's) on to the node's log, dropping the rest.
-type raftErrors struct{ log *slog.Logger }
+// A line repeated within raftErrorEvery is logged once, and again after
+// it with how often it came meanwhile: a member cut off from the others
+// has Raft say the same failed vote request to each of them twice a
+// second for as long as the partition lasts.
+type raftErrors struct {
+	log *slog.Logger
+	now func() time.Time // time.Now unless a test sets it
 
-func (r raftErrors) Write(p []byte) (int, error) {
+	mu   sync.Mutex
+	seen map[string]*repeated
+}
+
+// repeated is an error line that was logged at, and came again n times
+// since.
+type repeated struct {
+	at time.Time
+	n  int
+}
+
+const (
+	raftErrorEvery = 30 * time.Second
+	// raftErrorLines bounds the distinct lines remembered; past it the
+	// memory starts afresh.
+	raftErrorLines = 256
+)
+
+func newRaftErrors(log *slog.Logger) *raftErrors {
+	return &raftErrors{log: log, now: time.Now, seen: map[string]*repeated{}}
+}
+
+func (r *raftErrors) Write(p []byte) (int, error) {
 	for line := range strings.Lines(string(p)) {
 		_, msg, ok := strings.Cut(line, "[ERROR] ")
 		if !ok {
 			_, msg, ok = strings.Cut(line, "[ERR] ") // the standard library logger's form
 		}
 		if ok {
-			r.log.Error(strings.TrimSpace(msg)) // "raft: …", "wal: …"
+			r.error(strings.TrimSpace(msg)) // "raft: …", "wal: …"
 		}
 	}
 	return len(p), nil
+}
+
+func (r *raftErrors) error(msg string) {
+	r.mu.Lock()
+	now := r.now()
+	rep := r.seen[msg]
+	if rep != nil && now.Sub(rep.at) < raftErrorEvery {
+		rep.n++
+		r.mu.Unlock()
+		return
+	}
+	var again int
+	if rep != nil {
+		again = rep.n
+	} else if len(r.seen) >= raftErrorLines {
+		clear(r.seen)
+	}
+	r.seen[msg] = &repeated{at: now}
+	r.mu.Unlock()
+	if again > 0 {
+		r.log.Error(msg, "repeated", again, "within", raftErrorEvery.String())
+		return
+	}
+	r.log.Error(msg)
 }
 
 // lockFile is the data dir's lock file; it holds the pid of its holder.
@@ -820,7 +878,7 @@ func (n *Node) notLeader() error {
 		msg += fmt.Sprintf(" (leader %s at %s)", id, meta["leader"]) // its API address, where to retry
 	case id != "":
 		msg += fmt.Sprintf(" (leader %s, API address not published yet)", id)
-	case !n.isVoter():
+	case !n.IsVoter():
 		msg += ", knows no leader, and is not a voter of the cluster's configuration (removed, or not yet added)"
 	default:
 		msg += " and no leader is known"
@@ -851,9 +909,9 @@ func (n *Node) checkOwnAddress() {
 	}
 }
 
-// isVoter reports whether this node is a voter in its latest Raft
+// IsVoter reports whether this node is a voter in its latest Raft
 // configuration (true when that cannot be read).
-func (n *Node) isVoter() bool {
+func (n *Node) IsVoter() bool {
 	servers, err := n.configuration()
 	if err != nil {
 		return true

@@ -766,13 +766,38 @@ func TestDataDirLocked(t *testing.T) {
 // of its chatter is not.
 func TestRaftErrorsReachTheLog(t *testing.T) {
 	var buf testlog.Buffer
-	w := raftErrors{slog.New(slog.NewTextHandler(&buf, nil))}
+	w := newRaftErrors(slog.New(slog.NewTextHandler(&buf, nil)))
 	w.Write([]byte("2026-11-26T00:00:00.000Z [INFO]  raft: entering follower state\n" +
 		"2026-11-26T00:00:01.000Z [ERROR] raft: failed to append to logs: error=\"no space left on device\"\n" +
 		"2026/11/26 00:00:02 [ERR] snapshot: failed to move\n"))
 	out := buf.String()
 	if !strings.Contains(out, `level=ERROR msg="raft: failed to append to logs: error=\"no space left on device\""`) ||
 		!strings.Contains(out, `msg="snapshot: failed to move"`) || strings.Contains(out, "follower state") {
+		t.Fatalf("logged:\n%s", out)
+	}
+}
+
+// TestRaftErrorsRepeatedAreLoggedOnce: an error line Raft repeats (a
+// member cut off asks each other member for its vote twice a second) is
+// logged once per window, then with how often it came meanwhile.
+func TestRaftErrorsRepeatedAreLoggedOnce(t *testing.T) {
+	var buf testlog.Buffer
+	w := newRaftErrors(slog.New(slog.NewTextHandler(&buf, nil)))
+	now := time.Unix(1_800_000_000, 0)
+	w.now = func() time.Time { return now }
+	vote := "2026-11-26T00:00:01.000Z [ERROR] raft: failed to make requestVote RPC: target=n2 error=\"i/o timeout\"\n"
+	for range 5 {
+		w.Write([]byte(vote))
+		now = now.Add(time.Second)
+	}
+	w.Write([]byte("2026-11-26T00:00:01.000Z [ERROR] raft: failed to append to logs\n"))
+	now = now.Add(raftErrorEvery)
+	w.Write([]byte(vote))
+	out := buf.String()
+	if n := strings.Count(out, "requestVote"); n != 2 {
+		t.Fatalf("the repeated line was logged %d times, want 2:\n%s", n, out)
+	}
+	if !strings.Contains(out, "repeated=4") || !strings.Contains(out, "failed to append to logs") {
 		t.Fatalf("logged:\n%s", out)
 	}
 }

@@ -40,6 +40,10 @@ func (n *Node) Read(ctx context.Context, stale bool, fn func(m *statemachine.Mac
 	return fn(f.m, tick)
 }
 
+// WaitApplied blocks until this node has applied the log up to idx, or
+// ctx ends (its error).
+func (n *Node) WaitApplied(ctx context.Context, idx uint64) error { return n.waitApplied(ctx, idx) }
+
 func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
 	for {
 		ch := n.fsm.changes()

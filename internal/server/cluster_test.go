@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -511,6 +512,30 @@ func TestClusterNoLeaderAnswersNotLeader(t *testing.T) {
 	}
 }
 
+// TestCutOffLeaderAnswersAtOnce: a leader left without its quorum steps
+// down and answers NOT_LEADER at once, not after waiting for an election
+// as a member does right after its start (it knew a leader: itself, even
+// though nothing asked it who leads). Its wait would last the apply
+// timeout, here longer than the call's deadline.
+func TestCutOffLeaderAnswersAtOnce(t *testing.T) {
+	ms := startClusterWith(t, 3, func(c *Config) { c.Cluster.ApplyTimeout = 5 * time.Minute })
+	leader := leaderOf(t, ms, 10*time.Second)
+	acquireVia(t, leader, "x", time.Minute)
+	for _, m := range ms {
+		if m != leader {
+			m.stop(t)
+		}
+	}
+	waitFor(t, "the leader steps down", 10*time.Second, func() bool { return !leader.srv.Node().IsLeader() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := leader.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "y", Holder: "h"}))
+	if ctx.Err() != nil {
+		t.Fatalf("the call waited for a leader until its deadline: %v", err)
+	}
+	wantReason(t, err, connect.CodeUnavailable, "NOT_LEADER")
+}
+
 // TestForwardErrorClassification: a forward that cannot be started is
 // NOT_LEADER naming the leader (without its address: it could not be
 // dialled); one that broke off after sending a write
@@ -652,6 +677,16 @@ func TestRemoveLeaderThenAddBack(t *testing.T) {
 			Resource: "via/removed", Holder: "h", Ttl: durationpb.New(time.Minute)}))
 		return err != nil && strings.Contains(err.Error(), "not a voter of the cluster's configuration")
 	})
+	// And so does its /readyz.
+	resp, err := http.Get("http://" + old.srv.Addr() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "not a voter of the cluster's configuration") {
+		t.Fatalf("/readyz of the removed member: %d %s", resp.StatusCode, body)
+	}
 	if err := whileNotLeader(func() error {
 		_, err := next.cluster.AddVoter(context.Background(), connect.NewRequest(&tenurev1.AddVoterRequest{
 			Id: old.id, RaftAddress: old.srv.Node().RaftAddr(), ApiAddress: old.srv.Addr()}))
@@ -814,5 +849,35 @@ func TestFollowerReadyOnceItReachedTheTargetAsked(t *testing.T) {
 	defer c.mu.Unlock()
 	if !c.asked.Equal(asked) {
 		t.Fatal("asked the leader again for a target already reached")
+	}
+}
+
+// TestFollowerReadyUnderWritesAtFirstProbe: a follower in step with the
+// leader is ready at the first probe after a change of leader although
+// writes go on, which keep the leader's commit index a message ahead of
+// what the follower has heard of when it asks.
+func TestFollowerReadyUnderWritesAtFirstProbe(t *testing.T) {
+	ms := startCluster(t, 3)
+	l := leaderOf(t, ms, 10*time.Second)
+	f := followerOf(ms, l)
+	acquireVia(t, l, "ready/writes", time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil && i < 100_000; i++ {
+			_, _ = l.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: fmt.Sprintf("ready/w%d", i), Holder: "h"}))
+		}
+	})
+	defer wg.Wait()
+	defer cancel()
+	srv := f.srv
+	for probe := range 5 { // each as the first after a change of leader
+		c := &srv.catchUp
+		c.mu.Lock()
+		c.changes, c.target, c.asked, c.done = srv.Node().LeaderChanges(), 0, time.Time{}, false
+		c.mu.Unlock()
+		if ok, why := srv.caughtUp(context.Background()); !ok {
+			t.Fatalf("probe %d: a follower in step with the leader is not ready: %s", probe, why)
+		}
 	}
 }

@@ -33,6 +33,10 @@ type catchUp struct {
 // so that a target it cannot reach soon is refreshed.
 const askEvery = time.Second
 
+// targetGrace is how long a readiness probe that just asked the leader
+// waits for this member to apply what it was told.
+const targetGrace = 250 * time.Millisecond
+
 // caughtUp reports whether this following member has caught up with the
 // leader, and if not, why.
 func (s *Server) caughtUp(ctx context.Context) (bool, string) {
@@ -72,6 +76,13 @@ func (s *Server) caughtUp(ctx context.Context) (bool, string) {
 			return false, "cannot ask the leader at " + addr + " how far the log is committed: " + err.Error()
 		}
 		c.target, c.asked = commit, time.Now()
+		// A member in step with the leader hears of that commit index
+		// with the leader's next message, milliseconds away: give it
+		// that long rather than answer not ready every time a target
+		// was just asked (after each change of leader, under writes).
+		wctx, cancel := context.WithTimeout(ctx, targetGrace)
+		_ = s.node.WaitApplied(wctx, c.target)
+		cancel()
 	}
 	if applied := s.node.Applied(); applied < c.target {
 		return false, fmt.Sprintf("catching up: applied %d of the %d entries the leader had committed", applied, c.target)

@@ -214,7 +214,11 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 			return
 		}
 		if !s.node.Ready() {
-			http.Error(w, "not ready: no leader known or log not applied up to commit", http.StatusServiceUnavailable)
+			why := "no leader known or log not applied up to commit"
+			if !s.node.IsVoter() {
+				why = "this member is not a voter of the cluster's configuration (removed, or not yet added)"
+			}
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		if s.node.LedgerStopped() {
@@ -297,7 +301,11 @@ func (s *Server) Close(ctx context.Context) error {
 	if s.node.IsLeader() {
 		switch err := s.node.TransferLeadership(""); {
 		case err == nil:
-			s.log.Info("handed leadership over before shutting down", "to", s.node.NextLeader(ctx))
+			if to := s.node.NextLeader(ctx); to != "" {
+				s.log.Info("handed leadership over before shutting down", "to", to)
+			} else {
+				s.log.Warn("stepped down before shutting down, but no other member took the leadership yet (the others unreachable?)")
+			}
 		case registrar.ReasonOf(err) != registrar.ReasonInvalidArgument: // not just the only voter
 			s.log.Warn("could not hand leadership over before shutting down", "err", err)
 		}
