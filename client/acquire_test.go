@@ -406,3 +406,37 @@ func TestEndpointWithoutPipelineGetsUnaryCalls(t *testing.T) {
 		}
 	})
 }
+
+// TestDeadlineWhileRetrying: a call whose deadline passes while it retries
+// an unreachable member returns the last attempt's error (what went
+// wrong), matching context.DeadlineExceeded too.
+func TestDeadlineWhileRetrying(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		fc.stop("a:1")
+		c := fc.client([]string{"a:1"})
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		_, err := c.Get(ctx, "L1")
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "connection refused") {
+			t.Fatalf("Get past its deadline: %v", err)
+		}
+	})
+}
+
+// TestAcquireRefusesNegativeOptions: a negative ttl or wait is refused
+// before anything is sent, as the registrar would refuse it.
+func TestAcquireRefusesNegativeOptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		for _, opt := range []AcquireOption{TTL(-time.Second), Wait(-time.Second)} {
+			if _, err := c.Acquire(t.Context(), "orders/42", opt); !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("Acquire with %v: %v, want INVALID_ARGUMENT", opt, err)
+			}
+		}
+		if n := fc.members["a:1"].acquireCount(); n != 0 {
+			t.Errorf("%d acquires sent", n)
+		}
+	})
+}

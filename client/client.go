@@ -4,7 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -145,8 +149,8 @@ func newHTTPClient(cfg *config) *http.Client {
 
 func (c *Client) normalize(addr string) (string, error) {
 	addr = strings.TrimSpace(addr)
-	if addr == "" {
-		return "", errors.New("tenure: empty endpoint")
+	if err := CheckEndpoint(addr); err != nil {
+		return "", err
 	}
 	if !strings.Contains(addr, "://") {
 		if c.cfg.tlsConfig != nil {
@@ -156,6 +160,48 @@ func (c *Client) normalize(addr string) (string, error) {
 		}
 	}
 	return strings.TrimRight(addr, "/"), nil
+}
+
+// CheckEndpoint reports whether addr is an endpoint New accepts:
+// host:port, or an http or https URL with a host (the port may be left to
+// the scheme) and no path, query or user.
+func CheckEndpoint(addr string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("tenure: endpoint %q %s: want host:port or an http(s)://host[:port] URL", addr, why)
+	}
+	if addr == "" {
+		return errors.New("tenure: empty endpoint")
+	}
+	if !strings.Contains(addr, "://") {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return bad("has no port")
+		}
+		if host == "" || strings.ContainsAny(host, " /,") {
+			return bad("has no valid host")
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return bad("has no valid port")
+		}
+		return nil
+	}
+	u, err := url.Parse(addr)
+	switch {
+	case err != nil:
+		return bad("does not parse")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return bad("is not http or https")
+	case u.Hostname() == "" || strings.ContainsAny(u.Hostname(), " ,"):
+		return bad("has no valid host")
+	case strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.User != nil:
+		return bad("has a path, query or user")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return bad("has no valid port")
+		}
+	}
+	return nil
 }
 
 func (c *Client) newEndpoint(url string) *endpoint {
@@ -208,14 +254,19 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 
-	ctx, cancel := context.WithTimeoutCause(context.Background(), c.cfg.closeTimeout, ErrClientClosed)
+	ctx, cancel := context.WithTimeoutCause(context.Background(), c.cfg.closeTimeout,
+		fmt.Errorf("tenure: Close gave up after %v (WithCloseTimeout)", c.cfg.closeTimeout))
 	errs := make([]error, len(held))
 	var wg sync.WaitGroup
 	for i, l := range held {
 		if l.Err() != nil {
 			continue
 		}
-		wg.Go(func() { errs[i] = l.Release(ctx, ReleaseVoluntary) })
+		wg.Go(func() {
+			if err := l.Release(ctx, ReleaseVoluntary); err != nil {
+				errs[i] = fmt.Errorf("tenure: releasing lease %s on %s: %w (it ends at its expiry)", l.ID(), l.Resource(), err)
+			}
+		})
 	}
 	wg.Wait()
 	cancel()
@@ -349,7 +400,10 @@ func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Contex
 			c.syncMembers(ep)
 			return nil
 		}
-		if ctx.Err() != nil || !retryable(kind, err) {
+		if ctx.Err() != nil {
+			return whileEnded(ctx, err)
+		}
+		if !retryable(kind, err) {
 			return err
 		}
 		followed := c.failover(idx, leaderHint(err))
@@ -370,10 +424,21 @@ func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Contex
 			continue
 		}
 		if sleep(ctx, c.clock, backoff) != nil {
-			return err // the last attempt's error says more than ctx.Err
+			return whileEnded(ctx, err)
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// whileEnded is the error of a call whose context ended while it tried
+// again: the last attempt's error, which says more than ctx's, but
+// matching ctx's too (errors.Is(err, context.DeadlineExceeded)).
+func whileEnded(ctx context.Context, err error) error {
+	cause := context.Cause(ctx)
+	if cause == nil || errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, cause)
 }
 
 // untilClose derives from ctx a context that also ends, with cause

@@ -241,6 +241,13 @@ func fromConnect(err error) error {
 	return err
 }
 
+// invalidArgument is a request refused before it was sent, as the
+// registrar would refuse it (INVALID_ARGUMENT, metadata field).
+func invalidArgument(field, why string) error {
+	return newError(ReasonInvalidArgument, string(ReasonInvalidArgument)+": "+field+" "+why,
+		map[string]string{"field": field}, connect.CodeInvalidArgument, nil)
+}
+
 // newError is the registrar's answer as an *Error (a *HeldError for
 // LEASE_HELD), from a unary call's error or a pipelined operation's.
 func newError(reason Reason, msg string, md map[string]string, code connect.Code, cause error) error {

@@ -230,6 +230,12 @@ func TestNewValidates(t *testing.T) {
 		{"long holder", []string{"a:1"}, []Option{WithHolder(string(make([]byte, 129)))}},
 		{"negative margin", []string{"a:1"}, []Option{WithSafetyMargin(-time.Second)}},
 		{"empty namespace", []string{"a:1"}, []Option{WithNamespace("")}},
+		{"two endpoints in one", []string{"127.0.0.1:7070,127.0.0.1:7071"}, nil},
+		{"not a host", []string{"not a host"}, nil},
+		{"no port", []string{"127.0.0.1"}, nil},
+		{"port out of range", []string{"127.0.0.1:70000"}, nil},
+		{"other scheme", []string{"ftp://a:1"}, nil},
+		{"path", []string{"http://a:1/api"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

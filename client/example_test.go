@@ -101,7 +101,7 @@ func ExampleElection() {
 	defer c.Close()
 	ctx := context.Background()
 
-	e := tenure.NewElection(c, "elections/scheduler", tenure.TTL(5*time.Second))
+	e := tenure.NewElection(c, "elections/scheduler", tenure.TTL(15*time.Second))
 	go func() {
 		for value := range e.Observe(ctx) {
 			log.Printf("leader is now %s", value)

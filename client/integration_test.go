@@ -931,3 +931,55 @@ func TestIntegrationWatchNowPastAHungMember(t *testing.T) {
 		t.Fatalf("ledger index now %d, %v; want at least %d from the live member", got, err, st.GetLedgerIndex())
 	}
 }
+
+// TestIntegrationDeadFirstEndpoint: with a dead member listed first, the
+// pipelined calls (Acquire, Claim, Complete, RequestLeases, CompletePiece)
+// go to the live one: their stream to the dead one never connected, so
+// nothing was sent (they used to fail with OUTCOME_UNKNOWN).
+func TestIntegrationDeadFirstEndpoint(t *testing.T) {
+	s := startRealServer(t)
+	c, err := New([]string{freePort(t), s.api})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxTimeout(t, 30*time.Second)
+	if _, err := c.Enqueue(ctx, "jobs", []NewTask{{Payload: []byte("a")}}); err != nil {
+		t.Fatalf("Enqueue: %v", err)
+	}
+	c2, err := New([]string{freePort(t), s.api}) // a fresh client: its first call is pipelined
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	tasks, err := c2.Claim(ctx, "jobs", ClaimOptions{Max: 1, LeaseTTL: 10 * time.Second})
+	if err != nil || len(tasks) != 1 {
+		t.Fatalf("Claim through a dead first endpoint: %v %v", tasks, err)
+	}
+	if _, err := tasks[0].Complete(ctx, nil); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if _, _, err := c.CreatePool(ctx, "swarm"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Want(ctx, "swarm", 0, 8, AllPieces); err != nil {
+		t.Fatal(err)
+	}
+	c3, err := New([]string{freePort(t), s.api})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	got, err := c3.RequestLeases(ctx, "swarm", "p1", map[uint32]Bitset{0: FromRanges(Range{Start: 0, End: 8})}, 1)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("RequestLeases through a dead first endpoint: %v %v", got, err)
+	}
+	c4, err := New([]string{freePort(t), s.api})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c4.Close()
+	if _, err := c4.CompletePiece(ctx, "swarm", "p1", got[0].File, got[0].Piece, PieceSuccess, 0); err != nil {
+		t.Fatalf("CompletePiece through a dead first endpoint: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package tenure
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -423,6 +424,25 @@ func TestCloseReleasesLeases(t *testing.T) {
 		}
 		if _, err := c.Acquire(t.Context(), "x"); !errors.Is(err, ErrClientClosed) {
 			t.Errorf("Acquire after Close: %v", err)
+		}
+	})
+}
+
+// TestCloseSaysWhichLeaseItCouldNotRelease: with the member gone, Close
+// gives up after its timeout and names the lease left to expire and why.
+func TestCloseSaysWhichLeaseItCouldNotRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"}, WithCloseTimeout(time.Second))
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc.stop("a:1")
+		err = c.Close()
+		if err == nil || !strings.Contains(err.Error(), l.ID()) || !strings.Contains(err.Error(), "connection refused") ||
+			!strings.Contains(err.Error(), "gave up after 1s") || strings.Count(err.Error(), "client closed") > 0 {
+			t.Fatalf("Close: %v", err)
 		}
 	})
 }

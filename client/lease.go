@@ -265,6 +265,12 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 			o.applyAcquire(&ac)
 		}
 	}
+	switch {
+	case ac.ttl < 0:
+		return nil, invalidArgument("ttl", fmt.Sprintf("must be positive, got %v", ac.ttl))
+	case ac.wait < 0:
+		return nil, invalidArgument("wait", fmt.Sprintf("must not be negative, got %v", ac.wait))
+	}
 	req := &tenurev1.AcquireRequest{
 		Namespace:   ac.namespace,
 		Resource:    resource,

@@ -320,7 +320,8 @@ func RequestCertificate() AcquireOption {
 // AcquireOption and a CallOption.
 type NamespaceOption string
 
-// Namespace overrides the client's namespace for one call.
+// Namespace overrides the client's namespace for one call; "" names the
+// default namespace, as in the API.
 func Namespace(ns string) NamespaceOption { return NamespaceOption(ns) }
 
 func (n NamespaceOption) applyAcquire(a *acquireConfig) { a.namespace = string(n) }

@@ -747,6 +747,21 @@ func TestCLIExec(t *testing.T) {
 			}
 		}
 	})
+	t.Run("kills by the lease's safety margin by default", func(t *testing.T) {
+		t.Parallel()
+		res := "exec/" + uniq(t)
+		cmd, lines, stderr := startTenure(t, "exec", res, "--ttl", "10s", "-o", "json", "--",
+			"sh", "-c", `trap "" TERM; echo "$TENURE_LEASE_ID"; sleep 60`)
+		id := nextLine(t, lines)
+		revoked := time.Now()
+		ok(t, "revoke", id, "--reason", "test")
+		if code, _ := waitExit(t, cmd, revoked); code != 128+int(syscall.SIGKILL) {
+			t.Fatalf("exit %d, want %d (killed); stderr: %s", code, 128+int(syscall.SIGKILL), stderr)
+		}
+		if !strings.Contains(stderr.String(), "SIGKILL after 1s") {
+			t.Fatalf("the grace of a 10s lease is not its 1s safety margin: %s", stderr)
+		}
+	})
 	t.Run("forwards SIGTERM", func(t *testing.T) {
 		t.Parallel()
 		res := "exec/" + uniq(t)

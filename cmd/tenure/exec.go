@@ -21,6 +21,14 @@ then start the command, keeping the lease alive with heartbeats while it runs.
   - SIGINT, SIGTERM and SIGHUP are forwarded to the command.
   - If the lease is lost (revoked, expired, or no renewal confirmed within its
     trust window), the command is sent SIGTERM, then SIGKILL after --grace.
+    The default grace is the lease's safety margin (a tenth of the ttl, at
+    least 0.5 s): a command cut off from the registrar is gone by the time its
+    lease can expire there, so the next holder never overlaps it. A longer
+    --grace lets a command shut down cleanly at the price of that overlap.
+  - A revoked or transferred lease is free at once, while the command hears
+    of it only at its next heartbeat (within ttl/3): it may overlap the next
+    holder for that long plus the grace. Where overlap must never happen,
+    pass the fence (below) to storage that checks fences.
   - When the command ends the lease is released.
 
 The command runs in its own process group, so signals reach its children too.
@@ -55,7 +63,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	c := newCLICommand("tenure exec", "RESOURCE [flags] -- COMMAND [ARGS...]", execHelp, execExamples, stdout, stderr)
 	ttl := c.fs.Duration("ttl", 15*time.Second, "lease ttl: how long a crashed tenure blocks the next holder")
 	wait := c.fs.Duration("wait", 0, "queue for up to this long when the resource is held (0: fail at once with LEASE_HELD)")
-	grace := c.fs.Duration("grace", 10*time.Second, "after SIGTERM on a lost lease, wait this long before SIGKILL")
+	grace := c.fs.Duration("grace", 0, "after SIGTERM on a lost lease, wait this long before SIGKILL (default: the lease's safety margin, ttl/10, at least 0.5s)")
 	mode := c.fs.String("mode", "exclusive", "exclusive or shared")
 	c.holderFlag("", "user@host:pid")
 	pos, err := c.parse(args, 2, -1)
@@ -90,6 +98,10 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	l, err := cl.Acquire(ctx, pos[0], opts...)
 	if err != nil {
 		return err
+	}
+
+	if !c.given("grace") {
+		*grace = l.SafetyMargin()
 	}
 
 	sigs := make(chan os.Signal, 8)

@@ -10,7 +10,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"net/url"
 	"os"
 	"os/user"
 	"strconv"
@@ -242,25 +241,8 @@ func (c *cliCommand) checkEndpoints() ([]string, error) {
 	return eps, nil
 }
 
-// validEndpoint: host:port, or an http or https URL with a host (the
-// port may be left to the scheme) and no path.
-func validEndpoint(e string) bool {
-	if !strings.Contains(e, "://") {
-		host, port, err := net.SplitHostPort(e)
-		n, perr := strconv.Atoi(port)
-		return err == nil && host != "" && !strings.ContainsAny(host, " /") && perr == nil && n >= 1 && n <= 65535
-	}
-	u, err := url.Parse(e)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || strings.Trim(u.Path, "/") != "" ||
-		u.RawQuery != "" || u.User != nil {
-		return false
-	}
-	if p := u.Port(); p != "" {
-		n, err := strconv.Atoi(p)
-		return err == nil && n >= 1 && n <= 65535
-	}
-	return true
-}
+// validEndpoint: an endpoint the Go client accepts (tenure.CheckEndpoint).
+func validEndpoint(e string) bool { return tenure.CheckEndpoint(e) == nil }
 
 // client returns a Go client (heartbeats, Watch, failover) for commands that
 // hold leases or follow streams. The caller closes it.

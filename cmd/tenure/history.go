@@ -11,7 +11,10 @@ import (
 
 const historyHelp = `Print the ledger events of one resource (issued, renewed, released,
 expired, revoked, transferred, …), oldest first, as kept by the history
-retention policy (24 h by default).`
+retention policy (24 h by default) and as far back as the member's in-memory
+history reaches (the last 100,000 events of the registrar): when it does not
+reach back far enough a note on stderr says from which index it holds events;
+the ledger files hold the rest (tenure audit export).`
 
 const historyExamples = `  tenure history orders/42
   tenure history orders/42 --after 1200 --limit 50 -o json`
@@ -44,5 +47,13 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	for _, e := range resp.GetEvents() {
 		fmt.Fprintln(tw, eventRow(e))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if o := resp.GetOldestIndex(); o != 0 {
+		fmt.Fprintf(stderr, "note: the member's in-memory history starts at index %d (%s); older events are not shown. "+
+			"The ledger files in each member's data dir hold them: tenure audit export --data-dir DIR --after %d, then filter by resource\n",
+			o, fmtTime(resp.GetOldestTime()), *after)
+	}
+	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
+	"net/url"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -238,11 +240,29 @@ func (p *Set[Req, Res, Op, Result]) Do(ctx context.Context, op *Op) (*Result, er
 			return r, nil
 		default:
 		}
-		return nil, &StreamError{Err: s.err, Sent: true}
+		return nil, &StreamError{Err: s.err, Sent: !neverConnected(s.err)}
 	case <-ctx.Done():
 		abandon()
 		return nil, ctx.Err()
 	}
+}
+
+// neverConnected reports whether a stream's error says its connection
+// was never made (a refused or failed dial, an address that does not
+// resolve or parse): then none of its operations reached a server, and
+// they may go elsewhere (a dead first endpoint used to fail every
+// pipelined call with "may or may not have been applied").
+func neverConnected(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return true
+	}
+	var ue *url.Error
+	return errors.As(err, &ue) && ue.Op == "parse"
 }
 
 func (s *stream[Req, Res, Op, Result]) fail(err error) {

@@ -166,6 +166,30 @@ func TestBrokenStreamFailsWaitingAndLaterOperations(t *testing.T) {
 	}
 }
 
+// TestStreamNeverConnectedSentNothing: operations on a stream whose
+// connection was never made (nothing listens) end unsent, so the caller
+// may send them elsewhere.
+func TestStreamNeverConnectedSentNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	hc := &http.Client{Transport: &http.Transport{Protocols: &protos}}
+	for _, base := range []string{"http://" + addr, "http://not a host"} {
+		set := opstream.OpenLease(t.Context(), tenurev1connect.NewLeaseServiceClient(hc, base), 1)
+		_, err := set.Do(t.Context(), acquire("x"))
+		set.Close()
+		var se *opstream.StreamError
+		if !errors.As(err, &se) || se.Sent {
+			t.Errorf("%s: %v (%T), want an unsent StreamError", base, err, err)
+		}
+	}
+}
+
 func TestCancelledCallerLeavesTheStreamUsable(t *testing.T) {
 	h := &scripted{held: make(chan struct{})}
 	set := opstream.OpenLease(t.Context(), serve(t, h), 1)

@@ -376,6 +376,35 @@ func TestLeaseLifecycleOverH2C(t *testing.T) {
 	if strings.Join(types, " ") != want {
 		t.Errorf("history = %v, want %s", types, want)
 	}
+	if hist.Msg.OldestIndex != 0 || hist.Msg.OldestTime != nil {
+		t.Errorf("a full history says it is cut short at %d", hist.Msg.OldestIndex)
+	}
+}
+
+// TestHistoryCutShortSaysSo: once the in-memory feed no longer reaches
+// back to a resource's first events, History says from which index (and
+// when) it holds events, and a History from after that index does not.
+func TestHistoryCutShortSaysSo(t *testing.T) {
+	b := setupWith(t, t.TempDir(), func(c *Config) { c.Cluster.FeedSize = 20 })
+	ctx := context.Background()
+	first := b.acquire(t, &tenurev1.AcquireRequest{Resource: "early", Holder: "h"})
+	for i := range 30 {
+		b.acquire(t, &tenurev1.AcquireRequest{Resource: fmt.Sprintf("later/%d", i), Holder: "h"})
+	}
+	hist, err := b.leases.History(ctx, connect.NewRequest(&tenurev1.HistoryRequest{Resource: "early"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist.Msg.Events) != 0 || hist.Msg.OldestIndex <= 1 || hist.Msg.OldestTime == nil {
+		t.Fatalf("history of %s after its events left the feed: %v", first.LeaseId, hist.Msg)
+	}
+	hist, err = b.leases.History(ctx, connect.NewRequest(&tenurev1.HistoryRequest{Resource: "later/29", AfterIndex: hist.Msg.OldestIndex}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist.Msg.Events) != 1 || hist.Msg.OldestIndex != 0 {
+		t.Fatalf("history from the oldest index held: %v", hist.Msg)
+	}
 }
 
 // TestErrorReasons drives each error reason reachable on a single node

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/cluster"
@@ -573,11 +574,19 @@ func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev
 		return nil, s.toConnect(err)
 	}
 	resp := &tenurev1.HistoryResponse{}
-	s.node.Feed().History(ns, m.Resource, m.AfterIndex, func(sl statemachine.Sealed) bool {
+	feed := s.node.Feed()
+	feed.History(ns, m.Resource, m.AfterIndex, func(sl statemachine.Sealed) bool {
 		if registrar.Tick(sl.Record.Tick) >= cutoff {
 			resp.Events = append(resp.Events, renderEvent(sl))
 		}
 		return len(resp.Events) < limit
 	})
+	// Say so when the feed no longer reaches back as far as asked, within
+	// the retention: the answer may lack older events.
+	if oldest, ok := feed.At(feed.Oldest()); ok && oldest.Record.Index > max(m.AfterIndex+1, 1) &&
+		registrar.Tick(oldest.Record.Tick) > cutoff {
+		resp.OldestIndex = oldest.Record.Index
+		resp.OldestTime = timestamppb.New(time.UnixMilli(oldest.Record.Wall))
+	}
 	return connect.NewResponse(resp), nil
 }

@@ -48,7 +48,18 @@ func setup(t testing.TB, dir ...string) *bundle {
 	if len(dir) > 0 {
 		d = dir[0]
 	}
-	srv, err := Start(testConfig(d))
+	return setupWith(t, d, nil)
+}
+
+// setupWith is setup on data dir d with the config passed through mod
+// (when not nil).
+func setupWith(t testing.TB, d string, mod func(*Config)) *bundle {
+	t.Helper()
+	cfg := testConfig(d)
+	if mod != nil {
+		mod(&cfg)
+	}
+	srv, err := Start(cfg)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}

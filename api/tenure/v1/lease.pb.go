@@ -2593,8 +2593,15 @@ func (x *HistoryRequest) GetLimit() int32 {
 }
 
 type HistoryResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Set when the answering member's in-memory history no longer reaches
+	// back to after_index: the oldest event index it holds, and when that
+	// event happened. Older events of the resource (within the history
+	// retention) are not in this answer; the ledger files hold them
+	// (`tenure audit export`).
+	OldestIndex   uint64                 `protobuf:"varint,2,opt,name=oldest_index,json=oldestIndex,proto3" json:"oldest_index,omitempty"`
+	OldestTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=oldest_time,json=oldestTime,proto3" json:"oldest_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2632,6 +2639,20 @@ func (*HistoryResponse) Descriptor() ([]byte, []int) {
 func (x *HistoryResponse) GetEvents() []*Event {
 	if x != nil {
 		return x.Events
+	}
+	return nil
+}
+
+func (x *HistoryResponse) GetOldestIndex() uint64 {
+	if x != nil {
+		return x.OldestIndex
+	}
+	return 0
+}
+
+func (x *HistoryResponse) GetOldestTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OldestTime
 	}
 	return nil
 }
@@ -4188,9 +4209,12 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x1f\n" +
 	"\vafter_index\x18\x03 \x01(\x04R\n" +
 	"afterIndex\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\";\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\x9b\x01\n" +
 	"\x0fHistoryResponse\x12(\n" +
-	"\x06events\x18\x01 \x03(\v2\x10.tenure.v1.EventR\x06events\"e\n" +
+	"\x06events\x18\x01 \x03(\v2\x10.tenure.v1.EventR\x06events\x12!\n" +
+	"\foldest_index\x18\x02 \x01(\x04R\voldestIndex\x12;\n" +
+	"\voldest_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"oldestTime\"e\n" +
 	"\fWatchRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x1f\n" +
@@ -4463,87 +4487,88 @@ var file_tenure_v1_lease_proto_depIdxs = []int32{
 	5,   // 48: tenure.v1.ListResponse.leases:type_name -> tenure.v1.Lease
 	27,  // 49: tenure.v1.ListResponse.counts:type_name -> tenure.v1.LeaseCounts
 	6,   // 50: tenure.v1.HistoryResponse.events:type_name -> tenure.v1.Event
-	6,   // 51: tenure.v1.WatchResponse.event:type_name -> tenure.v1.Event
-	60,  // 52: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	5,   // 53: tenure.v1.KeepAliveResponse.leases:type_name -> tenure.v1.Lease
-	11,  // 54: tenure.v1.KeepAliveResponse.failures:type_name -> tenure.v1.RenewFailure
-	8,   // 55: tenure.v1.PipelineOp.acquire:type_name -> tenure.v1.AcquireRequest
-	10,  // 56: tenure.v1.PipelineOp.renew:type_name -> tenure.v1.RenewRequest
-	13,  // 57: tenure.v1.PipelineOp.release:type_name -> tenure.v1.ReleaseRequest
-	17,  // 58: tenure.v1.PipelineOp.transfer:type_name -> tenure.v1.TransferRequest
-	33,  // 59: tenure.v1.PipelineOp.write_state:type_name -> tenure.v1.WriteStateRequest
-	24,  // 60: tenure.v1.PipelineOp.get:type_name -> tenure.v1.GetRequest
-	19,  // 61: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
-	29,  // 62: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
-	15,  // 63: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
-	48,  // 64: tenure.v1.PipelineOp.consume:type_name -> tenure.v1.ConsumeRequest
-	58,  // 65: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
-	9,   // 66: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
-	12,  // 67: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
-	14,  // 68: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
-	18,  // 69: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
-	34,  // 70: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
-	25,  // 71: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
-	21,  // 72: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
-	30,  // 73: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
-	16,  // 74: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
-	49,  // 75: tenure.v1.PipelineResult.consume:type_name -> tenure.v1.ConsumeResponse
-	42,  // 76: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
-	41,  // 77: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
-	43,  // 78: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
-	60,  // 79: tenure.v1.DeriveRequest.ttl:type_name -> google.protobuf.Duration
-	3,   // 80: tenure.v1.DeriveRequest.scope:type_name -> tenure.v1.Scope
-	4,   // 81: tenure.v1.DeriveRequest.budget:type_name -> tenure.v1.Budget
-	0,   // 82: tenure.v1.DeriveRequest.mode:type_name -> tenure.v1.Mode
-	5,   // 83: tenure.v1.DeriveResponse.lease:type_name -> tenure.v1.Lease
-	59,  // 84: tenure.v1.ConsumeResponse.remaining:type_name -> tenure.v1.ConsumeResponse.RemainingEntry
-	5,   // 85: tenure.v1.ConsumeResponse.lease:type_name -> tenure.v1.Lease
-	5,   // 86: tenure.v1.TreeResponse.leases:type_name -> tenure.v1.Lease
-	8,   // 87: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	10,  // 88: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	13,  // 89: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	15,  // 90: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	17,  // 91: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
-	19,  // 92: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
-	22,  // 93: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
-	24,  // 94: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
-	26,  // 95: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
-	29,  // 96: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
-	31,  // 97: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
-	33,  // 98: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
-	35,  // 99: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
-	37,  // 100: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
-	39,  // 101: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	44,  // 102: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
-	46,  // 103: tenure.v1.LeaseService.Derive:input_type -> tenure.v1.DeriveRequest
-	48,  // 104: tenure.v1.LeaseService.Consume:input_type -> tenure.v1.ConsumeRequest
-	50,  // 105: tenure.v1.LeaseService.Authorize:input_type -> tenure.v1.AuthorizeRequest
-	52,  // 106: tenure.v1.LeaseService.Tree:input_type -> tenure.v1.TreeRequest
-	9,   // 107: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	12,  // 108: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	14,  // 109: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	16,  // 110: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	18,  // 111: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
-	21,  // 112: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
-	23,  // 113: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
-	25,  // 114: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
-	28,  // 115: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
-	30,  // 116: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
-	32,  // 117: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
-	34,  // 118: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
-	36,  // 119: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
-	38,  // 120: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
-	40,  // 121: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	45,  // 122: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
-	47,  // 123: tenure.v1.LeaseService.Derive:output_type -> tenure.v1.DeriveResponse
-	49,  // 124: tenure.v1.LeaseService.Consume:output_type -> tenure.v1.ConsumeResponse
-	51,  // 125: tenure.v1.LeaseService.Authorize:output_type -> tenure.v1.AuthorizeResponse
-	53,  // 126: tenure.v1.LeaseService.Tree:output_type -> tenure.v1.TreeResponse
-	107, // [107:127] is the sub-list for method output_type
-	87,  // [87:107] is the sub-list for method input_type
-	87,  // [87:87] is the sub-list for extension type_name
-	87,  // [87:87] is the sub-list for extension extendee
-	0,   // [0:87] is the sub-list for field type_name
+	61,  // 51: tenure.v1.HistoryResponse.oldest_time:type_name -> google.protobuf.Timestamp
+	6,   // 52: tenure.v1.WatchResponse.event:type_name -> tenure.v1.Event
+	60,  // 53: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	5,   // 54: tenure.v1.KeepAliveResponse.leases:type_name -> tenure.v1.Lease
+	11,  // 55: tenure.v1.KeepAliveResponse.failures:type_name -> tenure.v1.RenewFailure
+	8,   // 56: tenure.v1.PipelineOp.acquire:type_name -> tenure.v1.AcquireRequest
+	10,  // 57: tenure.v1.PipelineOp.renew:type_name -> tenure.v1.RenewRequest
+	13,  // 58: tenure.v1.PipelineOp.release:type_name -> tenure.v1.ReleaseRequest
+	17,  // 59: tenure.v1.PipelineOp.transfer:type_name -> tenure.v1.TransferRequest
+	33,  // 60: tenure.v1.PipelineOp.write_state:type_name -> tenure.v1.WriteStateRequest
+	24,  // 61: tenure.v1.PipelineOp.get:type_name -> tenure.v1.GetRequest
+	19,  // 62: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
+	29,  // 63: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
+	15,  // 64: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
+	48,  // 65: tenure.v1.PipelineOp.consume:type_name -> tenure.v1.ConsumeRequest
+	58,  // 66: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
+	9,   // 67: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
+	12,  // 68: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
+	14,  // 69: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
+	18,  // 70: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
+	34,  // 71: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
+	25,  // 72: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
+	21,  // 73: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
+	30,  // 74: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
+	16,  // 75: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
+	49,  // 76: tenure.v1.PipelineResult.consume:type_name -> tenure.v1.ConsumeResponse
+	42,  // 77: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
+	41,  // 78: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
+	43,  // 79: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
+	60,  // 80: tenure.v1.DeriveRequest.ttl:type_name -> google.protobuf.Duration
+	3,   // 81: tenure.v1.DeriveRequest.scope:type_name -> tenure.v1.Scope
+	4,   // 82: tenure.v1.DeriveRequest.budget:type_name -> tenure.v1.Budget
+	0,   // 83: tenure.v1.DeriveRequest.mode:type_name -> tenure.v1.Mode
+	5,   // 84: tenure.v1.DeriveResponse.lease:type_name -> tenure.v1.Lease
+	59,  // 85: tenure.v1.ConsumeResponse.remaining:type_name -> tenure.v1.ConsumeResponse.RemainingEntry
+	5,   // 86: tenure.v1.ConsumeResponse.lease:type_name -> tenure.v1.Lease
+	5,   // 87: tenure.v1.TreeResponse.leases:type_name -> tenure.v1.Lease
+	8,   // 88: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	10,  // 89: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	13,  // 90: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	15,  // 91: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	17,  // 92: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
+	19,  // 93: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
+	22,  // 94: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
+	24,  // 95: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
+	26,  // 96: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
+	29,  // 97: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
+	31,  // 98: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
+	33,  // 99: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
+	35,  // 100: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
+	37,  // 101: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
+	39,  // 102: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	44,  // 103: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
+	46,  // 104: tenure.v1.LeaseService.Derive:input_type -> tenure.v1.DeriveRequest
+	48,  // 105: tenure.v1.LeaseService.Consume:input_type -> tenure.v1.ConsumeRequest
+	50,  // 106: tenure.v1.LeaseService.Authorize:input_type -> tenure.v1.AuthorizeRequest
+	52,  // 107: tenure.v1.LeaseService.Tree:input_type -> tenure.v1.TreeRequest
+	9,   // 108: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	12,  // 109: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	14,  // 110: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	16,  // 111: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	18,  // 112: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
+	21,  // 113: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
+	23,  // 114: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
+	25,  // 115: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
+	28,  // 116: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
+	30,  // 117: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
+	32,  // 118: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
+	34,  // 119: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
+	36,  // 120: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
+	38,  // 121: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
+	40,  // 122: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	45,  // 123: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
+	47,  // 124: tenure.v1.LeaseService.Derive:output_type -> tenure.v1.DeriveResponse
+	49,  // 125: tenure.v1.LeaseService.Consume:output_type -> tenure.v1.ConsumeResponse
+	51,  // 126: tenure.v1.LeaseService.Authorize:output_type -> tenure.v1.AuthorizeResponse
+	53,  // 127: tenure.v1.LeaseService.Tree:output_type -> tenure.v1.TreeResponse
+	108, // [108:128] is the sub-list for method output_type
+	88,  // [88:108] is the sub-list for method input_type
+	88,  // [88:88] is the sub-list for extension type_name
+	88,  // [88:88] is the sub-list for extension extendee
+	0,   // [0:88] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
