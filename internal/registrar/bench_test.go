@@ -84,6 +84,35 @@ func BenchmarkAcquireReleaseWhilePruning(b *testing.B) {
 	acquireReleaseLoop(b, m, tick)
 }
 
+// BenchmarkAcquireReleaseBesideRetiringNamespaces: acquire+release pairs
+// in a namespace that prunes continuously, beside 100,000 namespaces that
+// each keep a terminal lease due later (each at its own tick, so that
+// some namespace is due now and then): pruning visits the namespaces due,
+// not all that keep terminal leases (it did, and a quarter million such
+// namespaces cut a server to 212 commands/s).
+func BenchmarkAcquireReleaseBesideRetiringNamespaces(b *testing.B) {
+	m := benchMachine(b)
+	tick := int64(10)
+	for i := range 100_000 {
+		ns := "tenant-" + strconv.Itoa(i)
+		tick++
+		out := m.Apply(&logpb.Command{Tick: tick, Wall: wallBase + tick, Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{Namespace: ns, Resource: "r", Holder: "w"}}})
+		if out.Outcome.Err != nil {
+			b.Fatal(out.Outcome.Err)
+		}
+		if out := m.Apply(&logpb.Command{Tick: tick, Wall: wallBase + tick, Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: out.Outcome.Lease.ID, Holder: "w"}}}); out.Outcome.Err != nil {
+			b.Fatal(out.Outcome.Err)
+		}
+	}
+	p := registrar.DefaultPolicy()
+	p.MaxActivePerHolder = 1_000_000
+	p.LeaseRetention = 1
+	if out := m.Apply(&logpb.Command{Tick: tick, Wall: wallBase + tick, Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: p.Proto()}}}); out.Outcome.Err != nil {
+		b.Fatal(out.Outcome.Err)
+	}
+	acquireReleaseLoop(b, m, tick)
+}
+
 // BenchmarkRenewBatch1000 renews 1,000 leases in one command (one op).
 func BenchmarkRenewBatch1000(b *testing.B) {
 	m := benchMachine(b)

@@ -110,3 +110,14 @@ func newWaiterHeap() timerHeap[*waiter] {
 		index: func(w *waiter) *int32 { return &w.heapIdx },
 	}
 }
+
+// newNamespaceHeap orders namespaces by when their oldest terminal lease
+// is due for pruning.
+func newNamespaceHeap() timerHeap[*namespace] {
+	return timerHeap[*namespace]{
+		less: func(a, b *namespace) bool {
+			return a.pruneDue < b.pruneDue || a.pruneDue == b.pruneDue && a.name < b.name
+		},
+		index: func(ns *namespace) *int32 { return &ns.pruneIdx },
+	}
+}

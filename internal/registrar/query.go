@@ -181,7 +181,7 @@ func (r *Registrar) NextDeadline() (Tick, bool) {
 // their retention passes, or their namespace's cap prunes them).
 func (r *Registrar) Retained() int {
 	n := 0
-	for ns := range r.retiring {
+	for _, ns := range r.retiring.items {
 		n += ns.retired.len()
 	}
 	return n

@@ -30,11 +30,11 @@ func (r *Registrar) SnapshotInto(s *logpb.Snapshot) *Retained {
 	s.DefaultPolicy = r.defaults.Proto()
 	ret := &Retained{}
 	n := 0
-	for ns := range r.retiring {
+	for _, ns := range r.retiring.items {
 		n += ns.retired.len()
 	}
 	ret.leases = make([]*lease, 0, n)
-	for ns := range r.retiring {
+	for _, ns := range r.retiring.items {
 		ret.leases = append(ret.leases, ns.retired.items[ns.retired.head:]...)
 	}
 	live := r.expiry.items

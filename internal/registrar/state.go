@@ -182,8 +182,12 @@ type namespace struct {
 	ordered   *btree.BTreeG[named]
 	holders   map[string]*holderEntry
 	retired   leaseFIFO // terminal leases in the order they ended
-	counts    [5]uint64 // by State
-	waiters   uint64
+	// pruneDue is when the oldest of retired is due for pruning, and
+	// pruneIdx the namespace's place in Registrar.retiring (-1: none).
+	pruneDue Tick
+	pruneIdx int32
+	counts   [5]uint64 // by State
+	waiters  uint64
 	// guarded lists the resources with guarded state (which, once
 	// written, is never dropped) by name, so that a snapshot need not
 	// walk every resource to find them.
@@ -258,6 +262,7 @@ func newNamespace(name string, p Policy) *namespace {
 		policy:    p,
 		resources: make(map[string]*resource),
 		ordered:   btree.NewG(32, lessResource),
+		pruneIdx:  -1,
 		holders:   make(map[string]*holderEntry),
 	}
 }
