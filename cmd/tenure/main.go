@@ -189,7 +189,12 @@ func hint(err error) string {
 	case strings.Contains(msg, "x509: certificate signed by unknown authority"):
 		return "hint: give the CA that signed the server's certificate with --tls-ca (env TENURE_TLS_CA)"
 	case strings.Contains(msg, "unexpected EOF"), strings.Contains(msg, "connection reset by peer"), strings.Contains(msg, "broken pipe"):
-		return "hint: if the server serves TLS (--tls-cert), give --tls-ca or an https:// endpoint"
+		return "hint: if the server serves TLS (--tls-cert), give --tls-ca or an https:// endpoint; " +
+			"and check that the endpoint is Tenure's API address (--listen), not its Raft one (--raft-listen)"
+	case strings.Contains(msg, "connection refused"):
+		return "hint: nothing listens there: is a tenure server running at that address? (--endpoints, env TENURE_ENDPOINTS; default 127.0.0.1:7070)"
+	case strings.Contains(msg, "http2: frame too large"), strings.Contains(msg, "malformed HTTP response"):
+		return "hint: the endpoint does not speak Tenure's API (HTTP/2): check that it is a tenure server's --listen address"
 	}
 	return ""
 }

@@ -212,7 +212,9 @@ func TestHint(t *testing.T) {
 		`tls: failed to verify certificate: x509: certificate signed by unknown authority`:       "with --tls-ca",
 		`x509: cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs`: "subjectAltName",
 		`LEASE_HELD: orders/42 is held by lease 01J…`:                                            "",
-		`unavailable: dial tcp 127.0.0.1:7070: connect: connection refused`:                      "",
+		`unavailable: dial tcp 127.0.0.1:7070: connect: connection refused`:                      "is a tenure server running",
+		`unavailable: http2: frame too large`:                                                    "does not speak Tenure's API",
+		`canceled: write tcp 127.0.0.1:1->127.0.0.1:2: write: broken pipe`:                       "not its Raft one",
 	} {
 		got := hint(errors.New(msg))
 		if want == "" && got != "" || !strings.Contains(got, want) {

@@ -11,11 +11,9 @@ import (
 // metrics are the node's Prometheus instruments. Counters move as records
 // are applied, so every member reports the same lease counts.
 type metrics struct {
-	active        prometheus.Gauge
 	ended         *prometheus.CounterVec // by state
 	grants        prometheus.Counter
 	renewals      prometheus.Counter
-	waiters       prometheus.Gauge
 	lateness      prometheus.Histogram
 	applyLatency  prometheus.Histogram
 	batchSize     prometheus.Histogram
@@ -28,16 +26,12 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	m := &metrics{
-		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tenure_leases_active",
-			Help: "Leases currently active (as of the last applied record)."}),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tenure_leases_ended_total",
 			Help: "Leases that ended, by terminal state (released, expired, revoked)."}, []string{"state"}),
 		grants: prometheus.NewCounter(prometheus.CounterOpts{Name: "tenure_grants_total",
 			Help: "Leases granted (acquires, waiter hand-offs, transfers)."}),
 		renewals: prometheus.NewCounter(prometheus.CounterOpts{Name: "tenure_renewals_total",
 			Help: "Lease renewals applied."}),
-		waiters: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tenure_waiters",
-			Help: "Acquires waiting in resource queues."}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tenure_expiry_lateness_seconds",
 			Help:    "Apply tick of an expiry minus the lease's deadline.",
 			Buckets: []float64{0, .001, .005, .01, .025, .05, .1, .25, .5, 1, 5}}),
@@ -53,8 +47,21 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.active, m.ended, m.grants, m.renewals, m.waiters, m.lateness,
+	reg.MustRegister(m.ended, m.grants, m.renewals, m.lateness,
 		m.applyLatency, m.batchSize, m.leaderChanges,
+		// Read from the state, not counted as records apply: a node
+		// restored from a snapshot counted from zero (and went negative
+		// as the restored leases ended).
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_leases_active",
+			Help: "Leases currently active (as of the last applied record)."},
+			func() float64 {
+				return n.fsm.count(func(m *statemachine.Machine) int { return m.Registrar().ActiveCount() })
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_waiters",
+			Help: "Acquires waiting in resource queues."},
+			func() float64 {
+				return n.fsm.count(func(m *statemachine.Machine) int { return m.Registrar().WaiterCount() })
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_raft_commit_index",
 			Help: "Raft commit index."}, func() float64 { return float64(n.raft.CommitIndex()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_raft_applied_index",
@@ -92,14 +99,9 @@ func (m *metrics) observe(sm *statemachine.Machine, _ *logpb.Command, res statem
 		switch b := s.Record.Body.(type) {
 		case *logpb.Record_Issued:
 			m.grants.Inc()
-			m.active.Inc()
-			if b.Issued.WaiterId != 0 {
-				m.waiters.Dec()
-			}
 		case *logpb.Record_Renewed:
 			m.renewals.Inc()
 		case *logpb.Record_Ended:
-			m.active.Dec()
 			st := registrar.State(b.Ended.State)
 			m.endedCounter(st).Inc()
 			if st == registrar.Expired {
@@ -108,10 +110,6 @@ func (m *metrics) observe(sm *statemachine.Machine, _ *logpb.Command, res statem
 					m.lateness.Observe(registrar.Dur(int64(late)).Seconds())
 				}
 			}
-		case *logpb.Record_Waiting:
-			m.waiters.Inc()
-		case *logpb.Record_WaitEnded:
-			m.waiters.Dec()
 		}
 	}
 }

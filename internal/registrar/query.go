@@ -177,6 +177,12 @@ func (r *Registrar) NextDeadline() (Tick, bool) {
 	return next, ok
 }
 
+// ActiveCount returns how many leases are active, in all namespaces.
+func (r *Registrar) ActiveCount() int { return r.expiry.Len() }
+
+// WaiterCount returns how many acquires wait, in all namespaces.
+func (r *Registrar) WaiterCount() int { return len(r.waiters) }
+
 // Retained returns how many terminal leases all namespaces keep (until
 // their retention passes, or their namespace's cap prunes them).
 func (r *Registrar) Retained() int {

@@ -392,18 +392,25 @@ func (r *Registrar) advanceTo(t Tick, wall int64) {
 	if wall > r.wall {
 		r.wall = wall
 	}
-	if r.tick < r.nextPrune {
+	r.pruneUntil(r.tick)
+}
+
+// pruneUntil prunes the terminal leases due for pruning at tick t: past
+// their retention, or the oldest ticks' of a namespace over its cap
+// (never those that ended at t).
+func (r *Registrar) pruneUntil(t Tick) {
+	if t < r.nextPrune {
 		return
 	}
-	for ns, ok := r.retiring.peek(); ok && ns.pruneDue <= r.tick; ns, ok = r.retiring.peek() {
+	for ns, ok := r.retiring.peek(); ok && ns.pruneDue <= t; ns, ok = r.retiring.peek() {
 		ret := Tick(ns.policy.LeaseRetention)
 	prune:
 		for l := ns.retired.peek(); l != nil; l = ns.retired.peek() {
 			switch {
-			case l.endedTick+ret <= r.tick:
+			case l.endedTick+ret <= t:
 				ns.retired.pop()
 				r.prune(l)
-			case overCap(ns) && l.endedTick < r.tick:
+			case overCap(ns) && l.endedTick < t:
 				r.pruneTick(ns, l.endedTick)
 			default:
 				break prune

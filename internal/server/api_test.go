@@ -701,4 +701,17 @@ func TestOpsEndpoints(t *testing.T) {
 	if err != nil || snap.Msg.Index == 0 {
 		t.Errorf("Snapshot: %v %v", snap, err)
 	}
+	// Restored from that snapshot, the node reports the leases it holds
+	// (it used to count from zero, and below as they ended).
+	b.stop(t)
+	b = setup(t, b.dir)
+	resp, err = b.http.Get(b.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "tenure_leases_active 1\n") || !strings.Contains(string(body), "tenure_waiters 0\n") {
+		t.Errorf("/metrics after a restart from a snapshot with one active lease:\n%s", body)
+	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -95,13 +96,13 @@ func (h *poolService) CreatePool(ctx context.Context, req *connect.Request[tenur
 func (h *poolService) Want(ctx context.Context, req *connect.Request[tenurev1.WantRequest]) (*connect.Response[tenurev1.WantResponse], error) {
 	m := req.Msg
 	if m.FileIndex > pool.MaxFileIndex {
-		return nil, h.s.toConnect(invalidArg("file_index", "too large"))
+		return nil, h.s.toConnect(invalidArg("file_index", fmt.Sprintf("is %d; the largest is %d", m.FileIndex, pool.MaxFileIndex)))
 	}
 	if m.PieceCount > pool.MaxPiecesPerFile {
-		return nil, h.s.toConnect(invalidArg("piece_count", "too large"))
+		return nil, h.s.toConnect(invalidArg("piece_count", fmt.Sprintf("is %d; the limit is %d pieces per file", m.PieceCount, pool.MaxPiecesPerFile)))
 	}
 	if len(m.Ranges) > pool.MaxRanges {
-		return nil, h.s.toConnect(invalidArg("ranges", "too many ranges"))
+		return nil, h.s.toConnect(invalidArg("ranges", fmt.Sprintf("has %d ranges; the limit is %d", len(m.Ranges), pool.MaxRanges)))
 	}
 	out, err := h.s.proposePool(ctx, "", &logpb.PoolCommand{Namespace: m.Namespace, Pool: m.Pool,
 		Op: &logpb.PoolCommand_Want{Want: &logpb.PoolWant{FileIndex: m.FileIndex, PieceCount: m.PieceCount, Bits: m.Bits, Ranges: m.Ranges}}})

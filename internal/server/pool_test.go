@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/pool"
 	"github.com/tenurehq/tenure/internal/wire"
 )
 
@@ -38,6 +40,12 @@ func TestPoolEndToEnd(t *testing.T) {
 	}
 	_, err = pc.Want(ctx, connect.NewRequest(&tenurev1.WantRequest{Pool: "swarm", FileIndex: 0, PieceCount: 10, Bits: []byte{0, 0, 1}}))
 	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+	// A limit refused says what the limit is.
+	_, err = pc.Want(ctx, connect.NewRequest(&tenurev1.WantRequest{Pool: "swarm", FileIndex: 2, PieceCount: pool.MaxPiecesPerFile + 1}))
+	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+	if !strings.Contains(err.Error(), strconv.Itoa(pool.MaxPiecesPerFile)) {
+		t.Errorf("the piece count refused does not name the limit: %v", err)
+	}
 
 	rl, err := pc.RequestLeases(ctx, connect.NewRequest(&tenurev1.RequestLeasesRequest{Pool: "swarm", Peer: "p1", Max: 5,
 		Have: []*tenurev1.HaveMap{{FileIndex: 0, Bits: []byte{0x01}}, {FileIndex: 1, Bits: []byte{0x01}}}}))

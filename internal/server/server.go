@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -257,7 +258,16 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 	} else {
 		go func() { s.served <- s.http.Serve(bufferedListener{ln}) }()
 	}
-	log.Info("serving", "listen", ln.Addr().String(), "raft", s.node.RaftAddr(), "node", s.node.ID(),
+	scheme := "http://"
+	if cfg.TLS != nil {
+		scheme = "https://"
+	}
+	dataDir := cc.DataDir
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	log.Info("serving", "listen", ln.Addr().String(), "raft", s.node.RaftAddr(), "node", s.node.ID(), "data_dir", dataDir,
+		"dashboard", scheme+ln.Addr().String()+ui.Prefix,
 		"tls", cfg.TLS != nil, "client_certificates", cfg.TLS != nil && cfg.TLS.ClientCAs != nil, "auth", cfg.Auth != nil)
 	if len(cc.Peers) > 0 && s.node.HadState() && !samePeers(s.node, cc.Peers) {
 		log.Warn("--peers ignored: the data dir already holds this node's Raft state, whose configuration decides the members "+

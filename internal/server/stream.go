@@ -64,7 +64,7 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 			recs, _, err := feed.Read(after, watchBatch)
 			if err != nil {
 				// The watcher fell behind the ring: it must resume from a newer index.
-				return s.toConnect(err)
+				return s.toConnect(cluster.FellBehind(after, feed.Oldest()))
 			}
 			for _, sl := range recs {
 				if err := send(sl); err != nil {
@@ -87,7 +87,7 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 			}
 			sl, ok := feed.At(i)
 			if !ok {
-				return s.toConnect(cluster.Compacted(after, feed.Oldest()))
+				return s.toConnect(cluster.FellBehind(after, feed.Oldest()))
 			}
 			if err := send(sl); err != nil {
 				return err
