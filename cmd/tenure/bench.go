@@ -263,7 +263,9 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 	if cfg.unary {
 		ops = &unaryOps{r: r}
 	} else {
-		p := newPipelineOps(ctx, r, cfg.streams)
+		// The streams outlive an interrupt (Ctrl-C ends ctx), so that the
+		// leases held then are still released; Close ends them.
+		p := newPipelineOps(context.WithoutCancel(ctx), r, cfg.streams)
 		defer p.Close()
 		ops = p
 	}
@@ -320,6 +322,13 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 	for w := range cfg.concurrency {
 		wg.Go(func() {
 			holder := cfg.holderOf(w)
+			// A lease acquired is released even when ctx ends meanwhile
+			// (Ctrl-C), and an acquire sent is waited for (it may be
+			// granted after ctx ended), unless it queues.
+			releaseCtx, acquireCtx := context.WithoutCancel(ctx), context.WithoutCancel(ctx)
+			if cfg.wait > 0 {
+				acquireCtx = ctx
+			}
 			resource := fmt.Sprintf("%s/c%d", cfg.prefix, w)
 			if cfg.workload == "contended" {
 				resource = fmt.Sprintf("%s/r%d", cfg.prefix, w%cfg.resources)
@@ -367,12 +376,12 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 					if cfg.wait > 0 {
 						req.Wait = durationpb.New(cfg.wait)
 					}
-					l, err := ops.acquire(ctx, req)
+					l, err := ops.acquire(acquireCtx, req)
 					if err != nil {
 						fail(err)
 						continue
 					}
-					if err := ops.release(ctx, &tenurev1.ReleaseRequest{LeaseId: l.GetLeaseId(), Holder: holder}); err != nil {
+					if err := ops.release(releaseCtx, &tenurev1.ReleaseRequest{LeaseId: l.GetLeaseId(), Holder: holder}); err != nil {
 						fail(err)
 						continue
 					}

@@ -923,3 +923,24 @@ func TestCLIStale(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIBenchInterruptedReleasesItsLeases: Ctrl-C during a bench leaves
+// no lease of its own behind (acquires in flight are waited for and
+// released, the renew workload's leases released).
+func TestCLIBenchInterruptedReleasesItsLeases(t *testing.T) {
+	t.Parallel()
+	for _, workload := range []string{"cycle", "renew"} {
+		ns := "bench-int-" + uniq(t)
+		cmd, _, _ := startTenure(t, "bench", "--namespace", ns, "--workload", workload, "--concurrency", "8",
+			"--leases", "40", "--duration", "50s")
+		waitFor(t, 20*time.Second, workload+" bench going", func() bool {
+			l := parse(t, ok(t, "ls", "--namespace", ns, "-o", "json"), &tenurev1.ListResponse{})
+			return l.GetCounts().GetReleased() > 0 || l.GetCounts().GetActive() >= 40
+		})
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		if l := parse(t, ok(t, "ls", "--namespace", ns, "--state", "active", "-o", "json"), &tenurev1.ListResponse{}); len(l.GetLeases()) != 0 {
+			t.Errorf("%s: %d leases left active after Ctrl-C: %v", workload, len(l.GetLeases()), l.GetLeases())
+		}
+	}
+}

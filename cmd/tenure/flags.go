@@ -107,7 +107,7 @@ func (c *cliCommand) parse(args []string, min, max int) ([]string, error) {
 				c.help()
 				return nil, err
 			}
-			return nil, c.usageError("%v", err)
+			return nil, c.usageError("%s", explainFlagError(c.fs, err))
 		}
 		args = c.fs.Args()
 		if len(args) == 0 {

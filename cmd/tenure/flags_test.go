@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +149,38 @@ func TestCLIPoolFlags(t *testing.T) {
 		{"pool", "complete", pool, "--peer", "p", "--file", "0", "--piece", "4294967296", "--success"},
 	} {
 		usageFails(t, []string{"32 bits"}, args...)
+	}
+}
+
+// TestCLIMistakesGetSuggestions: a mistyped command or flag names what
+// was probably meant, a duration without a unit says it needs one, an
+// environment variable's bad value is named as such, and `tenure help
+// CMD` and `tenure --version` work.
+func TestCLIMistakesGetSuggestions(t *testing.T) {
+	t.Parallel()
+	usageFails(t, []string{`unknown command "aquire"; did you mean "acquire"?`}, "aquire", "x")
+	usageFails(t, []string{"did you mean --ttl?"}, "acquire", "x", "--tll", "5s")
+	usageFails(t, []string{"a duration takes a unit"}, "acquire", "x", "--ttl", "5")
+	usageFails(t, []string{"did you mean --data-dir?"}, "server", "--data-dirr", t.TempDir())
+	usageFails(t, []string{`unknown subcommand "nope" (want get or put)`}, "state", "nope")
+	if out := ok(t, "help", "acquire"); !strings.Contains(out, "usage: tenure acquire") {
+		t.Errorf("tenure help acquire:\n%s", out)
+	}
+	if out := ok(t, "--version"); !strings.Contains(out, "tenure") {
+		t.Errorf("tenure --version: %q", out)
+	}
+	cmd := tenureCmd(t.Context(), "server", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--raft-listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "TENURE_MAX_TTL=abc")
+	if r := runCmd(t, cmd); r.code != 2 || !strings.Contains(r.stderr, "TENURE_MAX_TTL (for --max-ttl)") {
+		t.Errorf("a bad TENURE_MAX_TTL: %+v", r)
+	}
+}
+
+func TestSuggestion(t *testing.T) {
+	names := []string{"acquire", "release", "renew", "ls", "get", "watch"}
+	for word, want := range map[string]string{"aquire": "acquire", "relase": "release", "lss": "ls", "gett": "get", "xyz": "", "wtch": "watch"} {
+		if got := suggestion(word, names); got != want {
+			t.Errorf("suggestion(%q) = %q, want %q", word, got, want)
+		}
 	}
 }

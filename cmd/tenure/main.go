@@ -209,12 +209,24 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "server":
 		return runServer(ctx, args[1:], stderr)
 	case "help", "-h", "--help":
+		if len(args) > 1 { // tenure help acquire: its --help
+			return dispatch(ctx, []string{args[1], "--help"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
+	case "--version", "-version":
+		args = []string{"version"}
 	}
 	if cmd, ok := commands[args[0]]; ok {
 		return cmd(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
+	names := []string{"server", "help"}
+	for name := range commands {
+		names = append(names, name)
+	}
+	if s := suggestion(args[0], names); s != "" {
+		return usagef("unknown command %q; did you mean %q?", args[0], s)
+	}
 	return usagef("unknown command %q", args[0])
 }

@@ -77,19 +77,36 @@ var policySettings = []policySetting{
 // policyFlags are the policy settings of one command line: string flags,
 // empty when not given.
 type policyFlags struct {
-	fs   *flag.FlagSet
-	vals []*string
+	fs      *flag.FlagSet
+	vals    []*string
+	withEnv bool
+}
+
+// source names where setting name's value came from: its flag, or (not
+// given on the command line) its TENURE_* variable.
+func (pf *policyFlags) source(name string) string {
+	given := false
+	pf.fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	if pf.withEnv && !given {
+		return envName(name) + " (for --" + name + ")"
+	}
+	return "--" + name
+}
+
+// envName is the TENURE_* variable of a server flag.
+func envName(flagName string) string {
+	return "TENURE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 // addPolicyFlags defines a flag per setting on fs; withEnv takes each
 // default from its TENURE_* variable and says so (tenure server).
 func addPolicyFlags(fs *flag.FlagSet, withEnv bool) *policyFlags {
-	pf := &policyFlags{fs: fs}
+	pf := &policyFlags{fs: fs, withEnv: withEnv}
 	for _, s := range policySettings {
 		def, usage := "", s.usage
 		if withEnv {
 			def = env(s.name, "")
-			usage += " (env TENURE_" + strings.ToUpper(strings.ReplaceAll(s.name, "-", "_")) + ")"
+			usage += " (env " + envName(s.name) + ")"
 		}
 		pf.vals = append(pf.vals, fs.String(s.name, def, usage))
 	}
@@ -139,7 +156,7 @@ func (pf *policyFlags) overlay(file string, overDefaults bool) (func(registrar.P
 	for i, s := range policySettings {
 		if v := *pf.vals[i]; v != "" {
 			if err := s.set(&registrar.Policy{}, v); err != nil {
-				return nil, usagef("--%s: %v", s.name, err)
+				return nil, usagef("%s: %v", pf.source(s.name), err)
 			}
 			set = append(set, given{s, v})
 		}

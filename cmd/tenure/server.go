@@ -27,7 +27,7 @@ var onServerReady func(*server.Server)
 
 // env returns the TENURE_<NAME> environment variable, or def.
 func env(flagName, def string) string {
-	if v, ok := os.LookupEnv("TENURE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))); ok {
+	if v, ok := os.LookupEnv(envName(flagName)); ok {
 		return v
 	}
 	return def
@@ -37,7 +37,7 @@ func env(flagName, def string) string {
 // SIGTERM), then shuts down cleanly.
 func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tenure server", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // errors are returned; --help prints below
 	dataDir := fs.String("data-dir", env("data-dir", "./tenure-data"), "Raft log, snapshots and node identity (env TENURE_DATA_DIR)")
 	listen := fs.String("listen", env("listen", "127.0.0.1:7070"), "API, metrics and health address (env TENURE_LISTEN)")
 	raftListen := fs.String("raft-listen", env("raft-listen", "127.0.0.1:7071"), "Raft transport address (env TENURE_RAFT_LISTEN)")
@@ -60,11 +60,15 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	ledgerMax := fs.String("ledger-max-size", env("ledger-max-size", "4GiB"), "size budget of the ledger files in DATA-DIR/ledger: the oldest whole files are pruned past it (e.g. 500MB, 10GiB); 0 keeps everything (env TENURE_LEDGER_MAX_SIZE)")
 	policyFile := fs.String("policy-file", env("policy-file", ""), "JSON file of server-wide policy defaults by flag name (e.g. {\"max-ttl\": \"10m\", \"max-renewals\": 20}); the policy flags win over it (env TENURE_POLICY_FILE)")
 	policy := addPolicyFlags(fs, true)
+	fs.Usage = func() {} // a mistyped flag gets its error (and a suggestion), not every flag
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
+			fmt.Fprintln(stderr, "usage: tenure server [flags]")
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
 			return err
 		}
-		return usagef("%v", err)
+		return usagef("%s (usage: tenure server --help)", explainFlagError(fs, err))
 	}
 	if fs.NArg() > 0 {
 		return usagef("tenure server takes no arguments, got %q", fs.Args())

@@ -33,9 +33,15 @@ func runState(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	epoch := c.fs.String("epoch", "", "put: the epoch read (the current one)")
 	data := c.fs.String("data", "", "put: the new data")
 	file := c.fs.String("file", "", "put: read the new data from this file")
-	pos, err := c.parse(args, 2, 2)
+	pos, err := c.parse(args, 1, 2)
 	if err != nil {
 		return err
+	}
+	if pos[0] != "get" && pos[0] != "put" {
+		return c.usageError("unknown subcommand %q (want get or put)", pos[0])
+	}
+	if len(pos) < 2 {
+		return c.usageError("%s: missing argument RESOURCE", pos[0])
 	}
 	switch pos[0] {
 	case "get":

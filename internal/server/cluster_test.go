@@ -861,6 +861,7 @@ func TestFollowerReadyUnderWritesAtFirstProbe(t *testing.T) {
 	l := leaderOf(t, ms, 10*time.Second)
 	f := followerOf(ms, l)
 	acquireVia(t, l, "ready/writes", time.Minute)
+	waitFor(t, f.id+" knows the leader's address", 10*time.Second, func() bool { return published(f, "n1", "n2", "n3") })
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/hex"
 	"strconv"
+	"sync"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -12,6 +13,7 @@ import (
 	"github.com/tenurehq/tenure/internal/queue"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
+	"github.com/tenurehq/tenure/internal/wire"
 )
 
 // durationMs converts an optional wire duration to milliseconds, rounding
@@ -83,6 +85,49 @@ func wallString(ms int64) string {
 func RenderEvent(s statemachine.Sealed) *tenurev1.Event { return renderEvent(s) }
 
 // renderEvent turns a sealed ledger record into the wire event.
+// eventCache holds the Watch answers of the latest records, rendered and
+// encoded once for every Watch stream that sends them (rendering and
+// encoding each event per stream were a third of a busy server's CPU
+// with 30 watchers). Its messages are shared: read-only.
+type eventCache struct {
+	mu     sync.Mutex
+	events map[uint64]*wire.Encoded
+	order  []uint64 // indexes in the order cached, for eviction
+	next   int
+}
+
+// eventCacheSize bounds the answers kept.
+const eventCacheSize = 4096
+
+// response returns the Watch answer of record s, made once.
+func (c *eventCache) response(s statemachine.Sealed) (*wire.Encoded, error) {
+	idx := s.Record.Index
+	c.mu.Lock()
+	m := c.events[idx]
+	c.mu.Unlock()
+	if m != nil {
+		return m, nil
+	}
+	m, err := wire.Encode(&tenurev1.WatchResponse{Event: renderEvent(s)})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.events == nil {
+		c.events, c.order = make(map[uint64]*wire.Encoded, eventCacheSize), make([]uint64, eventCacheSize)
+	}
+	if have := c.events[idx]; have != nil {
+		return have, nil
+	}
+	if old := c.order[c.next]; old != 0 {
+		delete(c.events, old)
+	}
+	c.order[c.next], c.events[idx] = idx, m
+	c.next = (c.next + 1) % eventCacheSize
+	return m, nil
+}
+
 func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 	rec := s.Record
 	ev := &tenurev1.Event{

@@ -118,6 +118,9 @@ type Server struct {
 	closing chan struct{}
 	// watchers tells Watch streams which applied records they match.
 	watchers *watchHub
+	// events renders each record once for all the Watch streams that
+	// send it.
+	events eventCache
 }
 
 type metrics struct {
@@ -191,6 +194,7 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 	leasePath, leaseHandler := tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, opts...)
 	mux.Handle(leasePath, leaseHandler)
 	mux.Handle(tenurev1connect.LeaseServiceKeepAliveProcedure, s.endOnShutdown(bufferMessages(leaseHandler)))
+	mux.Handle(tenurev1connect.LeaseServiceWatchProcedure, holdFlushes(leaseHandler))
 	mux.Handle(tenurev1connect.NewClusterServiceHandler(&clusterService{s: s}, opts...))
 	mux.Handle(tenurev1connect.NewQueueServiceHandler(&queueService{s: s}, opts...))
 	mux.Handle(tenurev1connect.NewPoolServiceHandler(&poolService{s: s}, opts...))

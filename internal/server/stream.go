@@ -53,13 +53,20 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 		if ns, res := eventScope(sl.Record); !w.matches(ns, res) || !visible(ns) {
 			return nil
 		}
-		return stream.Send(&tenurev1.WatchResponse{Event: renderEvent(sl)})
+		m, err := s.events.response(sl)
+		if err != nil {
+			return err
+		}
+		return stream.Conn().Send(m)
 	}
 	// A resume reads the feed in order up to its head, as does a watcher
 	// whose pending indexes ran over; otherwise only the records the hub
 	// offered are read.
 	inOrder := m.AfterIndex != 0
+	hw := heldWriterOf(ctx) // one flush per round of events, not per event
+	defer hw.release()
 	for {
+		hw.hold()
 		if inOrder {
 			recs, _, err := feed.Read(after, watchBatch)
 			if err != nil {
@@ -96,6 +103,7 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 		if len(idxs) > 0 {
 			continue
 		}
+		hw.release()
 		select {
 		case <-w.wake:
 		case <-ctx.Done():

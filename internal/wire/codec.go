@@ -29,9 +29,28 @@ func (Codec) Name() string { return "proto" }
 // Marshal encodes m.
 func (c Codec) Marshal(m any) ([]byte, error) { return c.MarshalAppend(nil, m) }
 
+// Encoded is a message with its binary encoding, made once for a message
+// sent many times (an event to every Watch stream): this codec sends the
+// bytes, any other (JSON) encodes the message, which it embeds.
+type Encoded struct {
+	proto.Message
+	Bytes []byte
+}
+
+// Encode returns m with its encoding.
+func Encode(m proto.Message) (*Encoded, error) {
+	b, err := Codec{}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return &Encoded{Message: m, Bytes: b}, nil
+}
+
 // MarshalAppend encodes m after b (Connect reuses its buffers).
 func (Codec) MarshalAppend(b []byte, m any) ([]byte, error) {
 	switch v := m.(type) {
+	case *Encoded:
+		return append(b, v.Bytes...), nil
 	case vtMessage:
 		n := v.SizeVT()
 		b = grow(b, n)

@@ -6,12 +6,13 @@ import (
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	_ "github.com/tenurehq/tenure/api/tenure/v1" // registers the API's files
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1" // also registers the API's files
 )
 
 // apiMessages lists every message of package tenure.v1, nested ones too.
@@ -271,5 +272,28 @@ func TestAPIMessagesNotRecursive(t *testing.T) {
 	}
 	for _, mt := range apiMessages(t) {
 		visit(mt.Descriptor(), nil)
+	}
+}
+
+// TestEncodedSendsItsBytes: an Encoded message goes out as the bytes made
+// once, the same as its message's, and JSON still encodes the message.
+func TestEncodedSendsItsBytes(t *testing.T) {
+	m := &tenurev1.WatchResponse{Event: &tenurev1.Event{Index: 42, Type: "lease.issued", Namespace: "default", Resource: "orders/42"}}
+	enc, err := Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Codec{}.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Codec{}.MarshalAppend([]byte("x"), enc)
+	if err != nil || string(got) != "x"+string(want) {
+		t.Fatalf("Encoded marshals to %x, want x then %x (%v)", got, want, err)
+	}
+	j1, err1 := protojson.Marshal(m)
+	j2, err2 := protojson.Marshal(enc)
+	if err1 != nil || err2 != nil || string(j1) != string(j2) {
+		t.Fatalf("JSON of the Encoded %s (%v), of the message %s (%v)", j2, err2, j1, err1)
 	}
 }

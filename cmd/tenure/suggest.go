@@ -1,0 +1,71 @@
+package main
+
+import (
+	"flag"
+	"strings"
+	"time"
+)
+
+// suggestion returns the candidate closest to word, if one is close enough
+// to be what was meant (a typo: at most two edits, fewer for short words),
+// else "".
+func suggestion(word string, candidates []string) string {
+	best, bestD := "", 3
+	if len(word) <= 4 {
+		bestD = 2
+	}
+	for _, c := range candidates {
+		if d := editDistance(word, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// explainFlagError adds to an error of fs.Parse what a user needs next:
+// the flag meant by an unknown one, or the unit a duration needs.
+func explainFlagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		name = strings.TrimLeft(name, "-")
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		if s := suggestion(name, names); s != "" {
+			return msg + "; did you mean --" + s + "?"
+		}
+		return msg
+	}
+	// invalid value "5" for flag -ttl: …
+	if rest, ok := strings.CutPrefix(msg, "invalid value "); ok {
+		if _, after, ok := strings.Cut(rest, " for flag -"); ok {
+			name, _, _ := strings.Cut(after, ":")
+			if f := fs.Lookup(name); f != nil {
+				if _, derr := time.ParseDuration(f.DefValue); derr == nil {
+					return msg + " (a duration takes a unit: 500ms, 30s, 5m, 2h)"
+				}
+			}
+		}
+	}
+	return msg
+}
