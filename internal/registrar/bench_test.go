@@ -75,13 +75,7 @@ func BenchmarkAcquireReleaseWhilePruning(b *testing.B) {
 			b.Fatal(out.Outcome.Err)
 		}
 	}
-	p := registrar.DefaultPolicy()
-	p.MaxActivePerHolder = 1_000_000
-	p.LeaseRetention = 1
-	if out := m.Apply(&logpb.Command{Tick: tick, Wall: wallBase + tick, Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: p.Proto()}}}); out.Outcome.Err != nil {
-		b.Fatal(out.Outcome.Err)
-	}
-	acquireReleaseLoop(b, m, tick)
+	acquireReleasePruning(b, m, tick)
 }
 
 // BenchmarkAcquireReleaseBesideRetiringNamespaces: acquire+release pairs
@@ -104,6 +98,12 @@ func BenchmarkAcquireReleaseBesideRetiringNamespaces(b *testing.B) {
 			b.Fatal(out.Outcome.Err)
 		}
 	}
+	acquireReleasePruning(b, m, tick)
+}
+
+// acquireReleasePruning runs acquireReleaseLoop in the default namespace
+// with a 1 ms retention, so that it prunes continuously.
+func acquireReleasePruning(b *testing.B, m *statemachine.Machine, tick int64) {
 	p := registrar.DefaultPolicy()
 	p.MaxActivePerHolder = 1_000_000
 	p.LeaseRetention = 1
