@@ -13,7 +13,7 @@ const HeaderConsistency = "Tenure-Consistency"
 type staleKey struct{}
 
 // StaleReads returns a context whose reads (Get, VerifyAll, CheckFence,
-// History, GetTask, ListTasks, a pool's Status and Rankings…) are answered
+// ReadState, GetTask, ListTasks, PoolStatus, Rankings…) are answered
 // by the member the client calls from its own state, without asking the
 // leader: served while no leader is known and without the leader's round
 // trip, but possibly behind the cluster (a member cut off answers what it

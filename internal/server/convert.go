@@ -84,7 +84,6 @@ func wallString(ms int64) string {
 // and History send it (tenure audit export prints the durable ledger so).
 func RenderEvent(s statemachine.Sealed) *tenurev1.Event { return renderEvent(s) }
 
-// renderEvent turns a sealed ledger record into the wire event.
 // eventCache holds the Watch answers of the latest records, rendered and
 // encoded once for every Watch stream that sends them (rendering and
 // encoding each event per stream were a third of a busy server's CPU
@@ -128,6 +127,7 @@ func (c *eventCache) response(s statemachine.Sealed) (*wire.Encoded, error) {
 	return m, nil
 }
 
+// renderEvent turns a sealed ledger record into the wire event.
 func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 	rec := s.Record
 	ev := &tenurev1.Event{
