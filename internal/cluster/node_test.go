@@ -802,6 +802,44 @@ func TestRaftErrorsRepeatedAreLoggedOnce(t *testing.T) {
 	}
 }
 
+// TestIdleLeaderPrunes: terminal leases whose retention has passed are
+// pruned on an idle leader (an Advance signs the ledger's tail, a record,
+// even with nothing new to sign), not left for the next write to pay for.
+func TestIdleLeaderPrunes(t *testing.T) {
+	n := openWith(t, t.TempDir(), func(c *Config) {
+		c.SignAfter = time.Hour // no Advance to sign the ledger's tail otherwise
+		c.PolicyDefaults = func(p registrar.Policy) registrar.Policy {
+			p.LeaseRetention = registrar.Ms(200 * time.Millisecond)
+			return p
+		}
+	})
+	defer n.Close()
+	for i := range 3 {
+		out := acquire(t, n, fmt.Sprintf("r%d", i), "h", 10*time.Second, 0)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		res, err := n.Propose(ctx, &logpb.Command{Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: out.Lease.ID, Holder: "h"}}})
+		cancel()
+		if err != nil || res.Outcome.Err != nil {
+			t.Fatalf("release: %v %v", err, res.Outcome.Err)
+		}
+	}
+	retained := func() int {
+		return int(n.fsm.count(func(m *statemachine.Machine) int { return m.Registrar().Retained() }))
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		changed := n.fsm.changes() // before the check: no apply is missed
+		if retained() == 0 {
+			return
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("%d terminal leases still kept on an idle leader past their retention", retained())
+		case <-changed:
+		}
+	}
+}
+
 // TestStatusWithoutALeader: a member that knows no leader reports the
 // other voters' roles as unknown, not as followers (found from outside:
 // a follower showed the leader just killed as a follower).

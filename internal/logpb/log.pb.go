@@ -1641,7 +1641,12 @@ type Advance struct {
 	// last checkpoint: the leader asks for it once the ledger's tail has
 	// gone unsigned for a while, so that a quiet ledger's last records do
 	// not wait for the next 1024 to be signed.
-	Sign          bool `protobuf:"varint,1,opt,name=sign,proto3" json:"sign,omitempty"`
+	Sign bool `protobuf:"varint,1,opt,name=sign,proto3" json:"sign,omitempty"`
+	// With sign, sign even when nothing follows the last checkpoint: the
+	// checkpoint record's tick passes the terminal leases due for pruning
+	// (pruning follows the records), which an idle registrar would
+	// otherwise leave to its next write.
+	Prune         bool `protobuf:"varint,2,opt,name=prune,proto3" json:"prune,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1679,6 +1684,13 @@ func (*Advance) Descriptor() ([]byte, []int) {
 func (x *Advance) GetSign() bool {
 	if x != nil {
 		return x.Sign
+	}
+	return false
+}
+
+func (x *Advance) GetPrune() bool {
+	if x != nil {
+		return x.Prune
 	}
 	return false
 }
@@ -4906,9 +4918,10 @@ const file_log_proto_rawDesc = "" +
 	"\n" +
 	"CancelWait\x12\x1b\n" +
 	"\twaiter_id\x18\x01 \x01(\x04R\bwaiterId\x12\x16\n" +
-	"\x06holder\x18\x02 \x01(\tR\x06holder\"\x1d\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\"3\n" +
 	"\aAdvance\x12\x12\n" +
-	"\x04sign\x18\x01 \x01(\bR\x04sign\"\xbd\n" +
+	"\x04sign\x18\x01 \x01(\bR\x04sign\x12\x14\n" +
+	"\x05prune\x18\x02 \x01(\bR\x05prune\"\xbd\n" +
 	"\n" +
 	"\x06Record\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +

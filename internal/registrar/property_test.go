@@ -1247,7 +1247,10 @@ func (p *propRun) drawCommand() *logpb.Command {
 			RaftAddress: "127.0.0.1:7071", Removed: rapid.IntRange(0, 3).Draw(t, "removed") == 0}
 		return &logpb.Command{Actor: "registrar", Op: &logpb.Command_SetMember{SetMember: c}}
 	default:
-		return &logpb.Command{Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}}
+		// Now and then the idle leader's Advance that signs the tail to
+		// prune (a checkpoint record, whose tick prunes).
+		prune := rapid.IntRange(0, 3).Draw(t, "prune") == 0
+		return &logpb.Command{Op: &logpb.Command_Advance{Advance: &logpb.Advance{Sign: prune, Prune: prune}}}
 	}
 }
 

@@ -164,6 +164,10 @@ func (r *Registrar) Due(t Tick, limit int) []Lease {
 	return out
 }
 
+// NextPrune returns when the next terminal lease is due for pruning, and
+// false when none is kept. Pruning follows the records' ticks.
+func (r *Registrar) NextPrune() (Tick, bool) { return r.nextPrune, r.nextPrune != noPrune }
+
 // NextDeadline returns the earliest deadline of an active lease or waiter,
 // and false when there is none. The expirer sleeps until it.
 func (r *Registrar) NextDeadline() (Tick, bool) {

@@ -191,7 +191,8 @@ func (m *Machine) Apply(cmd *logpb.Command) Result {
 		out = m.dispatch(tx, cmd)
 	}
 	unsigned := m.chain.Next - 1 - m.lastCheckpoint
-	if a, ok := cmd.Op.(*logpb.Command_Advance); m.priv != nil && (unsigned >= m.cfg.CheckpointEvery || ok && a.Advance.Sign && unsigned > 0) {
+	if a, ok := cmd.Op.(*logpb.Command_Advance); m.priv != nil && (unsigned >= m.cfg.CheckpointEvery ||
+		ok && a.Advance.Sign && (unsigned > 0 || a.Advance.Prune)) {
 		tx.Emit(&logpb.Record{Body: &logpb.Record_Checkpoint{Checkpoint: m.chain.SignCheckpoint(m.priv)}})
 	}
 	if err := tx.Err(); err != nil {

@@ -497,6 +497,12 @@ func TestAdvanceSignsTheTail(t *testing.T) {
 	if len(r.log) != n+1 {
 		t.Fatalf("Advance{sign} with nothing unsigned emitted %d records", len(r.log)-n-1)
 	}
+	// Unless it is to prune: then a checkpoint all the same (its tick
+	// passes what is due for pruning), which verifies as any other.
+	r.must(r.do(&logpb.Command{Op: &logpb.Command_Advance{Advance: &logpb.Advance{Sign: true, Prune: true}}}))
+	if len(r.log) != n+2 || decode(t, r.log[n+1]).GetCheckpoint() == nil {
+		t.Fatalf("Advance{sign, prune} with nothing unsigned emitted %d records, want one checkpoint", len(r.log)-n-1)
+	}
 	if _, err := replayAll(r.cfg, r.seed, r.log); err != nil {
 		t.Fatal(err)
 	}
