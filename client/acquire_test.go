@@ -440,3 +440,21 @@ func TestAcquireRefusesNegativeOptions(t *testing.T) {
 		}
 	})
 }
+
+// TestDeadlineWithASilentMember: a call whose deadline passes while its
+// member says nothing names the member it waited for.
+func TestDeadlineWithASilentMember(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		fc.members["a:1"].set(func(m *fakeMember) { m.acquireDelay = 10 * time.Second })
+		c := fc.client([]string{"a:1"}, WithoutPipeline())
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		_, err := c.Acquire(ctx, "orders/42")
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for http://a:1") {
+			t.Errorf("Acquire past its deadline: %v", err)
+		}
+		time.Sleep(10 * time.Second) // fake time: the member's handler ends
+		synctest.Wait()
+	})
+}

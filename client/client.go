@@ -172,6 +172,9 @@ func CheckEndpoint(addr string) error {
 	if addr == "" {
 		return errors.New("tenure: empty endpoint")
 	}
+	if strings.Contains(addr, ",") {
+		return bad("lists several endpoints in one: give each as its own entry")
+	}
 	if !strings.Contains(addr, "://") {
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil {
@@ -401,7 +404,7 @@ func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Contex
 			return nil
 		}
 		if ctx.Err() != nil {
-			return whileEnded(ctx, err)
+			return whileEnded(ctx, ep.url, err)
 		}
 		if !retryable(kind, err) {
 			return err
@@ -424,22 +427,41 @@ func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Contex
 			continue
 		}
 		if sleep(ctx, c.clock, backoff) != nil {
-			return whileEnded(ctx, err)
+			return whileEnded(ctx, ep.url, err)
 		}
 		backoff = min(2*backoff, time.Second)
 	}
 }
 
-// whileEnded is the error of a call whose context ended while it tried
-// again: the last attempt's error, which says more than ctx's, but
-// matching ctx's too (errors.Is(err, context.DeadlineExceeded)).
-func whileEnded(ctx context.Context, err error) error {
+// whileEnded is the error of a call to url whose context ended while it
+// tried: the last attempt's error, which says more than ctx's, but
+// matching ctx's too (errors.Is(err, context.DeadlineExceeded)), and
+// naming the member when the error says nothing else (one that does not
+// answer at all).
+func whileEnded(ctx context.Context, url string, err error) error {
 	cause := context.Cause(ctx)
-	if cause == nil || errors.Is(err, cause) {
+	switch {
+	case cause == nil:
 		return err
+	case errors.Is(err, cause):
+		if err.Error() == cause.Error() || strings.HasSuffix(err.Error(), ": "+cause.Error()) {
+			return fmt.Errorf("%w (waiting for %s)", err, url)
+		}
+		return err
+	case strings.Contains(err.Error(), cause.Error()):
+		return &ended{err, cause, ""}
 	}
-	return fmt.Errorf("%w (%w)", err, cause)
+	return &ended{err, cause, " (" + cause.Error() + ")"}
 }
+
+// ended is a call's last error joined with its context's cause.
+type ended struct {
+	err, cause error
+	note       string // the cause, when err does not say it already
+}
+
+func (e *ended) Error() string   { return e.err.Error() + e.note }
+func (e *ended) Unwrap() []error { return []error{e.err, e.cause} }
 
 // untilClose derives from ctx a context that also ends, with cause
 // ErrClientClosed, when Close shuts the client down; done turns the error

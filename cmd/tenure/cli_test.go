@@ -457,6 +457,12 @@ func TestCLIClusterAndVersion(t *testing.T) {
 	if out := ok(t, "cluster", "status"); !strings.Contains(out, "leader") || strings.Contains(out, "answered by a follower") {
 		t.Fatalf("cluster status:\n%s", out)
 	}
+	if snap := parse(t, ok(t, "cluster", "snapshot", "-o", "json"), &tenurev1.SnapshotResponse{}); snap.GetIndex() == 0 {
+		t.Fatalf("cluster snapshot: %v", snap)
+	}
+	if out := ok(t, "cluster", "snapshot"); !strings.HasPrefix(out, "snapshot at index ") {
+		t.Fatalf("cluster snapshot: %q", out)
+	}
 	if out := ok(t, "version", "--server"); !strings.Contains(out, "tenure dev") || !strings.Contains(out, "server") {
 		t.Fatalf("version:\n%s", out)
 	}

@@ -21,6 +21,7 @@ const clusterHelp = `Inspect and change cluster membership (admin).
   cluster join ID RAFT_ADDR [--api-address] add a member as a voter
   cluster remove ID                         remove a member
   cluster transfer-leader [ID]              hand leadership to ID (or to any voter)
+  cluster snapshot                          take a Raft snapshot of the member asked now (truncates its log)
   cluster public-key                        the registrar's certificate key, in hex
   cluster whoami                            the principal, roles and namespaces of --token (or the client certificate)`
 
@@ -28,19 +29,20 @@ const clusterExamples = `  tenure cluster status
   tenure cluster join node4 10.0.0.4:7071 --api-address 10.0.0.4:7070
   tenure cluster remove node4
   tenure cluster transfer-leader node2
+  tenure cluster snapshot --endpoints 10.0.0.2:7070
   tenure cluster public-key > registrar.key
   TENURE_TOKEN=… tenure cluster whoami`
 
 // runCluster is `tenure cluster …`.
 func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCLICommand("tenure cluster", "status|join|remove|transfer-leader|public-key|whoami [ARGS] [flags]", clusterHelp, clusterExamples, stdout, stderr)
+	c := newCLICommand("tenure cluster", "status|join|remove|transfer-leader|snapshot|public-key|whoami [ARGS] [flags]", clusterHelp, clusterExamples, stdout, stderr)
 	apiAddr := c.fs.String("api-address", "", "join: the new member's API address")
 	pos, err := c.parse(args, 1, 3)
 	if err != nil {
 		return err
 	}
 	sub, rest := pos[0], pos[1:]
-	nargs := map[string][2]int{"status": {0, 0}, "join": {2, 2}, "remove": {1, 1}, "transfer-leader": {0, 1}, "public-key": {0, 0}, "whoami": {0, 0}}
+	nargs := map[string][2]int{"status": {0, 0}, "join": {2, 2}, "remove": {1, 1}, "transfer-leader": {0, 1}, "snapshot": {0, 0}, "public-key": {0, 0}, "whoami": {0, 0}}
 	n, ok := nargs[sub]
 	switch {
 	case !ok:
@@ -86,6 +88,12 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		return done(c, nil, resp, "leader is now %s", resp.GetLeaderId())
+	case "snapshot":
+		resp, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.Snapshot, &tenurev1.SnapshotRequest{})
+		if err != nil {
+			return err
+		}
+		return done(c, nil, resp, "snapshot at index %d (term %d)", resp.GetIndex(), resp.GetTerm())
 	case "whoami":
 		resp, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.WhoAmI, &tenurev1.WhoAmIRequest{})
 		if err != nil {

@@ -220,13 +220,13 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cmd, ok := commands[args[0]]; ok {
 		return cmd(ctx, args[1:], stdout, stderr)
 	}
-	fmt.Fprint(stderr, usage)
 	names := []string{"server", "help"}
 	for name := range commands {
 		names = append(names, name)
 	}
 	if s := suggestion(args[0], names); s != "" {
-		return usagef("unknown command %q; did you mean %q?", args[0], s)
+		return usagef("unknown command %q; did you mean %q? (usage: tenure --help)", args[0], s)
 	}
+	fmt.Fprint(stderr, usage)
 	return usagef("unknown command %q", args[0])
 }

@@ -270,7 +270,7 @@ func TestForeignHistoryStopsTheNode(t *testing.T) {
 	if _, err := get(failed, granted[other].Lease.ID); err == nil {
 		t.Fatalf("the stopped node took the other cluster's lease %s", granted[other].Lease.ID)
 	}
-	if failed.Ready() {
+	if failed.Ready(context.Background()) {
 		t.Fatal("a stopped node reports ready")
 	}
 }

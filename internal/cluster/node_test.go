@@ -366,7 +366,7 @@ func TestReadyOnlyOnceLeaderServes(t *testing.T) {
 		// still be enqueued, and raft leaves those unanswered at Shutdown
 		// (hashicorp/raft#498), so Close could wait forever.
 		deadline := time.Now().Add(10 * time.Second)
-		for !n.Ready() {
+		for !n.Ready(context.Background()) {
 			if time.Now().After(deadline) {
 				t.Fatalf("start %d: not ready after 10s", start)
 			}

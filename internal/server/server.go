@@ -218,7 +218,7 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 			http.Error(w, "not ready: this node cannot write its Raft log: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		if !s.node.Ready() {
+		if !s.node.Ready(r.Context()) {
 			why := "no leader known or log not applied up to commit"
 			if !s.node.IsVoter() {
 				why = "this member is not a voter of the cluster's configuration (removed, or not yet added)"
