@@ -518,13 +518,18 @@ func pbTTL(pb *tenurev1.Lease, fallback time.Duration) time.Duration {
 // renewOnce renews one lease by one call (not the heartbeat stream) and
 // returns the send time of the attempt that succeeded.
 func (c *Client) renewOnce(ctx context.Context, id string, cert bool) (time.Time, *tenurev1.Lease, error) {
+	return c.renewAs(ctx, id, c.cfg.holder, cert)
+}
+
+// renewAs is renewOnce for a lease of holder.
+func (c *Client) renewAs(ctx context.Context, id, holder string, cert bool) (time.Time, *tenurev1.Lease, error) {
 	var (
 		sent time.Time
 		pb   *tenurev1.Lease
 	)
 	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
 		now := c.clock.Now()
-		resp, err := c.renewRPC(ctx, ep, &tenurev1.RenewRequest{LeaseIds: []string{id}, Holder: c.cfg.holder, Certificate: cert})
+		resp, err := c.renewRPC(ctx, ep, &tenurev1.RenewRequest{LeaseIds: []string{id}, Holder: holder, Certificate: cert})
 		if err != nil {
 			return err
 		}

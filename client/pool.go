@@ -1,10 +1,12 @@
 package tenure
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -212,7 +214,14 @@ func (c *Client) Want(ctx context.Context, pool string, file, pieceCount uint32,
 		req.Bits = w.bits.wire()
 	}
 	if w.all {
-		req.Ranges = append(req.Ranges, &tenurev1.PieceRange{Start: 0, End: pieceCount})
+		n := pieceCount
+		if n == 0 {
+			// "As before": the file's piece count is the pool's.
+			if n, err = c.filePieces(ctx, pool, file, w.namespace); err != nil {
+				return 0, FileStatus{}, err
+			}
+		}
+		req.Ranges = append(req.Ranges, &tenurev1.PieceRange{Start: 0, End: n})
 	}
 	// Wanting the same pieces twice leaves the same state: safe to retry.
 	err = c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
@@ -225,8 +234,26 @@ func (c *Client) Want(ctx context.Context, pool string, file, pieceCount uint32,
 	return added, st, err
 }
 
+// filePieces returns the piece count of a file the pool has.
+func (c *Client) filePieces(ctx context.Context, pool string, file uint32, namespace string) (uint32, error) {
+	st, err := c.PoolStatus(ctx, pool, Namespace(namespace))
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range st.Files {
+		if f.File == file {
+			return f.Pieces, nil
+		}
+	}
+	return 0, invalidArgument("piece_count", "is required with AllPieces the first time a file is named: pool "+
+		pool+" has no file "+strconv.FormatUint(uint64(file), 10)+" yet")
+}
+
 // PieceLease is a piece granted by RequestLeases: an ordinary lease on the
-// resource "pool/<pool>/<file>/<piece>", held by the peer.
+// resource "pool/<pool>/<file>/<piece>", held by the peer. A download
+// that takes longer than the lease renews it (RenewPiece); a peer that
+// lost track of its leases (a crash, an unknown outcome) finds them with
+// PieceLeases.
 type PieceLease struct {
 	File      uint32
 	Piece     uint32
@@ -372,10 +399,31 @@ func rankingFrom(pb *tenurev1.PeerRanking) PeerRanking {
 // complete it: anyone else, or a second completion, gets
 // ErrPieceNotLeased; an unknown pool ErrPoolNotFound. Not retried after an
 // unknown outcome (a repeat would answer ErrPieceNotLeased).
+//
+// CompletePiece reports on the piece's current lease, whichever it is:
+// prefer CompletePieceLease, which names the lease, so that a report
+// delayed past its lease's expiry cannot end a lease the peer was granted
+// on the same piece since.
 func (c *Client) CompletePiece(ctx context.Context, pool, peer string, file, piece uint32, result PieceResult, reason PieceFailureReason, opts ...CallOption) (PeerRanking, error) {
+	return c.completePiece(ctx, pool, peer, "", file, piece, result, reason, opts)
+}
+
+// CompletePieceLease reports the outcome of the piece lease l (as
+// RequestLeases granted it) and returns the peer's new ranking, as
+// CompletePiece; when l is no longer the piece's current lease (it
+// expired, even if the piece was granted to peer again since) the answer
+// is ErrPieceNotLeased and nothing changes.
+func (c *Client) CompletePieceLease(ctx context.Context, pool, peer string, l PieceLease, result PieceResult, reason PieceFailureReason, opts ...CallOption) (PeerRanking, error) {
+	if l.LeaseID == "" {
+		return PeerRanking{}, invalidArgument("lease_id", "the piece lease has no id")
+	}
+	return c.completePiece(ctx, pool, peer, l.LeaseID, l.File, l.Piece, result, reason, opts)
+}
+
+func (c *Client) completePiece(ctx context.Context, pool, peer, leaseID string, file, piece uint32, result PieceResult, reason PieceFailureReason, opts []CallOption) (PeerRanking, error) {
 	cc := c.callConfig(opts)
 	req := &tenurev1.CompletePieceRequest{Pool: pool, Namespace: cc.namespace, Peer: peer, FileIndex: file, PieceIndex: piece,
-		Result: tenurev1.CompletionResult(result)}
+		Result: tenurev1.CompletionResult(result), LeaseId: leaseID}
 	if result == PieceFailure {
 		req.FailureReason = tenurev1.FailureReason(reason)
 	}
@@ -388,6 +436,97 @@ func (c *Client) CompletePiece(ctx context.Context, pool, peer string, file, pie
 		return err
 	})
 	return rk, err
+}
+
+// RenewPiece extends the piece lease l of peer by the pool's lease
+// duration from now, for a download that takes longer than a lease, and
+// returns it with its new expiry. A lease that ended is ErrLeaseExpired
+// (the piece went back to wanted and counted as a failure) or
+// ErrLeaseTerminal; a lease of another peer ErrNotHolder. Renewals count
+// against the namespace's renewal limits, as for any lease.
+func (c *Client) RenewPiece(ctx context.Context, peer string, l PieceLease) (PieceLease, error) {
+	if l.LeaseID == "" {
+		return PieceLease{}, invalidArgument("lease_id", "the piece lease has no id")
+	}
+	_, pb, err := c.renewAs(ctx, l.LeaseID, peer, false)
+	if err != nil {
+		return PieceLease{}, err
+	}
+	l.ExpiresAt = pb.GetExpiresAt().AsTime()
+	return l, nil
+}
+
+// PieceLeases returns the piece leases peer holds in pool now, by file
+// and piece: what a peer that lost track of them (a restart, an unknown
+// outcome of RequestLeases) still holds and may complete, renew or let
+// go.
+func (c *Client) PieceLeases(ctx context.Context, pool, peer string, opts ...CallOption) ([]PieceLease, error) {
+	cc := c.callConfig(opts)
+	prefix := "pool/" + pool + "/"
+	var out []PieceLease
+	req := &tenurev1.ListRequest{Namespace: cc.namespace, Prefix: prefix, Holder: peer,
+		States: []tenurev1.State{tenurev1.State_STATE_ACTIVE}, PageSize: 1000}
+	for {
+		var resp *tenurev1.ListResponse
+		err := c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+			r, err := ep.lease.List(ctx, connect.NewRequest(req))
+			if err == nil {
+				resp = r.Msg
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range resp.GetLeases() {
+			file, piece, ok := pieceOf(l.GetResource(), prefix)
+			if !ok {
+				continue
+			}
+			out = append(out, PieceLease{File: file, Piece: piece, LeaseID: l.GetLeaseId(),
+				ExpiresAt: l.GetExpiresAt().AsTime(), Fence: l.GetFence()})
+		}
+		if resp.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+	slices.SortFunc(out, func(a, b PieceLease) int {
+		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Piece, b.Piece))
+	})
+	return out, nil
+}
+
+// pieceOf parses a piece lease's resource, prefix + "<file>/<piece>".
+func pieceOf(resource, prefix string) (file, piece uint32, ok bool) {
+	rest, ok := strings.CutPrefix(resource, prefix)
+	if !ok {
+		return 0, 0, false
+	}
+	fs, ps, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, 0, false
+	}
+	f, err1 := strconv.ParseUint(fs, 10, 32)
+	p, err2 := strconv.ParseUint(ps, 10, 32)
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return uint32(f), uint32(p), true
+}
+
+// ListPools returns the names of the namespace's pools, in order.
+func (c *Client) ListPools(ctx context.Context, opts ...CallOption) ([]string, error) {
+	cc := c.callConfig(opts)
+	var out []string
+	err := c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.pool.ListPools(ctx, connect.NewRequest(&tenurev1.ListPoolsRequest{Namespace: cc.namespace}))
+		if err == nil {
+			out = resp.Msg.GetPools()
+		}
+		return err
+	})
+	return out, err
 }
 
 // Rankings returns the pool's peers, highest score first (equal scores by

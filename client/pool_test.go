@@ -256,3 +256,88 @@ func TestIntegrationPool(t *testing.T) {
 		t.Fatalf("CompletePiece in an unknown pool: %v", err)
 	}
 }
+
+// A piece lease's life from the peer's side: found again after losing
+// track of it, renewed, and reported on by name, so that a report on an
+// expired lease cannot end the lease the peer holds on the piece since.
+func TestIntegrationPieceLeases(t *testing.T) {
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+
+	if _, _, err := c.CreatePool(ctx, "slow", PieceLeaseDuration(time.Second), MinPeerScore(0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Want(ctx, "slow", 0, 0, AllPieces); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("AllPieces of an unknown file without a count: %v", err)
+	}
+	if _, _, err := c.Want(ctx, "slow", 0, 2, Range{Start: 0, End: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Piece count 0: as before, so AllPieces adds piece 1 too.
+	if added, fs, err := c.Want(ctx, "slow", 0, 0, AllPieces); err != nil || added != 1 || fs.Wanted != 2 {
+		t.Fatalf("Want AllPieces as before: %d %+v %v", added, fs, err)
+	}
+	if pools, err := c.ListPools(ctx); err != nil || !slices.Equal(pools, []string{"slow"}) {
+		t.Fatalf("ListPools: %v %v", pools, err)
+	}
+
+	only0 := FromRanges(Range{Start: 0, End: 1})
+	got, err := c.RequestLeases(ctx, "slow", "p1", map[uint32]Bitset{0: only0}, 1)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("RequestLeases: %v %v", got, err)
+	}
+	first := got[0]
+	held, err := c.PieceLeases(ctx, "slow", "p1")
+	if err != nil || len(held) != 1 || held[0].LeaseID != first.LeaseID || held[0].File != 0 || held[0].Piece != 0 || held[0].Fence != first.Fence {
+		t.Fatalf("PieceLeases: %+v %v (granted %+v)", held, err, first)
+	}
+	if other, err := c.PieceLeases(ctx, "slow", "p2"); err != nil || len(other) != 0 {
+		t.Fatalf("PieceLeases of a peer holding none: %+v %v", other, err)
+	}
+	if _, err := c.RenewPiece(ctx, "p2", first); !errors.Is(err, ErrNotHolder) {
+		t.Fatalf("renewing p1's piece as p2: %v", err)
+	}
+	renewed, err := c.RenewPiece(ctx, "p1", first)
+	if err != nil || !renewed.ExpiresAt.After(first.ExpiresAt) {
+		t.Fatalf("RenewPiece: %+v %v (was %v)", renewed, err, first.ExpiresAt)
+	}
+
+	// Let it expire: the piece is wanted again and p1 is granted it anew.
+	var second PieceLease
+	waitFor(t, "piece 0 granted again", 10*time.Second, func() bool {
+		got, err := c.RequestLeases(ctx, "slow", "p1", map[uint32]Bitset{0: only0}, 1)
+		if err != nil {
+			return false
+		}
+		second = got[0]
+		return true
+	})
+	if second.LeaseID == first.LeaseID || second.Piece != 0 {
+		t.Fatalf("second grant %+v after %+v", second, first)
+	}
+	before, err := c.Rankings(ctx, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The late report on the first lease ends nothing.
+	if _, err := c.CompletePieceLease(ctx, "slow", "p1", first, PieceSuccess, 0); !errors.Is(err, ErrPieceNotLeased) {
+		t.Fatalf("completing the expired lease: %v", err)
+	}
+	if after, err := c.Rankings(ctx, "slow"); err != nil || !slices.Equal(after, before) {
+		t.Fatalf("rankings moved: %+v, were %+v (%v)", after, before, err)
+	}
+	if held, err := c.PieceLeases(ctx, "slow", "p1"); err != nil || len(held) != 1 || held[0].LeaseID != second.LeaseID {
+		t.Fatalf("after the late report p1 holds %+v (%v), want %s", held, err, second.LeaseID)
+	}
+	if _, err := c.CompletePieceLease(ctx, "slow", "p1", second, PieceSuccess, 0); err != nil {
+		t.Fatalf("completing the current lease: %v", err)
+	}
+	if _, err := c.CompletePieceLease(ctx, "slow", "p1", PieceLease{}, PieceSuccess, 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("a piece lease without id: %v", err)
+	}
+	st, err := c.PoolStatus(ctx, "slow")
+	if err != nil || st.Files[0].Done != 1 || st.Files[0].Leased != 0 {
+		t.Fatalf("status %+v %v", st, err)
+	}
+}

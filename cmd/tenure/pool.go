@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,16 +24,19 @@ time, peers ranked by their results (see tenure pool SUBCOMMAND --help).
   pool create POOL [--lease-duration --max-leases-per-peer --decay --bonus --penalty --min-score --peer-idle-timeout]
   pool want POOL --file N [--pieces COUNT] (--range 0-99,200-299 | --all)
   pool request POOL --peer P --have FILE:RANGES … [--max N]
-  pool complete POOL --peer P --file N --piece I (--success | --failure REASON)
+  pool complete POOL --peer P --file N --piece I [--lease ID] (--success | --failure REASON)
+  pool leases POOL --peer P
   pool rankings POOL
   pool status POOL
+  pool list
 
 Piece ranges are inclusive: 0-99 is pieces 0 to 99.`
 
 const poolExamples = `  tenure pool create swarm --max-leases-per-peer 8
   tenure pool want swarm --file 0 --pieces 1000 --all
   tenure pool request swarm --peer p1 --have 0:0-499 --max 4
-  tenure pool complete swarm --peer p1 --file 0 --piece 0 --success   # a piece the request granted
+  tenure pool complete swarm --peer p1 --file 0 --piece 0 --lease 01M8… --success   # as the request granted it
+  tenure pool leases swarm --peer p1                              # what p1 holds now
   tenure pool rankings swarm`
 
 // poolSubcommands are the subcommands of tenure pool.
@@ -43,6 +47,8 @@ var poolSubcommands = map[string]func(ctx context.Context, args []string, stdout
 	"complete": runPoolComplete,
 	"rankings": runPoolRankings,
 	"status":   runPoolStatus,
+	"leases":   runPoolLeases,
+	"list":     runPoolList,
 }
 
 // runPool is `tenure pool …`.
@@ -52,7 +58,7 @@ func runPool(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return sub(ctx, args[1:], stdout, stderr)
 		}
 	}
-	c := newCLICommand("tenure pool", "create|want|request|complete|rankings|status POOL [flags]", poolHelp, poolExamples, stdout, stderr)
+	c := newCLICommand("tenure pool", "create|want|request|complete|leases|rankings|status POOL [flags] | list", poolHelp, poolExamples, stdout, stderr)
 	pos, err := c.parse(args, 1, -1)
 	if err != nil {
 		return err
@@ -314,19 +320,21 @@ func runPoolRequest(ctx context.Context, args []string, stdout, stderr io.Writer
 	if c.json() {
 		return nil
 	}
-	tw := newTable(stdout)
-	fmt.Fprintln(tw, "FILE\tPIECE\tLEASE ID\tFENCE\tEXPIRES")
-	for _, l := range resp.GetLeases() {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\n", l.GetFileIndex(), l.GetPieceIndex(), l.GetLeaseId(), l.GetFence(), fmtTime(l.GetExpiresAt()))
-	}
-	return tw.Flush()
+	return writePieceLeases(stdout, resp.GetLeases())
 }
 
 const poolCompleteHelp = `Report the outcome of a piece leased to a peer: --success (the piece is done
 for good, the peer rewarded) or --failure REASON (verification_failed,
 network_error, timeout or invalid_data: the piece is wanted again, the peer
 penalised). Prints the peer's new ranking. Only the peer holding the piece's
-lease may complete it (PIECE_NOT_LEASED otherwise).
+lease may complete it (PIECE_NOT_LEASED otherwise). --lease names the lease
+the request granted: a report on a lease that has since expired is then
+refused (PIECE_NOT_LEASED) even when the peer was granted the piece again,
+instead of ending the new lease. Without it, the report applies to whichever
+lease the peer holds on the piece now.
+
+A download that outlasts its piece lease renews it: tenure renew LEASE_ID
+(the holder is the peer).
 
 A peer's score starts at 1.0; with the default configuration one failure
 (or one expired piece lease) before any success takes a new peer to the
@@ -338,7 +346,7 @@ peers a second chance, create the pool with a lower --min-score or a
 smaller --penalty.`
 
 const poolCompleteExamples = `  # FILE and PIECE as tenure pool request printed them for p1:
-  tenure pool complete swarm --peer p1 --file 0 --piece 17 --success
+  tenure pool complete swarm --peer p1 --file 0 --piece 17 --lease 01M8R3K2J7XW0000000000017Q --success
   tenure pool complete swarm --peer p1 --file 0 --piece 18 --failure verification_failed`
 
 // parsePieceFailureReason accepts "network_error", "NETWORK_ERROR" or
@@ -356,12 +364,13 @@ func parsePieceFailureReason(s string) (tenurev1.FailureReason, bool) {
 }
 
 func runPoolComplete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := newCLICommand("tenure pool complete", "POOL --peer P --file N --piece I (--success | --failure REASON) [flags]", poolCompleteHelp, poolCompleteExamples, stdout, stderr)
+	c := newCLICommand("tenure pool complete", "POOL --peer P --file N --piece I [--lease ID] (--success | --failure REASON) [flags]", poolCompleteHelp, poolCompleteExamples, stdout, stderr)
 	peer := c.fs.String("peer", "", "the peer holding the piece's lease (required)")
 	file := c.uint32Flag("file", 0, "file index (required)")
 	piece := c.uint32Flag("piece", 0, "piece index (required)")
 	success := c.fs.Bool("success", false, "the piece was fetched and verified")
 	failure := c.fs.String("failure", "", "the piece failed: verification_failed, network_error, timeout or invalid_data")
+	lease := c.fs.String("lease", "", "the piece lease reported on (its LEASE ID): refused if it is no longer the piece's current lease")
 	pos, err := c.parse(args, 1, 1)
 	if err != nil {
 		return err
@@ -375,7 +384,7 @@ func runPoolComplete(ctx context.Context, args []string, stdout, stderr io.Write
 		return c.usageError("give exactly one of --success and --failure REASON")
 	}
 	req := &tenurev1.CompletePieceRequest{Pool: pos[0], Namespace: c.namespace, Peer: *peer, FileIndex: *file, PieceIndex: *piece,
-		Result: tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS}
+		Result: tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS, LeaseId: *lease}
 	if !*success {
 		reason, ok := parsePieceFailureReason(*failure)
 		if !ok {
@@ -464,4 +473,89 @@ func runPoolStatus(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(tw, "%s\t%d\n", p.GetPeer(), p.GetCurrentLeases())
 	}
 	return tw.Flush()
+}
+
+const poolLeasesHelp = `Print the piece leases a peer holds in the pool now (file, piece, lease id,
+fence, expiry): what a peer that lost track of its leases (a restart, an
+unknown outcome of a request) may still complete, renew or let expire.`
+
+func runPoolLeases(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure pool leases", "POOL --peer P [flags]", poolLeasesHelp, "  tenure pool leases swarm --peer p1", stdout, stderr)
+	peer := c.fs.String("peer", "", "the peer (required)")
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if *peer == "" {
+		return c.usageError("--peer is required")
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	// Piece leases are ordinary leases on pool/POOL/FILE/PIECE held by the
+	// peer.
+	prefix := "pool/" + pos[0] + "/"
+	req := &tenurev1.ListRequest{Namespace: c.namespace, Prefix: prefix, Holder: *peer,
+		States: []tenurev1.State{tenurev1.State_STATE_ACTIVE}, PageSize: 1000}
+	out := &tenurev1.RequestLeasesResponse{}
+	for {
+		resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.List, req)
+		if err != nil {
+			return err
+		}
+		for _, l := range resp.GetLeases() {
+			f, p, ok := strings.Cut(strings.TrimPrefix(l.GetResource(), prefix), "/")
+			fi, err1 := strconv.ParseUint(f, 10, 32)
+			pi, err2 := strconv.ParseUint(p, 10, 32)
+			if !ok || err1 != nil || err2 != nil {
+				continue
+			}
+			out.Leases = append(out.Leases, &tenurev1.PieceLease{FileIndex: uint32(fi), PieceIndex: uint32(pi),
+				LeaseId: l.GetLeaseId(), Fence: l.GetFence(), ExpiresAt: l.GetExpiresAt()})
+		}
+		if resp.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+	slices.SortFunc(out.Leases, func(a, b *tenurev1.PieceLease) int {
+		return cmp.Or(cmp.Compare(a.GetFileIndex(), b.GetFileIndex()), cmp.Compare(a.GetPieceIndex(), b.GetPieceIndex()))
+	})
+	if c.json() {
+		return writeJSON(stdout, out)
+	}
+	return writePieceLeases(stdout, out.GetLeases())
+}
+
+// writePieceLeases prints piece leases as a table.
+func writePieceLeases(w io.Writer, ls []*tenurev1.PieceLease) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "FILE\tPIECE\tLEASE ID\tFENCE\tEXPIRES")
+	for _, l := range ls {
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\n", l.GetFileIndex(), l.GetPieceIndex(), l.GetLeaseId(), l.GetFence(), fmtTime(l.GetExpiresAt()))
+	}
+	return tw.Flush()
+}
+
+func runPoolList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure pool list", "[flags]", "Print the names of the namespace's pools.", "  tenure pool list --namespace swarms", stdout, stderr)
+	if _, err := c.parse(args, 0, 0); err != nil {
+		return err
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	resp, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.ListPools, &tenurev1.ListPoolsRequest{Namespace: c.namespace})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, resp)
+	}
+	for _, p := range resp.GetPools() {
+		fmt.Fprintln(stdout, p)
+	}
+	return nil
 }

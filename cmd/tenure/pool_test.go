@@ -65,9 +65,33 @@ func TestCLIPoolLifecycle(t *testing.T) {
 		t.Fatalf("request p3:\n%s", out)
 	}
 
+	// What p1 holds, found again: both of its pieces, by file and piece.
+	held := parse(t, ok(t, "pool", "leases", pool, "--peer", "p1", "-o", "json"), &tenurev1.RequestLeasesResponse{})
+	if len(held.GetLeases()) != 2 || held.GetLeases()[0].GetLeaseId() == "" {
+		t.Fatalf("pool leases p1: %v", held)
+	}
+	ids := map[string]bool{}
+	for _, l := range held.GetLeases() {
+		ids[l.GetLeaseId()] = true
+	}
+	if !ids[p1.GetLeaseId()] {
+		t.Fatalf("pool leases p1 %v lacks %s", held, p1.GetLeaseId())
+	}
+	if out := ok(t, "pool", "leases", pool, "--peer", "nobody"); strings.TrimSpace(out) != "FILE  PIECE  LEASE ID  FENCE  EXPIRES" {
+		t.Fatalf("pool leases of a peer holding none:\n%q", out)
+	}
+	if r := runTenure(t, "pool", "leases", pool); r.code != 2 || !strings.Contains(r.stderr, "--peer is required") {
+		t.Fatalf("pool leases without --peer: exit %d %q", r.code, r.stderr)
+	}
+	if out := ok(t, "pool", "list"); !strings.Contains(out, pool+"\n") {
+		t.Fatalf("pool list:\n%s", out)
+	}
+
 	file, piece := fmt.Sprint(p1.GetFileIndex()), fmt.Sprint(p1.GetPieceIndex())
 	fails(t, "PIECE_NOT_LEASED", "pool", "complete", pool, "--peer", "p2", "--file", file, "--piece", piece, "--success")
-	cp := parse(t, ok(t, "pool", "complete", pool, "--peer", "p1", "--file", file, "--piece", piece, "--success", "-o", "json"), &tenurev1.CompletePieceResponse{})
+	// Naming another lease than the piece's current one: refused, nothing changes.
+	fails(t, "PIECE_NOT_LEASED", "pool", "complete", pool, "--peer", "p1", "--file", file, "--piece", piece, "--lease", p2.GetLeaseId(), "--success")
+	cp := parse(t, ok(t, "pool", "complete", pool, "--peer", "p1", "--file", file, "--piece", piece, "--lease", p1.GetLeaseId(), "--success", "-o", "json"), &tenurev1.CompletePieceResponse{})
 	if s := cp.GetRanking().GetScore(); s < 1.499 || s > 1.5 || cp.GetRanking().GetSuccesses() != 1 {
 		t.Fatalf("complete success: %v", cp)
 	}
@@ -142,7 +166,7 @@ func TestCLIPoolUsageErrors(t *testing.T) {
 
 func TestCLIPoolHelp(t *testing.T) {
 	t.Parallel()
-	for _, sub := range []string{"", "create", "want", "request", "complete", "rankings", "status"} {
+	for _, sub := range []string{"", "create", "want", "request", "complete", "leases", "rankings", "status", "list"} {
 		args := []string{"pool", "--help"}
 		name := "tenure pool"
 		if sub != "" {

@@ -482,6 +482,8 @@ type PoolComplete struct {
 	PieceIndex    uint32                 `protobuf:"varint,3,opt,name=piece_index,json=pieceIndex,proto3" json:"piece_index,omitempty"`
 	Result        v1.CompletionResult    `protobuf:"varint,4,opt,name=result,proto3,enum=tenure.v1.CompletionResult" json:"result,omitempty"`
 	FailureReason v1.FailureReason       `protobuf:"varint,5,opt,name=failure_reason,json=failureReason,proto3,enum=tenure.v1.FailureReason" json:"failure_reason,omitempty"`
+	// The lease reported on; empty: the piece's current lease.
+	LeaseId       string `protobuf:"bytes,6,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -549,6 +551,13 @@ func (x *PoolComplete) GetFailureReason() v1.FailureReason {
 		return x.FailureReason
 	}
 	return v1.FailureReason(0)
+}
+
+func (x *PoolComplete) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
 }
 
 // PoolRecord is one pool event (Record.pool). Bit sets in records and
@@ -1491,7 +1500,7 @@ const file_pool_proto_rawDesc = "" +
 	"\vPoolRequest\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12+\n" +
 	"\x04have\x18\x02 \x03(\v2\x17.tenure.log.v1.PoolHaveR\x04have\x12\x10\n" +
-	"\x03max\x18\x03 \x01(\rR\x03max\"\xd8\x01\n" +
+	"\x03max\x18\x03 \x01(\rR\x03max\"\xf3\x01\n" +
 	"\fPoolComplete\x12\x12\n" +
 	"\x04peer\x18\x01 \x01(\tR\x04peer\x12\x1d\n" +
 	"\n" +
@@ -1499,7 +1508,8 @@ const file_pool_proto_rawDesc = "" +
 	"\vpiece_index\x18\x03 \x01(\rR\n" +
 	"pieceIndex\x123\n" +
 	"\x06result\x18\x04 \x01(\x0e2\x1b.tenure.v1.CompletionResultR\x06result\x12?\n" +
-	"\x0efailure_reason\x18\x05 \x01(\x0e2\x18.tenure.v1.FailureReasonR\rfailureReason\"\xc9\x02\n" +
+	"\x0efailure_reason\x18\x05 \x01(\x0e2\x18.tenure.v1.FailureReasonR\rfailureReason\x12\x19\n" +
+	"\blease_id\x18\x06 \x01(\tR\aleaseId\"\xc9\x02\n" +
 	"\n" +
 	"PoolRecord\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +

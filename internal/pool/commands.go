@@ -497,6 +497,19 @@ func (ps *Pools) complete(tx *registrar.Tx, k key, c *logpb.PoolComplete) Outcom
 	}
 	pk := pieceKey{c.FileIndex, c.PieceIndex}
 	pl := p.held[pk]
+	if pl != nil && pl.peer.name == c.Peer && c.LeaseId != "" {
+		// A report on an earlier lease of the piece (one that expired, the
+		// piece granted to the same peer again since) must not end the
+		// current one.
+		if cur := ps.reg.IDOfSeq(pl.seq); cur != c.LeaseId {
+			return fail(registrar.NewError(registrar.ReasonPieceNotLeased, map[string]string{
+				"pool": k.name, "file_index": strconv.FormatUint(uint64(c.FileIndex), 10),
+				"piece_index": strconv.FormatUint(uint64(c.PieceIndex), 10), "peer": c.Peer, "piece_state": "leased",
+				"holder": c.Peer, "lease_id": c.LeaseId, "current_lease_id": cur,
+			}, "lease %s is not the current lease of piece %d of file %d: peer %s holds it under lease %s",
+				c.LeaseId, c.PieceIndex, c.FileIndex, c.Peer, cur))
+		}
+	}
 	if pl == nil || pl.peer.name != c.Peer {
 		// piece_state lets a peer retrying after OUTCOME_UNKNOWN tell its
 		// own applied completion: a success it retries finds the piece
@@ -512,6 +525,9 @@ func (ps *Pools) complete(tx *registrar.Tx, k key, c *logpb.PoolComplete) Outcom
 		}
 		meta := map[string]string{"pool": k.name, "file_index": strconv.FormatUint(uint64(c.FileIndex), 10),
 			"piece_index": strconv.FormatUint(uint64(c.PieceIndex), 10), "peer": c.Peer, "piece_state": state}
+		if c.LeaseId != "" {
+			meta["lease_id"] = c.LeaseId
+		}
 		if pl != nil {
 			meta["holder"] = pl.peer.name
 			return fail(registrar.NewError(registrar.ReasonPieceNotLeased, meta,

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/logpb"
@@ -133,6 +136,50 @@ func TestExpiryPenalty(t *testing.T) {
 	}
 	// Another peer can take them now.
 	mustGrant(t, e.request("p", "b", 4, have(0, 0, 1, 2, 3)))
+	e.checkReplay()
+}
+
+// A report on an expired lease of a piece must not end the lease the same
+// peer was granted on that piece since: with the lease named, it is
+// PIECE_NOT_LEASED and the current lease, the piece and the ranking stay.
+func TestLateCompletionOfAnEarlierLease(t *testing.T) {
+	e := setup(t)
+	zero := 0.0
+	if out := e.create("p", &tenurev1.PoolConfig{LeaseDuration: durationpb.New(time.Second), MinPeerScore: &zero}); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	e.wantRange("p", 0, 1, 0, 1)
+	first := mustGrant(t, e.request("p", "a", 1, have(0, 0)))[0]
+	e.after(1000).advance() // expired: the piece is wanted again, a failure for a
+	second := mustGrant(t, e.request("p", "a", 1, have(0, 0)))[0]
+	if second.LeaseID == first.LeaseID || second.Piece != first.Piece {
+		t.Fatalf("second grant %+v after %+v", second, first)
+	}
+	before := e.ranking("p", "a")
+	for _, ok := range []bool{true, false} {
+		out := e.completeLease("p", "a", first.LeaseID, 0, 0, ok, map[bool]tenurev1.FailureReason{false: tenurev1.FailureReason_FAILURE_REASON_TIMEOUT}[ok])
+		if registrar.ReasonOf(out.Err) != registrar.ReasonPieceNotLeased {
+			t.Fatalf("late report (success %v) on %s: %v", ok, first.LeaseID, out.Err)
+		}
+		var re *registrar.Error
+		if !errors.As(out.Err, &re) || re.Metadata["current_lease_id"] != second.LeaseID || re.Metadata["lease_id"] != first.LeaseID {
+			t.Fatalf("error %#v", out.Err)
+		}
+	}
+	if r := e.ranking("p", "a"); r != before {
+		t.Fatalf("ranking moved: %+v, was %+v", r, before)
+	}
+	if l, err := e.m.Registrar().Get(second.LeaseID, registrar.Tick(e.tick)); err != nil || l.State != registrar.Active {
+		t.Fatalf("current lease %+v %v", l, err)
+	}
+	// Naming the current lease completes it; naming none, as before, too.
+	if out := e.completeLease("p", "a", second.LeaseID, 0, 0, true, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	st, _ := e.m.Pools().Status("", "p")
+	if f := st.Files[0]; f.Done != 1 || f.Leased != 0 {
+		t.Fatalf("after completion: %+v", f)
+	}
 	e.checkReplay()
 }
 

@@ -141,12 +141,18 @@ func (e *env) request(name, peer string, max uint32, hs ...*logpb.PoolHave) pool
 
 func (e *env) complete(name, peer string, file, piece uint32, ok bool, why tenurev1.FailureReason) pool.Outcome {
 	e.t.Helper()
+	return e.completeLease(name, peer, "", file, piece, ok, why)
+}
+
+// completeLease is complete naming the lease reported on.
+func (e *env) completeLease(name, peer, leaseID string, file, piece uint32, ok bool, why tenurev1.FailureReason) pool.Outcome {
+	e.t.Helper()
 	r := tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS
 	if !ok {
 		r = tenurev1.CompletionResult_COMPLETION_RESULT_FAILURE
 	}
 	return e.do(&logpb.PoolCommand{Pool: name, Op: &logpb.PoolCommand_Complete{Complete: &logpb.PoolComplete{
-		Peer: peer, FileIndex: file, PieceIndex: piece, Result: r, FailureReason: why}}})
+		Peer: peer, FileIndex: file, PieceIndex: piece, Result: r, FailureReason: why, LeaseId: leaseID}}})
 }
 
 func (e *env) ranking(name, peer string) pool.Ranking {

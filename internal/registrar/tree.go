@@ -254,7 +254,7 @@ func (r *Registrar) settleEnded(l *lease, endedBy uint64) {
 		return
 	}
 	if endedBy != 0 {
-		t.endedBy = r.idOfSeq(endedBy)
+		t.endedBy = r.IDOfSeq(endedBy)
 	}
 	p := t.parent
 	if p == nil {
@@ -322,9 +322,9 @@ func (r *Registrar) derivationOf(l *lease) *logpb.Derivation {
 	return d
 }
 
-// idOfSeq formats the id of a lease known by its sequence. A pruned lease
+// IDOfSeq formats the id of a lease known by its sequence. A pruned lease
 // keeps no issue time, so only its sequence can be shown then.
-func (r *Registrar) idOfSeq(seq uint64) string {
+func (r *Registrar) IDOfSeq(seq uint64) string {
 	if l := r.leases[seq]; l != nil {
 		return FormatLeaseID(l.issuedWall, r.tag, l.seq)
 	}

@@ -188,9 +188,14 @@ func completePieceCommand(m *tenurev1.CompletePieceRequest) (*logpb.PoolCommand,
 	default:
 		return nil, invalidArg("result", "must be COMPLETION_RESULT_SUCCESS or COMPLETION_RESULT_FAILURE")
 	}
+	if m.LeaseId != "" {
+		if err := registrar.CheckLeaseIDText("lease_id", m.LeaseId); err != nil {
+			return nil, err
+		}
+	}
 	return &logpb.PoolCommand{Namespace: m.Namespace, Pool: m.Pool,
 		Op: &logpb.PoolCommand_Complete{Complete: &logpb.PoolComplete{Peer: m.Peer, FileIndex: m.FileIndex,
-			PieceIndex: m.PieceIndex, Result: m.Result, FailureReason: m.FailureReason}}}, nil
+			PieceIndex: m.PieceIndex, Result: m.Result, FailureReason: m.FailureReason, LeaseId: m.LeaseId}}}, nil
 }
 
 func checkPoolName(ns, name string) error {

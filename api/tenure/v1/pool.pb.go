@@ -871,6 +871,12 @@ type CompletePieceRequest struct {
 	// Required with COMPLETION_RESULT_FAILURE.
 	FailureReason FailureReason `protobuf:"varint,6,opt,name=failure_reason,json=failureReason,proto3,enum=tenure.v1.FailureReason" json:"failure_reason,omitempty"`
 	Namespace     string        `protobuf:"bytes,7,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The lease the completion reports on (RequestLeases' lease_id). Given,
+	// the completion applies only while that lease is the piece's current
+	// one: a late report on a lease that expired is PIECE_NOT_LEASED even
+	// when the same peer has since been granted the piece again. Empty: the
+	// piece's current lease, whichever it is, if the peer holds it.
+	LeaseId       string `protobuf:"bytes,8,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -950,6 +956,13 @@ func (x *CompletePieceRequest) GetFailureReason() FailureReason {
 func (x *CompletePieceRequest) GetNamespace() string {
 	if x != nil {
 		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CompletePieceRequest) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
 	}
 	return ""
 }
@@ -1904,7 +1917,7 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\x15RequestLeasesResponse\x12-\n" +
 	"\x06leases\x18\x01 \x03(\v2\x15.tenure.v1.PieceLeaseR\x06leases\x12B\n" +
 	"\x0frejected_reason\x18\x02 \x01(\x0e2\x19.tenure.v1.RejectedReasonR\x0erejectedReason\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x92\x02\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xad\x02\n" +
 	"\x14CompletePieceRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\tR\x04peer\x12\x1d\n" +
@@ -1914,7 +1927,8 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"pieceIndex\x123\n" +
 	"\x06result\x18\x05 \x01(\x0e2\x1b.tenure.v1.CompletionResultR\x06result\x12?\n" +
 	"\x0efailure_reason\x18\x06 \x01(\x0e2\x18.tenure.v1.FailureReasonR\rfailureReason\x12\x1c\n" +
-	"\tnamespace\x18\a \x01(\tR\tnamespace\"I\n" +
+	"\tnamespace\x18\a \x01(\tR\tnamespace\x12\x19\n" +
+	"\blease_id\x18\b \x01(\tR\aleaseId\"I\n" +
 	"\x15CompletePieceResponse\x120\n" +
 	"\aranking\x18\x01 \x01(\v2\x16.tenure.v1.PeerRankingR\aranking\"\x98\x01\n" +
 	"\vPeerRanking\x12\x12\n" +
