@@ -81,8 +81,11 @@ func queueCall[Req, Resp any](ctx context.Context, c *cliCommand,
 const queuePushHelp = `Enqueue a task into QUEUE (created on first use) and print it. The payload
 is --data, the contents of --file, or stdin. --id makes the push idempotent:
 pushing an id that exists answers the existing task, unchanged (and says so
-on stderr). Ids of the form T<number> are the server's generated ones and
-cannot be chosen.
+on stderr), for as long as the task is kept: finished tasks are pruned after
+the namespace's lease retention (1h), or sooner when the namespace keeps more
+than its --max-retained-tasks (100000; a busy queue gives up its own oldest
+first), and a pruned id may be pushed again. Ids of the form T<number> are
+the server's generated ones and cannot be chosen.
 --not-before takes an RFC 3339 time or a delay from now (30s, 5m).`
 
 const queuePushExamples = `  tenure queue push emails --data '{"to":"a@example.com"}'

@@ -4394,12 +4394,15 @@ func (x *TaskFailed) GetReadyAt() int64 {
 
 // TaskRequeued: the task's lease ended without a completion.
 type TaskRequeued struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Task          *TaskRef               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	ReadyAt       int64                  `protobuf:"varint,3,opt,name=ready_at,json=readyAt,proto3" json:"ready_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Task    *TaskRef               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Reason  string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	ReadyAt int64                  `protobuf:"varint,3,opt,name=ready_at,json=readyAt,proto3" json:"ready_at,omitempty"`
+	// The lease was given back (released, revoked, transferred), not lost
+	// to expiry: the attempt it was claimed for does not count.
+	AttemptReturned bool `protobuf:"varint,4,opt,name=attempt_returned,json=attemptReturned,proto3" json:"attempt_returned,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TaskRequeued) Reset() {
@@ -4451,6 +4454,13 @@ func (x *TaskRequeued) GetReadyAt() int64 {
 		return x.ReadyAt
 	}
 	return 0
+}
+
+func (x *TaskRequeued) GetAttemptReturned() bool {
+	if x != nil {
+		return x.AttemptReturned
+	}
+	return false
 }
 
 type TaskDead struct {
@@ -5175,11 +5185,12 @@ const file_log_proto_rawDesc = "" +
 	"TaskFailed\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x19\n" +
-	"\bready_at\x18\x03 \x01(\x03R\areadyAt\"m\n" +
+	"\bready_at\x18\x03 \x01(\x03R\areadyAt\"\x98\x01\n" +
 	"\fTaskRequeued\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x19\n" +
-	"\bready_at\x18\x03 \x01(\x03R\areadyAt\"\x84\x01\n" +
+	"\bready_at\x18\x03 \x01(\x03R\areadyAt\x12)\n" +
+	"\x10attempt_returned\x18\x04 \x01(\bR\x0fattemptReturned\"\x84\x01\n" +
 	"\bTaskDead\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1d\n" +

@@ -415,15 +415,24 @@ func (qs *Queues) Cancel(tx *registrar.Tx, c *logpb.CancelTask) Outcome {
 }
 
 // leaseEnded is the registrar's OnLeaseEnd hook: a task lease that ends
-// without a completion or failure (expiry, release, revoke, transfer)
-// puts its task back in the queue, or makes it DEAD when its attempts are
-// used up, in the same apply step.
+// without a completion or failure puts its task back in the queue, in the
+// same apply step. A lease given back (released, as a draining worker
+// does, revoked or transferred) returns its attempt: the task is queued
+// again as it was before the claim, even on its last attempt. A lease
+// that expired (its worker died or stalled) used its attempt: the task is
+// DEAD when that was the last.
 func (qs *Queues) leaseEnded(tx *registrar.Tx, l registrar.Lease) {
 	t := qs.byLease[l.Fence]
 	if t == nil || t.state != Leased {
 		return
 	}
 	why := "lease " + l.ID + " " + leaseEnd(l) + " during attempt " + strconv.FormatUint(uint64(t.attempts), 10)
+	if l.State != registrar.Expired {
+		tx.Emit(&logpb.Record{Body: &logpb.Record_TaskRequeued{TaskRequeued: &logpb.TaskRequeued{
+			Task: qs.ref(t), Reason: why + " (the attempt is not counted)", ReadyAt: tx.Wall, AttemptReturned: true,
+		}}})
+		return
+	}
 	if t.attempts >= t.maxAttempts {
 		tx.Emit(&logpb.Record{Body: &logpb.Record_TaskDead{TaskDead: &logpb.TaskDead{
 			Task: qs.ref(t), Error: why + "; attempts used up", PruneTick: qs.retention(t.q.ns, tx.Tick),

@@ -8,7 +8,7 @@
 //
 //	Enqueue ─▶ QUEUED ──Claim──▶ LEASED ──Complete──▶ SUCCEEDED
 //	             ▲                 │ ──Fail──▶ FAILED (claimable after backoff)
-//	             └── lease ended ──┤ ──Fail / lease ended, attempts used up──▶ DEAD
+//	             └── lease ended ──┤ ──Fail / lease expired, attempts used up──▶ DEAD
 //	                 (expiry, release, revoke)   ──Cancel──▶ CANCELLED
 //
 // A claim starts an attempt: it issues the task's lease (resource
@@ -16,9 +16,12 @@
 // and 2 h lifetime) through registrar.IssueFor and records the claim in the
 // same apply step. Complete and Fail are accepted only with the task's
 // current lease (else TASK_NOT_LEASED) and release that lease. A task lease
-// that ends any other way (expiry, release, revoke, transfer) requeues the
-// task through the registrar's OnLeaseEnd hook, in the same step; the
-// attempt counts, and a task whose attempts are used up is DEAD.
+// that ends any other way requeues the task through the registrar's
+// OnLeaseEnd hook, in the same step. A lease that expired (its worker died
+// or stalled) used its attempt, and a task whose attempts are used up is
+// DEAD; a lease given back (released, as a draining worker does, or
+// revoked) returns its attempt, and the task is queued again even on its
+// last one.
 //
 // # Order and time
 //

@@ -85,6 +85,7 @@ type task struct {
 	delayIdx int
 	pruneIdx int // in Queues.prune
 	nsIdx    int // in its namespace's finishedHeap
+	qIdx     int // in its queue's finishedHeap
 }
 
 const (
@@ -102,6 +103,9 @@ type queue struct {
 	ready    *btree.BTreeG[*task] // claim order
 	delayed  delayHeap            // by ready time
 	counts   [numStates]uint64
+	// finished holds the queue's finished tasks by prune tick: the first
+	// to give up when the namespace keeps too many (Queues.finish).
+	finished finishedHeap
 }
 
 func bySeq(a, b *task) bool { return a.seq < b.seq }
@@ -144,7 +148,7 @@ func (qs *Queues) queue(ns, name string, create bool) *queue {
 		return q
 	}
 	q := &queue{ns: ns, name: name, tasks: map[string]*task{},
-		all: btree.NewG(32, bySeq), ready: btree.NewG(32, claimOrder)}
+		all: btree.NewG(32, bySeq), ready: btree.NewG(32, claimOrder), finished: finishedHeap{at: qIdx}}
 	qs.queues[k] = q
 	return q
 }
@@ -243,6 +247,7 @@ type finishedHeap struct {
 
 func pruneIdx(t *task) *int { return &t.pruneIdx }
 func nsIdx(t *task) *int    { return &t.nsIdx }
+func qIdx(t *task) *int     { return &t.qIdx }
 
 func (h *finishedHeap) Len() int { return len(h.ts) }
 func (h *finishedHeap) Less(i, j int) bool {
@@ -325,7 +330,7 @@ func (qs *Queues) Apply(rec *logpb.Record) error {
 		}
 		t := &task{seq: ref.Seq, q: q, id: ref.TaskId, payload: e.Payload, priority: e.Priority, state: Queued,
 			maxAttempts: e.MaxAttempts, notBefore: e.NotBefore, readyAt: max(e.NotBefore, rec.Wall),
-			createdWall: rec.Wall, delayIdx: -1, pruneIdx: -1, nsIdx: -1}
+			createdWall: rec.Wall, delayIdx: -1, pruneIdx: -1, nsIdx: -1, qIdx: -1}
 		qs.nextSeq = ref.Seq + 1
 		qs.add(q, t)
 		q.makeReady(t, rec.Wall)
@@ -371,6 +376,9 @@ func (qs *Queues) Apply(rec *logpb.Record) error {
 		}
 		delete(qs.byLease, t.leaseSeq)
 		t.q.setState(t, Queued)
+		if b.TaskRequeued.AttemptReturned && t.attempts > 0 {
+			t.attempts--
+		}
 		t.lastError = b.TaskRequeued.Reason
 		t.readyAt = b.TaskRequeued.ReadyAt
 		t.q.makeReady(t, rec.Wall)
@@ -431,12 +439,20 @@ func (qs *Queues) finish(rec *logpb.Record, t *task, s State, pruneTick registra
 	t.finishedWall = rec.Wall
 	t.pruneTick = pruneTick
 	qs.keepFinished(t)
-	// The namespace keeps at most its policy's MaxRetainedTasks: those
-	// nearest their prune tick go first. No later record names a finished
-	// task, so pruning one (even this one) here cannot break a command.
+	// The namespace keeps at most its policy's MaxRetainedTasks. Over it,
+	// the queue whose task just finished gives up its own finished task
+	// nearest its prune tick, so that a busy queue does not push a quiet
+	// one's out (its dead tasks, the ids it keeps idempotent); only a queue
+	// keeping no other gives up the namespace's oldest. No later record
+	// names a finished task, so pruning one (even this one) here cannot
+	// break a command.
 	h := qs.finished[t.q.ns]
 	for limit := qs.reg.Policy(t.q.ns).MaxRetainedTasks; uint64(h.Len()) > limit; {
-		qs.drop(h.ts[0])
+		if own := &t.q.finished; own.Len() > 1 {
+			qs.drop(own.ts[0])
+		} else {
+			qs.drop(h.ts[0])
+		}
 	}
 }
 
@@ -449,6 +465,7 @@ func (qs *Queues) keepFinished(t *task) {
 		qs.finished[t.q.ns] = h
 	}
 	heap.Push(h, t)
+	heap.Push(&t.q.finished, t)
 }
 
 // pruneTo drops finished tasks whose prune tick has come. It runs on every
@@ -466,6 +483,7 @@ func (qs *Queues) drop(t *task) {
 	if h := qs.finished[q.ns]; heap.Remove(h, t.nsIdx) != nil && h.Len() == 0 {
 		delete(qs.finished, q.ns)
 	}
+	heap.Remove(&q.finished, t.qIdx)
 	delete(q.tasks, t.id)
 	q.all.Delete(t)
 	q.counts[t.state]--

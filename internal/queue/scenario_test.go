@@ -2,12 +2,14 @@ package queue_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/queue"
 	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
 func ids(ts []queue.Task) []string {
@@ -128,6 +130,43 @@ func TestExpiryRequeuesAndZombieRejected(t *testing.T) {
 	e.advance()
 	if got := e.get("q", "t"); got.State != queue.Dead || got.Attempts != 2 {
 		t.Fatalf("after last expiry: %+v", got)
+	}
+	e.checkReplay()
+}
+
+// A lease given back (a draining worker's release, an admin's revoke)
+// returns its attempt: the task is queued again even on its last attempt.
+// Only an expiry (a worker that died or stalled) uses it up.
+func TestGivenBackLeaseReturnsItsAttempt(t *testing.T) {
+	e := setup(t)
+	e.mustEnqueue("q", &logpb.NewTask{TaskId: "t", MaxAttempts: 1})
+	for _, how := range []string{"release", "revoke"} {
+		c := e.claim("q", "w", 1, 2000)
+		if len(c.Tasks) != 1 || c.Tasks[0].Attempts != 1 {
+			t.Fatalf("claim before %s: %+v", how, c)
+		}
+		var out statemachine.Result
+		if how == "release" {
+			out = e.apply(&logpb.Command{Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: c.Leases[0].ID, Holder: "w"}}})
+		} else {
+			out = e.apply(&logpb.Command{Op: &logpb.Command_Revoke{Revoke: &logpb.Revoke{LeaseId: c.Leases[0].ID, Reason: "maintenance"}}})
+		}
+		if out.Outcome.Err != nil {
+			t.Fatal(out.Outcome.Err)
+		}
+		got := e.get("q", "t")
+		if got.State != queue.Queued || got.Attempts != 0 || !strings.Contains(got.LastError, "not counted") {
+			t.Fatalf("after %s: %+v", how, got)
+		}
+	}
+	c := e.claim("q", "w", 1, 2000)
+	if len(c.Tasks) != 1 || c.Tasks[0].Attempts != 1 {
+		t.Fatalf("claim: %+v", c)
+	}
+	e.after(2000)
+	e.advance()
+	if got := e.get("q", "t"); got.State != queue.Dead || got.Attempts != 1 {
+		t.Fatalf("after expiry on the last attempt: %+v", got)
 	}
 	e.checkReplay()
 }
@@ -340,9 +379,10 @@ func TestQueueNamesWithSlashesKeepTasksApart(t *testing.T) {
 }
 
 // TestFinishedTasksCap: a namespace keeps at most max_retained_tasks
-// finished tasks; finishing one more prunes the one nearest its prune
-// tick (the oldest), whatever the queue; other namespaces and unfinished
-// tasks are untouched, and a pruned id may be enqueued again.
+// finished tasks; finishing one more prunes the oldest finished task of
+// the same queue (the namespace's oldest when the queue keeps no other);
+// other namespaces and unfinished tasks are untouched, and a pruned id
+// may be enqueued again.
 func TestFinishedTasksCap(t *testing.T) {
 	e := setup(t)
 	e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
@@ -392,6 +432,22 @@ func TestFinishedTasksCap(t *testing.T) {
 	finish("q", "a") // a pruned id is new again
 	if got := e.get("q", "a"); got.State != queue.Succeeded {
 		t.Fatalf("re-enqueued a: %+v", got)
+	}
+	// A busy queue gives up its own finished tasks, not a quiet queue's.
+	// Its first, keeping no other, takes the namespace's oldest (r's d);
+	// then q's a stays however many more finish in "busy".
+	finish("busy", "e0")
+	if kept("r", "d") || !kept("q", "a") {
+		t.Fatalf("busy's first: d kept %v (want false), a %v", kept("r", "d"), kept("q", "a"))
+	}
+	for i := 1; i < 20; i++ {
+		finish("busy", fmt.Sprint("e", i))
+		if !kept("q", "a") {
+			t.Fatalf("q's a pruned by busy's task %d", i)
+		}
+	}
+	if !kept("busy", "e19") || kept("busy", "e18") {
+		t.Fatalf("busy kept e19 %v (want true), e18 %v (want false)", kept("busy", "e19"), kept("busy", "e18"))
 	}
 	e.checkReplay()
 }

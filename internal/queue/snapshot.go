@@ -55,7 +55,7 @@ func Restore(reg *registrar.Registrar, s *logpb.Snapshot) (*Queues, error) {
 			attempts: ts.Attempts, maxAttempts: ts.MaxAttempts, notBefore: ts.NotBefore, readyAt: ts.ReadyAt,
 			createdWall: ts.CreatedWall, claimedWall: ts.ClaimedWall, finishedWall: ts.CompletedWall,
 			lastError: ts.LastError, result: ts.Result, leaseSeq: ts.LeaseSeq, leaseID: ts.LeaseId, worker: ts.Worker,
-			pruneTick: registrar.Tick(ts.PruneTick), outcome: uint8(ts.Outcome), delayIdx: -1, pruneIdx: -1, nsIdx: -1}
+			pruneTick: registrar.Tick(ts.PruneTick), outcome: uint8(ts.Outcome), delayIdx: -1, pruneIdx: -1, nsIdx: -1, qIdx: -1}
 		qs.add(q, t)
 		switch {
 		case st.claimable():

@@ -274,7 +274,9 @@ func (x *Task) GetWorker() string {
 // NewTask is a task to enqueue.
 type NewTask struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Idempotency key; empty: the registrar generates one.
+	// Idempotency key, while the task is kept (finished tasks are pruned
+	// after the namespace's lease retention, or sooner past its
+	// max_retained_tasks); empty: the registrar generates one.
 	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	Payload   []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
 	Priority  int32                  `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
