@@ -18,6 +18,9 @@ import (
 
 // The piece pool (PoolService): files split into pieces, each piece fetched
 // by one peer at a time under a piece lease, peers ranked by their results.
+// A pool is one downloader's plan: the pieces it still wants and the peers
+// (sources) it fetches them from; a peer's have-map is what that peer can
+// serve. A swarm in which every node downloads runs one pool per node.
 //
 //	c.CreatePool(ctx, "swarm", tenure.MaxLeasesPerPeer(8))
 //	c.Want(ctx, "swarm", 0, 1000, tenure.AllPieces)
@@ -25,7 +28,7 @@ import (
 //	switch {
 //	case errors.Is(err, tenure.ErrNoAvailablePieces): // nothing to do now
 //	case err == nil:
-//		for _, l := range leases { fetch(l.File, l.Piece); c.CompletePiece(ctx, "swarm", "peer1", l.File, l.Piece, tenure.PieceSuccess, 0) }
+//		for _, l := range leases { fetch(l.File, l.Piece); c.CompletePieceLease(ctx, "swarm", "peer1", l, tenure.PieceSuccess, 0) }
 //	}
 
 // PoolConfig is a pool's configuration as the registrar resolved it

@@ -243,8 +243,9 @@ func (c *Client) Complete(ctx context.Context, queue, taskID, leaseID string, re
 
 // Fail ends the current attempt of a task with an error message (at most
 // 8 KiB, trimmed here if longer). The task is retried after retryAfter, or,
-// when retryAfter is 0, after the registrar's exponential backoff with
-// jitter; it is DEAD once its attempts are used up. Like Complete: only by
+// when retryAfter is 0, after the registrar's backoff (attempt⁴ seconds, at
+// most 1 h, with jitter); it is DEAD once its attempts are used up (Retry
+// runs it again). Like Complete: only by
 // the current lease, retried after an unknown outcome, settles the lease.
 func (c *Client) Fail(ctx context.Context, queue, taskID, leaseID, msg string, retryAfter time.Duration, opts ...CallOption) (*tenurev1.Task, error) {
 	cc := c.callConfig(opts)
@@ -274,6 +275,41 @@ func (c *Client) Cancel(ctx context.Context, queue, taskID string, opts ...CallO
 		resp, err := ep.queue.Cancel(ctx, connect.NewRequest(req))
 		if err == nil {
 			out = resp.Msg.GetTask()
+		}
+		return err
+	})
+	return out, err
+}
+
+// Retry runs a task again from its first attempt: a dead, cancelled or
+// succeeded task is queued again, claimable now, with its attempts reset
+// (its last error kept, its result dropped); a failed task waiting for its
+// retry becomes claimable now, its attempts reset. A queued or leased task
+// is answered unchanged. Not retried after an unknown outcome: a repeat
+// after the task ran again would run it once more.
+func (c *Client) Retry(ctx context.Context, queue, taskID string, opts ...CallOption) (*tenurev1.Task, error) {
+	cc := c.callConfig(opts)
+	req := &tenurev1.RetryRequest{Namespace: cc.namespace, Queue: queue, TaskId: taskID}
+	var out *tenurev1.Task
+	err := c.call(ctx, writeCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.queue.Retry(ctx, connect.NewRequest(req))
+		if err == nil {
+			out = resp.Msg.GetTask()
+		}
+		return err
+	})
+	return out, err
+}
+
+// ListQueues returns the namespace's queues, by name, each with its
+// counts by state.
+func (c *Client) ListQueues(ctx context.Context, opts ...CallOption) ([]*tenurev1.QueueSummary, error) {
+	cc := c.callConfig(opts)
+	var out []*tenurev1.QueueSummary
+	err := c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.queue.ListQueues(ctx, connect.NewRequest(&tenurev1.ListQueuesRequest{Namespace: cc.namespace}))
+		if err == nil {
+			out = resp.Msg.GetQueues()
 		}
 		return err
 	})

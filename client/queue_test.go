@@ -113,6 +113,25 @@ func TestQueueClientCalls(t *testing.T) {
 	if err != nil || st.GetSucceeded() != 1 || st.GetCancelled() != 1 || st.GetQueued() != 0 {
 		t.Fatalf("stats: %v %v", st, err)
 	}
+	qs, err := c.ListQueues(ctx)
+	if err != nil || len(qs) != 1 || qs[0].GetQueue() != "calls" || qs[0].GetStats().GetCancelled() != 1 {
+		t.Fatalf("ListQueues: %v %v", qs, err)
+	}
+	// Retry runs the cancelled task again, from its first attempt.
+	retried, err := c.Retry(ctx, "calls", "a")
+	if err != nil || retried.GetState() != tenurev1.TaskState_TASK_STATE_QUEUED || retried.GetAttempts() != 0 || retried.GetLastError() != "nope" {
+		t.Fatalf("retry: %v %v", retried, err)
+	}
+	tasks, err = c.Claim(ctx, "calls", ClaimOptions{Max: 5})
+	if err != nil || len(tasks) != 1 || tasks[0].ID != "a" || tasks[0].Attempts != 1 {
+		t.Fatalf("claim after retry: %v %v", tasks, err)
+	}
+	if _, err := tasks[0].Complete(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Retry(ctx, "calls", "nope"); !errors.Is(err, ErrTaskNotFound) {
+		t.Fatalf("retry unknown: %v", err)
+	}
 }
 
 // TestWorkersProcessEachTaskOnce: several workers on two clients handle

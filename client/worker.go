@@ -109,7 +109,7 @@ func WorkerWait(d time.Duration) WorkerOption { return func(w *Worker) { w.wait 
 func WorkerDrainTimeout(d time.Duration) WorkerOption { return func(w *Worker) { w.drainTimeout = d } }
 
 // WorkerRetryAfter sets the retry delay of a failed task (default 0: the
-// registrar's exponential backoff).
+// registrar's backoff: attempt⁴ seconds, at most 1 h, with jitter).
 func WorkerRetryAfter(d time.Duration) WorkerOption { return func(w *Worker) { w.retryAfter = d } }
 
 // WorkerNamespace sets the queue's namespace (default: the client's).

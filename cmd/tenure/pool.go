@@ -21,6 +21,11 @@ import (
 const poolHelp = `The piece pool: files split into pieces, each piece leased to one peer at a
 time, peers ranked by their results (see tenure pool SUBCOMMAND --help).
 
+A pool is one downloader's plan: the pieces it still wants, and the peers
+(sources) it fetches them from. A peer's have-map is what that peer can
+serve; a request leases wanted pieces to fetch from it, rarest first. A
+swarm in which every node downloads runs one pool per downloading node.
+
   pool create POOL [--lease-duration --max-leases-per-peer --decay --bonus --penalty --min-score --peer-idle-timeout]
   pool want POOL --file N [--pieces COUNT] (--range 0-99,200-299 | --all)
   pool request POOL --peer P --have FILE:RANGES … [--max N]
@@ -245,8 +250,9 @@ func writePoolFiles(w io.Writer, files ...*tenurev1.PoolFileStatus) error {
 	return tw.Flush()
 }
 
-const poolRequestHelp = `Ask for piece leases for a peer among the pieces it has (--have FILE:RANGES,
-repeatable; ranges inclusive). Prints the granted pieces, rarest first. When
+const poolRequestHelp = `Ask for piece leases for a peer among the pieces it can serve (--have
+FILE:RANGES, repeatable; ranges inclusive): wanted pieces, not leased, rarest
+first among the have-maps the pool has seen. Prints the granted pieces, rarest first. When
 nothing is granted it exits 1 with the rejection reason first on stderr:
 REJECTED_REASON_INVALID_REQUEST, _PEER_RANKING_TOO_LOW, _PEER_AT_CAPACITY or
 _NO_AVAILABLE_PIECES (with -o json the response is printed too).`
@@ -416,7 +422,8 @@ func writePoolRankings(w io.Writer, rs ...*tenurev1.PeerRanking) error {
 }
 
 const poolRankingsHelp = `Print the pool's peers by score, highest first: successes, failures and the
-piece leases each holds now.`
+piece leases each holds now. A score is as of the peer's last outcome: the
+hourly decay is applied at its next one, not when read.`
 
 func runPoolRankings(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure pool rankings", "POOL [flags]", poolRankingsHelp, "  tenure pool rankings swarm -o json", stdout, stderr)

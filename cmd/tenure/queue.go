@@ -20,7 +20,11 @@ import (
 const queueUsage = `usage: tenure queue <subcommand> QUEUE [flags]   (tenure queue <subcommand> --help for more)
 
 The work queue: tasks are claimed under leases; a task whose lease expires
-returns to the queue by itself.
+returns to the queue by itself (the attempt counts; a lease released or
+revoked returns it without counting). A task lease renews at most 10 times
+and lives at most 2h by default (tenure policy set NS --task-max-renewals
+--task-max-lifetime): renewing every ttl/3, as the Go Worker does, a handler
+has about 11/3 of the lease ttl; claim with a longer --ttl for longer tasks.
 
 subcommands:
   push      enqueue a task (data from --data, --file or stdin)
@@ -28,9 +32,11 @@ subcommands:
   complete  complete a claimed task, with an optional result
   fail      fail an attempt of a claimed task (retried until max attempts)
   cancel    cancel a queued or leased task
+  retry     run a dead, cancelled, succeeded or failed task again
   get       print a task
   ls        list a queue's tasks
   stats     count a queue's tasks by state
+  list      list the namespace's queues with their counts
 `
 
 // queueSubcommands are the `tenure queue` subcommands.
@@ -40,6 +46,8 @@ var queueSubcommands = map[string]func(ctx context.Context, args []string, stdou
 	"complete": queueComplete,
 	"fail":     queueFail,
 	"cancel":   queueCancel,
+	"retry":    queueRetry,
+	"list":     queueList,
 	"get":      queueGet,
 	"ls":       queueLs,
 	"stats":    queueStats,
@@ -59,7 +67,7 @@ func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sub, ok := queueSubcommands[args[0]]
 	if !ok {
 		fmt.Fprint(stderr, queueUsage)
-		return usagef("queue: unknown subcommand %q (want push, claim, complete, fail, cancel, get, ls or stats)", args[0])
+		return usagef("queue: unknown subcommand %q (want push, claim, complete, fail, cancel, retry, get, ls, stats or list)", args[0])
 	}
 	return sub(ctx, args[1:], stdout, stderr)
 }
@@ -226,7 +234,9 @@ func queueComplete(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 const queueFailHelp = `Fail the current attempt of TASK of QUEUE by its lease (--lease) with an
 error message. The task is retried after --retry-after, or by default after
-an exponential backoff; once its attempts are used up it is dead.`
+a backoff of attempt⁴ seconds (1s, 16s, 81s, 256s, …, at most 1h, with
+jitter); once its attempts are used up it is dead (tenure queue retry runs it
+again).`
 
 const queueFailExamples = `  tenure queue fail emails 01JD5… --lease 01JD6… --error "smtp: 451"
   tenure queue fail emails 01JD5… --lease 01JD6… --error timeout --retry-after 1m`
@@ -235,7 +245,7 @@ func queueFail(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	c := newCLICommand("tenure queue fail", "QUEUE TASK --lease ID --error MSG [flags]", queueFailHelp, queueFailExamples, stdout, stderr)
 	lease := c.fs.String("lease", "", "the task's current lease (required)")
 	msg := c.fs.String("error", "", "what went wrong (required)")
-	retryAfter := c.fs.Duration("retry-after", 0, "retry after this delay (default: exponential backoff)")
+	retryAfter := c.fs.Duration("retry-after", 0, "retry after this delay (default: attempt⁴ seconds, at most 1h)")
 	pos, err := c.parse(args, 2, 2)
 	if err != nil {
 		return err
@@ -272,6 +282,53 @@ func queueCancel(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	return writeTask(c, resp.GetTask())
+}
+
+const queueRetryHelp = `Run TASK of QUEUE again from its first attempt: a dead, cancelled or
+succeeded task is queued again, claimable now, its attempts reset (its last
+error kept, its result dropped); a failed task waiting for its retry becomes
+claimable now, its attempts reset. A queued or leased task is printed
+unchanged.`
+
+const queueRetryExamples = `  tenure queue retry emails order-42
+  tenure queue ls emails --state dead -o json   # what there is to retry`
+
+func queueRetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure queue retry", "QUEUE TASK [flags]", queueRetryHelp, queueRetryExamples, stdout, stderr)
+	pos, err := c.parse(args, 2, 2)
+	if err != nil {
+		return err
+	}
+	resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.Retry,
+		&tenurev1.RetryRequest{Namespace: c.namespace, Queue: pos[0], TaskId: pos[1]})
+	if err != nil {
+		return err
+	}
+	return writeTask(c, resp.GetTask())
+}
+
+const queueListHelp = `List the namespace's queues with their tasks by state.`
+
+func queueList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure queue list", "[flags]", queueListHelp, "  tenure queue list --namespace jobs", stdout, stderr)
+	if _, err := c.parse(args, 0, 0); err != nil {
+		return err
+	}
+	resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.ListQueues, &tenurev1.ListQueuesRequest{Namespace: c.namespace})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, resp)
+	}
+	tw := newTable(stdout)
+	fmt.Fprintln(tw, "QUEUE\tQUEUED\tLEASED\tSUCCEEDED\tFAILED\tDEAD\tCANCELLED")
+	for _, q := range resp.GetQueues() {
+		st := q.GetStats()
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", q.GetQueue(), st.GetQueued(), st.GetLeased(), st.GetSucceeded(),
+			st.GetFailed(), st.GetDead(), st.GetCancelled())
+	}
+	return tw.Flush()
 }
 
 const queueGetHelp = `Print TASK of QUEUE field by field (with its lease while it is leased).`

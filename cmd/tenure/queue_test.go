@@ -79,6 +79,16 @@ func TestCLIQueue(t *testing.T) {
 		t.Fatalf("cancel: %v", cancelled)
 	}
 	fails(t, "TASK_NOT_FOUND", "queue", "cancel", q, "nope")
+	// retry runs it again, and cancel once more.
+	retried := parse(t, ok(t, "queue", "retry", q, "c", "-o", "json"), &tenurev1.Task{})
+	if retried.GetState() != tenurev1.TaskState_TASK_STATE_QUEUED || retried.GetAttempts() != 0 {
+		t.Fatalf("retry: %v", retried)
+	}
+	fails(t, "TASK_NOT_FOUND", "queue", "retry", q, "nope")
+	ok(t, "queue", "cancel", q, "c")
+	if out := ok(t, "queue", "list"); !strings.Contains(out, "QUEUE") || !strings.Contains(out, q+" ") {
+		t.Fatalf("queue list:\n%s", out)
+	}
 
 	// ls: paging with --all, state filter.
 	ls := parse(t, ok(t, "queue", "ls", q, "--page-size", "1", "--all", "-o", "json"), &tenurev1.ListTasksResponse{})
@@ -130,7 +140,7 @@ func TestCLIQueueUsage(t *testing.T) {
 	if out := ok(t, "queue", "--help"); !strings.Contains(out, "claim") {
 		t.Fatalf("queue --help:\n%s", out)
 	}
-	for _, sub := range []string{"push", "claim", "complete", "fail", "cancel", "get", "ls", "stats"} {
+	for _, sub := range []string{"push", "claim", "complete", "fail", "cancel", "retry", "get", "ls", "stats", "list"} {
 		out := ok(t, "queue", sub, "--help")
 		if !strings.HasPrefix(out, "usage: tenure queue "+sub) || !strings.Contains(out, "examples:") || !strings.Contains(out, "-endpoints") {
 			t.Errorf("help of queue %s:\n%s", sub, out)

@@ -112,6 +112,7 @@ type Command struct {
 	//	*Command_CompleteTask
 	//	*Command_FailTask
 	//	*Command_CancelTask
+	//	*Command_RetryTask
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -364,6 +365,15 @@ func (x *Command) GetCancelTask() *CancelTask {
 	return nil
 }
 
+func (x *Command) GetRetryTask() *RetryTask {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RetryTask); ok {
+			return x.RetryTask
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -454,6 +464,10 @@ type Command_CancelTask struct {
 	CancelTask *CancelTask `protobuf:"bytes,44,opt,name=cancel_task,json=cancelTask,proto3,oneof"`
 }
 
+type Command_RetryTask struct {
+	RetryTask *RetryTask `protobuf:"bytes,45,opt,name=retry_task,json=retryTask,proto3,oneof"`
+}
+
 func (*Command_Bootstrap) isCommand_Op() {}
 
 func (*Command_Acquire) isCommand_Op() {}
@@ -495,6 +509,8 @@ func (*Command_CompleteTask) isCommand_Op() {}
 func (*Command_FailTask) isCommand_Op() {}
 
 func (*Command_CancelTask) isCommand_Op() {}
+
+func (*Command_RetryTask) isCommand_Op() {}
 
 // SetMember publishes a member's addresses in replicated state (or, with
 // removed, forgets the member). Proposed by the leader for itself when it
@@ -1725,6 +1741,7 @@ type Record struct {
 	//	*Record_TaskRequeued
 	//	*Record_TaskDead
 	//	*Record_TaskCancelled
+	//	*Record_TaskRetried
 	//	*Record_Pool
 	Body          isRecord_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -1974,6 +1991,15 @@ func (x *Record) GetTaskCancelled() *TaskCancelled {
 	return nil
 }
 
+func (x *Record) GetTaskRetried() *TaskRetried {
+	if x != nil {
+		if x, ok := x.Body.(*Record_TaskRetried); ok {
+			return x.TaskRetried
+		}
+	}
+	return nil
+}
+
 func (x *Record) GetPool() *PoolRecord {
 	if x != nil {
 		if x, ok := x.Body.(*Record_Pool); ok {
@@ -2064,6 +2090,10 @@ type Record_TaskCancelled struct {
 	TaskCancelled *TaskCancelled `protobuf:"bytes,46,opt,name=task_cancelled,json=taskCancelled,proto3,oneof"`
 }
 
+type Record_TaskRetried struct {
+	TaskRetried *TaskRetried `protobuf:"bytes,47,opt,name=task_retried,json=taskRetried,proto3,oneof"`
+}
+
 type Record_Pool struct {
 	// Piece pool (internal/pool; pool.proto): 50–59.
 	Pool *PoolRecord `protobuf:"bytes,50,opt,name=pool,proto3,oneof"`
@@ -2106,6 +2136,8 @@ func (*Record_TaskRequeued) isRecord_Body() {}
 func (*Record_TaskDead) isRecord_Body() {}
 
 func (*Record_TaskCancelled) isRecord_Body() {}
+
+func (*Record_TaskRetried) isRecord_Body() {}
 
 func (*Record_Pool) isRecord_Body() {}
 
@@ -4048,6 +4080,67 @@ func (x *CancelTask) GetTaskId() string {
 	return ""
 }
 
+// RetryTask queues a finished (or failed) task again from its first attempt.
+type RetryTask struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Queue         string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	TaskId        string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryTask) Reset() {
+	*x = RetryTask{}
+	mi := &file_log_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryTask) ProtoMessage() {}
+
+func (x *RetryTask) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryTask.ProtoReflect.Descriptor instead.
+func (*RetryTask) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RetryTask) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RetryTask) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *RetryTask) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
 // TaskRef names a task in a record.
 type TaskRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -4061,7 +4154,7 @@ type TaskRef struct {
 
 func (x *TaskRef) Reset() {
 	*x = TaskRef{}
-	mi := &file_log_proto_msgTypes[43]
+	mi := &file_log_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4073,7 +4166,7 @@ func (x *TaskRef) String() string {
 func (*TaskRef) ProtoMessage() {}
 
 func (x *TaskRef) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[43]
+	mi := &file_log_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4086,7 +4179,7 @@ func (x *TaskRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRef.ProtoReflect.Descriptor instead.
 func (*TaskRef) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{43}
+	return file_log_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TaskRef) GetNamespace() string {
@@ -4130,7 +4223,7 @@ type TaskEnqueued struct {
 
 func (x *TaskEnqueued) Reset() {
 	*x = TaskEnqueued{}
-	mi := &file_log_proto_msgTypes[44]
+	mi := &file_log_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4142,7 +4235,7 @@ func (x *TaskEnqueued) String() string {
 func (*TaskEnqueued) ProtoMessage() {}
 
 func (x *TaskEnqueued) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[44]
+	mi := &file_log_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4155,7 +4248,7 @@ func (x *TaskEnqueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEnqueued.ProtoReflect.Descriptor instead.
 func (*TaskEnqueued) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{44}
+	return file_log_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TaskEnqueued) GetTask() *TaskRef {
@@ -4207,7 +4300,7 @@ type TaskClaimed struct {
 
 func (x *TaskClaimed) Reset() {
 	*x = TaskClaimed{}
-	mi := &file_log_proto_msgTypes[45]
+	mi := &file_log_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4219,7 +4312,7 @@ func (x *TaskClaimed) String() string {
 func (*TaskClaimed) ProtoMessage() {}
 
 func (x *TaskClaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[45]
+	mi := &file_log_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4232,7 +4325,7 @@ func (x *TaskClaimed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskClaimed.ProtoReflect.Descriptor instead.
 func (*TaskClaimed) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{45}
+	return file_log_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TaskClaimed) GetTask() *TaskRef {
@@ -4282,7 +4375,7 @@ type TaskCompleted struct {
 
 func (x *TaskCompleted) Reset() {
 	*x = TaskCompleted{}
-	mi := &file_log_proto_msgTypes[46]
+	mi := &file_log_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4294,7 +4387,7 @@ func (x *TaskCompleted) String() string {
 func (*TaskCompleted) ProtoMessage() {}
 
 func (x *TaskCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[46]
+	mi := &file_log_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4307,7 +4400,7 @@ func (x *TaskCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCompleted.ProtoReflect.Descriptor instead.
 func (*TaskCompleted) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{46}
+	return file_log_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TaskCompleted) GetTask() *TaskRef {
@@ -4343,7 +4436,7 @@ type TaskFailed struct {
 
 func (x *TaskFailed) Reset() {
 	*x = TaskFailed{}
-	mi := &file_log_proto_msgTypes[47]
+	mi := &file_log_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4355,7 +4448,7 @@ func (x *TaskFailed) String() string {
 func (*TaskFailed) ProtoMessage() {}
 
 func (x *TaskFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[47]
+	mi := &file_log_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4368,7 +4461,7 @@ func (x *TaskFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFailed.ProtoReflect.Descriptor instead.
 func (*TaskFailed) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{47}
+	return file_log_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TaskFailed) GetTask() *TaskRef {
@@ -4407,7 +4500,7 @@ type TaskRequeued struct {
 
 func (x *TaskRequeued) Reset() {
 	*x = TaskRequeued{}
-	mi := &file_log_proto_msgTypes[48]
+	mi := &file_log_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4419,7 +4512,7 @@ func (x *TaskRequeued) String() string {
 func (*TaskRequeued) ProtoMessage() {}
 
 func (x *TaskRequeued) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[48]
+	mi := &file_log_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4432,7 +4525,7 @@ func (x *TaskRequeued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRequeued.ProtoReflect.Descriptor instead.
 func (*TaskRequeued) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{48}
+	return file_log_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TaskRequeued) GetTask() *TaskRef {
@@ -4476,7 +4569,7 @@ type TaskDead struct {
 
 func (x *TaskDead) Reset() {
 	*x = TaskDead{}
-	mi := &file_log_proto_msgTypes[49]
+	mi := &file_log_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4488,7 +4581,7 @@ func (x *TaskDead) String() string {
 func (*TaskDead) ProtoMessage() {}
 
 func (x *TaskDead) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[49]
+	mi := &file_log_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4501,7 +4594,7 @@ func (x *TaskDead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDead.ProtoReflect.Descriptor instead.
 func (*TaskDead) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{49}
+	return file_log_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TaskDead) GetTask() *TaskRef {
@@ -4542,7 +4635,7 @@ type TaskCancelled struct {
 
 func (x *TaskCancelled) Reset() {
 	*x = TaskCancelled{}
-	mi := &file_log_proto_msgTypes[50]
+	mi := &file_log_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4554,7 +4647,7 @@ func (x *TaskCancelled) String() string {
 func (*TaskCancelled) ProtoMessage() {}
 
 func (x *TaskCancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[50]
+	mi := &file_log_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4567,7 +4660,7 @@ func (x *TaskCancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCancelled.ProtoReflect.Descriptor instead.
 func (*TaskCancelled) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{50}
+	return file_log_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TaskCancelled) GetTask() *TaskRef {
@@ -4580,6 +4673,60 @@ func (x *TaskCancelled) GetTask() *TaskRef {
 func (x *TaskCancelled) GetPruneTick() int64 {
 	if x != nil {
 		return x.PruneTick
+	}
+	return 0
+}
+
+// TaskRetried: a DEAD, CANCELLED, SUCCEEDED or FAILED task is queued again
+// with its attempts reset, claimable from ready_at (unix ms).
+type TaskRetried struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *TaskRef               `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	ReadyAt       int64                  `protobuf:"varint,2,opt,name=ready_at,json=readyAt,proto3" json:"ready_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskRetried) Reset() {
+	*x = TaskRetried{}
+	mi := &file_log_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskRetried) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskRetried) ProtoMessage() {}
+
+func (x *TaskRetried) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskRetried.ProtoReflect.Descriptor instead.
+func (*TaskRetried) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *TaskRetried) GetTask() *TaskRef {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *TaskRetried) GetReadyAt() int64 {
+	if x != nil {
+		return x.ReadyAt
 	}
 	return 0
 }
@@ -4614,7 +4761,7 @@ type TaskSnap struct {
 
 func (x *TaskSnap) Reset() {
 	*x = TaskSnap{}
-	mi := &file_log_proto_msgTypes[51]
+	mi := &file_log_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4626,7 +4773,7 @@ func (x *TaskSnap) String() string {
 func (*TaskSnap) ProtoMessage() {}
 
 func (x *TaskSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[51]
+	mi := &file_log_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4639,7 +4786,7 @@ func (x *TaskSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSnap.ProtoReflect.Descriptor instead.
 func (*TaskSnap) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{51}
+	return file_log_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TaskSnap) GetSeq() uint64 {
@@ -4797,7 +4944,8 @@ const file_log_proto_rawDesc = "" +
 	"pool.proto\"U\n" +
 	"\x05Batch\x122\n" +
 	"\bcommands\x18\x01 \x03(\v2\x16.tenure.log.v1.CommandR\bcommands\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\fR\acluster\"\xd9\t\n" +
+	"\acluster\x18\x02 \x01(\fR\acluster\"\x94\n" +
+	"\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04tick\x18\x01 \x01(\x03R\x04tick\x12\x12\n" +
 	"\x04wall\x18\x02 \x01(\x03R\x04wall\x12\x14\n" +
@@ -4828,7 +4976,9 @@ const file_log_proto_rawDesc = "" +
 	"\rcomplete_task\x18* \x01(\v2\x1b.tenure.log.v1.CompleteTaskH\x00R\fcompleteTask\x126\n" +
 	"\tfail_task\x18+ \x01(\v2\x17.tenure.log.v1.FailTaskH\x00R\bfailTask\x12<\n" +
 	"\vcancel_task\x18, \x01(\v2\x19.tenure.log.v1.CancelTaskH\x00R\n" +
-	"cancelTaskB\x04\n" +
+	"cancelTask\x129\n" +
+	"\n" +
+	"retry_task\x18- \x01(\v2\x18.tenure.log.v1.RetryTaskH\x00R\tretryTaskB\x04\n" +
 	"\x02op\"y\n" +
 	"\tSetMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
@@ -4931,7 +5081,7 @@ const file_log_proto_rawDesc = "" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\"3\n" +
 	"\aAdvance\x12\x12\n" +
 	"\x04sign\x18\x01 \x01(\bR\x04sign\x12\x14\n" +
-	"\x05prune\x18\x02 \x01(\bR\x05prune\"\xbd\n" +
+	"\x05prune\x18\x02 \x01(\bR\x05prune\"\xfe\n" +
 	"\n" +
 	"\x06Record\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
@@ -4964,7 +5114,8 @@ const file_log_proto_rawDesc = "" +
 	"taskFailed\x12B\n" +
 	"\rtask_requeued\x18, \x01(\v2\x1b.tenure.log.v1.TaskRequeuedH\x00R\ftaskRequeued\x126\n" +
 	"\ttask_dead\x18- \x01(\v2\x17.tenure.log.v1.TaskDeadH\x00R\btaskDead\x12E\n" +
-	"\x0etask_cancelled\x18. \x01(\v2\x1c.tenure.log.v1.TaskCancelledH\x00R\rtaskCancelled\x12/\n" +
+	"\x0etask_cancelled\x18. \x01(\v2\x1c.tenure.log.v1.TaskCancelledH\x00R\rtaskCancelled\x12?\n" +
+	"\ftask_retried\x18/ \x01(\v2\x1a.tenure.log.v1.TaskRetriedH\x00R\vtaskRetried\x12/\n" +
 	"\x04pool\x182 \x01(\v2\x19.tenure.log.v1.PoolRecordH\x00R\x04poolB\x06\n" +
 	"\x04body\"y\n" +
 	"\tMemberSet\x12\x0e\n" +
@@ -5157,6 +5308,10 @@ const file_log_proto_rawDesc = "" +
 	"CancelTask\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\"X\n" +
+	"\tRetryTask\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x17\n" +
 	"\atask_id\x18\x03 \x01(\tR\x06taskId\"h\n" +
 	"\aTaskRef\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
@@ -5200,7 +5355,10 @@ const file_log_proto_rawDesc = "" +
 	"\rTaskCancelled\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x1d\n" +
 	"\n" +
-	"prune_tick\x18\x02 \x01(\x03R\tpruneTick\"\xdb\x04\n" +
+	"prune_tick\x18\x02 \x01(\x03R\tpruneTick\"T\n" +
+	"\vTaskRetried\x12*\n" +
+	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x19\n" +
+	"\bready_at\x18\x02 \x01(\x03R\areadyAt\"\xdb\x04\n" +
 	"\bTaskSnap\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x14\n" +
@@ -5240,7 +5398,7 @@ func file_log_proto_rawDescGZIP() []byte {
 	return file_log_proto_rawDescData
 }
 
-var file_log_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_log_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_log_proto_goTypes = []any{
 	(*Batch)(nil),              // 0: tenure.log.v1.Batch
 	(*Command)(nil),            // 1: tenure.log.v1.Command
@@ -5285,22 +5443,24 @@ var file_log_proto_goTypes = []any{
 	(*CompleteTask)(nil),       // 40: tenure.log.v1.CompleteTask
 	(*FailTask)(nil),           // 41: tenure.log.v1.FailTask
 	(*CancelTask)(nil),         // 42: tenure.log.v1.CancelTask
-	(*TaskRef)(nil),            // 43: tenure.log.v1.TaskRef
-	(*TaskEnqueued)(nil),       // 44: tenure.log.v1.TaskEnqueued
-	(*TaskClaimed)(nil),        // 45: tenure.log.v1.TaskClaimed
-	(*TaskCompleted)(nil),      // 46: tenure.log.v1.TaskCompleted
-	(*TaskFailed)(nil),         // 47: tenure.log.v1.TaskFailed
-	(*TaskRequeued)(nil),       // 48: tenure.log.v1.TaskRequeued
-	(*TaskDead)(nil),           // 49: tenure.log.v1.TaskDead
-	(*TaskCancelled)(nil),      // 50: tenure.log.v1.TaskCancelled
-	(*TaskSnap)(nil),           // 51: tenure.log.v1.TaskSnap
-	(*PoolCommand)(nil),        // 52: tenure.log.v1.PoolCommand
-	(*v1.NamespacePolicy)(nil), // 53: tenure.v1.NamespacePolicy
-	(v1.Mode)(0),               // 54: tenure.v1.Mode
-	(v1.ReleaseReason)(0),      // 55: tenure.v1.ReleaseReason
-	(*PoolRecord)(nil),         // 56: tenure.log.v1.PoolRecord
-	(v1.State)(0),              // 57: tenure.v1.State
-	(*PoolSnap)(nil),           // 58: tenure.log.v1.PoolSnap
+	(*RetryTask)(nil),          // 43: tenure.log.v1.RetryTask
+	(*TaskRef)(nil),            // 44: tenure.log.v1.TaskRef
+	(*TaskEnqueued)(nil),       // 45: tenure.log.v1.TaskEnqueued
+	(*TaskClaimed)(nil),        // 46: tenure.log.v1.TaskClaimed
+	(*TaskCompleted)(nil),      // 47: tenure.log.v1.TaskCompleted
+	(*TaskFailed)(nil),         // 48: tenure.log.v1.TaskFailed
+	(*TaskRequeued)(nil),       // 49: tenure.log.v1.TaskRequeued
+	(*TaskDead)(nil),           // 50: tenure.log.v1.TaskDead
+	(*TaskCancelled)(nil),      // 51: tenure.log.v1.TaskCancelled
+	(*TaskRetried)(nil),        // 52: tenure.log.v1.TaskRetried
+	(*TaskSnap)(nil),           // 53: tenure.log.v1.TaskSnap
+	(*PoolCommand)(nil),        // 54: tenure.log.v1.PoolCommand
+	(*v1.NamespacePolicy)(nil), // 55: tenure.v1.NamespacePolicy
+	(v1.Mode)(0),               // 56: tenure.v1.Mode
+	(v1.ReleaseReason)(0),      // 57: tenure.v1.ReleaseReason
+	(*PoolRecord)(nil),         // 58: tenure.log.v1.PoolRecord
+	(v1.State)(0),              // 59: tenure.v1.State
+	(*PoolSnap)(nil),           // 60: tenure.log.v1.PoolSnap
 }
 var file_log_proto_depIdxs = []int32{
 	1,  // 0: tenure.log.v1.Batch.commands:type_name -> tenure.log.v1.Command
@@ -5319,78 +5479,81 @@ var file_log_proto_depIdxs = []int32{
 	18, // 13: tenure.log.v1.Command.cancel_wait:type_name -> tenure.log.v1.CancelWait
 	5,  // 14: tenure.log.v1.Command.derive:type_name -> tenure.log.v1.Derive
 	6,  // 15: tenure.log.v1.Command.consume:type_name -> tenure.log.v1.Consume
-	52, // 16: tenure.log.v1.Command.pool:type_name -> tenure.log.v1.PoolCommand
+	54, // 16: tenure.log.v1.Command.pool:type_name -> tenure.log.v1.PoolCommand
 	38, // 17: tenure.log.v1.Command.enqueue:type_name -> tenure.log.v1.Enqueue
 	39, // 18: tenure.log.v1.Command.claim:type_name -> tenure.log.v1.Claim
 	40, // 19: tenure.log.v1.Command.complete_task:type_name -> tenure.log.v1.CompleteTask
 	41, // 20: tenure.log.v1.Command.fail_task:type_name -> tenure.log.v1.FailTask
 	42, // 21: tenure.log.v1.Command.cancel_task:type_name -> tenure.log.v1.CancelTask
-	53, // 22: tenure.log.v1.Bootstrap.default_policy:type_name -> tenure.v1.NamespacePolicy
-	54, // 23: tenure.log.v1.Acquire.mode:type_name -> tenure.v1.Mode
-	7,  // 24: tenure.log.v1.Acquire.derivation:type_name -> tenure.log.v1.Derivation
-	54, // 25: tenure.log.v1.Derive.mode:type_name -> tenure.v1.Mode
-	7,  // 26: tenure.log.v1.Derive.derivation:type_name -> tenure.log.v1.Derivation
-	8,  // 27: tenure.log.v1.Derivation.limits:type_name -> tenure.log.v1.CounterLimit
-	55, // 28: tenure.log.v1.Release.reason:type_name -> tenure.v1.ReleaseReason
-	53, // 29: tenure.log.v1.SetPolicy.policy:type_name -> tenure.v1.NamespacePolicy
-	22, // 30: tenure.log.v1.Record.initialized:type_name -> tenure.log.v1.Initialized
-	23, // 31: tenure.log.v1.Record.issued:type_name -> tenure.log.v1.LeaseIssued
-	26, // 32: tenure.log.v1.Record.renewed:type_name -> tenure.log.v1.LeaseRenewed
-	27, // 33: tenure.log.v1.Record.ended:type_name -> tenure.log.v1.LeaseEnded
-	28, // 34: tenure.log.v1.Record.grace:type_name -> tenure.log.v1.LeaseGrace
-	29, // 35: tenure.log.v1.Record.waiting:type_name -> tenure.log.v1.WaiterQueued
-	30, // 36: tenure.log.v1.Record.wait_ended:type_name -> tenure.log.v1.WaiterEnded
-	31, // 37: tenure.log.v1.Record.state_written:type_name -> tenure.log.v1.StateWritten
-	32, // 38: tenure.log.v1.Record.policy_set:type_name -> tenure.log.v1.PolicySet
-	33, // 39: tenure.log.v1.Record.checkpoint:type_name -> tenure.log.v1.Checkpoint
-	21, // 40: tenure.log.v1.Record.member_set:type_name -> tenure.log.v1.MemberSet
-	24, // 41: tenure.log.v1.Record.consumed:type_name -> tenure.log.v1.LeaseConsumed
-	44, // 42: tenure.log.v1.Record.task_enqueued:type_name -> tenure.log.v1.TaskEnqueued
-	45, // 43: tenure.log.v1.Record.task_claimed:type_name -> tenure.log.v1.TaskClaimed
-	46, // 44: tenure.log.v1.Record.task_completed:type_name -> tenure.log.v1.TaskCompleted
-	47, // 45: tenure.log.v1.Record.task_failed:type_name -> tenure.log.v1.TaskFailed
-	48, // 46: tenure.log.v1.Record.task_requeued:type_name -> tenure.log.v1.TaskRequeued
-	49, // 47: tenure.log.v1.Record.task_dead:type_name -> tenure.log.v1.TaskDead
-	50, // 48: tenure.log.v1.Record.task_cancelled:type_name -> tenure.log.v1.TaskCancelled
-	56, // 49: tenure.log.v1.Record.pool:type_name -> tenure.log.v1.PoolRecord
-	53, // 50: tenure.log.v1.Initialized.default_policy:type_name -> tenure.v1.NamespacePolicy
-	54, // 51: tenure.log.v1.LeaseIssued.mode:type_name -> tenure.v1.Mode
-	7,  // 52: tenure.log.v1.LeaseIssued.derivation:type_name -> tenure.log.v1.Derivation
-	25, // 53: tenure.log.v1.LeaseConsumed.lease:type_name -> tenure.log.v1.LeaseRef
-	25, // 54: tenure.log.v1.LeaseRenewed.lease:type_name -> tenure.log.v1.LeaseRef
-	25, // 55: tenure.log.v1.LeaseEnded.lease:type_name -> tenure.log.v1.LeaseRef
-	57, // 56: tenure.log.v1.LeaseEnded.state:type_name -> tenure.v1.State
-	55, // 57: tenure.log.v1.LeaseEnded.reason:type_name -> tenure.v1.ReleaseReason
-	25, // 58: tenure.log.v1.LeaseGrace.lease:type_name -> tenure.log.v1.LeaseRef
-	54, // 59: tenure.log.v1.WaiterQueued.mode:type_name -> tenure.v1.Mode
-	7,  // 60: tenure.log.v1.WaiterQueued.derivation:type_name -> tenure.log.v1.Derivation
-	53, // 61: tenure.log.v1.PolicySet.policy:type_name -> tenure.v1.NamespacePolicy
-	54, // 62: tenure.log.v1.LeaseSnap.mode:type_name -> tenure.v1.Mode
-	57, // 63: tenure.log.v1.LeaseSnap.state:type_name -> tenure.v1.State
-	55, // 64: tenure.log.v1.LeaseSnap.reason:type_name -> tenure.v1.ReleaseReason
-	7,  // 65: tenure.log.v1.LeaseSnap.derivation:type_name -> tenure.log.v1.Derivation
-	9,  // 66: tenure.log.v1.LeaseSnap.usage:type_name -> tenure.log.v1.CounterUse
-	34, // 67: tenure.log.v1.Snapshot.leases:type_name -> tenure.log.v1.LeaseSnap
-	29, // 68: tenure.log.v1.Snapshot.waiters:type_name -> tenure.log.v1.WaiterQueued
-	35, // 69: tenure.log.v1.Snapshot.states:type_name -> tenure.log.v1.GuardedStateSnap
-	32, // 70: tenure.log.v1.Snapshot.policies:type_name -> tenure.log.v1.PolicySet
-	53, // 71: tenure.log.v1.Snapshot.default_policy:type_name -> tenure.v1.NamespacePolicy
-	21, // 72: tenure.log.v1.Snapshot.members:type_name -> tenure.log.v1.MemberSet
-	51, // 73: tenure.log.v1.Snapshot.tasks:type_name -> tenure.log.v1.TaskSnap
-	58, // 74: tenure.log.v1.Snapshot.pools:type_name -> tenure.log.v1.PoolSnap
-	37, // 75: tenure.log.v1.Enqueue.tasks:type_name -> tenure.log.v1.NewTask
-	43, // 76: tenure.log.v1.TaskEnqueued.task:type_name -> tenure.log.v1.TaskRef
-	43, // 77: tenure.log.v1.TaskClaimed.task:type_name -> tenure.log.v1.TaskRef
-	43, // 78: tenure.log.v1.TaskCompleted.task:type_name -> tenure.log.v1.TaskRef
-	43, // 79: tenure.log.v1.TaskFailed.task:type_name -> tenure.log.v1.TaskRef
-	43, // 80: tenure.log.v1.TaskRequeued.task:type_name -> tenure.log.v1.TaskRef
-	43, // 81: tenure.log.v1.TaskDead.task:type_name -> tenure.log.v1.TaskRef
-	43, // 82: tenure.log.v1.TaskCancelled.task:type_name -> tenure.log.v1.TaskRef
-	83, // [83:83] is the sub-list for method output_type
-	83, // [83:83] is the sub-list for method input_type
-	83, // [83:83] is the sub-list for extension type_name
-	83, // [83:83] is the sub-list for extension extendee
-	0,  // [0:83] is the sub-list for field type_name
+	43, // 22: tenure.log.v1.Command.retry_task:type_name -> tenure.log.v1.RetryTask
+	55, // 23: tenure.log.v1.Bootstrap.default_policy:type_name -> tenure.v1.NamespacePolicy
+	56, // 24: tenure.log.v1.Acquire.mode:type_name -> tenure.v1.Mode
+	7,  // 25: tenure.log.v1.Acquire.derivation:type_name -> tenure.log.v1.Derivation
+	56, // 26: tenure.log.v1.Derive.mode:type_name -> tenure.v1.Mode
+	7,  // 27: tenure.log.v1.Derive.derivation:type_name -> tenure.log.v1.Derivation
+	8,  // 28: tenure.log.v1.Derivation.limits:type_name -> tenure.log.v1.CounterLimit
+	57, // 29: tenure.log.v1.Release.reason:type_name -> tenure.v1.ReleaseReason
+	55, // 30: tenure.log.v1.SetPolicy.policy:type_name -> tenure.v1.NamespacePolicy
+	22, // 31: tenure.log.v1.Record.initialized:type_name -> tenure.log.v1.Initialized
+	23, // 32: tenure.log.v1.Record.issued:type_name -> tenure.log.v1.LeaseIssued
+	26, // 33: tenure.log.v1.Record.renewed:type_name -> tenure.log.v1.LeaseRenewed
+	27, // 34: tenure.log.v1.Record.ended:type_name -> tenure.log.v1.LeaseEnded
+	28, // 35: tenure.log.v1.Record.grace:type_name -> tenure.log.v1.LeaseGrace
+	29, // 36: tenure.log.v1.Record.waiting:type_name -> tenure.log.v1.WaiterQueued
+	30, // 37: tenure.log.v1.Record.wait_ended:type_name -> tenure.log.v1.WaiterEnded
+	31, // 38: tenure.log.v1.Record.state_written:type_name -> tenure.log.v1.StateWritten
+	32, // 39: tenure.log.v1.Record.policy_set:type_name -> tenure.log.v1.PolicySet
+	33, // 40: tenure.log.v1.Record.checkpoint:type_name -> tenure.log.v1.Checkpoint
+	21, // 41: tenure.log.v1.Record.member_set:type_name -> tenure.log.v1.MemberSet
+	24, // 42: tenure.log.v1.Record.consumed:type_name -> tenure.log.v1.LeaseConsumed
+	45, // 43: tenure.log.v1.Record.task_enqueued:type_name -> tenure.log.v1.TaskEnqueued
+	46, // 44: tenure.log.v1.Record.task_claimed:type_name -> tenure.log.v1.TaskClaimed
+	47, // 45: tenure.log.v1.Record.task_completed:type_name -> tenure.log.v1.TaskCompleted
+	48, // 46: tenure.log.v1.Record.task_failed:type_name -> tenure.log.v1.TaskFailed
+	49, // 47: tenure.log.v1.Record.task_requeued:type_name -> tenure.log.v1.TaskRequeued
+	50, // 48: tenure.log.v1.Record.task_dead:type_name -> tenure.log.v1.TaskDead
+	51, // 49: tenure.log.v1.Record.task_cancelled:type_name -> tenure.log.v1.TaskCancelled
+	52, // 50: tenure.log.v1.Record.task_retried:type_name -> tenure.log.v1.TaskRetried
+	58, // 51: tenure.log.v1.Record.pool:type_name -> tenure.log.v1.PoolRecord
+	55, // 52: tenure.log.v1.Initialized.default_policy:type_name -> tenure.v1.NamespacePolicy
+	56, // 53: tenure.log.v1.LeaseIssued.mode:type_name -> tenure.v1.Mode
+	7,  // 54: tenure.log.v1.LeaseIssued.derivation:type_name -> tenure.log.v1.Derivation
+	25, // 55: tenure.log.v1.LeaseConsumed.lease:type_name -> tenure.log.v1.LeaseRef
+	25, // 56: tenure.log.v1.LeaseRenewed.lease:type_name -> tenure.log.v1.LeaseRef
+	25, // 57: tenure.log.v1.LeaseEnded.lease:type_name -> tenure.log.v1.LeaseRef
+	59, // 58: tenure.log.v1.LeaseEnded.state:type_name -> tenure.v1.State
+	57, // 59: tenure.log.v1.LeaseEnded.reason:type_name -> tenure.v1.ReleaseReason
+	25, // 60: tenure.log.v1.LeaseGrace.lease:type_name -> tenure.log.v1.LeaseRef
+	56, // 61: tenure.log.v1.WaiterQueued.mode:type_name -> tenure.v1.Mode
+	7,  // 62: tenure.log.v1.WaiterQueued.derivation:type_name -> tenure.log.v1.Derivation
+	55, // 63: tenure.log.v1.PolicySet.policy:type_name -> tenure.v1.NamespacePolicy
+	56, // 64: tenure.log.v1.LeaseSnap.mode:type_name -> tenure.v1.Mode
+	59, // 65: tenure.log.v1.LeaseSnap.state:type_name -> tenure.v1.State
+	57, // 66: tenure.log.v1.LeaseSnap.reason:type_name -> tenure.v1.ReleaseReason
+	7,  // 67: tenure.log.v1.LeaseSnap.derivation:type_name -> tenure.log.v1.Derivation
+	9,  // 68: tenure.log.v1.LeaseSnap.usage:type_name -> tenure.log.v1.CounterUse
+	34, // 69: tenure.log.v1.Snapshot.leases:type_name -> tenure.log.v1.LeaseSnap
+	29, // 70: tenure.log.v1.Snapshot.waiters:type_name -> tenure.log.v1.WaiterQueued
+	35, // 71: tenure.log.v1.Snapshot.states:type_name -> tenure.log.v1.GuardedStateSnap
+	32, // 72: tenure.log.v1.Snapshot.policies:type_name -> tenure.log.v1.PolicySet
+	55, // 73: tenure.log.v1.Snapshot.default_policy:type_name -> tenure.v1.NamespacePolicy
+	21, // 74: tenure.log.v1.Snapshot.members:type_name -> tenure.log.v1.MemberSet
+	53, // 75: tenure.log.v1.Snapshot.tasks:type_name -> tenure.log.v1.TaskSnap
+	60, // 76: tenure.log.v1.Snapshot.pools:type_name -> tenure.log.v1.PoolSnap
+	37, // 77: tenure.log.v1.Enqueue.tasks:type_name -> tenure.log.v1.NewTask
+	44, // 78: tenure.log.v1.TaskEnqueued.task:type_name -> tenure.log.v1.TaskRef
+	44, // 79: tenure.log.v1.TaskClaimed.task:type_name -> tenure.log.v1.TaskRef
+	44, // 80: tenure.log.v1.TaskCompleted.task:type_name -> tenure.log.v1.TaskRef
+	44, // 81: tenure.log.v1.TaskFailed.task:type_name -> tenure.log.v1.TaskRef
+	44, // 82: tenure.log.v1.TaskRequeued.task:type_name -> tenure.log.v1.TaskRef
+	44, // 83: tenure.log.v1.TaskDead.task:type_name -> tenure.log.v1.TaskRef
+	44, // 84: tenure.log.v1.TaskCancelled.task:type_name -> tenure.log.v1.TaskRef
+	44, // 85: tenure.log.v1.TaskRetried.task:type_name -> tenure.log.v1.TaskRef
+	86, // [86:86] is the sub-list for method output_type
+	86, // [86:86] is the sub-list for method input_type
+	86, // [86:86] is the sub-list for extension type_name
+	86, // [86:86] is the sub-list for extension extendee
+	0,  // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_log_proto_init() }
@@ -5421,6 +5584,7 @@ func file_log_proto_init() {
 		(*Command_CompleteTask)(nil),
 		(*Command_FailTask)(nil),
 		(*Command_CancelTask)(nil),
+		(*Command_RetryTask)(nil),
 	}
 	file_log_proto_msgTypes[4].OneofWrappers = []any{}
 	file_log_proto_msgTypes[5].OneofWrappers = []any{}
@@ -5447,6 +5611,7 @@ func file_log_proto_init() {
 		(*Record_TaskRequeued)(nil),
 		(*Record_TaskDead)(nil),
 		(*Record_TaskCancelled)(nil),
+		(*Record_TaskRetried)(nil),
 		(*Record_Pool)(nil),
 	}
 	file_log_proto_msgTypes[39].OneofWrappers = []any{}
@@ -5457,7 +5622,7 @@ func file_log_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_log_proto_rawDesc), len(file_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   52,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

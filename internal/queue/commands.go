@@ -414,6 +414,30 @@ func (qs *Queues) Cancel(tx *registrar.Tx, c *logpb.CancelTask) Outcome {
 	return Outcome{Task: &v}
 }
 
+// Retry runs a task again from its first attempt: a DEAD, CANCELLED or
+// SUCCEEDED task is queued again, claimable now (its last error kept, its
+// result dropped); a FAILED task waiting for its retry is claimable now.
+// Either way its attempts start over. A QUEUED or LEASED task is answered
+// unchanged: it will run anyway.
+func (qs *Queues) Retry(tx *registrar.Tx, c *logpb.RetryTask) Outcome {
+	t, err := qs.find(c.Namespace, c.Queue, c.TaskId)
+	if err != nil {
+		return fail(err)
+	}
+	if t.state == Queued || t.state == Leased {
+		v := qs.view(t)
+		return Outcome{Task: &v}
+	}
+	tx.Emit(&logpb.Record{Body: &logpb.Record_TaskRetried{TaskRetried: &logpb.TaskRetried{
+		Task: qs.ref(t), ReadyAt: tx.Wall,
+	}}})
+	if err := tx.Err(); err != nil {
+		return fail(err)
+	}
+	v := qs.view(t)
+	return Outcome{Task: &v}
+}
+
 // leaseEnded is the registrar's OnLeaseEnd hook: a task lease that ends
 // without a completion or failure puts its task back in the queue, in the
 // same apply step. A lease given back (released, as a draining worker

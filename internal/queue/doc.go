@@ -28,8 +28,8 @@
 // Claims take the highest priority first, then the earliest ready time
 // (enqueue time, not_before, or retry time), then enqueue order. Ready
 // times are wall milliseconds (UTC), decided with the command's wall time;
-// backoff after a failure is exponential with jitter derived from the task
-// id and attempt, so every replica computes the same. Finished tasks
+// backoff after a failure is attempt⁴ seconds (capped at 1 h) with jitter
+// derived from the task id and attempt, so every replica computes the same. Finished tasks
 // (SUCCEEDED, DEAD, CANCELLED) are pruned at a tick fixed when they finish
 // (the namespace's lease retention later), or earlier when the namespace
 // keeps more than its policy's MaxRetainedTasks (those nearest their prune

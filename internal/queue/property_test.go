@@ -44,7 +44,8 @@ func TestProperties(t *testing.T) {
 		steps := rapid.IntRange(1, 60).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
 			qn := rapid.SampledFrom(queues).Draw(rt, "queue")
-			switch rapid.IntRange(0, 8).Draw(rt, "op") {
+			retried := map[uint64]bool{} // tasks this step ran again (Retry)
+			switch rapid.IntRange(0, 9).Draw(rt, "op") {
 			case 0, 1:
 				n := rapid.IntRange(1, 3).Draw(rt, "n")
 				var ts []*logpb.NewTask
@@ -115,6 +116,41 @@ func TestProperties(t *testing.T) {
 				} else if l, err := e.m.Registrar().Get(id, e.tick); err == nil {
 					e.apply(&logpb.Command{Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: id, Holder: l.Holder}}})
 				}
+			case 9:
+				id := rapid.SampledFrom(taskIDs[:5]).Draw(rt, "retry")
+				before, err := e.m.Queues().Get("", qn, id)
+				out := e.retry(qn, id)
+				if err != nil {
+					wantReason(rt, out.Err, registrar.ReasonTaskNotFound)
+					continue
+				}
+				if out.Err != nil {
+					// What is due happens first, in the same command: a
+					// finished task past its retention is pruned, and a
+					// lease past its expiry ends, making its task DEAD and
+					// maybe pruned at once by the namespace's cap.
+					if before.State != queue.Queued && registrar.ReasonOf(out.Err) == registrar.ReasonTaskNotFound {
+						continue
+					}
+					rt.Fatalf("retry of %s (%s): %v", id, before.State, out.Err)
+				}
+				after, _ := e.m.Queues().Get("", qn, id)
+				switch before.State {
+				case queue.Queued, queue.Leased:
+					// Unchanged by the retry; but a lease past its expiry
+					// ends first, in the same command, and a task it
+					// made DEAD is then retried.
+					if before.State == queue.Leased && after.State == queue.Queued && after.Attempts == 0 {
+						retried[after.Seq] = true
+					} else if after.Attempts != before.Attempts {
+						rt.Fatalf("retry changed %s task %s: %+v", before.State, id, after)
+					}
+				default:
+					if after.State != queue.Queued || after.Attempts != 0 {
+						rt.Fatalf("retry of %s task %s: %+v", before.State, id, after)
+					}
+					retried[after.Seq] = true
+				}
 			case 8:
 				e.after(int64(rapid.IntRange(1, 5000).Draw(rt, "ms")))
 				if rapid.Bool().Draw(rt, "advance") {
@@ -138,10 +174,10 @@ func TestProperties(t *testing.T) {
 					// release): the task is queued again with its attempt
 					// returned.
 					returned := had && h.state == queue.Leased && tk.State == queue.Queued && tk.Attempts == h.attempts-1
-					if had && tk.Attempts < h.attempts && !returned {
+					if had && tk.Attempts < h.attempts && !returned && !retried[tk.Seq] {
 						rt.Fatalf("task %s attempts went %d → %d", tk.ID, h.attempts, tk.Attempts)
 					}
-					if had && h.state.Finished() && tk.State != h.state {
+					if had && h.state.Finished() && tk.State != h.state && !retried[tk.Seq] {
 						rt.Fatalf("task %s left finished state %s for %s", tk.ID, h.state, tk.State)
 					}
 					if tk.Attempts > tk.MaxAttempts || (tk.State == queue.Dead && tk.Attempts != tk.MaxAttempts) {

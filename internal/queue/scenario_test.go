@@ -200,6 +200,12 @@ func TestCompleteFailRetryDead(t *testing.T) {
 	if out.Task.NotBefore != e.wall()+back || back < queue.BackoffBase*3/4 || back >= queue.BackoffBase*5/4 {
 		t.Fatalf("retry at %d, backoff %d", out.Task.NotBefore, back)
 	}
+	// attempt⁴ seconds, capped at an hour, within the jitter.
+	for attempt, base := range map[uint32]int64{2: 16_000, 3: 81_000, 4: 256_000, 7: 2_401_000, 8: queue.BackoffMax, 1000: queue.BackoffMax} {
+		if d := queue.Backoff("t", attempt); d < base*3/4 || d >= base*5/4 {
+			t.Fatalf("backoff of attempt %d: %d ms, want %d ± 25%%", attempt, d, base)
+		}
+	}
 	// Retrying the same Fail is a no-op answering the task.
 	mark := len(e.log)
 	if again := e.fail("q", "t", l.ID, "boom", nil); again.Err != nil || len(e.log) != mark {
@@ -448,6 +454,85 @@ func TestFinishedTasksCap(t *testing.T) {
 	}
 	if !kept("busy", "e19") || kept("busy", "e18") {
 		t.Fatalf("busy kept e19 %v (want true), e18 %v (want false)", kept("busy", "e19"), kept("busy", "e18"))
+	}
+	e.checkReplay()
+}
+
+// TestRetry: a dead, cancelled or succeeded task runs again from its first
+// attempt, claimable now; a failed one waiting for its backoff becomes
+// claimable now; a queued or leased one is left as it is; the lease of the
+// run before cannot complete the new one.
+func TestRetry(t *testing.T) {
+	e := setup(t)
+	e.mustEnqueue("q", &logpb.NewTask{TaskId: "dead", MaxAttempts: 1}, task("done", 0), task("gone", 0), task("later", 0), task("busy", 0))
+	// dead: its only lease expires.
+	c := e.claim("q", "w", 1, 1000)
+	if len(c.Tasks) != 1 || c.Tasks[0].ID != "dead" {
+		t.Fatalf("claim: %+v", c)
+	}
+	old := c.Leases[0].ID
+	e.after(1000).advance()
+	if got := e.get("q", "dead"); got.State != queue.Dead {
+		t.Fatalf("dead: %+v", got)
+	}
+	// done: succeeded with a result.
+	c = e.claim("q", "w", 1)
+	if out := e.complete("q", "done", c.Leases[0].ID, []byte("r")); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	if out := e.cancel("q", "gone"); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	// later: failed, waiting an hour for its retry.
+	c = e.claim("q", "w", 1)
+	hour := int64(3_600_000)
+	if out := e.fail("q", "later", c.Leases[0].ID, "boom", &hour); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	busy := e.claim("q", "w", 1)
+	if len(busy.Tasks) != 1 || busy.Tasks[0].ID != "busy" {
+		t.Fatalf("claim busy: %+v", busy)
+	}
+
+	for _, id := range []string{"dead", "done", "gone", "later"} {
+		out := e.retry("q", id)
+		if out.Err != nil || out.Task.State != queue.Queued || out.Task.Attempts != 0 || len(out.Task.Result) != 0 || out.Task.CompletedAt != 0 {
+			t.Fatalf("retry %s: %+v %v", id, out.Task, out.Err)
+		}
+	}
+	if got := e.get("q", "dead"); !strings.Contains(got.LastError, "expired") {
+		t.Fatalf("the last error is kept: %+v", got)
+	}
+	// Unchanged: a leased task (and a queued one: the retried ones now).
+	n := len(e.log)
+	if out := e.retry("q", "busy"); out.Err != nil || out.Task.State != queue.Leased || out.Task.Attempts != 1 {
+		t.Fatalf("retry of a leased task: %+v %v", out.Task, out.Err)
+	}
+	if out := e.retry("q", "dead"); out.Err != nil || out.Task.State != queue.Queued {
+		t.Fatalf("retry of a queued task: %+v %v", out.Task, out.Err)
+	}
+	if len(e.log) != n {
+		t.Fatalf("retries that change nothing emitted %d records", len(e.log)-n)
+	}
+	wantReason(t, e.retry("q", "nope").Err, registrar.ReasonTaskNotFound)
+	if s := e.m.Queues().Stats("", "q"); s.Queued != 4 || s.Leased != 1 || s.Dead+s.Succeeded+s.Cancelled+s.Failed != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	// All four are claimable now, and run under new leases only.
+	c = e.claim("q", "w2", 4)
+	if len(c.Tasks) != 4 {
+		t.Fatalf("claim after retry: %+v", c.Tasks)
+	}
+	for i, tk := range c.Tasks {
+		if tk.Attempts != 1 {
+			t.Fatalf("%s attempt %d", tk.ID, tk.Attempts)
+		}
+		if tk.ID == "dead" {
+			wantReason(t, e.complete("q", "dead", old, nil).Err, registrar.ReasonTaskNotLeased)
+			if out := e.complete("q", "dead", c.Leases[i].ID, nil); out.Err != nil {
+				t.Fatal(out.Err)
+			}
+		}
 	}
 	e.checkReplay()
 }

@@ -97,6 +97,10 @@ func (e *env) cancel(queueName, id string) queue.Outcome {
 	return e.q(&logpb.Command{Op: &logpb.Command_CancelTask{CancelTask: &logpb.CancelTask{Queue: queueName, TaskId: id}}})
 }
 
+func (e *env) retry(queueName, id string) queue.Outcome {
+	return e.q(&logpb.Command{Op: &logpb.Command_RetryTask{RetryTask: &logpb.RetryTask{Queue: queueName, TaskId: id}}})
+}
+
 func (e *env) advance() {
 	e.apply(&logpb.Command{Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}})
 }

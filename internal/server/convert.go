@@ -245,7 +245,7 @@ func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 		d["head"] = hex.EncodeToString(b.Checkpoint.Head)
 		d["signature"] = hex.EncodeToString(b.Checkpoint.Signature)
 	case *logpb.Record_TaskEnqueued, *logpb.Record_TaskClaimed, *logpb.Record_TaskCompleted, *logpb.Record_TaskFailed,
-		*logpb.Record_TaskRequeued, *logpb.Record_TaskDead, *logpb.Record_TaskCancelled:
+		*logpb.Record_TaskRequeued, *logpb.Record_TaskDead, *logpb.Record_TaskCancelled, *logpb.Record_TaskRetried:
 		renderTaskEvent(ev, d, rec)
 	case *logpb.Record_Pool:
 		renderPoolEvent(ev, d, b.Pool)

@@ -35,6 +35,7 @@ func init() {
 	routes[v1c.QueueServiceCompleteProcedure] = route{true, via[tenurev1.CompleteRequest, tenurev1.CompleteResponse](v1c.QueueServiceCompleteProcedure)}
 	routes[v1c.QueueServiceFailProcedure] = route{true, via[tenurev1.FailRequest, tenurev1.FailResponse](v1c.QueueServiceFailProcedure)}
 	routes[v1c.QueueServiceCancelProcedure] = route{true, via[tenurev1.CancelRequest, tenurev1.CancelResponse](v1c.QueueServiceCancelProcedure)}
+	routes[v1c.QueueServiceRetryProcedure] = route{true, via[tenurev1.RetryRequest, tenurev1.RetryResponse](v1c.QueueServiceRetryProcedure)}
 	routes[v1c.QueueServiceGetTaskProcedure] = route{false, via[tenurev1.GetTaskRequest, tenurev1.GetTaskResponse](v1c.QueueServiceGetTaskProcedure)}
 	routes[v1c.QueueServiceListTasksProcedure] = route{false, via[tenurev1.ListTasksRequest, tenurev1.ListTasksResponse](v1c.QueueServiceListTasksProcedure)}
 	routes[v1c.QueueServiceStatsProcedure] = route{false, via[tenurev1.QueueStatsRequest, tenurev1.QueueStatsResponse](v1c.QueueServiceStatsProcedure)}
@@ -191,7 +192,8 @@ func (s *Server) claimCommand(m *tenurev1.ClaimRequest) (*logpb.Claim, time.Dura
 // claim proposes a claim; with a wait, it proposes again whenever the
 // queue may have a claimable task (a record of one of its tasks applied,
 // or a delayed task's ready time), until it gets one or the wait ends. An
-// empty answer after the wait is not an error.
+// empty answer after the wait is not an error; a wait cut short by the
+// server's shutdown is UNAVAILABLE.
 //
 // A waiting claim is woken by the watch hub for its queue's records only:
 // woken by every applied entry, 1,000 idle workers long-polling empty
@@ -256,7 +258,9 @@ func (s *Server) claim(ctx context.Context, c *logpb.Claim, wait time.Duration) 
 		case <-ctx.Done():
 			return queue.Outcome{}, ctx.Err()
 		case <-s.closing:
-			return queue.Outcome{}, nil
+			// Not "no task": the caller should ask another member.
+			return queue.Outcome{}, &registrar.Error{Reason: registrar.ReasonUnavailable,
+				Message: string(registrar.ReasonUnavailable) + ": the server is shutting down; nothing was claimed"}
 		}
 	}
 }
@@ -332,6 +336,19 @@ func (h *queueService) Cancel(ctx context.Context, req *connect.Request[tenurev1
 		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&tenurev1.CancelResponse{Task: t}), nil
+}
+
+func (h *queueService) Retry(ctx context.Context, req *connect.Request[tenurev1.RetryRequest]) (*connect.Response[tenurev1.RetryResponse], error) {
+	s, m := h.s, req.Msg
+	if err := queue.ValidateTaskRef(m.Namespace, m.Queue, m.TaskId); err != nil {
+		return nil, s.toConnect(err)
+	}
+	t, err := s.taskCommand(ctx, &logpb.Command{Op: &logpb.Command_RetryTask{RetryTask: &logpb.RetryTask{
+		Namespace: m.Namespace, Queue: m.Queue, TaskId: m.TaskId}}})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.RetryResponse{Task: t}), nil
 }
 
 func (s *Server) taskCommand(ctx context.Context, cmd *logpb.Command) (*tenurev1.Task, error) {

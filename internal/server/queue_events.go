@@ -17,6 +17,7 @@ const (
 	EventTaskRequeued  = "task.requeued"
 	EventTaskDead      = "task.dead"
 	EventTaskCancelled = "task.cancelled"
+	EventTaskRetried   = "task.retried"
 )
 
 func taskRefOf(rec *logpb.Record) *logpb.TaskRef {
@@ -35,6 +36,8 @@ func taskRefOf(rec *logpb.Record) *logpb.TaskRef {
 		return b.TaskDead.GetTask()
 	case *logpb.Record_TaskCancelled:
 		return b.TaskCancelled.GetTask()
+	case *logpb.Record_TaskRetried:
+		return b.TaskRetried.GetTask()
 	}
 	return nil
 }
@@ -73,5 +76,7 @@ func renderTaskEvent(ev *tenurev1.Event, d map[string]string, rec *logpb.Record)
 		d["error"] = b.TaskDead.Error
 	case *logpb.Record_TaskCancelled:
 		ev.Type = EventTaskCancelled
+	case *logpb.Record_TaskRetried:
+		ev.Type = EventTaskRetried
 	}
 }

@@ -355,3 +355,24 @@ func TestClaimWaitWakesForItsQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimWaitEndsUnavailableOnShutdown: a Claim long-polling when its
+// server shuts down is told UNAVAILABLE (ask another member), not that
+// there is no task.
+func TestClaimWaitEndsUnavailableOnShutdown(t *testing.T) {
+	b := setup(t)
+	qc := b.queueClient()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := qc.Claim(context.Background(), connect.NewRequest(&tenurev1.ClaimRequest{Queue: "idle", Worker: "w",
+			Wait: durationpb.New(time.Minute)}))
+		errc <- err
+	}()
+	waitFor(t, "the claim waiting", 10*time.Second, func() bool {
+		b.srv.watchers.mu.Lock()
+		defer b.srv.watchers.mu.Unlock()
+		return len(b.srv.watchers.subs) == 1
+	})
+	b.stop(t)
+	wantReason(t, <-errc, connect.CodeUnavailable, "UNAVAILABLE")
+}

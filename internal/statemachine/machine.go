@@ -273,7 +273,8 @@ func (m *Machine) dispatch(tx *registrar.Tx, cmd *logpb.Command) registrar.Outco
 		return m.reg.Consume(tx, op.Consume)
 	case *logpb.Command_SetMember:
 		return m.setMember(tx, op.SetMember)
-	case *logpb.Command_Enqueue, *logpb.Command_Claim, *logpb.Command_CompleteTask, *logpb.Command_FailTask, *logpb.Command_CancelTask:
+	case *logpb.Command_Enqueue, *logpb.Command_Claim, *logpb.Command_CompleteTask, *logpb.Command_FailTask, *logpb.Command_CancelTask,
+		*logpb.Command_RetryTask:
 		return m.dispatchQueue(tx, cmd)
 	case *logpb.Command_Pool:
 		return m.dispatchPool(tx, op.Pool)

@@ -25,6 +25,8 @@ func (m *Machine) dispatchQueue(tx *registrar.Tx, cmd *logpb.Command) registrar.
 		out = m.q.Fail(tx, op.FailTask)
 	case *logpb.Command_CancelTask:
 		out = m.q.Cancel(tx, op.CancelTask)
+	case *logpb.Command_RetryTask:
+		out = m.q.Retry(tx, op.RetryTask)
 	}
 	m.qout = &out
 	return registrar.Outcome{Err: out.Err}

@@ -324,6 +324,15 @@ func TestDashboard(t *testing.T) {
 		if err != nil || got.Msg.Task.State != tenurev1.TaskState_TASK_STATE_CANCELLED {
 			t.Fatalf("t3 after the UI's cancel: %v %v", got, err)
 		}
+		// Retry the dead t1 from its page: queued again, from its first attempt.
+		e.open(t, "/queues/mail/t1")
+		rbtn := chromedp.CSS(`#task-detail button.retry`)
+		e.step(t, "retry t1", chromedp.WaitVisible(rbtn), chromedp.Click(rbtn))
+		e.waitJS(t, "the retry's answer", `document.querySelector("#task-message .notice")?.textContent.includes("queued again")`)
+		got, err = e.queues.GetTask(ctx, connect.NewRequest(&tenurev1.GetTaskRequest{Queue: "mail", TaskId: "t1"}))
+		if err != nil || got.Msg.Task.State != tenurev1.TaskState_TASK_STATE_QUEUED || got.Msg.Task.Attempts != 0 {
+			t.Fatalf("t1 after the UI's retry: %v %v", got, err)
+		}
 		// An unknown task is a clear error.
 		e.open(t, "/queues/mail/nope")
 		e.waitJS(t, "the error", `document.querySelector("#task-detail .error")?.textContent.includes("TASK_NOT_FOUND")`)

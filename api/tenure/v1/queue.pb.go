@@ -954,6 +954,114 @@ func (x *CancelResponse) GetTask() *Task {
 	return nil
 }
 
+// RetryRequest runs a task again: a DEAD, CANCELLED or SUCCEEDED task is
+// queued again, claimable now, with its attempts reset (its last error kept,
+// its result dropped); a FAILED task waiting for its retry is claimable now,
+// its attempts reset. A QUEUED or LEASED task is answered unchanged.
+type RetryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Queue         string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	TaskId        string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryRequest) Reset() {
+	*x = RetryRequest{}
+	mi := &file_tenure_v1_queue_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryRequest) ProtoMessage() {}
+
+func (x *RetryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_queue_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryRequest.ProtoReflect.Descriptor instead.
+func (*RetryRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RetryRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RetryRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *RetryRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+type RetryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryResponse) Reset() {
+	*x = RetryResponse{}
+	mi := &file_tenure_v1_queue_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryResponse) ProtoMessage() {}
+
+func (x *RetryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_queue_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryResponse.ProtoReflect.Descriptor instead.
+func (*RetryResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RetryResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
 type GetTaskRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -965,7 +1073,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[12]
+	mi := &file_tenure_v1_queue_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1085,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[12]
+	mi := &file_tenure_v1_queue_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1098,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{12}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetTaskRequest) GetNamespace() string {
@@ -1023,7 +1131,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[13]
+	mi := &file_tenure_v1_queue_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1143,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[13]
+	mi := &file_tenure_v1_queue_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1156,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{13}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -1072,7 +1180,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[14]
+	mi := &file_tenure_v1_queue_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1192,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[14]
+	mi := &file_tenure_v1_queue_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1205,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{14}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListTasksRequest) GetNamespace() string {
@@ -1146,7 +1254,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[15]
+	mi := &file_tenure_v1_queue_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1266,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[15]
+	mi := &file_tenure_v1_queue_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1279,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{15}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -1198,7 +1306,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[16]
+	mi := &file_tenure_v1_queue_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1318,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[16]
+	mi := &file_tenure_v1_queue_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1331,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{16}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QueueStatsRequest) GetNamespace() string {
@@ -1254,7 +1362,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[17]
+	mi := &file_tenure_v1_queue_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1374,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[17]
+	mi := &file_tenure_v1_queue_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1387,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{17}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QueueStatsResponse) GetQueued() uint64 {
@@ -1334,7 +1442,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[18]
+	mi := &file_tenure_v1_queue_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1454,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[18]
+	mi := &file_tenure_v1_queue_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1467,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{18}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListQueuesRequest) GetNamespace() string {
@@ -1380,7 +1488,7 @@ type QueueSummary struct {
 
 func (x *QueueSummary) Reset() {
 	*x = QueueSummary{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[19]
+	mi := &file_tenure_v1_queue_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1500,7 @@ func (x *QueueSummary) String() string {
 func (*QueueSummary) ProtoMessage() {}
 
 func (x *QueueSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[19]
+	mi := &file_tenure_v1_queue_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1513,7 @@ func (x *QueueSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSummary.ProtoReflect.Descriptor instead.
 func (*QueueSummary) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{19}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *QueueSummary) GetQueue() string {
@@ -1432,7 +1540,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[20]
+	mi := &file_tenure_v1_queue_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1552,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[20]
+	mi := &file_tenure_v1_queue_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1565,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{20}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueSummary {
@@ -1488,7 +1596,7 @@ type QueueOp struct {
 
 func (x *QueueOp) Reset() {
 	*x = QueueOp{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[21]
+	mi := &file_tenure_v1_queue_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1608,7 @@ func (x *QueueOp) String() string {
 func (*QueueOp) ProtoMessage() {}
 
 func (x *QueueOp) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[21]
+	mi := &file_tenure_v1_queue_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1621,7 @@ func (x *QueueOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueOp.ProtoReflect.Descriptor instead.
 func (*QueueOp) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{21}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueOp) GetId() uint64 {
@@ -1645,7 +1753,7 @@ type QueueResult struct {
 
 func (x *QueueResult) Reset() {
 	*x = QueueResult{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[22]
+	mi := &file_tenure_v1_queue_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1765,7 @@ func (x *QueueResult) String() string {
 func (*QueueResult) ProtoMessage() {}
 
 func (x *QueueResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[22]
+	mi := &file_tenure_v1_queue_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1778,7 @@ func (x *QueueResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueResult.ProtoReflect.Descriptor instead.
 func (*QueueResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{22}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueResult) GetId() uint64 {
@@ -1806,7 +1914,7 @@ type QueuePipelineRequest struct {
 
 func (x *QueuePipelineRequest) Reset() {
 	*x = QueuePipelineRequest{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[23]
+	mi := &file_tenure_v1_queue_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1926,7 @@ func (x *QueuePipelineRequest) String() string {
 func (*QueuePipelineRequest) ProtoMessage() {}
 
 func (x *QueuePipelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[23]
+	mi := &file_tenure_v1_queue_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1939,7 @@ func (x *QueuePipelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePipelineRequest.ProtoReflect.Descriptor instead.
 func (*QueuePipelineRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{23}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueuePipelineRequest) GetOps() []*QueueOp {
@@ -1851,7 +1959,7 @@ type QueuePipelineResponse struct {
 
 func (x *QueuePipelineResponse) Reset() {
 	*x = QueuePipelineResponse{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[24]
+	mi := &file_tenure_v1_queue_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +1971,7 @@ func (x *QueuePipelineResponse) String() string {
 func (*QueuePipelineResponse) ProtoMessage() {}
 
 func (x *QueuePipelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[24]
+	mi := &file_tenure_v1_queue_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +1984,7 @@ func (x *QueuePipelineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePipelineResponse.ProtoReflect.Descriptor instead.
 func (*QueuePipelineResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{24}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueuePipelineResponse) GetResults() []*QueueResult {
@@ -1960,6 +2068,12 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x17\n" +
 	"\atask_id\x18\x03 \x01(\tR\x06taskId\"5\n" +
 	"\x0eCancelResponse\x12#\n" +
+	"\x04task\x18\x01 \x01(\v2\x0f.tenure.v1.TaskR\x04task\"[\n" +
+	"\fRetryRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\"4\n" +
+	"\rRetryResponse\x12#\n" +
 	"\x04task\x18\x01 \x01(\v2\x0f.tenure.v1.TaskR\x04task\"]\n" +
 	"\x0eGetTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
@@ -2026,7 +2140,7 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\x14TASK_STATE_SUCCEEDED\x10\x03\x12\x15\n" +
 	"\x11TASK_STATE_FAILED\x10\x04\x12\x13\n" +
 	"\x0fTASK_STATE_DEAD\x10\x05\x12\x18\n" +
-	"\x14TASK_STATE_CANCELLED\x10\x062\xb7\x05\n" +
+	"\x14TASK_STATE_CANCELLED\x10\x062\xf3\x05\n" +
 	"\fQueueService\x12@\n" +
 	"\aEnqueue\x12\x19.tenure.v1.EnqueueRequest\x1a\x1a.tenure.v1.EnqueueResponse\x12:\n" +
 	"\x05Claim\x12\x17.tenure.v1.ClaimRequest\x1a\x18.tenure.v1.ClaimResponse\x12C\n" +
@@ -2038,7 +2152,8 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\x05Stats\x12\x1c.tenure.v1.QueueStatsRequest\x1a\x1d.tenure.v1.QueueStatsResponse\x12I\n" +
 	"\n" +
 	"ListQueues\x12\x1c.tenure.v1.ListQueuesRequest\x1a\x1d.tenure.v1.ListQueuesResponse\x12Q\n" +
-	"\bPipeline\x12\x1f.tenure.v1.QueuePipelineRequest\x1a .tenure.v1.QueuePipelineResponse(\x010\x01B3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
+	"\bPipeline\x12\x1f.tenure.v1.QueuePipelineRequest\x1a .tenure.v1.QueuePipelineResponse(\x010\x01\x12:\n" +
+	"\x05Retry\x12\x17.tenure.v1.RetryRequest\x1a\x18.tenure.v1.RetryResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_queue_proto_rawDescOnce sync.Once
@@ -2053,7 +2168,7 @@ func file_tenure_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_tenure_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_tenure_v1_queue_proto_goTypes = []any{
 	(TaskState)(0),                // 0: tenure.v1.TaskState
 	(*Task)(nil),                  // 1: tenure.v1.Task
@@ -2068,86 +2183,91 @@ var file_tenure_v1_queue_proto_goTypes = []any{
 	(*FailResponse)(nil),          // 10: tenure.v1.FailResponse
 	(*CancelRequest)(nil),         // 11: tenure.v1.CancelRequest
 	(*CancelResponse)(nil),        // 12: tenure.v1.CancelResponse
-	(*GetTaskRequest)(nil),        // 13: tenure.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 14: tenure.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),      // 15: tenure.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 16: tenure.v1.ListTasksResponse
-	(*QueueStatsRequest)(nil),     // 17: tenure.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),    // 18: tenure.v1.QueueStatsResponse
-	(*ListQueuesRequest)(nil),     // 19: tenure.v1.ListQueuesRequest
-	(*QueueSummary)(nil),          // 20: tenure.v1.QueueSummary
-	(*ListQueuesResponse)(nil),    // 21: tenure.v1.ListQueuesResponse
-	(*QueueOp)(nil),               // 22: tenure.v1.QueueOp
-	(*QueueResult)(nil),           // 23: tenure.v1.QueueResult
-	(*QueuePipelineRequest)(nil),  // 24: tenure.v1.QueuePipelineRequest
-	(*QueuePipelineResponse)(nil), // 25: tenure.v1.QueuePipelineResponse
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
-	(*Lease)(nil),                 // 27: tenure.v1.Lease
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
-	(*PipelineError)(nil),         // 29: tenure.v1.PipelineError
+	(*RetryRequest)(nil),          // 13: tenure.v1.RetryRequest
+	(*RetryResponse)(nil),         // 14: tenure.v1.RetryResponse
+	(*GetTaskRequest)(nil),        // 15: tenure.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),       // 16: tenure.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),      // 17: tenure.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),     // 18: tenure.v1.ListTasksResponse
+	(*QueueStatsRequest)(nil),     // 19: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),    // 20: tenure.v1.QueueStatsResponse
+	(*ListQueuesRequest)(nil),     // 21: tenure.v1.ListQueuesRequest
+	(*QueueSummary)(nil),          // 22: tenure.v1.QueueSummary
+	(*ListQueuesResponse)(nil),    // 23: tenure.v1.ListQueuesResponse
+	(*QueueOp)(nil),               // 24: tenure.v1.QueueOp
+	(*QueueResult)(nil),           // 25: tenure.v1.QueueResult
+	(*QueuePipelineRequest)(nil),  // 26: tenure.v1.QueuePipelineRequest
+	(*QueuePipelineResponse)(nil), // 27: tenure.v1.QueuePipelineResponse
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*Lease)(nil),                 // 29: tenure.v1.Lease
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
+	(*PipelineError)(nil),         // 31: tenure.v1.PipelineError
 }
 var file_tenure_v1_queue_proto_depIdxs = []int32{
 	0,  // 0: tenure.v1.Task.state:type_name -> tenure.v1.TaskState
-	26, // 1: tenure.v1.Task.not_before:type_name -> google.protobuf.Timestamp
-	26, // 2: tenure.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	26, // 3: tenure.v1.Task.claimed_at:type_name -> google.protobuf.Timestamp
-	26, // 4: tenure.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
-	27, // 5: tenure.v1.Task.lease:type_name -> tenure.v1.Lease
-	26, // 6: tenure.v1.NewTask.not_before:type_name -> google.protobuf.Timestamp
+	28, // 1: tenure.v1.Task.not_before:type_name -> google.protobuf.Timestamp
+	28, // 2: tenure.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	28, // 3: tenure.v1.Task.claimed_at:type_name -> google.protobuf.Timestamp
+	28, // 4: tenure.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
+	29, // 5: tenure.v1.Task.lease:type_name -> tenure.v1.Lease
+	28, // 6: tenure.v1.NewTask.not_before:type_name -> google.protobuf.Timestamp
 	2,  // 7: tenure.v1.EnqueueRequest.tasks:type_name -> tenure.v1.NewTask
 	1,  // 8: tenure.v1.EnqueueResponse.tasks:type_name -> tenure.v1.Task
-	28, // 9: tenure.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
-	28, // 10: tenure.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	30, // 9: tenure.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
+	30, // 10: tenure.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 11: tenure.v1.ClaimResponse.tasks:type_name -> tenure.v1.Task
 	1,  // 12: tenure.v1.CompleteResponse.task:type_name -> tenure.v1.Task
-	28, // 13: tenure.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
+	30, // 13: tenure.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
 	1,  // 14: tenure.v1.FailResponse.task:type_name -> tenure.v1.Task
 	1,  // 15: tenure.v1.CancelResponse.task:type_name -> tenure.v1.Task
-	1,  // 16: tenure.v1.GetTaskResponse.task:type_name -> tenure.v1.Task
-	0,  // 17: tenure.v1.ListTasksRequest.states:type_name -> tenure.v1.TaskState
-	1,  // 18: tenure.v1.ListTasksResponse.tasks:type_name -> tenure.v1.Task
-	18, // 19: tenure.v1.QueueSummary.stats:type_name -> tenure.v1.QueueStatsResponse
-	20, // 20: tenure.v1.ListQueuesResponse.queues:type_name -> tenure.v1.QueueSummary
-	3,  // 21: tenure.v1.QueueOp.enqueue:type_name -> tenure.v1.EnqueueRequest
-	5,  // 22: tenure.v1.QueueOp.claim:type_name -> tenure.v1.ClaimRequest
-	7,  // 23: tenure.v1.QueueOp.complete:type_name -> tenure.v1.CompleteRequest
-	9,  // 24: tenure.v1.QueueOp.fail:type_name -> tenure.v1.FailRequest
-	11, // 25: tenure.v1.QueueOp.cancel:type_name -> tenure.v1.CancelRequest
-	13, // 26: tenure.v1.QueueOp.get_task:type_name -> tenure.v1.GetTaskRequest
-	4,  // 27: tenure.v1.QueueResult.enqueue:type_name -> tenure.v1.EnqueueResponse
-	6,  // 28: tenure.v1.QueueResult.claim:type_name -> tenure.v1.ClaimResponse
-	8,  // 29: tenure.v1.QueueResult.complete:type_name -> tenure.v1.CompleteResponse
-	10, // 30: tenure.v1.QueueResult.fail:type_name -> tenure.v1.FailResponse
-	12, // 31: tenure.v1.QueueResult.cancel:type_name -> tenure.v1.CancelResponse
-	14, // 32: tenure.v1.QueueResult.get_task:type_name -> tenure.v1.GetTaskResponse
-	29, // 33: tenure.v1.QueueResult.error:type_name -> tenure.v1.PipelineError
-	22, // 34: tenure.v1.QueuePipelineRequest.ops:type_name -> tenure.v1.QueueOp
-	23, // 35: tenure.v1.QueuePipelineResponse.results:type_name -> tenure.v1.QueueResult
-	3,  // 36: tenure.v1.QueueService.Enqueue:input_type -> tenure.v1.EnqueueRequest
-	5,  // 37: tenure.v1.QueueService.Claim:input_type -> tenure.v1.ClaimRequest
-	7,  // 38: tenure.v1.QueueService.Complete:input_type -> tenure.v1.CompleteRequest
-	9,  // 39: tenure.v1.QueueService.Fail:input_type -> tenure.v1.FailRequest
-	11, // 40: tenure.v1.QueueService.Cancel:input_type -> tenure.v1.CancelRequest
-	13, // 41: tenure.v1.QueueService.GetTask:input_type -> tenure.v1.GetTaskRequest
-	15, // 42: tenure.v1.QueueService.ListTasks:input_type -> tenure.v1.ListTasksRequest
-	17, // 43: tenure.v1.QueueService.Stats:input_type -> tenure.v1.QueueStatsRequest
-	19, // 44: tenure.v1.QueueService.ListQueues:input_type -> tenure.v1.ListQueuesRequest
-	24, // 45: tenure.v1.QueueService.Pipeline:input_type -> tenure.v1.QueuePipelineRequest
-	4,  // 46: tenure.v1.QueueService.Enqueue:output_type -> tenure.v1.EnqueueResponse
-	6,  // 47: tenure.v1.QueueService.Claim:output_type -> tenure.v1.ClaimResponse
-	8,  // 48: tenure.v1.QueueService.Complete:output_type -> tenure.v1.CompleteResponse
-	10, // 49: tenure.v1.QueueService.Fail:output_type -> tenure.v1.FailResponse
-	12, // 50: tenure.v1.QueueService.Cancel:output_type -> tenure.v1.CancelResponse
-	14, // 51: tenure.v1.QueueService.GetTask:output_type -> tenure.v1.GetTaskResponse
-	16, // 52: tenure.v1.QueueService.ListTasks:output_type -> tenure.v1.ListTasksResponse
-	18, // 53: tenure.v1.QueueService.Stats:output_type -> tenure.v1.QueueStatsResponse
-	21, // 54: tenure.v1.QueueService.ListQueues:output_type -> tenure.v1.ListQueuesResponse
-	25, // 55: tenure.v1.QueueService.Pipeline:output_type -> tenure.v1.QueuePipelineResponse
-	46, // [46:56] is the sub-list for method output_type
-	36, // [36:46] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	1,  // 16: tenure.v1.RetryResponse.task:type_name -> tenure.v1.Task
+	1,  // 17: tenure.v1.GetTaskResponse.task:type_name -> tenure.v1.Task
+	0,  // 18: tenure.v1.ListTasksRequest.states:type_name -> tenure.v1.TaskState
+	1,  // 19: tenure.v1.ListTasksResponse.tasks:type_name -> tenure.v1.Task
+	20, // 20: tenure.v1.QueueSummary.stats:type_name -> tenure.v1.QueueStatsResponse
+	22, // 21: tenure.v1.ListQueuesResponse.queues:type_name -> tenure.v1.QueueSummary
+	3,  // 22: tenure.v1.QueueOp.enqueue:type_name -> tenure.v1.EnqueueRequest
+	5,  // 23: tenure.v1.QueueOp.claim:type_name -> tenure.v1.ClaimRequest
+	7,  // 24: tenure.v1.QueueOp.complete:type_name -> tenure.v1.CompleteRequest
+	9,  // 25: tenure.v1.QueueOp.fail:type_name -> tenure.v1.FailRequest
+	11, // 26: tenure.v1.QueueOp.cancel:type_name -> tenure.v1.CancelRequest
+	15, // 27: tenure.v1.QueueOp.get_task:type_name -> tenure.v1.GetTaskRequest
+	4,  // 28: tenure.v1.QueueResult.enqueue:type_name -> tenure.v1.EnqueueResponse
+	6,  // 29: tenure.v1.QueueResult.claim:type_name -> tenure.v1.ClaimResponse
+	8,  // 30: tenure.v1.QueueResult.complete:type_name -> tenure.v1.CompleteResponse
+	10, // 31: tenure.v1.QueueResult.fail:type_name -> tenure.v1.FailResponse
+	12, // 32: tenure.v1.QueueResult.cancel:type_name -> tenure.v1.CancelResponse
+	16, // 33: tenure.v1.QueueResult.get_task:type_name -> tenure.v1.GetTaskResponse
+	31, // 34: tenure.v1.QueueResult.error:type_name -> tenure.v1.PipelineError
+	24, // 35: tenure.v1.QueuePipelineRequest.ops:type_name -> tenure.v1.QueueOp
+	25, // 36: tenure.v1.QueuePipelineResponse.results:type_name -> tenure.v1.QueueResult
+	3,  // 37: tenure.v1.QueueService.Enqueue:input_type -> tenure.v1.EnqueueRequest
+	5,  // 38: tenure.v1.QueueService.Claim:input_type -> tenure.v1.ClaimRequest
+	7,  // 39: tenure.v1.QueueService.Complete:input_type -> tenure.v1.CompleteRequest
+	9,  // 40: tenure.v1.QueueService.Fail:input_type -> tenure.v1.FailRequest
+	11, // 41: tenure.v1.QueueService.Cancel:input_type -> tenure.v1.CancelRequest
+	15, // 42: tenure.v1.QueueService.GetTask:input_type -> tenure.v1.GetTaskRequest
+	17, // 43: tenure.v1.QueueService.ListTasks:input_type -> tenure.v1.ListTasksRequest
+	19, // 44: tenure.v1.QueueService.Stats:input_type -> tenure.v1.QueueStatsRequest
+	21, // 45: tenure.v1.QueueService.ListQueues:input_type -> tenure.v1.ListQueuesRequest
+	26, // 46: tenure.v1.QueueService.Pipeline:input_type -> tenure.v1.QueuePipelineRequest
+	13, // 47: tenure.v1.QueueService.Retry:input_type -> tenure.v1.RetryRequest
+	4,  // 48: tenure.v1.QueueService.Enqueue:output_type -> tenure.v1.EnqueueResponse
+	6,  // 49: tenure.v1.QueueService.Claim:output_type -> tenure.v1.ClaimResponse
+	8,  // 50: tenure.v1.QueueService.Complete:output_type -> tenure.v1.CompleteResponse
+	10, // 51: tenure.v1.QueueService.Fail:output_type -> tenure.v1.FailResponse
+	12, // 52: tenure.v1.QueueService.Cancel:output_type -> tenure.v1.CancelResponse
+	16, // 53: tenure.v1.QueueService.GetTask:output_type -> tenure.v1.GetTaskResponse
+	18, // 54: tenure.v1.QueueService.ListTasks:output_type -> tenure.v1.ListTasksResponse
+	20, // 55: tenure.v1.QueueService.Stats:output_type -> tenure.v1.QueueStatsResponse
+	23, // 56: tenure.v1.QueueService.ListQueues:output_type -> tenure.v1.ListQueuesResponse
+	27, // 57: tenure.v1.QueueService.Pipeline:output_type -> tenure.v1.QueuePipelineResponse
+	14, // 58: tenure.v1.QueueService.Retry:output_type -> tenure.v1.RetryResponse
+	48, // [48:59] is the sub-list for method output_type
+	37, // [37:48] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_queue_proto_init() }
@@ -2156,7 +2276,7 @@ func file_tenure_v1_queue_proto_init() {
 		return
 	}
 	file_tenure_v1_lease_proto_init()
-	file_tenure_v1_queue_proto_msgTypes[21].OneofWrappers = []any{
+	file_tenure_v1_queue_proto_msgTypes[23].OneofWrappers = []any{
 		(*QueueOp_Enqueue)(nil),
 		(*QueueOp_Claim)(nil),
 		(*QueueOp_Complete)(nil),
@@ -2164,7 +2284,7 @@ func file_tenure_v1_queue_proto_init() {
 		(*QueueOp_Cancel)(nil),
 		(*QueueOp_GetTask)(nil),
 	}
-	file_tenure_v1_queue_proto_msgTypes[22].OneofWrappers = []any{
+	file_tenure_v1_queue_proto_msgTypes[24].OneofWrappers = []any{
 		(*QueueResult_Enqueue)(nil),
 		(*QueueResult_Claim)(nil),
 		(*QueueResult_Complete)(nil),
@@ -2179,7 +2299,7 @@ func file_tenure_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_queue_proto_rawDesc), len(file_tenure_v1_queue_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -53,6 +53,8 @@ const (
 	QueueServiceListQueuesProcedure = "/tenure.v1.QueueService/ListQueues"
 	// QueueServicePipelineProcedure is the fully-qualified name of the QueueService's Pipeline RPC.
 	QueueServicePipelineProcedure = "/tenure.v1.QueueService/Pipeline"
+	// QueueServiceRetryProcedure is the fully-qualified name of the QueueService's Retry RPC.
+	QueueServiceRetryProcedure = "/tenure.v1.QueueService/Retry"
 )
 
 // QueueServiceClient is a client for the tenure.v1.QueueService service.
@@ -73,6 +75,9 @@ type QueueServiceClient interface {
 	// RPC's checks and handler (a Claim with wait long-polls without holding
 	// up the others); results come back as they complete.
 	Pipeline(context.Context) *connect.BidiStreamForClient[v1.QueuePipelineRequest, v1.QueuePipelineResponse]
+	// Retry runs a dead, cancelled, succeeded or failed task again from its
+	// first attempt (RetryRequest).
+	Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error)
 }
 
 // NewQueueServiceClient constructs a client for the tenure.v1.QueueService service. By default, it
@@ -146,6 +151,12 @@ func NewQueueServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(queueServiceMethods.ByName("Pipeline")),
 			connect.WithClientOptions(opts...),
 		),
+		retry: connect.NewClient[v1.RetryRequest, v1.RetryResponse](
+			httpClient,
+			baseURL+QueueServiceRetryProcedure,
+			connect.WithSchema(queueServiceMethods.ByName("Retry")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -161,6 +172,7 @@ type queueServiceClient struct {
 	stats      *connect.Client[v1.QueueStatsRequest, v1.QueueStatsResponse]
 	listQueues *connect.Client[v1.ListQueuesRequest, v1.ListQueuesResponse]
 	pipeline   *connect.Client[v1.QueuePipelineRequest, v1.QueuePipelineResponse]
+	retry      *connect.Client[v1.RetryRequest, v1.RetryResponse]
 }
 
 // Enqueue calls tenure.v1.QueueService.Enqueue.
@@ -213,6 +225,11 @@ func (c *queueServiceClient) Pipeline(ctx context.Context) *connect.BidiStreamFo
 	return c.pipeline.CallBidiStream(ctx)
 }
 
+// Retry calls tenure.v1.QueueService.Retry.
+func (c *queueServiceClient) Retry(ctx context.Context, req *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error) {
+	return c.retry.CallUnary(ctx, req)
+}
+
 // QueueServiceHandler is an implementation of the tenure.v1.QueueService service.
 type QueueServiceHandler interface {
 	Enqueue(context.Context, *connect.Request[v1.EnqueueRequest]) (*connect.Response[v1.EnqueueResponse], error)
@@ -231,6 +248,9 @@ type QueueServiceHandler interface {
 	// RPC's checks and handler (a Claim with wait long-polls without holding
 	// up the others); results come back as they complete.
 	Pipeline(context.Context, *connect.BidiStream[v1.QueuePipelineRequest, v1.QueuePipelineResponse]) error
+	// Retry runs a dead, cancelled, succeeded or failed task again from its
+	// first attempt (RetryRequest).
+	Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error)
 }
 
 // NewQueueServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -300,6 +320,12 @@ func NewQueueServiceHandler(svc QueueServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(queueServiceMethods.ByName("Pipeline")),
 		connect.WithHandlerOptions(opts...),
 	)
+	queueServiceRetryHandler := connect.NewUnaryHandler(
+		QueueServiceRetryProcedure,
+		svc.Retry,
+		connect.WithSchema(queueServiceMethods.ByName("Retry")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.QueueService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case QueueServiceEnqueueProcedure:
@@ -322,6 +348,8 @@ func NewQueueServiceHandler(svc QueueServiceHandler, opts ...connect.HandlerOpti
 			queueServiceListQueuesHandler.ServeHTTP(w, r)
 		case QueueServicePipelineProcedure:
 			queueServicePipelineHandler.ServeHTTP(w, r)
+		case QueueServiceRetryProcedure:
+			queueServiceRetryHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -369,4 +397,8 @@ func (UnimplementedQueueServiceHandler) ListQueues(context.Context, *connect.Req
 
 func (UnimplementedQueueServiceHandler) Pipeline(context.Context, *connect.BidiStream[v1.QueuePipelineRequest, v1.QueuePipelineResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.QueueService.Pipeline is not implemented"))
+}
+
+func (UnimplementedQueueServiceHandler) Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.QueueService.Retry is not implemented"))
 }

@@ -53,9 +53,9 @@ export function matchNamespace(pattern, ns) {
 
 // ROLES_OF are the roles that may take each admin action (admin passes
 // every check on the server); see internal/server/access.go.
-const ROLES_OF = { revoke: ['admin'], cancel: ['admin', 'worker'] };
+const ROLES_OF = { revoke: ['admin'], cancel: ['admin', 'worker'], retry: ['admin', 'worker'] };
 
-// may says whether to offer action ('revoke', 'cancel') in namespace ns:
+// may says whether to offer action ('revoke', 'cancel', 'retry') in namespace ns:
 // what WhoAmI said when it said something, and not after the server
 // refused the current token an admin action.
 export function may(action, ns) {

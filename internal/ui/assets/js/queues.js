@@ -42,8 +42,20 @@ async function cancel(ns, queue, task) {
   }
 }
 
+// retry runs a finished or failed task again from its first attempt.
+async function retry(ns, queue, task) {
+  try {
+    const r = await api.call('QueueService', 'Retry', { namespace: ns, queue, taskId: task.taskId });
+    return h('div', { class: 'notice', role: 'status' }, `Task ${r.task.taskId} is ${enumName(r.task.state, 'TASK_STATE_')} again.`);
+  } catch (e) {
+    api.noteRefusal(e);
+    return errorBox(e);
+  }
+}
+
 const finished = (s) => ['succeeded', 'dead', 'cancelled'].includes(s);
 const cancellable = (s, ns) => !finished(s) && api.may('cancel', ns);
+const retryable = (s, ns) => (finished(s) || s === 'failed') && api.may('retry', ns);
 
 // notBefore is when a queued task may be claimed, if that is still ahead
 // (a delayed task, or a retry's backoff).
@@ -95,7 +107,10 @@ export function queuePage(root, ctx) {
               h('td', { class: 'row-actions' }, cancellable(s, ctx.ns) && h('button', { class: 'danger cancel', onclick: async () => {
                 const note = await cancel(ctx.ns, queue, t);
                 if (note) { replace(msg, note); load(); }
-              } }, 'Cancel')));
+              } }, 'Cancel'), retryable(s, ctx.ns) && h('button', { class: 'retry', title: 'run it again from its first attempt', onclick: async () => {
+                replace(msg, await retry(ctx.ns, queue, t));
+                load();
+              } }, 'Retry')));
           }))),
           next && h('div', { class: 'more' }, h('button', { onclick: () => { pages++; load(); } }, 'Load more'))]);
       })().catch((e) => replace(body, errorBox(e))),
@@ -131,7 +146,11 @@ export function taskPage(root, ctx) {
       cancellable(s, ctx.ns) && h('p', {}, h('button', { class: 'danger cancel', onclick: async () => {
         const note = await cancel(ctx.ns, queue, t);
         if (note) { replace(msg, note); load(); }
-      } }, 'Cancel task'))));
+      } }, 'Cancel task')),
+      retryable(s, ctx.ns) && h('p', {}, h('button', { class: 'retry', title: 'run it again from its first attempt', onclick: async () => {
+        replace(msg, await retry(ctx.ns, queue, t));
+        load();
+      } }, 'Retry task'))));
     } catch (e) {
       replace(body, errorBox(e));
     }
