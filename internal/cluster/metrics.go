@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/queue"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
@@ -81,6 +82,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_tasks_finished_retained",
 			Help: "Finished queue tasks kept until their retention passes (or the namespace's max_retained_tasks prunes them)."},
 			func() float64 { return n.fsm.count(func(m *statemachine.Machine) int { return m.Queues().Finished() }) }),
+		queueCollector{f: n.fsm},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_is_leader",
 			Help: "1 when this node is the leader."}, func() float64 {
 			if n.leader.Load() != nil {
@@ -122,4 +124,55 @@ func (m *metrics) endedCounter(st registrar.State) prometheus.Counter {
 		m.endedBy[st] = m.ended.WithLabelValues(st.String())
 	}
 	return m.endedBy[st]
+}
+
+// maxQueueSeries bounds the queues tenure_queue_tasks reports (each is six
+// series): a namespace may name a queue per user or per job.
+const maxQueueSeries = 1000
+
+var queueTasksDesc = prometheus.NewDesc("tenure_queue_tasks",
+	"Tasks of each queue by state, as of the last applied record (at most 1,000 queues; tenure_queue_tasks_unreported counts the rest).",
+	[]string{"namespace", "queue", "state"}, nil)
+
+var queueUnreportedDesc = prometheus.NewDesc("tenure_queue_tasks_unreported",
+	"Queues left out of tenure_queue_tasks past its limit of 1,000.", nil, nil)
+
+// queueCollector reports every queue's tasks by state, read from the state
+// when scraped (a count kept per record would start from zero after a
+// restore from a snapshot).
+type queueCollector struct{ f *fsm }
+
+func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- queueTasksDesc
+	ch <- queueUnreportedDesc
+}
+
+func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+	type row struct {
+		ns, queue string
+		c         queue.Counts
+	}
+	var rows []row
+	unreported := 0
+	c.f.count(func(m *statemachine.Machine) int {
+		m.Queues().EachStats(func(ns, q string, cs queue.Counts) bool {
+			if len(rows) < maxQueueSeries {
+				rows = append(rows, row{ns, q, cs})
+			} else {
+				unreported++
+			}
+			return true
+		})
+		return 0
+	})
+	for _, r := range rows {
+		for _, s := range []struct {
+			state string
+			n     uint64
+		}{{"queued", r.c.Queued}, {"leased", r.c.Leased}, {"succeeded", r.c.Succeeded},
+			{"failed", r.c.Failed}, {"dead", r.c.Dead}, {"cancelled", r.c.Cancelled}} {
+			ch <- prometheus.MustNewConstMetric(queueTasksDesc, prometheus.GaugeValue, float64(s.n), r.ns, r.queue, s.state)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(queueUnreportedDesc, prometheus.GaugeValue, float64(unreported))
 }

@@ -96,8 +96,22 @@ func (qs *Queues) Stats(ns, queue string) Counts {
 	if q == nil {
 		return Counts{}
 	}
+	return q.stats()
+}
+
+func (q *queue) stats() Counts {
 	c := q.counts
 	return Counts{Queued: c[Queued], Leased: c[Leased], Succeeded: c[Succeeded], Failed: c[Failed], Dead: c[Dead], Cancelled: c[Cancelled]}
+}
+
+// EachStats calls fn with every queue's counts, in no particular order,
+// until fn returns false.
+func (qs *Queues) EachStats(fn func(ns, queue string, c Counts) bool) {
+	for k, q := range qs.queues {
+		if !fn(k.ns, k.name, q.stats()) {
+			return
+		}
+	}
 }
 
 // NextReady reports the earliest time (wall ms) at which some task of the

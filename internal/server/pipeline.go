@@ -226,8 +226,12 @@ func (s *Server) runPipelineOp(ctx context.Context, op any, proc string, msg any
 		}
 	}
 	if err != nil {
-		fail(pipelineError(s.toConnect(err)))
+		pe := pipelineError(s.toConnect(err))
+		s.rpc.op(proc, pe.Code)
+		fail(pe)
+		return
 	}
+	s.rpc.op(proc, "ok")
 }
 
 // opProcedures names the unary RPC each Pipeline operation stands for.

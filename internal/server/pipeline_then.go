@@ -36,7 +36,11 @@ type thenOp[Result any] struct {
 // startThen runs one operation as described above and hands its result
 // (or error) to deliver.
 func startThen[Result any](ctx context.Context, s *Server, o thenOp[Result], deliver func(*Result)) {
-	fail := func(err error) { deliver(o.fail(pipelineError(s.toConnect(err)))) }
+	fail := func(err error) {
+		pe := pipelineError(s.toConnect(err))
+		s.rpc.op(o.proc, pe.Code)
+		deliver(o.fail(pe))
+	}
 	if err := s.authorizeOp(ctx, o.op, o.proc, o.msg); err != nil {
 		fail(err)
 		return
@@ -61,6 +65,7 @@ func startThen[Result any](ctx context.Context, s *Server, o thenOp[Result], del
 			fail(err)
 			return
 		}
+		s.rpc.op(o.proc, "ok")
 		deliver(r)
 	})
 }

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,5 +156,49 @@ func TestQueuePipelineAuthorizesEachOp(t *testing.T) {
 	p1.send(&tenurev1.QueueOp{Id: 3, Op: &tenurev1.QueueOp_Complete{Complete: &tenurev1.CompleteRequest{Namespace: "jobs", Queue: "q", TaskId: "t1", LeaseId: task.LeaseId}}})
 	if r := p1.result(3).GetComplete(); r == nil || r.Task.State != tenurev1.TaskState_TASK_STATE_SUCCEEDED {
 		t.Fatalf("own complete: %v", p1.result(3))
+	}
+}
+
+// TestQueueMetrics: /metrics has every queue's tasks by state, read from the
+// state, and counts Pipeline operations by the RPC each stands for (the Go
+// client sends its Completes and Fails that way).
+func TestQueueMetrics(t *testing.T) {
+	b := setup(t)
+	qc := b.queueClient()
+	ctx := context.Background()
+	if _, err := qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "mq", Tasks: []*tenurev1.NewTask{{TaskId: "a"}, {TaskId: "b"}}})); err != nil {
+		t.Fatal(err)
+	}
+	p := openQueuePipe(t, qc)
+	p.send(&tenurev1.QueueOp{Id: 1, Op: &tenurev1.QueueOp_Claim{Claim: &tenurev1.ClaimRequest{Queue: "mq", Worker: "w", Max: 1}}})
+	claimed := p.result(1).GetClaim().GetTasks()
+	if len(claimed) != 1 {
+		t.Fatalf("claim: %v", p.result(1))
+	}
+	p.send(&tenurev1.QueueOp{Id: 2, Op: &tenurev1.QueueOp_Complete{Complete: &tenurev1.CompleteRequest{Queue: "mq",
+		TaskId: claimed[0].TaskId, LeaseId: claimed[0].LeaseId}}},
+		&tenurev1.QueueOp{Id: 3, Op: &tenurev1.QueueOp_Complete{Complete: &tenurev1.CompleteRequest{Queue: "mq", TaskId: "nope", LeaseId: claimed[0].LeaseId}}})
+	if p.result(2).GetComplete() == nil {
+		t.Fatalf("complete: %v", p.result(2))
+	}
+	wantOpError(t, p.result(3), "not_found", "TASK_NOT_FOUND")
+	resp, err := b.http.Get(b.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{
+		`tenure_queue_tasks{namespace="default",queue="mq",state="queued"} 1`,
+		`tenure_queue_tasks{namespace="default",queue="mq",state="succeeded"} 1`,
+		`tenure_queue_tasks{namespace="default",queue="mq",state="dead"} 0`,
+		`tenure_queue_tasks_unreported 0`,
+		`tenure_pipeline_operations_total{code="ok",procedure="/tenure.v1.QueueService/Claim"} 1`,
+		`tenure_pipeline_operations_total{code="ok",procedure="/tenure.v1.QueueService/Complete"} 1`,
+		`tenure_pipeline_operations_total{code="not_found",procedure="/tenure.v1.QueueService/Complete"} 1`,
+	} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("/metrics lacks %q", m)
+		}
 	}
 }

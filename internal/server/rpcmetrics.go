@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"connectrpc.com/connect"
@@ -12,11 +13,13 @@ import (
 // code, times unary calls and gauges open streams: the per-call view an
 // operator expects next to the registrar's own counters. Calls a follower
 // forwards are counted on both members. Pipeline operations are not
-// calls: their stream is.
+// calls: their stream is, and each operation in ops, by the unary RPC it
+// stands for.
 type rpcMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	streams  *prometheus.GaugeVec
+	ops      *prometheus.CounterVec
 }
 
 func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
@@ -35,14 +38,33 @@ func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 			Name: "tenure_rpc_streams_open",
 			Help: "Streams (Watch, KeepAlive, Pipeline) open now, by procedure.",
 		}, []string{"procedure"}),
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_pipeline_operations_total",
+			Help: "Operations answered on Pipeline streams, by the unary procedure each stands for and code (ok or the Connect code).",
+		}, []string{"procedure", "code"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.streams)
+	reg.MustRegister(m.requests, m.duration, m.streams, m.ops)
 	return m
 }
 
+// op counts one Pipeline operation's answer (err: as the handlers return
+// them, or a *tenurev1.PipelineError's code).
+func (m *rpcMetrics) op(proc, code string) {
+	if proc == "" {
+		proc = "unknown"
+	}
+	m.ops.WithLabelValues(proc, code).Inc()
+}
+
 func codeOf(err error) string {
-	if err == nil {
+	switch {
+	case err == nil:
 		return "ok"
+	case errors.Is(err, context.Canceled):
+		// A client that went away (or closed its stream by cancelling).
+		return connect.CodeCanceled.String()
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.CodeDeadlineExceeded.String()
 	}
 	return connect.CodeOf(err).String()
 }

@@ -104,6 +104,7 @@ type Server struct {
 	node    *cluster.Node
 	reg     *prometheus.Registry
 	metrics *metrics
+	rpc     *rpcMetrics
 	ln      net.Listener
 	http    *http.Server
 	served  chan error
@@ -155,6 +156,7 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 	})}
 	s.reg.MustRegister(s.metrics.rejections, s.metrics.forwardErrors, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.rpc = newRPCMetrics(s.reg)
 
 	cc := cfg.Cluster
 	cc.APIAddr = ln.Addr().String()
@@ -188,7 +190,7 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 		// Counted first, so that every answer is. Authorization next: a
 		// follower refuses what the caller may not do before forwarding
 		// it (the leader checks again).
-		connect.WithInterceptors(newRPCMetrics(s.reg), authInterceptor{s}, s.forwardInterceptor()),
+		connect.WithInterceptors(s.rpc, authInterceptor{s}, s.forwardInterceptor()),
 	}
 	mux := http.NewServeMux()
 	leasePath, leaseHandler := tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, opts...)
