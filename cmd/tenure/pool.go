@@ -218,6 +218,9 @@ func runPoolWant(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return writeJSON(stdout, resp)
 	}
 	fmt.Fprintf(stdout, "%d pieces became wanted\n", resp.GetAdded())
+	if n := resp.GetAlreadyDone(); n > 0 {
+		fmt.Fprintf(stdout, "%d of the pieces named are done and stay done (a success is final)\n", n)
+	}
 	return writePoolFiles(stdout, resp.GetFile())
 }
 

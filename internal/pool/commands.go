@@ -43,9 +43,10 @@ type Outcome struct {
 	// CreatePool.
 	Created bool
 	Config  Config
-	// Want.
-	Added uint64
-	File  FileStatus
+	// Want: the pieces that became wanted, and those named that were
+	// done already (they stay done).
+	Added, AlreadyDone uint64
+	File               FileStatus
 	// RequestLeases.
 	Leases   []Grant
 	Rejected tenurev1.RejectedReason
@@ -174,10 +175,12 @@ func (ps *Pools) want(tx *registrar.Tx, k key, w *logpb.PoolWant) Outcome {
 		set.AddRange(uint64(r.Start), uint64(r.End))
 	}
 	added := set.Clone()
+	var done uint64
 	if f != nil {
 		added.AndNot(f.wanted)
 		added.AndNot(f.leased)
 		added.AndNot(f.done)
+		done = set.AndCardinality(f.done)
 	}
 	n := added.GetCardinality()
 	if p != nil {
@@ -195,7 +198,7 @@ func (ps *Pools) want(tx *registrar.Tx, k key, w *logpb.PoolWant) Outcome {
 		return fail(err)
 	}
 	p = ps.pools[k]
-	return Outcome{Added: n, File: p.files[w.FileIndex].status(), Config: p.cfg}
+	return Outcome{Added: n, AlreadyDone: done, File: p.files[w.FileIndex].status(), Config: p.cfg}
 }
 
 func (f *file) status() FileStatus {

@@ -361,3 +361,19 @@ func TestPieceLeaseEndedFromOutside(t *testing.T) {
 	}
 	e.checkReplay()
 }
+
+// A success is final: wanting a done piece again adds nothing, and the
+// answer says how many of the pieces named are done.
+func TestWantDonePieceStaysDone(t *testing.T) {
+	e := setup(t)
+	e.wantRange("p", 0, 4, 0, 2)
+	g := mustGrant(t, e.request("p", "a", 1, have(0, 0)))[0]
+	if out := e.complete("p", "a", g.File, g.Piece, true, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	out := e.wantRange("p", 0, 0, 0, 4)
+	if out.Added != 2 || out.AlreadyDone != 1 || out.File.Done != 1 || out.File.Wanted != 3 {
+		t.Fatalf("want again: %+v", out)
+	}
+	e.checkReplay()
+}

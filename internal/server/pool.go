@@ -109,7 +109,7 @@ func (h *poolService) Want(ctx context.Context, req *connect.Request[tenurev1.Wa
 	if err != nil {
 		return nil, h.s.toConnect(err)
 	}
-	return connect.NewResponse(&tenurev1.WantResponse{Added: out.Added, File: fileStatusProto(out.File)}), nil
+	return connect.NewResponse(&tenurev1.WantResponse{Added: out.Added, AlreadyDone: out.AlreadyDone, File: fileStatusProto(out.File)}), nil
 }
 
 func (h *poolService) RequestLeases(ctx context.Context, req *connect.Request[tenurev1.RequestLeasesRequest]) (*connect.Response[tenurev1.RequestLeasesResponse], error) {

@@ -597,8 +597,11 @@ func (x *WantRequest) GetNamespace() string {
 type WantResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Pieces that became wanted by this call.
-	Added         uint64          `protobuf:"varint,1,opt,name=added,proto3" json:"added,omitempty"`
-	File          *PoolFileStatus `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
+	Added uint64          `protobuf:"varint,1,opt,name=added,proto3" json:"added,omitempty"`
+	File  *PoolFileStatus `protobuf:"bytes,2,opt,name=file,proto3" json:"file,omitempty"`
+	// Pieces named that are done: a success is final, so Want does not make
+	// them wanted again.
+	AlreadyDone   uint64 `protobuf:"varint,3,opt,name=already_done,json=alreadyDone,proto3" json:"already_done,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -645,6 +648,13 @@ func (x *WantResponse) GetFile() *PoolFileStatus {
 		return x.File
 	}
 	return nil
+}
+
+func (x *WantResponse) GetAlreadyDone() uint64 {
+	if x != nil {
+		return x.AlreadyDone
+	}
+	return 0
 }
 
 type RequestLeasesRequest struct {
@@ -1894,10 +1904,11 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"pieceCount\x12\x12\n" +
 	"\x04bits\x18\x04 \x01(\fR\x04bits\x12-\n" +
 	"\x06ranges\x18\x05 \x03(\v2\x15.tenure.v1.PieceRangeR\x06ranges\x12\x1c\n" +
-	"\tnamespace\x18\x06 \x01(\tR\tnamespace\"S\n" +
+	"\tnamespace\x18\x06 \x01(\tR\tnamespace\"v\n" +
 	"\fWantResponse\x12\x14\n" +
 	"\x05added\x18\x01 \x01(\x04R\x05added\x12-\n" +
-	"\x04file\x18\x02 \x01(\v2\x19.tenure.v1.PoolFileStatusR\x04file\"\x96\x01\n" +
+	"\x04file\x18\x02 \x01(\v2\x19.tenure.v1.PoolFileStatusR\x04file\x12!\n" +
+	"\falready_done\x18\x03 \x01(\x04R\valreadyDone\"\x96\x01\n" +
 	"\x14RequestLeasesRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04peer\x18\x02 \x01(\tR\x04peer\x12&\n" +

@@ -411,6 +411,11 @@ func (m *WantResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.AlreadyDone != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.AlreadyDone))
+		i--
+		dAtA[i] = 0x18
+	}
 	if m.File != nil {
 		size, err := m.File.MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -1682,6 +1687,9 @@ func (m *WantResponse) SizeVT() (n int) {
 	if m.File != nil {
 		l = m.File.SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.AlreadyDone != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.AlreadyDone))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -3110,6 +3118,25 @@ func (m *WantResponse) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 3:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field AlreadyDone", wireType)
+			}
+			m.AlreadyDone = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.AlreadyDone |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
