@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -164,13 +165,25 @@ func (p *propRun) apply(cmd *logpb.Command) statemachine.Result {
 	T := p.tick
 	cmd.Tick, cmd.Wall = int64(T), wallBase+int64(T)
 
-	// adv is the state the command decides on: the last state with
-	// everything due at T applied (every command starts with an Advance).
+	// adv is the last state with everything due at T applied (every
+	// command starts with an Advance); a rejected command leaves what it
+	// does. The command decides on decide: the same but for the checkpoint
+	// an Advance alone may end with, since a command signs after its own
+	// records (what that checkpoint would prune at T is still there when
+	// the command decides).
 	adv := p.restore(p.snap)
-	advRes := adv.Apply(&logpb.Command{Tick: cmd.Tick, Wall: cmd.Wall, Actor: cmd.Actor,
-		Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}})
-	check := p.expect(adv, cmd)
-	polBefore := policies(adv.Registrar())
+	advance := &logpb.Command{Tick: cmd.Tick, Wall: cmd.Wall, Actor: cmd.Actor,
+		Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}}
+	advRes := adv.Apply(advance)
+	noSign := p.cfg
+	noSign.CheckpointEvery = math.MaxUint64
+	decide, err := statemachine.Restore(noSign, p.snap)
+	if err != nil {
+		t.Fatalf("step %d: restore: %v", p.step, err)
+	}
+	decide.Apply(proto.Clone(advance).(*logpb.Command))
+	check := p.expect(decide, cmd)
+	polBefore := policies(decide.Registrar())
 
 	res := p.m.Apply(proto.Clone(cmd).(*logpb.Command))
 	out := res.Outcome
