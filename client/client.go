@@ -243,7 +243,10 @@ func (c *Client) Endpoints() []string {
 // still running (a queued Acquire, a long-poll Claim) with ErrClientClosed,
 // stops the heartbeats and closes the connections. Calls made after Close
 // return ErrClientClosed. Close is idempotent; it returns the release
-// errors.
+// errors. A claimed task whose lease Close releases goes back to its queue
+// with its attempt not counted (only an expiry, or Fail, counts one): a
+// process that exits through Close on every attempt of a task never makes
+// it dead, so Fail a task that cannot be done rather than close over it.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {

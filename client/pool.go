@@ -418,7 +418,7 @@ func (c *Client) CompletePiece(ctx context.Context, pool, peer string, file, pie
 // is ErrPieceNotLeased and nothing changes.
 func (c *Client) CompletePieceLease(ctx context.Context, pool, peer string, l PieceLease, result PieceResult, reason PieceFailureReason, opts ...CallOption) (PeerRanking, error) {
 	if l.LeaseID == "" {
-		return PeerRanking{}, invalidArgument("lease_id", "the piece lease has no id")
+		return PeerRanking{}, invalidArgument("lease_id", "is empty (a PieceLease from RequestLeases or PieceLeases has one)")
 	}
 	return c.completePiece(ctx, pool, peer, l.LeaseID, l.File, l.Piece, result, reason, opts)
 }
@@ -449,7 +449,7 @@ func (c *Client) completePiece(ctx context.Context, pool, peer, leaseID string, 
 // against the namespace's renewal limits, as for any lease.
 func (c *Client) RenewPiece(ctx context.Context, peer string, l PieceLease) (PieceLease, error) {
 	if l.LeaseID == "" {
-		return PieceLease{}, invalidArgument("lease_id", "the piece lease has no id")
+		return PieceLease{}, invalidArgument("lease_id", "is empty (a PieceLease from RequestLeases or PieceLeases has one)")
 	}
 	_, pb, err := c.renewAs(ctx, l.LeaseID, peer, false)
 	if err != nil {

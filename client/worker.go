@@ -105,7 +105,9 @@ func WorkerLeaseTTL(d time.Duration) WorkerOption { return func(w *Worker) { w.l
 func WorkerWait(d time.Duration) WorkerOption { return func(w *Worker) { w.wait = d } }
 
 // WorkerDrainTimeout sets how long Run waits for in-flight tasks after its
-// ctx is cancelled (default 30 s).
+// ctx is cancelled (default 30 s). Tasks still running then are given
+// back: their leases released, they return to the queue with their
+// attempts not counted.
 func WorkerDrainTimeout(d time.Duration) WorkerOption { return func(w *Worker) { w.drainTimeout = d } }
 
 // WorkerRetryAfter sets the retry delay of a failed task (default 0: the
@@ -201,10 +203,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Unlock()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	var kept []error
 	for _, t := range left {
-		_ = t.Lease.Release(rctx, ReleaseAborted)
+		if err := t.Lease.Release(rctx, ReleaseAborted); err != nil {
+			kept = append(kept, fmt.Errorf("task %s kept its lease until it expires (its attempt counts): %w", t.ID, err))
+		}
 	}
-	return errors.Join(fmt.Errorf("%w (%d tasks returned to the queue)", ErrDrainTimeout, len(left)), claimErr)
+	drainErr := fmt.Errorf("%w (%d tasks returned to the queue)", ErrDrainTimeout, len(left)-len(kept))
+	return errors.Join(append([]error{drainErr, claimErr}, kept...)...)
 }
 
 // claimLoop claims into free slots until ctx ends or claiming fails for

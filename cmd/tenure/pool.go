@@ -16,6 +16,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	tenure "github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/server"
 )
 
 const poolHelp = `The piece pool: files split into pieces, each piece leased to one peer at a
@@ -391,6 +392,8 @@ func runPoolComplete(ctx context.Context, args []string, stdout, stderr io.Write
 		return c.usageError("--file and --piece are required")
 	case *success == c.given("failure"):
 		return c.usageError("give exactly one of --success and --failure REASON")
+	case c.given("lease") && *lease == "":
+		return c.usageError("--lease is empty: give the LEASE ID the request printed, or leave --lease out")
 	}
 	req := &tenurev1.CompletePieceRequest{Pool: pos[0], Namespace: c.namespace, Peer: *peer, FileIndex: *file, PieceIndex: *piece,
 		Result: tenurev1.CompletionResult_COMPLETION_RESULT_SUCCESS, LeaseId: *lease}
@@ -503,6 +506,10 @@ func runPoolLeases(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	// An unknown pool is POOL_NOT_FOUND, not an empty list.
+	if _, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.Status, &tenurev1.PoolStatusRequest{Pool: pos[0], Namespace: c.namespace}); err != nil {
+		return err
+	}
 	// Piece leases are ordinary leases on pool/POOL/FILE/PIECE held by the
 	// peer.
 	prefix := "pool/" + pos[0] + "/"
@@ -533,7 +540,20 @@ func runPoolLeases(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return cmp.Or(cmp.Compare(a.GetFileIndex(), b.GetFileIndex()), cmp.Compare(a.GetPieceIndex(), b.GetPieceIndex()))
 	})
 	if c.json() {
-		return writeJSON(stdout, out)
+		// {"leases":[…]}: the pieces as RequestLeases answers them.
+		b := []byte(`{"leases":[`)
+		for i, l := range out.GetLeases() {
+			j, err := server.MarshalJSON(l)
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, j...)
+		}
+		_, err := stdout.Write(append(b, "]}\n"...))
+		return err
 	}
 	return writePieceLeases(stdout, out.GetLeases())
 }

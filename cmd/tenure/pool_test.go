@@ -83,12 +83,19 @@ func TestCLIPoolLifecycle(t *testing.T) {
 	if r := runTenure(t, "pool", "leases", pool); r.code != 2 || !strings.Contains(r.stderr, "--peer is required") {
 		t.Fatalf("pool leases without --peer: exit %d %q", r.code, r.stderr)
 	}
+	fails(t, "POOL_NOT_FOUND", "pool", "leases", "nosuchpool", "--peer", "p1")
+	if out := ok(t, "pool", "leases", pool, "--peer", "p1", "-o", "json"); strings.Contains(out, "message") || !strings.HasPrefix(out, `{"leases":[{`) {
+		t.Fatalf("pool leases -o json: %s", out)
+	}
 	if out := ok(t, "pool", "list"); !strings.Contains(out, pool+"\n") {
 		t.Fatalf("pool list:\n%s", out)
 	}
 
 	file, piece := fmt.Sprint(p1.GetFileIndex()), fmt.Sprint(p1.GetPieceIndex())
 	fails(t, "PIECE_NOT_LEASED", "pool", "complete", pool, "--peer", "p2", "--file", file, "--piece", piece, "--success")
+	if r := runTenure(t, "pool", "complete", pool, "--peer", "p1", "--file", file, "--piece", piece, "--lease", "", "--success"); r.code != 2 {
+		t.Fatalf("an empty --lease: exit %d %q", r.code, r.stderr)
+	}
 	// Naming another lease than the piece's current one: refused, nothing changes.
 	fails(t, "PIECE_NOT_LEASED", "pool", "complete", pool, "--peer", "p1", "--file", file, "--piece", piece, "--lease", p2.GetLeaseId(), "--success")
 	cp := parse(t, ok(t, "pool", "complete", pool, "--peer", "p1", "--file", file, "--piece", piece, "--lease", p1.GetLeaseId(), "--success", "-o", "json"), &tenurev1.CompletePieceResponse{})

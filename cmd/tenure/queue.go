@@ -20,8 +20,8 @@ import (
 const queueUsage = `usage: tenure queue <subcommand> QUEUE [flags]   (tenure queue <subcommand> --help for more)
 
 The work queue: tasks are claimed under leases; a task whose lease expires
-returns to the queue by itself (the attempt counts; a lease released or
-revoked returns it without counting). A task lease renews at most 10 times
+returns to the queue by itself (the attempt counts: on its last attempt the
+task is dead; a lease released or revoked returns it without counting). A task lease renews at most 10 times
 and lives at most 2h by default (tenure policy set NS --task-max-renewals
 --task-max-lifetime): renewing every ttl/3, as the Go Worker does, a handler
 has about 11/3 of the lease ttl; claim with a longer --ttl for longer tasks.
@@ -91,8 +91,8 @@ is --data, the contents of --file, or stdin. --id makes the push idempotent:
 pushing an id that exists answers the existing task, unchanged (and says so
 on stderr), for as long as the task is kept: finished tasks are pruned after
 the namespace's lease retention (1h), or sooner when the namespace keeps more
-than its --max-retained-tasks (100000; a busy queue gives up its own oldest
-first), and a pruned id may be pushed again. Ids of the form T<number> are
+than its --max-retained-tasks (100000; the queue keeping the most gives up
+its oldest first), and a pruned id may be pushed again. Ids of the form T<number> are
 the server's generated ones and cannot be chosen.
 --not-before takes an RFC 3339 time or a delay from now (30s, 5m).`
 

@@ -32,6 +32,6 @@
 // derived from the task id and attempt, so every replica computes the same. Finished tasks
 // (SUCCEEDED, DEAD, CANCELLED) are pruned at a tick fixed when they finish
 // (the namespace's lease retention later), or earlier when the namespace
-// keeps more than its policy's MaxRetainedTasks (those nearest their prune
-// tick first); an id may be reused after that.
+// keeps more than its policy's MaxRetainedTasks (the oldest of the queue
+// keeping the most first); an id may be reused after that.
 package queue

@@ -106,6 +106,7 @@ type queue struct {
 	// finished holds the queue's finished tasks by prune tick: the first
 	// to give up when the namespace keeps too many (Queues.finish).
 	finished finishedHeap
+	fIdx     int // in its namespace's fullestHeap, -1 when it keeps none
 }
 
 func bySeq(a, b *task) bool { return a.seq < b.seq }
@@ -129,15 +130,18 @@ type Queues struct {
 	byLease map[uint64]*task // LEASED tasks by lease seq
 	nextSeq uint64
 	// prune holds every finished task, by prune tick; finished holds
-	// each namespace's, for its MaxRetainedTasks.
+	// each namespace's, for its MaxRetainedTasks, and fullest each
+	// namespace's queues that keep finished tasks, the one keeping most
+	// first (the one to give up a task past the cap).
 	prune    finishedHeap
 	finished map[string]*finishedHeap
+	fullest  map[string]*fullestHeap
 }
 
 // New returns an empty queue domain beside reg, hooked to its lease ends.
 func New(reg *registrar.Registrar) *Queues {
 	q := &Queues{reg: reg, queues: map[qkey]*queue{}, bySeq: map[uint64]*task{}, byLease: map[uint64]*task{}, nextSeq: 1,
-		prune: finishedHeap{at: pruneIdx}, finished: map[string]*finishedHeap{}}
+		prune: finishedHeap{at: pruneIdx}, finished: map[string]*finishedHeap{}, fullest: map[string]*fullestHeap{}}
 	reg.OnLeaseEnd(q.leaseEnded)
 	return q
 }
@@ -148,7 +152,7 @@ func (qs *Queues) queue(ns, name string, create bool) *queue {
 		return q
 	}
 	q := &queue{ns: ns, name: name, tasks: map[string]*task{},
-		all: btree.NewG(32, bySeq), ready: btree.NewG(32, claimOrder), finished: finishedHeap{at: qIdx}}
+		all: btree.NewG(32, bySeq), ready: btree.NewG(32, claimOrder), finished: finishedHeap{at: qIdx}, fIdx: -1}
 	qs.queues[k] = q
 	return q
 }
@@ -268,6 +272,37 @@ func (h *finishedHeap) Pop() any {
 	h.ts = h.ts[:len(h.ts)-1]
 	*h.at(t) = -1
 	return t
+}
+
+// fullestHeap orders a namespace's queues that keep finished tasks: the
+// one keeping most first, then the one whose oldest finished task is
+// nearest its prune tick, then by name (a total order, so the first is the
+// same on every replica).
+type fullestHeap []*queue
+
+func (h fullestHeap) Len() int { return len(h) }
+func (h fullestHeap) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	if a.finished.Len() != b.finished.Len() {
+		return a.finished.Len() > b.finished.Len()
+	}
+	if x, y := a.finished.ts[0], b.finished.ts[0]; x.pruneTick != y.pruneTick {
+		return x.pruneTick < y.pruneTick
+	}
+	return a.name < b.name
+}
+func (h fullestHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].fIdx, h[j].fIdx = i, j
+}
+func (h *fullestHeap) Push(x any) { q := x.(*queue); q.fIdx = len(*h); *h = append(*h, q) }
+func (h *fullestHeap) Pop() any {
+	old := *h
+	q := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	q.fIdx = -1
+	return q
 }
 
 // ---- backoff ----
@@ -457,19 +492,14 @@ func (qs *Queues) finish(rec *logpb.Record, t *task, s State, pruneTick registra
 	t.pruneTick = pruneTick
 	qs.keepFinished(t)
 	// The namespace keeps at most its policy's MaxRetainedTasks. Over it,
-	// the queue whose task just finished gives up its own finished task
-	// nearest its prune tick, so that a busy queue does not push a quiet
-	// one's out (its dead tasks, the ids it keeps idempotent); only a queue
-	// keeping no other gives up the namespace's oldest. No later record
-	// names a finished task, so pruning one (even this one) here cannot
-	// break a command.
+	// the queue keeping the most finished tasks gives up the one nearest
+	// its prune tick, so that a busy queue does not push a quiet one's out
+	// (its dead tasks, the ids it keeps idempotent). No later record names
+	// a finished task, so pruning one (even this one) here cannot break a
+	// command.
 	h := qs.finished[t.q.ns]
 	for limit := qs.reg.Policy(t.q.ns).MaxRetainedTasks; uint64(h.Len()) > limit; {
-		if own := &t.q.finished; own.Len() > 1 {
-			qs.drop(own.ts[0])
-		} else {
-			qs.drop(h.ts[0])
-		}
+		qs.drop((*qs.fullest[t.q.ns])[0].finished.ts[0])
 	}
 }
 
@@ -483,6 +513,28 @@ func (qs *Queues) keepFinished(t *task) {
 	}
 	heap.Push(h, t)
 	heap.Push(&t.q.finished, t)
+	qs.refull(t.q)
+}
+
+// refull puts q where it belongs among its namespace's queues keeping
+// finished tasks, after its finished tasks changed.
+func (qs *Queues) refull(q *queue) {
+	f := qs.fullest[q.ns]
+	switch {
+	case q.fIdx >= 0 && q.finished.Len() == 0:
+		heap.Remove(f, q.fIdx)
+		if f.Len() == 0 {
+			delete(qs.fullest, q.ns)
+		}
+	case q.fIdx >= 0:
+		heap.Fix(f, q.fIdx)
+	case q.finished.Len() > 0:
+		if f == nil {
+			f = &fullestHeap{}
+			qs.fullest[q.ns] = f
+		}
+		heap.Push(f, q)
+	}
 }
 
 // unfinish takes a finished task that runs again out of the prune heaps.
@@ -492,6 +544,7 @@ func (qs *Queues) unfinish(t *task) {
 		delete(qs.finished, t.q.ns)
 	}
 	heap.Remove(&t.q.finished, t.qIdx)
+	qs.refull(t.q)
 	t.pruneTick = 0
 }
 

@@ -384,11 +384,48 @@ func TestQueueNamesWithSlashesKeepTasksApart(t *testing.T) {
 	e.checkReplay()
 }
 
+// TestFinishedTasksCapFavoursQuietQueues: past the cap, the queue keeping
+// the most finished tasks gives one up, whichever queue finished one: a
+// quiet queue's only dead task outlives a busy queue's completions, also
+// when a third queue finishes its first task.
+func TestFinishedTasksCapFavoursQuietQueues(t *testing.T) {
+	e := setup(t)
+	e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
+		Policy: &tenurev1.NamespacePolicy{MaxRetainedTasks: 3}}}})
+	e.mustEnqueue("quiet", &logpb.NewTask{TaskId: "dead", MaxAttempts: 1})
+	e.claim("quiet", "w", 1, 1000)
+	e.after(1000).advance()
+	if got := e.get("quiet", "dead"); got.State != queue.Dead {
+		t.Fatalf("quiet: %+v", got)
+	}
+	finish := func(queueName, id string) {
+		e.after(10).mustEnqueue(queueName, task(id, 0))
+		c := e.claim(queueName, "w", 1)
+		if out := e.complete(queueName, id, c.Leases[0].ID, nil); out.Err != nil {
+			t.Fatalf("complete %s: %v", id, out.Err)
+		}
+	}
+	for i := range 8 {
+		finish("busy", fmt.Sprint("b", i))
+	}
+	finish("third", "x")
+	if s := e.m.Queues().Stats("", "quiet"); s.Dead != 1 {
+		t.Fatalf("quiet's dead task pruned: %+v", s)
+	}
+	if s := e.m.Queues().Stats("", "busy"); s.Succeeded != 1 {
+		t.Fatalf("busy keeps %+v, want its newest only", s)
+	}
+	if _, err := e.m.Queues().Get("", "busy", "b7"); err != nil {
+		t.Fatalf("busy's newest: %v", err)
+	}
+	e.checkReplay()
+}
+
 // TestFinishedTasksCap: a namespace keeps at most max_retained_tasks
 // finished tasks; finishing one more prunes the oldest finished task of
-// the same queue (the namespace's oldest when the queue keeps no other);
-// other namespaces and unfinished tasks are untouched, and a pruned id
-// may be enqueued again.
+// the queue keeping the most (the oldest of all among equals); other
+// namespaces and unfinished tasks are untouched, and a pruned id may be
+// enqueued again.
 func TestFinishedTasksCap(t *testing.T) {
 	e := setup(t)
 	e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
@@ -440,8 +477,8 @@ func TestFinishedTasksCap(t *testing.T) {
 		t.Fatalf("re-enqueued a: %+v", got)
 	}
 	// A busy queue gives up its own finished tasks, not a quiet queue's.
-	// Its first, keeping no other, takes the namespace's oldest (r's d);
-	// then q's a stays however many more finish in "busy".
+	// Its first, with every queue keeping one, takes the namespace's
+	// oldest (r's d); then q's a stays however many more finish in "busy".
 	finish("busy", "e0")
 	if kept("r", "d") || !kept("q", "a") {
 		t.Fatalf("busy's first: d kept %v (want false), a %v", kept("r", "d"), kept("q", "a"))

@@ -102,7 +102,9 @@ var rules = map[string]rule{
 		return target{namespace: r.Namespace, hasNamespace: true, anyNamespace: true, acting: &r.Holder, field: "holder",
 			byIDs: byIDs, holderWide: !byIDs, nsField: &r.Namespace}
 	}},
-	v1c.LeaseServiceReleaseProcedure: {holderOnly, func(m any) target {
+	// A worker gives back its task and piece leases (a draining Worker
+	// returns its tasks), as it renews them.
+	v1c.LeaseServiceReleaseProcedure: {holderWorker, func(m any) target {
 		r := m.(*tenurev1.ReleaseRequest)
 		return target{acting: &r.Holder, field: "holder", leases: []string{r.LeaseId}}
 	}},
@@ -120,7 +122,9 @@ var rules = map[string]rule{
 	}},
 	v1c.LeaseServiceVerifyProcedure: {anyRole, none},
 	v1c.LeaseServiceGetProcedure:    {anyRole, none},
-	v1c.LeaseServiceListProcedure:   {readerOnly, func(m any) target { return ns(m.(*tenurev1.ListRequest).Namespace) }},
+	// A worker lists leases as it lists tasks: a peer finds its piece
+	// leases (PieceLeases).
+	v1c.LeaseServiceListProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.ListRequest).Namespace) }},
 	v1c.LeaseServiceCheckFenceProcedure: {anyRole, func(m any) target {
 		return ns(m.(*tenurev1.CheckFenceRequest).Namespace)
 	}},

@@ -889,3 +889,27 @@ func TestFollowerReadyUnderWritesAtFirstProbe(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardedWaitCutOnShutdown: a Claim long-polling through a follower
+// that shuts down is answered (OUTCOME_UNKNOWN: the leader may have
+// claimed) within a moment, instead of holding the shutdown and being
+// dropped unanswered.
+func TestForwardedWaitCutOnShutdown(t *testing.T) {
+	ms := startCluster(t, 3)
+	leader := leaderOf(t, ms, 10*time.Second)
+	f := followerOf(ms, leader)
+	qc := tenurev1connect.NewQueueServiceClient(h2cClient(), "http://"+f.srv.Addr(), connect.WithGRPC())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := qc.Claim(context.Background(), connect.NewRequest(&tenurev1.ClaimRequest{Queue: "idle", Worker: "w",
+			Wait: durationpb.New(time.Minute)}))
+		errc <- err
+	}()
+	waitFor(t, "the claim waiting on the leader", 10*time.Second, func() bool {
+		leader.srv.watchers.mu.Lock()
+		defer leader.srv.watchers.mu.Unlock()
+		return len(leader.srv.watchers.subs) == 1
+	})
+	f.stop(t)
+	wantReason(t, <-errc, connect.CodeUnavailable, "OUTCOME_UNKNOWN")
+}

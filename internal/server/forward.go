@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -203,12 +204,44 @@ func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Hea
 		// ends at this member. Nothing was proposed; ask the leader.
 		return nil, true, s.toConnect(notLeader(id, addr, "a caller authenticated by a client certificate must call the leader itself"))
 	}
-	resp, err = r.call(ctx, s, s.fwd.scheme+addr, msg, hdr)
+	// A call forwarded when this member starts to shut down gets a moment
+	// to finish; a long one (a Claim or Acquire that waits) is then cut
+	// and answered, rather than holding the shutdown and being dropped.
+	fctx, cut := context.WithCancel(ctx)
+	defer cut()
+	defer context.AfterFunc(s.ctx, func() {
+		select {
+		case <-time.After(forwardDrain):
+			cut()
+		case <-fctx.Done():
+		}
+	})()
+	resp, err = r.call(fctx, s, s.fwd.scheme+addr, msg, hdr)
 	if err != nil {
 		s.metrics.forwardErrors.Inc()
+		if s.ctx.Err() != nil && ctx.Err() == nil {
+			return nil, true, s.shutdownForwardError(r.write, id)
+		}
 		return nil, true, s.forwardError(ctx, err, r.write, id, addr)
 	}
 	return resp, true, nil
+}
+
+// forwardDrain is how long a forwarded call may go on once its member
+// starts to shut down.
+const forwardDrain = time.Second
+
+// shutdownForwardError answers a forwarded call cut by this member's
+// shutdown: a read was not answered (ask another member); a write may
+// have been applied by the leader.
+func (s *Server) shutdownForwardError(write bool, id string) error {
+	if !write {
+		return s.toConnect(&registrar.Error{Reason: registrar.ReasonUnavailable,
+			Message: string(registrar.ReasonUnavailable) + ": this member is shutting down; ask another member"})
+	}
+	return s.toConnect(&registrar.Error{Reason: registrar.ReasonOutcomeUnknown,
+		Message: fmt.Sprintf("%s: this member is shutting down and cut off the write it forwarded to the leader %s; it may or may not have been applied",
+			registrar.ReasonOutcomeUnknown, id)})
 }
 
 // forwardError classifies a failed forward (see the package comment above).

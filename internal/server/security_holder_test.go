@@ -243,6 +243,28 @@ func TestWorkerCompletesOnlyItsOwnTask(t *testing.T) {
 	wantReason(t, err, connect.CodePermissionDenied, "NOT_HOLDER")
 	_, err = q2.queues.Fail(ctx, connect.NewRequest(&tenurev1.FailRequest{Namespace: "jobs", Queue: "q", TaskId: "t1", LeaseId: task.LeaseId}))
 	wantReason(t, err, connect.CodePermissionDenied, "NOT_HOLDER")
+	// It gives its task back (as a draining Worker does), and only its own:
+	// the task is queued again, its attempt returned.
+	_, err = q2.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: task.LeaseId}))
+	wantReason(t, err, connect.CodePermissionDenied, "NOT_HOLDER")
+	if _, err := q1.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: task.LeaseId})); err != nil {
+		t.Fatalf("the worker's release of its task lease: %v", err)
+	}
+	got, err := q1.queues.GetTask(ctx, connect.NewRequest(&tenurev1.GetTaskRequest{Namespace: "jobs", Queue: "q", TaskId: "t1"}))
+	if err != nil || got.Msg.Task.State != tenurev1.TaskState_TASK_STATE_QUEUED || got.Msg.Task.Attempts != 0 {
+		t.Fatalf("task after its release: %v %v", got, err)
+	}
+	// A worker lists the leases of its namespaces (a peer finds its piece leases).
+	if _, err := q1.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{Namespace: "jobs"})); err != nil {
+		t.Fatalf("the worker's List: %v", err)
+	}
+	_, err = q1.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{Namespace: "default"}))
+	wantReason(t, err, connect.CodePermissionDenied, "PERMISSION_DENIED")
+	cr, err = q1.queues.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Namespace: "jobs", Queue: "q", Max: 1}))
+	if err != nil || len(cr.Msg.Tasks) != 1 {
+		t.Fatalf("claim again: %v %v", cr, err)
+	}
+	task = cr.Msg.Tasks[0]
 	if _, err := q1.queues.Complete(ctx, connect.NewRequest(&tenurev1.CompleteRequest{Namespace: "jobs", Queue: "q", TaskId: "t1", LeaseId: task.LeaseId})); err != nil {
 		t.Fatalf("own complete: %v", err)
 	}

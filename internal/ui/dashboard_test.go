@@ -327,7 +327,7 @@ func TestDashboard(t *testing.T) {
 		// Retry the dead t1 from its page: queued again, from its first attempt.
 		e.open(t, "/queues/mail/t1")
 		rbtn := chromedp.CSS(`#task-detail button.retry`)
-		e.step(t, "retry t1", chromedp.WaitVisible(rbtn), chromedp.Click(rbtn))
+		e.step(t, "retry t1", chromedp.WaitVisible(rbtn), chromedp.Click(rbtn), chromedp.WaitVisible(chromedp.ID("confirm-ok")), chromedp.Click(chromedp.ID("confirm-ok")))
 		e.waitJS(t, "the retry's answer", `document.querySelector("#task-message .notice")?.textContent.includes("queued again")`)
 		got, err = e.queues.GetTask(ctx, connect.NewRequest(&tenurev1.GetTaskRequest{Queue: "mail", TaskId: "t1"}))
 		if err != nil || got.Msg.Task.State != tenurev1.TaskState_TASK_STATE_QUEUED || got.Msg.Task.Attempts != 0 {

@@ -44,6 +44,7 @@ async function cancel(ns, queue, task) {
 
 // retry runs a finished or failed task again from its first attempt.
 async function retry(ns, queue, task) {
+  if (!await confirmDialog('Retry task', `Run task ${task.taskId} of queue ${queue} (${enumName(task.state, 'TASK_STATE_')}) again from its first attempt?`, false)) return null;
   try {
     const r = await api.call('QueueService', 'Retry', { namespace: ns, queue, taskId: task.taskId });
     return h('div', { class: 'notice', role: 'status' }, `Task ${r.task.taskId} is ${enumName(r.task.state, 'TASK_STATE_')} again.`);
@@ -108,8 +109,8 @@ export function queuePage(root, ctx) {
                 const note = await cancel(ctx.ns, queue, t);
                 if (note) { replace(msg, note); load(); }
               } }, 'Cancel'), retryable(s, ctx.ns) && h('button', { class: 'retry', title: 'run it again from its first attempt', onclick: async () => {
-                replace(msg, await retry(ctx.ns, queue, t));
-                load();
+                const note = await retry(ctx.ns, queue, t);
+                if (note) { replace(msg, note); load(); }
               } }, 'Retry')));
           }))),
           next && h('div', { class: 'more' }, h('button', { onclick: () => { pages++; load(); } }, 'Load more'))]);
@@ -148,8 +149,8 @@ export function taskPage(root, ctx) {
         if (note) { replace(msg, note); load(); }
       } }, 'Cancel task')),
       retryable(s, ctx.ns) && h('p', {}, h('button', { class: 'retry', title: 'run it again from its first attempt', onclick: async () => {
-        replace(msg, await retry(ctx.ns, queue, t));
-        load();
+        const note = await retry(ctx.ns, queue, t);
+        if (note) { replace(msg, note); load(); }
       } }, 'Retry task'))));
     } catch (e) {
       replace(body, errorBox(e));
