@@ -205,8 +205,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancel()
 	var kept []error
 	for _, t := range left {
-		if err := t.Lease.Release(rctx, ReleaseAborted); err != nil {
+		switch err := t.Lease.Release(rctx, ReleaseAborted); {
+		case err != nil:
 			kept = append(kept, fmt.Errorf("task %s kept its lease until it expires (its attempt counts): %w", t.ID, err))
+		case !errors.Is(t.Lease.Err(), ErrReleased):
+			// Gone before the release: expired (the attempt counted) or
+			// revoked.
+			kept = append(kept, fmt.Errorf("task %s was not given back: %w", t.ID, t.Lease.Err()))
 		}
 	}
 	drainErr := fmt.Errorf("%w (%d tasks returned to the queue)", ErrDrainTimeout, len(left)-len(kept))

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -207,19 +208,21 @@ func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Hea
 	// A call forwarded when this member starts to shut down gets a moment
 	// to finish; a long one (a Claim or Acquire that waits) is then cut
 	// and answered, rather than holding the shutdown and being dropped.
-	fctx, cut := context.WithCancel(ctx)
-	defer cut()
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var cutOff atomic.Bool
 	defer context.AfterFunc(s.ctx, func() {
 		select {
 		case <-time.After(forwardDrain):
-			cut()
+			cutOff.Store(true)
+			cancel()
 		case <-fctx.Done():
 		}
 	})()
 	resp, err = r.call(fctx, s, s.fwd.scheme+addr, msg, hdr)
 	if err != nil {
 		s.metrics.forwardErrors.Inc()
-		if s.ctx.Err() != nil && ctx.Err() == nil {
+		if cutOff.Load() && ctx.Err() == nil {
 			return nil, true, s.shutdownForwardError(r.write, id)
 		}
 		return nil, true, s.forwardError(ctx, err, r.write, id, addr)
