@@ -899,17 +899,7 @@ func TestForwardedWaitCutOnShutdown(t *testing.T) {
 	leader := leaderOf(t, ms, 10*time.Second)
 	f := followerOf(ms, leader)
 	qc := tenurev1connect.NewQueueServiceClient(h2cClient(), "http://"+f.srv.Addr(), connect.WithGRPC())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := qc.Claim(context.Background(), connect.NewRequest(&tenurev1.ClaimRequest{Queue: "idle", Worker: "w",
-			Wait: durationpb.New(time.Minute)}))
-		errc <- err
-	}()
-	waitFor(t, "the claim waiting on the leader", 10*time.Second, func() bool {
-		leader.srv.watchers.mu.Lock()
-		defer leader.srv.watchers.mu.Unlock()
-		return len(leader.srv.watchers.subs) == 1
-	})
+	errc := waitingClaim(t, qc, leader.srv)
 	f.stop(t)
 	wantReason(t, <-errc, connect.CodeUnavailable, "OUTCOME_UNKNOWN")
 }

@@ -361,7 +361,16 @@ func TestClaimWaitWakesForItsQueue(t *testing.T) {
 // there is no task.
 func TestClaimWaitEndsUnavailableOnShutdown(t *testing.T) {
 	b := setup(t)
-	qc := b.queueClient()
+	errc := waitingClaim(t, b.queueClient(), b.srv)
+	b.stop(t)
+	wantReason(t, <-errc, connect.CodeUnavailable, "UNAVAILABLE")
+}
+
+// waitingClaim starts a Claim of an empty queue that long-polls for a
+// minute, through qc, and returns once it waits on srv (the member that
+// runs it: the leader); its error comes on the channel.
+func waitingClaim(t *testing.T, qc tenurev1connect.QueueServiceClient, srv *Server) <-chan error {
+	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
 		_, err := qc.Claim(context.Background(), connect.NewRequest(&tenurev1.ClaimRequest{Queue: "idle", Worker: "w",
@@ -369,10 +378,9 @@ func TestClaimWaitEndsUnavailableOnShutdown(t *testing.T) {
 		errc <- err
 	}()
 	waitFor(t, "the claim waiting", 10*time.Second, func() bool {
-		b.srv.watchers.mu.Lock()
-		defer b.srv.watchers.mu.Unlock()
-		return len(b.srv.watchers.subs) == 1
+		srv.watchers.mu.Lock()
+		defer srv.watchers.mu.Unlock()
+		return len(srv.watchers.subs) == 1
 	})
-	b.stop(t)
-	wantReason(t, <-errc, connect.CodeUnavailable, "UNAVAILABLE")
+	return errc
 }
