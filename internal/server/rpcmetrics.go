@@ -47,8 +47,8 @@ func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 	return m
 }
 
-// op counts one Pipeline operation's answer (err: as the handlers return
-// them, or a *tenurev1.PipelineError's code).
+// op counts one Pipeline operation's answer: code is "ok" or the Connect
+// code of its error.
 func (m *rpcMetrics) op(proc, code string) {
 	if proc == "" {
 		proc = "unknown"
