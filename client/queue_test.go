@@ -453,3 +453,46 @@ func TestWorkerRunsNextTaskWhileCompleting(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWorkerDrainReportsATaskItCouldNotGiveBack: a handler that ignores
+// its context outlives its task lease (the renewal limit ends it); the
+// drain's release then finds the lease expired, and Run says the task
+// was not given back (the expiry used its attempt) instead of counting it
+// as returned.
+func TestWorkerDrainReportsATaskItCouldNotGiveBack(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	started, unblock := make(chan struct{}), make(chan struct{})
+	defer close(unblock)
+	handler := func(context.Context, *Task) ([]byte, error) {
+		close(started)
+		<-unblock // deaf to its context
+		return nil, errors.New("too late")
+	}
+	w := NewWorker(c, "deaf", handler, WorkerConcurrency(1), WorkerLeaseTTL(time.Second),
+		WorkerDrainTimeout(100*time.Millisecond), WorkerWait(time.Second))
+	runCtx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(runCtx) }()
+	if _, err := c.Enqueue(ctx, "deaf", []NewTask{{ID: "d", MaxAttempts: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	// 10 renewals at ttl/3, then the lease expires and the task is queued
+	// again with its attempt counted.
+	waitFor(t, "the task lease to expire", 20*time.Second, func() bool {
+		tk, err := c.GetTask(ctx, "deaf", "d")
+		return err == nil && tk.GetState() == tenurev1.TaskState_TASK_STATE_QUEUED
+	})
+	cancel()
+	err := <-errc
+	if !errors.Is(err, ErrDrainTimeout) || !strings.Contains(err.Error(), "(0 tasks returned to the queue)") ||
+		!strings.Contains(err.Error(), "task d was not given back") {
+		t.Fatalf("Run: %v", err)
+	}
+	if tk, err := c.GetTask(ctx, "deaf", "d"); err != nil || tk.GetAttempts() != 1 {
+		t.Fatalf("task after the drain: %v %v", tk, err)
+	}
+}
