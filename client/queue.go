@@ -88,10 +88,42 @@ type ListTasksOptions struct {
 }
 
 // Enqueue adds tasks to queue (created on first use) and returns them in
-// order; a task whose id already exists is answered as it is, unchanged.
-// When every task has an ID, Enqueue is idempotent and retried like a read
-// after an unknown outcome; otherwise ErrOutcomeUnknown is returned.
+// order; a task whose id already exists is answered as it is, unchanged
+// (EnqueueTasks says which). When every task has an ID, Enqueue is
+// idempotent and retried like a read after an unknown outcome; otherwise
+// ErrOutcomeUnknown is returned.
 func (c *Client) Enqueue(ctx context.Context, queue string, tasks []NewTask, opts ...CallOption) ([]*tenurev1.Task, error) {
+	resp, err := c.enqueue(ctx, queue, tasks, opts)
+	return resp.GetTasks(), err
+}
+
+// Enqueued is one task of an EnqueueTasks answer.
+type Enqueued struct {
+	Task *tenurev1.Task
+	// Existed: the queue held a task with this id already, and it is
+	// answered unchanged (this call's payload and options were not used;
+	// a finished task is kept for the namespace's retention, see
+	// docs/api-additions.md). After an unknown outcome that Enqueue
+	// retried, the earlier attempt may be the one that enqueued it.
+	Existed bool
+}
+
+// EnqueueTasks is Enqueue answering, for each task, whether its id
+// existed already: for a caller that must tell a new task from a
+// duplicate (another payload under an id in use is not an error).
+func (c *Client) EnqueueTasks(ctx context.Context, queue string, tasks []NewTask, opts ...CallOption) ([]Enqueued, error) {
+	resp, err := c.enqueue(ctx, queue, tasks, opts)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Enqueued, len(resp.GetTasks()))
+	for i, t := range resp.GetTasks() {
+		out[i] = Enqueued{Task: t, Existed: i < len(resp.GetExisted()) && resp.GetExisted()[i]}
+	}
+	return out, nil
+}
+
+func (c *Client) enqueue(ctx context.Context, queue string, tasks []NewTask, opts []CallOption) (*tenurev1.EnqueueResponse, error) {
 	cc := c.callConfig(opts)
 	req := &tenurev1.EnqueueRequest{Namespace: cc.namespace, Queue: queue, Tasks: make([]*tenurev1.NewTask, len(tasks))}
 	kind := idempotentCall
@@ -105,11 +137,11 @@ func (c *Client) Enqueue(ctx context.Context, queue string, tasks []NewTask, opt
 		}
 		req.Tasks[i] = nt
 	}
-	var out []*tenurev1.Task
+	var out *tenurev1.EnqueueResponse
 	err := c.call(ctx, kind, func(ctx context.Context, ep *endpoint) error {
 		resp, err := ep.queue.Enqueue(ctx, connect.NewRequest(req))
 		if err == nil {
-			out = resp.Msg.GetTasks()
+			out = resp.Msg
 		}
 		return err
 	})

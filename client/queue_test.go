@@ -53,6 +53,15 @@ func TestQueueClientCalls(t *testing.T) {
 	if err != nil || string(again[0].GetPayload()) != "pa" {
 		t.Fatalf("re-enqueue: %v %v", again, err)
 	}
+	// EnqueueTasks tells which ids existed (in a queue of its own).
+	eq, err := c.EnqueueTasks(ctx, "eq", []NewTask{{ID: "a", Payload: []byte("first")}})
+	if err != nil || len(eq) != 1 || eq[0].Existed || string(eq[0].Task.GetPayload()) != "first" {
+		t.Fatalf("EnqueueTasks of a new id: %+v %v", eq, err)
+	}
+	eq, err = c.EnqueueTasks(ctx, "eq", []NewTask{{ID: "a", Payload: []byte("other")}, {ID: "n"}})
+	if err != nil || len(eq) != 2 || !eq[0].Existed || string(eq[0].Task.GetPayload()) != "first" || eq[1].Existed || eq[1].Task.GetTaskId() != "n" {
+		t.Fatalf("EnqueueTasks of an existing and a new id: %+v %v", eq, err)
+	}
 	// Priority first; the claimed lease is kept alive by the heartbeats.
 	tasks, err := c.Claim(ctx, "calls", ClaimOptions{Max: 1, LeaseTTL: time.Second})
 	if err != nil || len(tasks) != 1 || tasks[0].ID != "b" || tasks[0].Attempts != 1 || tasks[0].Lease == nil {
@@ -114,7 +123,8 @@ func TestQueueClientCalls(t *testing.T) {
 		t.Fatalf("stats: %v %v", st, err)
 	}
 	qs, err := c.ListQueues(ctx)
-	if err != nil || len(qs) != 1 || qs[0].GetQueue() != "calls" || qs[0].GetStats().GetCancelled() != 1 {
+	if err != nil || len(qs) != 2 || qs[0].GetQueue() != "calls" || qs[0].GetStats().GetCancelled() != 1 ||
+		qs[1].GetQueue() != "eq" || qs[1].GetStats().GetQueued() != 2 {
 		t.Fatalf("ListQueues: %v %v", qs, err)
 	}
 	// Retry runs the cancelled task again, from its first attempt.
