@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"encoding/base64"
+	"encoding/binary"
+	"hash/fnv"
 	"slices"
-	"strconv"
 
 	"github.com/tenurehq/tenure/internal/registrar"
 )
@@ -150,17 +152,62 @@ func (qs *Queues) Len() int { return len(qs.bySeq) }
 // tick, or their namespace's cap prunes them).
 func (qs *Queues) Finished() int { return qs.prune.Len() }
 
-// ParsePageToken decodes a ListTasks page token ("" is the start).
-func ParsePageToken(tok string) (uint64, error) {
+// A ListTasks page token is the version byte, a checksum of the listing's
+// filters (namespace, queue, states) and the sequence number of the last
+// task returned. The checksum ties a token to its listing: continuing with
+// other filters, or with a token that was never issued, is
+// INVALID_ARGUMENT rather than a page of something else.
+const pageTokenVersion = 1
+
+func filterSum(ns, queue string, states []State) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(orDefault(ns)))
+	h.Write([]byte{0})
+	h.Write([]byte(queue))
+	var set, all byte // a set: the order and repeats of states do not matter
+	for _, st := range states {
+		set |= 1 << st
+	}
+	for st := Queued; st <= Cancelled; st++ {
+		all |= 1 << st
+	}
+	if set == all {
+		set = 0 // every state, named or not
+	}
+	h.Write([]byte{0, set})
+	return h.Sum32()
+}
+
+// PageToken encodes the token of the ListTasks page after the task
+// numbered after, for the listing of ns, queue and states.
+func PageToken(ns, queue string, states []State, after uint64) string {
+	b := binary.BigEndian.AppendUint32([]byte{pageTokenVersion}, filterSum(ns, queue, states))
+	b = binary.AppendUvarint(b, after)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// ParsePageToken decodes a ListTasks page token ("" is the start) issued
+// for the listing of ns, queue and states.
+func ParsePageToken(tok, ns, queue string, states []State) (uint64, error) {
 	if tok == "" {
 		return 0, nil
 	}
-	v, err := strconv.ParseUint(tok, 10, 64)
-	if err != nil {
-		return 0, registrar.NewError(registrar.ReasonInvalidArgument, map[string]string{"field": "page_token"},
-			"page_token: %q is not a token this server issued", tok)
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || len(b) < 6 || b[0] != pageTokenVersion {
+		return 0, badPageToken("is not a token this server issued")
 	}
-	return v, nil
+	if binary.BigEndian.Uint32(b[1:5]) != filterSum(ns, queue, states) {
+		return 0, badPageToken("was issued for another listing (namespace, queue or states); start again without it")
+	}
+	after, n := binary.Uvarint(b[5:])
+	if n <= 0 || 5+n != len(b) {
+		return 0, badPageToken("is not a token this server issued")
+	}
+	return after, nil
+}
+
+func badPageToken(why string) error {
+	return registrar.NewError(registrar.ReasonInvalidArgument, map[string]string{"field": "page_token"}, "page_token: %s", why)
 }
 
 // Names lists the namespace's queues ("" = default) by name: every queue

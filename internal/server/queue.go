@@ -401,10 +401,6 @@ func (h *queueService) ListTasks(ctx context.Context, req *connect.Request[tenur
 	if err := queue.ValidateQueue(m.Namespace, m.Queue); err != nil {
 		return nil, s.toConnect(err)
 	}
-	after, err := queue.ParsePageToken(m.PageToken)
-	if err != nil {
-		return nil, s.toConnect(err)
-	}
 	size := int(m.PageSize)
 	switch {
 	case size == 0:
@@ -418,6 +414,10 @@ func (h *queueService) ListTasks(ctx context.Context, req *connect.Request[tenur
 			return nil, s.toConnect(invalidArg("states", "unknown task state "+st.String()))
 		}
 		states = append(states, queue.State(st))
+	}
+	after, err := queue.ParsePageToken(m.PageToken, m.Namespace, m.Queue, states)
+	if err != nil {
+		return nil, s.toConnect(err)
 	}
 	var tasks []queue.Task
 	var next uint64
@@ -435,7 +435,7 @@ func (h *queueService) ListTasks(ctx context.Context, req *connect.Request[tenur
 		}
 	}
 	if next != 0 {
-		resp.NextPageToken = utoa(next)
+		resp.NextPageToken = queue.PageToken(m.Namespace, m.Queue, states, next)
 	}
 	return connect.NewResponse(resp), nil
 }

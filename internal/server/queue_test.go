@@ -108,6 +108,27 @@ func TestQueueEndToEnd(t *testing.T) {
 	if seen != n {
 		t.Fatalf("listed %d tasks", seen)
 	}
+	// A page token belongs to its listing: other states or another queue,
+	// or a token never issued, is refused rather than paged through.
+	first, err := qc.ListTasks(ctx, connect.NewRequest(&tenurev1.ListTasksRequest{Queue: "jobs", PageSize: 1}))
+	if err != nil || first.Msg.NextPageToken == "" {
+		t.Fatalf("first page: %v, %v", first, err)
+	}
+	tok = first.Msg.NextPageToken
+	for _, req := range []*tenurev1.ListTasksRequest{
+		{Queue: "jobs", PageToken: tok, States: []tenurev1.TaskState{tenurev1.TaskState_TASK_STATE_SUCCEEDED}},
+		{Queue: "other", PageToken: tok},
+		{Queue: "jobs", PageToken: "7"},
+	} {
+		_, err := qc.ListTasks(ctx, connect.NewRequest(req))
+		wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+	}
+	// Every state named is the same listing as none named.
+	all := []tenurev1.TaskState{6, 5, 4, 3, 2, 1, 1}
+	next, err := qc.ListTasks(ctx, connect.NewRequest(&tenurev1.ListTasksRequest{Queue: "jobs", PageSize: 1, PageToken: tok, States: all}))
+	if err != nil || len(next.Msg.Tasks) != 1 || next.Msg.Tasks[0].TaskId == first.Msg.Tasks[0].TaskId {
+		t.Fatalf("second page with every state named: %v, %v", next, err)
+	}
 }
 
 func TestQueueErrorsAndZombie(t *testing.T) {
