@@ -62,6 +62,13 @@
 //     the safety margin, but nothing proves it;
 //   - it was released (Err is ErrReleased), or the Client was closed.
 //
+// The KeepAlive stream asks the registrar to tell it, unasked, when a lease
+// it renews ends other than by this client's release (revoked, expired,
+// transferred, ended with an ancestor, its task cancelled): such a lease is
+// lost as soon as the
+// stream hears of it, not at its next renewal, once the heartbeat has renewed
+// it (within ttl/3 of the grant; before that, its first renewal is refused).
+//
 // Every loss is a *LostError matching ErrLeaseLost. When Done is closed the
 // caller must stop acting as the holder: stop writing, stop the work, and
 // re-acquire if it still needs the resource (a new lease with a new fence).
@@ -149,8 +156,8 @@
 // its budget is carved out of the parent's, its expiry never passes the
 // parent's (the client trusts it only as long as the registrar granted),
 // and it is kept alive like any lease. A child's Done closes when its parent
-// ends in this client (cause ErrParentEnded), or at its next heartbeat when
-// an ancestor ended elsewhere (revoked, say). Lease.Consume spends from a
+// ends in this client (cause ErrParentEnded), or as soon as the KeepAlive
+// stream tells of it when an ancestor ended elsewhere (revoked, say). Lease.Consume spends from a
 // counter (ErrBudgetExhausted, nothing charged, past the limit);
 // Lease.Authorize answers nil or ErrScopeViolation; Client.Tree lists a
 // lease's subtree. Derive and Consume are not repeated after an unknown

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -244,6 +245,32 @@ func TestIntegrationDoneOnRevoke(t *testing.T) {
 	}
 	if !errors.Is(l.Err(), ErrLeaseLost) || !errors.Is(l.Err(), ErrLeaseTerminal) {
 		t.Fatalf("Err = %v, want ErrLeaseLost caused by LEASE_TERMINAL", l.Err())
+	}
+}
+
+// A lease revoked after the heartbeat has renewed it is told at once on
+// the KeepAlive stream, not at the next renewal (ttl/3 later).
+func TestIntegrationRevocationToldAtOnce(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const ttl = 9 * time.Second // renewed every 3 s
+	l, err := c.Acquire(ctx, "integration/told", TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first renewal", ttl, func() bool { return l.Proto().GetRenewalCount() > 0 })
+	if _, err := c.Revoke(ctx, l.ID(), "rotating credentials"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(ttl/3 - time.Second):
+		t.Fatal("Done not closed before the next renewal was due")
+	}
+	if !errors.Is(l.Err(), ErrLeaseTerminal) || !strings.Contains(l.Err().Error(), "rotating credentials") {
+		t.Fatalf("Err = %v, want LEASE_TERMINAL with the revocation's reason", l.Err())
 	}
 }
 

@@ -362,7 +362,7 @@ func (h *heartbeat) sendDue(now time.Time) {
 func (h *heartbeat) send(now time.Time, ids []string, stuck time.Duration) {
 	h.nextID++
 	id := h.nextID
-	req := &tenurev1.KeepAliveRequest{LeaseIds: ids, RequestId: id}
+	req := &tenurev1.KeepAliveRequest{LeaseIds: ids, RequestId: id, NotifyEnded: true}
 	select {
 	case h.stream.out <- req:
 	default:

@@ -400,6 +400,45 @@ func TestWorkerLeaseLostCancelsHandler(t *testing.T) {
 	}
 }
 
+// TestWorkerCancelToldAtOnce: a task cancelled while its handler runs,
+// after its lease's first renewal, cancels the handler at once (the
+// KeepAlive stream tells), not at the lease's next renewal.
+func TestWorkerCancelToldAtOnce(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const ttl = 9 * time.Second // renewed every 3 s
+	running := make(chan *Task, 1)
+	cause := make(chan error, 1)
+	handler := func(hctx context.Context, tk *Task) ([]byte, error) {
+		running <- tk
+		<-hctx.Done()
+		cause <- context.Cause(hctx)
+		return nil, hctx.Err()
+	}
+	stop := runWorker(t, NewWorker(c, "told", handler, WorkerLeaseTTL(ttl), WorkerWait(time.Second)))
+	if _, err := c.Enqueue(ctx, "told", []NewTask{{ID: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	tk := <-running
+	waitFor(t, "the task lease's first renewal", ttl, func() bool { return tk.Lease.Proto().GetRenewalCount() > 0 })
+	if _, err := c.Cancel(ctx, "told", "t"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-cause:
+		if !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), "task cancelled") {
+			t.Fatalf("cause %v", err)
+		}
+	case <-time.After(ttl/3 - time.Second):
+		t.Fatal("handler not cancelled before its lease's next renewal was due")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // gatedTransport holds back every request to one path until gate closes.
 type gatedTransport struct {
 	next http.RoundTripper

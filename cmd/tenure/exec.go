@@ -25,10 +25,11 @@ then start the command, keeping the lease alive with heartbeats while it runs.
     least 0.5 s): a command cut off from the registrar is gone by the time its
     lease can expire there, so the next holder never overlaps it. A longer
     --grace lets a command shut down cleanly at the price of that overlap.
-  - A revoked or transferred lease is free at once, while the command hears
-    of it only at its next heartbeat (within ttl/3): it may overlap the next
-    holder for that long plus the grace. Where overlap must never happen,
-    pass the fence (below) to storage that checks fences.
+  - A revoked lease is free at once; the command hears of it as soon as the
+    registrar tells the heartbeat stream (at once, or, in the lease's first
+    ttl/3, at its first renewal), then is stopped as above: it may overlap
+    the next holder for that long plus the grace. Where overlap must never
+    happen, pass the fence (below) to storage that checks fences.
   - When the command ends the lease is released.
 
 The command runs in its own process group, so signals reach its children too.

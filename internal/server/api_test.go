@@ -638,6 +638,104 @@ func TestKeepAlive(t *testing.T) {
 	stream.CloseResponse()
 }
 
+// A KeepAlive stream asked to (notify_ended) tells of a lease it renews
+// that is revoked or expires, unasked and at once, but not of its holder's
+// own release.
+func TestKeepAliveNotifiesEnds(t *testing.T) {
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ttl := durationpb.New(time.Minute)
+	revoked := b.acquire(t, &tenurev1.AcquireRequest{Resource: "ka/revoked", Holder: "w1", Ttl: ttl})
+	released := b.acquire(t, &tenurev1.AcquireRequest{Resource: "ka/released", Holder: "w1", Ttl: ttl})
+	short := b.acquire(t, &tenurev1.AcquireRequest{Resource: "ka/short", Holder: "w1", Ttl: durationpb.New(time.Second)})
+	stream := b.leases.KeepAlive(ctx)
+	defer func() {
+		stream.CloseRequest()
+		stream.CloseResponse()
+	}()
+	// A receive that waits for a message never sent fails at ctx's end
+	// (the context alone does not unblock it).
+	defer context.AfterFunc(ctx, func() { stream.CloseResponse() })()
+	renew := func(id uint64, leases ...*tenurev1.Lease) {
+		t.Helper()
+		m := &tenurev1.KeepAliveRequest{RequestId: id, NotifyEnded: true}
+		for _, l := range leases {
+			m.LeaseIds = append(m.LeaseIds, l.LeaseId)
+		}
+		if err := stream.Send(m); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Receive()
+		if err != nil || resp.RequestId != id || len(resp.Leases) != len(leases) {
+			t.Fatalf("renewal %d: %v, %v", id, resp, err)
+		}
+	}
+	// pushed receives the next unasked message and returns its failures.
+	pushed := func() []*tenurev1.RenewFailure {
+		t.Helper()
+		resp, err := stream.Receive()
+		if err != nil || resp.RequestId != 0 || len(resp.Leases) != 0 {
+			t.Fatalf("want an unasked message, got %v, %v", resp, err)
+		}
+		return resp.Failures
+	}
+	renew(1, revoked, released, short)
+	if _, err := b.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: released.LeaseId, Holder: "w1"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.leases.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{LeaseId: revoked.LeaseId, Reason: "maintenance"})); err != nil {
+		t.Fatal(err)
+	}
+	// The short lease, left to expire, is told as its renewal would be
+	// (whichever comes first).
+	told := map[string]*tenurev1.RenewFailure{}
+	for len(told) < 2 {
+		for _, f := range pushed() {
+			if told[f.LeaseId] != nil {
+				t.Fatalf("lease %s told twice", f.LeaseId)
+			}
+			told[f.LeaseId] = f
+		}
+	}
+	if f := told[revoked.LeaseId]; f == nil || f.Reason != "LEASE_TERMINAL" ||
+		f.Message != "LEASE_TERMINAL: lease "+revoked.LeaseId+" is REVOKED: maintenance" {
+		t.Fatalf("revocation told as %v (all: %v)", f, told)
+	}
+	if f := told[short.LeaseId]; f == nil || f.Reason != "LEASE_EXPIRED" {
+		t.Fatalf("expiry told as %v (all: %v)", f, told)
+	}
+	// Nothing else is pending: the next message answers the next request.
+	again := b.acquire(t, &tenurev1.AcquireRequest{Resource: "ka/again", Holder: "w1", Ttl: ttl})
+	renew(2, again)
+	// A stream that did not ask is told nothing unasked.
+	plain := b.leases.KeepAlive(ctx)
+	defer func() {
+		plain.CloseRequest()
+		plain.CloseResponse()
+	}()
+	if err := plain.Send(&tenurev1.KeepAliveRequest{RequestId: 1, LeaseIds: []string{again.LeaseId}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := plain.Receive(); err != nil || resp.RequestId != 1 {
+		t.Fatalf("plain renewal: %v, %v", resp, err)
+	}
+	if _, err := b.leases.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{LeaseId: again.LeaseId})); err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Send(&tenurev1.KeepAliveRequest{RequestId: 2, LeaseIds: []string{again.LeaseId}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := plain.Receive(); err != nil || resp.RequestId != 2 || len(resp.Failures) != 1 || resp.Failures[0].Reason != "LEASE_TERMINAL" {
+		t.Fatalf("plain renewal of the revoked lease: %v, %v", resp, err)
+	}
+	// The asking stream still follows it (the plain one never did): told.
+	f := pushed()
+	if len(f) != 1 || f[0].LeaseId != again.LeaseId {
+		t.Fatalf("revocation of a lease renewed on both streams told as %v", f)
+	}
+}
+
 func TestRestartKeepsLeases(t *testing.T) {
 	b := setup(t)
 	l := b.acquire(t, &tenurev1.AcquireRequest{Resource: "durable", Holder: "w1", Ttl: durationpb.New(time.Minute)})

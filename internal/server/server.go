@@ -40,6 +40,7 @@ import (
 	"github.com/tenurehq/tenure/internal/auth"
 	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
 	"github.com/tenurehq/tenure/internal/ui"
 	"github.com/tenurehq/tenure/internal/wire"
 )
@@ -119,6 +120,8 @@ type Server struct {
 	closing chan struct{}
 	// watchers tells Watch streams which applied records they match.
 	watchers *watchHub
+	// ends tells KeepAlive streams when a lease they renew ends.
+	ends *endHub
 	// events renders each record once for all the Watch streams that
 	// send it.
 	events eventCache
@@ -147,7 +150,7 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
 	}
 	s := &Server{cfg: cfg, log: log, ln: ln, reg: prometheus.NewRegistry(), served: make(chan error, 1),
-		closing: make(chan struct{}), fwd: newForwardClients(cfg.PeerTLS, cfg.MemberToken), watchers: newWatchHub()}
+		closing: make(chan struct{}), fwd: newForwardClients(cfg.PeerTLS, cfg.MemberToken), watchers: newWatchHub(), ends: newEndHub()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.metrics = &metrics{rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenure_rejections_total", Help: "Requests answered with an error, by reason.",
@@ -177,7 +180,10 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 		ln.Close()
 		return nil, err
 	}
-	s.node.Feed().Observe(s.watchers.observe)
+	s.node.Feed().Observe(func(recs []statemachine.Sealed) {
+		s.watchers.observe(recs)
+		s.ends.observe(recs)
+	})
 
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(cfg.MaxRequestBytes),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 
 	"connectrpc.com/connect"
 
@@ -121,97 +122,66 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 
 // KeepAlive renews the leases named in each message and answers each with
 // the renewed leases and per-lease failures, echoing request_id. Invalid
-// input or a cluster error ends the stream with that error.
+// input or a cluster error ends the stream with that error. Once a message
+// sets notify_ended, the stream also sends, unasked (request_id 0), the
+// failures of leases it renewed that end other than by their holder's
+// release (endHub).
 func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream[tenurev1.KeepAliveRequest, tenurev1.KeepAliveResponse]) error {
 	s := h.s
-	for {
-		m, err := stream.Receive()
-		if errors.Is(err, io.EOF) {
-			return nil
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Messages are received on their own goroutine so that the stream can
+	// send ends while it waits for the next one.
+	msgs := make(chan *tenurev1.KeepAliveRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Receive()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
 		}
+	}()
+	var ends *endWatch
+	defer func() {
+		if ends != nil {
+			s.ends.remove(ends)
+		}
+	}()
+	for {
+		var wake chan struct{}
+		if ends != nil {
+			wake = ends.wake
+		}
+		var m *tenurev1.KeepAliveRequest
+		select {
+		case m = <-msgs:
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-wake:
+			if f := s.ends.take(ends); len(f) > 0 {
+				if err := stream.Send(&tenurev1.KeepAliveResponse{Failures: f}); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if m.NotifyEnded && ends == nil {
+			ends = s.ends.add()
+		}
+		resp, err := s.keepAlive(ctx, m, stream.RequestHeader(), ends)
 		if err != nil {
 			return err
 		}
-		p := principalOf(ctx)
-		if p != nil {
-			if err := s.charge(p, 1); err != nil {
-				return s.toConnect(err)
-			}
-		}
-		resp := &tenurev1.KeepAliveResponse{RequestId: m.RequestId}
-		// A malformed message is answered with its failures, not by
-		// ending the stream, which would stop the keepalive of every
-		// other lease on it: a malformed id fails on its own and the
-		// others are renewed; a bad ttl or an empty message fails whole.
-		ids, bad := splitLeaseIDs(m.LeaseIds)
-		ttl, err := durationMs("ttl", m.Ttl)
-		if err == nil {
-			err = positiveTTL("ttl", ttl)
-		}
-		if err == nil && len(ids) == 0 && len(bad) == 0 {
-			err = invalidArg("lease_ids", "name at least one lease")
-		}
-		c := &logpb.Renew{LeaseIds: ids, TtlMs: ttl}
-		if err == nil && len(ids) > 0 {
-			err = validateRenew(c)
-		}
-		if err != nil || len(ids) == 0 {
-			if err != nil {
-				bad = append(bad, registrar.Failure{Err: err})
-			}
-			resp.Failures = failures(bad)
-			if err := stream.Send(resp); err != nil {
-				return err
-			}
-			continue
-		}
-		// Each message is a Renew, authorized as one: the holder is
-		// the caller, so only its own leases are renewed.
-		rr := &tenurev1.RenewRequest{LeaseIds: ids, Ttl: m.Ttl}
-		if p != nil {
-			if err := s.authorize(ctx, v1c.LeaseServiceRenewProcedure, rr); err != nil {
-				return s.toConnect(err)
-			}
-		}
-		c.Holder = rr.Holder
-		if fr, ok, err := s.forward(ctx, v1c.LeaseServiceRenewProcedure, rr, stream.RequestHeader()); ok {
-			if err := keepAliveForwarded(resp, fr, err, c.LeaseIds); err != nil {
-				return err
-			}
-			resp.Failures = append(failures(bad), resp.Failures...)
-			if err := stream.Send(resp); err != nil {
-				return err
-			}
-			continue
-		}
-		// Leases the caller may not renew are listed as failures.
-		own, denied, err := s.ownLeases(ctx, c.LeaseIds)
-		if err != nil {
-			return s.toConnect(err)
-		}
-		c.LeaseIds = own
-		var out registrar.Outcome
-		if len(own) > 0 {
-			res, err := s.node.Propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: c}})
-			if err != nil {
-				return s.toConnect(err)
-			}
-			out = res.Outcome
-		}
-		if out.Err != nil {
-			// A single-id renew answers its failure as Err; list it instead.
-			id := ""
-			if len(c.LeaseIds) == 1 {
-				id = c.LeaseIds[0]
-			}
-			out.Failures = append(out.Failures, registrar.Failure{LeaseID: id, Err: out.Err})
-			s.metrics.rejections.WithLabelValues(string(registrar.ReasonOf(out.Err))).Inc()
-		}
-		out.Failures = append(append(bad, denied...), out.Failures...)
-		if resp.Leases, err = s.leaseProtos(out.Leases, false); err != nil {
-			return s.toConnect(err)
-		}
-		resp.Failures = failures(out.Failures)
 		if err := stream.Send(resp); err != nil {
 			return err
 		}
@@ -221,6 +191,118 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 		default:
 		}
 	}
+}
+
+// keepAlive answers one KeepAlive message; ends, when set, follows the
+// leases it renews.
+func (s *Server) keepAlive(ctx context.Context, m *tenurev1.KeepAliveRequest, header http.Header, ends *endWatch) (*tenurev1.KeepAliveResponse, error) {
+	p := principalOf(ctx)
+	if p != nil {
+		if err := s.charge(p, 1); err != nil {
+			return nil, s.toConnect(err)
+		}
+	}
+	resp := &tenurev1.KeepAliveResponse{RequestId: m.RequestId}
+	// A malformed message is answered with its failures, not by ending
+	// the stream, which would stop the keepalive of every other lease on
+	// it: a malformed id fails on its own and the others are renewed; a
+	// bad ttl or an empty message fails whole.
+	ids, bad := splitLeaseIDs(m.LeaseIds)
+	ttl, err := durationMs("ttl", m.Ttl)
+	if err == nil {
+		err = positiveTTL("ttl", ttl)
+	}
+	if err == nil && len(ids) == 0 && len(bad) == 0 {
+		err = invalidArg("lease_ids", "name at least one lease")
+	}
+	c := &logpb.Renew{LeaseIds: ids, TtlMs: ttl}
+	if err == nil && len(ids) > 0 {
+		err = validateRenew(c)
+	}
+	if err != nil || len(ids) == 0 {
+		if err != nil {
+			bad = append(bad, registrar.Failure{Err: err})
+		}
+		resp.Failures = failures(bad)
+		return resp, nil
+	}
+	// Each message is a Renew, authorized as one: the holder is the
+	// caller, so only its own leases are renewed.
+	rr := &tenurev1.RenewRequest{LeaseIds: ids, Ttl: m.Ttl}
+	if p != nil {
+		if err := s.authorize(ctx, v1c.LeaseServiceRenewProcedure, rr); err != nil {
+			return nil, s.toConnect(err)
+		}
+	}
+	c.Holder = rr.Holder
+	if fr, ok, err := s.forward(ctx, v1c.LeaseServiceRenewProcedure, rr, header); ok {
+		if err := keepAliveForwarded(resp, fr, err, c.LeaseIds); err != nil {
+			return nil, err
+		}
+		resp.Failures = append(failures(bad), resp.Failures...)
+		if ends != nil {
+			// Followed from the leader's answer: an end applied here
+			// before it is caught by the next renewal instead.
+			seqs := make([]uint64, len(resp.Leases))
+			for i, l := range resp.Leases {
+				seqs[i] = l.GetFence()
+			}
+			s.ends.follow(ends, seqs...)
+		}
+		return resp, nil
+	}
+	// Leases the caller may not renew are listed as failures.
+	own, denied, err := s.ownLeases(ctx, c.LeaseIds)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	c.LeaseIds = own
+	if ends != nil {
+		// Followed before the renewal is proposed, so that no end applied
+		// after it goes unnoticed; those the renewal fails are dropped.
+		s.ends.follow(ends, leaseSeqs(own)...)
+	}
+	var out registrar.Outcome
+	if len(own) > 0 {
+		res, err := s.node.Propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: c}})
+		if err != nil {
+			return nil, s.toConnect(err)
+		}
+		out = res.Outcome
+	}
+	if out.Err != nil {
+		// A single-id renew answers its failure as Err; list it instead.
+		id := ""
+		if len(c.LeaseIds) == 1 {
+			id = c.LeaseIds[0]
+		}
+		out.Failures = append(out.Failures, registrar.Failure{LeaseID: id, Err: out.Err})
+		s.metrics.rejections.WithLabelValues(string(registrar.ReasonOf(out.Err))).Inc()
+	}
+	if ends != nil && len(out.Failures) > 0 {
+		failed := make([]string, len(out.Failures))
+		for i, f := range out.Failures {
+			failed[i] = f.LeaseID
+		}
+		s.ends.unfollow(ends, leaseSeqs(failed)...)
+	}
+	out.Failures = append(append(bad, denied...), out.Failures...)
+	if resp.Leases, err = s.leaseProtos(out.Leases, false); err != nil {
+		return nil, s.toConnect(err)
+	}
+	resp.Failures = failures(out.Failures)
+	return resp, nil
+}
+
+// leaseSeqs returns the fences of well-formed lease ids.
+func leaseSeqs(ids []string) []uint64 {
+	seqs := make([]uint64, 0, len(ids))
+	for _, id := range ids {
+		if _, _, seq, err := registrar.ParseLeaseID(id); err == nil {
+			seqs = append(seqs, seq)
+		}
+	}
+	return seqs
 }
 
 // splitLeaseIDs separates well-formed lease ids from malformed ones,

@@ -2768,8 +2768,17 @@ type KeepAliveRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	LeaseIds []string               `protobuf:"bytes,1,rep,name=lease_ids,json=leaseIds,proto3" json:"lease_ids,omitempty"`
 	// Echoed in the response so a client can match it.
-	RequestId     uint64               `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	RequestId uint64               `protobuf:"varint,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Ttl       *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// Set on any message: from then on the stream also tells, unasked, when
+	// a lease it renews ends other than by its holder's release (revoked,
+	// expired, transferred, or ended with an ancestor), in a response with
+	// request_id 0 listing the lease under failures (LEASE_TERMINAL or
+	// LEASE_EXPIRED, as its next renewal would have been answered). A lease
+	// is followed from the first renewal of it on the stream. A client that
+	// matches responses to requests by order, not by request_id, must leave
+	// it unset.
+	NotifyEnded   bool `protobuf:"varint,4,opt,name=notify_ended,json=notifyEnded,proto3" json:"notify_ended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2823,6 +2832,13 @@ func (x *KeepAliveRequest) GetTtl() *durationpb.Duration {
 		return x.Ttl
 	}
 	return nil
+}
+
+func (x *KeepAliveRequest) GetNotifyEnded() bool {
+	if x != nil {
+		return x.NotifyEnded
+	}
+	return false
 }
 
 type KeepAliveResponse struct {
@@ -4221,12 +4237,13 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\vafter_index\x18\x03 \x01(\x04R\n" +
 	"afterIndex\"7\n" +
 	"\rWatchResponse\x12&\n" +
-	"\x05event\x18\x01 \x01(\v2\x10.tenure.v1.EventR\x05event\"{\n" +
+	"\x05event\x18\x01 \x01(\v2\x10.tenure.v1.EventR\x05event\"\x9e\x01\n" +
 	"\x10KeepAliveRequest\x12\x1b\n" +
 	"\tlease_ids\x18\x01 \x03(\tR\bleaseIds\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12+\n" +
-	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x91\x01\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12!\n" +
+	"\fnotify_ended\x18\x04 \x01(\bR\vnotifyEnded\"\x91\x01\n" +
 	"\x11KeepAliveResponse\x12(\n" +
 	"\x06leases\x18\x01 \x03(\v2\x10.tenure.v1.LeaseR\x06leases\x123\n" +
 	"\bfailures\x18\x02 \x03(\v2\x17.tenure.v1.RenewFailureR\bfailures\x12\x1d\n" +
