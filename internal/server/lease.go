@@ -127,12 +127,21 @@ func (s *Server) acquire(ctx context.Context, m *tenurev1.AcquireRequest) (*tenu
 	}
 	l := out.Lease
 	if out.WaiterID != 0 {
-		res, err := s.node.AwaitWaiter(ctx, out.WaiterID)
-		if ctx.Err() != nil {
+		// The wait ends with the caller, or when the server starts to shut
+		// down: then the caller is answered (below) before the drain.
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(s.ctx, cancel)()
+		res, err := s.node.AwaitWaiter(wctx, out.WaiterID)
+		switch {
+		case ctx.Err() != nil:
 			go s.abandonWait(out.WaiterID, c.Holder, res)
 			return nil, ctx.Err()
-		}
-		if err != nil {
+		case wctx.Err() != nil && res.Lease.ID == "":
+			if res, err = s.withdrawWait(out.WaiterID, c.Holder); err != nil {
+				return nil, err
+			}
+		case err != nil:
 			return nil, err
 		}
 		if res.Err != nil {
@@ -204,14 +213,12 @@ func (s *Server) abandonWait(id uint64, holder string, res cluster.WaitResult) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if res.Lease.ID == "" {
-		if _, err := s.propose(ctx, &logpb.Command{Actor: holder, Op: &logpb.Command_CancelWait{CancelWait: &logpb.CancelWait{
-			WaiterId: id, Holder: holder,
-		}}}); err != nil {
+		var err error
+		if res, err = s.cancelWait(ctx, id, holder); err != nil {
 			s.log.Warn("withdrawing an abandoned wait", "waiter", id, "err", err)
 			return
 		}
-		// The wait is resolved now, one way or the other.
-		if res, _ = s.node.AwaitWaiter(ctx, id); res.Lease.ID == "" {
+		if res.Lease.ID == "" {
 			return
 		}
 	}
@@ -220,6 +227,37 @@ func (s *Server) abandonWait(id uint64, holder string, res cluster.WaitResult) {
 	}}}); err != nil {
 		s.log.Warn("releasing the lease of an abandoned wait", "lease", res.Lease.ID, "err", err)
 	}
+}
+
+// withdrawWait ends the queued acquire of a caller still waiting when the
+// server starts to shut down: withdrawn, it is UNAVAILABLE (nothing was
+// granted: retry elsewhere); granted meanwhile, the caller gets its lease.
+// A withdrawal whose outcome is unknown is OUTCOME_UNKNOWN.
+func (s *Server) withdrawWait(id uint64, holder string) (cluster.WaitResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := s.cancelWait(ctx, id, holder)
+	switch {
+	case err != nil:
+		return res, &registrar.Error{Reason: registrar.ReasonOutcomeUnknown, Message: string(registrar.ReasonOutcomeUnknown) +
+			": the server is shutting down and withdrawing the wait failed (" + err.Error() + "); the acquire may still be granted"}
+	case res.Lease.ID == "": // withdrawn (answered as a wait that ended)
+		return res, &registrar.Error{Reason: registrar.ReasonUnavailable, Message: string(registrar.ReasonUnavailable) +
+			": the server is shutting down; the wait was withdrawn and nothing was granted, retry on another member"}
+	}
+	return res, nil
+}
+
+// cancelWait proposes the withdrawal of waiter id and returns how its wait
+// ended: withdrawn (no lease), or granted before the withdrawal applied.
+func (s *Server) cancelWait(ctx context.Context, id uint64, holder string) (cluster.WaitResult, error) {
+	if _, err := s.propose(ctx, &logpb.Command{Actor: holder, Op: &logpb.Command_CancelWait{CancelWait: &logpb.CancelWait{
+		WaiterId: id, Holder: holder,
+	}}}); err != nil {
+		return cluster.WaitResult{}, err
+	}
+	// The wait is resolved now, one way or the other.
+	return s.node.AwaitWaiter(ctx, id)
 }
 
 func validateRenew(c *logpb.Renew) error {

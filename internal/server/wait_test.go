@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +47,48 @@ func TestAbandonedWaitIsWithdrawn(t *testing.T) {
 	}
 	if _, err := bd.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "r", Holder: "w3"})); err != nil {
 		t.Fatalf("resource not free after the holder released and the ghost left: %v", err)
+	}
+}
+
+// A waiting Acquire on a node that shuts down (with no member to hand the
+// leadership to) is withdrawn and answered UNAVAILABLE at once, rather
+// than held through the drain and cut off unanswered; the withdrawal is
+// durable.
+func TestWaitWithdrawnOnShutdown(t *testing.T) {
+	t.Parallel()
+	bd := setup(t)
+	ctx := context.Background()
+	held, err := bd.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "r", Holder: "w1", Ttl: durationpb.New(time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := bd.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{
+			Resource: "r", Holder: "w2", Wait: durationpb.New(time.Minute)}))
+		errc <- err
+	}()
+	waiters := func(b *bundle) uint64 {
+		resp, err := b.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg.Counts.GetWaiters()
+	}
+	waitFor(t, "w2 to queue", 10*time.Second, func() bool { return waiters(bd) == 1 })
+	bd.stop(t)
+	err = <-errc
+	wantReason(t, err, connect.CodeUnavailable, "UNAVAILABLE")
+	if !strings.Contains(err.Error(), "nothing was granted") {
+		t.Fatalf("UNAVAILABLE without saying nothing was granted: %v", err)
+	}
+	again := setup(t, bd.dir)
+	if n := waiters(again); n != 0 {
+		t.Fatalf("%d waiters after the restart, want the withdrawn one gone", n)
+	}
+	got, err := again.leases.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: held.Msg.Lease.LeaseId}))
+	if err != nil || got.Msg.Lease.State != tenurev1.State_STATE_ACTIVE {
+		t.Fatalf("w1's lease after the restart: %v, %v", got, err)
 	}
 }
 
