@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/ed25519"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -211,6 +215,66 @@ func TestJSONWithCharset(t *testing.T) {
 			t.Errorf("unknown field (gzip %v): %d %v", gz, code, out)
 		}
 	}
+}
+
+// TestBinaryBodyThatDoesNotDecode: a binary request (Connect's
+// application/proto, gRPC) that does not decode, a string that is not
+// UTF-8 or malformed wire data, is INVALID_ARGUMENT with its ErrorInfo
+// and a message that starts with the reason, as in JSON.
+func TestBinaryBodyThatDoesNotDecode(t *testing.T) {
+	b := setup(t)
+	fd := (&tenurev1.AcquireRequest{}).ProtoReflect().Descriptor().Fields()
+	str := func(name, v string) []byte {
+		return protowire.AppendString(protowire.AppendTag(nil, fd.ByName(protoreflect.Name(name)).Number(), protowire.BytesType), v)
+	}
+	notUTF8 := append(str("resource", "r\xff\xfe"), str("holder", "w")...)
+	truncated := str("resource", "orders/42")[:5]
+	for name, body := range map[string][]byte{"invalid UTF-8": notUTF8, "truncated": truncated} {
+		resp, err := b.http.Post(b.base+"/tenure.v1.LeaseService/Acquire", "application/proto", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var out map[string]any
+		if err := json.Unmarshal(raw, &out); err != nil || out["code"] != "invalid_argument" {
+			t.Fatalf("%s, application/proto: %d %q", name, resp.StatusCode, raw)
+		}
+		if r := errorReason(t, out); r != "INVALID_ARGUMENT" {
+			t.Errorf("%s, application/proto: reason %s", name, r)
+		}
+		if msg, _ := out["message"].(string); !strings.HasPrefix(msg, "INVALID_ARGUMENT: ") {
+			t.Errorf("%s, application/proto: message %q", name, msg)
+		}
+		// gRPC: one uncompressed frame; the status comes in trailers.
+		frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body)))
+		req, _ := http.NewRequest(http.MethodPost, b.base+"/tenure.v1.LeaseService/Acquire", bytes.NewReader(append(frame, body...)))
+		req.Header.Set("Content-Type", "application/grpc")
+		req.Header.Set("TE", "trailers")
+		gresp, err := h2cClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, gresp.Body)
+		gresp.Body.Close()
+		status, msg := gresp.Trailer.Get("Grpc-Status"), gresp.Trailer.Get("Grpc-Message")
+		if status == "" { // a trailers-only answer
+			status, msg = gresp.Header.Get("Grpc-Status"), gresp.Header.Get("Grpc-Message")
+		}
+		if status != "3" || !strings.HasPrefix(msg, "INVALID_ARGUMENT") {
+			t.Errorf("%s, gRPC: status %q message %q", name, status, msg)
+		}
+	}
+	// A body that decodes is served as before, in both.
+	good, err := proto.Marshal(&tenurev1.AcquireRequest{Resource: "bin/ok", Holder: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := b.http.Post(b.base+"/tenure.v1.LeaseService/Acquire", "application/proto", bytes.NewReader(good))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a good application/proto acquire: %v %v", resp, err)
+	}
+	resp.Body.Close()
 }
 
 // TestRenewNamesTheBadID: a Renew of several ids, one of them malformed,

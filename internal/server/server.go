@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
@@ -259,7 +261,7 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 		protocols.SetUnencryptedHTTP2(true)
 	}
 	s.http = &http.Server{
-		Handler:           s.authenticate(limitBody(checkJSON(mux, int64(cfg.MaxRequestBytes)), int64(cfg.MaxRequestBytes))),
+		Handler:           s.authenticate(limitBody(checkBody(mux, int64(cfg.MaxRequestBytes)), int64(cfg.MaxRequestBytes))),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -416,20 +418,33 @@ func limitBody(next http.Handler, max int64) http.Handler {
 	})
 }
 
-// checkJSON decodes the body of a Connect unary JSON call (curl, browsers,
-// any HTTP client) before Connect does, to answer a body that does not
-// decode (malformed JSON, invalid UTF-8, an unknown enum name, a field of
-// the wrong type) as every other bad input: INVALID_ARGUMENT with its
-// ErrorInfo and a message that starts with the reason. Connect's own answer
-// to those has neither. Binary and streaming calls, and compressed bodies,
-// go through unchanged (Connect still refuses what does not decode), as
-// does a body past max bytes (Connect refuses it as too large).
-func checkJSON(next http.Handler, max int64) http.Handler {
+// checkBody decodes the body of a unary call before Connect does, to
+// answer a body that does not decode as every other bad input:
+// INVALID_ARGUMENT with its ErrorInfo and a message that starts with the
+// reason (Connect's own answer has neither). JSON (curl, browsers, any
+// HTTP client): malformed JSON, invalid UTF-8, an unknown enum name, a
+// field of the wrong type. Binary (Connect's application/proto, gRPC and
+// gRPC-Web framing): malformed wire data, a string that is not UTF-8.
+// Streaming calls and compressed bodies go through unchanged (Connect
+// still refuses what does not decode), as does a body past max bytes
+// (Connect refuses it as too large).
+func checkBody(next http.Handler, max int64) http.Handler {
 	ew := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mt, unary := unaryInputs[r.URL.Path]
 		ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
-		if !unary || r.Method != http.MethodPost || strings.TrimSpace(ct) != "application/json" || r.Header.Get("Content-Encoding") != "" {
+		ct = strings.TrimSpace(ct)
+		var decode func(b []byte, m proto.Message) error
+		switch {
+		case !unary || r.Method != http.MethodPost || r.Header.Get("Content-Encoding") != "":
+		case ct == "application/json":
+			decode = func(b []byte, m proto.Message) error { return (jsonCodec{}).Unmarshal(b, m) }
+		case ct == "application/proto":
+			decode = func(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }
+		case ct == "application/grpc" || ct == "application/grpc+proto" || ct == "application/grpc-web" || ct == "application/grpc-web+proto":
+			decode = decodeGRPCFrame
+		}
+		if decode == nil {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -440,7 +455,7 @@ func checkJSON(next http.Handler, max int64) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if err := (jsonCodec{}).Unmarshal(body, mt.New().Interface()); err != nil {
+		if err := decode(body, mt.New().Interface()); err != nil {
 			why := err.Error()
 			if _, after, ok := strings.Cut(why, "proto: "); ok {
 				why = after
@@ -456,6 +471,16 @@ func checkJSON(next http.Handler, max int64) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// decodeGRPCFrame decodes the message of a unary gRPC (or gRPC-Web) body:
+// one frame, a flag byte and a 4-byte length. A compressed or otherwise
+// unusual body is left to Connect (nil).
+func decodeGRPCFrame(b []byte, m proto.Message) error {
+	if len(b) < 5 || b[0] != 0 || int(binary.BigEndian.Uint32(b[1:5])) != len(b)-5 {
+		return nil
+	}
+	return proto.Unmarshal(b[5:], m)
 }
 
 // putBack puts the start of r's body, read by a check, back in front of
