@@ -52,6 +52,9 @@ type Node struct {
 	// knewLeader is set once this node has known a leader, itself included
 	// (AwaitLeader).
 	knewLeader atomic.Bool
+	// leaderSeen ends at the next change of leader this node observes
+	// (LeaderChange).
+	leaderSeen atomic.Pointer[leaderEpoch]
 
 	// existing is whether the data dir held Raft state at Open.
 	existing bool
@@ -182,6 +185,7 @@ func Open(cfg Config) (*Node, error) {
 		raftDown: make(chan struct{}),
 		failed:   make(chan struct{}),
 	}
+	n.leaderSeen.Store(newLeaderEpoch())
 	n.fsm = newFSM(cfg.Machine, n.feed)
 	n.metrics = newMetrics(cfg.Registerer, n)
 	n.fsm.observe = n.metrics.observe
@@ -336,6 +340,7 @@ func Open(cfg Config) (*Node, error) {
 	ok = true
 	n.reach.since = map[string]time.Time{}
 	n.reach.onLeader = func(id string) {
+		n.leaderSeen.Swap(newLeaderEpoch()).cancel()
 		if id != "" {
 			// Also when this node led and nobody asked it who leads: a
 			// partitioned former leader must not wait for an election.
@@ -923,6 +928,24 @@ func (n *Node) IsVoter() bool {
 	}
 	return false
 }
+
+// leaderEpoch is the time between two changes of leader, as this node
+// observes them: its context ends at the second.
+type leaderEpoch struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newLeaderEpoch() *leaderEpoch {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &leaderEpoch{ctx, cancel}
+}
+
+// LeaderChange returns a context that ends when this node next observes a
+// change of leader (to another member, to itself, or to none: an election
+// under way). Take it before reading Leader, so that no change after the
+// read is missed.
+func (n *Node) LeaderChange() context.Context { return n.leaderSeen.Load().ctx }
 
 // IsLeader reports whether this node leads and serves writes.
 func (n *Node) IsLeader() bool { return n.leader.Load() != nil }

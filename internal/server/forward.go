@@ -37,7 +37,9 @@ import (
 // published), or the forward could not be started (the leader could not
 // be dialled): NOT_LEADER, metadata leader (API address, when known) and
 // leader_id — nothing was proposed. A write whose forward broke off after
-// it was sent: OUTCOME_UNKNOWN. A request that was itself forwarded is
+// it was sent, or that the leader did not answer before this member saw
+// the leadership move (the leader paused or cut off): OUTCOME_UNKNOWN (a
+// read: NOT_LEADER). A request that was itself forwarded is
 // never forwarded again (no loops while leadership moves): a member that
 // lost leadership in between answers NOT_LEADER, which travels back.
 const (
@@ -192,6 +194,7 @@ func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Hea
 	if s.node.IsLeader() {
 		return nil, false, nil
 	}
+	changed := s.node.LeaderChange() // before Leader: a change after the read ends it
 	id, addr := s.node.Leader()
 	if id == "" || id == s.node.ID() {
 		// No leader, or this node was just elected and is not serving yet.
@@ -219,15 +222,45 @@ func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Hea
 		case <-fctx.Done():
 		}
 	})()
+	// A leader that stops answering (paused, cut off) is replaced within
+	// an election; a call forwarded to it would wait for it as long as it
+	// stays away. It is cut once this member sees another leader (or
+	// none), and answered so that the caller asks again.
+	var moved atomic.Bool
+	defer context.AfterFunc(changed, func() {
+		if now, _ := s.node.Leader(); now != id {
+			moved.Store(true)
+			cancel()
+		}
+	})()
 	resp, err = r.call(fctx, s, s.fwd.scheme+addr, msg, hdr)
 	if err != nil {
 		s.metrics.forwardErrors.Inc()
-		if cutOff.Load() && ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case cutOff.Load():
 			return nil, true, s.shutdownForwardError(r.write, id)
+		case moved.Load():
+			return nil, true, s.movedForwardError(r.write, id)
 		}
 		return nil, true, s.forwardError(ctx, err, r.write, id, addr)
 	}
 	return resp, true, nil
+}
+
+// movedForwardError answers a forwarded call cut because the leader it
+// went to lost the leadership before answering: a read was not answered
+// (NOT_LEADER, naming the new leader when known: nothing was proposed); a
+// write may have been applied (OUTCOME_UNKNOWN).
+func (s *Server) movedForwardError(write bool, old string) error {
+	id, addr := s.node.Leader()
+	if !write {
+		return s.toConnect(notLeader(id, addr, "the read was forwarded to "+old+", which lost the leadership before answering"))
+	}
+	return s.toConnect(&registrar.Error{Reason: registrar.ReasonOutcomeUnknown,
+		Message: fmt.Sprintf("%s: the write was forwarded to the leader %s, which lost the leadership before answering; it may or may not have been applied",
+			registrar.ReasonOutcomeUnknown, old),
+		Metadata: map[string]string{"leader": addr, "leader_id": id}})
 }
 
 // forwardDrain is how long a forwarded call may go on once its member

@@ -1,0 +1,80 @@
+package fault
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+)
+
+// A write forwarded by a follower to a leader that is then paused
+// (SIGSTOP) is answered once the follower sees another leader, not when
+// the old one wakes: OUTCOME_UNKNOWN, and the next attempt through the
+// same follower reaches the new leader.
+func TestForwardToPausedLeaderEndsWhenLeadershipMoves(t *testing.T) {
+	c := StartCluster(t, tenureBin, 3)
+	l := c.WaitLeader(30 * time.Second)
+	var f *Member
+	for _, m := range c.Members {
+		if m != l {
+			f = m
+		}
+	}
+	lc := tenurev1connect.NewLeaseServiceClient(h2c(), "http://"+f.API, connect.WithGRPC())
+	acquire := func(ctx context.Context, res string) (*connect.Response[tenurev1.AcquireResponse], error) {
+		return lc.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: res, Holder: "h", Ttl: durationpb.New(30 * time.Second)}))
+	}
+	// A forward first, so that the follower's connection to the leader is
+	// open when the leader stops: the next write goes out on it and waits.
+	if _, err := Retry(t, 20*time.Second, func(ctx context.Context) (*connect.Response[tenurev1.AcquireResponse], error) {
+		return acquire(ctx, "fwd/warm")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const pause = 20 * time.Second
+	l.Pause()
+	resumed := time.AfterFunc(pause, l.Resume)
+	defer func() {
+		if resumed.Stop() {
+			l.Resume()
+		}
+	}()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*pause)
+	defer cancel()
+	_, err := acquire(ctx, "fwd/paused")
+	took := time.Since(start)
+	t.Logf("the write forwarded to the paused leader was answered after %v: %v", took, err)
+	if took >= pause {
+		t.Fatalf("answered only after the old leader woke (%v): %v", took, err)
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) || reasonOf(ce) != "OUTCOME_UNKNOWN" {
+		t.Fatalf("answer %v, want OUTCOME_UNKNOWN", err)
+	}
+	// Through the same follower, the retry reaches the new leader.
+	if _, err := Retry(t, 20*time.Second, func(ctx context.Context) (*connect.Response[tenurev1.AcquireResponse], error) {
+		return acquire(ctx, "fwd/after")
+	}); err != nil {
+		t.Fatalf("a write through the follower after the new election: %v", err)
+	}
+}
+
+// reasonOf returns the ErrorInfo reason of a Connect error.
+func reasonOf(ce *connect.Error) string {
+	for _, d := range ce.Details() {
+		if v, err := d.Value(); err == nil {
+			if info, ok := v.(*errdetails.ErrorInfo); ok {
+				return info.Reason
+			}
+		}
+	}
+	return ""
+}
