@@ -269,7 +269,8 @@ func (d *durableLedger) healNow() error {
 		if d.feed.Head() > rec.Last {
 			d.healable.Store(false)
 			d.log.Error("ledger: the files end at a record the in-memory feed no longer holds; restart the node once the "+
-				"cause is fixed, and Raft's log refills them", "files_end", rec.Last, "feed_oldest", oldest)
+				"cause is fixed, and Raft's log refills them (it writes every record since: free at least as much disk as "+
+				"the Raft log grew meanwhile)", "files_end", rec.Last, "feed_oldest", oldest)
 			return errors.New("ledger: cannot refill from the feed")
 		}
 	}

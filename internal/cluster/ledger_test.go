@@ -496,8 +496,8 @@ func TestLedgerHealsAfterADiskError(t *testing.T) {
 			t.Fatal(out.Err)
 		}
 	}
-	if !n.LedgerStopped() {
-		t.Fatal("not stopped")
+	if !n.LedgerStopped() || n.LedgerNeedsRestart() {
+		t.Fatalf("stopped %v, needs a restart %v; want stopped and tried again", n.LedgerStopped(), n.LedgerNeedsRestart())
 	}
 	res := make(chan error, 1) // what the healing goroutine sends every few seconds
 	d.ops <- ledgerOp{heal: res}

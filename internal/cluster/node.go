@@ -1003,6 +1003,15 @@ func (n *Node) LedgerStopped() bool {
 	return d != nil && d.failed.Load()
 }
 
+// LedgerNeedsRestart reports whether the stopped ledger can only be
+// refilled by a restart (from the Raft log): it is not tried again, since
+// the in-memory feed no longer reaches back to where its files end, or
+// the error was not a disk's.
+func (n *Node) LedgerNeedsRestart() bool {
+	d := n.fsm.ledger
+	return d != nil && d.failed.Load() && (!d.healable.Load() || d.stopHeal == nil)
+}
+
 // Applied is the index of the last log entry this node has applied.
 func (n *Node) Applied() uint64 { return n.fsm.applied.Load() }
 

@@ -237,8 +237,13 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 			return
 		}
 		if s.node.LedgerStopped() {
+			until := "until it writes again (tried every few seconds)"
+			if s.node.LedgerNeedsRestart() {
+				until = "until the node restarts, which refills them from the Raft log (the records since they stopped " +
+					"are no longer in memory; free at least as much disk as the Raft log grew meanwhile)"
+			}
 			http.Error(w, "not ready: the ledger stopped writing (see the log; a full or failing disk?): writes go on, but the "+
-				"ledger files miss them and snapshots are held back until it writes again (tried every few seconds)", http.StatusServiceUnavailable)
+				"ledger files miss them and snapshots are held back "+until, http.StatusServiceUnavailable)
 			return
 		}
 		if !s.node.IsLeader() {
