@@ -457,11 +457,17 @@ func TestCLIClusterAndVersion(t *testing.T) {
 	if out := ok(t, "cluster", "status"); !strings.Contains(out, "leader") || strings.Contains(out, "answered by a follower") {
 		t.Fatalf("cluster status:\n%s", out)
 	}
-	if snap := parse(t, ok(t, "cluster", "snapshot", "-o", "json"), &tenurev1.SnapshotResponse{}); snap.GetIndex() == 0 {
+	snap := parse(t, ok(t, "cluster", "snapshot", "-o", "json"), &tenurev1.SnapshotResponse{})
+	if snap.GetIndex() == 0 || snap.GetNodeId() == "" {
 		t.Fatalf("cluster snapshot: %v", snap)
 	}
-	if out := ok(t, "cluster", "snapshot"); !strings.HasPrefix(out, "snapshot at index ") {
+	if out := ok(t, "cluster", "snapshot"); !strings.HasPrefix(out, snap.GetNodeId()+" took a snapshot at index ") {
 		t.Fatalf("cluster snapshot: %q", out)
+	}
+	// transfer-leadership (the RPC's name) is transfer-leader: on a single
+	// node there is no voter to hand over to.
+	if r := runTenure(t, "cluster", "transfer-leadership"); r.code != 1 || !strings.Contains(r.stderr, "INVALID_ARGUMENT") {
+		t.Fatalf("cluster transfer-leadership on one node: %d %q", r.code, r.stderr)
 	}
 	if out := ok(t, "version", "--server"); !strings.Contains(out, "tenure dev") || !strings.Contains(out, "server") {
 		t.Fatalf("version:\n%s", out)

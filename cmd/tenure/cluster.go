@@ -20,7 +20,7 @@ const clusterHelp = `Inspect and change cluster membership (admin).
   cluster status                            members, roles, leader, term, indexes
   cluster join ID RAFT_ADDR [--api-address] add a member as a voter
   cluster remove ID                         remove a member
-  cluster transfer-leader [ID]              hand leadership to ID (or to any voter)
+  cluster transfer-leader [ID]              hand leadership to ID (or to any voter); also transfer-leadership
   cluster snapshot                          take a Raft snapshot of the member asked now (truncates its log)
   cluster public-key                        the registrar's certificate key, in hex
   cluster whoami                            the principal, roles and namespaces of --token (or the client certificate)`
@@ -42,6 +42,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	sub, rest := pos[0], pos[1:]
+	if sub == "transfer-leadership" { // the RPC's name
+		sub = "transfer-leader"
+	}
 	nargs := map[string][2]int{"status": {0, 0}, "join": {2, 2}, "remove": {1, 1}, "transfer-leader": {0, 1}, "snapshot": {0, 0}, "public-key": {0, 0}, "whoami": {0, 0}}
 	n, ok := nargs[sub]
 	switch {
@@ -93,7 +96,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		return done(c, nil, resp, "snapshot at index %d (term %d)", resp.GetIndex(), resp.GetTerm())
+		return done(c, nil, resp, "%s took a snapshot at index %d (term %d)", resp.GetNodeId(), resp.GetIndex(), resp.GetTerm())
 	case "whoami":
 		resp, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.WhoAmI, &tenurev1.WhoAmIRequest{})
 		if err != nil {

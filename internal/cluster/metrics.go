@@ -63,6 +63,16 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 			func() float64 {
 				return n.fsm.count(func(m *statemachine.Machine) int { return m.Registrar().WaiterCount() })
 			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tenure_leader_changes_seen_total",
+			Help: "Changes of leader this node has seen (to another member, to itself, or to none: an election)."},
+			func() float64 { return float64(n.reach.leaderChanges.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_has_leader",
+			Help: "1 when this node knows a leader."}, func() float64 {
+			if id, _ := n.Leader(); id != "" {
+				return 1
+			}
+			return 0
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_raft_commit_index",
 			Help: "Raft commit index."}, func() float64 { return float64(n.raft.CommitIndex()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_raft_applied_index",

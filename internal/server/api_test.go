@@ -829,7 +829,7 @@ func TestOpsEndpoints(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, m := range []string{"tenure_grants_total 1", "tenure_leases_active 1", "tenure_raft_commit_index", "tenure_raft_apply_seconds", "tenure_is_leader 1",
+	for _, m := range []string{"tenure_grants_total 1", "tenure_leases_active 1", "tenure_raft_commit_index", "tenure_raft_apply_seconds", "tenure_is_leader 1", "tenure_has_leader 1", "tenure_leader_changes_seen_total 1",
 		`tenure_rpc_requests_total{code="ok",procedure="/tenure.v1.LeaseService/Acquire"} 1`,
 		`tenure_rpc_requests_total{code="failed_precondition",procedure="/tenure.v1.LeaseService/Acquire"} 1`,
 		`tenure_rpc_duration_seconds_count{procedure="/tenure.v1.LeaseService/Acquire"} 2`} {

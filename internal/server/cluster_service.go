@@ -137,7 +137,7 @@ func (h *clusterService) Snapshot(_ context.Context, _ *connect.Request[tenurev1
 	if err != nil {
 		return nil, h.s.toConnect(err)
 	}
-	return connect.NewResponse(&tenurev1.SnapshotResponse{Index: idx, Term: term}), nil
+	return connect.NewResponse(&tenurev1.SnapshotResponse{Index: idx, Term: term, NodeId: h.s.node.ID()}), nil
 }
 
 func (h *clusterService) PublicKey(ctx context.Context, _ *connect.Request[tenurev1.PublicKeyRequest]) (*connect.Response[tenurev1.PublicKeyResponse], error) {

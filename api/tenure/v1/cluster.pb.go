@@ -613,9 +613,11 @@ func (*SnapshotRequest) Descriptor() ([]byte, []int) {
 }
 
 type SnapshotResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Term  uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// The member that took it: a snapshot is per member.
+	NodeId        string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -662,6 +664,13 @@ func (x *SnapshotResponse) GetTerm() uint64 {
 		return x.Term
 	}
 	return 0
+}
+
+func (x *SnapshotResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
 }
 
 type PublicKeyRequest struct {
@@ -1093,10 +1102,11 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
 	"\x1aTransferLeadershipResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\"\x11\n" +
-	"\x0fSnapshotRequest\"<\n" +
+	"\x0fSnapshotRequest\"U\n" +
 	"\x10SnapshotResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
-	"\x04term\x18\x02 \x01(\x04R\x04term\"\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\"\x12\n" +
 	"\x10PublicKeyRequest\"I\n" +
 	"\x11PublicKeyResponse\x12\x1d\n" +
 	"\n" +
