@@ -60,7 +60,9 @@ func (s *Server) caughtUp(ctx context.Context) (bool, string) {
 	if c.target == 0 || time.Since(c.asked) >= askEvery {
 		_, addr := s.node.Leader()
 		if addr == "" {
-			return false, "the leader's API address is not published yet"
+			// A restarted member replaying its log learns the leader's
+			// address from the entry that published it.
+			return false, "catching up: applied " + utoa(s.node.Applied()) + " entries, not yet the one that published the leader's API address"
 		}
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
