@@ -141,7 +141,7 @@ func TestServerSecurityFlagErrors(t *testing.T) {
 		{"join own listen", []string{"--listen", "127.0.0.1:1", "--join", "127.0.0.1:1"}, "is this node's own --listen address"},
 		{"policy duration", []string{"--max-ttl", "long"}, "--max-ttl"},
 		{"policy count", []string{"--max-active-per-holder", "0x10"}, "--max-active-per-holder"},
-		{"policy inconsistent", []string{"--min-ttl", "10m"}, "max_ttl: must be at least min_ttl"},
+		{"policy inconsistent", []string{"--min-ttl", "10m"}, "max_ttl: 5m0s is below min_ttl 10m0s"},
 		{"policy file missing", []string{"--policy-file", filepath.Join(dir, "nope.json")}, "--policy-file"},
 		{"policy file unknown setting", []string{"--policy-file", bad}, `unknown setting "tokens"`},
 		{"unreadable certificate", []string{"--tls-cert", filepath.Join(dir, "x.pem"), "--tls-key", filepath.Join(dir, "x.key")}, "--tls-cert"},

@@ -74,10 +74,14 @@ func (p Policy) Validate() error {
 	switch {
 	case p.MinTTL <= 0:
 		return bad("min_ttl", "must be positive")
+	case p.MaxTTL <= 0:
+		return bad("max_ttl", "must be positive")
 	case p.MaxTTL < p.MinTTL:
-		return bad("max_ttl", "must be at least min_ttl")
+		return bad("max_ttl", "%s is below min_ttl %s", Dur(p.MaxTTL), Dur(p.MinTTL))
+	case p.DefaultTTL <= 0:
+		return bad("default_ttl", "must be positive")
 	case p.DefaultTTL < p.MinTTL || p.DefaultTTL > p.MaxTTL:
-		return bad("default_ttl", "must lie within [min_ttl, max_ttl]")
+		return bad("default_ttl", "%s is outside [min_ttl %s, max_ttl %s]", Dur(p.DefaultTTL), Dur(p.MinTTL), Dur(p.MaxTTL))
 	case p.MaxTTL > maxDurationMs:
 		return bad("max_ttl", "is too long")
 	case p.MaxLifetime < 0 || p.MaxLifetime > maxDurationMs:
