@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/user"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -71,12 +72,24 @@ func newCLICommand(name, synopsis, description, examples string, stdout, stderr 
 			fmt.Fprintf(stdout, "\nexamples:\n%s\n", strings.TrimRight(examples, "\n"))
 		}
 		fmt.Fprintf(stdout, "\nflags:\n")
-		c.fs.SetOutput(stdout)
-		c.fs.PrintDefaults()
-		c.fs.SetOutput(io.Discard)
+		printFlags(stdout, c.fs)
 	}
 	return c
 }
+
+// printFlags lists fs's flags as the flag package does, but spelt as
+// the documentation spells them: --ttl, not -ttl (both are accepted).
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	var b strings.Builder
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	io.WriteString(w, flagLine.ReplaceAllString(b.String(), "  --$1"))
+}
+
+// flagLine matches the start of a flag's line, a one-letter flag (-o) left
+// as it is.
+var flagLine = regexp.MustCompile(`(?m)^  -(\w\w)`)
 
 // holderFlag defines --holder. def is the default when neither the flag nor
 // TENURE_HOLDER is given ("" means the Go client's default, user@host:pid);

@@ -160,6 +160,9 @@ func TestCLIMistakesGetSuggestions(t *testing.T) {
 	t.Parallel()
 	usageFails(t, []string{`unknown command "aquire"; did you mean "acquire"?`}, "aquire", "x")
 	usageFails(t, []string{"did you mean --ttl?"}, "acquire", "x", "--tll", "5s")
+	if r := runTenure(t, "transfer", "x", "--to", "w2"); r.code != 2 || strings.Contains(r.stderr, "did you mean") {
+		t.Errorf("transfer --to: %d %q, want a usage error suggesting nothing (not -o)", r.code, r.stderr)
+	}
 	usageFails(t, []string{"a duration takes a unit"}, "acquire", "x", "--ttl", "5")
 	usageFails(t, []string{"did you mean --data-dir?"}, "server", "--data-dirr", t.TempDir())
 	usageFails(t, []string{`unknown subcommand "nope" (want get or put)`}, "state", "nope")

@@ -64,8 +64,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			fmt.Fprintln(stderr, "usage: tenure server [flags]")
-			fs.SetOutput(stderr)
-			fs.PrintDefaults()
+			printFlags(stderr, fs)
 			return err
 		}
 		return usagef("%s (usage: tenure server --help)", explainFlagError(fs, err))

@@ -15,7 +15,9 @@ func suggestion(word string, candidates []string) string {
 		bestD = 2
 	}
 	for _, c := range candidates {
-		if d := editDistance(word, c); d < bestD {
+		// d < len(c): a word that shares no letter with c in place is no
+		// typo of it ("to" is not "o").
+		if d := editDistance(word, c); d < bestD && d < len(c) {
 			best, bestD = c, d
 		}
 	}
