@@ -474,8 +474,8 @@ func TestCLIClusterAndVersion(t *testing.T) {
 	}
 	// A member that does not answer is an error (exit 1), not a usage error.
 	r := runTenure(t, "cluster", "status", "--endpoints", freePort())
-	if r.code != 1 || !strings.Contains(r.stderr, "unavailable") {
-		t.Fatalf("cluster status on a closed port: %+v", r)
+	if r.code != 1 || !strings.HasPrefix(r.stderr, "UNAVAILABLE: ") {
+		t.Fatalf("cluster status on a closed port: %+v (want the code first, as a reason)", r)
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+
+	"connectrpc.com/connect"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -132,7 +134,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err) // a Tenure error: its message starts with the reason
 		return 1
 	default:
-		fmt.Fprintf(stderr, "tenure: %v\n", err)
+		var ce *connect.Error
+		if errors.As(err, &ce) && ce.Code() != connect.CodeUnknown {
+			// A transport's error, with no reason of Tenure's: its code
+			// stands first, as a reason would ("UNAVAILABLE: dial tcp …").
+			fmt.Fprintf(stderr, "%s: %s\n", strings.ToUpper(ce.Code().String()), ce.Message())
+		} else {
+			fmt.Fprintf(stderr, "tenure: %v\n", err)
+		}
 		if h := hint(err); h != "" {
 			fmt.Fprintln(stderr, h)
 		}
