@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -45,7 +46,7 @@ func (r *Registrar) Verify(ids []string, t Tick) ([]VerifyResult, error) {
 	}
 	out := make([]VerifyResult, len(ids))
 	for i, id := range ids {
-		if err := CheckLeaseIDText("lease_ids", id); err != nil {
+		if err := CheckLeaseIDText("lease_ids["+strconv.Itoa(i)+"]", id); err != nil {
 			return nil, err
 		}
 		out[i].LeaseID = id

@@ -48,7 +48,7 @@ func TestVerify_RequestOrder_Seed002(t *testing.T) {
 	}
 	_, err = e.m.Registrar().Verify([]string{a.ID, ""}, e.tick)
 	wantReason(t, err, registrar.ReasonInvalidArgument)
-	wantMeta(t, err, "field", "lease_ids")
+	wantMeta(t, err, "field", "lease_ids[1]") // named as Renew names it
 }
 
 func TestGet(t *testing.T) {

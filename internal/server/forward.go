@@ -224,15 +224,24 @@ func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Hea
 	})()
 	// A leader that stops answering (paused, cut off) is replaced within
 	// an election; a call forwarded to it would wait for it as long as it
-	// stays away. It is cut once this member sees another leader (or
-	// none), and answered so that the caller asks again.
+	// stays away. It is cut once this member has seen another leader (or
+	// none) for forwardMovedGrace, and answered so that the caller asks
+	// again: a leader that stepped down but still answers gets that long
+	// to do so. Calls that move the leadership themselves are not cut.
 	var moved atomic.Bool
-	defer context.AfterFunc(changed, func() {
-		if now, _ := s.node.Leader(); now != id {
-			moved.Store(true)
-			cancel()
-		}
-	})()
+	if !movesLeader[proc] {
+		defer context.AfterFunc(changed, func() {
+			select {
+			case <-time.After(forwardMovedGrace):
+			case <-fctx.Done():
+				return
+			}
+			if now, _ := s.node.Leader(); now != id {
+				moved.Store(true)
+				cancel()
+			}
+		})()
+	}
 	resp, err = r.call(fctx, s, s.fwd.scheme+addr, msg, hdr)
 	if err != nil {
 		s.metrics.forwardErrors.Inc()
@@ -266,6 +275,17 @@ func (s *Server) movedForwardError(write bool, old string) error {
 // forwardDrain is how long a forwarded call may go on once its member
 // starts to shut down.
 const forwardDrain = time.Second
+
+// forwardMovedGrace is how long a forwarded call may go on once its
+// member has seen the leader it went to lose the leadership.
+const forwardMovedGrace = 500 * time.Millisecond
+
+// movesLeader lists the calls whose leader hands the leadership over
+// before it answers.
+var movesLeader = map[string]bool{
+	v1c.ClusterServiceTransferLeadershipProcedure: true,
+	v1c.ClusterServiceRemoveServerProcedure:       true,
+}
 
 // shutdownForwardError answers a forwarded call cut by this member's
 // shutdown: a read was not answered (ask another member); a write may
