@@ -502,7 +502,9 @@ func (r *raftErrors) Write(p []byte) (int, error) {
 		if !ok {
 			_, msg, ok = strings.Cut(line, "[ERR] ") // the standard library logger's form
 		}
-		if ok {
+		// A connection cut by this node's own shutdown is not an error
+		// worth an operator's look.
+		if ok && !strings.Contains(msg, "transport shutdown") {
 			r.error(strings.TrimSpace(msg)) // "raft: …", "wal: …"
 		}
 	}

@@ -769,10 +769,12 @@ func TestRaftErrorsReachTheLog(t *testing.T) {
 	w := newRaftErrors(slog.New(slog.NewTextHandler(&buf, nil)))
 	w.Write([]byte("2026-11-26T00:00:00.000Z [INFO]  raft: entering follower state\n" +
 		"2026-11-26T00:00:01.000Z [ERROR] raft: failed to append to logs: error=\"no space left on device\"\n" +
-		"2026/11/26 00:00:02 [ERR] snapshot: failed to move\n"))
+		"2026/11/26 00:00:02 [ERR] snapshot: failed to move\n" +
+		"2026-11-26T00:00:03.000Z [ERROR] raft-net: failed to decode incoming command: error=\"transport shutdown\"\n"))
 	out := buf.String()
 	if !strings.Contains(out, `level=ERROR msg="raft: failed to append to logs: error=\"no space left on device\""`) ||
-		!strings.Contains(out, `msg="snapshot: failed to move"`) || strings.Contains(out, "follower state") {
+		!strings.Contains(out, `msg="snapshot: failed to move"`) || strings.Contains(out, "follower state") ||
+		strings.Contains(out, "transport shutdown") {
 		t.Fatalf("logged:\n%s", out)
 	}
 }
