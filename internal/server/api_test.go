@@ -609,6 +609,19 @@ func TestWatchReceivesEvents(t *testing.T) {
 		t.Fatalf("want lease.released, got %v %v", stream.Msg(), stream.Err())
 	}
 
+	// A resume past the last record (another cluster's index, a data dir
+	// wiped since) is refused after a short wait, not followed in silence.
+	head := b.status(t).LedgerIndex
+	ahead, err := b.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{AfterIndex: head + 1_000_000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ahead.Receive() {
+		t.Fatalf("a watch past the head received %v", ahead.Msg())
+	}
+	wantReason(t, ahead.Err(), connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+	ahead.Close()
+
 	// A prefix with a control character is refused like List's.
 	bad, err := b.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Prefix: "a\x01"}))
 	if err == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -48,6 +49,9 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	}
 	if err := stream.Send(nil); err != nil { // flush headers
 		return err
+	}
+	if err := awaitHead(ctx, feed, after); err != nil {
+		return s.toConnect(err)
 	}
 	send := func(sl statemachine.Sealed) error {
 		after = sl.Record.Index
@@ -116,6 +120,39 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 			return nil // the caller went away
 		case <-s.closing:
 			return errShuttingDown()
+		}
+	}
+}
+
+// watchAhead is how long a Watch resuming past this member's last record
+// waits for it (a member catching up) before it is refused.
+const watchAhead = 2 * time.Second
+
+// awaitHead waits, at most watchAhead, until the feed holds the record
+// after is the index of; past that the index is refused: it names a
+// record this cluster never had (another cluster's index, a data dir
+// wiped since), and waiting for it would keep the watcher silent.
+func awaitHead(ctx context.Context, feed *cluster.Feed, after uint64) error {
+	timer := time.NewTimer(watchAhead)
+	defer timer.Stop()
+	for {
+		_, changed, err := feed.Read(after, 0)
+		if err != nil {
+			return err
+		}
+		head := feed.Head()
+		if head >= after {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			return registrar.NewError(registrar.ReasonInvalidArgument,
+				map[string]string{"field": "after_index", "head_index": utoa(head)},
+				"after_index: %d is past the last record, %d, even after %v: an index of another cluster, or of a data dir wiped since? "+
+					"Watch from now (no after_index) after reading the state again", after, head, watchAhead)
 		}
 	}
 }
