@@ -50,7 +50,7 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	if err := stream.Send(nil); err != nil { // flush headers
 		return err
 	}
-	if err := awaitHead(ctx, feed, after); err != nil {
+	if err := s.awaitHead(ctx, feed, after); err != nil {
 		return s.toConnect(err)
 	}
 	send := func(sl statemachine.Sealed) error {
@@ -124,15 +124,17 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	}
 }
 
-// watchAhead is how long a Watch resuming past this member's last record
-// waits for it (a member catching up) before it is refused.
+// watchAhead is how often a Watch resuming past this member's last record
+// checks whether the member is in step with the cluster.
 const watchAhead = 2 * time.Second
 
-// awaitHead waits, at most watchAhead, until the feed holds the record
-// after is the index of; past that the index is refused: it names a
-// record this cluster never had (another cluster's index, a data dir
-// wiped since), and waiting for it would keep the watcher silent.
-func awaitHead(ctx context.Context, feed *cluster.Feed, after uint64) error {
+// awaitHead waits until the feed holds the record after is the index of.
+// A member in step with the cluster (the leader, or a follower that has
+// applied what the leader committed) that still lacks it after
+// watchAhead refuses the index: it names a record this cluster never had
+// (another cluster's index, a data dir wiped since), and waiting for it
+// would keep the watcher silent. A member catching up keeps waiting.
+func (s *Server) awaitHead(ctx context.Context, feed *cluster.Feed, after uint64) error {
 	timer := time.NewTimer(watchAhead)
 	defer timer.Stop()
 	for {
@@ -149,12 +151,29 @@ func awaitHead(ctx context.Context, feed *cluster.Feed, after uint64) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
+			if !s.inStep(ctx) {
+				timer.Reset(watchAhead)
+				continue
+			}
 			return registrar.NewError(registrar.ReasonInvalidArgument,
 				map[string]string{"field": "after_index", "head_index": utoa(head)},
-				"after_index: %d is past the last record, %d, even after %v: an index of another cluster, or of a data dir wiped since? "+
-					"Watch from now (no after_index) after reading the state again", after, head, watchAhead)
+				"after_index: %d is past the last record, %d: an index of another cluster, or of a data dir wiped since? "+
+					"Watch from now (no after_index) after reading the state again", after, head)
 		}
 	}
+}
+
+// inStep reports whether this member has applied what the cluster
+// committed: it leads, or follows and has caught up (readiness).
+func (s *Server) inStep(ctx context.Context) bool {
+	if s.node.IsLeader() {
+		return true
+	}
+	if !s.node.Ready(ctx) {
+		return false
+	}
+	ok, _ := s.caughtUp(ctx)
+	return ok
 }
 
 // KeepAlive renews the leases named in each message and answers each with
