@@ -298,10 +298,14 @@ func notSent(err error) bool {
 	return errors.As(err, &dns)
 }
 
-// leaderHint returns the leader API address named by a NOT_LEADER error.
+// leaderHint returns the leader API address named by a NOT_LEADER or an
+// OUTCOME_UNKNOWN error.
 func leaderHint(err error) string {
 	var e *Error
-	if errors.As(err, &e) && e.Reason == ReasonNotLeader {
+	// OUTCOME_UNKNOWN names the leader when a follower cut off a call it
+	// forwarded to a leader that lost office: the retry goes there, not
+	// to the next endpoint (which may be the old leader, hung).
+	if errors.As(err, &e) && (e.Reason == ReasonNotLeader || e.Reason == ReasonOutcomeUnknown) {
 		return e.Metadata["leader"]
 	}
 	return ""

@@ -189,6 +189,11 @@ func TestRetryPolicy(t *testing.T) {
 	if leaderHint(notLeader) != "b:1" {
 		t.Errorf("leaderHint = %q", leaderHint(notLeader))
 	}
+	// A follower that cut off a forwarded write names the new leader.
+	moved := fromConnect(tenureError(connect.CodeUnavailable, ReasonOutcomeUnknown, map[string]string{"leader": "c:1"}, "x"))
+	if leaderHint(moved) != "c:1" || leaderHint(unknown) != "" {
+		t.Errorf("leaderHint of OUTCOME_UNKNOWN = %q, %q", leaderHint(moved), leaderHint(unknown))
+	}
 }
 
 func TestSafetyMargin(t *testing.T) {

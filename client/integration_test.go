@@ -274,6 +274,30 @@ func TestIntegrationRevocationToldAtOnce(t *testing.T) {
 	}
 }
 
+// A lease this client transfers ends as transferred, although the
+// registrar tells the KeepAlive stream of its end (notify_ended) as soon as
+// it is applied, before the Transfer's own answer arrives.
+func TestIntegrationOwnTransferIsNoLoss(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const ttl = 6 * time.Second
+	for i := range 3 {
+		l, err := c.Acquire(ctx, fmt.Sprintf("integration/own-transfer/%d", i), TTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the first renewal", ttl, func() bool { return l.Proto().GetRenewalCount() > 0 })
+		if _, err := l.Transfer(ctx, "next-holder", 0); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(l.Err(), ErrTransferred) {
+			t.Fatalf("transfer %d: Err = %v, want ErrTransferred", i, l.Err())
+		}
+	}
+}
+
 func TestIntegrationDoneAfterServerStops(t *testing.T) {
 	t.Parallel()
 	s := startRealServer(t)

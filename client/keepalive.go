@@ -506,6 +506,9 @@ func (h *heartbeat) handle(ev streamEvent) {
 			continue
 		}
 		err := failureError(f)
+		if a == nil && t.l.transferring.Load() {
+			continue // told that this client's own Transfer ended it
+		}
 		// A failure that ends the lease is final whatever request it
 		// answers; any other only delays the next attempt.
 		if fatalRenewal(Reason(f.GetReason())) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -45,6 +46,11 @@ type Lease struct {
 	ttl       time.Duration
 	margin    time.Duration
 	wantCert  bool
+
+	// transferring is set while this client's Transfer of the lease is in
+	// flight: the registrar's notice that it ended (KeepAlive's
+	// notify_ended) is then the transfer's own doing, not a loss.
+	transferring atomic.Bool
 
 	mu      sync.Mutex
 	pb      *tenurev1.Lease
@@ -655,6 +661,7 @@ func (l *Lease) Transfer(ctx context.Context, newHolder string, ttl time.Duratio
 		req.Ttl = durationpb.New(ttl)
 	}
 	var next *tenurev1.Lease
+	l.transferring.Store(true)
 	err := l.c.call(ctx, writeCall, func(ctx context.Context, ep *endpoint) error {
 		resp, err := ep.lease.Transfer(ctx, connect.NewRequest(req))
 		if err == nil {
@@ -663,6 +670,7 @@ func (l *Lease) Transfer(ctx context.Context, newHolder string, ttl time.Duratio
 		return err
 	})
 	if err != nil {
+		l.transferring.Store(false)
 		return nil, err
 	}
 	l.c.hb.remove(l)
