@@ -379,6 +379,10 @@ func TestCLILeaseLifecycle(t *testing.T) {
 	if out := ok(t, "history", res); !strings.Contains(out, "lease.issued") {
 		t.Fatalf("history table:\n%s", out)
 	}
+	if hl := parse(t, ok(t, "history", res, "--latest", "--limit", "1", "-o", "json"), &tenurev1.HistoryResponse{}); len(hl.GetEvents()) != 1 ||
+		hl.GetEvents()[0].GetIndex() != h.GetEvents()[len(h.GetEvents())-1].GetIndex() {
+		t.Fatalf("history --latest --limit 1: %v", hl)
+	}
 	fails(t, "INVALID_ARGUMENT", "history", res, "--namespace", strings.Repeat("n", 200))
 
 	l3 := acquire(t, res)
@@ -576,7 +580,7 @@ func TestCLIWatch(t *testing.T) {
 	}
 	fails(t, "INVALID_ARGUMENT", "watch", "--namespace", strings.Repeat("n", 200))
 	// No server at all: an error, not a silent wait.
-	if r := runTenure(t, "watch", "--endpoints", freePort()); r.code != 1 || !strings.Contains(r.stderr, "unavailable") {
+	if r := runTenure(t, "watch", "--endpoints", freePort()); r.code != 1 || !strings.HasPrefix(r.stderr, "UNAVAILABLE: ") {
 		t.Fatalf("watch with no server: %+v", r)
 	}
 }
@@ -855,7 +859,7 @@ func TestCLIBench(t *testing.T) {
 		}
 	}
 	// No server: an error at once (exit 1), not a run of failures.
-	if r := runTenure(t, "bench", "--duration", "1s", "--concurrency", "2", "--endpoints", freePort()); r.code != 1 || !strings.Contains(r.stderr, "unavailable") {
+	if r := runTenure(t, "bench", "--duration", "1s", "--concurrency", "2", "--endpoints", freePort()); r.code != 1 || !strings.HasPrefix(r.stderr, "UNAVAILABLE: ") {
 		t.Fatalf("bench with no server: %+v", r)
 	}
 }

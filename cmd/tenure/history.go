@@ -17,13 +17,15 @@ reach back far enough a note on stderr says from which index it holds events;
 the ledger files hold the rest (tenure audit export).`
 
 const historyExamples = `  tenure history orders/42
-  tenure history orders/42 --after 1200 --limit 50 -o json`
+  tenure history orders/42 --after 1200 --limit 50 -o json
+  tenure history orders/42 --latest --limit 20`
 
 // runHistory is `tenure history`.
 func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure history", "RESOURCE [flags]", historyHelp, historyExamples, stdout, stderr)
 	after := c.fs.Uint64("after", 0, "only events after this ledger index")
 	limit := c.int32Flag("limit", 0, "at most this many events (default: the server's)")
+	latest := c.fs.Bool("latest", false, "the newest --limit events instead of the oldest (still printed oldest first)")
 	pos, err := c.parse(args, 1, 1)
 	if err != nil {
 		return err
@@ -35,7 +37,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.History, &tenurev1.HistoryRequest{Namespace: c.namespace, Resource: pos[0], AfterIndex: *after, Limit: *limit})
+	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.History, &tenurev1.HistoryRequest{Namespace: c.namespace, Resource: pos[0], AfterIndex: *after, Limit: *limit, Latest: *latest})
 	if err != nil {
 		return err
 	}

@@ -168,6 +168,11 @@ func (f *Feed) unindex(pos int) {
 // with index > after, oldest first, until fn returns false. It reads only
 // that resource's records (the feed must have been given a scope).
 func (f *Feed) History(ns, resource string, after uint64, fn func(statemachine.Sealed) bool) {
+	f.HistoryLast(ns, resource, after, 0, fn)
+}
+
+// HistoryLast is History over the last n such records only (n > 0).
+func (f *Feed) HistoryLast(ns, resource string, after uint64, n int, fn func(statemachine.Sealed) bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	idx := f.byKey[feedKey{ns, resource}]
@@ -176,6 +181,9 @@ func (f *Feed) History(ns, resource string, after uint64, fn func(statemachine.S
 	}
 	oldest := f.ring[f.start].Record.Index
 	i, _ := slices.BinarySearch(idx, after+1)
+	if n > 0 {
+		i = max(i, len(idx)-n)
+	}
 	for _, x := range idx[i:] {
 		if !fn(f.ring[(f.start+int(x-oldest))%len(f.ring)]) {
 			return

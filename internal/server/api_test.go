@@ -443,6 +443,12 @@ func TestLeaseLifecycleOverH2C(t *testing.T) {
 	if hist.Msg.OldestIndex != 0 || hist.Msg.OldestTime != nil {
 		t.Errorf("a full history says it is cut short at %d", hist.Msg.OldestIndex)
 	}
+	// latest: the newest events, still oldest first.
+	last, err := b.leases.History(ctx, connect.NewRequest(&tenurev1.HistoryRequest{Resource: "jobs/1", Limit: 3, Latest: true}))
+	if err != nil || len(last.Msg.Events) != 3 || last.Msg.Events[0].Type != "lease.issued" || last.Msg.Events[2].Type != "lease.revoked" ||
+		last.Msg.Events[2].Index != hist.Msg.Events[len(hist.Msg.Events)-1].Index {
+		t.Errorf("the latest 3 events: %v, %v", last, err)
+	}
 }
 
 // TestHistoryCutShortSaysSo: once the in-memory feed no longer reaches

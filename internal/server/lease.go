@@ -613,7 +613,11 @@ func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev
 	}
 	resp := &tenurev1.HistoryResponse{}
 	feed := s.node.Feed()
-	feed.History(ns, m.Resource, m.AfterIndex, func(sl statemachine.Sealed) bool {
+	last := 0
+	if m.Latest {
+		last = limit
+	}
+	feed.HistoryLast(ns, m.Resource, m.AfterIndex, last, func(sl statemachine.Sealed) bool {
 		if registrar.Tick(sl.Record.Tick) >= cutoff {
 			resp.Events = append(resp.Events, renderEvent(sl))
 		}

@@ -2525,11 +2525,15 @@ func (x *WriteStateResponse) GetEpoch() uint64 {
 }
 
 type HistoryRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Resource      string                 `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
-	AfterIndex    uint64                 `protobuf:"varint,3,opt,name=after_index,json=afterIndex,proto3" json:"after_index,omitempty"`
-	Limit         int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Namespace  string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Resource   string                 `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	AfterIndex uint64                 `protobuf:"varint,3,opt,name=after_index,json=afterIndex,proto3" json:"after_index,omitempty"`
+	Limit      int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The newest `limit` events after after_index instead of the oldest
+	// (the answer is still oldest first): a busy resource's latest events
+	// without paging through all it has.
+	Latest        bool `protobuf:"varint,5,opt,name=latest,proto3" json:"latest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2590,6 +2594,13 @@ func (x *HistoryRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *HistoryRequest) GetLatest() bool {
+	if x != nil {
+		return x.Latest
+	}
+	return false
 }
 
 type HistoryResponse struct {
@@ -4219,13 +4230,14 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x0eexpected_epoch\x18\x04 \x01(\x04R\rexpectedEpoch\x12\x12\n" +
 	"\x04data\x18\x05 \x01(\fR\x04data\"*\n" +
 	"\x12WriteStateResponse\x12\x14\n" +
-	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\x81\x01\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\x99\x01\n" +
 	"\x0eHistoryRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x1f\n" +
 	"\vafter_index\x18\x03 \x01(\x04R\n" +
 	"afterIndex\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\x9b\x01\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x16\n" +
+	"\x06latest\x18\x05 \x01(\bR\x06latest\"\x9b\x01\n" +
 	"\x0fHistoryResponse\x12(\n" +
 	"\x06events\x18\x01 \x03(\v2\x10.tenure.v1.EventR\x06events\x12!\n" +
 	"\foldest_index\x18\x02 \x01(\x04R\voldestIndex\x12;\n" +
