@@ -465,8 +465,12 @@ func (r *Registrar) checkLive(id string, l *lease, holder string, t Tick) error 
 		return newError(ReasonLeaseExpired, map[string]string{"lease_id": id},
 			"lease %s expired at %s", id, WallTime(l.expiresWall).Format("2006-01-02T15:04:05.000Z07:00"))
 	case l.state.Terminal():
+		why := ""
+		if l.extra != nil && l.extra.revokeReason != "" {
+			why = ": " + l.extra.revokeReason // as the KeepAlive stream's notice says it
+		}
 		return newError(ReasonLeaseTerminal, map[string]string{"lease_id": id, "state": l.state.String()},
-			"lease %s is %s", id, l.state)
+			"lease %s is %s%s", id, l.state, why)
 	}
 	return nil
 }
