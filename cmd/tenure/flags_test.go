@@ -160,6 +160,7 @@ func TestCLIMistakesGetSuggestions(t *testing.T) {
 	t.Parallel()
 	usageFails(t, []string{`unknown command "aquire"; did you mean "acquire"?`}, "aquire", "x")
 	usageFails(t, []string{"did you mean --ttl?"}, "acquire", "x", "--tll", "5s")
+	usageFails(t, []string{`invalid value "bad" for flag --ttl`}, "acquire", "x", "--ttl", "bad")
 	if r := runTenure(t, "transfer", "x", "--to", "w2"); r.code != 2 || strings.Contains(r.stderr, "did you mean") {
 		t.Errorf("transfer --to: %d %q, want a usage error suggesting nothing (not -o)", r.code, r.stderr)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -48,7 +49,7 @@ func editDistance(a, b string) int {
 // explainFlagError adds to an error of fs.Parse what a user needs next:
 // the flag meant by an unknown one, or the unit a duration needs.
 func explainFlagError(fs *flag.FlagSet, err error) string {
-	msg := err.Error()
+	msg := dashes(err.Error())
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
 		name = strings.TrimLeft(name, "-")
 		var names []string
@@ -60,7 +61,7 @@ func explainFlagError(fs *flag.FlagSet, err error) string {
 	}
 	// invalid value "5" for flag -ttl: …
 	if rest, ok := strings.CutPrefix(msg, "invalid value "); ok {
-		if _, after, ok := strings.Cut(rest, " for flag -"); ok {
+		if _, after, ok := strings.Cut(rest, " for flag --"); ok {
 			name, _, _ := strings.Cut(after, ":")
 			if f := fs.Lookup(name); f != nil {
 				if _, derr := time.ParseDuration(f.DefValue); derr == nil {
@@ -71,3 +72,11 @@ func explainFlagError(fs *flag.FlagSet, err error) string {
 	}
 	return msg
 }
+
+// dashes spells the flag a message of the flag package names as the
+// documentation does: --ttl, not -ttl (a one-letter flag keeps one dash).
+func dashes(msg string) string {
+	return flagInMessage.ReplaceAllString(msg, "$1--$2")
+}
+
+var flagInMessage = regexp.MustCompile(`(not defined: |for flag |needs an argument: )-(\w\w)`)
