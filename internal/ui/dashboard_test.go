@@ -265,6 +265,26 @@ func TestDashboard(t *testing.T) {
 		e.screenshot(t, "resource")
 	})
 
+	t.Run("busy resource", func(t *testing.T) {
+		// More events than the page shows: it shows the latest, not the
+		// first ones.
+		l := e.acquire(t, "busy/1", "w9", time.Minute, tenurev1.Mode_MODE_EXCLUSIVE)
+		// (Renewals within one registrar tick are one renewal.)
+		for n := uint32(0); n < 1_005; {
+			r, err := e.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{l.LeaseId}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n = r.Msg.Leases[0].RenewalCount
+		}
+		if _, err := e.leases.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{LeaseId: l.LeaseId, Reason: "busy"})); err != nil {
+			t.Fatal(err)
+		}
+		e.open(t, "/resource/busy%2F1")
+		e.waitJS(t, "the latest events", `document.querySelector("#resource-history h2")?.textContent === "History (the latest 1000 events)" &&
+			document.querySelector("#history li")?.dataset.type === "lease.revoked" && document.querySelector('#history li[data-type="lease.issued"]') === null`)
+	})
+
 	t.Run("revoke", func(t *testing.T) {
 		e.open(t, "/leases?prefix=orders/2")
 		btn := chromedp.CSS(`tr[data-resource="orders/2"] button.revoke`)

@@ -136,11 +136,14 @@ func testTree(t *testing.T, e *env) {
 	e.waitJS(t, "the budget bars after Consume", barsMatch(e.tree(t, tr.root.LeaseId)))
 	e.screenshot(t, "lease-tree")
 
-	// Revoking the root from the dashboard ends its subtree: greyed.
+	// Revoking the root from the dashboard ends its subtree: greyed. The
+	// dialog says so first; Enter in its reason field confirms.
 	btn := chromedp.CSS(fmt.Sprintf(`li[data-lease=%s] > .node button.revoke`, q(tr.root.LeaseId)))
-	e.step(t, "revoke the root", chromedp.WaitVisible(btn), chromedp.Click(btn), chromedp.WaitVisible(chromedp.ID("confirm-ok")),
-		chromedp.Click(chromedp.ID("confirm-ok")))
+	e.step(t, "ask to revoke the root", chromedp.WaitVisible(btn), chromedp.Click(btn), chromedp.WaitVisible(chromedp.ID("confirm-ok")))
+	e.waitJS(t, "the dialog naming the derived leases", `document.querySelector("#confirm-text").textContent.includes("also ends the 3 active leases derived from it")`)
+	e.step(t, "confirm with Enter", chromedp.SendKeys(chromedp.ID("confirm-reason"), "\r"))
 	e.waitJS(t, "the server's answer", `document.querySelector("#lease-message .notice")?.textContent.includes("Revoked job/42")`)
+	e.waitJS(t, "when and why it ended", `document.querySelector("#lease-ended")?.textContent.includes("revoked: revoked from the dashboard")`)
 	e.waitJS(t, "the ended tree", `(() => { const n = [...document.querySelectorAll("#tree li.tree-node")];
 		return n.length === 4 && n.every(li => li.dataset.state === "revoked" && li.classList.contains("ended") &&
 			getComputedStyle(li.querySelector(":scope > .node")).opacity === "0.5" && li.querySelector("button.revoke") === null) })()`)

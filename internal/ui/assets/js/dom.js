@@ -69,7 +69,7 @@ export function fmtDur(ms) {
 export function fmtTime(ts) {
   if (!ts) return '';
   const d = new Date(ts);
-  return d.toLocaleString(undefined, { hour12: false, month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  return d.toLocaleString(undefined, { hour12: false, month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit', timeZoneName: 'short' });
 }
 
 export function fmtClock(ts) {
@@ -113,8 +113,21 @@ export function b64text(b) {
 }
 
 // Countdowns: elements with data-deadline (performance.now() ms) and
-// data-ttl update together, ten times a second. Deadlines are anchored on
-// the server's timeRemaining, so a skewed browser clock does not matter.
+// data-ttl update together, ten times a second, those on screen only (a
+// table of a thousand leases repainted whole ten times a second kept the
+// page from answering). Deadlines are anchored on the server's
+// timeRemaining, so a skewed browser clock does not matter.
+const onScreen = new Set();
+const counting = new Set();
+const seen = new IntersectionObserver((entries) => {
+  for (const e of entries) {
+    if (e.isIntersecting) {
+      onScreen.add(e.target);
+      paint(e.target, performance.now());
+    } else onScreen.delete(e.target);
+  }
+});
+
 export function countdown(remainingMs, ttlMs) {
   const deadline = performance.now() + remainingMs;
   const fill = h('span');
@@ -122,6 +135,8 @@ export function countdown(remainingMs, ttlMs) {
   const el = h('div', { class: 'timeleft', dataset: { deadline: String(deadline), ttl: String(ttlMs) } },
     h('div', { class: 'bar' }, fill), text);
   paint(el, performance.now());
+  counting.add(el);
+  seen.observe(el);
   return el;
 }
 
@@ -138,8 +153,19 @@ function paint(el, now) {
 
 setInterval(() => {
   const now = performance.now();
-  for (const el of document.querySelectorAll('.timeleft[data-deadline]')) paint(el, now);
+  for (const el of onScreen) paint(el, now);
 }, 100);
+
+// Countdowns of replaced tables are let go once a second.
+setInterval(() => {
+  for (const el of counting) {
+    if (!el.isConnected) {
+      counting.delete(el);
+      onScreen.delete(el);
+      seen.unobserve(el);
+    }
+  }
+}, 1000);
 
 // confirmDialog asks before an admin action. Resolves to the reason typed
 // (withReason) or true, or null when the operator keeps things as they are.
@@ -149,8 +175,18 @@ export function confirmDialog(title, text, withReason) {
   document.getElementById('confirm-text').textContent = text;
   document.getElementById('confirm-reason-label').hidden = !withReason;
   document.getElementById('confirm-ok').textContent = title;
+  // Enter in the reason confirms (the form's first button would keep).
+  const reasonInput = document.getElementById('confirm-reason');
+  const onKey = (e) => {
+    if (e.key === 'Enter') {
+      e.preventDefault();
+      dlg.close('ok');
+    }
+  };
+  reasonInput.addEventListener('keydown', onKey);
   return new Promise((resolve) => {
     dlg.addEventListener('close', () => {
+      reasonInput.removeEventListener('keydown', onKey);
       if (dlg.returnValue !== 'ok') return resolve(null);
       resolve(withReason ? document.getElementById('confirm-reason').value : true);
     }, { once: true });
@@ -168,11 +204,32 @@ export function href(path, query = {}) {
 // seg encodes a path segment of a route (resources contain slashes).
 export const seg = (s) => encodeURIComponent(s);
 
-// throttle runs fn at most once per ms, trailing calls coalesced.
+// throttle runs fn at most once per ms, trailing calls coalesced; calls
+// while fn (async) still runs make one more run after it, not another
+// alongside it: under a busy feed, reloads never pile up.
 export function throttle(fn, ms) {
   let timer = null;
-  return () => {
+  let running = false;
+  let again = false;
+  const schedule = () => {
     if (timer) return;
-    timer = setTimeout(() => { timer = null; fn(); }, ms);
+    timer = setTimeout(async () => {
+      timer = null;
+      if (running) {
+        again = true;
+        return;
+      }
+      running = true;
+      try {
+        await fn();
+      } finally {
+        running = false;
+        if (again) {
+          again = false;
+          schedule();
+        }
+      }
+    }, ms);
   };
+  return schedule;
 }

@@ -95,6 +95,17 @@ function scopeText(list) {
   return list && list.length ? list.join(', ') : h('span', { class: 'muted' }, 'unrestricted');
 }
 
+// endedHow says how an ended lease ended: released (and why), expired,
+// revoked (and why).
+function endedHow(l, state) {
+  if (state === 'released') {
+    const why = enumName(l.releaseReason, 'RELEASE_REASON_');
+    return why === 'transferred' ? 'transferred to another holder (a new lease, higher fence)' : `released${why && why !== 'unspecified' ? ` (${why})` : ''}`;
+  }
+  if (state === 'revoked') return `revoked${l.revokeReason ? `: ${l.revokeReason}` : ''}`;
+  return state;
+}
+
 function details(l) {
   const state = enumName(l.state, 'STATE_');
   const scope = l.scope || {};
@@ -115,6 +126,8 @@ function details(l) {
     ['scope: actions', h('span', { id: 'scope-actions' }, scopeText(scope.actions))],
     ['budget', Object.keys(limits).length ? Object.entries(limits).map(([k, v]) => `${k}=${v}`).join(', ') : h('span', { class: 'muted' }, 'none')],
   ];
+  if (state === 'active') kv.splice(9, 0, ['expires', fmtTime(l.expiresAt)]);
+  else kv.splice(9, 0, ['ended', h('span', { id: 'lease-ended' }, fmtTime(l.terminatedAt), h('span', { class: 'muted' }, ` · ${endedHow(l, state)}`))]);
   if (l.endedByLeaseId) kv.push(['ended by', h('span', { id: 'lease-ended-by' }, link(l.endedByLeaseId))]);
   return h('dl', { class: 'kv wide', id: 'lease-detail' }, kv.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
 }

@@ -7,7 +7,8 @@ const PAGE = 200;
 
 // revoke asks, revokes and returns the server's answer for display.
 export async function revoke(lease) {
-  const reason = await confirmDialog('Revoke', `Revoke lease ${lease.leaseId} on ${lease.resource} held by ${lease.holder} (fence ${lease.fence})?`, true);
+  const reason = await confirmDialog('Revoke', `Revoke lease ${lease.leaseId} on ${lease.resource} held by ${lease.holder} (fence ${lease.fence})?` +
+    await derivedNote(lease), true);
   if (reason === null) return null;
   try {
     const r = await api.call('LeaseService', 'Revoke', { leaseId: lease.leaseId, reason });
@@ -15,6 +16,19 @@ export async function revoke(lease) {
   } catch (e) {
     api.noteRefusal(e);
     return errorBox(e);
+  }
+}
+
+// derivedNote says which leases a revocation of lease ends with it: every
+// active lease derived from it, at any depth.
+async function derivedNote(lease) {
+  if (!inTree(lease)) return '';
+  try {
+    const r = await api.call('LeaseService', 'Tree', { leaseId: lease.leaseId });
+    const n = (r.leases || []).filter((l) => l.leaseId !== lease.leaseId && l.state === 'STATE_ACTIVE').length;
+    return n === 0 ? '' : ` This also ends the ${n} active lease${n === 1 ? '' : 's'} derived from it.`;
+  } catch {
+    return ' Every lease derived from it ends with it.';
   }
 }
 
@@ -104,7 +118,8 @@ export default function leases(root, ctx) {
     }
   };
   ctx.every(3000, load);
-  // Lease events reload the table (coalesced), so new grants show at once.
-  const reload = throttle(load, 300);
+  // Lease events reload the table (coalesced, at most once a second), so
+  // new grants show without waiting for the next refresh.
+  const reload = throttle(load, 1000);
   ctx.onEvent((ev) => { if (ev.type.startsWith('lease.')) reload(); });
 }

@@ -1,23 +1,15 @@
 // Resource: its leases, waiters, guarded-state epoch and history timeline.
 import * as api from './api.js';
-import { h, replace, errorBox, empty, fmtTime, eventClass, b64text, throttle } from './dom.js';
+import { h, replace, errorBox, empty, fmtTime, fmtNum, eventClass, b64text, throttle } from './dom.js';
 import { leaseTable, adminNote } from './leases.js';
 
-const HISTORY_PAGE = 500;
-const HISTORY_MAX = 5000;
+const HISTORY_MAX = 1000;
+const LEASE_ROWS = 200;
 
-// history reads the resource's whole retained history, oldest first.
+// history reads the resource's latest HISTORY_MAX events, oldest first.
 async function history(ns, resource) {
-  let out = [];
-  let after = '0';
-  while (out.length < HISTORY_MAX) {
-    const r = await api.call('LeaseService', 'History', { namespace: ns, resource, afterIndex: after, limit: HISTORY_PAGE });
-    const evs = r.events || [];
-    out = out.concat(evs);
-    if (evs.length < HISTORY_PAGE) break;
-    after = evs[evs.length - 1].index;
-  }
-  return out;
+  const r = await api.call('LeaseService', 'History', { namespace: ns, resource, limit: HISTORY_MAX, latest: true });
+  return r.events || [];
 }
 
 // resourceLeases lists the resource's leases: List by prefix, which may
@@ -86,8 +78,11 @@ export default function resource(root, ctx) {
     await Promise.all([
       resourceLeases(ctx.ns, name).then((ls) => {
         ls.sort((a, b) => Number(b.fence) - Number(a.fence));
+        const shown = ls.slice(0, LEASE_ROWS);
         replace(leasesBox, h('h2', {}, 'Leases'), adminNote(ctx.ns), ls.length === 0 ? empty('No lease of this resource is retained.') :
-          leaseTable(ls, { showResource: false, onAction: (note) => { if (note) replace(msg, note); load(); } }));
+          [ls.length > shown.length && h('p', { class: 'muted', id: 'lease-rows-note' },
+            `The newest ${shown.length} of the ${fmtNum(ls.length)} leases retained (every active one is among them unless more than ${shown.length} are active).`),
+          leaseTable(shown, { showResource: false, onAction: (note) => { if (note) replace(msg, note); load(); } })]);
       }).catch((e) => replace(leasesBox, h('h2', {}, 'Leases'), errorBox(e))),
       api.call('LeaseService', 'ReadState', { namespace: ctx.ns, resource: name }).then((r) => {
         const data = b64text(r.data);
@@ -101,12 +96,13 @@ export default function resource(root, ctx) {
           h('table', { id: 'waiter-table' }, h('thead', {}, h('tr', {}, h('th', {}, '#'), h('th', {}, 'holder'), h('th', {}, 'mode'), h('th', {}, 'since'))),
             h('tbody', {}, ws.map((e, i) => h('tr', {}, h('td', {}, i + 1), h('td', {}, e.holder),
               h('td', {}, (e.details.mode || '').replace('MODE_', '').toLowerCase()), h('td', {}, fmtTime(e.time)))))));
-        replace(histBox, h('h2', {}, `History (${evs.length} events)`), evs.length === 0 ? empty('No history retained for this resource.') :
+        replace(histBox, h('h2', {}, evs.length === HISTORY_MAX ? `History (the latest ${HISTORY_MAX} events)` : `History (${evs.length} events)`),
+          evs.length === 0 ? empty('No history retained for this resource.') :
           h('ul', { class: 'timeline', id: 'history' }, timeline(evs)));
       }).catch((e) => { replace(histBox, h('h2', {}, 'History'), errorBox(e)); replace(waitBox, h('h2', {}, 'Waiters'), errorBox(e)); }),
     ]);
   };
   ctx.every(5000, load);
-  const reload = throttle(load, 300);
+  const reload = throttle(load, 2000);
   ctx.onEvent((ev) => { if (ev.resource === name) reload(); });
 }
