@@ -114,6 +114,7 @@ export default function leases(root, ctx) {
         : [adminNote(ctx.ns), leaseTable(all, { onAction: (note) => { if (note) replace(msg, note); load(); } }),
           next && h('div', { class: 'more' }, h('button', { onclick: () => { pages++; load(); } }, 'Load more'))]);
     } catch (e) {
+      summary.textContent = '';
       replace(body, errorBox(e));
     }
   };
