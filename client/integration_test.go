@@ -248,6 +248,24 @@ func TestIntegrationDoneOnRevoke(t *testing.T) {
 	}
 }
 
+// acquireRenewed acquires resource for ttl and returns the lease once the
+// heartbeat has renewed it (from then on the KeepAlive stream follows it).
+func acquireRenewed(ctx context.Context, t *testing.T, c *Client, resource string, ttl time.Duration) *Lease {
+	t.Helper()
+	l, err := c.Acquire(ctx, resource, TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRenewed(t, l, ttl)
+	return l
+}
+
+// waitRenewed waits, at most ttl, until the heartbeat has renewed l.
+func waitRenewed(t *testing.T, l *Lease, ttl time.Duration) {
+	t.Helper()
+	waitFor(t, "the first renewal", ttl, func() bool { return l.Proto().GetRenewalCount() > 0 })
+}
+
 // A lease revoked after the heartbeat has renewed it is told at once on
 // the KeepAlive stream, not at the next renewal (ttl/3 later).
 func TestIntegrationRevocationToldAtOnce(t *testing.T) {
@@ -256,11 +274,7 @@ func TestIntegrationRevocationToldAtOnce(t *testing.T) {
 	c := s.client(t)
 	ctx := ctxTimeout(t, 30*time.Second)
 	const ttl = 9 * time.Second // renewed every 3 s
-	l, err := c.Acquire(ctx, "integration/told", TTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the first renewal", ttl, func() bool { return l.Proto().GetRenewalCount() > 0 })
+	l := acquireRenewed(ctx, t, c, "integration/told", ttl)
 	if _, err := c.Revoke(ctx, l.ID(), "rotating credentials"); err != nil {
 		t.Fatal(err)
 	}
@@ -284,11 +298,7 @@ func TestIntegrationOwnTransferIsNoLoss(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	const ttl = 6 * time.Second
 	for i := range 3 {
-		l, err := c.Acquire(ctx, fmt.Sprintf("integration/own-transfer/%d", i), TTL(ttl))
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "the first renewal", ttl, func() bool { return l.Proto().GetRenewalCount() > 0 })
+		l := acquireRenewed(ctx, t, c, fmt.Sprintf("integration/own-transfer/%d", i), ttl)
 		if _, err := l.Transfer(ctx, "next-holder", 0); err != nil {
 			t.Fatal(err)
 		}

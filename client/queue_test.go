@@ -422,7 +422,7 @@ func TestWorkerCancelToldAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	tk := <-running
-	waitFor(t, "the task lease's first renewal", ttl, func() bool { return tk.Lease.Proto().GetRenewalCount() > 0 })
+	waitRenewed(t, tk.Lease, ttl)
 	if _, err := c.Cancel(ctx, "told", "t"); err != nil {
 		t.Fatal(err)
 	}

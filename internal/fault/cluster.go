@@ -282,6 +282,16 @@ func (c *Cluster) Leader() *Member {
 	return nil
 }
 
+// Other returns a member other than m (a follower, when m leads).
+func (c *Cluster) Other(m *Member) *Member {
+	for _, o := range c.Members {
+		if o != m {
+			return o
+		}
+	}
+	return nil
+}
+
 // WaitLeader waits for a leader that is not among not, and returns it.
 func (c *Cluster) WaitLeader(timeout time.Duration, not ...*Member) *Member {
 	c.t.Helper()

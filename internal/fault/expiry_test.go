@@ -41,12 +41,7 @@ func TestExpiryAcrossFailoverIsAtMostElectionPlus100msLate(t *testing.T) {
 	const ttl = 4 * time.Second
 	const poll = 10 * time.Millisecond
 	l := c.WaitLeader(30 * time.Second)
-	var s *Member
-	for _, m := range c.Members {
-		if m != l {
-			s = m
-		}
-	}
+	s := c.Other(l)
 	lc := tenurev1connect.NewLeaseServiceClient(h2c(), "http://"+s.API, connect.WithGRPC())
 	var a Op
 	waitFor(t, 10*time.Second, "the first grant", func() bool {

@@ -21,12 +21,7 @@ import (
 func TestForwardToPausedLeaderEndsWhenLeadershipMoves(t *testing.T) {
 	c := StartCluster(t, tenureBin, 3)
 	l := c.WaitLeader(30 * time.Second)
-	var f *Member
-	for _, m := range c.Members {
-		if m != l {
-			f = m
-		}
-	}
+	f := c.Other(l)
 	lc := tenurev1connect.NewLeaseServiceClient(h2c(), "http://"+f.API, connect.WithGRPC())
 	acquire := func(ctx context.Context, res string) (*connect.Response[tenurev1.AcquireResponse], error) {
 		return lc.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: res, Holder: "h", Ttl: durationpb.New(30 * time.Second)}))

@@ -138,14 +138,7 @@ func (n *Nemesis) Inject(ctx context.Context, kind string) {
 	n.recover()
 }
 
-func (n *Nemesis) follower(l *Member) *Member {
-	for _, m := range n.C.Members {
-		if m != l {
-			return m
-		}
-	}
-	return nil
-}
+func (n *Nemesis) follower(l *Member) *Member { return n.C.Other(l) }
 
 // transfer asks leader l to hand leadership to f and waits for it.
 func (n *Nemesis) transfer(l, f *Member) {
