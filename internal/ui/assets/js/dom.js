@@ -204,6 +204,32 @@ export function href(path, query = {}) {
 // seg encodes a path segment of a route (resources contain slashes).
 export const seg = (s) => encodeURIComponent(s);
 
+// single wraps an async fn so that it never runs twice at once: a call
+// while it runs makes one more run after it (the periodic refresh and the
+// event-driven reload of a view share it).
+export function single(fn) {
+  let running = null;
+  let again = false;
+  const run = async () => {
+    if (running) {
+      again = true;
+      return running;
+    }
+    running = (async () => {
+      try {
+        do {
+          again = false;
+          await fn();
+        } while (again);
+      } finally {
+        running = null;
+      }
+    })();
+    return running;
+  };
+  return run;
+}
+
 // throttle runs fn at most once per ms, trailing calls coalesced; calls
 // while fn (async) still runs make one more run after it, not another
 // alongside it: under a busy feed, reloads never pile up.

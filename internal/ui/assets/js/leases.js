@@ -1,6 +1,6 @@
 // Leases: a filterable table with live countdowns and revoke.
 import * as api from './api.js';
-import { h, replace, errorBox, empty, durMs, countdown, stateBadge, enumName, fmtNum, short, confirmDialog, seg, href, throttle } from './dom.js';
+import { h, replace, errorBox, empty, durMs, countdown, stateBadge, enumName, fmtNum, short, confirmDialog, seg, href, throttle, single } from './dom.js';
 
 const STATES = ['', 'STATE_ACTIVE', 'STATE_RELEASED', 'STATE_EXPIRED', 'STATE_REVOKED'];
 const PAGE = 200;
@@ -93,7 +93,8 @@ export default function leases(root, ctx) {
   replace(root, h('h1', {}, `Leases in ${ctx.ns}`), form, msg, body);
 
   let pages = 1;
-  const load = async () => {
+  let loaded = -Infinity; // when the table was last built (performance.now())
+  const load = single(async () => {
     const req = { namespace: ctx.ns, prefix: q.get('prefix') || '', holder: q.get('holder') || '', pageSize: PAGE };
     if (q.get('state')) req.states = [q.get('state')];
     try {
@@ -117,10 +118,14 @@ export default function leases(root, ctx) {
       summary.textContent = '';
       replace(body, errorBox(e));
     }
-  };
-  ctx.every(3000, load);
-  // Lease events reload the table (coalesced, at most once a second), so
-  // new grants show without waiting for the next refresh.
+    loaded = performance.now();
+  });
+  // A longer table is rebuilt less often (every 3 s a page of rows), and
+  // not on events: building a thousand rows takes the page a good part of
+  // a second.
+  ctx.every(3000, () => (performance.now() - loaded >= 3000 * pages - 100 ? load() : undefined));
+  // Lease events reload a one-page table (coalesced, at most once a
+  // second), so new grants show without waiting for the next refresh.
   const reload = throttle(load, 1000);
-  ctx.onEvent((ev) => { if (ev.type.startsWith('lease.')) reload(); });
+  ctx.onEvent((ev) => { if (pages === 1 && ev.type.startsWith('lease.')) reload(); });
 }

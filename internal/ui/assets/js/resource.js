@@ -1,6 +1,6 @@
 // Resource: its leases, waiters, guarded-state epoch and history timeline.
 import * as api from './api.js';
-import { h, replace, errorBox, empty, fmtTime, fmtNum, eventClass, b64text, throttle } from './dom.js';
+import { h, replace, errorBox, empty, fmtTime, fmtNum, eventClass, b64text, throttle, single, href } from './dom.js';
 import { leaseTable, adminNote } from './leases.js';
 
 const HISTORY_MAX = 1000;
@@ -12,13 +12,15 @@ async function history(ns, resource) {
   return r.events || [];
 }
 
-// resourceLeases lists the resource's leases: List by prefix, which may
-// also match longer names, paged until it has seen them all (or a cap).
+// resourceLeases lists the resource's active leases: List by prefix, which
+// may also match longer names, paged until it has seen them all (or a
+// cap). Its ended leases are in the history (a busy resource keeps
+// thousands, which cost every refresh seconds to fetch and draw).
 async function resourceLeases(ns, resource) {
   let out = [];
   let token = '';
   for (let page = 0; page < 20; page++) {
-    const r = await api.call('LeaseService', 'List', { namespace: ns, prefix: resource, pageSize: 1000, pageToken: token });
+    const r = await api.call('LeaseService', 'List', { namespace: ns, prefix: resource, states: ['STATE_ACTIVE'], pageSize: 1000, pageToken: token });
     out = out.concat((r.leases || []).filter((l) => l.resource === resource));
     token = r.nextPageToken || '';
     if (!token) break;
@@ -65,7 +67,7 @@ function details(d) {
 
 export default function resource(root, ctx) {
   const name = ctx.params[0];
-  const leasesBox = h('div', { class: 'card', id: 'resource-leases' }, h('h2', {}, 'Leases'), empty('Loading…'));
+  const leasesBox = h('div', { class: 'card', id: 'resource-leases' }, h('h2', {}, 'Active leases'), empty('Loading…'));
   const waitBox = h('div', { class: 'card', id: 'resource-waiters' }, h('h2', {}, 'Waiters'), empty('Loading…'));
   const stateBox = h('div', { class: 'card', id: 'resource-state' }, h('h2', {}, 'Guarded state'), empty('Loading…'));
   const histBox = h('div', { class: 'card', id: 'resource-history' }, h('h2', {}, 'History'), empty('Loading…'));
@@ -74,16 +76,17 @@ export default function resource(root, ctx) {
     h('h1', { class: 'mono' }, name), msg,
     leasesBox, h('div', { class: 'grid' }, waitBox, stateBox), histBox);
 
-  const load = async () => {
+  const load = single(async () => {
     await Promise.all([
       resourceLeases(ctx.ns, name).then((ls) => {
         ls.sort((a, b) => Number(b.fence) - Number(a.fence));
         const shown = ls.slice(0, LEASE_ROWS);
-        replace(leasesBox, h('h2', {}, 'Leases'), adminNote(ctx.ns), ls.length === 0 ? empty('No lease of this resource is retained.') :
-          [ls.length > shown.length && h('p', { class: 'muted', id: 'lease-rows-note' },
-            `The newest ${shown.length} of the ${fmtNum(ls.length)} leases retained (every active one is among them unless more than ${shown.length} are active).`),
-          leaseTable(shown, { showResource: false, onAction: (note) => { if (note) replace(msg, note); load(); } })]);
-      }).catch((e) => replace(leasesBox, h('h2', {}, 'Leases'), errorBox(e))),
+        const all = h('a', { href: href('/leases', { prefix: name }) }, 'every lease of it, ended ones too');
+        replace(leasesBox, h('h2', {}, 'Active leases'), adminNote(ctx.ns),
+          ls.length === 0 ? h('p', { class: 'empty' }, 'No active lease. See ', all, ', and the history below.') :
+            [h('p', { class: 'muted', id: 'lease-rows-note' }, ls.length > shown.length ? `The newest ${shown.length} of ${fmtNum(ls.length)} active leases; ` : '', 'see also ', all, '.'),
+              leaseTable(shown, { showResource: false, onAction: (note) => { if (note) replace(msg, note); load(); } })]);
+      }).catch((e) => replace(leasesBox, h('h2', {}, 'Active leases'), errorBox(e))),
       api.call('LeaseService', 'ReadState', { namespace: ctx.ns, resource: name }).then((r) => {
         const data = b64text(r.data);
         replace(stateBox, h('h2', {}, 'Guarded state'), h('dl', { class: 'kv' },
@@ -101,7 +104,7 @@ export default function resource(root, ctx) {
           h('ul', { class: 'timeline', id: 'history' }, timeline(evs)));
       }).catch((e) => { replace(histBox, h('h2', {}, 'History'), errorBox(e)); replace(waitBox, h('h2', {}, 'Waiters'), errorBox(e)); }),
     ]);
-  };
+  });
   ctx.every(5000, load);
   const reload = throttle(load, 2000);
   ctx.onEvent((ev) => { if (ev.resource === name) reload(); });
