@@ -176,6 +176,6 @@ export default function lease(root, ctx) {
   ctx.every(3000, load);
   // Consumption, renewals and endings anywhere in the tree, and new
   // children (issued anywhere: the event does not name the parent's id).
-  const reload = throttle(load, 200);
+  const reload = throttle(load, 1000);
   ctx.onEvent((ev) => { if (ids.has(ev.leaseId) || ev.type === 'lease.issued') reload(); });
 }

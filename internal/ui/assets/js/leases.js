@@ -124,8 +124,8 @@ export default function leases(root, ctx) {
   // not on events: building a thousand rows takes the page a good part of
   // a second.
   ctx.every(3000, () => (performance.now() - loaded >= 3000 * pages - 100 ? load() : undefined));
-  // Lease events reload a one-page table (coalesced, at most once a
-  // second), so new grants show without waiting for the next refresh.
-  const reload = throttle(load, 1000);
+  // Lease events reload a one-page table (coalesced, at most every 2 s),
+  // so new grants show without waiting for the next refresh.
+  const reload = throttle(load, 2000);
   ctx.onEvent((ev) => { if (pages === 1 && ev.type.startsWith('lease.')) reload(); });
 }

@@ -89,6 +89,6 @@ export function poolPage(root, ctx) {
     ]);
   };
   ctx.every(3000, load);
-  const reload = throttle(load, 300);
+  const reload = throttle(load, 1000);
   ctx.onEvent((ev) => { if (ev.type.startsWith('piece.') || ev.type.startsWith('pool.')) reload(); });
 }

@@ -27,7 +27,7 @@ export function queues(root, ctx) {
     }
   };
   ctx.every(3000, load);
-  const reload = throttle(load, 500);
+  const reload = throttle(load, 1000);
   ctx.onEvent((ev) => { if (ev.type.startsWith('task.')) reload(); });
 }
 
@@ -118,7 +118,7 @@ export function queuePage(root, ctx) {
     ]);
   };
   ctx.every(3000, load);
-  const reload = throttle(load, 300);
+  const reload = throttle(load, 1000);
   ctx.onEvent((ev) => { if (ev.details && ev.details.queue === queue) reload(); });
 }
 

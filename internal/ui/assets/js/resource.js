@@ -106,6 +106,6 @@ export default function resource(root, ctx) {
     ]);
   });
   ctx.every(5000, load);
-  const reload = throttle(load, 2000);
+  const reload = throttle(load, 5000);
   ctx.onEvent((ev) => { if (ev.resource === name) reload(); });
 }
