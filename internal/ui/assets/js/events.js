@@ -41,16 +41,18 @@ export default function events(root, ctx) {
   filter.addEventListener('input', draw);
   pause.addEventListener('click', () => { paused = !paused; pause.textContent = paused ? 'Resume' : 'Pause'; if (!paused) draw(); });
   draw();
-  // Rows are added at most four times a second, so a busy namespace
-  // (thousands of events a second) costs a few DOM updates a second, not
-  // one per event or per frame (which kept the page from answering). A
-  // burst does not flash.
+  // Rows are added at most four times a second, and once a second while
+  // events come in bursts, so a busy namespace (thousands of events a
+  // second) costs a few DOM updates a second, not one per event or per
+  // frame (which kept the page from answering). A burst does not flash.
   let pending = [];
   let timer = 0;
+  let every = 250;
   const flush = () => {
     timer = 0;
     if (!tbody.isConnected) { pending = []; return draw(); }
     const burst = pending.length > 20;
+    every = burst ? 1000 : 250;
     const rows = pending.slice(-SHOW).reverse().map((e) => row(e, !burst));
     pending = [];
     if (rows.length >= SHOW) tbody.replaceChildren(...rows);
@@ -64,7 +66,7 @@ export default function events(root, ctx) {
     if (paused || !matches(e)) return;
     pending.push(e);
     if (pending.length > SHOW) pending = pending.slice(-SHOW);
-    if (!timer) timer = setTimeout(flush, 250);
+    if (!timer) timer = setTimeout(flush, every);
   });
   ctx.onCleanup(() => clearTimeout(timer));
 }
