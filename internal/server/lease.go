@@ -137,7 +137,9 @@ func (s *Server) acquire(ctx context.Context, m *tenurev1.AcquireRequest) (*tenu
 		case ctx.Err() != nil:
 			go s.abandonWait(out.WaiterID, c.Holder, res)
 			return nil, ctx.Err()
-		case wctx.Err() != nil && res.Lease.ID == "":
+		case wctx.Err() != nil && res.Lease.ID != "":
+			// Granted as the shutdown began: the caller gets its lease.
+		case wctx.Err() != nil:
 			if res, err = s.withdrawWait(out.WaiterID, c.Holder); err != nil {
 				return nil, err
 			}
