@@ -314,6 +314,7 @@ func TestDashboard(t *testing.T) {
 		// The filter narrows the feed.
 		e.step(t, "filter the feed", chromedp.SendKeys(chromedp.ID("event-filter"), "fresh/"))
 		e.waitJS(t, "the filtered feed", `[...document.querySelectorAll("#event-rows tr")].every(r => r.dataset.resource.includes("fresh/"))`)
+		e.waitJS(t, "the filter in the address", `new URLSearchParams(location.hash.split("?")[1] || "").get("q") === "fresh/"`)
 	})
 
 	t.Run("queues", func(t *testing.T) {

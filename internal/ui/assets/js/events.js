@@ -38,7 +38,14 @@ export default function events(root, ctx) {
     replace(holder, evs.length === 0 ? empty(ctx.feed.events.length ? 'No event matches the filter.' : 'No events since the page opened: they appear here as they happen.') : table);
     status.textContent = `${ctx.feed.total} received · ${ctx.feed.state}${ctx.feed.detail ? `: ${ctx.feed.detail}` : ''}`;
   };
-  filter.addEventListener('input', draw);
+  filter.addEventListener('input', () => {
+    draw();
+    // The address keeps the filter (?q=), so a reload or a link shows it.
+    const [path, qs] = location.hash.replace(/^#/, '').split('?');
+    const query = new URLSearchParams(qs || '');
+    if (filter.value.trim()) query.set('q', filter.value.trim()); else query.delete('q');
+    history.replaceState(null, '', `#${path}${query.size ? `?${query}` : ''}`);
+  });
   pause.addEventListener('click', () => { paused = !paused; pause.textContent = paused ? 'Resume' : 'Pause'; if (!paused) draw(); });
   draw();
   // Rows are added at most four times a second, and once a second while

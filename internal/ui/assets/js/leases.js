@@ -75,7 +75,7 @@ export default function leases(root, ctx) {
   const q = ctx.query;
   const summary = h('span', { class: 'muted', id: 'lease-summary' });
   const form = h('form', { class: 'filters', id: 'lease-filters' },
-    h('label', {}, 'Prefix', h('input', { name: 'prefix', value: q.get('prefix') || '', placeholder: 'orders/', spellcheck: 'false' })),
+    h('label', {}, 'Prefix', h('input', { name: 'prefix', value: q.get('prefix') || '', placeholder: 'e.g. orders/', spellcheck: 'false' })),
     h('label', {}, 'Holder', h('input', { name: 'holder', value: q.get('holder') || '', spellcheck: 'false' })),
     h('label', {}, 'State', h('select', { name: 'state' }, STATES.map((s) =>
       h('option', { value: s, selected: (q.get('state') || '') === s }, s ? enumName(s, 'STATE_') : 'any')))),
