@@ -215,7 +215,7 @@ func (c *Client) newEndpoint(url string) *endpoint {
 		queue:   tenurev1connect.NewQueueServiceClient(c.httpClient, url, c.connOpts...),
 		pool:    tenurev1connect.NewPoolServiceClient(c.httpClient, url, c.connOpts...),
 	}
-	newPipes(ep)
+	newPipes(c, ep)
 	return ep
 }
 
@@ -260,8 +260,7 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 
-	ctx, cancel := context.WithTimeoutCause(context.Background(), c.cfg.closeTimeout,
-		fmt.Errorf("tenure: Close gave up after %v (WithCloseTimeout)", c.cfg.closeTimeout))
+	ctx, cancel := context.WithTimeoutCause(context.Background(), c.cfg.closeTimeout, closeTimedOut(c.cfg.closeTimeout))
 	errs := make([]error, len(held))
 	var wg sync.WaitGroup
 	for i, l := range held {
@@ -436,6 +435,16 @@ func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Contex
 	}
 }
 
+// closeTimedOut is the cause of a release Close gave up on: it says
+// so, and is ErrClientClosed (errors.Is) as Close's documentation has it.
+type closeTimedOut time.Duration
+
+func (e closeTimedOut) Error() string {
+	return fmt.Sprintf("tenure: Close gave up after %v (WithCloseTimeout)", time.Duration(e))
+}
+
+func (closeTimedOut) Unwrap() error { return ErrClientClosed }
+
 // whileEnded is the error of a call to url whose context ended while it
 // tried: the last attempt's error, which says more than ctx's, but
 // matching ctx's too (errors.Is(err, context.DeadlineExceeded)), and
@@ -474,7 +483,7 @@ func (c *Client) untilClose(ctx context.Context) (context.Context, func(err *err
 	stop := context.AfterFunc(c.shut, func() { cancel(ErrClientClosed) })
 	return ctx, func(err *error) {
 		stop()
-		if *err != nil && errors.Is(context.Cause(ctx), ErrClientClosed) {
+		if *err != nil && context.Cause(ctx) == ErrClientClosed { // not Close's own timeout
 			*err = ErrClientClosed
 		}
 		cancel(nil)

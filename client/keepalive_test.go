@@ -441,8 +441,12 @@ func TestCloseSaysWhichLeaseItCouldNotRelease(t *testing.T) {
 		fc.stop("a:1")
 		err = c.Close()
 		if err == nil || !strings.Contains(err.Error(), l.ID()) || !strings.Contains(err.Error(), "connection refused") ||
-			!strings.Contains(err.Error(), "gave up after 1s") || strings.Count(err.Error(), "client closed") > 0 {
+			strings.Count(err.Error(), "gave up after 1s") != 1 || strings.Count(err.Error(), "client closed") > 0 {
 			t.Fatalf("Close: %v", err)
+		}
+		var lost *LostError
+		if !errors.As(l.Err(), &lost) || !errors.Is(l.Err(), ErrClientClosed) {
+			t.Fatalf("the lease Close could not release: Err = %v, want a LostError caused by ErrClientClosed", l.Err())
 		}
 	})
 }

@@ -620,7 +620,7 @@ func (l *Lease) Release(ctx context.Context, reason ReleaseReason) error {
 		return err
 	})
 	if err != nil {
-		if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
 			err = fmt.Errorf("%w: %w", cause, err) // Close's: ErrClientClosed
 		}
 		l.end(l.lost(fmt.Errorf("release failed: %w", err)))

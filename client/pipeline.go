@@ -3,11 +3,12 @@ package tenure
 import (
 	"context"
 	"errors"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"strings"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/opstream"
@@ -36,12 +37,48 @@ type (
 	poolPipe  = pipe[tenurev1.PoolPipelineRequest, tenurev1.PoolPipelineResponse, tenurev1.PoolOp, tenurev1.PoolResult]
 )
 
-// newPipes gives ep its streams (not opened yet).
-func newPipes(ep *endpoint) {
-	ep.leasePipe.open = func(ctx context.Context) *opstream.LeaseSet { return opstream.OpenLease(ctx, ep.lease, 1) }
-	ep.queuePipe.open = func(ctx context.Context) *opstream.QueueSet { return opstream.OpenQueue(ctx, ep.queue, 1) }
+// newPipes gives ep its streams (not opened yet). A lease granted to an
+// acquire, or a task claimed, whose caller gave up waiting (its ctx
+// ended) after the operation went out is released, so that no resource
+// stays held, and no task leased, by no one until the lease expires (a
+// task's attempt would be used up).
+func newPipes(c *Client, ep *endpoint) {
+	ep.leasePipe.open = func(ctx context.Context) *opstream.LeaseSet {
+		return opstream.OpenLease(ctx, ep.lease, 1).OnOrphan(func(r *tenurev1.PipelineResult) {
+			c.releaseOrphan(r.GetAcquire().GetLease())
+		})
+	}
+	ep.queuePipe.open = func(ctx context.Context) *opstream.QueueSet {
+		return opstream.OpenQueue(ctx, ep.queue, 1).OnOrphan(func(r *tenurev1.QueueResult) {
+			for _, t := range r.GetClaim().GetTasks() {
+				c.releaseOrphan(t.GetLease())
+			}
+		})
+	}
 	ep.poolPipe.open = func(ctx context.Context) *opstream.PoolSet { return opstream.OpenPool(ctx, ep.pool, 1) }
 }
+
+// releaseOrphan releases a lease granted to a call that gave up on it.
+func (c *Client) releaseOrphan(l *tenurev1.Lease) {
+	if l.GetLeaseId() == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), orphanTimeout)
+	defer cancel()
+	req := &tenurev1.ReleaseRequest{LeaseId: l.GetLeaseId(), Holder: l.GetHolder(), Reason: tenurev1.ReleaseReason_RELEASE_REASON_ABORTED}
+	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
+		_, err := c.releaseRPC(ctx, ep, req)
+		return err
+	})
+	if err != nil {
+		c.cfg.logger.Warn("tenure: releasing a lease granted to a call that gave up on it", "lease", l.GetLeaseId(),
+			"resource", l.GetResource(), "err", err)
+	}
+}
+
+// orphanTimeout bounds the release of a lease granted to a call that gave
+// up on it.
+const orphanTimeout = 10 * time.Second
 
 // get returns the open stream, or nil for unary calls.
 func (p *pipe[Req, Res, Op, Result]) get(c *Client) *opstream.Set[Req, Res, Op, Result] {

@@ -63,7 +63,7 @@ func poolConfigFrom(pb *tenurev1.PoolConfig) PoolConfig {
 	}
 }
 
-// A PoolOption configures CreatePool: LeaseDuration, MaxLeasesPerPeer,
+// A PoolOption configures CreatePool: PieceLeaseDuration, MaxLeasesPerPeer,
 // RankingDecay, SuccessBonus, FailurePenalty, MinPeerScore,
 // PeerIdleTimeout, Namespace.
 // Every setting not given takes the registrar's default.
@@ -240,6 +240,11 @@ func (c *Client) Want(ctx context.Context, pool string, file, pieceCount uint32,
 // filePieces returns the piece count of a file the pool has.
 func (c *Client) filePieces(ctx context.Context, pool string, file uint32, namespace string) (uint32, error) {
 	st, err := c.PoolStatus(ctx, pool, Namespace(namespace))
+	if errors.Is(err, ErrPoolNotFound) {
+		// Want creates the pool; the file is new, so its count is needed.
+		return 0, invalidArgument("piece_count", "is required with AllPieces the first time a file is named: pool "+
+			pool+" does not exist yet")
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -401,7 +406,9 @@ func rankingFrom(pb *tenurev1.PeerRanking) PeerRanking {
 // (pass 0) with PieceSuccess. Only the peer holding the piece's lease may
 // complete it: anyone else, or a second completion, gets
 // ErrPieceNotLeased; an unknown pool ErrPoolNotFound. Not retried after an
-// unknown outcome (a repeat would answer ErrPieceNotLeased).
+// unknown outcome (a repeat would answer ErrPieceNotLeased). The registrar
+// releases the piece's lease: one this client keeps alive (Resume) stops
+// being renewed, its Err ErrReleased.
 //
 // CompletePiece reports on the piece's current lease, whichever it is:
 // prefer CompletePieceLease, which names the lease, so that a report
@@ -438,6 +445,14 @@ func (c *Client) completePiece(ctx context.Context, pool, peer, leaseID string, 
 		}
 		return err
 	})
+	if err == nil {
+		// The registrar ended the piece's lease: one this client keeps
+		// alive (Resume) stops being renewed, its Err ErrReleased.
+		if leaseID == "" {
+			leaseID = c.trackedOn(cc.namespace, "pool/"+pool+"/"+strconv.FormatUint(uint64(file), 10)+"/"+strconv.FormatUint(uint64(piece), 10), peer)
+		}
+		c.settle(leaseID)
+	}
 	return rk, err
 }
 

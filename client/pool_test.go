@@ -341,3 +341,44 @@ func TestIntegrationPieceLeases(t *testing.T) {
 		t.Fatalf("status %+v %v", st, err)
 	}
 }
+
+// A piece lease this client keeps alive (Resume) ends as released, not
+// lost, when the peer reports on the piece, by lease or by piece.
+func TestIntegrationCompletedPieceIsReleased(t *testing.T) {
+	s := startRealServer(t)
+	c := s.client(t, WithHolder("p1"))
+	ctx := ctxTimeout(t, 30*time.Second)
+	// Want creates a pool, so an unknown one is not the error: the count is.
+	if _, _, err := c.Want(ctx, "kept", 0, 0, AllPieces); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "piece_count") {
+		t.Fatalf("AllPieces without a count in a pool not made yet: %v", err)
+	}
+	if _, _, err := c.Want(ctx, "kept", 0, 2, AllPieces); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.RequestLeases(ctx, "kept", "p1", map[uint32]Bitset{0: FromRanges(Range{Start: 0, End: 2})}, 2)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("RequestLeases: %v %v", got, err)
+	}
+	kept := make([]*Lease, len(got))
+	for i, pl := range got {
+		if kept[i], err = c.Resume(ctx, pl.LeaseID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.CompletePieceLease(ctx, "kept", "p1", got[0], PieceSuccess, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CompletePiece(ctx, "kept", "p1", got[1].File, got[1].Piece, PieceFailure, PieceTimeout); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range kept {
+		select {
+		case <-l.Done():
+		default:
+			t.Fatalf("lease %d still kept alive after its piece was reported", i)
+		}
+		if !errors.Is(l.Err(), ErrReleased) {
+			t.Fatalf("lease %d: Err = %v, want ErrReleased", i, l.Err())
+		}
+	}
+}

@@ -244,6 +244,22 @@ func (c *Client) settle(leaseID string) {
 	l.end(ErrReleased)
 }
 
+// trackedOn is the id of the lease this client keeps alive on resource
+// for holder, or "".
+func (c *Client) trackedOn(namespace, resource, holder string) string {
+	if namespace == "" {
+		namespace = DefaultNamespace
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, l := range c.leases {
+		if l.resource == resource && l.namespace == namespace && l.holder == holder {
+			return id
+		}
+	}
+	return ""
+}
+
 // settleAfter settles the lease unless err leaves the task under it.
 func (c *Client) settleAfter(leaseID string, err error) {
 	switch {

@@ -126,6 +126,25 @@ type Set[Req, Res, Op, Result any] struct {
 	next    atomic.Uint64
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // the streams' goroutines
+	orphan  func(*Result)  // see OnOrphan
+}
+
+// OnOrphan sets fn to run, on a goroutine of its own, with the successful
+// result of an operation whose caller stopped waiting (its ctx ended)
+// after handing it to a stream: what the operation was granted (a lease,
+// claimed tasks) can then be given back instead of being held by no one.
+// Call it before the first Do.
+func (p *Set[Req, Res, Op, Result]) OnOrphan(fn func(*Result)) *Set[Req, Res, Op, Result] {
+	p.orphan = fn
+	return p
+}
+
+// orphaned hands r, the result of an operation its caller gave up on, to
+// the OnOrphan function.
+func (p *Set[Req, Res, Op, Result]) orphaned(r *Result) {
+	if p.orphan != nil && p.shape.Err(r) == nil {
+		go p.orphan(r)
+	}
 }
 
 type stream[Req, Res, Op, Result any] struct {
@@ -136,8 +155,10 @@ type stream[Req, Res, Op, Result any] struct {
 	once   sync.Once
 	err    error
 
-	mu      sync.Mutex
-	nextID  uint64
+	mu     sync.Mutex
+	nextID uint64
+	// waiting holds the channel of each operation in flight, or nil once
+	// its caller gave up on it (its result goes to the set's orphan).
 	waiting map[uint64]chan *Result
 }
 
@@ -242,7 +263,18 @@ func (p *Set[Req, Res, Op, Result]) Do(ctx context.Context, op *Op) (*Result, er
 		}
 		return nil, &StreamError{Err: s.err, Sent: !neverConnected(s.err)}
 	case <-ctx.Done():
-		abandon()
+		// Handed to the stream: the operation runs anyway. Its result,
+		// when it comes, is an orphan.
+		s.mu.Lock()
+		if _, ok := s.waiting[id]; ok {
+			s.waiting[id] = nil
+		}
+		s.mu.Unlock()
+		select {
+		case r := <-ch: // it came back as ctx ended
+			p.orphaned(r)
+		default:
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -279,15 +311,23 @@ func (s *stream[Req, Res, Op, Result]) receive() {
 			s.fail(err)
 			return
 		}
+		var orphans []*Result
 		s.mu.Lock()
 		for _, r := range s.set.shape.Results(resp) {
 			id := s.set.shape.ID(r)
 			if ch, ok := s.waiting[id]; ok {
-				ch <- r
 				delete(s.waiting, id)
+				if ch == nil {
+					orphans = append(orphans, r)
+					continue
+				}
+				ch <- r
 			}
 		}
 		s.mu.Unlock()
+		for _, r := range orphans {
+			s.set.orphaned(r)
+		}
 	}
 }
 

@@ -20,13 +20,15 @@ import (
 
 // scripted is a LeaseService whose Pipeline answers each acquire by its
 // resource: "refuse" → an operation error, "break" → the stream ends with
-// an error, "hold" → no answer until the stream ends; anything else → a
-// lease named after the resource.
+// an error, "hold" → no answer until the stream ends, "late" → a lease
+// once late is closed (lateSeen is closed when it arrives); anything else
+// → a lease named after the resource.
 type scripted struct {
 	tenurev1connect.UnimplementedLeaseServiceHandler
-	mu       sync.Mutex
-	messages int // request messages received
-	held     chan struct{}
+	mu             sync.Mutex
+	messages       int // request messages received
+	held           chan struct{}
+	late, lateSeen chan struct{}
 }
 
 func (s *scripted) Pipeline(ctx context.Context, stream *connect.BidiStream[tenurev1.PipelineRequest, tenurev1.PipelineResponse]) error {
@@ -51,6 +53,11 @@ func (s *scripted) Pipeline(ctx context.Context, stream *connect.BidiStream[tenu
 				return connect.NewError(connect.CodeUnavailable, errors.New("broken on purpose"))
 			case "hold":
 				close(s.held)
+			case "late":
+				close(s.lateSeen)
+				<-s.late
+				out = append(out, &tenurev1.PipelineResult{Id: op.GetId(), Result: &tenurev1.PipelineResult_Acquire{
+					Acquire: &tenurev1.AcquireResponse{Lease: &tenurev1.Lease{LeaseId: res}}}})
 			default:
 				out = append(out, &tenurev1.PipelineResult{Id: op.GetId(), Result: &tenurev1.PipelineResult_Acquire{
 					Acquire: &tenurev1.AcquireResponse{Lease: &tenurev1.Lease{LeaseId: res}}}})
@@ -207,6 +214,50 @@ func TestCancelledCallerLeavesTheStreamUsable(t *testing.T) {
 	}
 	if r, err := set.Do(t.Context(), acquire("next")); err != nil || r.GetAcquire().GetLease().GetLeaseId() != "next" {
 		t.Fatalf("after a cancelled caller: %v %v", r, err)
+	}
+}
+
+// TestOrphanedResultGoesToOnOrphan: the result of an operation whose
+// caller gave up after it went out goes to the OnOrphan function (which
+// gives back what it granted); a result with a caller, or an error, does
+// not.
+func TestOrphanedResultGoesToOnOrphan(t *testing.T) {
+	h := &scripted{late: make(chan struct{}), lateSeen: make(chan struct{})}
+	orphans := make(chan string, 10)
+	set := opstream.OpenLease(t.Context(), serve(t, h), 1).OnOrphan(func(r *tenurev1.PipelineResult) {
+		orphans <- r.GetAcquire().GetLease().GetLeaseId()
+	})
+	defer set.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := set.Do(ctx, acquire("late"))
+		done <- err
+	}()
+	<-h.lateSeen
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled caller: %v", err)
+	}
+	close(h.late)
+	select {
+	case id := <-orphans:
+		if id != "late" {
+			t.Fatalf("orphan %q, want the late lease", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late result did not reach OnOrphan")
+	}
+	if _, err := set.Do(t.Context(), acquire("refuse")); err == nil {
+		t.Fatal("refuse succeeded")
+	}
+	if r, err := set.Do(t.Context(), acquire("next")); err != nil || r.GetAcquire().GetLease().GetLeaseId() != "next" {
+		t.Fatalf("after the orphan: %v %v", r, err)
+	}
+	select {
+	case id := <-orphans:
+		t.Fatalf("a result with a caller went to OnOrphan: %q", id)
+	default:
 	}
 }
 

@@ -130,6 +130,13 @@ func (ps *Pools) create(tx *registrar.Tx, k key, c *logpb.PoolCreate) Outcome {
 	if err != nil {
 		return fail(err)
 	}
+	if c.GetConfig().GetLeaseDuration() != nil {
+		// A duration asked for must be one the namespace allows; the
+		// default is brought within its bounds when a piece is leased.
+		if _, err := ps.reg.TTLFor(k.ns, "config.lease_duration", &cfg.LeaseMs); err != nil {
+			return fail(err)
+		}
+	}
 	if p := ps.pools[k]; p != nil {
 		if p.cfg != cfg {
 			return fail(invalid("config", "pool %s already exists with another configuration", k.name))
@@ -169,8 +176,11 @@ func (ps *Pools) want(tx *registrar.Tx, k key, w *logpb.PoolWant) Outcome {
 	}
 	set := fromBits(w.Bits)
 	for i, r := range w.Ranges {
-		if r.Start >= r.End || r.End > count {
-			return fail(invalid("ranges", "range %d [%d, %d) is empty or beyond %d pieces", i, r.Start, r.End, count))
+		switch {
+		case r.Start >= r.End:
+			return fail(invalid("ranges", "range %d [%d, %d) is empty (end is exclusive)", i, r.Start, r.End))
+		case r.End > count:
+			return fail(invalid("ranges", "range %d reaches piece %d, but file %d has %d pieces (0 to %d)", i, r.End-1, w.FileIndex, count, count-1))
 		}
 		set.AddRange(uint64(r.Start), uint64(r.End))
 	}
@@ -326,6 +336,10 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 	}
 	need := int(min(r.Max, p.cfg.MaxLeasesPerPeer-current))
 	pol := ps.reg.Policy(k.ns)
+	// The namespace's ttl bounds hold for piece leases too: a pool made
+	// before a policy narrowed them (or with the default duration) leases
+	// within them.
+	ttl := min(max(p.cfg.LeaseMs, pol.MinTTL), pol.MaxTTL)
 	out := Outcome{Leases: make([]Grant, 0, min(need, 64))}
 	var skip map[pieceKey]bool
 	for len(out.Leases) < need {
@@ -336,7 +350,7 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 		for _, pk := range chosen {
 			l, err := ps.reg.IssueFor(tx, registrar.Grant{
 				Namespace: k.ns, Resource: Resource(k.name, pk.file, pk.piece), Holder: r.Peer,
-				TTL: p.cfg.LeaseMs, MaxRenewals: pol.MaxRenewals, MaxLifetime: pol.MaxLifetime,
+				TTL: ttl, MaxRenewals: pol.MaxRenewals, MaxLifetime: pol.MaxLifetime,
 			})
 			if err != nil && registrar.ReasonOf(err) == registrar.ReasonLeaseHeld {
 				// Held outside the pool: skip this piece.
@@ -492,8 +506,10 @@ func (ps *Pools) complete(tx *registrar.Tx, k key, c *logpb.PoolComplete) Outcom
 		switch c.FailureReason {
 		case tenurev1.FailureReason_FAILURE_REASON_VERIFICATION_FAILED, tenurev1.FailureReason_FAILURE_REASON_NETWORK_ERROR,
 			tenurev1.FailureReason_FAILURE_REASON_TIMEOUT, tenurev1.FailureReason_FAILURE_REASON_INVALID_DATA:
+		case tenurev1.FailureReason_FAILURE_REASON_UNSPECIFIED:
+			return fail(invalid("failure_reason", "a failure needs a reason (FAILURE_REASON_VERIFICATION_FAILED, _NETWORK_ERROR, _TIMEOUT or _INVALID_DATA)"))
 		default:
-			return fail(invalid("failure_reason", "a failure needs a reason (FAILURE_REASON_…), got %d", c.FailureReason))
+			return fail(invalid("failure_reason", "unknown reason %d; it must be FAILURE_REASON_VERIFICATION_FAILED, _NETWORK_ERROR, _TIMEOUT or _INVALID_DATA", c.FailureReason))
 		}
 	default:
 		return fail(invalid("result", "must be COMPLETION_RESULT_SUCCESS or COMPLETION_RESULT_FAILURE, got %d", c.Result))

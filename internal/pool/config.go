@@ -70,16 +70,16 @@ func ConfigFromAPI(pb *tenurev1.PoolConfig) (Config, error) {
 		c.MaxLeasesPerPeer = pb.MaxLeasesPerPeer
 	}
 	if pb.PeerRankingDecay != nil {
-		c.Decay = *pb.PeerRankingDecay
+		c.Decay = unsigned(*pb.PeerRankingDecay)
 	}
 	if pb.SuccessBonus != nil {
-		c.Bonus = *pb.SuccessBonus
+		c.Bonus = unsigned(*pb.SuccessBonus)
 	}
 	if pb.FailurePenalty != nil {
-		c.Penalty = *pb.FailurePenalty
+		c.Penalty = unsigned(*pb.FailurePenalty)
 	}
 	if pb.MinPeerScore != nil {
-		c.MinScore = *pb.MinPeerScore
+		c.MinScore = unsigned(*pb.MinPeerScore)
 	}
 	if pb.PeerIdleTimeout != nil {
 		if err := pb.PeerIdleTimeout.CheckValid(); err != nil {
@@ -88,6 +88,14 @@ func ConfigFromAPI(pb *tenurev1.PoolConfig) (Config, error) {
 		c.PeerIdleMs = registrar.Ms(pb.PeerIdleTimeout.AsDuration())
 	}
 	return c, c.Validate()
+}
+
+// unsigned turns -0 into 0 (it would read "-0" back).
+func unsigned(v float64) float64 {
+	if v == 0 {
+		return 0
+	}
+	return v
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

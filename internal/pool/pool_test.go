@@ -3,6 +3,7 @@ package pool_test
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -374,6 +375,47 @@ func TestWantDonePieceStaysDone(t *testing.T) {
 	out := e.wantRange("p", 0, 0, 0, 4)
 	if out.Added != 2 || out.AlreadyDone != 1 || out.File.Done != 1 || out.File.Wanted != 3 {
 		t.Fatalf("want again: %+v", out)
+	}
+	e.checkReplay()
+}
+
+// The namespace's ttl bounds hold for piece leases: a lease duration
+// outside them is refused when a pool is created, and a pool whose
+// duration a policy left outside them leases within them.
+func TestNamespaceTTLBounds(t *testing.T) {
+	e := setup(t)
+	setPolicy := func(pol *tenurev1.NamespacePolicy) {
+		t.Helper()
+		if res := e.apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick,
+			Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: pol}}}); res.Outcome.Err != nil {
+			t.Fatal(res.Outcome.Err)
+		}
+	}
+	setPolicy(&tenurev1.NamespacePolicy{DefaultTtl: durationpb.New(5 * time.Second), MaxTtl: durationpb.New(10 * time.Second)})
+	out := e.create("long", &tenurev1.PoolConfig{LeaseDuration: durationpb.New(time.Hour)})
+	if registrar.ReasonOf(out.Err) != registrar.ReasonTTLOutOfRange || !strings.Contains(out.Err.Error(), "config.lease_duration") {
+		t.Fatalf("create with 1h in a namespace of at most 10s: %v", out.Err)
+	}
+	if _, err := e.m.Pools().Status("", "long"); err == nil {
+		t.Fatal("the refused pool exists")
+	}
+	// The default duration (300s) is brought within the bounds.
+	e.wantRange("p", 0, 8, 0, 8)
+	g := mustGrant(t, e.request("p", "a", 1, have(0, 0, 1, 2, 3)))
+	if got := int64(g[0].ExpiresTick) - e.tick; got != 10_000 {
+		t.Fatalf("piece lease of the default pool lasts %d ms, want the namespace's max 10000", got)
+	}
+	// A policy raising the floor above a pool's duration raises its leases.
+	setPolicy(&tenurev1.NamespacePolicy{MinTtl: durationpb.New(20 * time.Second), DefaultTtl: durationpb.New(20 * time.Second), MaxTtl: durationpb.New(30 * time.Second)})
+	if out := e.create("short", &tenurev1.PoolConfig{LeaseDuration: durationpb.New(2 * time.Second)}); registrar.ReasonOf(out.Err) != registrar.ReasonTTLOutOfRange {
+		t.Fatalf("create with 2s in a namespace of at least 20s: %v", out.Err)
+	}
+	g = mustGrant(t, e.request("p", "b", 1, have(0, 4, 5)))
+	if got := int64(g[0].ExpiresTick) - e.tick; got != 30_000 {
+		t.Fatalf("piece lease lasts %d ms, want the namespace's max 30000", got)
+	}
+	if out := e.create("ok", &tenurev1.PoolConfig{LeaseDuration: durationpb.New(25 * time.Second)}); out.Err != nil || !out.Created {
+		t.Fatalf("create within the bounds: %+v", out)
 	}
 	e.checkReplay()
 }

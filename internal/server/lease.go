@@ -121,7 +121,20 @@ func (s *Server) acquire(ctx context.Context, m *tenurev1.AcquireRequest) (*tenu
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_Acquire{Acquire: c}})
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	pctx, cancel := detach(ctx)
+	out, err := s.propose(pctx, &logpb.Command{Op: &logpb.Command_Acquire{Acquire: c}})
+	cancel()
+	if ctx.Err() != nil {
+		// The caller went away while the acquire committed: nobody would
+		// hold what it was granted, or be told when its wait ends.
+		if err == nil {
+			go s.abandonAcquire(c.Holder, out)
+		}
+		return nil, ctx.Err()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +225,7 @@ var reservedPrefixes = []struct{ prefix, owner string }{
 // releases the lease it was granted if the grant won the race, so that no
 // resource stays blocked by a lease nobody holds.
 func (s *Server) abandonWait(id uint64, holder string, res cluster.WaitResult) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
 	defer cancel()
 	if res.Lease.ID == "" {
 		var err error
@@ -224,10 +237,41 @@ func (s *Server) abandonWait(id uint64, holder string, res cluster.WaitResult) {
 			return
 		}
 	}
+	s.releaseAbandoned(ctx, holder, res.Lease.ID, "a wait")
+}
+
+// abandonAcquire gives back what an acquire whose caller went away was
+// granted: its lease, or its place in the resource's queue.
+func (s *Server) abandonAcquire(holder string, out registrar.Outcome) {
+	if out.WaiterID != 0 {
+		s.abandonWait(out.WaiterID, holder, cluster.WaitResult{})
+		return
+	}
+	if out.Lease != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), abandonTimeout)
+		defer cancel()
+		s.releaseAbandoned(ctx, holder, out.Lease.ID, "an acquire")
+	}
+}
+
+// detach is the context of a proposal made for ctx's caller that runs to
+// its outcome even if the caller goes away meanwhile (within
+// abandonTimeout), so that what it granted can be given back.
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+}
+
+// abandonTimeout bounds the work done for a caller that went away: the
+// outcome of its proposal, and the release of what it was granted.
+const abandonTimeout = 10 * time.Second
+
+// releaseAbandoned releases a lease granted to a caller that went away
+// (what names the call), so that nothing stays held by no one.
+func (s *Server) releaseAbandoned(ctx context.Context, holder, leaseID, what string) {
 	if _, err := s.propose(ctx, &logpb.Command{Actor: holder, Op: &logpb.Command_Release{Release: &logpb.Release{
-		LeaseId: res.Lease.ID, Holder: holder, Reason: tenurev1.ReleaseReason_RELEASE_REASON_ABORTED,
+		LeaseId: leaseID, Holder: holder, Reason: tenurev1.ReleaseReason_RELEASE_REASON_ABORTED,
 	}}}); err != nil {
-		s.log.Warn("releasing the lease of an abandoned wait", "lease", res.Lease.ID, "err", err)
+		s.log.Warn("releasing the lease of "+what+" whose caller went away", "lease", leaseID, "err", err)
 	}
 }
 

@@ -223,7 +223,7 @@ func (s *Server) claim(ctx context.Context, c *logpb.Claim, wait time.Duration) 
 	propose := true
 	for {
 		if propose {
-			out, err := s.proposeQueue(ctx, &logpb.Command{Actor: c.Worker, Op: &logpb.Command_Claim{Claim: c}})
+			out, err := s.proposeClaim(ctx, c)
 			if err != nil || len(out.Tasks) > 0 || wait <= 0 {
 				return out, err
 			}
@@ -263,6 +263,27 @@ func (s *Server) claim(ctx context.Context, c *logpb.Claim, wait time.Duration) 
 				Message: string(registrar.ReasonUnavailable) + ": the server is shutting down; nothing was claimed"}
 		}
 	}
+}
+
+// proposeClaim proposes a claim and waits for its outcome even if the
+// caller goes away meanwhile: tasks claimed for a caller that is gone
+// (a worker shutting down cancels its long poll) are given back at once,
+// their attempts not counted, rather than left leased to no one until
+// their leases expire and use the attempts up.
+func (s *Server) proposeClaim(ctx context.Context, c *logpb.Claim) (queue.Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return queue.Outcome{}, err
+	}
+	pctx, cancel := detach(ctx)
+	defer cancel()
+	out, err := s.proposeQueue(pctx, &logpb.Command{Actor: c.Worker, Op: &logpb.Command_Claim{Claim: c}})
+	if ctx.Err() == nil || err != nil {
+		return out, err
+	}
+	for i := range out.Leases {
+		s.releaseAbandoned(pctx, out.Leases[i].Holder, out.Leases[i].ID, "a claim")
+	}
+	return queue.Outcome{}, ctx.Err()
 }
 
 // claimable reports from local state whether the queue has a task ready now.

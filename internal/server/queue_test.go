@@ -13,6 +13,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/logpb"
 )
 
 func (b *bundle) queueClient() tenurev1connect.QueueServiceClient {
@@ -404,4 +405,60 @@ func waitingClaim(t *testing.T, qc tenurev1connect.QueueServiceClient, srv *Serv
 		return len(srv.watchers.subs) == 1
 	})
 	return errc
+}
+
+// goneAfterLook is a caller's context that is live when first looked at
+// and gone from then on: a caller that goes away while its proposal
+// commits.
+type goneAfterLook struct {
+	context.Context
+	looks atomic.Int32
+}
+
+func (c *goneAfterLook) Err() error {
+	if c.looks.Add(1) > 1 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestClaimForAGoneCallerGivesTheTasksBack: tasks claimed for a caller
+// that went away while the claim committed go back to the queue at once,
+// their attempts not counted; none is left leased to no one (a task on
+// its last attempt would go DEAD without having run).
+func TestClaimForAGoneCallerGivesTheTasksBack(t *testing.T) {
+	b := setup(t)
+	qc := b.queueClient()
+	ctx := t.Context()
+	for _, id := range []string{"t1", "t2"} {
+		if _, err := qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "q",
+			Tasks: []*tenurev1.NewTask{{TaskId: id, MaxAttempts: 1}}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := b.srv.claim(&goneAfterLook{Context: ctx}, &logpb.Claim{Namespace: "default", Queue: "q", Worker: "w", Max: 2}, time.Minute)
+	if err != context.Canceled || len(out.Tasks) != 0 {
+		t.Fatalf("claim for a gone caller: %d tasks, %v", len(out.Tasks), err)
+	}
+	st, err := qc.Stats(ctx, connect.NewRequest(&tenurev1.QueueStatsRequest{Queue: "q"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Msg.Queued != 2 || st.Msg.Leased != 0 {
+		t.Fatalf("after the claim: %d queued, %d leased; want both tasks queued", st.Msg.Queued, st.Msg.Leased)
+	}
+	for _, id := range []string{"t1", "t2"} {
+		got, err := qc.GetTask(ctx, connect.NewRequest(&tenurev1.GetTaskRequest{Queue: "q", TaskId: id}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task := got.Msg.GetTask(); task.GetState() != tenurev1.TaskState_TASK_STATE_QUEUED || task.GetAttempts() != 0 {
+			t.Fatalf("task %s: %v after %d attempts; want QUEUED, none counted", id, task.GetState(), task.GetAttempts())
+		}
+	}
+	// A live caller gets them.
+	res, err := qc.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Queue: "q", Worker: "w2", Max: 2}))
+	if err != nil || len(res.Msg.Tasks) != 2 {
+		t.Fatalf("claim by a live caller: %v %v", res, err)
+	}
 }

@@ -117,3 +117,52 @@ func TestHistoryRetention(t *testing.T) {
 	}
 	waitFor(t, "the grant to leave the history", 10*time.Second, func() bool { return events() == 0 })
 }
+
+// An Acquire whose caller goes away while it commits gives back what it
+// was granted: the lease, or its place in the resource's queue.
+func TestAcquireForAGoneCallerGivesBack(t *testing.T) {
+	t.Parallel()
+	bd := setup(t)
+	ctx := context.Background()
+	counts := func() *tenurev1.LeaseCounts {
+		resp, err := bd.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg.Counts
+	}
+	// Granted at once: released.
+	if _, err := bd.srv.acquire(&goneAfterLook{Context: ctx}, &tenurev1.AcquireRequest{Resource: "free", Holder: "ghost"}); err != context.Canceled {
+		t.Fatalf("acquire for a gone caller: %v", err)
+	}
+	waitFor(t, "the gone caller's lease to be released", 10*time.Second, func() bool {
+		c := counts()
+		return c.GetActive() == 0 && c.GetReleased() == 1
+	})
+	// Queued behind a holder: withdrawn, so the holder's release frees it.
+	held, err := bd.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "busy", Holder: "w1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bd.srv.acquire(&goneAfterLook{Context: ctx}, &tenurev1.AcquireRequest{Resource: "busy", Holder: "ghost",
+		Wait: durationpb.New(time.Minute)}); err != context.Canceled {
+		t.Fatalf("waiting acquire for a gone caller: %v", err)
+	}
+	waitFor(t, "the gone caller's wait to be withdrawn", 10*time.Second, func() bool {
+		h, err := bd.leases.History(ctx, connect.NewRequest(&tenurev1.HistoryRequest{Resource: "busy"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var types []string
+		for _, ev := range h.Msg.Events {
+			types = append(types, ev.Type)
+		}
+		return strings.Join(types, " ") == "lease.issued lease.waiting lease.wait_ended" && counts().GetWaiters() == 0
+	})
+	if _, err := bd.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: held.Msg.Lease.LeaseId, Holder: "w1"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bd.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "busy", Holder: "w2"})); err != nil {
+		t.Fatalf("resource not free after the holder released and the ghost left: %v", err)
+	}
+}
