@@ -60,6 +60,10 @@ func (t *Task) Complete(ctx context.Context, result []byte) (*tenurev1.Task, err
 	return t.Lease.c.Complete(ctx, t.Queue, t.ID, t.Lease.ID(), result, Namespace(t.Namespace))
 }
 
+// RetryNow, as Fail's retryAfter (or WorkerRetryAfter), retries a failed
+// task at once rather than after the registrar's backoff.
+const RetryNow time.Duration = -1
+
 // Fail fails this attempt of the task (see Client.Fail).
 func (t *Task) Fail(ctx context.Context, msg string, retryAfter time.Duration) (*tenurev1.Task, error) {
 	return t.Lease.c.Fail(ctx, t.Queue, t.ID, t.Lease.ID(), msg, retryAfter, Namespace(t.Namespace))
@@ -292,14 +296,14 @@ func (c *Client) Complete(ctx context.Context, queue, taskID, leaseID string, re
 // Fail ends the current attempt of a task with an error message (at most
 // 8 KiB, trimmed here if longer). The task is retried after retryAfter, or,
 // when retryAfter is 0, after the registrar's backoff (attempt⁴ seconds, at
-// most 1 h, with jitter); it is DEAD once its attempts are used up (Retry
-// runs it again). Like Complete: only by
+// most 1 h, with jitter), or at once (RetryNow, any negative retryAfter);
+// it is DEAD once its attempts are used up (Retry runs it again). Like Complete: only by
 // the current lease, retried after an unknown outcome, settles the lease.
 func (c *Client) Fail(ctx context.Context, queue, taskID, leaseID, msg string, retryAfter time.Duration, opts ...CallOption) (*tenurev1.Task, error) {
 	cc := c.callConfig(opts)
 	req := &tenurev1.FailRequest{Namespace: cc.namespace, Queue: queue, TaskId: taskID, LeaseId: leaseID, Error: trimText(msg, maxErrorBytes)}
-	if retryAfter > 0 {
-		req.RetryAfter = durationpb.New(retryAfter)
+	if retryAfter != 0 {
+		req.RetryAfter = durationpb.New(max(retryAfter, 0))
 	}
 	var out *tenurev1.Task
 	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {

@@ -96,6 +96,21 @@ func TestQueueClientCalls(t *testing.T) {
 	if _, err := tasks[0].Complete(ctx, nil); !errors.Is(err, ErrTaskNotLeased) {
 		t.Fatalf("zombie complete: %v", err)
 	}
+	// RetryNow: claimable again at once, not after the backoff.
+	if _, err := c.Enqueue(ctx, "now", []NewTask{{ID: "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if tasks, err = c.Claim(ctx, "now", ClaimOptions{}); err != nil || len(tasks) != 1 {
+		t.Fatalf("claim x: %v %v", tasks, err)
+	}
+	if _, err := tasks[0].Fail(ctx, "again", RetryNow); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := c.Claim(ctx, "now", ClaimOptions{}); err != nil || len(again) != 1 || again[0].ID != "x" || again[0].Attempts != 2 {
+		t.Fatalf("claim right after Fail(RetryNow): %v %v", again, err)
+	} else if _, err := again[0].Complete(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
 	cancelled, err := c.Cancel(ctx, "calls", "a")
 	if err != nil || cancelled.GetState() != tenurev1.TaskState_TASK_STATE_CANCELLED {
 		t.Fatalf("cancel: %v %v", cancelled, err)
@@ -123,7 +138,7 @@ func TestQueueClientCalls(t *testing.T) {
 		t.Fatalf("stats: %v %v", st, err)
 	}
 	qs, err := c.ListQueues(ctx)
-	if err != nil || len(qs) != 2 || qs[0].GetQueue() != "calls" || qs[0].GetStats().GetCancelled() != 1 ||
+	if err != nil || len(qs) != 3 || qs[0].GetQueue() != "calls" || qs[0].GetStats().GetCancelled() != 1 ||
 		qs[1].GetQueue() != "eq" || qs[1].GetStats().GetQueued() != 2 {
 		t.Fatalf("ListQueues: %v %v", qs, err)
 	}

@@ -111,7 +111,8 @@ func WorkerWait(d time.Duration) WorkerOption { return func(w *Worker) { w.wait 
 func WorkerDrainTimeout(d time.Duration) WorkerOption { return func(w *Worker) { w.drainTimeout = d } }
 
 // WorkerRetryAfter sets the retry delay of a failed task (default 0: the
-// registrar's backoff: attempt⁴ seconds, at most 1 h, with jitter).
+// registrar's backoff: attempt⁴ seconds, at most 1 h, with jitter;
+// RetryNow: at once).
 func WorkerRetryAfter(d time.Duration) WorkerOption { return func(w *Worker) { w.retryAfter = d } }
 
 // WorkerNamespace sets the queue's namespace (default: the client's).
@@ -230,7 +231,7 @@ func (w *Worker) claimLoop(ctx context.Context, slots chan struct{}, start func(
 		}
 		free := 1
 	fill:
-		for free < w.concurrency {
+		for free < min(w.concurrency, maxClaim) { // a Claim takes at most maxClaim tasks
 			select {
 			case slots <- struct{}{}:
 				free++
@@ -262,6 +263,10 @@ func (w *Worker) claimLoop(ctx context.Context, slots chan struct{}, start func(
 		backoff = min(2*backoff, 5*time.Second)
 	}
 }
+
+// maxClaim is the most tasks one Claim may ask for (the registrar's
+// limit).
+const maxClaim = 1000
 
 func permanentClaimError(err error) bool {
 	if errors.Is(err, ErrClientClosed) {

@@ -62,6 +62,9 @@ var policySettings = []policySetting{
 	countSetting("max-retained-leases", "ended leases kept per namespace (default 100000)", func(p *registrar.Policy) *uint64 { return &p.MaxRetainedLeases }),
 	countSetting("max-retained-tasks", "finished queue tasks kept per namespace (default 100000)", func(p *registrar.Policy) *uint64 { return &p.MaxRetainedTasks }),
 	countSetting("max-state-bytes", "guarded state a namespace may hold, bytes, each blob plus 256 (default 268435456, 256 MiB)", func(p *registrar.Policy) *uint64 { return &p.MaxStateBytes }),
+	countSetting("max-pending-tasks", "unfinished queue tasks per namespace (default 1000000)", func(p *registrar.Policy) *uint64 { return &p.MaxPendingTasks }),
+	countSetting("max-pending-task-bytes", "payload bytes of a namespace's unfinished queue tasks (default 1073741824, 1 GiB)", func(p *registrar.Policy) *uint64 { return &p.MaxPendingTaskBytes }),
+	countSetting("max-pool-pieces", "pieces of all a namespace's pools' files (default 16777216)", func(p *registrar.Policy) *uint64 { return &p.MaxPoolPieces }),
 	countSetting("task-max-renewals", "renewals of a queue task's lease, 0 unlimited (default 10)", func(p *registrar.Policy) *uint32 { return &p.TaskMaxRenewals }),
 	durationSetting("task-max-lifetime", "longest life of a queue task's lease from its claim, 0 unlimited (default 2h)", func(p *registrar.Policy) *int64 { return &p.TaskMaxLifetime }),
 	{"always-certify", "sign a certificate for every grant and renewal: true or false (default false)", func(p *registrar.Policy, v string) error {
@@ -265,6 +268,9 @@ func writePolicy(w io.Writer, pb *tenurev1.NamespacePolicy) error {
 		{"max-retained-tasks", strconv.FormatUint(p.MaxRetainedTasks, 10)},
 		{"always-certify", strconv.FormatBool(p.AlwaysCertify)},
 		{"max-state-bytes", strconv.FormatUint(p.MaxStateBytes, 10)},
+		{"max-pending-tasks", strconv.FormatUint(p.MaxPendingTasks, 10)},
+		{"max-pending-task-bytes", strconv.FormatUint(p.MaxPendingTaskBytes, 10)},
+		{"max-pool-pieces", strconv.FormatUint(p.MaxPoolPieces, 10)},
 		{"task-max-renewals", unlimited(strconv.FormatUint(uint64(p.TaskMaxRenewals), 10), p.TaskMaxRenewals == 0)},
 		{"task-max-lifetime", unlimited(d(p.TaskMaxLifetime), p.TaskMaxLifetime == 0)},
 	} {

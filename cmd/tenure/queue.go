@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
@@ -433,9 +434,24 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 func taskState(t *tenurev1.Task) string { return enumName(t.GetState().String(), "TASK_STATE_") }
 
+// terminalSafe reports whether s can be printed as it is: valid UTF-8
+// without control characters other than newlines and tabs (an escape
+// sequence in a payload or an error must not drive the terminal).
+func terminalSafe(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			return false
+		}
+	}
+	return true
+}
+
 // short prints a payload for a table cell: text up to 40 characters, else quoted.
 func short(b []byte) string {
-	if !utf8.Valid(b) {
+	if !terminalSafe(string(b)) {
 		s := strconv.Quote(string(b))
 		if len(s) > 42 {
 			s = s[:40] + "…"
@@ -483,10 +499,7 @@ func writeTask(c *cliCommand, t *tenurev1.Task) error {
 		}
 	}
 	text := func(b []byte) string {
-		if len(b) == 0 {
-			return ""
-		}
-		if utf8.Valid(b) {
+		if len(b) == 0 || terminalSafe(string(b)) {
 			return string(b)
 		}
 		return strconv.Quote(string(b))
@@ -506,7 +519,7 @@ func writeTask(c *cliCommand, t *tenurev1.Task) error {
 	if l := t.GetLease(); l != nil {
 		row("lease expires", fmtTime(l.GetExpiresAt()))
 	}
-	row("last error", t.GetLastError())
+	row("last error", text([]byte(t.GetLastError())))
 	row("payload", text(t.GetPayload()))
 	row("result", text(t.GetResult()))
 	return tw.Flush()

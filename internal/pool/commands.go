@@ -170,6 +170,13 @@ func (ps *Pools) want(tx *registrar.Tx, k key, w *logpb.PoolWant) Outcome {
 		return fail(invalid("piece_count", "file %d has %d pieces, not %d", w.FileIndex, f.count, count))
 	case f != nil:
 		count = f.count
+	case f == nil:
+		// A new file: its pieces count against the namespace's quota.
+		if pol := ps.reg.Policy(k.ns); ps.pieces[k.ns]+uint64(count) > pol.MaxPoolPieces {
+			return fail(registrar.Quota("max_pool_pieces", pol.MaxPoolPieces, map[string]string{"namespace": k.ns, "pool": k.name},
+				"namespace %s's pools hold %d pieces; file %d's %d would take them past the limit of %d (max_pool_pieces)",
+				k.ns, ps.pieces[k.ns], w.FileIndex, count, pol.MaxPoolPieces))
+		}
 	}
 	if err := checkBits(w.Bits, count); err != nil {
 		return fail(invalid("bits", "%v", err))

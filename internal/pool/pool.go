@@ -23,6 +23,9 @@ type Pools struct {
 	pools map[key]*pool
 	// byLease finds the piece of a pool lease (by fence/seq).
 	byLease map[uint64]*pieceLease
+	// pieces counts each namespace's pieces, over its pools' files (for
+	// its MaxPoolPieces quota).
+	pieces map[string]uint64
 	// scratch is working room reused by every request.
 	scratch scratch
 }
@@ -101,7 +104,7 @@ type peer struct {
 
 // New returns an empty pool domain hooked to reg's lease ends.
 func New(reg *registrar.Registrar) *Pools {
-	ps := &Pools{reg: reg, pools: map[key]*pool{}, byLease: map[uint64]*pieceLease{}}
+	ps := &Pools{reg: reg, pools: map[key]*pool{}, byLease: map[uint64]*pieceLease{}, pieces: map[string]uint64{}}
 	reg.OnLeaseEnd(ps.leaseEnded)
 	return ps
 }
@@ -162,6 +165,7 @@ func (ps *Pools) Apply(rec *logpb.Record) error {
 			}
 			f = newFile(w.FileIndex, w.PieceCount)
 			p.files[w.FileIndex] = f
+			ps.pieces[k.ns] += uint64(f.count)
 		}
 		set, err := decodeSet(w.Pieces, f.count)
 		if err != nil {

@@ -384,13 +384,7 @@ func TestWantDonePieceStaysDone(t *testing.T) {
 // duration a policy left outside them leases within them.
 func TestNamespaceTTLBounds(t *testing.T) {
 	e := setup(t)
-	setPolicy := func(pol *tenurev1.NamespacePolicy) {
-		t.Helper()
-		if res := e.apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick,
-			Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: pol}}}); res.Outcome.Err != nil {
-			t.Fatal(res.Outcome.Err)
-		}
-	}
+	setPolicy := e.setPolicy
 	setPolicy(&tenurev1.NamespacePolicy{DefaultTtl: durationpb.New(5 * time.Second), MaxTtl: durationpb.New(10 * time.Second)})
 	out := e.create("long", &tenurev1.PoolConfig{LeaseDuration: durationpb.New(time.Hour)})
 	if registrar.ReasonOf(out.Err) != registrar.ReasonTTLOutOfRange || !strings.Contains(out.Err.Error(), "config.lease_duration") {
@@ -416,6 +410,34 @@ func TestNamespaceTTLBounds(t *testing.T) {
 	}
 	if out := e.create("ok", &tenurev1.PoolConfig{LeaseDuration: durationpb.New(25 * time.Second)}); out.Err != nil || !out.Created {
 		t.Fatalf("create within the bounds: %+v", out)
+	}
+	e.checkReplay()
+}
+
+// A namespace's pools hold at most MaxPoolPieces pieces over all their
+// files: a Want naming a new file past it is QUOTA_EXCEEDED and changes
+// nothing; files already there take more pieces freely.
+func TestPoolPiecesQuota(t *testing.T) {
+	e := setup(t)
+	e.setPolicy(&tenurev1.NamespacePolicy{MaxPoolPieces: 1000})
+	e.wantRange("a", 0, 600, 0, 10)
+	out := e.do(&logpb.PoolCommand{Pool: "b", Op: &logpb.PoolCommand_Want{Want: &logpb.PoolWant{FileIndex: 0, PieceCount: 401}}})
+	if registrar.ReasonOf(out.Err) != registrar.ReasonQuotaExceeded || !strings.Contains(out.Err.Error(), "max_pool_pieces") {
+		t.Fatalf("a second pool's file past the quota: %v", out.Err)
+	}
+	var qe *registrar.Error
+	if !errors.As(out.Err, &qe) || qe.Metadata["limit"] != "1000" || qe.Metadata["quota"] != "max_pool_pieces" {
+		t.Fatalf("quota metadata: %+v", qe)
+	}
+	if _, err := e.m.Pools().Status("", "b"); err == nil {
+		t.Fatal("the refused Want created its pool")
+	}
+	e.wantRange("a", 0, 600, 10, 600) // the same file: no new pieces
+	e.wantRange("b", 0, 400, 0, 400)  // exactly up to the quota
+	e.fork()                           // a restored replica counts them too
+	out = e.do(&logpb.PoolCommand{Pool: "a", Op: &logpb.PoolCommand_Want{Want: &logpb.PoolWant{FileIndex: 1, PieceCount: 1}}})
+	if registrar.ReasonOf(out.Err) != registrar.ReasonQuotaExceeded {
+		t.Fatalf("one piece past the quota: %v", out.Err)
 	}
 	e.checkReplay()
 }

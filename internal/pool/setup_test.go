@@ -100,6 +100,15 @@ func (e *env) advance() {
 	e.apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick, Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}})
 }
 
+// setPolicy sets the default namespace's policy.
+func (e *env) setPolicy(pol *tenurev1.NamespacePolicy) {
+	e.t.Helper()
+	if res := e.apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick,
+		Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: pol}}}); res.Outcome.Err != nil {
+		e.t.Fatal(res.Outcome.Err)
+	}
+}
+
 func (e *env) create(name string, cfg *tenurev1.PoolConfig) pool.Outcome {
 	e.t.Helper()
 	return e.do(&logpb.PoolCommand{Pool: name, Op: &logpb.PoolCommand_Create{Create: &logpb.PoolCreate{Config: cfg}}})

@@ -64,6 +64,7 @@ func Restore(s *logpb.Snapshot, reg *registrar.Registrar) (*Pools, error) {
 				return nil, fmt.Errorf("snapshot: pool %s file %d: %w", k.name, f.index, err)
 			}
 			p.files[f.index] = f
+			ps.pieces[k.ns] += uint64(f.count)
 		}
 		for _, pss := range sp.Peers {
 			if p.peers[pss.Peer] != nil {

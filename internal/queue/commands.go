@@ -125,6 +125,9 @@ func (qs *Queues) Enqueue(tx *registrar.Tx, c *logpb.Enqueue) Outcome {
 		return fail(err)
 	}
 	ns := orDefault(c.Namespace)
+	if err := qs.checkPending(ns, c); err != nil {
+		return fail(err)
+	}
 	out := Outcome{Tasks: make([]Task, 0, len(c.Tasks)), Existed: make([]bool, len(c.Tasks))}
 	for i, nt := range c.Tasks {
 		q := qs.queue(ns, c.Queue, false)
@@ -157,6 +160,48 @@ func (qs *Queues) Enqueue(tx *registrar.Tx, c *logpb.Enqueue) Outcome {
 		out.Tasks = append(out.Tasks, qs.view(qs.bySeq[seq]))
 	}
 	return out
+}
+
+// checkPending refuses an enqueue that would take the namespace past its
+// MaxPendingTasks or MaxPendingTaskBytes, counting only the tasks it adds
+// (an id the queue has, or that the batch named before, adds nothing).
+func (qs *Queues) checkPending(ns string, c *logpb.Enqueue) error {
+	q := qs.queue(ns, c.Queue, false)
+	var n, bytes uint64
+	var named map[string]bool
+	for _, nt := range c.Tasks {
+		if id := nt.TaskId; id != "" {
+			if q != nil && q.tasks[id] != nil || named[id] {
+				continue
+			}
+			if named == nil {
+				named = map[string]bool{}
+			}
+			named[id] = true
+		}
+		n++
+		bytes += uint64(len(nt.Payload))
+	}
+	if n == 0 {
+		return nil
+	}
+	var have pending
+	if p := qs.pending[ns]; p != nil {
+		have = *p
+	}
+	pol := qs.reg.Policy(ns)
+	scope := map[string]string{"namespace": ns, "queue": c.Queue}
+	if have.tasks+n > pol.MaxPendingTasks {
+		return registrar.Quota("max_pending_tasks", pol.MaxPendingTasks, scope,
+			"namespace %s has %d unfinished tasks; %d more would take it past its limit of %d (max_pending_tasks)",
+			ns, have.tasks, n, pol.MaxPendingTasks)
+	}
+	if have.bytes+bytes > pol.MaxPendingTaskBytes {
+		return registrar.Quota("max_pending_task_bytes", pol.MaxPendingTaskBytes, scope,
+			"namespace %s holds %d payload bytes of unfinished tasks; %d more would take it past its limit of %d (max_pending_task_bytes)",
+			ns, have.bytes, bytes, pol.MaxPendingTaskBytes)
+	}
+	return nil
 }
 
 // ValidateClaim checks a claim's fields without looking at state.

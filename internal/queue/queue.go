@@ -106,7 +106,27 @@ type queue struct {
 	// finished holds the queue's finished tasks by prune tick: the first
 	// to give up when the namespace keeps too many (Queues.finish).
 	finished finishedHeap
-	fIdx     int // in its namespace's fullestHeap, -1 when it keeps none
+	fIdx     int      // in its namespace's fullestHeap, -1 when it keeps none
+	pending  *pending // its namespace's unfinished tasks
+}
+
+// pending counts a namespace's unfinished tasks and their payload bytes,
+// for its MaxPendingTasks and MaxPendingTaskBytes quotas.
+type pending struct{ tasks, bytes uint64 }
+
+// tally moves t's share of its namespace's pending counts by sign (±1),
+// when t is unfinished.
+func (t *task) tally(sign int) {
+	if t.state.Finished() {
+		return
+	}
+	if sign > 0 {
+		t.q.pending.tasks++
+		t.q.pending.bytes += uint64(len(t.payload))
+	} else {
+		t.q.pending.tasks--
+		t.q.pending.bytes -= uint64(len(t.payload))
+	}
 }
 
 func bySeq(a, b *task) bool { return a.seq < b.seq }
@@ -136,12 +156,14 @@ type Queues struct {
 	prune    finishedHeap
 	finished map[string]*finishedHeap
 	fullest  map[string]*fullestHeap
+	pending  map[string]*pending // by namespace
 }
 
 // New returns an empty queue domain beside reg, hooked to its lease ends.
 func New(reg *registrar.Registrar) *Queues {
 	q := &Queues{reg: reg, queues: map[qkey]*queue{}, bySeq: map[uint64]*task{}, byLease: map[uint64]*task{}, nextSeq: 1,
-		prune: finishedHeap{at: pruneIdx}, finished: map[string]*finishedHeap{}, fullest: map[string]*fullestHeap{}}
+		prune: finishedHeap{at: pruneIdx}, finished: map[string]*finishedHeap{}, fullest: map[string]*fullestHeap{},
+		pending: map[string]*pending{}}
 	reg.OnLeaseEnd(q.leaseEnded)
 	return q
 }
@@ -151,8 +173,13 @@ func (qs *Queues) queue(ns, name string, create bool) *queue {
 	if q := qs.queues[k]; q != nil || !create {
 		return q
 	}
+	pend := qs.pending[ns]
+	if pend == nil {
+		pend = &pending{}
+		qs.pending[ns] = pend
+	}
 	q := &queue{ns: ns, name: name, tasks: map[string]*task{},
-		all: btree.NewG(32, bySeq), ready: btree.NewG(32, claimOrder), finished: finishedHeap{at: qIdx}, fIdx: -1}
+		all: btree.NewG(32, bySeq), ready: btree.NewG(32, claimOrder), finished: finishedHeap{at: qIdx}, fIdx: -1, pending: pend}
 	qs.queues[k] = q
 	return q
 }
@@ -213,7 +240,9 @@ func (q *queue) promote(wall int64) {
 
 func (q *queue) setState(t *task, s State) {
 	q.counts[t.state]--
+	t.tally(-1)
 	t.state = s
+	t.tally(+1)
 	q.counts[s]++
 }
 
@@ -464,6 +493,7 @@ func (qs *Queues) add(q *queue, t *task) {
 	q.tasks[t.id] = t
 	q.all.ReplaceOrInsert(t)
 	q.counts[t.state]++
+	t.tally(+1)
 	qs.bySeq[t.seq] = t
 }
 
@@ -563,6 +593,7 @@ func (qs *Queues) drop(t *task) {
 	delete(q.tasks, t.id)
 	q.all.Delete(t)
 	q.counts[t.state]--
+	t.tally(-1)
 	delete(qs.bySeq, t.seq)
 	if len(q.tasks) == 0 {
 		delete(qs.queues, qkey{q.ns, q.name})

@@ -573,3 +573,52 @@ func TestRetry(t *testing.T) {
 	}
 	e.checkReplay()
 }
+
+// A namespace's unfinished tasks are bounded in number and payload bytes:
+// an Enqueue past either is QUOTA_EXCEEDED and enqueues nothing; ids the
+// queue has already add nothing; finished tasks free their share, and a
+// restored replica counts as the live one does.
+func TestPendingTasksQuota(t *testing.T) {
+	e := setup(t)
+	if res := e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
+		Policy: &tenurev1.NamespacePolicy{MaxPendingTasks: 3, MaxPendingTaskBytes: 100}}}}); res.Outcome.Err != nil {
+		t.Fatal(res.Outcome.Err)
+	}
+	e.mustEnqueue("a", task("t1", 0), task("t2", 0))
+	out := e.enqueue("b", task("u1", 0), task("u2", 0))
+	wantReason(t, out.Err, registrar.ReasonQuotaExceeded)
+	if !strings.Contains(out.Err.Error(), "max_pending_tasks") {
+		t.Fatalf("message: %v", out.Err)
+	}
+	if st := e.m.Queues().Stats("", "b"); st.Queued != 0 {
+		t.Fatalf("the refused batch enqueued %d tasks", st.Queued)
+	}
+	// An id the queue has adds nothing, even beside a new one.
+	e.mustEnqueue("a", task("t1", 0), task("t3", 0))
+	big := &logpb.NewTask{TaskId: "big", Payload: make([]byte, 101)}
+	wantReason(t, e.enqueue("c", big).Err, registrar.ReasonQuotaExceeded)
+	// Finishing a task frees its share.
+	claimed := e.claim("a", "w", 1)
+	if len(claimed.Tasks) != 1 {
+		t.Fatalf("claim: %+v", claimed)
+	}
+	if c := e.complete("a", claimed.Tasks[0].ID, claimed.Leases[0].ID, nil); c.Err != nil {
+		t.Fatal(c.Err)
+	}
+	e.mustEnqueue("b", &logpb.NewTask{TaskId: "u1", Payload: make([]byte, 100)})
+	// Full again: 3 tasks, 100 bytes.
+	wantReason(t, e.enqueue("b", task("u2", 0)).Err, registrar.ReasonQuotaExceeded)
+	snap, err := e.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, err := statemachine.Restore(statemachine.DefaultConfig(), snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := rm.Apply(&logpb.Command{Tick: int64(e.tick), Wall: e.wall(), Op: &logpb.Command_Enqueue{Enqueue: &logpb.Enqueue{Queue: "b", Tasks: []*logpb.NewTask{task("u2", 0)}}}})
+	if res.Queue == nil || registrar.ReasonOf(res.Queue.Err) != registrar.ReasonQuotaExceeded {
+		t.Fatalf("a restored replica accepted what the live one refused: %+v", res.Queue)
+	}
+	e.checkReplay()
+}

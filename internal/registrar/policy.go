@@ -44,6 +44,10 @@ type Policy struct {
 	// MaxStateBytes caps a namespace's guarded state (StateCost of each
 	// resource's), so that one tenant cannot grow every member for good.
 	MaxStateBytes uint64
+	// MaxPendingTasks and MaxPendingTaskBytes cap a namespace's unfinished
+	// queue tasks and their payload bytes; MaxPoolPieces the pieces of its
+	// pools' files. Each is QUOTA_EXCEEDED past it.
+	MaxPendingTasks, MaxPendingTaskBytes, MaxPoolPieces uint64
 }
 
 // DefaultPolicy returns the defaults of API.md "Conventions settled".
@@ -63,6 +67,9 @@ func DefaultPolicy() Policy {
 		TaskMaxRenewals:       10,
 		TaskMaxLifetime:       2 * 3_600_000,
 		MaxStateBytes:         256 << 20,
+		MaxPendingTasks:       1_000_000,
+		MaxPendingTaskBytes:   1 << 30,
+		MaxPoolPieces:         1 << 24,
 	}
 }
 
@@ -104,6 +111,12 @@ func (p Policy) Validate() error {
 		return bad("max_retained_tasks", "must be positive")
 	case p.MaxStateBytes == 0:
 		return bad("max_state_bytes", "must be positive")
+	case p.MaxPendingTasks == 0:
+		return bad("max_pending_tasks", "must be positive")
+	case p.MaxPendingTaskBytes == 0:
+		return bad("max_pending_task_bytes", "must be positive")
+	case p.MaxPoolPieces == 0:
+		return bad("max_pool_pieces", "must be positive")
 	case p.TaskMaxLifetime < 0 || p.TaskMaxLifetime > maxDurationMs:
 		return bad("task_max_lifetime", "must be between 0 (unlimited) and 10 years")
 	}
@@ -149,6 +162,15 @@ func PolicyFromProto(base Policy, pb *tenurev1.NamespacePolicy) Policy {
 	if pb.MaxStateBytes != 0 {
 		base.MaxStateBytes = pb.MaxStateBytes
 	}
+	if pb.MaxPendingTasks != 0 {
+		base.MaxPendingTasks = pb.MaxPendingTasks
+	}
+	if pb.MaxPendingTaskBytes != 0 {
+		base.MaxPendingTaskBytes = pb.MaxPendingTaskBytes
+	}
+	if pb.MaxPoolPieces != 0 {
+		base.MaxPoolPieces = pb.MaxPoolPieces
+	}
 	if pb.TaskMaxRenewals != nil {
 		base.TaskMaxRenewals = *pb.TaskMaxRenewals
 	}
@@ -177,6 +199,9 @@ func (p Policy) Proto() *tenurev1.NamespacePolicy {
 		TaskMaxRenewals:       &p.TaskMaxRenewals,
 		TaskMaxLifetime:       d(p.TaskMaxLifetime),
 		MaxStateBytes:         p.MaxStateBytes,
+		MaxPendingTasks:       p.MaxPendingTasks,
+		MaxPendingTaskBytes:   p.MaxPendingTaskBytes,
+		MaxPoolPieces:         p.MaxPoolPieces,
 	}
 }
 
@@ -202,6 +227,15 @@ func (p Policy) ProtoOver(base Policy) *tenurev1.NamespacePolicy {
 	}
 	if p.MaxStateBytes == base.MaxStateBytes {
 		pb.MaxStateBytes = 0
+	}
+	if p.MaxPendingTasks == base.MaxPendingTasks {
+		pb.MaxPendingTasks = 0
+	}
+	if p.MaxPendingTaskBytes == base.MaxPendingTaskBytes {
+		pb.MaxPendingTaskBytes = 0
+	}
+	if p.MaxPoolPieces == base.MaxPoolPieces {
+		pb.MaxPoolPieces = 0
 	}
 	return pb
 }

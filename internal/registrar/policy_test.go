@@ -19,7 +19,7 @@ func TestPolicy_Defaults(t *testing.T) {
 		MaxActivePerHolder: 10_000, MaxActivePerNamespace: 1_000_000, MaxWaitersPerResource: 1000,
 		LeaseRetention: 3_600_000, HistoryRetention: 86_400_000, MaxRetainedLeases: 100_000,
 		MaxRetainedTasks: 100_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000, // API.md: task leases 10 renewals, 2 h
-		MaxStateBytes: 256 << 20,
+		MaxStateBytes: 256 << 20, MaxPendingTasks: 1_000_000, MaxPendingTaskBytes: 1 << 30, MaxPoolPieces: 1 << 24,
 	}
 	if p != want {
 		t.Fatalf("defaults %+v\nwant     %+v", p, want)

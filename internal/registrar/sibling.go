@@ -59,6 +59,12 @@ func (r *Registrar) TTLFor(ns, field string, req *int64) (int64, error) {
 	return ttlFor(r.Policy(ns), field, req)
 }
 
+// Quota is a QUOTA_EXCEEDED error of a sibling domain: what names the
+// quota, limit its value, scope what it was counted on (metadata).
+func Quota(what string, limit uint64, scope map[string]string, format string, args ...any) error {
+	return quota(what, limit, scope, format, args...)
+}
+
 // NewError builds a typed rejection whose message starts with the reason,
 // for sibling domains.
 func NewError(reason Reason, meta map[string]string, format string, args ...any) *Error {

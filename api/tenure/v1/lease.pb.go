@@ -770,6 +770,18 @@ type NamespacePolicy struct {
 	// empty blob frees its bytes). A write past it is QUOTA_EXCEEDED. 0 =
 	// the default, 256 MiB.
 	MaxStateBytes uint64 `protobuf:"varint,17,opt,name=max_state_bytes,json=maxStateBytes,proto3" json:"max_state_bytes,omitempty"`
+	// Unfinished queue tasks (queued, leased, or failed and waiting for
+	// their retry) a namespace may hold; an Enqueue past it is
+	// QUOTA_EXCEEDED and enqueues nothing. 0 = the default, 1,000,000.
+	MaxPendingTasks uint64 `protobuf:"varint,18,opt,name=max_pending_tasks,json=maxPendingTasks,proto3" json:"max_pending_tasks,omitempty"`
+	// The payload bytes of a namespace's unfinished queue tasks, likewise.
+	// 0 = the default, 1 GiB.
+	MaxPendingTaskBytes uint64 `protobuf:"varint,19,opt,name=max_pending_task_bytes,json=maxPendingTaskBytes,proto3" json:"max_pending_task_bytes,omitempty"`
+	// Pieces a namespace's pools may hold, over every file of every pool
+	// (each costs the registrar about 8 bytes of memory on every member);
+	// a Want that would name a file past it is QUOTA_EXCEEDED. 0 = the
+	// default, 16,777,216.
+	MaxPoolPieces uint64 `protobuf:"varint,20,opt,name=max_pool_pieces,json=maxPoolPieces,proto3" json:"max_pool_pieces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -919,6 +931,27 @@ func (x *NamespacePolicy) GetTaskMaxLifetime() *durationpb.Duration {
 func (x *NamespacePolicy) GetMaxStateBytes() uint64 {
 	if x != nil {
 		return x.MaxStateBytes
+	}
+	return 0
+}
+
+func (x *NamespacePolicy) GetMaxPendingTasks() uint64 {
+	if x != nil {
+		return x.MaxPendingTasks
+	}
+	return 0
+}
+
+func (x *NamespacePolicy) GetMaxPendingTaskBytes() uint64 {
+	if x != nil {
+		return x.MaxPendingTaskBytes
+	}
+	return 0
+}
+
+func (x *NamespacePolicy) GetMaxPoolPieces() uint64 {
+	if x != nil {
+		return x.MaxPoolPieces
 	}
 	return 0
 }
@@ -4101,7 +4134,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x04hash\x18\f \x01(\fR\x04hash\x1a:\n" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xba\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc3\b\n" +
 	"\x0fNamespacePolicy\x12:\n" +
 	"\vdefault_ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"defaultTtl\x122\n" +
@@ -4121,7 +4154,10 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x12max_retained_tasks\x18\x0e \x01(\x04R\x10maxRetainedTasks\x12/\n" +
 	"\x11task_max_renewals\x18\x0f \x01(\rH\x00R\x0ftaskMaxRenewals\x88\x01\x01\x12E\n" +
 	"\x11task_max_lifetime\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\x0ftaskMaxLifetime\x12&\n" +
-	"\x0fmax_state_bytes\x18\x11 \x01(\x04R\rmaxStateBytesB\x14\n" +
+	"\x0fmax_state_bytes\x18\x11 \x01(\x04R\rmaxStateBytes\x12*\n" +
+	"\x11max_pending_tasks\x18\x12 \x01(\x04R\x0fmaxPendingTasks\x123\n" +
+	"\x16max_pending_task_bytes\x18\x13 \x01(\x04R\x13maxPendingTaskBytes\x12&\n" +
+	"\x0fmax_pool_pieces\x18\x14 \x01(\x04R\rmaxPoolPiecesB\x14\n" +
 	"\x12_task_max_renewals\"\xd8\x02\n" +
 	"\x0eAcquireRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +

@@ -606,6 +606,27 @@ func (m *NamespacePolicy) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.MaxPoolPieces != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxPoolPieces))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xa0
+	}
+	if m.MaxPendingTaskBytes != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxPendingTaskBytes))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x98
+	}
+	if m.MaxPendingTasks != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxPendingTasks))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x90
+	}
 	if m.MaxStateBytes != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxStateBytes))
 		i--
@@ -4064,6 +4085,15 @@ func (m *NamespacePolicy) SizeVT() (n int) {
 	}
 	if m.MaxStateBytes != 0 {
 		n += 2 + protohelpers.SizeOfVarint(uint64(m.MaxStateBytes))
+	}
+	if m.MaxPendingTasks != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.MaxPendingTasks))
+	}
+	if m.MaxPendingTaskBytes != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.MaxPendingTaskBytes))
+	}
+	if m.MaxPoolPieces != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.MaxPoolPieces))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -7805,6 +7835,63 @@ func (m *NamespacePolicy) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.MaxStateBytes |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 18:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MaxPendingTasks", wireType)
+			}
+			m.MaxPendingTasks = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.MaxPendingTasks |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 19:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MaxPendingTaskBytes", wireType)
+			}
+			m.MaxPendingTaskBytes = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.MaxPendingTaskBytes |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 20:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MaxPoolPieces", wireType)
+			}
+			m.MaxPoolPieces = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.MaxPoolPieces |= uint64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
