@@ -434,7 +434,7 @@ func TestPoolPiecesQuota(t *testing.T) {
 	}
 	e.wantRange("a", 0, 600, 10, 600) // the same file: no new pieces
 	e.wantRange("b", 0, 400, 0, 400)  // exactly up to the quota
-	e.fork()                           // a restored replica counts them too
+	e.fork()                          // a restored replica counts them too
 	out = e.do(&logpb.PoolCommand{Pool: "a", Op: &logpb.PoolCommand_Want{Want: &logpb.PoolWant{FileIndex: 1, PieceCount: 1}}})
 	if registrar.ReasonOf(out.Err) != registrar.ReasonQuotaExceeded {
 		t.Fatalf("one piece past the quota: %v", out.Err)
