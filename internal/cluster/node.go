@@ -305,7 +305,13 @@ func Open(cfg Config) (*Node, error) {
 	}
 	logs := &writtenStore{WAL: n.store, slots: n.slots, fromLog: &n.fsm.fromLog, diverged: n.diverged}
 	n.logs = logs
-	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, snaps, n.trans)
+	var trans raft.Transport = n.trans
+	var fresh *freshVoter
+	if !existing {
+		fresh = newFreshVoter(n.trans, rc.LocalID, n.log)
+		trans = fresh
+	}
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, snaps, trans)
 	if err != nil {
 		if strings.Contains(err.Error(), "failed to load any existing snapshots") {
 			return nil, fmt.Errorf("cluster: starting raft: %w: no snapshot in %s could be read (damaged or truncated; "+
@@ -338,6 +344,9 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}
 	ok = true
+	if fresh != nil {
+		n.wg.Go(func() { fresh.run(n.raft.AppliedIndex, n.stop) })
+	}
 	n.reach.since = map[string]time.Time{}
 	n.reach.onLeader = func(id string) {
 		n.leaderSeen.Swap(newLeaderEpoch()).cancel()

@@ -903,3 +903,88 @@ func TestForwardedWaitCutOnShutdown(t *testing.T) {
 	f.stop(t)
 	wantReason(t, <-errc, connect.CodeUnavailable, "OUTCOME_UNKNOWN")
 }
+
+// TestWipedMemberDoesNotVoteAwayAcknowledgedWrites: a member that lost
+// its data dir and comes back as itself (the same --peers) must not help
+// a member that missed acknowledged writes become leader. Found from
+// outside: with its vote, a lagging member won, the acknowledged lease was
+// gone, and the resource was granted again with the same fence.
+func TestWipedMemberDoesNotVoteAwayAcknowledgedWrites(t *testing.T) {
+	cfgs := map[string]Config{}
+	ms := startClusterWith(t, 3, func(c *Config) { cfgs[c.Cluster.NodeID] = *c })
+	l := leaderOf(t, ms, 10*time.Second)
+	acquireVia(t, l, "warm", time.Minute)
+	var lagging, other *member
+	for _, m := range ms {
+		switch {
+		case m == l:
+		case lagging == nil:
+			lagging = m
+		default:
+			other = m
+		}
+	}
+	addrs := map[string]string{}
+	for _, m := range ms {
+		addrs[m.id] = m.srv.Node().RaftAddr()
+	}
+	lagging.stop(t)
+	// Acknowledged by the leader and other: a majority.
+	x := acquireVia(t, l, "acked", 5*time.Minute)
+	l.stop(t)
+	other.stop(t)
+	restart := func(m *member, wipe bool) {
+		t.Helper()
+		cfg := cfgs[m.id]
+		if wipe {
+			cfg.Cluster.DataDir = t.TempDir()
+		}
+		cfg.Cluster.RaftListener = nil
+		cfg.Cluster.RaftAddr = addrs[m.id]
+		srv, err := Start(cfg)
+		if err != nil {
+			t.Fatalf("restart %s: %v", m.id, err)
+		}
+		*m = *newMember(t, m.id, srv)
+	}
+	// other comes back wiped, with the same peers; lagging comes back
+	// without the write. Together they are a majority, but lagging must
+	// not win with the vote of a member that forgot what it acknowledged.
+	restart(other, true)
+	restart(lagging, false)
+	leaderBy := func() *member {
+		for _, m := range []*member{lagging, other} {
+			if m.srv.Node().IsLeader() {
+				return m
+			}
+		}
+		return nil
+	}
+	// Watched for long enough for several elections (timeouts of 200 ms):
+	// without the guard, lagging led within a second.
+	watch := time.NewTicker(20 * time.Millisecond)
+	defer watch.Stop()
+	for end := time.After(3 * time.Second); ; {
+		if m := leaderBy(); m != nil {
+			t.Fatalf("%s leads with the vote of a member that lost its data", m.id)
+		}
+		select {
+		case <-watch.C:
+			continue
+		case <-end:
+		}
+		break
+	}
+	// The member that holds the write comes back: it leads, and the wiped
+	// member catches up from it.
+	restart(l, false)
+	nl := leaderOf(t, ms, 20*time.Second)
+	got, err := getVia(nl, x.lease.LeaseId, false)
+	if err != nil || got.GetState() != tenurev1.State_STATE_ACTIVE || got.GetFence() != x.lease.GetFence() {
+		t.Fatalf("the acknowledged lease after the wiped member rejoined: %v %v", got, err)
+	}
+	if _, err := nl.leases.Acquire(context.Background(), connect.NewRequest(&tenurev1.AcquireRequest{
+		Resource: "acked", Holder: "intruder"})); err == nil {
+		t.Fatal("the acknowledged lease's resource was granted again")
+	}
+}
