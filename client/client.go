@@ -299,6 +299,13 @@ func (c *Client) checkOpen() error {
 }
 
 // pick returns the endpoint believed to be the leader and its index.
+// endpointCount is the number of endpoints the client knows.
+func (c *Client) endpointCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.endpoints)
+}
+
 func (c *Client) pick() (*endpoint, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -267,6 +267,28 @@ type fakeMember struct {
 	renews      int
 	releases    []string
 	streams     int
+	// watchEvents are what Watch streams (those after the request's
+	// index), unless watchErr is set: then Watch answers it.
+	watchEvents []*tenurev1.Event
+	watchErr    error
+}
+
+func (m *fakeMember) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchRequest], stream *connect.ServerStream[tenurev1.WatchResponse]) error {
+	m.mu.Lock()
+	evs, werr := m.watchEvents, m.watchErr
+	m.mu.Unlock()
+	if werr != nil {
+		return werr
+	}
+	for _, ev := range evs {
+		if ev.GetIndex() > req.Msg.GetAfterIndex() {
+			if err := stream.Send(&tenurev1.WatchResponse{Event: ev}); err != nil {
+				return err
+			}
+		}
+	}
+	<-ctx.Done()
+	return nil
 }
 
 func (m *fakeMember) Acquire(ctx context.Context, req *connect.Request[tenurev1.AcquireRequest]) (*connect.Response[tenurev1.AcquireResponse], error) {

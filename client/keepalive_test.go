@@ -3,6 +3,7 @@ package tenure
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -596,6 +597,43 @@ func TestValidWithoutWaitingForTimers(t *testing.T) {
 		clock.jump.Store(int64(3 * time.Second))
 		if isDone(l) || l.Valid() {
 			t.Fatalf("after a pause past the window: Done %v, Valid %v; want Done still open and Valid false", isDone(l), l.Valid())
+		}
+	})
+}
+
+// TestWatchResumesOnAnotherMember: a member that refuses to resume after
+// the index (one replaced with an empty data dir no longer holds the
+// events) is not the end of the watch while another member may hold
+// them; when every member refuses, the refusal is the answer.
+func TestWatchResumesOnAnotherMember(t *testing.T) {
+	refuse := tenureError(connect.CodeInvalidArgument, ReasonInvalidArgument,
+		map[string]string{"field": "after_index", "fell_behind": "true"}, "the watch fell behind")
+	t.Run("another member holds them", func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		fc.members["a:1"].set(func(m *fakeMember) { m.watchErr = refuse })
+		fc.members["b:1"].set(func(m *fakeMember) {
+			m.watchEvents = []*tenurev1.Event{{Index: 100, Type: "lease.issued"}, {Index: 101, Type: "lease.released"}}
+		})
+		c := fc.client([]string{"a:1", "b:1"})
+		stop := errors.New("seen")
+		var got []uint64
+		err := c.Watch(ctxTimeout(t, 10*time.Second), "", 100, func(ev *tenurev1.Event) error {
+			got = append(got, ev.GetIndex())
+			return stop
+		})
+		if !errors.Is(err, stop) || !slices.Equal(got, []uint64{101}) {
+			t.Fatalf("Watch: %v, events %v; want event 101 from the second member", err, got)
+		}
+	})
+	t.Run("every member refuses", func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		for _, a := range []string{"a:1", "b:1"} {
+			fc.members[a].set(func(m *fakeMember) { m.watchErr = refuse })
+		}
+		c := fc.client([]string{"a:1", "b:1"})
+		err := c.Watch(ctxTimeout(t, 10*time.Second), "", 100, func(*tenurev1.Event) error { return nil })
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("Watch refused by every member: %v", err)
 		}
 	})
 }

@@ -192,12 +192,17 @@ func (c *Client) Watch(ctx context.Context, prefix string, afterIndex uint64, fn
 		last, _ = c.LedgerIndex(ctx) // none answering: the server's "now"
 	}
 	backoff := 50 * time.Millisecond
+	// Members that refused to resume after last (one that no longer, or
+	// not yet, holds the events after it: a member replaced with an empty
+	// data dir, one catching up): another may hold them.
+	var refused map[int]bool
 	for {
 		ep, idx := c.pick()
 		stream, err := ep.lease.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Namespace: cc.namespace, Prefix: prefix, AfterIndex: last}))
 		if err == nil {
 			for stream.Receive() {
 				backoff = 50 * time.Millisecond
+				refused = nil
 				ev := stream.Msg().GetEvent()
 				if ev == nil {
 					continue
@@ -217,6 +222,18 @@ func (c *Client) Watch(ctx context.Context, prefix string, afterIndex uint64, fn
 			return ctx.Err()
 		}
 		err = fromConnect(err)
+		var e *Error
+		if errors.As(err, &e) && e.Reason == ReasonInvalidArgument && e.Metadata["field"] == "after_index" {
+			if refused == nil {
+				refused = map[int]bool{}
+			}
+			refused[idx] = true
+			if len(refused) < c.endpointCount() {
+				c.failover(idx, "")
+				continue
+			}
+			return err // every member refused it
+		}
 		switch ReasonOf(err) {
 		case ReasonUnauthenticated, ReasonPermissionDenied, ReasonInvalidArgument:
 			return err

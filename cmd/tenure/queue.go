@@ -183,6 +183,9 @@ func queueClaim(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := c.notNegative("wait", *wait); err != nil {
 		return err
 	}
+	if *maxN == 0 {
+		return c.usageError("--max must be at least 1")
+	}
 	req := &tenurev1.ClaimRequest{Namespace: c.namespace, Queue: pos[0], Worker: c.holder, Max: *maxN,
 		LeaseTtl: c.durationIfGiven("ttl", *ttl), Wait: c.durationIfGiven("wait", *wait)}
 	resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.Claim, req)

@@ -58,6 +58,22 @@ func (f *freshVoter) RequestPreVote(id raft.ServerID, target raft.ServerAddress,
 // Close closes the transport.
 func (f *freshVoter) Close() error { return f.Transport.(raft.WithClose).Close() }
 
+// SetHeartbeatHandler passes Raft's heartbeat handler on, noting the
+// commit index heartbeats carry (the transport hands heartbeats to it
+// directly, not through Consumer).
+func (f *freshVoter) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
+	if cb == nil {
+		f.Transport.SetHeartbeatHandler(nil)
+		return
+	}
+	f.Transport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		if ae, ok := rpc.Command.(*raft.AppendEntriesRequest); ok && !f.caughtUp.Load() {
+			f.told(ae.LeaderCommitIndex)
+		}
+		cb(rpc)
+	})
+}
+
 // Consumer is what Raft reads its incoming RPCs from.
 func (f *freshVoter) Consumer() <-chan raft.RPC { return f.rpcs }
 

@@ -355,6 +355,10 @@ func Open(cfg Config) (*Node, error) {
 			// partitioned former leader must not wait for an election.
 			n.knewLeader.Store(true)
 		}
+		if id == n.id && fresh != nil {
+			// Elected, it holds what the cluster committed: it votes as ever.
+			fresh.caughtUp.Store(true)
+		}
 		switch {
 		case id == "":
 			n.log.Info("no leader known: an election is under way, or this node is cut off")

@@ -70,6 +70,10 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	inOrder := m.AfterIndex != 0
 	hw := heldWriterOf(ctx) // one flush per round of events, not per event
 	defer hw.release()
+	// A member removed from the cluster hears of no more records: the
+	// watch ends, so that the caller goes on from another member.
+	voter := time.NewTicker(watchVoterCheck)
+	defer voter.Stop()
 	for {
 		hw.hold()
 		if inOrder {
@@ -120,9 +124,20 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 			return nil // the caller went away
 		case <-s.closing:
 			return errShuttingDown()
+		case <-voter.C:
+			if !s.node.IsVoter() {
+				return s.toConnect(&registrar.Error{Reason: registrar.ReasonUnavailable,
+					Metadata: map[string]string{"last_index": utoa(after)},
+					Message: string(registrar.ReasonUnavailable) + ": this member is not a voter of the cluster's configuration " +
+						"(removed, or not yet added) and hears of no new events: watch from another member, after index " + utoa(after)})
+			}
 		}
 	}
 }
+
+// watchVoterCheck is how often a quiet Watch checks that its member is
+// still in the cluster.
+const watchVoterCheck = time.Second
 
 // watchAhead is how often a Watch resuming past this member's last record
 // checks whether the member is in step with the cluster.
