@@ -83,6 +83,7 @@ func TestCLIQueueExplicitFlags(t *testing.T) {
 	usageFails(t, []string{"-max", "32 bits"}, "queue", "claim", q, "--max", "4294967297")
 	usageFails(t, []string{"-page-size", "32 bits"}, "queue", "ls", q, "--page-size", "4294967296")
 	usageFails(t, []string{"--wait"}, "queue", "claim", q, "--wait", "-1s")
+	usageFails(t, []string{"--max must be at least 1"}, "queue", "claim", q, "--max", "0")
 	usageFails(t, []string{"--holder", "--worker"}, "queue", "claim", q, "--holder", "h1", "--worker", "w2")
 	fails(t, "TTL_OUT_OF_RANGE", "queue", "claim", q, "--ttl", "0s")
 	st := parse(t, ok(t, "queue", "stats", q, "-o", "json"), &tenurev1.QueueStatsResponse{})
@@ -186,5 +187,25 @@ func TestSuggestion(t *testing.T) {
 		if got := suggestion(word, names); got != want {
 			t.Errorf("suggestion(%q) = %q, want %q", word, got, want)
 		}
+	}
+}
+
+// Task text that holds control characters (an escape sequence) is printed
+// quoted, never raw to the terminal; plain text, newlines included, as is.
+func TestCLIQueueTextIsTerminalSafe(t *testing.T) {
+	t.Parallel()
+	q := fmt.Sprintf("cli-queue-text-%d", time.Now().UnixNano())
+	for _, out := range []string{
+		ok(t, "queue", "push", q, "--id", "esc", "--data", "clear\x1b[2Jscreen"),
+		ok(t, "queue", "get", q, "esc"),
+		ok(t, "queue", "ls", q),
+	} {
+		if strings.ContainsRune(out, 0x1b) || !strings.Contains(out, `\x1b[2J`) {
+			t.Fatalf("output with the payload raw, or not quoted:\n%q", out)
+		}
+	}
+	ok(t, "queue", "push", q, "--id", "plain", "--data", "line one\nline two")
+	if out := ok(t, "queue", "get", q, "plain"); !strings.Contains(out, "line one\nline two") {
+		t.Fatalf("plain text quoted:\n%q", out)
 	}
 }
