@@ -234,9 +234,10 @@ const (
 
 // kaRecord is one KeepAlive request as the fake received it.
 type kaRecord struct {
-	at  time.Time
-	ids []string
-	id  uint64
+	at     time.Time
+	ids    []string
+	id     uint64
+	follow []string // follow_lease_ids
 }
 
 // fakeMember is one fake cluster member.
@@ -375,7 +376,7 @@ func (m *fakeMember) KeepAlive(ctx context.Context, stream *connect.BidiStream[t
 		}
 		now := time.Now()
 		m.mu.Lock()
-		m.kaLog = append(m.kaLog, kaRecord{at: now, ids: req.GetLeaseIds(), id: req.GetRequestId()})
+		m.kaLog = append(m.kaLog, kaRecord{at: now, ids: req.GetLeaseIds(), id: req.GetRequestId(), follow: req.GetFollowLeaseIds()})
 		if err := m.streamErr; err != nil {
 			m.mu.Unlock()
 			return err
@@ -386,8 +387,8 @@ func (m *fakeMember) KeepAlive(ctx context.Context, stream *connect.BidiStream[t
 			fail[k] = v
 		}
 		m.mu.Unlock()
-		if mode == kaSilent {
-			continue
+		if mode == kaSilent || len(req.GetLeaseIds()) == 0 && len(req.GetFollowLeaseIds()) > 0 {
+			continue // a follow alone is not answered
 		}
 		resp := &tenurev1.KeepAliveResponse{RequestId: req.GetRequestId()}
 		if wrongID {

@@ -288,6 +288,33 @@ func TestIntegrationRevocationToldAtOnce(t *testing.T) {
 	}
 }
 
+// A lease revoked before its first renewal is told too: the stream
+// follows it from shortly after its grant (follow_lease_ids), not from its
+// first renewal, a third of its ttl later. (The server's tests cover a
+// revocation after the follow.)
+func TestIntegrationRevocationBeforeFirstRenewalTold(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const ttl = 60 * time.Second // first renewal 20 s after the grant
+	l, err := c.Acquire(ctx, "integration/told-early", TTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Revoke(ctx, l.ID(), "cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(ttl/3 - 5*time.Second):
+		t.Fatal("Done not closed before the first renewal was due")
+	}
+	if !errors.Is(l.Err(), ErrLeaseTerminal) || !strings.Contains(l.Err().Error(), "cancelled") {
+		t.Fatalf("Err = %v, want LEASE_TERMINAL with the revocation's reason", l.Err())
+	}
+}
+
 // A lease this client transfers ends as transferred, although the
 // registrar tells the KeepAlive stream of its end (notify_ended) as soon as
 // it is applied, before the Transfer's own answer arrives.

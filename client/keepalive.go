@@ -36,6 +36,12 @@ const (
 	maxReopenDelay  = time.Second
 	minRetryDelay   = 20 * time.Millisecond
 	outQueue        = 16
+	// followAfter is how long after its grant a lease's end is followed on
+	// the stream (KeepAliveRequest.follow_lease_ids) when its first
+	// renewal is further away: a revocation (a cancelled task) reaches its
+	// holder within about this, not at the first renewal, a third of the
+	// ttl later; a lease released sooner costs the stream nothing.
+	followAfter = 500 * time.Millisecond
 )
 
 // heartbeat keeps all leases of a Client alive over one KeepAlive stream.
@@ -78,6 +84,9 @@ type tracked struct {
 	inflight  uint64 // request id of the unanswered renewal on the current stream
 	lastErr   error  // the last renewal problem, reported if the lease is lost
 	limited   bool   // the registrar limits its renewals: never renewed early
+	// followAt is when to have the current stream follow the lease's end
+	// without renewing it (zero: renewed or followed on it already).
+	followAt time.Time
 }
 
 // attempt is one KeepAlive request in flight.
@@ -144,7 +153,11 @@ func (h *heartbeat) do(f func()) error {
 // add starts heartbeating l, whose last confirmed attempt was sent at sent.
 // It does not wait for the loop: an Acquire pays no round trip through it.
 func (h *heartbeat) add(l *Lease, sent, trusted time.Time) error {
-	return h.change(leaseChange{add: &tracked{l: l, trusted: trusted, nextRenew: sent.Add(l.ttl / 3), limited: renewalLimited(l)}})
+	t := &tracked{l: l, trusted: trusted, nextRenew: sent.Add(l.ttl / 3), limited: renewalLimited(l)}
+	if at := sent.Add(min(l.ttl/6, followAfter)); at.Before(t.sendFrom()) {
+		t.followAt = at
+	}
+	return h.change(leaseChange{add: t})
 }
 
 func (h *heartbeat) change(c leaseChange) error {
@@ -173,7 +186,8 @@ func (h *heartbeat) apply(c leaseChange) (rearm bool) {
 		return false
 	}
 	h.leases[t.l.id] = t
-	return h.wakeAt.IsZero() || t.nextRenew.Before(h.wakeAt) || t.trusted.Before(h.wakeAt)
+	return h.wakeAt.IsZero() || t.nextRenew.Before(h.wakeAt) || t.trusted.Before(h.wakeAt) ||
+		!t.followAt.IsZero() && t.followAt.Before(h.wakeAt)
 }
 
 // renewalLimited reports whether the registrar granted l with a renewal
@@ -288,23 +302,63 @@ func (h *heartbeat) step(now time.Time) {
 			break
 		}
 	}
-	due := false
+	due, follow := false, false
 	for _, t := range h.leases {
 		if t.inflight == 0 && !now.Before(t.nextRenew) {
 			due = true
 			break
 		}
+		follow = follow || !t.followAt.IsZero() && !now.Before(t.followAt)
 	}
-	if !due {
+	if !due && !follow {
 		return
 	}
 	if h.stream == nil {
 		if now.Before(h.reopenAt) {
 			return
 		}
-		h.openStream()
+		h.openStream(now)
 	}
-	h.sendDue(now)
+	if due { // (only then are leases due soon pulled into the request)
+		h.sendDue(now)
+	}
+	h.sendFollows(now)
+}
+
+// sendFollows has the stream follow the leases due to be followed.
+func (h *heartbeat) sendFollows(now time.Time) {
+	var ids []string
+	for id, t := range h.leases {
+		if t.followAt.IsZero() || now.Before(t.followAt) || t.inflight != 0 {
+			continue
+		}
+		ids = append(ids, id)
+		if len(ids) == maxBatch {
+			h.follow(now, ids)
+			ids = nil
+		}
+	}
+	if len(ids) > 0 {
+		h.follow(now, ids)
+	}
+}
+
+// follow sends one follow message: not answered, so not pending.
+func (h *heartbeat) follow(now time.Time, ids []string) {
+	req := &tenurev1.KeepAliveRequest{FollowLeaseIds: ids, NotifyEnded: true}
+	sent := true
+	select {
+	case h.stream.out <- req:
+	default:
+		sent = false // the stream is busy: again shortly
+	}
+	for _, id := range ids {
+		if t := h.leases[id]; sent {
+			t.followAt = time.Time{}
+		} else {
+			t.followAt = now.Add(minRetryDelay)
+		}
+	}
 }
 
 // nextWake is the earliest instant step has something to do (zero: none).
@@ -319,6 +373,9 @@ func (h *heartbeat) nextWake() time.Time {
 		earliest(t.trusted)
 		if t.inflight == 0 {
 			r := t.nextRenew
+			if !t.followAt.IsZero() && t.followAt.Before(r) {
+				r = t.followAt
+			}
 			if h.stream == nil && h.reopenAt.After(r) {
 				r = h.reopenAt
 			}
@@ -371,11 +428,17 @@ func (h *heartbeat) send(now time.Time, ids []string, stuck time.Duration) {
 	}
 	h.pending[id] = &attempt{sent: now, stuck: now.Add(stuck), ids: ids}
 	for _, lid := range ids {
-		h.leases[lid].inflight = id
+		t := h.leases[lid]
+		t.inflight, t.followAt = id, time.Time{} // a renewal follows it too
 	}
 }
 
-func (h *heartbeat) openStream() {
+// openStream opens a stream; the leases it has not renewed yet are
+// followed on it (the last stream's following ended with it).
+func (h *heartbeat) openStream(now time.Time) {
+	for _, t := range h.leases {
+		t.followAt = now
+	}
 	ep, idx := h.c.pick()
 	ctx, cancel := context.WithCancel(h.ctx)
 	h.gen++

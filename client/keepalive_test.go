@@ -637,3 +637,43 @@ func TestWatchResumesOnAnotherMember(t *testing.T) {
 		}
 	})
 }
+
+// A lease is followed on the stream (follow_lease_ids) followAfter after
+// its grant, so that its end is told before its first renewal; the follow
+// pulls no renewal forward, and a lease released before then is never
+// followed.
+func TestLeaseFollowedBeforeItsFirstRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		t0 := time.Now()
+		quick, err := c.Acquire(t.Context(), "quick", TTL(60*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := quick.Release(t.Context(), ReleaseCompleted); err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.Acquire(t.Context(), "kept", TTL(60*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(followAfter + time.Second)
+		synctest.Wait()
+		var follows, renewals []kaRecord
+		for _, r := range fc.members["a:1"].keepalives() {
+			if len(r.follow) > 0 {
+				follows = append(follows, r)
+			}
+			if len(r.ids) > 0 {
+				renewals = append(renewals, r)
+			}
+		}
+		if len(follows) != 1 || !slices.Equal(follows[0].follow, []string{l.ID()}) || follows[0].at.Sub(t0) != followAfter {
+			t.Fatalf("follows %+v; want one of %s at %v", follows, l.ID(), followAfter)
+		}
+		if len(renewals) != 0 {
+			t.Fatalf("renewals %+v before the first was due", renewals)
+		}
+	})
+}

@@ -896,3 +896,48 @@ func TestOpsEndpoints(t *testing.T) {
 		t.Errorf("/metrics after a restart from a snapshot with one active lease:\n%s", body)
 	}
 }
+
+// TestKeepAliveFollowsWithoutRenewing: follow_lease_ids has the stream
+// tell the end of a lease it has not renewed (one just granted), at once
+// for one that has ended already; the follow itself is not answered, and
+// a lease released by its holder is not told.
+func TestKeepAliveFollowsWithoutRenewing(t *testing.T) {
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ttl := durationpb.New(time.Minute)
+	fresh := b.acquire(t, &tenurev1.AcquireRequest{Resource: "fo/fresh", Holder: "w1", Ttl: ttl})
+	gone := b.acquire(t, &tenurev1.AcquireRequest{Resource: "fo/gone", Holder: "w1", Ttl: ttl})
+	mine := b.acquire(t, &tenurev1.AcquireRequest{Resource: "fo/mine", Holder: "w1", Ttl: ttl})
+	if _, err := b.leases.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{LeaseId: gone.LeaseId, Reason: "early"})); err != nil {
+		t.Fatal(err)
+	}
+	stream := b.leases.KeepAlive(ctx)
+	defer func() {
+		stream.CloseRequest()
+		stream.CloseResponse()
+	}()
+	defer context.AfterFunc(ctx, func() { stream.CloseResponse() })()
+	if err := stream.Send(&tenurev1.KeepAliveRequest{NotifyEnded: true,
+		FollowLeaseIds: []string{fresh.LeaseId, gone.LeaseId, mine.LeaseId}}); err != nil {
+		t.Fatal(err)
+	}
+	// The lease revoked before the follow: told at once, unasked.
+	resp, err := stream.Receive()
+	if err != nil || resp.RequestId != 0 || len(resp.Failures) != 1 || resp.Failures[0].LeaseId != gone.LeaseId ||
+		resp.Failures[0].Message != "LEASE_TERMINAL: lease "+gone.LeaseId+" is REVOKED: early" {
+		t.Fatalf("a lease revoked before it was followed: %v, %v", resp, err)
+	}
+	if _, err := b.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: mine.LeaseId, Holder: "w1"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.leases.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{LeaseId: fresh.LeaseId, Reason: "now"})); err != nil {
+		t.Fatal(err)
+	}
+	// The next message is the fresh lease's revocation: the follow was
+	// not answered, and the holder's release was not told.
+	resp, err = stream.Receive()
+	if err != nil || resp.RequestId != 0 || len(resp.Failures) != 1 || resp.Failures[0].LeaseId != fresh.LeaseId {
+		t.Fatalf("revocation of a followed lease: %v, %v", resp, err)
+	}
+}

@@ -78,6 +78,28 @@ func (h *endHub) unfollow(w *endWatch, seqs ...uint64) {
 	}
 }
 
+// endedBefore tells w of the end f of the lease with fence seq, found
+// when w started to follow it, unless observe told it already (or f is
+// nil: a release by its holder, not told); either way w no longer
+// follows it.
+func (h *endHub) endedBefore(w *endWatch, seq uint64, f *tenurev1.RenewFailure) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.bySeq[seq] != w {
+		return
+	}
+	delete(h.bySeq, seq)
+	delete(w.seqs, seq)
+	if f == nil {
+		return
+	}
+	w.ended = append(w.ended, f)
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
 // take returns the ends to send.
 func (h *endHub) take(w *endWatch) []*tenurev1.RenewFailure {
 	h.mu.Lock()
@@ -122,19 +144,39 @@ func (h *endHub) observe(recs []statemachine.Sealed) {
 
 // endedFailure is the failure a renewal of the ended lease would answer.
 func endedFailure(e *logpb.LeaseEnded) *tenurev1.RenewFailure {
-	id := e.GetLease().GetLeaseId()
+	return endFailure(e.GetLease().GetLeaseId(), e.State, e.RevokeReason, e.EndedBy)
+}
+
+// endedFailureOf is endedFailure of a lease read from the registrar, or
+// nil if it has not ended, or ended by its holder's own release (which
+// is not told).
+func endedFailureOf(l registrar.Lease) *tenurev1.RenewFailure {
+	var endedBy uint64
+	if l.EndedBy != "" {
+		_, _, endedBy, _ = registrar.ParseLeaseID(l.EndedBy)
+	}
+	switch {
+	case !l.State.Terminal():
+		return nil
+	case l.State == registrar.Released && endedBy == 0 && l.ReleaseReason != tenurev1.ReleaseReason_RELEASE_REASON_TRANSFERRED:
+		return nil
+	}
+	return endFailure(l.ID, tenurev1.State(l.State), l.RevokeReason, endedBy)
+}
+
+func endFailure(id string, state tenurev1.State, revokeReason string, endedBy uint64) *tenurev1.RenewFailure {
 	why := ""
 	switch {
-	case e.EndedBy != 0:
-		why = " with its ancestor (fence " + utoa(e.EndedBy) + ")"
-	case e.RevokeReason != "":
-		why = ": " + e.RevokeReason
+	case endedBy != 0:
+		why = " with its ancestor (fence " + utoa(endedBy) + ")"
+	case revokeReason != "":
+		why = ": " + revokeReason
 	}
 	var err error
-	if e.State == tenurev1.State_STATE_EXPIRED {
+	if state == tenurev1.State_STATE_EXPIRED {
 		err = registrar.NewError(registrar.ReasonLeaseExpired, map[string]string{"lease_id": id}, "lease %s expired%s", id, why)
 	} else {
-		st := registrar.StateFromProto(e.State).String()
+		st := registrar.StateFromProto(state).String()
 		err = registrar.NewError(registrar.ReasonLeaseTerminal, map[string]string{"lease_id": id, "state": st},
 			"lease %s is %s%s", id, st, why)
 	}

@@ -249,6 +249,14 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 		if m.NotifyEnded && ends == nil {
 			ends = s.ends.add()
 		}
+		if len(m.FollowLeaseIds) > 0 {
+			if err := s.followEnds(ctx, m.FollowLeaseIds, ends); err != nil {
+				return err
+			}
+			if len(m.LeaseIds) == 0 {
+				continue // a follow alone is not answered
+			}
+		}
 		resp, err := s.keepAlive(ctx, m, stream.RequestHeader(), ends)
 		if err != nil {
 			return err
@@ -262,6 +270,45 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 		default:
 		}
 	}
+}
+
+// followEnds has ends follow the leases named (follow_lease_ids) that the
+// caller may renew, and tells at once those that have ended already. It
+// does nothing without notify_ended (ends nil).
+func (s *Server) followEnds(ctx context.Context, ids []string, ends *endWatch) error {
+	if ends == nil {
+		return nil
+	}
+	if p := principalOf(ctx); p != nil {
+		if err := s.charge(p, 1); err != nil {
+			return s.toConnect(err)
+		}
+	}
+	ids, _ = splitLeaseIDs(ids)
+	own, _, err := s.ownLeases(ctx, ids)
+	if err != nil || len(own) == 0 {
+		return nil // not known here (yet): its first renewal follows it
+	}
+	// Followed before the look, so that an end applied between the two is
+	// told by the hub, and one applied before by the look.
+	s.ends.follow(ends, leaseSeqs(own)...)
+	type end struct {
+		seq uint64
+		f   *tenurev1.RenewFailure
+	}
+	var gone []end
+	_ = s.node.Read(ctx, true, func(m *statemachine.Machine, t registrar.Tick) error {
+		for _, id := range own {
+			if l, err := m.Registrar().Get(id, t); err == nil && l.State.Terminal() {
+				gone = append(gone, end{l.Fence, endedFailureOf(l)})
+			}
+		}
+		return nil
+	})
+	for _, e := range gone {
+		s.ends.endedBefore(ends, e.seq, e.f)
+	}
+	return nil
 }
 
 // keepAlive answers one KeepAlive message; ends, when set, follows the

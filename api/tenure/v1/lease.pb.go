@@ -2822,9 +2822,16 @@ type KeepAliveRequest struct {
 	// is followed from the first renewal of it on the stream. A client that
 	// matches responses to requests by order, not by request_id, must leave
 	// it unset.
-	NotifyEnded   bool `protobuf:"varint,4,opt,name=notify_ended,json=notifyEnded,proto3" json:"notify_ended,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NotifyEnded bool `protobuf:"varint,4,opt,name=notify_ended,json=notifyEnded,proto3" json:"notify_ended,omitempty"`
+	// With notify_ended: leases to follow without renewing them (a lease
+	// just granted, whose first renewal is a third of its ttl away): the
+	// stream tells when they end as it does for leases it renews, and at
+	// once for one that has ended already. Leases the caller may not renew
+	// are skipped. A message with follow_lease_ids and no lease_ids is not
+	// answered.
+	FollowLeaseIds []string `protobuf:"bytes,5,rep,name=follow_lease_ids,json=followLeaseIds,proto3" json:"follow_lease_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *KeepAliveRequest) Reset() {
@@ -2883,6 +2890,13 @@ func (x *KeepAliveRequest) GetNotifyEnded() bool {
 		return x.NotifyEnded
 	}
 	return false
+}
+
+func (x *KeepAliveRequest) GetFollowLeaseIds() []string {
+	if x != nil {
+		return x.FollowLeaseIds
+	}
+	return nil
 }
 
 type KeepAliveResponse struct {
@@ -4285,13 +4299,14 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\vafter_index\x18\x03 \x01(\x04R\n" +
 	"afterIndex\"7\n" +
 	"\rWatchResponse\x12&\n" +
-	"\x05event\x18\x01 \x01(\v2\x10.tenure.v1.EventR\x05event\"\x9e\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x10.tenure.v1.EventR\x05event\"\xc8\x01\n" +
 	"\x10KeepAliveRequest\x12\x1b\n" +
 	"\tlease_ids\x18\x01 \x03(\tR\bleaseIds\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12!\n" +
-	"\fnotify_ended\x18\x04 \x01(\bR\vnotifyEnded\"\x91\x01\n" +
+	"\fnotify_ended\x18\x04 \x01(\bR\vnotifyEnded\x12(\n" +
+	"\x10follow_lease_ids\x18\x05 \x03(\tR\x0efollowLeaseIds\"\x91\x01\n" +
 	"\x11KeepAliveResponse\x12(\n" +
 	"\x06leases\x18\x01 \x03(\v2\x10.tenure.v1.LeaseR\x06leases\x123\n" +
 	"\bfailures\x18\x02 \x03(\v2\x17.tenure.v1.RenewFailureR\bfailures\x12\x1d\n" +

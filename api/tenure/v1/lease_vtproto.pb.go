@@ -2539,6 +2539,15 @@ func (m *KeepAliveRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.FollowLeaseIds) > 0 {
+		for iNdEx := len(m.FollowLeaseIds) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.FollowLeaseIds[iNdEx])
+			copy(dAtA[i:], m.FollowLeaseIds[iNdEx])
+			i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.FollowLeaseIds[iNdEx])))
+			i--
+			dAtA[i] = 0x2a
+		}
+	}
 	if m.NotifyEnded {
 		i--
 		if m.NotifyEnded {
@@ -4783,6 +4792,12 @@ func (m *KeepAliveRequest) SizeVT() (n int) {
 	}
 	if m.NotifyEnded {
 		n += 2
+	}
+	if len(m.FollowLeaseIds) > 0 {
+		for _, s := range m.FollowLeaseIds {
+			l = len(s)
+			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		}
 	}
 	n += len(m.unknownFields)
 	return n
@@ -12424,6 +12439,41 @@ func (m *KeepAliveRequest) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.NotifyEnded = bool(v != 0)
+		case 5:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field FollowLeaseIds", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if !utf8.Valid(dAtA[iNdEx:postIndex]) {
+				return fmt.Errorf("proto: string field contains invalid UTF-8")
+			}
+			m.FollowLeaseIds = append(m.FollowLeaseIds, string(dAtA[iNdEx:postIndex]))
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
