@@ -401,7 +401,26 @@ func (c *Client) ListTasks(ctx context.Context, queue string, o ListTasksOptions
 	return resp.Msg.GetTasks(), resp.Msg.GetNextPageToken(), nil
 }
 
-// QueueStats counts a queue's tasks by state.
+// SetQueueMaxAttempts sets how many attempts a task enqueued into queue
+// without its own MaxAttempts gets (0: the registrar's default, 5); tasks
+// already enqueued keep theirs. It returns the queue's default now
+// (QueueStats reports it too). Setting it again is harmless, so it is
+// retried after an unknown outcome.
+func (c *Client) SetQueueMaxAttempts(ctx context.Context, queue string, maxAttempts uint32, opts ...CallOption) (uint32, error) {
+	cc := c.callConfig(opts)
+	req := &tenurev1.SetQueueConfigRequest{Namespace: cc.namespace, Queue: queue, MaxAttempts: maxAttempts}
+	var out uint32
+	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.queue.SetQueueConfig(ctx, connect.NewRequest(req))
+		if err == nil {
+			out = resp.Msg.GetConfig().GetMaxAttempts()
+		}
+		return err
+	})
+	return out, err
+}
+
+// QueueStats counts a queue's tasks by state, and gives its defaults.
 func (c *Client) QueueStats(ctx context.Context, queue string, opts ...CallOption) (*tenurev1.QueueStatsResponse, error) {
 	cc := c.callConfig(opts)
 	req := &tenurev1.QueueStatsRequest{Namespace: cc.namespace, Queue: queue}

@@ -96,11 +96,18 @@ func TestQueueClientCalls(t *testing.T) {
 	if _, err := tasks[0].Complete(ctx, nil); !errors.Is(err, ErrTaskNotLeased) {
 		t.Fatalf("zombie complete: %v", err)
 	}
+	// A queue's default attempts apply to tasks enqueued without their own.
+	if got, err := c.SetQueueMaxAttempts(ctx, "now", 3); err != nil || got != 3 {
+		t.Fatalf("SetQueueMaxAttempts: %d %v", got, err)
+	}
+	if st, err := c.QueueStats(ctx, "now"); err != nil || st.GetConfig().GetMaxAttempts() != 3 {
+		t.Fatalf("QueueStats config: %v %v", st, err)
+	}
 	// RetryNow: claimable again at once, not after the backoff.
 	if _, err := c.Enqueue(ctx, "now", []NewTask{{ID: "x"}}); err != nil {
 		t.Fatal(err)
 	}
-	if tasks, err = c.Claim(ctx, "now", ClaimOptions{}); err != nil || len(tasks) != 1 {
+	if tasks, err = c.Claim(ctx, "now", ClaimOptions{}); err != nil || len(tasks) != 1 || tasks[0].MaxAttempts != 3 {
 		t.Fatalf("claim x: %v %v", tasks, err)
 	}
 	if _, err := tasks[0].Fail(ctx, "again", RetryNow); err != nil {

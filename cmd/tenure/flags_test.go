@@ -209,3 +209,20 @@ func TestCLIQueueTextIsTerminalSafe(t *testing.T) {
 		t.Fatalf("plain text quoted:\n%q", out)
 	}
 }
+
+// tenure queue config prints a queue's defaults and sets its max attempts.
+func TestCLIQueueConfig(t *testing.T) {
+	t.Parallel()
+	q := fmt.Sprintf("cli-queue-config-%d", time.Now().UnixNano())
+	if out := ok(t, "queue", "config", q); !strings.Contains(out, "max attempts  5") {
+		t.Fatalf("default config:\n%s", out)
+	}
+	if out := ok(t, "queue", "config", q, "--max-attempts", "8"); !strings.Contains(out, "max attempts  8") {
+		t.Fatalf("set:\n%s", out)
+	}
+	ok(t, "queue", "push", q, "--id", "a", "--data", "x")
+	if out := ok(t, "queue", "get", q, "a"); !strings.Contains(out, "0/8") {
+		t.Fatalf("a task pushed without --max-attempts:\n%s", out)
+	}
+	fails(t, "INVALID_ARGUMENT", "queue", "config", q, "--max-attempts", "1001")
+}

@@ -37,6 +37,7 @@ subcommands:
   get       print a task
   ls        list a queue's tasks
   stats     count a queue's tasks by state
+  config    print or set a queue's defaults (--max-attempts)
   list      list the namespace's queues with their counts
 `
 
@@ -52,6 +53,7 @@ var queueSubcommands = map[string]func(ctx context.Context, args []string, stdou
 	"get":      queueGet,
 	"ls":       queueLs,
 	"stats":    queueStats,
+	"config":   queueConfig,
 }
 
 // runQueue is `tenure queue`.
@@ -430,6 +432,44 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintln(tw, "QUEUED\tLEASED\tSUCCEEDED\tFAILED\tDEAD\tCANCELLED")
 	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\n", resp.GetQueued(), resp.GetLeased(), resp.GetSucceeded(),
 		resp.GetFailed(), resp.GetDead(), resp.GetCancelled())
+	return tw.Flush()
+}
+
+const queueConfigHelp = `Print QUEUE's defaults, or set them: --max-attempts N is how many attempts a
+task pushed without its own --max-attempts gets (0: back to the registrar's
+default, 5; at most 1000). Tasks already in the queue keep theirs.`
+
+const queueConfigExamples = `  tenure queue config emails
+  tenure queue config emails --max-attempts 10`
+
+func queueConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure queue config", "QUEUE [--max-attempts N] [flags]", queueConfigHelp, queueConfigExamples, stdout, stderr)
+	maxAttempts := c.uint32Flag("max-attempts", 0, "attempts of a task pushed without its own (0: the registrar's default, 5)")
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	var cfg *tenurev1.QueueConfig
+	if c.given("max-attempts") {
+		resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.SetQueueConfig,
+			&tenurev1.SetQueueConfigRequest{Namespace: c.namespace, Queue: pos[0], MaxAttempts: *maxAttempts})
+		if err != nil {
+			return err
+		}
+		cfg = resp.GetConfig()
+	} else {
+		resp, err := queueCall(ctx, c, tenurev1connect.QueueServiceClient.Stats,
+			&tenurev1.QueueStatsRequest{Namespace: c.namespace, Queue: pos[0]})
+		if err != nil {
+			return err
+		}
+		cfg = resp.GetConfig()
+	}
+	if c.json() {
+		return writeJSON(stdout, cfg)
+	}
+	tw := newTable(stdout)
+	fmt.Fprintf(tw, "max attempts\t%d\n", cfg.GetMaxAttempts())
 	return tw.Flush()
 }
 

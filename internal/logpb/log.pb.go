@@ -113,6 +113,7 @@ type Command struct {
 	//	*Command_FailTask
 	//	*Command_CancelTask
 	//	*Command_RetryTask
+	//	*Command_ConfigureQueue
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -374,6 +375,15 @@ func (x *Command) GetRetryTask() *RetryTask {
 	return nil
 }
 
+func (x *Command) GetConfigureQueue() *ConfigureQueue {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ConfigureQueue); ok {
+			return x.ConfigureQueue
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -468,6 +478,10 @@ type Command_RetryTask struct {
 	RetryTask *RetryTask `protobuf:"bytes,45,opt,name=retry_task,json=retryTask,proto3,oneof"`
 }
 
+type Command_ConfigureQueue struct {
+	ConfigureQueue *ConfigureQueue `protobuf:"bytes,46,opt,name=configure_queue,json=configureQueue,proto3,oneof"`
+}
+
 func (*Command_Bootstrap) isCommand_Op() {}
 
 func (*Command_Acquire) isCommand_Op() {}
@@ -511,6 +525,8 @@ func (*Command_FailTask) isCommand_Op() {}
 func (*Command_CancelTask) isCommand_Op() {}
 
 func (*Command_RetryTask) isCommand_Op() {}
+
+func (*Command_ConfigureQueue) isCommand_Op() {}
 
 // SetMember publishes a member's addresses in replicated state (or, with
 // removed, forgets the member). Proposed by the leader for itself when it
@@ -1742,6 +1758,7 @@ type Record struct {
 	//	*Record_TaskDead
 	//	*Record_TaskCancelled
 	//	*Record_TaskRetried
+	//	*Record_QueueConfigured
 	//	*Record_Pool
 	Body          isRecord_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
@@ -2000,6 +2017,15 @@ func (x *Record) GetTaskRetried() *TaskRetried {
 	return nil
 }
 
+func (x *Record) GetQueueConfigured() *QueueConfigured {
+	if x != nil {
+		if x, ok := x.Body.(*Record_QueueConfigured); ok {
+			return x.QueueConfigured
+		}
+	}
+	return nil
+}
+
 func (x *Record) GetPool() *PoolRecord {
 	if x != nil {
 		if x, ok := x.Body.(*Record_Pool); ok {
@@ -2094,6 +2120,10 @@ type Record_TaskRetried struct {
 	TaskRetried *TaskRetried `protobuf:"bytes,47,opt,name=task_retried,json=taskRetried,proto3,oneof"`
 }
 
+type Record_QueueConfigured struct {
+	QueueConfigured *QueueConfigured `protobuf:"bytes,48,opt,name=queue_configured,json=queueConfigured,proto3,oneof"`
+}
+
 type Record_Pool struct {
 	// Piece pool (internal/pool; pool.proto): 50–59.
 	Pool *PoolRecord `protobuf:"bytes,50,opt,name=pool,proto3,oneof"`
@@ -2138,6 +2168,8 @@ func (*Record_TaskDead) isRecord_Body() {}
 func (*Record_TaskCancelled) isRecord_Body() {}
 
 func (*Record_TaskRetried) isRecord_Body() {}
+
+func (*Record_QueueConfigured) isRecord_Body() {}
 
 func (*Record_Pool) isRecord_Body() {}
 
@@ -3475,6 +3507,8 @@ type Snapshot struct {
 	// Work queue (internal/queue): 40–49. Tasks by seq.
 	Tasks       []*TaskSnap `protobuf:"bytes,40,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	NextTaskSeq uint64      `protobuf:"varint,41,opt,name=next_task_seq,json=nextTaskSeq,proto3" json:"next_task_seq,omitempty"`
+	// Queues configured, by (namespace, queue).
+	QueueConfigs []*QueueConfigured `protobuf:"bytes,42,rep,name=queue_configs,json=queueConfigs,proto3" json:"queue_configs,omitempty"`
 	// Piece pool (internal/pool): 50–59. Pools by (namespace, pool).
 	Pools         []*PoolSnap `protobuf:"bytes,50,rep,name=pools,proto3" json:"pools,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3637,11 +3671,143 @@ func (x *Snapshot) GetNextTaskSeq() uint64 {
 	return 0
 }
 
+func (x *Snapshot) GetQueueConfigs() []*QueueConfigured {
+	if x != nil {
+		return x.QueueConfigs
+	}
+	return nil
+}
+
 func (x *Snapshot) GetPools() []*PoolSnap {
 	if x != nil {
 		return x.Pools
 	}
 	return nil
+}
+
+// ConfigureQueue sets a queue's defaults (QueueService.SetQueueConfig).
+type ConfigureQueue struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Queue     string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The max_attempts of a task enqueued without one; 0: the registrar's
+	// default (5).
+	MaxAttempts   uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigureQueue) Reset() {
+	*x = ConfigureQueue{}
+	mi := &file_log_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigureQueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigureQueue) ProtoMessage() {}
+
+func (x *ConfigureQueue) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigureQueue.ProtoReflect.Descriptor instead.
+func (*ConfigureQueue) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ConfigureQueue) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ConfigureQueue) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *ConfigureQueue) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+// QueueConfigured records a queue's defaults (max_attempts 0: the
+// registrar's default, which drops the configuration).
+type QueueConfigured struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Queue         string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	MaxAttempts   uint32                 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueConfigured) Reset() {
+	*x = QueueConfigured{}
+	mi := &file_log_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueConfigured) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueConfigured) ProtoMessage() {}
+
+func (x *QueueConfigured) ProtoReflect() protoreflect.Message {
+	mi := &file_log_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueConfigured.ProtoReflect.Descriptor instead.
+func (*QueueConfigured) Descriptor() ([]byte, []int) {
+	return file_log_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *QueueConfigured) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *QueueConfigured) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueConfigured) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
 }
 
 type NewTask struct {
@@ -3659,7 +3825,7 @@ type NewTask struct {
 
 func (x *NewTask) Reset() {
 	*x = NewTask{}
-	mi := &file_log_proto_msgTypes[37]
+	mi := &file_log_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3671,7 +3837,7 @@ func (x *NewTask) String() string {
 func (*NewTask) ProtoMessage() {}
 
 func (x *NewTask) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[37]
+	mi := &file_log_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3684,7 +3850,7 @@ func (x *NewTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewTask.ProtoReflect.Descriptor instead.
 func (*NewTask) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{37}
+	return file_log_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NewTask) GetTaskId() string {
@@ -3733,7 +3899,7 @@ type Enqueue struct {
 
 func (x *Enqueue) Reset() {
 	*x = Enqueue{}
-	mi := &file_log_proto_msgTypes[38]
+	mi := &file_log_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3745,7 +3911,7 @@ func (x *Enqueue) String() string {
 func (*Enqueue) ProtoMessage() {}
 
 func (x *Enqueue) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[38]
+	mi := &file_log_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3758,7 +3924,7 @@ func (x *Enqueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Enqueue.ProtoReflect.Descriptor instead.
 func (*Enqueue) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{38}
+	return file_log_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Enqueue) GetNamespace() string {
@@ -3796,7 +3962,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_log_proto_msgTypes[39]
+	mi := &file_log_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3808,7 +3974,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[39]
+	mi := &file_log_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3821,7 +3987,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{39}
+	return file_log_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Claim) GetNamespace() string {
@@ -3872,7 +4038,7 @@ type CompleteTask struct {
 
 func (x *CompleteTask) Reset() {
 	*x = CompleteTask{}
-	mi := &file_log_proto_msgTypes[40]
+	mi := &file_log_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3884,7 +4050,7 @@ func (x *CompleteTask) String() string {
 func (*CompleteTask) ProtoMessage() {}
 
 func (x *CompleteTask) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[40]
+	mi := &file_log_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3897,7 +4063,7 @@ func (x *CompleteTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteTask.ProtoReflect.Descriptor instead.
 func (*CompleteTask) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{40}
+	return file_log_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CompleteTask) GetNamespace() string {
@@ -3950,7 +4116,7 @@ type FailTask struct {
 
 func (x *FailTask) Reset() {
 	*x = FailTask{}
-	mi := &file_log_proto_msgTypes[41]
+	mi := &file_log_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3962,7 +4128,7 @@ func (x *FailTask) String() string {
 func (*FailTask) ProtoMessage() {}
 
 func (x *FailTask) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[41]
+	mi := &file_log_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3975,7 +4141,7 @@ func (x *FailTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailTask.ProtoReflect.Descriptor instead.
 func (*FailTask) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{41}
+	return file_log_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FailTask) GetNamespace() string {
@@ -4031,7 +4197,7 @@ type CancelTask struct {
 
 func (x *CancelTask) Reset() {
 	*x = CancelTask{}
-	mi := &file_log_proto_msgTypes[42]
+	mi := &file_log_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4043,7 +4209,7 @@ func (x *CancelTask) String() string {
 func (*CancelTask) ProtoMessage() {}
 
 func (x *CancelTask) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[42]
+	mi := &file_log_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4056,7 +4222,7 @@ func (x *CancelTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTask.ProtoReflect.Descriptor instead.
 func (*CancelTask) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{42}
+	return file_log_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CancelTask) GetNamespace() string {
@@ -4092,7 +4258,7 @@ type RetryTask struct {
 
 func (x *RetryTask) Reset() {
 	*x = RetryTask{}
-	mi := &file_log_proto_msgTypes[43]
+	mi := &file_log_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4104,7 +4270,7 @@ func (x *RetryTask) String() string {
 func (*RetryTask) ProtoMessage() {}
 
 func (x *RetryTask) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[43]
+	mi := &file_log_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4117,7 +4283,7 @@ func (x *RetryTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTask.ProtoReflect.Descriptor instead.
 func (*RetryTask) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{43}
+	return file_log_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RetryTask) GetNamespace() string {
@@ -4154,7 +4320,7 @@ type TaskRef struct {
 
 func (x *TaskRef) Reset() {
 	*x = TaskRef{}
-	mi := &file_log_proto_msgTypes[44]
+	mi := &file_log_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4166,7 +4332,7 @@ func (x *TaskRef) String() string {
 func (*TaskRef) ProtoMessage() {}
 
 func (x *TaskRef) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[44]
+	mi := &file_log_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4179,7 +4345,7 @@ func (x *TaskRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRef.ProtoReflect.Descriptor instead.
 func (*TaskRef) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{44}
+	return file_log_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TaskRef) GetNamespace() string {
@@ -4223,7 +4389,7 @@ type TaskEnqueued struct {
 
 func (x *TaskEnqueued) Reset() {
 	*x = TaskEnqueued{}
-	mi := &file_log_proto_msgTypes[45]
+	mi := &file_log_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4235,7 +4401,7 @@ func (x *TaskEnqueued) String() string {
 func (*TaskEnqueued) ProtoMessage() {}
 
 func (x *TaskEnqueued) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[45]
+	mi := &file_log_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4248,7 +4414,7 @@ func (x *TaskEnqueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskEnqueued.ProtoReflect.Descriptor instead.
 func (*TaskEnqueued) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{45}
+	return file_log_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TaskEnqueued) GetTask() *TaskRef {
@@ -4300,7 +4466,7 @@ type TaskClaimed struct {
 
 func (x *TaskClaimed) Reset() {
 	*x = TaskClaimed{}
-	mi := &file_log_proto_msgTypes[46]
+	mi := &file_log_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4312,7 +4478,7 @@ func (x *TaskClaimed) String() string {
 func (*TaskClaimed) ProtoMessage() {}
 
 func (x *TaskClaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[46]
+	mi := &file_log_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4325,7 +4491,7 @@ func (x *TaskClaimed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskClaimed.ProtoReflect.Descriptor instead.
 func (*TaskClaimed) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{46}
+	return file_log_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TaskClaimed) GetTask() *TaskRef {
@@ -4375,7 +4541,7 @@ type TaskCompleted struct {
 
 func (x *TaskCompleted) Reset() {
 	*x = TaskCompleted{}
-	mi := &file_log_proto_msgTypes[47]
+	mi := &file_log_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4387,7 +4553,7 @@ func (x *TaskCompleted) String() string {
 func (*TaskCompleted) ProtoMessage() {}
 
 func (x *TaskCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[47]
+	mi := &file_log_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4400,7 +4566,7 @@ func (x *TaskCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCompleted.ProtoReflect.Descriptor instead.
 func (*TaskCompleted) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{47}
+	return file_log_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TaskCompleted) GetTask() *TaskRef {
@@ -4436,7 +4602,7 @@ type TaskFailed struct {
 
 func (x *TaskFailed) Reset() {
 	*x = TaskFailed{}
-	mi := &file_log_proto_msgTypes[48]
+	mi := &file_log_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4448,7 +4614,7 @@ func (x *TaskFailed) String() string {
 func (*TaskFailed) ProtoMessage() {}
 
 func (x *TaskFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[48]
+	mi := &file_log_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4461,7 +4627,7 @@ func (x *TaskFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskFailed.ProtoReflect.Descriptor instead.
 func (*TaskFailed) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{48}
+	return file_log_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TaskFailed) GetTask() *TaskRef {
@@ -4500,7 +4666,7 @@ type TaskRequeued struct {
 
 func (x *TaskRequeued) Reset() {
 	*x = TaskRequeued{}
-	mi := &file_log_proto_msgTypes[49]
+	mi := &file_log_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4512,7 +4678,7 @@ func (x *TaskRequeued) String() string {
 func (*TaskRequeued) ProtoMessage() {}
 
 func (x *TaskRequeued) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[49]
+	mi := &file_log_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4525,7 +4691,7 @@ func (x *TaskRequeued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRequeued.ProtoReflect.Descriptor instead.
 func (*TaskRequeued) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{49}
+	return file_log_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TaskRequeued) GetTask() *TaskRef {
@@ -4569,7 +4735,7 @@ type TaskDead struct {
 
 func (x *TaskDead) Reset() {
 	*x = TaskDead{}
-	mi := &file_log_proto_msgTypes[50]
+	mi := &file_log_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4581,7 +4747,7 @@ func (x *TaskDead) String() string {
 func (*TaskDead) ProtoMessage() {}
 
 func (x *TaskDead) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[50]
+	mi := &file_log_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4594,7 +4760,7 @@ func (x *TaskDead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDead.ProtoReflect.Descriptor instead.
 func (*TaskDead) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{50}
+	return file_log_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TaskDead) GetTask() *TaskRef {
@@ -4635,7 +4801,7 @@ type TaskCancelled struct {
 
 func (x *TaskCancelled) Reset() {
 	*x = TaskCancelled{}
-	mi := &file_log_proto_msgTypes[51]
+	mi := &file_log_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4647,7 +4813,7 @@ func (x *TaskCancelled) String() string {
 func (*TaskCancelled) ProtoMessage() {}
 
 func (x *TaskCancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[51]
+	mi := &file_log_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4660,7 +4826,7 @@ func (x *TaskCancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCancelled.ProtoReflect.Descriptor instead.
 func (*TaskCancelled) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{51}
+	return file_log_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TaskCancelled) GetTask() *TaskRef {
@@ -4689,7 +4855,7 @@ type TaskRetried struct {
 
 func (x *TaskRetried) Reset() {
 	*x = TaskRetried{}
-	mi := &file_log_proto_msgTypes[52]
+	mi := &file_log_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4701,7 +4867,7 @@ func (x *TaskRetried) String() string {
 func (*TaskRetried) ProtoMessage() {}
 
 func (x *TaskRetried) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[52]
+	mi := &file_log_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4714,7 +4880,7 @@ func (x *TaskRetried) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRetried.ProtoReflect.Descriptor instead.
 func (*TaskRetried) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{52}
+	return file_log_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TaskRetried) GetTask() *TaskRef {
@@ -4761,7 +4927,7 @@ type TaskSnap struct {
 
 func (x *TaskSnap) Reset() {
 	*x = TaskSnap{}
-	mi := &file_log_proto_msgTypes[53]
+	mi := &file_log_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4773,7 +4939,7 @@ func (x *TaskSnap) String() string {
 func (*TaskSnap) ProtoMessage() {}
 
 func (x *TaskSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_log_proto_msgTypes[53]
+	mi := &file_log_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4786,7 +4952,7 @@ func (x *TaskSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSnap.ProtoReflect.Descriptor instead.
 func (*TaskSnap) Descriptor() ([]byte, []int) {
-	return file_log_proto_rawDescGZIP(), []int{53}
+	return file_log_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TaskSnap) GetSeq() uint64 {
@@ -4944,7 +5110,7 @@ const file_log_proto_rawDesc = "" +
 	"pool.proto\"U\n" +
 	"\x05Batch\x122\n" +
 	"\bcommands\x18\x01 \x03(\v2\x16.tenure.log.v1.CommandR\bcommands\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\fR\acluster\"\x94\n" +
+	"\acluster\x18\x02 \x01(\fR\acluster\"\xde\n" +
 	"\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04tick\x18\x01 \x01(\x03R\x04tick\x12\x12\n" +
@@ -4978,7 +5144,8 @@ const file_log_proto_rawDesc = "" +
 	"\vcancel_task\x18, \x01(\v2\x19.tenure.log.v1.CancelTaskH\x00R\n" +
 	"cancelTask\x129\n" +
 	"\n" +
-	"retry_task\x18- \x01(\v2\x18.tenure.log.v1.RetryTaskH\x00R\tretryTaskB\x04\n" +
+	"retry_task\x18- \x01(\v2\x18.tenure.log.v1.RetryTaskH\x00R\tretryTask\x12H\n" +
+	"\x0fconfigure_queue\x18. \x01(\v2\x1d.tenure.log.v1.ConfigureQueueH\x00R\x0econfigureQueueB\x04\n" +
 	"\x02op\"y\n" +
 	"\tSetMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
@@ -5081,8 +5248,7 @@ const file_log_proto_rawDesc = "" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\"3\n" +
 	"\aAdvance\x12\x12\n" +
 	"\x04sign\x18\x01 \x01(\bR\x04sign\x12\x14\n" +
-	"\x05prune\x18\x02 \x01(\bR\x05prune\"\xfe\n" +
-	"\n" +
+	"\x05prune\x18\x02 \x01(\bR\x05prune\"\xcb\v\n" +
 	"\x06Record\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04tick\x18\x02 \x01(\x03R\x04tick\x12\x12\n" +
@@ -5115,7 +5281,8 @@ const file_log_proto_rawDesc = "" +
 	"\rtask_requeued\x18, \x01(\v2\x1b.tenure.log.v1.TaskRequeuedH\x00R\ftaskRequeued\x126\n" +
 	"\ttask_dead\x18- \x01(\v2\x17.tenure.log.v1.TaskDeadH\x00R\btaskDead\x12E\n" +
 	"\x0etask_cancelled\x18. \x01(\v2\x1c.tenure.log.v1.TaskCancelledH\x00R\rtaskCancelled\x12?\n" +
-	"\ftask_retried\x18/ \x01(\v2\x1a.tenure.log.v1.TaskRetriedH\x00R\vtaskRetried\x12/\n" +
+	"\ftask_retried\x18/ \x01(\v2\x1a.tenure.log.v1.TaskRetriedH\x00R\vtaskRetried\x12K\n" +
+	"\x10queue_configured\x180 \x01(\v2\x1e.tenure.log.v1.QueueConfiguredH\x00R\x0fqueueConfigured\x12/\n" +
 	"\x04pool\x182 \x01(\v2\x19.tenure.log.v1.PoolRecordH\x00R\x04poolB\x06\n" +
 	"\x04body\"y\n" +
 	"\tMemberSet\x12\x0e\n" +
@@ -5246,7 +5413,7 @@ const file_log_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"\xf2\x05\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"\xb7\x06\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x19\n" +
 	"\bkey_seed\x18\x02 \x01(\fR\akeySeed\x12\x1d\n" +
@@ -5269,8 +5436,17 @@ const file_log_proto_rawDesc = "" +
 	"\x0edefault_policy\x18\x0f \x01(\v2\x1a.tenure.v1.NamespacePolicyR\rdefaultPolicy\x122\n" +
 	"\amembers\x18\x10 \x03(\v2\x18.tenure.log.v1.MemberSetR\amembers\x12-\n" +
 	"\x05tasks\x18( \x03(\v2\x17.tenure.log.v1.TaskSnapR\x05tasks\x12\"\n" +
-	"\rnext_task_seq\x18) \x01(\x04R\vnextTaskSeq\x12-\n" +
-	"\x05pools\x182 \x03(\v2\x17.tenure.log.v1.PoolSnapR\x05pools\"\x9a\x01\n" +
+	"\rnext_task_seq\x18) \x01(\x04R\vnextTaskSeq\x12C\n" +
+	"\rqueue_configs\x18* \x03(\v2\x1e.tenure.log.v1.QueueConfiguredR\fqueueConfigs\x12-\n" +
+	"\x05pools\x182 \x03(\v2\x17.tenure.log.v1.PoolSnapR\x05pools\"g\n" +
+	"\x0eConfigureQueue\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12!\n" +
+	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\"h\n" +
+	"\x0fQueueConfigured\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12!\n" +
+	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\"\x9a\x01\n" +
 	"\aNewTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1a\n" +
@@ -5398,7 +5574,7 @@ func file_log_proto_rawDescGZIP() []byte {
 	return file_log_proto_rawDescData
 }
 
-var file_log_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_log_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_log_proto_goTypes = []any{
 	(*Batch)(nil),              // 0: tenure.log.v1.Batch
 	(*Command)(nil),            // 1: tenure.log.v1.Command
@@ -5437,30 +5613,32 @@ var file_log_proto_goTypes = []any{
 	(*LeaseSnap)(nil),          // 34: tenure.log.v1.LeaseSnap
 	(*GuardedStateSnap)(nil),   // 35: tenure.log.v1.GuardedStateSnap
 	(*Snapshot)(nil),           // 36: tenure.log.v1.Snapshot
-	(*NewTask)(nil),            // 37: tenure.log.v1.NewTask
-	(*Enqueue)(nil),            // 38: tenure.log.v1.Enqueue
-	(*Claim)(nil),              // 39: tenure.log.v1.Claim
-	(*CompleteTask)(nil),       // 40: tenure.log.v1.CompleteTask
-	(*FailTask)(nil),           // 41: tenure.log.v1.FailTask
-	(*CancelTask)(nil),         // 42: tenure.log.v1.CancelTask
-	(*RetryTask)(nil),          // 43: tenure.log.v1.RetryTask
-	(*TaskRef)(nil),            // 44: tenure.log.v1.TaskRef
-	(*TaskEnqueued)(nil),       // 45: tenure.log.v1.TaskEnqueued
-	(*TaskClaimed)(nil),        // 46: tenure.log.v1.TaskClaimed
-	(*TaskCompleted)(nil),      // 47: tenure.log.v1.TaskCompleted
-	(*TaskFailed)(nil),         // 48: tenure.log.v1.TaskFailed
-	(*TaskRequeued)(nil),       // 49: tenure.log.v1.TaskRequeued
-	(*TaskDead)(nil),           // 50: tenure.log.v1.TaskDead
-	(*TaskCancelled)(nil),      // 51: tenure.log.v1.TaskCancelled
-	(*TaskRetried)(nil),        // 52: tenure.log.v1.TaskRetried
-	(*TaskSnap)(nil),           // 53: tenure.log.v1.TaskSnap
-	(*PoolCommand)(nil),        // 54: tenure.log.v1.PoolCommand
-	(*v1.NamespacePolicy)(nil), // 55: tenure.v1.NamespacePolicy
-	(v1.Mode)(0),               // 56: tenure.v1.Mode
-	(v1.ReleaseReason)(0),      // 57: tenure.v1.ReleaseReason
-	(*PoolRecord)(nil),         // 58: tenure.log.v1.PoolRecord
-	(v1.State)(0),              // 59: tenure.v1.State
-	(*PoolSnap)(nil),           // 60: tenure.log.v1.PoolSnap
+	(*ConfigureQueue)(nil),     // 37: tenure.log.v1.ConfigureQueue
+	(*QueueConfigured)(nil),    // 38: tenure.log.v1.QueueConfigured
+	(*NewTask)(nil),            // 39: tenure.log.v1.NewTask
+	(*Enqueue)(nil),            // 40: tenure.log.v1.Enqueue
+	(*Claim)(nil),              // 41: tenure.log.v1.Claim
+	(*CompleteTask)(nil),       // 42: tenure.log.v1.CompleteTask
+	(*FailTask)(nil),           // 43: tenure.log.v1.FailTask
+	(*CancelTask)(nil),         // 44: tenure.log.v1.CancelTask
+	(*RetryTask)(nil),          // 45: tenure.log.v1.RetryTask
+	(*TaskRef)(nil),            // 46: tenure.log.v1.TaskRef
+	(*TaskEnqueued)(nil),       // 47: tenure.log.v1.TaskEnqueued
+	(*TaskClaimed)(nil),        // 48: tenure.log.v1.TaskClaimed
+	(*TaskCompleted)(nil),      // 49: tenure.log.v1.TaskCompleted
+	(*TaskFailed)(nil),         // 50: tenure.log.v1.TaskFailed
+	(*TaskRequeued)(nil),       // 51: tenure.log.v1.TaskRequeued
+	(*TaskDead)(nil),           // 52: tenure.log.v1.TaskDead
+	(*TaskCancelled)(nil),      // 53: tenure.log.v1.TaskCancelled
+	(*TaskRetried)(nil),        // 54: tenure.log.v1.TaskRetried
+	(*TaskSnap)(nil),           // 55: tenure.log.v1.TaskSnap
+	(*PoolCommand)(nil),        // 56: tenure.log.v1.PoolCommand
+	(*v1.NamespacePolicy)(nil), // 57: tenure.v1.NamespacePolicy
+	(v1.Mode)(0),               // 58: tenure.v1.Mode
+	(v1.ReleaseReason)(0),      // 59: tenure.v1.ReleaseReason
+	(*PoolRecord)(nil),         // 60: tenure.log.v1.PoolRecord
+	(v1.State)(0),              // 61: tenure.v1.State
+	(*PoolSnap)(nil),           // 62: tenure.log.v1.PoolSnap
 }
 var file_log_proto_depIdxs = []int32{
 	1,  // 0: tenure.log.v1.Batch.commands:type_name -> tenure.log.v1.Command
@@ -5479,81 +5657,84 @@ var file_log_proto_depIdxs = []int32{
 	18, // 13: tenure.log.v1.Command.cancel_wait:type_name -> tenure.log.v1.CancelWait
 	5,  // 14: tenure.log.v1.Command.derive:type_name -> tenure.log.v1.Derive
 	6,  // 15: tenure.log.v1.Command.consume:type_name -> tenure.log.v1.Consume
-	54, // 16: tenure.log.v1.Command.pool:type_name -> tenure.log.v1.PoolCommand
-	38, // 17: tenure.log.v1.Command.enqueue:type_name -> tenure.log.v1.Enqueue
-	39, // 18: tenure.log.v1.Command.claim:type_name -> tenure.log.v1.Claim
-	40, // 19: tenure.log.v1.Command.complete_task:type_name -> tenure.log.v1.CompleteTask
-	41, // 20: tenure.log.v1.Command.fail_task:type_name -> tenure.log.v1.FailTask
-	42, // 21: tenure.log.v1.Command.cancel_task:type_name -> tenure.log.v1.CancelTask
-	43, // 22: tenure.log.v1.Command.retry_task:type_name -> tenure.log.v1.RetryTask
-	55, // 23: tenure.log.v1.Bootstrap.default_policy:type_name -> tenure.v1.NamespacePolicy
-	56, // 24: tenure.log.v1.Acquire.mode:type_name -> tenure.v1.Mode
-	7,  // 25: tenure.log.v1.Acquire.derivation:type_name -> tenure.log.v1.Derivation
-	56, // 26: tenure.log.v1.Derive.mode:type_name -> tenure.v1.Mode
-	7,  // 27: tenure.log.v1.Derive.derivation:type_name -> tenure.log.v1.Derivation
-	8,  // 28: tenure.log.v1.Derivation.limits:type_name -> tenure.log.v1.CounterLimit
-	57, // 29: tenure.log.v1.Release.reason:type_name -> tenure.v1.ReleaseReason
-	55, // 30: tenure.log.v1.SetPolicy.policy:type_name -> tenure.v1.NamespacePolicy
-	22, // 31: tenure.log.v1.Record.initialized:type_name -> tenure.log.v1.Initialized
-	23, // 32: tenure.log.v1.Record.issued:type_name -> tenure.log.v1.LeaseIssued
-	26, // 33: tenure.log.v1.Record.renewed:type_name -> tenure.log.v1.LeaseRenewed
-	27, // 34: tenure.log.v1.Record.ended:type_name -> tenure.log.v1.LeaseEnded
-	28, // 35: tenure.log.v1.Record.grace:type_name -> tenure.log.v1.LeaseGrace
-	29, // 36: tenure.log.v1.Record.waiting:type_name -> tenure.log.v1.WaiterQueued
-	30, // 37: tenure.log.v1.Record.wait_ended:type_name -> tenure.log.v1.WaiterEnded
-	31, // 38: tenure.log.v1.Record.state_written:type_name -> tenure.log.v1.StateWritten
-	32, // 39: tenure.log.v1.Record.policy_set:type_name -> tenure.log.v1.PolicySet
-	33, // 40: tenure.log.v1.Record.checkpoint:type_name -> tenure.log.v1.Checkpoint
-	21, // 41: tenure.log.v1.Record.member_set:type_name -> tenure.log.v1.MemberSet
-	24, // 42: tenure.log.v1.Record.consumed:type_name -> tenure.log.v1.LeaseConsumed
-	45, // 43: tenure.log.v1.Record.task_enqueued:type_name -> tenure.log.v1.TaskEnqueued
-	46, // 44: tenure.log.v1.Record.task_claimed:type_name -> tenure.log.v1.TaskClaimed
-	47, // 45: tenure.log.v1.Record.task_completed:type_name -> tenure.log.v1.TaskCompleted
-	48, // 46: tenure.log.v1.Record.task_failed:type_name -> tenure.log.v1.TaskFailed
-	49, // 47: tenure.log.v1.Record.task_requeued:type_name -> tenure.log.v1.TaskRequeued
-	50, // 48: tenure.log.v1.Record.task_dead:type_name -> tenure.log.v1.TaskDead
-	51, // 49: tenure.log.v1.Record.task_cancelled:type_name -> tenure.log.v1.TaskCancelled
-	52, // 50: tenure.log.v1.Record.task_retried:type_name -> tenure.log.v1.TaskRetried
-	58, // 51: tenure.log.v1.Record.pool:type_name -> tenure.log.v1.PoolRecord
-	55, // 52: tenure.log.v1.Initialized.default_policy:type_name -> tenure.v1.NamespacePolicy
-	56, // 53: tenure.log.v1.LeaseIssued.mode:type_name -> tenure.v1.Mode
-	7,  // 54: tenure.log.v1.LeaseIssued.derivation:type_name -> tenure.log.v1.Derivation
-	25, // 55: tenure.log.v1.LeaseConsumed.lease:type_name -> tenure.log.v1.LeaseRef
-	25, // 56: tenure.log.v1.LeaseRenewed.lease:type_name -> tenure.log.v1.LeaseRef
-	25, // 57: tenure.log.v1.LeaseEnded.lease:type_name -> tenure.log.v1.LeaseRef
-	59, // 58: tenure.log.v1.LeaseEnded.state:type_name -> tenure.v1.State
-	57, // 59: tenure.log.v1.LeaseEnded.reason:type_name -> tenure.v1.ReleaseReason
-	25, // 60: tenure.log.v1.LeaseGrace.lease:type_name -> tenure.log.v1.LeaseRef
-	56, // 61: tenure.log.v1.WaiterQueued.mode:type_name -> tenure.v1.Mode
-	7,  // 62: tenure.log.v1.WaiterQueued.derivation:type_name -> tenure.log.v1.Derivation
-	55, // 63: tenure.log.v1.PolicySet.policy:type_name -> tenure.v1.NamespacePolicy
-	56, // 64: tenure.log.v1.LeaseSnap.mode:type_name -> tenure.v1.Mode
-	59, // 65: tenure.log.v1.LeaseSnap.state:type_name -> tenure.v1.State
-	57, // 66: tenure.log.v1.LeaseSnap.reason:type_name -> tenure.v1.ReleaseReason
-	7,  // 67: tenure.log.v1.LeaseSnap.derivation:type_name -> tenure.log.v1.Derivation
-	9,  // 68: tenure.log.v1.LeaseSnap.usage:type_name -> tenure.log.v1.CounterUse
-	34, // 69: tenure.log.v1.Snapshot.leases:type_name -> tenure.log.v1.LeaseSnap
-	29, // 70: tenure.log.v1.Snapshot.waiters:type_name -> tenure.log.v1.WaiterQueued
-	35, // 71: tenure.log.v1.Snapshot.states:type_name -> tenure.log.v1.GuardedStateSnap
-	32, // 72: tenure.log.v1.Snapshot.policies:type_name -> tenure.log.v1.PolicySet
-	55, // 73: tenure.log.v1.Snapshot.default_policy:type_name -> tenure.v1.NamespacePolicy
-	21, // 74: tenure.log.v1.Snapshot.members:type_name -> tenure.log.v1.MemberSet
-	53, // 75: tenure.log.v1.Snapshot.tasks:type_name -> tenure.log.v1.TaskSnap
-	60, // 76: tenure.log.v1.Snapshot.pools:type_name -> tenure.log.v1.PoolSnap
-	37, // 77: tenure.log.v1.Enqueue.tasks:type_name -> tenure.log.v1.NewTask
-	44, // 78: tenure.log.v1.TaskEnqueued.task:type_name -> tenure.log.v1.TaskRef
-	44, // 79: tenure.log.v1.TaskClaimed.task:type_name -> tenure.log.v1.TaskRef
-	44, // 80: tenure.log.v1.TaskCompleted.task:type_name -> tenure.log.v1.TaskRef
-	44, // 81: tenure.log.v1.TaskFailed.task:type_name -> tenure.log.v1.TaskRef
-	44, // 82: tenure.log.v1.TaskRequeued.task:type_name -> tenure.log.v1.TaskRef
-	44, // 83: tenure.log.v1.TaskDead.task:type_name -> tenure.log.v1.TaskRef
-	44, // 84: tenure.log.v1.TaskCancelled.task:type_name -> tenure.log.v1.TaskRef
-	44, // 85: tenure.log.v1.TaskRetried.task:type_name -> tenure.log.v1.TaskRef
-	86, // [86:86] is the sub-list for method output_type
-	86, // [86:86] is the sub-list for method input_type
-	86, // [86:86] is the sub-list for extension type_name
-	86, // [86:86] is the sub-list for extension extendee
-	0,  // [0:86] is the sub-list for field type_name
+	56, // 16: tenure.log.v1.Command.pool:type_name -> tenure.log.v1.PoolCommand
+	40, // 17: tenure.log.v1.Command.enqueue:type_name -> tenure.log.v1.Enqueue
+	41, // 18: tenure.log.v1.Command.claim:type_name -> tenure.log.v1.Claim
+	42, // 19: tenure.log.v1.Command.complete_task:type_name -> tenure.log.v1.CompleteTask
+	43, // 20: tenure.log.v1.Command.fail_task:type_name -> tenure.log.v1.FailTask
+	44, // 21: tenure.log.v1.Command.cancel_task:type_name -> tenure.log.v1.CancelTask
+	45, // 22: tenure.log.v1.Command.retry_task:type_name -> tenure.log.v1.RetryTask
+	37, // 23: tenure.log.v1.Command.configure_queue:type_name -> tenure.log.v1.ConfigureQueue
+	57, // 24: tenure.log.v1.Bootstrap.default_policy:type_name -> tenure.v1.NamespacePolicy
+	58, // 25: tenure.log.v1.Acquire.mode:type_name -> tenure.v1.Mode
+	7,  // 26: tenure.log.v1.Acquire.derivation:type_name -> tenure.log.v1.Derivation
+	58, // 27: tenure.log.v1.Derive.mode:type_name -> tenure.v1.Mode
+	7,  // 28: tenure.log.v1.Derive.derivation:type_name -> tenure.log.v1.Derivation
+	8,  // 29: tenure.log.v1.Derivation.limits:type_name -> tenure.log.v1.CounterLimit
+	59, // 30: tenure.log.v1.Release.reason:type_name -> tenure.v1.ReleaseReason
+	57, // 31: tenure.log.v1.SetPolicy.policy:type_name -> tenure.v1.NamespacePolicy
+	22, // 32: tenure.log.v1.Record.initialized:type_name -> tenure.log.v1.Initialized
+	23, // 33: tenure.log.v1.Record.issued:type_name -> tenure.log.v1.LeaseIssued
+	26, // 34: tenure.log.v1.Record.renewed:type_name -> tenure.log.v1.LeaseRenewed
+	27, // 35: tenure.log.v1.Record.ended:type_name -> tenure.log.v1.LeaseEnded
+	28, // 36: tenure.log.v1.Record.grace:type_name -> tenure.log.v1.LeaseGrace
+	29, // 37: tenure.log.v1.Record.waiting:type_name -> tenure.log.v1.WaiterQueued
+	30, // 38: tenure.log.v1.Record.wait_ended:type_name -> tenure.log.v1.WaiterEnded
+	31, // 39: tenure.log.v1.Record.state_written:type_name -> tenure.log.v1.StateWritten
+	32, // 40: tenure.log.v1.Record.policy_set:type_name -> tenure.log.v1.PolicySet
+	33, // 41: tenure.log.v1.Record.checkpoint:type_name -> tenure.log.v1.Checkpoint
+	21, // 42: tenure.log.v1.Record.member_set:type_name -> tenure.log.v1.MemberSet
+	24, // 43: tenure.log.v1.Record.consumed:type_name -> tenure.log.v1.LeaseConsumed
+	47, // 44: tenure.log.v1.Record.task_enqueued:type_name -> tenure.log.v1.TaskEnqueued
+	48, // 45: tenure.log.v1.Record.task_claimed:type_name -> tenure.log.v1.TaskClaimed
+	49, // 46: tenure.log.v1.Record.task_completed:type_name -> tenure.log.v1.TaskCompleted
+	50, // 47: tenure.log.v1.Record.task_failed:type_name -> tenure.log.v1.TaskFailed
+	51, // 48: tenure.log.v1.Record.task_requeued:type_name -> tenure.log.v1.TaskRequeued
+	52, // 49: tenure.log.v1.Record.task_dead:type_name -> tenure.log.v1.TaskDead
+	53, // 50: tenure.log.v1.Record.task_cancelled:type_name -> tenure.log.v1.TaskCancelled
+	54, // 51: tenure.log.v1.Record.task_retried:type_name -> tenure.log.v1.TaskRetried
+	38, // 52: tenure.log.v1.Record.queue_configured:type_name -> tenure.log.v1.QueueConfigured
+	60, // 53: tenure.log.v1.Record.pool:type_name -> tenure.log.v1.PoolRecord
+	57, // 54: tenure.log.v1.Initialized.default_policy:type_name -> tenure.v1.NamespacePolicy
+	58, // 55: tenure.log.v1.LeaseIssued.mode:type_name -> tenure.v1.Mode
+	7,  // 56: tenure.log.v1.LeaseIssued.derivation:type_name -> tenure.log.v1.Derivation
+	25, // 57: tenure.log.v1.LeaseConsumed.lease:type_name -> tenure.log.v1.LeaseRef
+	25, // 58: tenure.log.v1.LeaseRenewed.lease:type_name -> tenure.log.v1.LeaseRef
+	25, // 59: tenure.log.v1.LeaseEnded.lease:type_name -> tenure.log.v1.LeaseRef
+	61, // 60: tenure.log.v1.LeaseEnded.state:type_name -> tenure.v1.State
+	59, // 61: tenure.log.v1.LeaseEnded.reason:type_name -> tenure.v1.ReleaseReason
+	25, // 62: tenure.log.v1.LeaseGrace.lease:type_name -> tenure.log.v1.LeaseRef
+	58, // 63: tenure.log.v1.WaiterQueued.mode:type_name -> tenure.v1.Mode
+	7,  // 64: tenure.log.v1.WaiterQueued.derivation:type_name -> tenure.log.v1.Derivation
+	57, // 65: tenure.log.v1.PolicySet.policy:type_name -> tenure.v1.NamespacePolicy
+	58, // 66: tenure.log.v1.LeaseSnap.mode:type_name -> tenure.v1.Mode
+	61, // 67: tenure.log.v1.LeaseSnap.state:type_name -> tenure.v1.State
+	59, // 68: tenure.log.v1.LeaseSnap.reason:type_name -> tenure.v1.ReleaseReason
+	7,  // 69: tenure.log.v1.LeaseSnap.derivation:type_name -> tenure.log.v1.Derivation
+	9,  // 70: tenure.log.v1.LeaseSnap.usage:type_name -> tenure.log.v1.CounterUse
+	34, // 71: tenure.log.v1.Snapshot.leases:type_name -> tenure.log.v1.LeaseSnap
+	29, // 72: tenure.log.v1.Snapshot.waiters:type_name -> tenure.log.v1.WaiterQueued
+	35, // 73: tenure.log.v1.Snapshot.states:type_name -> tenure.log.v1.GuardedStateSnap
+	32, // 74: tenure.log.v1.Snapshot.policies:type_name -> tenure.log.v1.PolicySet
+	57, // 75: tenure.log.v1.Snapshot.default_policy:type_name -> tenure.v1.NamespacePolicy
+	21, // 76: tenure.log.v1.Snapshot.members:type_name -> tenure.log.v1.MemberSet
+	55, // 77: tenure.log.v1.Snapshot.tasks:type_name -> tenure.log.v1.TaskSnap
+	38, // 78: tenure.log.v1.Snapshot.queue_configs:type_name -> tenure.log.v1.QueueConfigured
+	62, // 79: tenure.log.v1.Snapshot.pools:type_name -> tenure.log.v1.PoolSnap
+	39, // 80: tenure.log.v1.Enqueue.tasks:type_name -> tenure.log.v1.NewTask
+	46, // 81: tenure.log.v1.TaskEnqueued.task:type_name -> tenure.log.v1.TaskRef
+	46, // 82: tenure.log.v1.TaskClaimed.task:type_name -> tenure.log.v1.TaskRef
+	46, // 83: tenure.log.v1.TaskCompleted.task:type_name -> tenure.log.v1.TaskRef
+	46, // 84: tenure.log.v1.TaskFailed.task:type_name -> tenure.log.v1.TaskRef
+	46, // 85: tenure.log.v1.TaskRequeued.task:type_name -> tenure.log.v1.TaskRef
+	46, // 86: tenure.log.v1.TaskDead.task:type_name -> tenure.log.v1.TaskRef
+	46, // 87: tenure.log.v1.TaskCancelled.task:type_name -> tenure.log.v1.TaskRef
+	46, // 88: tenure.log.v1.TaskRetried.task:type_name -> tenure.log.v1.TaskRef
+	89, // [89:89] is the sub-list for method output_type
+	89, // [89:89] is the sub-list for method input_type
+	89, // [89:89] is the sub-list for extension type_name
+	89, // [89:89] is the sub-list for extension extendee
+	0,  // [0:89] is the sub-list for field type_name
 }
 
 func init() { file_log_proto_init() }
@@ -5585,6 +5766,7 @@ func file_log_proto_init() {
 		(*Command_FailTask)(nil),
 		(*Command_CancelTask)(nil),
 		(*Command_RetryTask)(nil),
+		(*Command_ConfigureQueue)(nil),
 	}
 	file_log_proto_msgTypes[4].OneofWrappers = []any{}
 	file_log_proto_msgTypes[5].OneofWrappers = []any{}
@@ -5612,17 +5794,18 @@ func file_log_proto_init() {
 		(*Record_TaskDead)(nil),
 		(*Record_TaskCancelled)(nil),
 		(*Record_TaskRetried)(nil),
+		(*Record_QueueConfigured)(nil),
 		(*Record_Pool)(nil),
 	}
-	file_log_proto_msgTypes[39].OneofWrappers = []any{}
 	file_log_proto_msgTypes[41].OneofWrappers = []any{}
+	file_log_proto_msgTypes[43].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_log_proto_rawDesc), len(file_log_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   54,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

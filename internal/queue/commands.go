@@ -22,6 +22,8 @@ type Outcome struct {
 	Leases []registrar.Lease
 	// Task answers Complete, Fail and Cancel.
 	Task *Task
+	// MaxAttempts answers ConfigureQueue: the queue's default now.
+	MaxAttempts uint32
 }
 
 func fail(err error) Outcome { return Outcome{Err: err} }
@@ -148,7 +150,7 @@ func (qs *Queues) Enqueue(tx *registrar.Tx, c *logpb.Enqueue) Outcome {
 		}
 		ma := nt.MaxAttempts
 		if ma == 0 {
-			ma = DefaultMaxAttempts
+			ma = qs.MaxAttemptsOf(ns, c.Queue)
 		}
 		tx.Emit(&logpb.Record{Body: &logpb.Record_TaskEnqueued{TaskEnqueued: &logpb.TaskEnqueued{
 			Task:    &logpb.TaskRef{Namespace: ns, Queue: c.Queue, TaskId: id, Seq: seq},
@@ -202,6 +204,45 @@ func (qs *Queues) checkPending(ns string, c *logpb.Enqueue) error {
 			ns, have.bytes, bytes, pol.MaxPendingTaskBytes)
 	}
 	return nil
+}
+
+// ValidateConfigure checks a ConfigureQueue's fields without looking at
+// state.
+func ValidateConfigure(c *logpb.ConfigureQueue) error {
+	if err := ValidateQueue(c.Namespace, c.Queue); err != nil {
+		return err
+	}
+	if c.MaxAttempts > MaxAttemptsLimit {
+		return invalid("max_attempts", "is %d; the limit is %d", c.MaxAttempts, MaxAttemptsLimit)
+	}
+	return nil
+}
+
+// Configure sets a queue's defaults: the max_attempts of the tasks
+// enqueued without one (0: DefaultMaxAttempts). Tasks already enqueued
+// keep theirs. Setting what is set already records nothing.
+func (qs *Queues) Configure(tx *registrar.Tx, c *logpb.ConfigureQueue) Outcome {
+	if err := ValidateConfigure(c); err != nil {
+		return fail(err)
+	}
+	ns := orDefault(c.Namespace)
+	if qs.configs[qkey{ns, c.Queue}] != c.MaxAttempts {
+		tx.Emit(&logpb.Record{Body: &logpb.Record_QueueConfigured{QueueConfigured: &logpb.QueueConfigured{
+			Namespace: ns, Queue: c.Queue, MaxAttempts: c.MaxAttempts}}})
+		if err := tx.Err(); err != nil {
+			return fail(err)
+		}
+	}
+	return Outcome{MaxAttempts: qs.MaxAttemptsOf(ns, c.Queue)}
+}
+
+// MaxAttemptsOf is the max_attempts of a task enqueued into the queue
+// without one.
+func (qs *Queues) MaxAttemptsOf(ns, queue string) uint32 {
+	if m := qs.configs[qkey{orDefault(ns), queue}]; m != 0 {
+		return m
+	}
+	return DefaultMaxAttempts
 }
 
 // ValidateClaim checks a claim's fields without looking at state.

@@ -157,13 +157,14 @@ type Queues struct {
 	finished map[string]*finishedHeap
 	fullest  map[string]*fullestHeap
 	pending  map[string]*pending // by namespace
+	configs  map[qkey]uint32     // queues' default max_attempts (ConfigureQueue)
 }
 
 // New returns an empty queue domain beside reg, hooked to its lease ends.
 func New(reg *registrar.Registrar) *Queues {
 	q := &Queues{reg: reg, queues: map[qkey]*queue{}, bySeq: map[uint64]*task{}, byLease: map[uint64]*task{}, nextSeq: 1,
 		prune: finishedHeap{at: pruneIdx}, finished: map[string]*finishedHeap{}, fullest: map[string]*fullestHeap{},
-		pending: map[string]*pending{}}
+		pending: map[string]*pending{}, configs: map[qkey]uint32{}}
 	reg.OnLeaseEnd(q.leaseEnded)
 	return q
 }
@@ -368,7 +369,8 @@ func (qs *Queues) LeaseTask(seq uint64) (queue, id string, ok bool) {
 func Owns(rec *logpb.Record) bool {
 	switch rec.Body.(type) {
 	case *logpb.Record_TaskEnqueued, *logpb.Record_TaskClaimed, *logpb.Record_TaskCompleted, *logpb.Record_TaskFailed,
-		*logpb.Record_TaskRequeued, *logpb.Record_TaskDead, *logpb.Record_TaskCancelled, *logpb.Record_TaskRetried:
+		*logpb.Record_TaskRequeued, *logpb.Record_TaskDead, *logpb.Record_TaskCancelled, *logpb.Record_TaskRetried,
+		*logpb.Record_QueueConfigured:
 		return true
 	}
 	return false
@@ -379,6 +381,12 @@ func Owns(rec *logpb.Record) bool {
 func (qs *Queues) Apply(rec *logpb.Record) error {
 	qs.pruneTo(registrar.Tick(rec.Tick))
 	switch b := rec.Body.(type) {
+	case *logpb.Record_QueueConfigured:
+		c := b.QueueConfigured
+		if err := ValidateQueue(c.Namespace, c.Queue); err != nil || c.Namespace == "" || c.MaxAttempts > MaxAttemptsLimit {
+			return fmt.Errorf("record %d: bad queue configuration %s/%s", rec.Index, c.Namespace, c.Queue)
+		}
+		qs.configure(c)
 	case *logpb.Record_TaskEnqueued:
 		e := b.TaskEnqueued
 		ref := e.GetTask()
@@ -487,6 +495,15 @@ func (qs *Queues) Apply(rec *logpb.Record) error {
 		return fmt.Errorf("record %d: not a queue record: %T", rec.Index, rec.Body)
 	}
 	return nil
+}
+
+// configure sets or (max_attempts 0) drops a queue's defaults.
+func (qs *Queues) configure(c *logpb.QueueConfigured) {
+	if c.MaxAttempts == 0 {
+		delete(qs.configs, qkey{c.Namespace, c.Queue})
+	} else {
+		qs.configs[qkey{c.Namespace, c.Queue}] = c.MaxAttempts
+	}
 }
 
 func (qs *Queues) add(q *queue, t *task) {

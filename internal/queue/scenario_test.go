@@ -622,3 +622,49 @@ func TestPendingTasksQuota(t *testing.T) {
 	}
 	e.checkReplay()
 }
+
+// A queue's default max_attempts (ConfigureQueue) applies to the tasks
+// enqueued without their own; theirs wins; 0 goes back to the registrar's
+// default; a restored replica and a replay of the ledger agree.
+func TestQueueDefaultMaxAttempts(t *testing.T) {
+	e := setup(t)
+	configure := func(queueName string, n uint32) queue.Outcome {
+		return e.q(&logpb.Command{Op: &logpb.Command_ConfigureQueue{ConfigureQueue: &logpb.ConfigureQueue{Queue: queueName, MaxAttempts: n}}})
+	}
+	if out := configure("q", 2); out.Err != nil || out.MaxAttempts != 2 {
+		t.Fatalf("configure: %+v", out)
+	}
+	wantReason(t, configure("q", queue.MaxAttemptsLimit+1).Err, registrar.ReasonInvalidArgument)
+	ts := e.mustEnqueue("q", task("a", 0), &logpb.NewTask{TaskId: "b", MaxAttempts: 7})
+	if ts[0].MaxAttempts != 2 || ts[1].MaxAttempts != 7 {
+		t.Fatalf("max attempts %d and %d, want the queue's 2 and the task's 7", ts[0].MaxAttempts, ts[1].MaxAttempts)
+	}
+	if other := e.mustEnqueue("other", task("c", 0)); other[0].MaxAttempts != queue.DefaultMaxAttempts {
+		t.Fatalf("another queue's task: %d attempts", other[0].MaxAttempts)
+	}
+	// The same again records nothing.
+	before := len(e.log)
+	configure("q", 2)
+	if len(e.log) != before {
+		t.Fatal("setting the same default again recorded an event")
+	}
+	snap, err := e.m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, err := statemachine.Restore(statemachine.DefaultConfig(), snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rm.Queues().MaxAttemptsOf("", "q"); got != 2 {
+		t.Fatalf("restored: %d", got)
+	}
+	e.checkReplay()
+	if out := configure("q", 0); out.MaxAttempts != queue.DefaultMaxAttempts {
+		t.Fatalf("back to the default: %+v", out)
+	}
+	if ts := e.mustEnqueue("q", task("d", 0)); ts[0].MaxAttempts != queue.DefaultMaxAttempts {
+		t.Fatalf("after the reset: %d attempts", ts[0].MaxAttempts)
+	}
+	e.checkReplay()
+}

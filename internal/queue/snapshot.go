@@ -1,7 +1,9 @@
 package queue
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
@@ -11,6 +13,13 @@ import (
 // order (statemachine.EncodeSnapshot sorts them by seq).
 func (qs *Queues) SnapshotInto(s *logpb.Snapshot) {
 	s.NextTaskSeq = qs.nextSeq
+	s.QueueConfigs = nil
+	for k, m := range qs.configs {
+		s.QueueConfigs = append(s.QueueConfigs, &logpb.QueueConfigured{Namespace: k.ns, Queue: k.name, MaxAttempts: m})
+	}
+	slices.SortFunc(s.QueueConfigs, func(a, b *logpb.QueueConfigured) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Queue, b.Queue))
+	})
 	s.Tasks = nil
 	if len(qs.bySeq) == 0 {
 		return
@@ -35,6 +44,12 @@ func Restore(reg *registrar.Registrar, s *logpb.Snapshot) (*Queues, error) {
 	qs := New(reg)
 	if s.NextTaskSeq != 0 {
 		qs.nextSeq = s.NextTaskSeq
+	}
+	for _, c := range s.QueueConfigs {
+		if err := ValidateQueue(c.Namespace, c.Queue); err != nil || c.Namespace == "" || c.MaxAttempts == 0 || c.MaxAttempts > MaxAttemptsLimit {
+			return nil, fmt.Errorf("snapshot: bad queue configuration %s/%s", c.Namespace, c.Queue)
+		}
+		qs.configure(c)
 	}
 	for _, ts := range s.Tasks {
 		if ts.Seq == 0 || ts.Seq >= qs.nextSeq || qs.bySeq[ts.Seq] != nil {

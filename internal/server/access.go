@@ -176,8 +176,11 @@ var rules = map[string]rule{
 		r := m.(*tenurev1.FailRequest)
 		return target{namespace: r.Namespace, hasNamespace: true, leases: []string{r.LeaseId}}
 	}},
-	v1c.QueueServiceCancelProcedure:     {workerOnly, func(m any) target { return ns(m.(*tenurev1.CancelRequest).Namespace) }},
-	v1c.QueueServiceRetryProcedure:      {workerOnly, func(m any) target { return ns(m.(*tenurev1.RetryRequest).Namespace) }},
+	v1c.QueueServiceCancelProcedure: {workerOnly, func(m any) target { return ns(m.(*tenurev1.CancelRequest).Namespace) }},
+	v1c.QueueServiceRetryProcedure:  {workerOnly, func(m any) target { return ns(m.(*tenurev1.RetryRequest).Namespace) }},
+	v1c.QueueServiceSetQueueConfigProcedure: {workerOnly, func(m any) target {
+		return ns(m.(*tenurev1.SetQueueConfigRequest).Namespace)
+	}},
 	v1c.QueueServiceGetTaskProcedure:    {workerRead, func(m any) target { return ns(m.(*tenurev1.GetTaskRequest).Namespace) }},
 	v1c.QueueServiceListTasksProcedure:  {workerRead, func(m any) target { return ns(m.(*tenurev1.ListTasksRequest).Namespace) }},
 	v1c.QueueServiceStatsProcedure:      {workerRead, func(m any) target { return ns(m.(*tenurev1.QueueStatsRequest).Namespace) }},

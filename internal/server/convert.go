@@ -249,6 +249,9 @@ func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 		renderTaskEvent(ev, d, rec)
 	case *logpb.Record_Pool:
 		renderPoolEvent(ev, d, b.Pool)
+	case *logpb.Record_QueueConfigured:
+		ev.Type, ev.Namespace = EventQueueConfigured, b.QueueConfigured.Namespace
+		d["queue"], d["max_attempts"] = b.QueueConfigured.Queue, utoa(uint64(b.QueueConfigured.MaxAttempts))
 	}
 	if len(d) > 0 {
 		ev.Details = d
@@ -278,6 +281,8 @@ func eventScope(rec *logpb.Record) (ns, resource string) {
 		return b.StateWritten.Namespace, b.StateWritten.Resource
 	case *logpb.Record_PolicySet:
 		return b.PolicySet.Namespace, ""
+	case *logpb.Record_QueueConfigured:
+		return b.QueueConfigured.Namespace, queue.Resource(b.QueueConfigured.Queue, "")
 	}
 	if pr := rec.GetPool(); pr != nil {
 		return poolEventScope(pr)

@@ -36,6 +36,7 @@ func init() {
 	routes[v1c.QueueServiceFailProcedure] = route{true, via[tenurev1.FailRequest, tenurev1.FailResponse](v1c.QueueServiceFailProcedure)}
 	routes[v1c.QueueServiceCancelProcedure] = route{true, via[tenurev1.CancelRequest, tenurev1.CancelResponse](v1c.QueueServiceCancelProcedure)}
 	routes[v1c.QueueServiceRetryProcedure] = route{true, via[tenurev1.RetryRequest, tenurev1.RetryResponse](v1c.QueueServiceRetryProcedure)}
+	routes[v1c.QueueServiceSetQueueConfigProcedure] = route{true, via[tenurev1.SetQueueConfigRequest, tenurev1.SetQueueConfigResponse](v1c.QueueServiceSetQueueConfigProcedure)}
 	routes[v1c.QueueServiceGetTaskProcedure] = route{false, via[tenurev1.GetTaskRequest, tenurev1.GetTaskResponse](v1c.QueueServiceGetTaskProcedure)}
 	routes[v1c.QueueServiceListTasksProcedure] = route{false, via[tenurev1.ListTasksRequest, tenurev1.ListTasksResponse](v1c.QueueServiceListTasksProcedure)}
 	routes[v1c.QueueServiceStatsProcedure] = route{false, via[tenurev1.QueueStatsRequest, tenurev1.QueueStatsResponse](v1c.QueueServiceStatsProcedure)}
@@ -467,15 +468,31 @@ func (h *queueService) Stats(ctx context.Context, req *connect.Request[tenurev1.
 		return nil, s.toConnect(err)
 	}
 	var c queue.Counts
+	var maxAttempts uint32
 	err := s.readQueues(ctx, func(mc *statemachine.Machine, _ registrar.Tick) error {
 		c = mc.Queues().Stats(m.Namespace, m.Queue)
+		maxAttempts = mc.Queues().MaxAttemptsOf(m.Namespace, m.Queue)
 		return nil
 	})
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&tenurev1.QueueStatsResponse{Queued: c.Queued, Leased: c.Leased, Succeeded: c.Succeeded,
-		Failed: c.Failed, Dead: c.Dead, Cancelled: c.Cancelled}), nil
+		Failed: c.Failed, Dead: c.Dead, Cancelled: c.Cancelled, Config: &tenurev1.QueueConfig{MaxAttempts: maxAttempts}}), nil
+}
+
+// SetQueueConfig sets a queue's defaults (ConfigureQueue).
+func (h *queueService) SetQueueConfig(ctx context.Context, req *connect.Request[tenurev1.SetQueueConfigRequest]) (*connect.Response[tenurev1.SetQueueConfigResponse], error) {
+	s, m := h.s, req.Msg
+	c := &logpb.ConfigureQueue{Namespace: m.Namespace, Queue: m.Queue, MaxAttempts: m.MaxAttempts}
+	if err := queue.ValidateConfigure(c); err != nil {
+		return nil, s.toConnect(err)
+	}
+	out, err := s.proposeQueue(ctx, &logpb.Command{Op: &logpb.Command_ConfigureQueue{ConfigureQueue: c}})
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.SetQueueConfigResponse{Config: &tenurev1.QueueConfig{MaxAttempts: out.MaxAttempts}}), nil
 }
 
 // ListQueues names a namespace's queues with their counts, by name.

@@ -18,6 +18,8 @@ const (
 	EventTaskDead      = "task.dead"
 	EventTaskCancelled = "task.cancelled"
 	EventTaskRetried   = "task.retried"
+	// EventQueueConfigured: a queue's defaults were set (SetQueueConfig).
+	EventQueueConfigured = "queue.configured"
 )
 
 func taskRefOf(rec *logpb.Record) *logpb.TaskRef {

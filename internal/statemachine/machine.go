@@ -274,7 +274,7 @@ func (m *Machine) dispatch(tx *registrar.Tx, cmd *logpb.Command) registrar.Outco
 	case *logpb.Command_SetMember:
 		return m.setMember(tx, op.SetMember)
 	case *logpb.Command_Enqueue, *logpb.Command_Claim, *logpb.Command_CompleteTask, *logpb.Command_FailTask, *logpb.Command_CancelTask,
-		*logpb.Command_RetryTask:
+		*logpb.Command_RetryTask, *logpb.Command_ConfigureQueue:
 		return m.dispatchQueue(tx, cmd)
 	case *logpb.Command_Pool:
 		return m.dispatchPool(tx, op.Pool)

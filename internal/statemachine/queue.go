@@ -27,6 +27,8 @@ func (m *Machine) dispatchQueue(tx *registrar.Tx, cmd *logpb.Command) registrar.
 		out = m.q.Cancel(tx, op.CancelTask)
 	case *logpb.Command_RetryTask:
 		out = m.q.Retry(tx, op.RetryTask)
+	case *logpb.Command_ConfigureQueue:
+		out = m.q.Configure(tx, op.ConfigureQueue)
 	}
 	m.qout = &out
 	return registrar.Outcome{Err: out.Err}

@@ -1349,13 +1349,15 @@ func (x *QueueStatsRequest) GetQueue() string {
 }
 
 type QueueStatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Queued        uint64                 `protobuf:"varint,1,opt,name=queued,proto3" json:"queued,omitempty"`
-	Leased        uint64                 `protobuf:"varint,2,opt,name=leased,proto3" json:"leased,omitempty"`
-	Succeeded     uint64                 `protobuf:"varint,3,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
-	Failed        uint64                 `protobuf:"varint,4,opt,name=failed,proto3" json:"failed,omitempty"`
-	Dead          uint64                 `protobuf:"varint,5,opt,name=dead,proto3" json:"dead,omitempty"`
-	Cancelled     uint64                 `protobuf:"varint,6,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Queued    uint64                 `protobuf:"varint,1,opt,name=queued,proto3" json:"queued,omitempty"`
+	Leased    uint64                 `protobuf:"varint,2,opt,name=leased,proto3" json:"leased,omitempty"`
+	Succeeded uint64                 `protobuf:"varint,3,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	Failed    uint64                 `protobuf:"varint,4,opt,name=failed,proto3" json:"failed,omitempty"`
+	Dead      uint64                 `protobuf:"varint,5,opt,name=dead,proto3" json:"dead,omitempty"`
+	Cancelled uint64                 `protobuf:"varint,6,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// The queue's defaults (SetQueueConfig).
+	Config        *QueueConfig `protobuf:"bytes,7,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1432,6 +1434,167 @@ func (x *QueueStatsResponse) GetCancelled() uint64 {
 	return 0
 }
 
+func (x *QueueStatsResponse) GetConfig() *QueueConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+// QueueConfig is a queue's defaults.
+type QueueConfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The max_attempts of a task enqueued without one (NewTask.max_attempts
+	// 0); the registrar's default is 5.
+	MaxAttempts   uint32 `protobuf:"varint,1,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueConfig) Reset() {
+	*x = QueueConfig{}
+	mi := &file_tenure_v1_queue_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueConfig) ProtoMessage() {}
+
+func (x *QueueConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_queue_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueConfig.ProtoReflect.Descriptor instead.
+func (*QueueConfig) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *QueueConfig) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+type SetQueueConfigRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty means "default".
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Queue     string `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	// 0: back to the registrar's default (5); at most 1,000. Tasks already
+	// enqueued keep theirs.
+	MaxAttempts   uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetQueueConfigRequest) Reset() {
+	*x = SetQueueConfigRequest{}
+	mi := &file_tenure_v1_queue_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetQueueConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetQueueConfigRequest) ProtoMessage() {}
+
+func (x *SetQueueConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_queue_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetQueueConfigRequest.ProtoReflect.Descriptor instead.
+func (*SetQueueConfigRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SetQueueConfigRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *SetQueueConfigRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *SetQueueConfigRequest) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+type SetQueueConfigResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Config        *QueueConfig           `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetQueueConfigResponse) Reset() {
+	*x = SetQueueConfigResponse{}
+	mi := &file_tenure_v1_queue_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetQueueConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetQueueConfigResponse) ProtoMessage() {}
+
+func (x *SetQueueConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_queue_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetQueueConfigResponse.ProtoReflect.Descriptor instead.
+func (*SetQueueConfigResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SetQueueConfigResponse) GetConfig() *QueueConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
 type ListQueuesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Empty means "default".
@@ -1442,7 +1605,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[20]
+	mi := &file_tenure_v1_queue_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1617,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[20]
+	mi := &file_tenure_v1_queue_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1630,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{20}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListQueuesRequest) GetNamespace() string {
@@ -1488,7 +1651,7 @@ type QueueSummary struct {
 
 func (x *QueueSummary) Reset() {
 	*x = QueueSummary{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[21]
+	mi := &file_tenure_v1_queue_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1663,7 @@ func (x *QueueSummary) String() string {
 func (*QueueSummary) ProtoMessage() {}
 
 func (x *QueueSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[21]
+	mi := &file_tenure_v1_queue_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1676,7 @@ func (x *QueueSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSummary.ProtoReflect.Descriptor instead.
 func (*QueueSummary) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{21}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueSummary) GetQueue() string {
@@ -1540,7 +1703,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[22]
+	mi := &file_tenure_v1_queue_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1715,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[22]
+	mi := &file_tenure_v1_queue_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1728,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{22}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueSummary {
@@ -1596,7 +1759,7 @@ type QueueOp struct {
 
 func (x *QueueOp) Reset() {
 	*x = QueueOp{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[23]
+	mi := &file_tenure_v1_queue_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1771,7 @@ func (x *QueueOp) String() string {
 func (*QueueOp) ProtoMessage() {}
 
 func (x *QueueOp) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[23]
+	mi := &file_tenure_v1_queue_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1784,7 @@ func (x *QueueOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueOp.ProtoReflect.Descriptor instead.
 func (*QueueOp) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{23}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueueOp) GetId() uint64 {
@@ -1753,7 +1916,7 @@ type QueueResult struct {
 
 func (x *QueueResult) Reset() {
 	*x = QueueResult{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[24]
+	mi := &file_tenure_v1_queue_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +1928,7 @@ func (x *QueueResult) String() string {
 func (*QueueResult) ProtoMessage() {}
 
 func (x *QueueResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[24]
+	mi := &file_tenure_v1_queue_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +1941,7 @@ func (x *QueueResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueResult.ProtoReflect.Descriptor instead.
 func (*QueueResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{24}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueueResult) GetId() uint64 {
@@ -1914,7 +2077,7 @@ type QueuePipelineRequest struct {
 
 func (x *QueuePipelineRequest) Reset() {
 	*x = QueuePipelineRequest{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[25]
+	mi := &file_tenure_v1_queue_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2089,7 @@ func (x *QueuePipelineRequest) String() string {
 func (*QueuePipelineRequest) ProtoMessage() {}
 
 func (x *QueuePipelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[25]
+	mi := &file_tenure_v1_queue_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2102,7 @@ func (x *QueuePipelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePipelineRequest.ProtoReflect.Descriptor instead.
 func (*QueuePipelineRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{25}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *QueuePipelineRequest) GetOps() []*QueueOp {
@@ -1959,7 +2122,7 @@ type QueuePipelineResponse struct {
 
 func (x *QueuePipelineResponse) Reset() {
 	*x = QueuePipelineResponse{}
-	mi := &file_tenure_v1_queue_proto_msgTypes[26]
+	mi := &file_tenure_v1_queue_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2134,7 @@ func (x *QueuePipelineResponse) String() string {
 func (*QueuePipelineResponse) ProtoMessage() {}
 
 func (x *QueuePipelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_queue_proto_msgTypes[26]
+	mi := &file_tenure_v1_queue_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2147,7 @@ func (x *QueuePipelineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePipelineResponse.ProtoReflect.Descriptor instead.
 func (*QueuePipelineResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{26}
+	return file_tenure_v1_queue_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QueuePipelineResponse) GetResults() []*QueueResult {
@@ -2093,14 +2256,23 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
 	"\x11QueueStatsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
-	"\x05queue\x18\x02 \x01(\tR\x05queue\"\xac\x01\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\"\xdc\x01\n" +
 	"\x12QueueStatsResponse\x12\x16\n" +
 	"\x06queued\x18\x01 \x01(\x04R\x06queued\x12\x16\n" +
 	"\x06leased\x18\x02 \x01(\x04R\x06leased\x12\x1c\n" +
 	"\tsucceeded\x18\x03 \x01(\x04R\tsucceeded\x12\x16\n" +
 	"\x06failed\x18\x04 \x01(\x04R\x06failed\x12\x12\n" +
 	"\x04dead\x18\x05 \x01(\x04R\x04dead\x12\x1c\n" +
-	"\tcancelled\x18\x06 \x01(\x04R\tcancelled\"1\n" +
+	"\tcancelled\x18\x06 \x01(\x04R\tcancelled\x12.\n" +
+	"\x06config\x18\a \x01(\v2\x16.tenure.v1.QueueConfigR\x06config\"0\n" +
+	"\vQueueConfig\x12!\n" +
+	"\fmax_attempts\x18\x01 \x01(\rR\vmaxAttempts\"n\n" +
+	"\x15SetQueueConfigRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12!\n" +
+	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\"H\n" +
+	"\x16SetQueueConfigResponse\x12.\n" +
+	"\x06config\x18\x01 \x01(\v2\x16.tenure.v1.QueueConfigR\x06config\"1\n" +
 	"\x11ListQueuesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"Y\n" +
 	"\fQueueSummary\x12\x14\n" +
@@ -2140,7 +2312,7 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\x14TASK_STATE_SUCCEEDED\x10\x03\x12\x15\n" +
 	"\x11TASK_STATE_FAILED\x10\x04\x12\x13\n" +
 	"\x0fTASK_STATE_DEAD\x10\x05\x12\x18\n" +
-	"\x14TASK_STATE_CANCELLED\x10\x062\xf3\x05\n" +
+	"\x14TASK_STATE_CANCELLED\x10\x062\xca\x06\n" +
 	"\fQueueService\x12@\n" +
 	"\aEnqueue\x12\x19.tenure.v1.EnqueueRequest\x1a\x1a.tenure.v1.EnqueueResponse\x12:\n" +
 	"\x05Claim\x12\x17.tenure.v1.ClaimRequest\x1a\x18.tenure.v1.ClaimResponse\x12C\n" +
@@ -2153,7 +2325,8 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\n" +
 	"ListQueues\x12\x1c.tenure.v1.ListQueuesRequest\x1a\x1d.tenure.v1.ListQueuesResponse\x12Q\n" +
 	"\bPipeline\x12\x1f.tenure.v1.QueuePipelineRequest\x1a .tenure.v1.QueuePipelineResponse(\x010\x01\x12:\n" +
-	"\x05Retry\x12\x17.tenure.v1.RetryRequest\x1a\x18.tenure.v1.RetryResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
+	"\x05Retry\x12\x17.tenure.v1.RetryRequest\x1a\x18.tenure.v1.RetryResponse\x12U\n" +
+	"\x0eSetQueueConfig\x12 .tenure.v1.SetQueueConfigRequest\x1a!.tenure.v1.SetQueueConfigResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_queue_proto_rawDescOnce sync.Once
@@ -2168,106 +2341,113 @@ func file_tenure_v1_queue_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_queue_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_tenure_v1_queue_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_tenure_v1_queue_proto_goTypes = []any{
-	(TaskState)(0),                // 0: tenure.v1.TaskState
-	(*Task)(nil),                  // 1: tenure.v1.Task
-	(*NewTask)(nil),               // 2: tenure.v1.NewTask
-	(*EnqueueRequest)(nil),        // 3: tenure.v1.EnqueueRequest
-	(*EnqueueResponse)(nil),       // 4: tenure.v1.EnqueueResponse
-	(*ClaimRequest)(nil),          // 5: tenure.v1.ClaimRequest
-	(*ClaimResponse)(nil),         // 6: tenure.v1.ClaimResponse
-	(*CompleteRequest)(nil),       // 7: tenure.v1.CompleteRequest
-	(*CompleteResponse)(nil),      // 8: tenure.v1.CompleteResponse
-	(*FailRequest)(nil),           // 9: tenure.v1.FailRequest
-	(*FailResponse)(nil),          // 10: tenure.v1.FailResponse
-	(*CancelRequest)(nil),         // 11: tenure.v1.CancelRequest
-	(*CancelResponse)(nil),        // 12: tenure.v1.CancelResponse
-	(*RetryRequest)(nil),          // 13: tenure.v1.RetryRequest
-	(*RetryResponse)(nil),         // 14: tenure.v1.RetryResponse
-	(*GetTaskRequest)(nil),        // 15: tenure.v1.GetTaskRequest
-	(*GetTaskResponse)(nil),       // 16: tenure.v1.GetTaskResponse
-	(*ListTasksRequest)(nil),      // 17: tenure.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),     // 18: tenure.v1.ListTasksResponse
-	(*QueueStatsRequest)(nil),     // 19: tenure.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),    // 20: tenure.v1.QueueStatsResponse
-	(*ListQueuesRequest)(nil),     // 21: tenure.v1.ListQueuesRequest
-	(*QueueSummary)(nil),          // 22: tenure.v1.QueueSummary
-	(*ListQueuesResponse)(nil),    // 23: tenure.v1.ListQueuesResponse
-	(*QueueOp)(nil),               // 24: tenure.v1.QueueOp
-	(*QueueResult)(nil),           // 25: tenure.v1.QueueResult
-	(*QueuePipelineRequest)(nil),  // 26: tenure.v1.QueuePipelineRequest
-	(*QueuePipelineResponse)(nil), // 27: tenure.v1.QueuePipelineResponse
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
-	(*Lease)(nil),                 // 29: tenure.v1.Lease
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
-	(*PipelineError)(nil),         // 31: tenure.v1.PipelineError
+	(TaskState)(0),                 // 0: tenure.v1.TaskState
+	(*Task)(nil),                   // 1: tenure.v1.Task
+	(*NewTask)(nil),                // 2: tenure.v1.NewTask
+	(*EnqueueRequest)(nil),         // 3: tenure.v1.EnqueueRequest
+	(*EnqueueResponse)(nil),        // 4: tenure.v1.EnqueueResponse
+	(*ClaimRequest)(nil),           // 5: tenure.v1.ClaimRequest
+	(*ClaimResponse)(nil),          // 6: tenure.v1.ClaimResponse
+	(*CompleteRequest)(nil),        // 7: tenure.v1.CompleteRequest
+	(*CompleteResponse)(nil),       // 8: tenure.v1.CompleteResponse
+	(*FailRequest)(nil),            // 9: tenure.v1.FailRequest
+	(*FailResponse)(nil),           // 10: tenure.v1.FailResponse
+	(*CancelRequest)(nil),          // 11: tenure.v1.CancelRequest
+	(*CancelResponse)(nil),         // 12: tenure.v1.CancelResponse
+	(*RetryRequest)(nil),           // 13: tenure.v1.RetryRequest
+	(*RetryResponse)(nil),          // 14: tenure.v1.RetryResponse
+	(*GetTaskRequest)(nil),         // 15: tenure.v1.GetTaskRequest
+	(*GetTaskResponse)(nil),        // 16: tenure.v1.GetTaskResponse
+	(*ListTasksRequest)(nil),       // 17: tenure.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),      // 18: tenure.v1.ListTasksResponse
+	(*QueueStatsRequest)(nil),      // 19: tenure.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),     // 20: tenure.v1.QueueStatsResponse
+	(*QueueConfig)(nil),            // 21: tenure.v1.QueueConfig
+	(*SetQueueConfigRequest)(nil),  // 22: tenure.v1.SetQueueConfigRequest
+	(*SetQueueConfigResponse)(nil), // 23: tenure.v1.SetQueueConfigResponse
+	(*ListQueuesRequest)(nil),      // 24: tenure.v1.ListQueuesRequest
+	(*QueueSummary)(nil),           // 25: tenure.v1.QueueSummary
+	(*ListQueuesResponse)(nil),     // 26: tenure.v1.ListQueuesResponse
+	(*QueueOp)(nil),                // 27: tenure.v1.QueueOp
+	(*QueueResult)(nil),            // 28: tenure.v1.QueueResult
+	(*QueuePipelineRequest)(nil),   // 29: tenure.v1.QueuePipelineRequest
+	(*QueuePipelineResponse)(nil),  // 30: tenure.v1.QueuePipelineResponse
+	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
+	(*Lease)(nil),                  // 32: tenure.v1.Lease
+	(*durationpb.Duration)(nil),    // 33: google.protobuf.Duration
+	(*PipelineError)(nil),          // 34: tenure.v1.PipelineError
 }
 var file_tenure_v1_queue_proto_depIdxs = []int32{
 	0,  // 0: tenure.v1.Task.state:type_name -> tenure.v1.TaskState
-	28, // 1: tenure.v1.Task.not_before:type_name -> google.protobuf.Timestamp
-	28, // 2: tenure.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	28, // 3: tenure.v1.Task.claimed_at:type_name -> google.protobuf.Timestamp
-	28, // 4: tenure.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
-	29, // 5: tenure.v1.Task.lease:type_name -> tenure.v1.Lease
-	28, // 6: tenure.v1.NewTask.not_before:type_name -> google.protobuf.Timestamp
+	31, // 1: tenure.v1.Task.not_before:type_name -> google.protobuf.Timestamp
+	31, // 2: tenure.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	31, // 3: tenure.v1.Task.claimed_at:type_name -> google.protobuf.Timestamp
+	31, // 4: tenure.v1.Task.completed_at:type_name -> google.protobuf.Timestamp
+	32, // 5: tenure.v1.Task.lease:type_name -> tenure.v1.Lease
+	31, // 6: tenure.v1.NewTask.not_before:type_name -> google.protobuf.Timestamp
 	2,  // 7: tenure.v1.EnqueueRequest.tasks:type_name -> tenure.v1.NewTask
 	1,  // 8: tenure.v1.EnqueueResponse.tasks:type_name -> tenure.v1.Task
-	30, // 9: tenure.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
-	30, // 10: tenure.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	33, // 9: tenure.v1.ClaimRequest.lease_ttl:type_name -> google.protobuf.Duration
+	33, // 10: tenure.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 11: tenure.v1.ClaimResponse.tasks:type_name -> tenure.v1.Task
 	1,  // 12: tenure.v1.CompleteResponse.task:type_name -> tenure.v1.Task
-	30, // 13: tenure.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
+	33, // 13: tenure.v1.FailRequest.retry_after:type_name -> google.protobuf.Duration
 	1,  // 14: tenure.v1.FailResponse.task:type_name -> tenure.v1.Task
 	1,  // 15: tenure.v1.CancelResponse.task:type_name -> tenure.v1.Task
 	1,  // 16: tenure.v1.RetryResponse.task:type_name -> tenure.v1.Task
 	1,  // 17: tenure.v1.GetTaskResponse.task:type_name -> tenure.v1.Task
 	0,  // 18: tenure.v1.ListTasksRequest.states:type_name -> tenure.v1.TaskState
 	1,  // 19: tenure.v1.ListTasksResponse.tasks:type_name -> tenure.v1.Task
-	20, // 20: tenure.v1.QueueSummary.stats:type_name -> tenure.v1.QueueStatsResponse
-	22, // 21: tenure.v1.ListQueuesResponse.queues:type_name -> tenure.v1.QueueSummary
-	3,  // 22: tenure.v1.QueueOp.enqueue:type_name -> tenure.v1.EnqueueRequest
-	5,  // 23: tenure.v1.QueueOp.claim:type_name -> tenure.v1.ClaimRequest
-	7,  // 24: tenure.v1.QueueOp.complete:type_name -> tenure.v1.CompleteRequest
-	9,  // 25: tenure.v1.QueueOp.fail:type_name -> tenure.v1.FailRequest
-	11, // 26: tenure.v1.QueueOp.cancel:type_name -> tenure.v1.CancelRequest
-	15, // 27: tenure.v1.QueueOp.get_task:type_name -> tenure.v1.GetTaskRequest
-	4,  // 28: tenure.v1.QueueResult.enqueue:type_name -> tenure.v1.EnqueueResponse
-	6,  // 29: tenure.v1.QueueResult.claim:type_name -> tenure.v1.ClaimResponse
-	8,  // 30: tenure.v1.QueueResult.complete:type_name -> tenure.v1.CompleteResponse
-	10, // 31: tenure.v1.QueueResult.fail:type_name -> tenure.v1.FailResponse
-	12, // 32: tenure.v1.QueueResult.cancel:type_name -> tenure.v1.CancelResponse
-	16, // 33: tenure.v1.QueueResult.get_task:type_name -> tenure.v1.GetTaskResponse
-	31, // 34: tenure.v1.QueueResult.error:type_name -> tenure.v1.PipelineError
-	24, // 35: tenure.v1.QueuePipelineRequest.ops:type_name -> tenure.v1.QueueOp
-	25, // 36: tenure.v1.QueuePipelineResponse.results:type_name -> tenure.v1.QueueResult
-	3,  // 37: tenure.v1.QueueService.Enqueue:input_type -> tenure.v1.EnqueueRequest
-	5,  // 38: tenure.v1.QueueService.Claim:input_type -> tenure.v1.ClaimRequest
-	7,  // 39: tenure.v1.QueueService.Complete:input_type -> tenure.v1.CompleteRequest
-	9,  // 40: tenure.v1.QueueService.Fail:input_type -> tenure.v1.FailRequest
-	11, // 41: tenure.v1.QueueService.Cancel:input_type -> tenure.v1.CancelRequest
-	15, // 42: tenure.v1.QueueService.GetTask:input_type -> tenure.v1.GetTaskRequest
-	17, // 43: tenure.v1.QueueService.ListTasks:input_type -> tenure.v1.ListTasksRequest
-	19, // 44: tenure.v1.QueueService.Stats:input_type -> tenure.v1.QueueStatsRequest
-	21, // 45: tenure.v1.QueueService.ListQueues:input_type -> tenure.v1.ListQueuesRequest
-	26, // 46: tenure.v1.QueueService.Pipeline:input_type -> tenure.v1.QueuePipelineRequest
-	13, // 47: tenure.v1.QueueService.Retry:input_type -> tenure.v1.RetryRequest
-	4,  // 48: tenure.v1.QueueService.Enqueue:output_type -> tenure.v1.EnqueueResponse
-	6,  // 49: tenure.v1.QueueService.Claim:output_type -> tenure.v1.ClaimResponse
-	8,  // 50: tenure.v1.QueueService.Complete:output_type -> tenure.v1.CompleteResponse
-	10, // 51: tenure.v1.QueueService.Fail:output_type -> tenure.v1.FailResponse
-	12, // 52: tenure.v1.QueueService.Cancel:output_type -> tenure.v1.CancelResponse
-	16, // 53: tenure.v1.QueueService.GetTask:output_type -> tenure.v1.GetTaskResponse
-	18, // 54: tenure.v1.QueueService.ListTasks:output_type -> tenure.v1.ListTasksResponse
-	20, // 55: tenure.v1.QueueService.Stats:output_type -> tenure.v1.QueueStatsResponse
-	23, // 56: tenure.v1.QueueService.ListQueues:output_type -> tenure.v1.ListQueuesResponse
-	27, // 57: tenure.v1.QueueService.Pipeline:output_type -> tenure.v1.QueuePipelineResponse
-	14, // 58: tenure.v1.QueueService.Retry:output_type -> tenure.v1.RetryResponse
-	48, // [48:59] is the sub-list for method output_type
-	37, // [37:48] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	21, // 20: tenure.v1.QueueStatsResponse.config:type_name -> tenure.v1.QueueConfig
+	21, // 21: tenure.v1.SetQueueConfigResponse.config:type_name -> tenure.v1.QueueConfig
+	20, // 22: tenure.v1.QueueSummary.stats:type_name -> tenure.v1.QueueStatsResponse
+	25, // 23: tenure.v1.ListQueuesResponse.queues:type_name -> tenure.v1.QueueSummary
+	3,  // 24: tenure.v1.QueueOp.enqueue:type_name -> tenure.v1.EnqueueRequest
+	5,  // 25: tenure.v1.QueueOp.claim:type_name -> tenure.v1.ClaimRequest
+	7,  // 26: tenure.v1.QueueOp.complete:type_name -> tenure.v1.CompleteRequest
+	9,  // 27: tenure.v1.QueueOp.fail:type_name -> tenure.v1.FailRequest
+	11, // 28: tenure.v1.QueueOp.cancel:type_name -> tenure.v1.CancelRequest
+	15, // 29: tenure.v1.QueueOp.get_task:type_name -> tenure.v1.GetTaskRequest
+	4,  // 30: tenure.v1.QueueResult.enqueue:type_name -> tenure.v1.EnqueueResponse
+	6,  // 31: tenure.v1.QueueResult.claim:type_name -> tenure.v1.ClaimResponse
+	8,  // 32: tenure.v1.QueueResult.complete:type_name -> tenure.v1.CompleteResponse
+	10, // 33: tenure.v1.QueueResult.fail:type_name -> tenure.v1.FailResponse
+	12, // 34: tenure.v1.QueueResult.cancel:type_name -> tenure.v1.CancelResponse
+	16, // 35: tenure.v1.QueueResult.get_task:type_name -> tenure.v1.GetTaskResponse
+	34, // 36: tenure.v1.QueueResult.error:type_name -> tenure.v1.PipelineError
+	27, // 37: tenure.v1.QueuePipelineRequest.ops:type_name -> tenure.v1.QueueOp
+	28, // 38: tenure.v1.QueuePipelineResponse.results:type_name -> tenure.v1.QueueResult
+	3,  // 39: tenure.v1.QueueService.Enqueue:input_type -> tenure.v1.EnqueueRequest
+	5,  // 40: tenure.v1.QueueService.Claim:input_type -> tenure.v1.ClaimRequest
+	7,  // 41: tenure.v1.QueueService.Complete:input_type -> tenure.v1.CompleteRequest
+	9,  // 42: tenure.v1.QueueService.Fail:input_type -> tenure.v1.FailRequest
+	11, // 43: tenure.v1.QueueService.Cancel:input_type -> tenure.v1.CancelRequest
+	15, // 44: tenure.v1.QueueService.GetTask:input_type -> tenure.v1.GetTaskRequest
+	17, // 45: tenure.v1.QueueService.ListTasks:input_type -> tenure.v1.ListTasksRequest
+	19, // 46: tenure.v1.QueueService.Stats:input_type -> tenure.v1.QueueStatsRequest
+	24, // 47: tenure.v1.QueueService.ListQueues:input_type -> tenure.v1.ListQueuesRequest
+	29, // 48: tenure.v1.QueueService.Pipeline:input_type -> tenure.v1.QueuePipelineRequest
+	13, // 49: tenure.v1.QueueService.Retry:input_type -> tenure.v1.RetryRequest
+	22, // 50: tenure.v1.QueueService.SetQueueConfig:input_type -> tenure.v1.SetQueueConfigRequest
+	4,  // 51: tenure.v1.QueueService.Enqueue:output_type -> tenure.v1.EnqueueResponse
+	6,  // 52: tenure.v1.QueueService.Claim:output_type -> tenure.v1.ClaimResponse
+	8,  // 53: tenure.v1.QueueService.Complete:output_type -> tenure.v1.CompleteResponse
+	10, // 54: tenure.v1.QueueService.Fail:output_type -> tenure.v1.FailResponse
+	12, // 55: tenure.v1.QueueService.Cancel:output_type -> tenure.v1.CancelResponse
+	16, // 56: tenure.v1.QueueService.GetTask:output_type -> tenure.v1.GetTaskResponse
+	18, // 57: tenure.v1.QueueService.ListTasks:output_type -> tenure.v1.ListTasksResponse
+	20, // 58: tenure.v1.QueueService.Stats:output_type -> tenure.v1.QueueStatsResponse
+	26, // 59: tenure.v1.QueueService.ListQueues:output_type -> tenure.v1.ListQueuesResponse
+	30, // 60: tenure.v1.QueueService.Pipeline:output_type -> tenure.v1.QueuePipelineResponse
+	14, // 61: tenure.v1.QueueService.Retry:output_type -> tenure.v1.RetryResponse
+	23, // 62: tenure.v1.QueueService.SetQueueConfig:output_type -> tenure.v1.SetQueueConfigResponse
+	51, // [51:63] is the sub-list for method output_type
+	39, // [39:51] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_queue_proto_init() }
@@ -2276,7 +2456,7 @@ func file_tenure_v1_queue_proto_init() {
 		return
 	}
 	file_tenure_v1_lease_proto_init()
-	file_tenure_v1_queue_proto_msgTypes[23].OneofWrappers = []any{
+	file_tenure_v1_queue_proto_msgTypes[26].OneofWrappers = []any{
 		(*QueueOp_Enqueue)(nil),
 		(*QueueOp_Claim)(nil),
 		(*QueueOp_Complete)(nil),
@@ -2284,7 +2464,7 @@ func file_tenure_v1_queue_proto_init() {
 		(*QueueOp_Cancel)(nil),
 		(*QueueOp_GetTask)(nil),
 	}
-	file_tenure_v1_queue_proto_msgTypes[24].OneofWrappers = []any{
+	file_tenure_v1_queue_proto_msgTypes[27].OneofWrappers = []any{
 		(*QueueResult_Enqueue)(nil),
 		(*QueueResult_Claim)(nil),
 		(*QueueResult_Complete)(nil),
@@ -2299,7 +2479,7 @@ func file_tenure_v1_queue_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_queue_proto_rawDesc), len(file_tenure_v1_queue_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -55,6 +55,9 @@ const (
 	QueueServicePipelineProcedure = "/tenure.v1.QueueService/Pipeline"
 	// QueueServiceRetryProcedure is the fully-qualified name of the QueueService's Retry RPC.
 	QueueServiceRetryProcedure = "/tenure.v1.QueueService/Retry"
+	// QueueServiceSetQueueConfigProcedure is the fully-qualified name of the QueueService's
+	// SetQueueConfig RPC.
+	QueueServiceSetQueueConfigProcedure = "/tenure.v1.QueueService/SetQueueConfig"
 )
 
 // QueueServiceClient is a client for the tenure.v1.QueueService service.
@@ -78,6 +81,10 @@ type QueueServiceClient interface {
 	// Retry runs a dead, cancelled, succeeded or failed task again from its
 	// first attempt (RetryRequest).
 	Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error)
+	// SetQueueConfig sets a queue's defaults: the max_attempts of tasks
+	// enqueued without one (River's and Postgres queues' per-queue retry
+	// limit). Stats answers them.
+	SetQueueConfig(context.Context, *connect.Request[v1.SetQueueConfigRequest]) (*connect.Response[v1.SetQueueConfigResponse], error)
 }
 
 // NewQueueServiceClient constructs a client for the tenure.v1.QueueService service. By default, it
@@ -157,22 +164,29 @@ func NewQueueServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(queueServiceMethods.ByName("Retry")),
 			connect.WithClientOptions(opts...),
 		),
+		setQueueConfig: connect.NewClient[v1.SetQueueConfigRequest, v1.SetQueueConfigResponse](
+			httpClient,
+			baseURL+QueueServiceSetQueueConfigProcedure,
+			connect.WithSchema(queueServiceMethods.ByName("SetQueueConfig")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // queueServiceClient implements QueueServiceClient.
 type queueServiceClient struct {
-	enqueue    *connect.Client[v1.EnqueueRequest, v1.EnqueueResponse]
-	claim      *connect.Client[v1.ClaimRequest, v1.ClaimResponse]
-	complete   *connect.Client[v1.CompleteRequest, v1.CompleteResponse]
-	fail       *connect.Client[v1.FailRequest, v1.FailResponse]
-	cancel     *connect.Client[v1.CancelRequest, v1.CancelResponse]
-	getTask    *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
-	listTasks  *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
-	stats      *connect.Client[v1.QueueStatsRequest, v1.QueueStatsResponse]
-	listQueues *connect.Client[v1.ListQueuesRequest, v1.ListQueuesResponse]
-	pipeline   *connect.Client[v1.QueuePipelineRequest, v1.QueuePipelineResponse]
-	retry      *connect.Client[v1.RetryRequest, v1.RetryResponse]
+	enqueue        *connect.Client[v1.EnqueueRequest, v1.EnqueueResponse]
+	claim          *connect.Client[v1.ClaimRequest, v1.ClaimResponse]
+	complete       *connect.Client[v1.CompleteRequest, v1.CompleteResponse]
+	fail           *connect.Client[v1.FailRequest, v1.FailResponse]
+	cancel         *connect.Client[v1.CancelRequest, v1.CancelResponse]
+	getTask        *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
+	listTasks      *connect.Client[v1.ListTasksRequest, v1.ListTasksResponse]
+	stats          *connect.Client[v1.QueueStatsRequest, v1.QueueStatsResponse]
+	listQueues     *connect.Client[v1.ListQueuesRequest, v1.ListQueuesResponse]
+	pipeline       *connect.Client[v1.QueuePipelineRequest, v1.QueuePipelineResponse]
+	retry          *connect.Client[v1.RetryRequest, v1.RetryResponse]
+	setQueueConfig *connect.Client[v1.SetQueueConfigRequest, v1.SetQueueConfigResponse]
 }
 
 // Enqueue calls tenure.v1.QueueService.Enqueue.
@@ -230,6 +244,11 @@ func (c *queueServiceClient) Retry(ctx context.Context, req *connect.Request[v1.
 	return c.retry.CallUnary(ctx, req)
 }
 
+// SetQueueConfig calls tenure.v1.QueueService.SetQueueConfig.
+func (c *queueServiceClient) SetQueueConfig(ctx context.Context, req *connect.Request[v1.SetQueueConfigRequest]) (*connect.Response[v1.SetQueueConfigResponse], error) {
+	return c.setQueueConfig.CallUnary(ctx, req)
+}
+
 // QueueServiceHandler is an implementation of the tenure.v1.QueueService service.
 type QueueServiceHandler interface {
 	Enqueue(context.Context, *connect.Request[v1.EnqueueRequest]) (*connect.Response[v1.EnqueueResponse], error)
@@ -251,6 +270,10 @@ type QueueServiceHandler interface {
 	// Retry runs a dead, cancelled, succeeded or failed task again from its
 	// first attempt (RetryRequest).
 	Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error)
+	// SetQueueConfig sets a queue's defaults: the max_attempts of tasks
+	// enqueued without one (River's and Postgres queues' per-queue retry
+	// limit). Stats answers them.
+	SetQueueConfig(context.Context, *connect.Request[v1.SetQueueConfigRequest]) (*connect.Response[v1.SetQueueConfigResponse], error)
 }
 
 // NewQueueServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -326,6 +349,12 @@ func NewQueueServiceHandler(svc QueueServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(queueServiceMethods.ByName("Retry")),
 		connect.WithHandlerOptions(opts...),
 	)
+	queueServiceSetQueueConfigHandler := connect.NewUnaryHandler(
+		QueueServiceSetQueueConfigProcedure,
+		svc.SetQueueConfig,
+		connect.WithSchema(queueServiceMethods.ByName("SetQueueConfig")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.QueueService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case QueueServiceEnqueueProcedure:
@@ -350,6 +379,8 @@ func NewQueueServiceHandler(svc QueueServiceHandler, opts ...connect.HandlerOpti
 			queueServicePipelineHandler.ServeHTTP(w, r)
 		case QueueServiceRetryProcedure:
 			queueServiceRetryHandler.ServeHTTP(w, r)
+		case QueueServiceSetQueueConfigProcedure:
+			queueServiceSetQueueConfigHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -401,4 +432,8 @@ func (UnimplementedQueueServiceHandler) Pipeline(context.Context, *connect.BidiS
 
 func (UnimplementedQueueServiceHandler) Retry(context.Context, *connect.Request[v1.RetryRequest]) (*connect.Response[v1.RetryResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.QueueService.Retry is not implemented"))
+}
+
+func (UnimplementedQueueServiceHandler) SetQueueConfig(context.Context, *connect.Request[v1.SetQueueConfigRequest]) (*connect.Response[v1.SetQueueConfigResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.QueueService.SetQueueConfig is not implemented"))
 }
