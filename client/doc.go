@@ -66,8 +66,10 @@
 // it renews ends other than by this client's release (revoked, expired,
 // transferred, ended with an ancestor, its task cancelled): such a lease is
 // lost as soon as the
-// stream hears of it, not at its next renewal, once the heartbeat has renewed
-// it (within ttl/3 of the grant; before that, its first renewal is refused).
+// stream hears of it, not at its next renewal. The stream follows a lease
+// from its first renewal, or from half a second after its grant if that
+// comes first (KeepAliveRequest.follow_lease_ids): a lease that ends sooner
+// is heard of then.
 //
 // Every loss is a *LostError matching ErrLeaseLost. When Done is closed the
 // caller must stop acting as the holder: stop writing, stop the work, and

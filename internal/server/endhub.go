@@ -16,7 +16,7 @@ import (
 // ancestor's end. The
 // holder learns at once instead of at its next renewal, up to a third of
 // the ttl later. Leases are indexed by fence, each followed by the stream
-// that renewed it last; every end of a followed lease drops it, so the
+// that renewed (or followed, follow_lease_ids) it last; every end of a followed lease drops it, so the
 // index holds live leases only (and a stream's, until the stream ends).
 type endHub struct {
 	mu      sync.Mutex
