@@ -138,6 +138,26 @@ func (s *Server) principal(r *http.Request) (*auth.Principal, error) {
 		"no credentials: %s", how)
 }
 
+// stillValid reports whether the bearer token a stream was opened with
+// (its request header h) still names its principal: an auth file reload
+// that revoked it ends the streams open with it (checked at each of their
+// messages, and every second on a Watch), not only later requests.
+func (s *Server) stillValid(ctx context.Context, h http.Header) error {
+	p := principalOf(ctx)
+	if p == nil || s.cfg.Auth == nil {
+		return nil
+	}
+	token, err := auth.ParseAuthorization(h.Get("Authorization"))
+	if err != nil {
+		return nil // a client certificate: its connection's, for its life
+	}
+	if q, ok := s.cfg.Auth.Token(token); ok && q.Name == p.Name {
+		return nil
+	}
+	return s.toConnect(authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "revoked"},
+		"the bearer token this stream was opened with was revoked by an auth file reload"))
+}
+
 // charge takes n requests from p's token bucket, or answers QUOTA_EXCEEDED.
 func (s *Server) charge(p *auth.Principal, n int) error {
 	l := p.Limiter()

@@ -28,7 +28,7 @@ const maxPipelineInFlight = 4096
 // entries through the proposer, so a pipelined client gets group commit
 // without paying for an HTTP/2 request per operation.
 func (h *leaseService) Pipeline(ctx context.Context, stream *connect.BidiStream[tenurev1.PipelineRequest, tenurev1.PipelineResponse]) error {
-	return servePipeline(ctx, stream, (*tenurev1.PipelineRequest).GetOps, h.runOp, h.startOp,
+	return servePipeline(ctx, stream, h.s.stillValid, (*tenurev1.PipelineRequest).GetOps, h.runOp, h.startOp,
 		func(rs []*tenurev1.PipelineResult) *tenurev1.PipelineResponse {
 			return &tenurev1.PipelineResponse{Results: rs}
 		})
@@ -42,7 +42,7 @@ func (h *leaseService) Pipeline(ctx context.Context, stream *connect.BidiStream[
 // and hands the result to its deliver func later. Every other operation
 // runs in a goroutine of its own (run).
 func servePipeline[Req, Res, Op, Result any](ctx context.Context, stream *connect.BidiStream[Req, Res],
-	ops func(*Req) []*Op, run func(context.Context, http.Header, *Op) *Result,
+	valid func(context.Context, http.Header) error, ops func(*Req) []*Op, run func(context.Context, http.Header, *Op) *Result,
 	start func(context.Context, http.Header, *Op, func(*Result)) bool, respond func([]*Result) *Res) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -79,6 +79,9 @@ func servePipeline[Req, Res, Op, Result any](ctx context.Context, stream *connec
 		req, recvErr = stream.Receive()
 		if recvErr != nil {
 			break
+		}
+		if err := valid(ctx, hdr); err != nil {
+			return err
 		}
 		for _, op := range ops(req) {
 			select {

@@ -15,7 +15,7 @@ import (
 // RPC's authorization, forwarding and handler, and concurrent ones share
 // Raft entries.
 func (h *poolService) Pipeline(ctx context.Context, stream *connect.BidiStream[tenurev1.PoolPipelineRequest, tenurev1.PoolPipelineResponse]) error {
-	return servePipeline(ctx, stream, (*tenurev1.PoolPipelineRequest).GetOps, h.runOp, h.startOp,
+	return servePipeline(ctx, stream, h.s.stillValid, (*tenurev1.PoolPipelineRequest).GetOps, h.runOp, h.startOp,
 		func(rs []*tenurev1.PoolResult) *tenurev1.PoolPipelineResponse {
 			return &tenurev1.PoolPipelineResponse{Results: rs}
 		})

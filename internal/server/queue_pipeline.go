@@ -15,7 +15,7 @@ import (
 // RPC's authorization, forwarding and handler, and concurrent ones share
 // Raft entries. A Claim that waits long-polls in its own goroutine.
 func (h *queueService) Pipeline(ctx context.Context, stream *connect.BidiStream[tenurev1.QueuePipelineRequest, tenurev1.QueuePipelineResponse]) error {
-	return servePipeline(ctx, stream, (*tenurev1.QueuePipelineRequest).GetOps, h.runOp, h.startOp,
+	return servePipeline(ctx, stream, h.s.stillValid, (*tenurev1.QueuePipelineRequest).GetOps, h.runOp, h.startOp,
 		func(rs []*tenurev1.QueueResult) *tenurev1.QueuePipelineResponse {
 			return &tenurev1.QueuePipelineResponse{Results: rs}
 		})

@@ -494,3 +494,64 @@ func TestHolderWideCallsStayInTheCallersNamespaces(t *testing.T) {
 		t.Fatalf("root's renewal of w1's leases: %v, %v", r, err)
 	}
 }
+
+// TestRevokedTokenEndsOpenStreams: a token an auth file reload revoked
+// stops working on the streams already open with it too: a Pipeline or a
+// KeepAlive at its next message, a Watch within a second.
+func TestRevokedTokenEndsOpenStreams(t *testing.T) {
+	b := startSecure(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w1 := b.as("tok-w1")
+	l, err := w1.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "revoked/token", Ttl: durationpb.New(time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := w1.leases.Pipeline(ctx)
+	ka := w1.leases.KeepAlive(ctx)
+	wa, err := b.as("tok-r1").leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Namespace: "team-a"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ps.CloseRequest()
+		ps.CloseResponse()
+		ka.CloseRequest()
+		ka.CloseResponse()
+		wa.Close()
+	}()
+	get := &tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{{Id: 1, Op: &tenurev1.PipelineOp_Get{Get: &tenurev1.GetRequest{LeaseId: l.Msg.Lease.LeaseId}}}}}
+	if err := ps.Send(get); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.Receive(); err != nil {
+		t.Fatalf("pipeline before the reload: %v", err)
+	}
+	renew := &tenurev1.KeepAliveRequest{RequestId: 1, LeaseIds: []string{l.Msg.Lease.LeaseId}}
+	if err := ka.Send(renew); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ka.Receive(); err != nil {
+		t.Fatalf("keepalive before the reload: %v", err)
+	}
+	if err := os.WriteFile(b.authPath, []byte(`{"tokens":[{"token":"tok-root","principal":"root","roles":["admin"],"namespaces":["*"]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.srv.ReloadAuth(); err != nil {
+		t.Fatal(err)
+	}
+	_ = ps.Send(get)
+	if _, err := ps.Receive(); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("pipeline after the token was revoked: %v", err)
+	}
+	renew.RequestId = 2
+	_ = ka.Send(renew)
+	if _, err := ka.Receive(); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("keepalive after the token was revoked: %v", err)
+	}
+	for wa.Receive() {
+	}
+	if err := wa.Err(); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("watch after the token was revoked: %v", err)
+	}
+}

@@ -70,10 +70,11 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	inOrder := m.AfterIndex != 0
 	hw := heldWriterOf(ctx) // one flush per round of events, not per event
 	defer hw.release()
-	// A member removed from the cluster hears of no more records: the
-	// watch ends, so that the caller goes on from another member.
-	voter := time.NewTicker(watchVoterCheck)
-	defer voter.Stop()
+	// Every second: a member removed from the cluster hears of no more
+	// records, so the watch ends and the caller goes on from another
+	// member; and a token revoked since the watch began ends it.
+	recheck := time.NewTicker(watchRecheck)
+	defer recheck.Stop()
 	for {
 		hw.hold()
 		if inOrder {
@@ -124,7 +125,10 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 			return nil // the caller went away
 		case <-s.closing:
 			return errShuttingDown()
-		case <-voter.C:
+		case <-recheck.C:
+			if err := s.stillValid(ctx, req.Header()); err != nil {
+				return err
+			}
 			if !s.node.IsVoter() {
 				return s.toConnect(&registrar.Error{Reason: registrar.ReasonUnavailable,
 					Metadata: map[string]string{"last_index": utoa(after)},
@@ -135,9 +139,9 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	}
 }
 
-// watchVoterCheck is how often a quiet Watch checks that its member is
-// still in the cluster.
-const watchVoterCheck = time.Second
+// watchRecheck is how often a quiet Watch checks that its member is
+// still in the cluster and its token still valid.
+const watchRecheck = time.Second
 
 // watchAhead is how often a Watch resuming past this member's last record
 // checks whether the member is in step with the cluster.
@@ -245,6 +249,9 @@ func (h *leaseService) KeepAlive(ctx context.Context, stream *connect.BidiStream
 				}
 			}
 			continue
+		}
+		if err := s.stillValid(ctx, stream.RequestHeader()); err != nil {
+			return err
 		}
 		if m.NotifyEnded && ends == nil {
 			ends = s.ends.add()
