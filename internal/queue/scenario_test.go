@@ -608,14 +608,7 @@ func TestPendingTasksQuota(t *testing.T) {
 	e.mustEnqueue("b", &logpb.NewTask{TaskId: "u1", Payload: make([]byte, 100)})
 	// Full again: 3 tasks, 100 bytes.
 	wantReason(t, e.enqueue("b", task("u2", 0)).Err, registrar.ReasonQuotaExceeded)
-	snap, err := e.m.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rm, err := statemachine.Restore(statemachine.DefaultConfig(), snap)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rm := e.restored()
 	res := rm.Apply(&logpb.Command{Tick: int64(e.tick), Wall: e.wall(), Op: &logpb.Command_Enqueue{Enqueue: &logpb.Enqueue{Queue: "b", Tasks: []*logpb.NewTask{task("u2", 0)}}}})
 	if res.Queue == nil || registrar.ReasonOf(res.Queue.Err) != registrar.ReasonQuotaExceeded {
 		t.Fatalf("a restored replica accepted what the live one refused: %+v", res.Queue)
@@ -648,15 +641,7 @@ func TestQueueDefaultMaxAttempts(t *testing.T) {
 	if len(e.log) != before {
 		t.Fatal("setting the same default again recorded an event")
 	}
-	snap, err := e.m.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rm, err := statemachine.Restore(statemachine.DefaultConfig(), snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := rm.Queues().MaxAttemptsOf("", "q"); got != 2 {
+	if got := e.restored().Queues().MaxAttemptsOf("", "q"); got != 2 {
 		t.Fatalf("restored: %d", got)
 	}
 	e.checkReplay()

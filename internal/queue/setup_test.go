@@ -127,6 +127,20 @@ func wantReason(t tb, err error, want registrar.Reason) {
 	}
 }
 
+// restored is a machine restored from a snapshot of m now.
+func (e *env) restored() *statemachine.Machine {
+	e.t.Helper()
+	snap, err := e.m.Snapshot()
+	if err != nil {
+		e.t.Fatalf("snapshot: %v", err)
+	}
+	rm, err := statemachine.Restore(statemachine.DefaultConfig(), snap)
+	if err != nil {
+		e.t.Fatalf("restore: %v", err)
+	}
+	return rm
+}
+
 // checkReplay replays the ledger into a fresh machine and compares
 // snapshots, then restores the snapshot and compares again.
 func (e *env) checkReplay() {

@@ -143,34 +143,21 @@ func PolicyFromProto(base Policy, pb *tenurev1.NamespacePolicy) Policy {
 	if pb.MaxRenewals != 0 {
 		base.MaxRenewals = pb.MaxRenewals
 	}
-	if pb.MaxActivePerHolder != 0 {
-		base.MaxActivePerHolder = pb.MaxActivePerHolder
+	count := func(v uint64, into *uint64) { // 0: not set
+		if v != 0 {
+			*into = v
+		}
 	}
-	if pb.MaxActivePerNamespace != 0 {
-		base.MaxActivePerNamespace = pb.MaxActivePerNamespace
-	}
-	if pb.MaxWaitersPerResource != 0 {
-		base.MaxWaitersPerResource = pb.MaxWaitersPerResource
-	}
-	if pb.MaxRetainedLeases != 0 {
-		base.MaxRetainedLeases = pb.MaxRetainedLeases
-	}
-	if pb.MaxRetainedTasks != 0 {
-		base.MaxRetainedTasks = pb.MaxRetainedTasks
-	}
+	count(pb.MaxActivePerHolder, &base.MaxActivePerHolder)
+	count(pb.MaxActivePerNamespace, &base.MaxActivePerNamespace)
+	count(pb.MaxWaitersPerResource, &base.MaxWaitersPerResource)
+	count(pb.MaxRetainedLeases, &base.MaxRetainedLeases)
+	count(pb.MaxRetainedTasks, &base.MaxRetainedTasks)
+	count(pb.MaxStateBytes, &base.MaxStateBytes)
+	count(pb.MaxPendingTasks, &base.MaxPendingTasks)
+	count(pb.MaxPendingTaskBytes, &base.MaxPendingTaskBytes)
+	count(pb.MaxPoolPieces, &base.MaxPoolPieces)
 	base.AlwaysCertify = pb.AlwaysCertify
-	if pb.MaxStateBytes != 0 {
-		base.MaxStateBytes = pb.MaxStateBytes
-	}
-	if pb.MaxPendingTasks != 0 {
-		base.MaxPendingTasks = pb.MaxPendingTasks
-	}
-	if pb.MaxPendingTaskBytes != 0 {
-		base.MaxPendingTaskBytes = pb.MaxPendingTaskBytes
-	}
-	if pb.MaxPoolPieces != 0 {
-		base.MaxPoolPieces = pb.MaxPoolPieces
-	}
 	if pb.TaskMaxRenewals != nil {
 		base.TaskMaxRenewals = *pb.TaskMaxRenewals
 	}
