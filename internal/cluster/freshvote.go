@@ -43,7 +43,7 @@ type freshVoter struct {
 	warned   bool
 }
 
-// newFreshVoter wraps trans; call start once Raft runs on it.
+// newFreshVoter wraps trans; call run once Raft runs on it.
 func newFreshVoter(trans *raft.NetworkTransport, id raft.ServerID, log *slog.Logger) *freshVoter {
 	return &freshVoter{Transport: trans, pre: trans, rpcs: make(chan raft.RPC), log: log,
 		header: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: trans.EncodePeer(id, trans.LocalAddr())}}

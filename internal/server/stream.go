@@ -75,7 +75,26 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	// member; and a token revoked since the watch began ends it.
 	recheck := time.NewTicker(watchRecheck)
 	defer recheck.Stop()
+	stillWanted := func() error {
+		if err := s.stillValid(ctx, req.Header()); err != nil {
+			return err
+		}
+		if !s.node.IsVoter() {
+			return s.toConnect(&registrar.Error{Reason: registrar.ReasonUnavailable,
+				Metadata: map[string]string{"last_index": utoa(after)},
+				Message: string(registrar.ReasonUnavailable) + ": this member is not a voter of the cluster's configuration " +
+					"(removed, or not yet added) and hears of no new events: watch from another member, after index " + utoa(after)})
+		}
+		return nil
+	}
 	for {
+		select {
+		case <-recheck.C: // a busy watch too
+			if err := stillWanted(); err != nil {
+				return err
+			}
+		default:
+		}
 		hw.hold()
 		if inOrder {
 			recs, _, err := feed.Read(after, watchBatch)
@@ -126,14 +145,8 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 		case <-s.closing:
 			return errShuttingDown()
 		case <-recheck.C:
-			if err := s.stillValid(ctx, req.Header()); err != nil {
+			if err := stillWanted(); err != nil {
 				return err
-			}
-			if !s.node.IsVoter() {
-				return s.toConnect(&registrar.Error{Reason: registrar.ReasonUnavailable,
-					Metadata: map[string]string{"last_index": utoa(after)},
-					Message: string(registrar.ReasonUnavailable) + ": this member is not a voter of the cluster's configuration " +
-						"(removed, or not yet added) and hears of no new events: watch from another member, after index " + utoa(after)})
 			}
 		}
 	}
