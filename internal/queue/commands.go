@@ -184,6 +184,12 @@ func (qs *Queues) checkPending(ns string, c *logpb.Enqueue) error {
 		n++
 		bytes += uint64(len(nt.Payload))
 	}
+	return qs.checkPendingRoom(ns, c.Queue, n, bytes)
+}
+
+// checkPendingRoom refuses n more unfinished tasks of these payload bytes
+// in a queue of namespace ns past the namespace's quotas.
+func (qs *Queues) checkPendingRoom(ns, queueName string, n, bytes uint64) error {
 	if n == 0 {
 		return nil
 	}
@@ -192,7 +198,7 @@ func (qs *Queues) checkPending(ns string, c *logpb.Enqueue) error {
 		have = *p
 	}
 	pol := qs.reg.Policy(ns)
-	scope := map[string]string{"namespace": ns, "queue": c.Queue}
+	scope := map[string]string{"namespace": ns, "queue": queueName}
 	if have.tasks+n > pol.MaxPendingTasks {
 		return registrar.Quota("max_pending_tasks", pol.MaxPendingTasks, scope,
 			"namespace %s has %d unfinished tasks; %d more would take it past its limit of %d (max_pending_tasks)",
@@ -513,6 +519,12 @@ func (qs *Queues) Retry(tx *registrar.Tx, c *logpb.RetryTask) Outcome {
 	if t.state == Queued || t.state == Leased {
 		v := qs.view(t)
 		return Outcome{Task: &v}
+	}
+	if t.state.Finished() {
+		// Unfinished again: it counts against the quotas as a new task.
+		if err := qs.checkPendingRoom(t.q.ns, t.q.name, 1, uint64(len(t.payload))); err != nil {
+			return fail(err)
+		}
 	}
 	tx.Emit(&logpb.Record{Body: &logpb.Record_TaskRetried{TaskRetried: &logpb.TaskRetried{
 		Task: qs.ref(t), ReadyAt: tx.Wall,

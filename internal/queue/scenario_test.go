@@ -608,6 +608,8 @@ func TestPendingTasksQuota(t *testing.T) {
 	e.mustEnqueue("b", &logpb.NewTask{TaskId: "u1", Payload: make([]byte, 100)})
 	// Full again: 3 tasks, 100 bytes.
 	wantReason(t, e.enqueue("b", task("u2", 0)).Err, registrar.ReasonQuotaExceeded)
+	// Running the completed task again would be a fourth.
+	wantReason(t, e.retry("a", claimed.Tasks[0].ID).Err, registrar.ReasonQuotaExceeded)
 	rm := e.restored()
 	res := rm.Apply(&logpb.Command{Tick: int64(e.tick), Wall: e.wall(), Op: &logpb.Command_Enqueue{Enqueue: &logpb.Enqueue{Queue: "b", Tasks: []*logpb.NewTask{task("u2", 0)}}}})
 	if res.Queue == nil || registrar.ReasonOf(res.Queue.Err) != registrar.ReasonQuotaExceeded {

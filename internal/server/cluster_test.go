@@ -687,17 +687,25 @@ func TestRemoveLeaderThenAddBack(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "not a voter of the cluster's configuration") {
 		t.Fatalf("/readyz of the removed member: %d %s", resp.StatusCode, body)
 	}
-	// A watch on it ends rather than waiting for events it never hears of.
-	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ws, err := old.leases.Watch(wctx, connect.NewRequest(&tenurev1.WatchRequest{}))
+	// A watch on it ends rather than waiting for events it never hears
+	// of: from now, and from an index past its last (the cluster's
+	// ledger moved on without it).
+	st, err := statusOf(next)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for ws.Receive() {
-	}
-	wcancel()
-	if err := ws.Err(); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "watch from another member") {
-		t.Fatalf("Watch on the removed member: %v", err)
+	for _, after := range []uint64{0, st.CommitIndex + 1000} {
+		wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ws, err := old.leases.Watch(wctx, connect.NewRequest(&tenurev1.WatchRequest{AfterIndex: after}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ws.Receive() {
+		}
+		wcancel()
+		if err := ws.Err(); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "watch from another member") {
+			t.Fatalf("Watch on the removed member after %d: %v", after, err)
+		}
 	}
 	if err := whileNotLeader(func() error {
 		_, err := next.cluster.AddVoter(context.Background(), connect.NewRequest(&tenurev1.AddVoterRequest{

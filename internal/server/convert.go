@@ -251,6 +251,7 @@ func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 		renderPoolEvent(ev, d, b.Pool)
 	case *logpb.Record_QueueConfigured:
 		ev.Type, ev.Namespace = EventQueueConfigured, b.QueueConfigured.Namespace
+		ev.Resource = queue.Resource(b.QueueConfigured.Queue, "")
 		d["queue"], d["max_attempts"] = b.QueueConfigured.Queue, utoa(uint64(b.QueueConfigured.MaxAttempts))
 	}
 	if len(d) > 0 {

@@ -80,10 +80,7 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 			return err
 		}
 		if !s.node.IsVoter() {
-			return s.toConnect(&registrar.Error{Reason: registrar.ReasonUnavailable,
-				Metadata: map[string]string{"last_index": utoa(after)},
-				Message: string(registrar.ReasonUnavailable) + ": this member is not a voter of the cluster's configuration " +
-					"(removed, or not yet added) and hears of no new events: watch from another member, after index " + utoa(after)})
+			return s.toConnect(notVoter(after))
 		}
 		return nil
 	}
@@ -152,6 +149,14 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	}
 }
 
+// notVoter ends a watch on a member that is not a voter, after index after.
+func notVoter(after uint64) error {
+	return &registrar.Error{Reason: registrar.ReasonUnavailable,
+		Metadata: map[string]string{"last_index": utoa(after)},
+		Message: string(registrar.ReasonUnavailable) + ": this member is not a voter of the cluster's configuration " +
+			"(removed, or not yet added) and hears of no new events: watch from another member, after index " + utoa(after)}
+}
+
 // watchRecheck is how often a quiet Watch checks that its member is
 // still in the cluster and its token still valid.
 const watchRecheck = time.Second
@@ -169,6 +174,8 @@ const watchAhead = 2 * time.Second
 func (s *Server) awaitHead(ctx context.Context, feed *cluster.Feed, after uint64) error {
 	timer := time.NewTimer(watchAhead)
 	defer timer.Stop()
+	voter := time.NewTicker(watchRecheck)
+	defer voter.Stop()
 	for {
 		_, changed, err := feed.Read(after, 0)
 		if err != nil {
@@ -182,6 +189,10 @@ func (s *Server) awaitHead(ctx context.Context, feed *cluster.Feed, after uint64
 		case <-changed:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-voter.C:
+			if !s.node.IsVoter() { // a removed member will not reach after
+				return notVoter(after)
+			}
 		case <-timer.C:
 			if !s.inStep(ctx) {
 				timer.Reset(watchAhead)
