@@ -37,6 +37,7 @@ type Client struct {
 	closed    bool
 	leases    map[string]*Lease    // active leases of this client by id
 	acquiring map[string]int       // Acquire calls in flight per namespace + resource
+	claiming  map[string]int       // Claim calls in flight per namespace + queue
 	givenUp   map[string]time.Time // leases given up for lost (gaveUp), until when to remember them
 	strays    map[string]time.Time // namespace + resource of Acquires that ended after sending, until when
 
@@ -95,6 +96,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		clock:     cfg.clock,
 		leases:    make(map[string]*Lease),
 		acquiring: make(map[string]int),
+		claiming:  make(map[string]int),
 		givenUp:   make(map[string]time.Time),
 		strays:    make(map[string]time.Time),
 	}

@@ -351,6 +351,11 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		return err
 	})
 	if err != nil {
+		if ctx.Err() != nil && !firstSent.IsZero() && !c.cfg.sharedHolder {
+			// The grant may have crossed the call's end: give it back now
+			// rather than hold the resource for nobody until its ttl.
+			go c.releaseStrayLease(ac.namespace, resource, key)
+		}
 		return nil, err
 	}
 	if granted.GetLeaseId() == "" || granted.GetTtl().AsDuration() <= 0 {
@@ -375,6 +380,35 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		return nil, err
 	}
 	return l, nil
+}
+
+// releaseStrayLease releases the active leases of resource held by this
+// client's holder that it does not hold, while no other Acquire of the
+// resource is in flight here: granted to an Acquire that had returned.
+func (c *Client) releaseStrayLease(namespace, resource, key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), orphanTimeout)
+	defer cancel()
+	var resp *connect.Response[tenurev1.ListResponse]
+	err := c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+		var err error
+		resp, err = ep.lease.List(ctx, connect.NewRequest(&tenurev1.ListRequest{Namespace: namespace, Resource: resource,
+			Holder: c.cfg.holder, States: []tenurev1.State{tenurev1.State_STATE_ACTIVE}}))
+		return err
+	})
+	if err != nil {
+		return
+	}
+	for _, l := range resp.Msg.GetLeases() {
+		c.mu.Lock()
+		stray := l.GetHolder() == c.cfg.holder && c.leases[l.GetLeaseId()] == nil && c.acquiring[key] == 0
+		if stray {
+			delete(c.strays, key)
+		}
+		c.mu.Unlock()
+		if stray {
+			c.releaseOrphan(l)
+		}
+	}
 }
 
 // adoptable returns the lease named by held when it must be the one granted

@@ -60,19 +60,22 @@ func newPipes(c *Client, ep *endpoint) {
 
 // releaseOrphan releases a lease granted to a call that gave up on it.
 func (c *Client) releaseOrphan(l *tenurev1.Lease) {
-	if l.GetLeaseId() == "" {
+	c.releaseOrphanID(l.GetLeaseId(), l.GetHolder())
+}
+
+func (c *Client) releaseOrphanID(id, holder string) {
+	if id == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), orphanTimeout)
 	defer cancel()
-	req := &tenurev1.ReleaseRequest{LeaseId: l.GetLeaseId(), Holder: l.GetHolder(), Reason: tenurev1.ReleaseReason_RELEASE_REASON_ABORTED}
+	req := &tenurev1.ReleaseRequest{LeaseId: id, Holder: holder, Reason: tenurev1.ReleaseReason_RELEASE_REASON_ABORTED}
 	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
 		_, err := c.releaseRPC(ctx, ep, req)
 		return err
 	})
 	if err != nil {
-		c.cfg.logger.Warn("tenure: releasing a lease granted to a call that gave up on it", "lease", l.GetLeaseId(),
-			"resource", l.GetResource(), "err", err)
+		c.cfg.logger.Warn("tenure: releasing a lease granted to a call that gave up on it", "lease", id, "err", err)
 	}
 }
 

@@ -173,8 +173,22 @@ func (c *Client) Claim(ctx context.Context, queue string, o ClaimOptions, opts .
 		claimed []*tenurev1.Task
 		sent    time.Time
 	)
+	qkey := cc.namespace + "\x00" + queue
+	c.mu.Lock()
+	c.claiming[qkey]++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		if c.claiming[qkey]--; c.claiming[qkey] == 0 {
+			delete(c.claiming, qkey)
+		}
+		c.mu.Unlock()
+	}()
 	err := c.call(ctx, writeCall, func(ctx context.Context, ep *endpoint) error {
 		now := c.clock.Now()
+		if sent.IsZero() {
+			sent = now
+		}
 		resp, err := c.claimRPC(ctx, ep, req)
 		if err == nil {
 			claimed, sent = resp.GetTasks(), now
@@ -182,6 +196,12 @@ func (c *Client) Claim(ctx context.Context, queue string, o ClaimOptions, opts .
 		return err
 	})
 	if err != nil {
+		if ctx.Err() != nil && !sent.IsZero() && !c.cfg.sharedHolder {
+			// The answer may have been on its way when the call gave up:
+			// give back what it may have claimed (a task left leased to no
+			// one would use its attempt up).
+			go c.releaseStrayClaims(cc.namespace, queue, qkey)
+		}
 		return nil, err
 	}
 	out := make([]*Task, 0, len(claimed))
@@ -205,6 +225,34 @@ func (c *Client) Claim(ctx context.Context, queue string, o ClaimOptions, opts .
 		c.cfg.logger.Warn("tenure: claimed task dropped", "err", e)
 	}
 	return out, nil
+}
+
+// releaseStrayClaims releases the leases of tasks of the queue claimed for
+// this client's holder that it does not hold, while no other Claim of the
+// queue is in flight here: claimed for a call that gave up (its answer
+// crossed its cancellation).
+func (c *Client) releaseStrayClaims(namespace, queue, qkey string) {
+	ctx, cancel := context.WithTimeout(context.Background(), orphanTimeout)
+	defer cancel()
+	var token string
+	for {
+		page, next, err := c.ListTasks(ctx, queue, ListTasksOptions{States: []tenurev1.TaskState{tenurev1.TaskState_TASK_STATE_LEASED},
+			PageSize: 1000, PageToken: token}, Namespace(namespace))
+		if err != nil {
+			return
+		}
+		for _, t := range page {
+			c.mu.Lock()
+			stray := t.GetWorker() == c.cfg.holder && c.leases[t.GetLeaseId()] == nil && c.claiming[qkey] == 0
+			c.mu.Unlock()
+			if stray {
+				c.releaseOrphanID(t.GetLeaseId(), t.GetWorker())
+			}
+		}
+		if token = next; token == "" {
+			return
+		}
+	}
 }
 
 // adopt keeps alive, like an acquired lease, a lease granted to a request of

@@ -567,3 +567,44 @@ func TestWorkerDrainReportsATaskItCouldNotGiveBack(t *testing.T) {
 		t.Fatalf("task after the drain: %v %v", tk, err)
 	}
 }
+
+// A grant whose answer crossed its call's end (the caller gave up as it
+// was granted) is given back: a lease on the resource, claimed tasks of
+// the queue, held for this client's holder but not by this client. The
+// grant is made here by a second client of the same holder, as the lost
+// answer would have made it.
+func TestStrayGrantsGivenBack(t *testing.T) {
+	s := startRealServer(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	c := s.client(t, WithHolder("w-stray"))
+	other := s.client(t, WithHolder("w-stray"))
+	if _, err := other.Acquire(ctx, "stray/res", TTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := c.Acquire(ctx, "stray/mine", TTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.releaseStrayLease(DefaultNamespace, "stray/res", DefaultNamespace+"\x00stray/res")
+	c.releaseStrayLease(DefaultNamespace, "stray/mine", DefaultNamespace+"\x00stray/mine")
+	if l, err := c.Acquire(ctx, "stray/res", TTL(time.Minute)); err != nil {
+		t.Fatalf("the stray lease was not given back: %v", err)
+	} else {
+		_ = l.Release(ctx, ReleaseCompleted)
+	}
+	if mine.Err() != nil {
+		t.Fatalf("a lease this client holds was given back: %v", mine.Err())
+	}
+
+	if _, err := c.Enqueue(ctx, "stray", []NewTask{{ID: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := other.Claim(ctx, "stray", ClaimOptions{}); err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v %v", got, err)
+	}
+	c.releaseStrayClaims(DefaultNamespace, "stray", DefaultNamespace+"\x00stray")
+	task, err := c.GetTask(ctx, "stray", "t1")
+	if err != nil || task.GetState() != tenurev1.TaskState_TASK_STATE_QUEUED || task.GetAttempts() != 0 {
+		t.Fatalf("the stray claim was not given back: %v %v", task, err)
+	}
+}
