@@ -86,6 +86,7 @@ func (n *Node) AwaitWaiter(ctx context.Context, id uint64) (WaitResult, error) {
 	case r := <-ch:
 		return r, nil
 	case <-term:
+		cancel() // first: a resolution from now on is kept for a later await
 		select {
 		case r := <-ch:
 			return r, nil
@@ -95,6 +96,10 @@ func (n *Node) AwaitWaiter(ctx context.Context, id uint64) (WaitResult, error) {
 	case <-ctx.Done():
 		// A result that raced the end of ctx is still handed back (with
 		// ctx's error), so the caller can undo a grant nobody will use.
+		// Interest is dropped first (under the lock the resolution takes):
+		// a resolution after that is kept for the next await, one before
+		// it is in ch.
+		cancel()
 		select {
 		case r := <-ch:
 			return r, ctx.Err()
