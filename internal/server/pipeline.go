@@ -81,7 +81,8 @@ func servePipeline[Req, Res, Op, Result any](ctx context.Context, stream *connec
 			break
 		}
 		if err := valid(ctx, hdr); err != nil {
-			return err
+			recvErr = err // ends the stream once what is in flight is sent
+			break
 		}
 		for _, op := range ops(req) {
 			select {
