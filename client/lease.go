@@ -293,16 +293,7 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		req.Wait = durationpb.New(ac.wait)
 	}
 	key := ac.namespace + "\x00" + resource
-	c.mu.Lock()
-	c.acquiring[key]++
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		if c.acquiring[key]--; c.acquiring[key] == 0 {
-			delete(c.acquiring, key)
-		}
-		c.mu.Unlock()
-	}()
+	defer c.inFlight(c.acquiring, key)()
 
 	var (
 		granted   *tenurev1.Lease
@@ -380,6 +371,21 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		return nil, err
 	}
 	return l, nil
+}
+
+// inFlight counts a call on key in m (acquiring, claiming) until the
+// func it returns is called.
+func (c *Client) inFlight(m map[string]int, key string) func() {
+	c.mu.Lock()
+	m[key]++
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		if m[key]--; m[key] == 0 {
+			delete(m, key)
+		}
+		c.mu.Unlock()
+	}
 }
 
 // releaseStrayLease releases the active leases of resource held by this

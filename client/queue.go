@@ -174,16 +174,7 @@ func (c *Client) Claim(ctx context.Context, queue string, o ClaimOptions, opts .
 		sent    time.Time
 	)
 	qkey := cc.namespace + "\x00" + queue
-	c.mu.Lock()
-	c.claiming[qkey]++
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		if c.claiming[qkey]--; c.claiming[qkey] == 0 {
-			delete(c.claiming, qkey)
-		}
-		c.mu.Unlock()
-	}()
+	defer c.inFlight(c.claiming, qkey)()
 	err := c.call(ctx, writeCall, func(ctx context.Context, ep *endpoint) error {
 		now := c.clock.Now()
 		if sent.IsZero() {
