@@ -154,6 +154,9 @@ func (c *Client) VerifyAll(ctx context.Context, ids []string, opts ...VerifyOpti
 			return nil, fmt.Errorf("tenure: declare restart: %w", err)
 		}
 	}
+	if len(ids) == 0 {
+		return nil, nil // nothing to ask about (Verify refuses an empty list)
+	}
 	var out []Verified
 	err := c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
 		resp, err := ep.lease.Verify(ctx, connect.NewRequest(&tenurev1.VerifyRequest{LeaseIds: ids}))

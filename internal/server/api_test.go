@@ -277,16 +277,76 @@ func TestBinaryBodyThatDoesNotDecode(t *testing.T) {
 	resp.Body.Close()
 }
 
-// TestRenewNamesTheBadID: a Renew of several ids, one of them malformed,
-// is refused whole, naming the entry.
-func TestRenewNamesTheBadID(t *testing.T) {
+// TestRenewListsTheBadID: a Renew of several ids lists a malformed one
+// as its own failure, naming the entry, and renews the others (API.md:
+// with several ids the call succeeds and lists each failure); a Renew of
+// one malformed id is refused whole.
+func TestRenewListsTheBadID(t *testing.T) {
 	b := setup(t)
-	code, out := b.postJSON(t, "LeaseService/Renew", `{"leaseIds":["x",""]}`)
-	if code == http.StatusOK || errorReason(t, out) != "INVALID_ARGUMENT" {
-		t.Fatalf("got %d %v, want INVALID_ARGUMENT", code, out)
+	code, out := b.postJSON(t, "LeaseService/Acquire", `{"resource":"rn/a","holder":"w","ttl":"10s"}`)
+	if code != http.StatusOK {
+		t.Fatalf("acquire: %d %v", code, out)
 	}
-	if msg, _ := out["message"].(string); !strings.HasPrefix(msg, "INVALID_ARGUMENT: lease_ids[1]: ") {
-		t.Errorf("message %q does not name lease_ids[1]", msg)
+	id := out["lease"].(map[string]any)["leaseId"].(string)
+	code, out = b.postJSON(t, "LeaseService/Renew", `{"leaseIds":["`+id+`","","nope"],"ttl":"20s"}`)
+	if code != http.StatusOK {
+		t.Fatalf("renew of three ids: %d %v, want 200", code, out)
+	}
+	if leases, _ := out["leases"].([]any); len(leases) != 1 || leases[0].(map[string]any)["leaseId"] != id {
+		t.Errorf("renewed %v, want only %s", out["leases"], id)
+	}
+	fs, _ := out["failures"].([]any)
+	if len(fs) != 2 {
+		t.Fatalf("failures %v, want two", out["failures"])
+	}
+	if f := fs[0].(map[string]any); f["reason"] != "INVALID_ARGUMENT" || !strings.HasPrefix(f["message"].(string), "INVALID_ARGUMENT: lease_ids[1]: ") {
+		t.Errorf("first failure %v, want INVALID_ARGUMENT naming lease_ids[1]", f)
+	}
+	if f := fs[1].(map[string]any); f["reason"] != "LEASE_NOT_FOUND" || f["leaseId"] != "nope" {
+		t.Errorf("second failure %v, want LEASE_NOT_FOUND for nope", f)
+	}
+	// Every id malformed: still answered per id, unless the rest of the
+	// request is bad too.
+	code, out = b.postJSON(t, "LeaseService/Renew", `{"leaseIds":["",""]}`)
+	if fs, _ := out["failures"].([]any); code != http.StatusOK || len(fs) != 2 {
+		t.Errorf("renew of two empty ids: %d %v, want 200 with two failures", code, out)
+	}
+	code, out = b.postJSON(t, "LeaseService/Renew", `{"leaseIds":["",""],"ttl":"-1s"}`)
+	if code == http.StatusOK || errorReason(t, out) != "TTL_OUT_OF_RANGE" {
+		t.Errorf("renew with a negative ttl: %d %v, want TTL_OUT_OF_RANGE", code, out)
+	}
+	code, out = b.postJSON(t, "LeaseService/Renew", `{"leaseIds":[""]}`)
+	if code == http.StatusOK || errorReason(t, out) != "INVALID_ARGUMENT" {
+		t.Fatalf("renew of one empty id: %d %v, want INVALID_ARGUMENT", code, out)
+	}
+	if msg, _ := out["message"].(string); !strings.HasPrefix(msg, "INVALID_ARGUMENT: lease_ids[0]: ") {
+		t.Errorf("message %q does not name lease_ids[0]", msg)
+	}
+}
+
+// TestConsistencyHeaderChecked: a Tenure-Consistency value other than
+// stale or linearizable is refused, not taken for the default.
+func TestConsistencyHeaderChecked(t *testing.T) {
+	b := setup(t)
+	for value, want := range map[string]int{"stale": http.StatusOK, "Linearizable": http.StatusOK, "stal": http.StatusBadRequest} {
+		req, err := http.NewRequest(http.MethodPost, b.base+"/tenure.v1.LeaseService/List", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Tenure-Consistency", value)
+		resp, err := b.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Tenure-Consistency %q: %d %s, want %d", value, resp.StatusCode, raw, want)
+		}
+		if want != http.StatusOK && !strings.Contains(string(raw), "INVALID_ARGUMENT: Tenure-Consistency: ") {
+			t.Errorf("Tenure-Consistency %q: %s does not name the header", value, raw)
+		}
 	}
 }
 
@@ -330,6 +390,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"empty lease id", "LeaseService/Release", `{"leaseId":"","holder":"w"}`, "INVALID_ARGUMENT"},
 		{"oversized lease id", "LeaseService/Renew", `{"leaseIds":["` + strings.Repeat("x", 129) + `"]}`, "INVALID_ARGUMENT"},
 		{"renew nothing", "LeaseService/Renew", `{}`, "INVALID_ARGUMENT"},
+		{"verify nothing", "LeaseService/Verify", `{"leaseIds":[]}`, "INVALID_ARGUMENT"},
 		{"reserved release reason", "LeaseService/Release", `{"leaseId":"x","holder":"w","reason":"RELEASE_REASON_TRANSFERRED"}`, "INVALID_ARGUMENT"},
 		{"state too big", "LeaseService/WriteState", fmt.Sprintf(`{"resource":"r","leaseId":"x","data":%q}`, strings.Repeat("QUFB", 22000)), "INVALID_ARGUMENT"},
 		{"oversized body", "LeaseService/Acquire", `{"resource":"r","holder":"w","namespace":"` + strings.Repeat("n", 2<<20) + `"}`, "INVALID_ARGUMENT"},

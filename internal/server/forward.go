@@ -163,12 +163,27 @@ func withConsistency(ctx context.Context, hdr http.Header) context.Context {
 	return ctx
 }
 
+// checkConsistency refuses a HeaderConsistency value other than "stale"
+// or "linearizable" (the default): a misspelt "stale" must not pass for
+// the default unnoticed.
+func checkConsistency(hdr http.Header) error {
+	switch v := hdr.Get(HeaderConsistency); {
+	case v == "", strings.EqualFold(v, "stale"), strings.EqualFold(v, "linearizable"):
+		return nil
+	default:
+		return invalidArg(HeaderConsistency, fmt.Sprintf("%q is neither \"stale\" nor \"linearizable\"", v))
+	}
+}
+
 func staleRead(ctx context.Context) bool { v, _ := ctx.Value(staleKey{}).(bool); return v }
 
 // forwardInterceptor forwards unary calls to the leader (see routes).
 func (s *Server) forwardInterceptor() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if err := checkConsistency(req.Header()); err != nil {
+				return nil, s.toConnect(err)
+			}
 			ctx = withConsistency(ctx, req.Header())
 			if resp, ok, err := s.forward(ctx, req.Spec().Procedure, req.Any(), req.Header()); ok {
 				return resp, err

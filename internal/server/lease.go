@@ -326,8 +326,6 @@ func validateRenew(c *logpb.Renew) error {
 		return invalidArg("lease_ids", "name leases or set all_of_holder, not both")
 	}
 	for i, id := range c.LeaseIds {
-		// The whole call is refused, naming the entry: a bad id is bad
-		// input, not a lease that failed to renew.
 		if err := registrar.CheckLeaseIDText("lease_ids["+strconv.Itoa(i)+"]", id); err != nil {
 			return err
 		}
@@ -351,13 +349,26 @@ func (h *leaseService) Renew(ctx context.Context, req *connect.Request[tenurev1.
 		return nil, s.toConnect(err)
 	}
 	c := &logpb.Renew{LeaseIds: m.LeaseIds, Holder: m.Holder, AllOfHolder: m.AllOfHolder, Namespace: m.Namespace, TtlMs: ttl}
-	if err := validateRenew(c); err != nil {
+	// With several ids every failure is listed (API.md), a malformed id
+	// too, as KeepAlive does; with one, it is the call's error.
+	several := len(m.LeaseIds) > 1
+	var bad []registrar.Failure
+	if several && len(m.LeaseIds) <= registrar.MaxBatchIDs {
+		c.LeaseIds, bad = splitLeaseIDs(m.LeaseIds)
+	}
+	var out registrar.Outcome
+	if len(c.LeaseIds) > 0 || len(bad) == 0 {
+		if err := validateRenew(c); err != nil {
+			return nil, s.toConnect(err)
+		}
+		if out, err = s.renewOwn(ctx, c, several); err != nil {
+			return nil, s.toConnect(err)
+		}
+	} else if err := validateRenew(&logpb.Renew{LeaseIds: []string{"-"}, Holder: c.Holder, Namespace: c.Namespace, TtlMs: ttl}); err != nil {
+		// Every id is malformed: the rest of the request is still checked.
 		return nil, s.toConnect(err)
 	}
-	out, err := s.renewOwn(ctx, c)
-	if err != nil {
-		return nil, s.toConnect(err)
-	}
+	out.Failures = append(bad, out.Failures...)
 	leases, err := s.leaseProtos(out.Leases, m.Certificate)
 	if err != nil {
 		return nil, s.toConnect(err)
@@ -366,18 +377,15 @@ func (h *leaseService) Renew(ctx context.Context, req *connect.Request[tenurev1.
 }
 
 // renewOwn renews c's leases that the caller may renew (all of them
-// without authentication) and lists the others as failures. A single-id
-// renewal answers its failure as the error, as the registrar does.
-func (s *Server) renewOwn(ctx context.Context, c *logpb.Renew) (registrar.Outcome, error) {
+// without authentication) and lists the others as failures. A renewal of
+// one id (the caller did not ask about several) answers its failure as
+// the error, as the registrar does.
+func (s *Server) renewOwn(ctx context.Context, c *logpb.Renew, several bool) (registrar.Outcome, error) {
 	own, denied, err := s.ownLeases(ctx, c.LeaseIds)
 	if err != nil {
 		return registrar.Outcome{}, err
 	}
-	single := len(c.LeaseIds) == 1 && !c.AllOfHolder
-	if len(denied) == 0 {
-		return s.propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: c}})
-	}
-	if single {
+	if len(denied) > 0 && !several && !c.AllOfHolder {
 		return registrar.Outcome{}, denied[0].Err
 	}
 	var out registrar.Outcome
@@ -390,7 +398,7 @@ func (s *Server) renewOwn(ctx context.Context, c *logpb.Renew) (registrar.Outcom
 		}
 		out = res.Outcome
 		if out.Err != nil {
-			if len(own) != 1 || c.AllOfHolder {
+			if len(own) != 1 || c.AllOfHolder || !several {
 				return registrar.Outcome{}, out.Err
 			}
 			// The one remaining id's failure came back as the call's
@@ -483,6 +491,9 @@ func (h *leaseService) Transfer(ctx context.Context, req *connect.Request[tenure
 
 func (h *leaseService) Verify(ctx context.Context, req *connect.Request[tenurev1.VerifyRequest]) (*connect.Response[tenurev1.VerifyResponse], error) {
 	s := h.s
+	if len(req.Msg.LeaseIds) == 0 {
+		return nil, s.toConnect(invalidArg("lease_ids", "name at least one lease"))
+	}
 	var results []registrar.VerifyResult
 	err := s.read(ctx, func(r *registrar.Registrar, t registrar.Tick) error {
 		var err error

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -457,8 +458,8 @@ func leaseSeqs(ids []string) []uint64 {
 // splitLeaseIDs separates well-formed lease ids from malformed ones,
 // listed as failures.
 func splitLeaseIDs(ids []string) (ok []string, bad []registrar.Failure) {
-	for _, id := range ids {
-		if err := registrar.CheckLeaseIDText("lease_ids", id); err != nil {
+	for i, id := range ids {
+		if err := registrar.CheckLeaseIDText("lease_ids["+strconv.Itoa(i)+"]", id); err != nil {
 			bad = append(bad, registrar.Failure{LeaseID: id, Err: err})
 		} else {
 			ok = append(ok, id)
