@@ -21,8 +21,9 @@ func appendRecord(b []byte, s *scratch, rec *logpb.Record) ([]byte, bool) {
 	var num protowire.Number
 	switch x := rec.Body.(type) {
 	case *logpb.Record_Issued:
-		if x.Issued == nil || x.Issued.Derivation != nil {
-			// A lease in a lease tree is rare: proto encodes it.
+		if x.Issued == nil || x.Issued.Derivation != nil || x.Issued.RenewalCount != 0 || x.Issued.LifetimeFromTick != 0 {
+			// A lease in a lease tree, or one that carries its
+			// predecessor's limits, is rare: proto encodes it.
 			return b, false
 		}
 		num, s.body = 11, appendIssued(s.body[:0], x.Issued)

@@ -1313,11 +1313,16 @@ func (x *Revoke) GetReason() string {
 }
 
 type Transfer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	NewHolder     string                 `protobuf:"bytes,3,opt,name=new_holder,json=newHolder,proto3" json:"new_holder,omitempty"`
-	TtlMs         *int64                 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3,oneof" json:"ttl_ms,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId   string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Holder    string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	NewHolder string                 `protobuf:"bytes,3,opt,name=new_holder,json=newHolder,proto3" json:"new_holder,omitempty"`
+	TtlMs     *int64                 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3,oneof" json:"ttl_ms,omitempty"`
+	// The new lease continues the old one's renewal count and lifetime, so
+	// that handing a lease back and forth does not reset the policy's
+	// renewal limits. Set by every server since 2026-11-27; a command
+	// without it (an older log) starts them afresh, as it did then.
+	CarryLimits   bool `protobuf:"varint,5,opt,name=carry_limits,json=carryLimits,proto3" json:"carry_limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1378,6 +1383,13 @@ func (x *Transfer) GetTtlMs() int64 {
 		return *x.TtlMs
 	}
 	return 0
+}
+
+func (x *Transfer) GetCarryLimits() bool {
+	if x != nil {
+		return x.CarryLimits
+	}
+	return false
 }
 
 type Expire struct {
@@ -2315,9 +2327,14 @@ type LeaseIssued struct {
 	LeaseId         string `protobuf:"bytes,13,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// Set for a derived lease, or a root lease with a scope or budget: the
 	// effective scope (inherited lists filled in) and the limits.
-	Derivation    *Derivation `protobuf:"bytes,14,opt,name=derivation,proto3" json:"derivation,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Derivation *Derivation `protobuf:"bytes,14,opt,name=derivation,proto3" json:"derivation,omitempty"`
+	// A lease issued by a transfer that carries the limits over continues
+	// its predecessor's renewal count and lifetime: the renewals it starts
+	// with, and the tick its lifetime counts from (0: this record's tick).
+	RenewalCount     uint32 `protobuf:"varint,15,opt,name=renewal_count,json=renewalCount,proto3" json:"renewal_count,omitempty"`
+	LifetimeFromTick int64  `protobuf:"varint,16,opt,name=lifetime_from_tick,json=lifetimeFromTick,proto3" json:"lifetime_from_tick,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *LeaseIssued) Reset() {
@@ -2446,6 +2463,20 @@ func (x *LeaseIssued) GetDerivation() *Derivation {
 		return x.Derivation
 	}
 	return nil
+}
+
+func (x *LeaseIssued) GetRenewalCount() uint32 {
+	if x != nil {
+		return x.RenewalCount
+	}
+	return 0
+}
+
+func (x *LeaseIssued) GetLifetimeFromTick() int64 {
+	if x != nil {
+		return x.LifetimeFromTick
+	}
+	return 0
 }
 
 // LeaseConsumed charges amount of counter to the lease.
@@ -3206,8 +3237,11 @@ type LeaseSnap struct {
 	// By counter name; only counters with use or reservations.
 	Usage          []*CounterUse `protobuf:"bytes,25,rep,name=usage,proto3" json:"usage,omitempty"`
 	EndedByLeaseId string        `protobuf:"bytes,26,opt,name=ended_by_lease_id,json=endedByLeaseId,proto3" json:"ended_by_lease_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The tick the lease's lifetime counts from when not its issued_tick
+	// (a lease issued by a transfer that carried the limits over); 0: issued_tick.
+	LifetimeFromTick int64 `protobuf:"varint,27,opt,name=lifetime_from_tick,json=lifetimeFromTick,proto3" json:"lifetime_from_tick,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *LeaseSnap) Reset() {
@@ -3413,6 +3447,13 @@ func (x *LeaseSnap) GetEndedByLeaseId() string {
 		return x.EndedByLeaseId
 	}
 	return ""
+}
+
+func (x *LeaseSnap) GetLifetimeFromTick() int64 {
+	if x != nil {
+		return x.LifetimeFromTick
+	}
+	return 0
 }
 
 type GuardedStateSnap struct {
@@ -5217,13 +5258,14 @@ const file_log_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\x0e2\x18.tenure.v1.ReleaseReasonR\x06reason\";\n" +
 	"\x06Revoke\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x83\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa6\x01\n" +
 	"\bTransfer\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1d\n" +
 	"\n" +
 	"new_holder\x18\x03 \x01(\tR\tnewHolder\x12\x1a\n" +
-	"\x06ttl_ms\x18\x04 \x01(\x03H\x00R\x05ttlMs\x88\x01\x01B\t\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03H\x00R\x05ttlMs\x88\x01\x01\x12!\n" +
+	"\fcarry_limits\x18\x05 \x01(\bR\vcarryLimitsB\t\n" +
 	"\a_ttl_ms\"%\n" +
 	"\x06Expire\x12\x1b\n" +
 	"\tlease_ids\x18\x01 \x03(\tR\bleaseIds\"s\n" +
@@ -5294,7 +5336,7 @@ const file_log_proto_rawDesc = "" +
 	"\vInitialized\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x01 \x01(\fR\tpublicKey\x12A\n" +
-	"\x0edefault_policy\x18\x02 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\rdefaultPolicy\"\xdc\x03\n" +
+	"\x0edefault_policy\x18\x02 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\rdefaultPolicy\"\xaf\x04\n" +
 	"\vLeaseIssued\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -5312,7 +5354,9 @@ const file_log_proto_rawDesc = "" +
 	"\blease_id\x18\r \x01(\tR\aleaseId\x129\n" +
 	"\n" +
 	"derivation\x18\x0e \x01(\v2\x19.tenure.log.v1.DerivationR\n" +
-	"derivation\"p\n" +
+	"derivation\x12#\n" +
+	"\rrenewal_count\x18\x0f \x01(\rR\frenewalCount\x12,\n" +
+	"\x12lifetime_from_tick\x18\x10 \x01(\x03R\x10lifetimeFromTick\"p\n" +
 	"\rLeaseConsumed\x12-\n" +
 	"\x05lease\x18\x01 \x01(\v2\x17.tenure.log.v1.LeaseRefR\x05lease\x12\x18\n" +
 	"\acounter\x18\x02 \x01(\tR\acounter\x12\x16\n" +
@@ -5375,7 +5419,7 @@ const file_log_proto_rawDesc = "" +
 	"Checkpoint\x12!\n" +
 	"\fcovers_index\x18\x01 \x01(\x04R\vcoversIndex\x12\x12\n" +
 	"\x04head\x18\x02 \x01(\fR\x04head\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xa6\a\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xd4\a\n" +
 	"\tLeaseSnap\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -5408,7 +5452,8 @@ const file_log_proto_rawDesc = "" +
 	"derivation\x18\x18 \x01(\v2\x19.tenure.log.v1.DerivationR\n" +
 	"derivation\x12/\n" +
 	"\x05usage\x18\x19 \x03(\v2\x19.tenure.log.v1.CounterUseR\x05usage\x12)\n" +
-	"\x11ended_by_lease_id\x18\x1a \x01(\tR\x0eendedByLeaseIdJ\x04\b\x0f\x10\x10\"v\n" +
+	"\x11ended_by_lease_id\x18\x1a \x01(\tR\x0eendedByLeaseId\x12,\n" +
+	"\x12lifetime_from_tick\x18\x1b \x01(\x03R\x10lifetimeFromTickJ\x04\b\x0f\x10\x10\"v\n" +
 	"\x10GuardedStateSnap\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x14\n" +

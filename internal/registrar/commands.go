@@ -147,6 +147,11 @@ type issueArgs struct {
 	maxLifetime          int64
 	waiterID             uint64
 	transferredFrom      uint64
+	// renewals and lifeFrom continue a predecessor's limits (a transfer
+	// that carries them over): the renewal count it starts with, and the
+	// tick its lifetime counts from (0: now).
+	renewals uint32
+	lifeFrom Tick
 	// deriv places the lease in a lease tree (parent, scope, limits).
 	deriv *logpb.Derivation
 	// capTick, when set, caps the expiry (a child never outlives its
@@ -160,8 +165,12 @@ type issueArgs struct {
 func (r *Registrar) issue(tx *Tx, a issueArgs) (*lease, string) {
 	seq := r.nextSeq
 	exp := tx.Tick + Tick(a.ttl)
-	if a.maxLifetime > 0 && a.ttl > a.maxLifetime {
-		exp = tx.Tick + Tick(a.maxLifetime)
+	if a.maxLifetime > 0 {
+		from := tx.Tick
+		if a.lifeFrom != 0 {
+			from = a.lifeFrom
+		}
+		exp = min(exp, from+Tick(a.maxLifetime))
 	}
 	expWall := tx.Wall + int64(exp-tx.Tick)
 	if a.capTick != 0 && exp >= a.capTick {
@@ -183,7 +192,11 @@ func (r *Registrar) issue(tx *Tx, a issueArgs) (*lease, string) {
 		WaiterId:        a.waiterID,
 		TransferredFrom: a.transferredFrom,
 		Derivation:      a.deriv,
+		RenewalCount:    a.renewals,
 	}}
+	if a.lifeFrom != 0 && a.lifeFrom != tx.Tick {
+		x.msg.LifetimeFromTick = int64(a.lifeFrom)
+	}
 	x.body.Issued = &x.msg
 	x.rec.Body = &x.body
 	tx.Emit(&x.rec)
@@ -513,7 +526,7 @@ func (r *Registrar) renewOne(tx *Tx, id string, l *lease, holder string, ttlReq 
 	// the renewal asks for more; lifetime is what the renewal asks for.
 	if tx.Tick >= limit || want > limit && l.expiresTick >= limit {
 		// The lifetime is the lease's age (the seed's now − acquired_at).
-		lived := int64(tx.Tick - l.issuedTick)
+		lived := int64(tx.Tick - l.lifeFrom())
 		lifetime, maxLifetime := strconv.FormatInt(lived/1000, 10), strconv.FormatInt(l.maxLifetime/1000, 10)
 		meta := map[string]string{
 			"lease_id": id, "lifetime": lifetime, "max": maxLifetime, // API.md's names, in seconds
@@ -663,11 +676,22 @@ func (r *Registrar) Transfer(tx *Tx, c *logpb.Transfer) Outcome {
 	ended.TransferredTo = r.nextSeq
 	r.end(tx, l, ended, false)
 	deriv, capTick, capWall := r.carryOver(l)
-	nl, _ := r.issue(tx, issueArgs{
+	a := issueArgs{
 		ns: ns.name, resource: l.res.name, holder: c.NewHolder, mode: l.mode, ttl: ttl,
 		maxRenewals: ns.policy.MaxRenewals, maxLifetime: ns.policy.MaxLifetime, transferredFrom: l.seq,
 		deriv: deriv, capTick: capTick, capWall: capWall,
-	})
+	}
+	if c.CarryLimits {
+		// Handing a lease on is no way past the renewal limits: the new
+		// lease continues the old one's count and lifetime (seed 003: only
+		// a release and a fresh acquire, behind the waiters, starts anew).
+		// A policy lowered since counts what is left under it.
+		a.renewals, a.lifeFrom = l.renewals, l.lifeFrom()
+		if a.maxRenewals > 0 {
+			a.renewals = min(a.renewals, a.maxRenewals)
+		}
+	}
+	nl, _ := r.issue(tx, a)
 	if tx.err != nil {
 		return fail(tx.err)
 	}

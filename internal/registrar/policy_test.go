@@ -9,6 +9,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
 func TestPolicy_Defaults(t *testing.T) {
@@ -319,5 +320,72 @@ func TestPolicy_PruneAcrossNamespaces(t *testing.T) {
 	poke(t0 + 25_000)
 	if !pruned(fast2) {
 		t.Fatal("the second lease of a namespace pruned empty before was never pruned")
+	}
+}
+
+// A transfer that carries the limits over (as servers propose it) is no
+// way past them: handing a lease to another holder and back continues its
+// renewal count and lifetime (the auditor's sequence: renewals used up,
+// a→b→a, renew). Without the flag (commands of older logs) the new lease
+// starts afresh, as it did when they were written.
+func TestPolicy_TransferCarriesTheLimits(t *testing.T) {
+	t.Parallel()
+	for _, carry := range []bool{true, false} {
+		e := setup(t)
+		hand := func(id, from, to string) registrar.Lease {
+			t.Helper()
+			out := e.do(&logpb.Command{Actor: from, Op: &logpb.Command_Transfer{Transfer: &logpb.Transfer{
+				LeaseId: id, Holder: from, NewHolder: to, TtlMs: ms(8000), CarryLimits: carry}}})
+			if out.Err != nil {
+				t.Fatal(out.Err)
+			}
+			return *out.Lease
+		}
+
+		// The renewal count.
+		e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: 3})
+		l := e.mustAcquire("r", "a", ttl(5000))
+		for range 3 {
+			if out := e.after(1000).renew(l.ID, nil); out.Err != nil {
+				t.Fatal(out.Err)
+			}
+		}
+		wantReason(t, e.after(1000).renew(l.ID, nil).Err, registrar.ReasonRenewalLimitExceeded)
+		back := hand(hand(l.ID, "a", "b").ID, "b", "a")
+		renewed := e.after(1000).renew(back.ID, nil)
+		if carry {
+			if back.RenewalCount != 3 {
+				t.Errorf("the lease handed back has renewal count %d, want 3", back.RenewalCount)
+			}
+			wantReason(t, renewed.Err, registrar.ReasonRenewalLimitExceeded)
+		} else if renewed.Err != nil || back.RenewalCount != 0 {
+			t.Errorf("without carry_limits: count %d, renew %v; want a fresh lease", back.RenewalCount, renewed.Err)
+		}
+
+		// The lifetime: 10 s from the first acquire, through a snapshot.
+		e.setPolicy("default", &tenurev1.NamespacePolicy{MaxLifetime: durationpb.New(10 * time.Second)})
+		start := e.tick
+		l = e.mustAcquire("s", "a", ttl(5000))
+		e.after(4000).renew(l.ID, nil)
+		b := hand(l.ID, "a", "b")
+		snap, err := e.m.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.m, err = statemachine.Restore(statemachine.DefaultConfig(), snap); err != nil {
+			t.Fatal(err)
+		}
+		back = hand(b.ID, "b", "a")
+		renewed = e.after(1000).renew(back.ID, nil)
+		if carry {
+			if back.Deadline() != start+10_000 {
+				t.Errorf("the lease handed back is honoured until tick %d, want the lifetime cap %d", back.Deadline(), start+10_000)
+			}
+			if renewed.Err == nil && renewed.Lease.Deadline() > start+10_000 {
+				t.Errorf("renewed past the lifetime cap: until %d", renewed.Lease.Deadline())
+			}
+		} else if renewed.Err != nil || renewed.Lease.Deadline() <= start+10_000 {
+			t.Errorf("without carry_limits: %v; want a lease renewed past the first one's cap", renewed.Err)
+		}
 	}
 }

@@ -915,6 +915,19 @@ func (p *propRun) expect(adv *statemachine.Machine, cmd *logpb.Command) func(sta
 				nl.MaxRenewals != pol.MaxRenewals || nl.State != registrar.Active {
 				t.Fatalf("step %d: transfer answered %+v → %+v", step, old, nl)
 			}
+			// Carried over, the renewal count goes on (within the limit
+			// in force); otherwise it starts afresh.
+			wantCount := uint32(0)
+			if c.CarryLimits {
+				wantCount = v.RenewalCount
+				if pol.MaxRenewals > 0 {
+					wantCount = min(wantCount, pol.MaxRenewals)
+				}
+			}
+			if nl.RenewalCount != wantCount {
+				t.Fatalf("step %d: transfer (carry %v) of a lease renewed %d times gives a count of %d, want %d",
+					step, c.CarryLimits, v.RenewalCount, nl.RenewalCount, wantCount)
+			}
 			// Nobody slipped in between: the two records are adjacent.
 			for i, s := range own {
 				if s.Record.GetEnded() != nil {
@@ -1204,7 +1217,8 @@ func (p *propRun) drawCommand() *logpb.Command {
 		return &logpb.Command{Actor: "admin", Op: &logpb.Command_Revoke{Revoke: c}}
 	case 14, 15: // Transfer
 		id := p.drawLeaseID("lease")
-		c := &logpb.Transfer{LeaseId: id, Holder: p.holderFor(id, "holder"), NewHolder: holder("new_holder")}
+		c := &logpb.Transfer{LeaseId: id, Holder: p.holderFor(id, "holder"), NewHolder: holder("new_holder"),
+			CarryLimits: rapid.Bool().Draw(t, "carry_limits")}
 		if rapid.IntRange(0, 2).Draw(t, "transfer_ttl") == 0 {
 			c.TtlMs = p.drawTTL("ttl")
 		}

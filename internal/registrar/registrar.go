@@ -246,9 +246,13 @@ func (r *Registrar) applyIssued(rec *logpb.Record, is *logpb.LeaseIssued) error 
 		ttl:         is.TtlMs,
 		maxLifetime: is.MaxLifetimeMs,
 		maxRenewals: is.MaxRenewals,
+		renewals:    is.RenewalCount,
 		state:       Active,
 		mode:        Mode(is.Mode),
 		heapIdx:     -1,
+	}
+	if is.LifetimeFromTick != 0 {
+		l.ext().lifeFrom = Tick(is.LifetimeFromTick)
 	}
 	r.nextSeq = is.Seq + 1
 	r.leases[l.seq] = l

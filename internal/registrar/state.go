@@ -41,6 +41,9 @@ type lease struct {
 }
 
 type leaseExtra struct {
+	// lifeFrom, when set, is the tick the lifetime counts from (a lease
+	// issued by a transfer that carried the limits over).
+	lifeFrom     Tick
 	graceTick    Tick
 	graceWall    int64
 	graceUsed    bool
@@ -80,7 +83,16 @@ func (l *lease) lifetimeCap() Tick {
 	if l.maxLifetime == 0 {
 		return Tick(1<<62 - 1)
 	}
-	return l.issuedTick + Tick(l.maxLifetime)
+	return l.lifeFrom() + Tick(l.maxLifetime)
+}
+
+// lifeFrom is the tick the lease's lifetime counts from: its issue, or
+// its predecessor's when a transfer carried the limits over.
+func (l *lease) lifeFrom() Tick {
+	if l.extra != nil && l.extra.lifeFrom != 0 {
+		return l.extra.lifeFrom
+	}
+	return l.issuedTick
 }
 
 // resource is a claimed name in a namespace: its leases (active and

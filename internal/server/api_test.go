@@ -493,13 +493,19 @@ func TestLeaseLifecycleOverH2C(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var types []string
+	var types, actors []string
 	for _, e := range hist.Msg.Events {
 		types = append(types, e.Type)
+		actors = append(actors, e.Actor)
 	}
 	want := "lease.issued lease.renewed state.written lease.transferred lease.issued lease.grace lease.revoked"
 	if strings.Join(types, " ") != want {
 		t.Errorf("history = %v, want %s", types, want)
+	}
+	// Without authentication the actor is the holder the request names,
+	// else anonymous (a renewal, a write or a revocation by lease id).
+	if want := "w1 anonymous anonymous w1 w1 w2 anonymous"; strings.Join(actors, " ") != want {
+		t.Errorf("actors = %v, want %s", actors, want)
 	}
 	if hist.Msg.OldestIndex != 0 || hist.Msg.OldestTime != nil {
 		t.Errorf("a full history says it is cut short at %d", hist.Msg.OldestIndex)

@@ -25,6 +25,7 @@ type leaseService struct{ s *Server }
 // propose replicates a command and returns its outcome; a registrar
 // rejection comes back as the error too.
 func (s *Server) propose(ctx context.Context, cmd *logpb.Command) (registrar.Outcome, error) {
+	stampActor(ctx, cmd)
 	res, err := s.node.Propose(ctx, cmd)
 	if err != nil {
 		logUnexpected(s.log, "proposal broke off", err)
@@ -391,7 +392,9 @@ func (s *Server) renewOwn(ctx context.Context, c *logpb.Renew, several bool) (re
 	var out registrar.Outcome
 	if len(own) > 0 || c.AllOfHolder {
 		rc := &logpb.Renew{LeaseIds: own, Holder: c.Holder, AllOfHolder: c.AllOfHolder, Namespace: c.Namespace, TtlMs: c.TtlMs}
-		res, err := s.node.Propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: rc}})
+		cmd := &logpb.Command{Op: &logpb.Command_Renew{Renew: rc}}
+		stampActor(ctx, cmd)
+		res, err := s.node.Propose(ctx, cmd)
 		if err != nil {
 			logUnexpected(s.log, "proposal broke off", err)
 			return registrar.Outcome{}, err
@@ -477,7 +480,7 @@ func (h *leaseService) Transfer(ctx context.Context, req *connect.Request[tenure
 		}
 	}
 	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_Transfer{Transfer: &logpb.Transfer{
-		LeaseId: m.LeaseId, Holder: m.Holder, NewHolder: m.NewHolder, TtlMs: ttl,
+		LeaseId: m.LeaseId, Holder: m.Holder, NewHolder: m.NewHolder, TtlMs: ttl, CarryLimits: true,
 	}}})
 	if err != nil {
 		return nil, s.toConnect(err)

@@ -54,6 +54,7 @@ func startThen[Result any](ctx context.Context, s *Server, o thenOp[Result], del
 		fail(err)
 		return
 	}
+	stampActor(ctx, c)
 	s.node.ProposeThen(ctx, c, func(res statemachine.Result, err error) {
 		if err != nil {
 			logUnexpected(s.log, "proposal broke off", err)

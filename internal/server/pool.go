@@ -39,6 +39,7 @@ func (s *Server) proposePool(ctx context.Context, actor string, c *logpb.PoolCom
 	if err != nil {
 		return pool.Outcome{}, err
 	}
+	stampActor(ctx, cmd)
 	res, err := s.node.Propose(ctx, cmd)
 	if err != nil {
 		logUnexpected(s.log, "proposal broke off", err)

@@ -46,6 +46,7 @@ func init() {
 // proposeQueue replicates a queue command and returns its answer; a
 // rejection comes back as the error too.
 func (s *Server) proposeQueue(ctx context.Context, cmd *logpb.Command) (queue.Outcome, error) {
+	stampActor(ctx, cmd)
 	res, err := s.node.Propose(ctx, cmd)
 	if err != nil {
 		logUnexpected(s.log, "proposal broke off", err)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -553,5 +554,37 @@ func TestRevokedTokenEndsOpenStreams(t *testing.T) {
 	}
 	if err := wa.Err(); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("watch after the token was revoked: %v", err)
+	}
+}
+
+// TestActorIsThePrincipal: the ledger records who acted, the
+// authenticated principal — the holder for its own calls, the admin for a
+// revocation — not the registrar.
+func TestActorIsThePrincipal(t *testing.T) {
+	b := startSecure(t, nil)
+	w1, root := b.as("tok-w1"), b.as("tok-root")
+	ctx := context.Background()
+	resp, err := w1.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "orders/act", Ttl: ttl(time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.Msg.Lease.LeaseId
+	if _, err := w1.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{id}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.leases.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{LeaseId: id, Reason: "drill"})); err != nil {
+		t.Fatal(err)
+	}
+	hist, err := root.leases.History(ctx, connect.NewRequest(&tenurev1.HistoryRequest{Resource: "orders/act"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range hist.Msg.Events {
+		got = append(got, e.Type+" by "+e.Actor)
+	}
+	want := []string{"lease.issued by w1", "lease.renewed by w1", "lease.revoked by root"}
+	if !slices.Equal(got, want) {
+		t.Errorf("history %q, want %q", got, want)
 	}
 }

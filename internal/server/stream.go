@@ -414,7 +414,9 @@ func (s *Server) keepAlive(ctx context.Context, m *tenurev1.KeepAliveRequest, he
 	}
 	var out registrar.Outcome
 	if len(own) > 0 {
-		res, err := s.node.Propose(ctx, &logpb.Command{Op: &logpb.Command_Renew{Renew: c}})
+		cmd := &logpb.Command{Op: &logpb.Command_Renew{Renew: c}}
+		stampActor(ctx, cmd)
+		res, err := s.node.Propose(ctx, cmd)
 		if err != nil {
 			return nil, s.toConnect(err)
 		}
