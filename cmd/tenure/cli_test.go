@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -761,6 +762,35 @@ func TestCLIExec(t *testing.T) {
 			if l == "survived" {
 				t.Fatal("the command's child survived")
 			}
+		}
+	})
+	t.Run("the command dies with tenure", func(t *testing.T) {
+		t.Parallel()
+		// Without tenure nothing renews the lease: a tenure killed with
+		// SIGKILL must not leave the command running beside the next
+		// holder (the kernel's parent-death signal).
+		res := "exec/" + uniq(t)
+		cmd, lines, _ := startTenure(t, "exec", res, "--ttl", "5s", "--", "sh", "-c", `echo $$; exec sleep 60`)
+		pid, err := strconv.Atoi(nextLine(t, lines))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Process.Kill()
+		// Waited for last: the command holds tenure's stderr open.
+		defer cmd.Wait()
+		deadline := time.Now().Add(10 * time.Second)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for syscall.Kill(pid, 0) == nil {
+			// A killed child stays a zombie until reaped: look at its state.
+			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && strings.Contains(string(st), ") Z ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				t.Fatalf("the command (pid %d) still runs 10s after tenure was killed", pid)
+			}
+			<-tick.C
 		}
 	})
 	t.Run("kills by the lease's safety margin by default", func(t *testing.T) {

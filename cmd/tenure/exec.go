@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -31,6 +32,10 @@ then start the command, keeping the lease alive with heartbeats while it runs.
     the next holder for that long plus the grace. Where overlap must never
     happen, pass the fence (below) to storage that checks fences.
   - When the command ends the lease is released.
+  - If tenure itself dies (kill -9, a crash), the kernel kills the command
+    (SIGKILL; Linux only): nothing renews its lease any more. Processes the
+    command started are not reached that way unless they die with it; run
+    them in its foreground.
 
 The command runs in its own process group, so signals reach its children too.
 It sees TENURE_LEASE_ID, TENURE_LEASE_FENCE, TENURE_LEASE_RESOURCE and
@@ -117,7 +122,11 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"TENURE_LEASE_RESOURCE="+l.Resource(),
 		"TENURE_LEASE_HOLDER="+l.Holder(),
 	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = childAttr()
+	// The death signal follows the thread that starts the command: stay
+	// on it until the command ends.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		release(l)
 		return &exitStatus{code: 127, msg: fmt.Sprintf("tenure exec: %v", err)}
