@@ -231,7 +231,7 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	out := cur.GetPolicy()
 	if pos[0] == "set" {
 		want := apply(registrar.PolicyFromProto(registrar.Policy{}, out))
-		resp, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.SetPolicy, &tenurev1.SetPolicyRequest{Namespace: ns, Policy: want.Proto()})
+		resp, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.SetPolicy, &tenurev1.SetPolicyRequest{Namespace: ns, Policy: want.ProtoToSet()})
 		if err != nil {
 			return err
 		}

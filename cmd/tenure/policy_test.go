@@ -36,6 +36,14 @@ func TestCLIPolicy(t *testing.T) {
 		p.GetTaskMaxRenewals() != 10 || p.GetTaskMaxLifetime().AsDuration() != 2*time.Hour {
 		t.Fatalf("get with --namespace: %v", p)
 	}
+	// Back to unlimited renewals: 0 is a value, not "unchanged" (it was
+	// silently ignored once).
+	if out := ok(t, "policy", "set", ns, "--max-renewals", "0"); !strings.Contains(out, "max-renewals              unlimited") {
+		t.Fatalf("set --max-renewals 0:\n%s", out)
+	}
+	if out := ok(t, "policy", "get", ns); !strings.Contains(out, "max-renewals              unlimited") {
+		t.Fatalf("get after --max-renewals 0:\n%s", out)
+	}
 	// Task leases' limits: unlimited renewals, a lifetime of a day; a claim
 	// in the namespace gets them.
 	out = ok(t, "policy", "set", ns, "--task-max-renewals", "0", "--task-max-lifetime", "24h")

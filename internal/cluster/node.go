@@ -677,7 +677,7 @@ func (n *Node) applyPolicyDefaults(ctx context.Context) {
 		return
 	}
 	res, err := n.Propose(ctx, &logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{
-		Namespace: registrar.DefaultsNamespace, Policy: want.Proto()}}})
+		Namespace: registrar.DefaultsNamespace, Policy: want.ProtoToSet()}}})
 	if err == nil {
 		err = res.Outcome.Err
 	}
@@ -694,7 +694,10 @@ func (n *Node) applyPolicyDefaults(ctx context.Context) {
 		n.log.Warn("the policy defaults given at start could not all be applied", "not_applied", policyDiff(now, want))
 		return
 	}
-	n.log.Info("applied the policy defaults given at start", "changed", policyDiff(cur, now))
+	// A warning: it overrides what `tenure policy set '*'` may have set
+	// since, which surprises whoever set it.
+	n.log.Warn("applied the policy defaults given at start (flags, TENURE_* or --policy-file), replacing the replicated ones",
+		"changed", policyDiff(cur, now))
 }
 
 // errStopping is await's answer when the node closes first.

@@ -2333,6 +2333,7 @@ type LeaseIssued struct {
 	// with, and the tick its lifetime counts from (0: this record's tick).
 	RenewalCount     uint32 `protobuf:"varint,15,opt,name=renewal_count,json=renewalCount,proto3" json:"renewal_count,omitempty"`
 	LifetimeFromTick int64  `protobuf:"varint,16,opt,name=lifetime_from_tick,json=lifetimeFromTick,proto3" json:"lifetime_from_tick,omitempty"`
+	LifetimeFromWall int64  `protobuf:"varint,17,opt,name=lifetime_from_wall,json=lifetimeFromWall,proto3" json:"lifetime_from_wall,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -2475,6 +2476,13 @@ func (x *LeaseIssued) GetRenewalCount() uint32 {
 func (x *LeaseIssued) GetLifetimeFromTick() int64 {
 	if x != nil {
 		return x.LifetimeFromTick
+	}
+	return 0
+}
+
+func (x *LeaseIssued) GetLifetimeFromWall() int64 {
+	if x != nil {
+		return x.LifetimeFromWall
 	}
 	return 0
 }
@@ -3240,6 +3248,7 @@ type LeaseSnap struct {
 	// The tick the lease's lifetime counts from when not its issued_tick
 	// (a lease issued by a transfer that carried the limits over); 0: issued_tick.
 	LifetimeFromTick int64 `protobuf:"varint,27,opt,name=lifetime_from_tick,json=lifetimeFromTick,proto3" json:"lifetime_from_tick,omitempty"`
+	LifetimeFromWall int64 `protobuf:"varint,28,opt,name=lifetime_from_wall,json=lifetimeFromWall,proto3" json:"lifetime_from_wall,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -3452,6 +3461,13 @@ func (x *LeaseSnap) GetEndedByLeaseId() string {
 func (x *LeaseSnap) GetLifetimeFromTick() int64 {
 	if x != nil {
 		return x.LifetimeFromTick
+	}
+	return 0
+}
+
+func (x *LeaseSnap) GetLifetimeFromWall() int64 {
+	if x != nil {
+		return x.LifetimeFromWall
 	}
 	return 0
 }
@@ -5336,7 +5352,7 @@ const file_log_proto_rawDesc = "" +
 	"\vInitialized\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x01 \x01(\fR\tpublicKey\x12A\n" +
-	"\x0edefault_policy\x18\x02 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\rdefaultPolicy\"\xaf\x04\n" +
+	"\x0edefault_policy\x18\x02 \x01(\v2\x1a.tenure.v1.NamespacePolicyR\rdefaultPolicy\"\xdd\x04\n" +
 	"\vLeaseIssued\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -5356,7 +5372,8 @@ const file_log_proto_rawDesc = "" +
 	"derivation\x18\x0e \x01(\v2\x19.tenure.log.v1.DerivationR\n" +
 	"derivation\x12#\n" +
 	"\rrenewal_count\x18\x0f \x01(\rR\frenewalCount\x12,\n" +
-	"\x12lifetime_from_tick\x18\x10 \x01(\x03R\x10lifetimeFromTick\"p\n" +
+	"\x12lifetime_from_tick\x18\x10 \x01(\x03R\x10lifetimeFromTick\x12,\n" +
+	"\x12lifetime_from_wall\x18\x11 \x01(\x03R\x10lifetimeFromWall\"p\n" +
 	"\rLeaseConsumed\x12-\n" +
 	"\x05lease\x18\x01 \x01(\v2\x17.tenure.log.v1.LeaseRefR\x05lease\x12\x18\n" +
 	"\acounter\x18\x02 \x01(\tR\acounter\x12\x16\n" +
@@ -5419,7 +5436,7 @@ const file_log_proto_rawDesc = "" +
 	"Checkpoint\x12!\n" +
 	"\fcovers_index\x18\x01 \x01(\x04R\vcoversIndex\x12\x12\n" +
 	"\x04head\x18\x02 \x01(\fR\x04head\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xd4\a\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\x82\b\n" +
 	"\tLeaseSnap\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -5453,7 +5470,8 @@ const file_log_proto_rawDesc = "" +
 	"derivation\x12/\n" +
 	"\x05usage\x18\x19 \x03(\v2\x19.tenure.log.v1.CounterUseR\x05usage\x12)\n" +
 	"\x11ended_by_lease_id\x18\x1a \x01(\tR\x0eendedByLeaseId\x12,\n" +
-	"\x12lifetime_from_tick\x18\x1b \x01(\x03R\x10lifetimeFromTickJ\x04\b\x0f\x10\x10\"v\n" +
+	"\x12lifetime_from_tick\x18\x1b \x01(\x03R\x10lifetimeFromTick\x12,\n" +
+	"\x12lifetime_from_wall\x18\x1c \x01(\x03R\x10lifetimeFromWallJ\x04\b\x0f\x10\x10\"v\n" +
 	"\x10GuardedStateSnap\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x14\n" +

@@ -150,8 +150,9 @@ type issueArgs struct {
 	// renewals and lifeFrom continue a predecessor's limits (a transfer
 	// that carries them over): the renewal count it starts with, and the
 	// tick its lifetime counts from (0: now).
-	renewals uint32
-	lifeFrom Tick
+	renewals     uint32
+	lifeFrom     Tick
+	lifeFromWall int64
 	// deriv places the lease in a lease tree (parent, scope, limits).
 	deriv *logpb.Derivation
 	// capTick, when set, caps the expiry (a child never outlives its
@@ -195,7 +196,7 @@ func (r *Registrar) issue(tx *Tx, a issueArgs) (*lease, string) {
 		RenewalCount:    a.renewals,
 	}}
 	if a.lifeFrom != 0 && a.lifeFrom != tx.Tick {
-		x.msg.LifetimeFromTick = int64(a.lifeFrom)
+		x.msg.LifetimeFromTick, x.msg.LifetimeFromWall = int64(a.lifeFrom), a.lifeFromWall
 	}
 	x.body.Issued = &x.msg
 	x.rec.Body = &x.body
@@ -683,13 +684,12 @@ func (r *Registrar) Transfer(tx *Tx, c *logpb.Transfer) Outcome {
 	}
 	if c.CarryLimits {
 		// Handing a lease on is no way past the renewal limits: the new
-		// lease continues the old one's count and lifetime (seed 003: only
-		// a release and a fresh acquire, behind the waiters, starts anew).
-		// A policy lowered since counts what is left under it.
-		a.renewals, a.lifeFrom = l.renewals, l.lifeFrom()
-		if a.maxRenewals > 0 {
-			a.renewals = min(a.renewals, a.maxRenewals)
-		}
+		// lease continues the old one's tenure, its count and lifetime
+		// under the limits it was granted with (seed 003: only a release
+		// and a fresh acquire, behind the waiters, starts anew).
+		a.maxRenewals, a.maxLifetime = l.maxRenewals, l.maxLifetime
+		a.renewals = l.renewals
+		a.lifeFrom, a.lifeFromWall = l.acquired()
 	}
 	nl, _ := r.issue(tx, a)
 	if tx.err != nil {

@@ -53,7 +53,7 @@ func newFuzzBase(t testing.TB) *fuzzBase {
 	ids := map[string]string{}
 	do(&logpb.Command{Op: &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: seed}}})
 	do(&logpb.Command{Actor: "admin", Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "team-b",
-		Policy: &tenurev1.NamespacePolicy{MaxRenewals: 1, LeaseRetention: dms(2000), MaxLifetime: dms(20_000)}}}})
+		Policy: &tenurev1.NamespacePolicy{MaxRenewals: proto.Uint32(1), LeaseRetention: dms(2000), MaxLifetime: dms(20_000)}}}})
 	ids["released"] = acq("", "gone", "h1", 0, 5000, 0).Lease.ID
 	do(&logpb.Command{Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: ids["released"], Holder: "h1"}}})
 	ids["revoked"] = acq("", "gone", "h2", 0, 5000, 0).Lease.ID
@@ -135,7 +135,7 @@ func (b *fuzzBase) seedCommands() []*logpb.Command {
 		{Tick: t0 + 10, Op: &logpb.Command_Revoke{Revoke: &logpb.Revoke{LeaseId: id["root"], Reason: "tree"}}},
 		{Tick: t0 + 10, Op: &logpb.Command_Renew{Renew: &logpb.Renew{LeaseIds: []string{id["leaf"]}, TtlMs: i64(60_000)}}},
 		{Tick: t0 + 20_000, Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}},
-		{Tick: t0 + 100, Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "*", Policy: &tenurev1.NamespacePolicy{LeaseRetention: dms(1000), MaxRenewals: 3}}}},
+		{Tick: t0 + 100, Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "*", Policy: &tenurev1.NamespacePolicy{LeaseRetention: dms(1000), MaxRenewals: proto.Uint32(3)}}}},
 		{Tick: t0 + 30_000, Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}},
 		{Tick: t0 + 5_000_000, Op: &logpb.Command_Advance{Advance: &logpb.Advance{}}},
 		{Tick: t0, Op: &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: make([]byte, 32)}}},

@@ -140,8 +140,8 @@ func PolicyFromProto(base Policy, pb *tenurev1.NamespacePolicy) Policy {
 	ms(pb.MaxGrace, &base.MaxGrace)
 	ms(pb.LeaseRetention, &base.LeaseRetention)
 	ms(pb.HistoryRetention, &base.HistoryRetention)
-	if pb.MaxRenewals != 0 {
-		base.MaxRenewals = pb.MaxRenewals
+	if pb.MaxRenewals != nil {
+		base.MaxRenewals = *pb.MaxRenewals
 	}
 	count := func(v uint64, into *uint64) { // 0: not set
 		if v != 0 {
@@ -165,14 +165,25 @@ func PolicyFromProto(base Policy, pb *tenurev1.NamespacePolicy) Policy {
 	return base
 }
 
-// Proto renders the policy with every field explicit.
+// nonZero is v, or nil (unset) for 0.
+func nonZero(v uint32) *uint32 {
+	if v == 0 {
+		return nil
+	}
+	return &v
+}
+
+// Proto renders the policy with every field explicit but max_renewals,
+// unset when 0 (unlimited): so it encoded before the field became
+// optional, and records carrying a policy must stay byte for byte as they
+// were. ProtoToSet sets it.
 func (p Policy) Proto() *tenurev1.NamespacePolicy {
 	d := func(ms int64) *durationpb.Duration { return durationpb.New(time.Duration(ms) * time.Millisecond) }
 	return &tenurev1.NamespacePolicy{
 		DefaultTtl:            d(p.DefaultTTL),
 		MinTtl:                d(p.MinTTL),
 		MaxTtl:                d(p.MaxTTL),
-		MaxRenewals:           p.MaxRenewals,
+		MaxRenewals:           nonZero(p.MaxRenewals),
 		MaxLifetime:           d(p.MaxLifetime),
 		MaxGrace:              d(p.MaxGrace),
 		MaxActivePerHolder:    p.MaxActivePerHolder,
@@ -190,6 +201,14 @@ func (p Policy) Proto() *tenurev1.NamespacePolicy {
 		MaxPendingTaskBytes:   p.MaxPendingTaskBytes,
 		MaxPoolPieces:         p.MaxPoolPieces,
 	}
+}
+
+// ProtoToSet renders the policy for a SetPolicy that sets every field,
+// max_renewals too (0: unlimited).
+func (p Policy) ProtoToSet() *tenurev1.NamespacePolicy {
+	pb := p.Proto()
+	pb.MaxRenewals = &p.MaxRenewals
+	return pb
 }
 
 // ProtoOver renders the policy for a record that is read back over base

@@ -1,6 +1,7 @@
 package registrar_test
 
 import (
+	"google.golang.org/protobuf/proto"
 	"testing"
 	"time"
 
@@ -246,7 +247,7 @@ func TestPolicy_MaxRetainedLeases(t *testing.T) {
 		t.Fatalf("after lowering the cap to 1: c pruned %v (want true), d pruned %v (want false)", pruned(ended[2]), pruned(ended[3]))
 	}
 	// A policy that leaves it 0 gets the default, as for every count.
-	e.setPolicy("capped", &tenurev1.NamespacePolicy{MaxRenewals: 2})
+	e.setPolicy("capped", &tenurev1.NamespacePolicy{MaxRenewals: proto.Uint32(2)})
 	if got := e.m.Registrar().Policy("capped").MaxRetainedLeases; got != 100_000 {
 		t.Fatalf("max_retained_leases 0 gives %d, want the default", got)
 	}
@@ -277,9 +278,9 @@ func TestPolicy_SetPolicyValidationAndSnapshotAtGrant(t *testing.T) {
 			wantMeta(t, out.Err, "field", c.field)
 		})
 	}
-	e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: 1})
+	e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: proto.Uint32(1)})
 	l := e.mustAcquire("r", "w1", ttl(10_000))
-	e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: 5})
+	e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: proto.Uint32(5)})
 	e.after(1000).renew(l.ID, nil)
 	wantReason(t, e.after(1000).renew(l.ID, nil).Err, registrar.ReasonRenewalLimitExceeded)
 }
@@ -343,7 +344,7 @@ func TestPolicy_TransferCarriesTheLimits(t *testing.T) {
 		}
 
 		// The renewal count.
-		e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: 3})
+		e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: proto.Uint32(3)})
 		l := e.mustAcquire("r", "a", ttl(5000))
 		for range 3 {
 			if out := e.after(1000).renew(l.ID, nil); out.Err != nil {

@@ -82,6 +82,8 @@ type propRun struct {
 	waiters  map[uint64]*logpb.WaiterQueued
 	maxFence uint64
 	resFence map[string]uint64
+	// limits are each issued lease's renewal and lifetime limits, by fence.
+	limits map[uint64][2]int64
 	step     int
 	stats    map[string]int // outcomes and records seen, for -v
 	// lastRenewed is renewed again more often than chance would.
@@ -99,6 +101,7 @@ func newPropRun(t *rapid.T, checkpointEvery uint64) *propRun {
 		bySeq:    map[uint64]string{},
 		waiters:  map[uint64]*logpb.WaiterQueued{},
 		resFence: map[string]uint64{},
+		limits:   map[uint64][2]int64{},
 	}
 	p.replica.SetKeySeed(p.seed)
 	res := p.m.Apply(&logpb.Command{Tick: int64(p.tick), Wall: wallBase + int64(p.tick),
@@ -299,6 +302,12 @@ func (p *propRun) records(recs []statemachine.Sealed, pol map[string]registrar.P
 				wantRenewals, wantLifetime = w.MaxRenewals, w.MaxLifetimeMs
 				delete(p.waiters, is.WaiterId)
 			}
+			got := [2]int64{int64(is.MaxRenewals), is.MaxLifetimeMs}
+			p.limits[is.Seq] = got
+			if prev, ok := p.limits[is.TransferredFrom]; is.TransferredFrom != 0 && ok && got == prev {
+				// A transfer that carried the old lease's limits over.
+				wantRenewals, wantLifetime = is.MaxRenewals, is.MaxLifetimeMs
+			}
 			if is.MaxRenewals != wantRenewals || is.MaxLifetimeMs != wantLifetime {
 				t.Fatalf("step %d: lease %d issued with limits %d/%dms, want %d/%dms", p.step, is.Seq,
 					is.MaxRenewals, is.MaxLifetimeMs, wantRenewals, wantLifetime)
@@ -418,8 +427,11 @@ func checkInvariants(m *statemachine.Machine, t registrar.Tick, namespaces []str
 			if l.MaxRenewals > 0 && l.RenewalCount > l.MaxRenewals {
 				return fmt.Errorf("lease %s renewed %d times, limit %d", l.ID, l.RenewalCount, l.MaxRenewals)
 			}
-			if lt := registrar.Ms(l.MaxLifetime); lt > 0 && l.Deadline() > l.IssuedTick+registrar.Tick(lt) {
-				return fmt.Errorf("lease %s honoured until %d, past its max lifetime (issued %d + %dms)", l.ID, l.Deadline(), l.IssuedTick, lt)
+			if lt := registrar.Ms(l.MaxLifetime); lt > 0 && l.Deadline() > l.AcquiredTick+registrar.Tick(lt) {
+				return fmt.Errorf("lease %s honoured until %d, past its max lifetime (acquired %d + %dms)", l.ID, l.Deadline(), l.AcquiredTick, lt)
+			}
+			if l.AcquiredTick > l.IssuedTick {
+				return fmt.Errorf("lease %s acquired at %d, after its issue at %d", l.ID, l.AcquiredTick, l.IssuedTick)
 			}
 			if got, err := r.Get(l.ID, t); err != nil || got.State != l.State || got.Fence != l.Fence {
 				return fmt.Errorf("Get(%s) = %v, %v; List says %v", l.ID, got.State, err, l.State)
@@ -815,7 +827,7 @@ func (p *propRun) expect(adv *statemachine.Machine, cmd *logpb.Command) func(sta
 				}
 				capT := registrar.Tick(1<<62 - 1)
 				if lt := registrar.Ms(v.MaxLifetime); lt > 0 {
-					capT = v.IssuedTick + registrar.Tick(lt)
+					capT = v.AcquiredTick + registrar.Tick(lt)
 				}
 				asked := T + registrar.Tick(ttl)
 				exp := min(asked, capT)
@@ -912,21 +924,19 @@ func (p *propRun) expect(adv *statemachine.Machine, cmd *logpb.Command) func(sta
 			if old == nil || nl == nil || old.State != registrar.Released ||
 				old.ReleaseReason != tenurev1.ReleaseReason_RELEASE_REASON_TRANSFERRED ||
 				nl.Holder != c.NewHolder || nl.Resource != v.Resource || nl.Mode != v.Mode || nl.Fence <= fence ||
-				nl.MaxRenewals != pol.MaxRenewals || nl.State != registrar.Active {
+				nl.State != registrar.Active {
 				t.Fatalf("step %d: transfer answered %+v → %+v", step, old, nl)
 			}
-			// Carried over, the renewal count goes on (within the limit
-			// in force); otherwise it starts afresh.
-			wantCount := uint32(0)
+			// Carried over, the tenure goes on: the count and the limits
+			// of the old lease; otherwise it starts afresh under the
+			// policy in force.
+			wantCount, wantMax, wantLife := uint32(0), pol.MaxRenewals, time.Duration(pol.MaxLifetime) * time.Millisecond
 			if c.CarryLimits {
-				wantCount = v.RenewalCount
-				if pol.MaxRenewals > 0 {
-					wantCount = min(wantCount, pol.MaxRenewals)
-				}
+				wantCount, wantMax, wantLife = v.RenewalCount, v.MaxRenewals, v.MaxLifetime
 			}
-			if nl.RenewalCount != wantCount {
-				t.Fatalf("step %d: transfer (carry %v) of a lease renewed %d times gives a count of %d, want %d",
-					step, c.CarryLimits, v.RenewalCount, nl.RenewalCount, wantCount)
+			if nl.RenewalCount != wantCount || nl.MaxRenewals != wantMax || nl.MaxLifetime != wantLife {
+				t.Fatalf("step %d: transfer (carry %v) of %+v gives %+v; want count %d, max renewals %d, lifetime %v",
+					step, c.CarryLimits, v, nl, wantCount, wantMax, wantLife)
 			}
 			// Nobody slipped in between: the two records are adjacent.
 			for i, s := range own {
@@ -1142,7 +1152,7 @@ func (p *propRun) drawPolicy() *tenurev1.NamespacePolicy {
 	t := p.t
 	pol := &tenurev1.NamespacePolicy{}
 	if rapid.Bool().Draw(t, "set_renewals") {
-		pol.MaxRenewals = rapid.Uint32Range(1, 3).Draw(t, "max_renewals")
+		pol.MaxRenewals = proto.Uint32(rapid.Uint32Range(1, 3).Draw(t, "max_renewals"))
 	}
 	if rapid.Bool().Draw(t, "set_lifetime") {
 		pol.MaxLifetime = dms(rapid.SampledFrom([]int64{0, 3000, 8000, 20_000}).Draw(t, "max_lifetime"))
@@ -1301,7 +1311,7 @@ func TestPropertyRegistrar(t *testing.T) {
 		cut := rapid.IntRange(0, n).Draw(rt, "cut")
 		if rapid.Bool().Draw(rt, "initial_limits") {
 			// Renewal limits and lifetimes in force from the start.
-			pol := &tenurev1.NamespacePolicy{MaxRenewals: rapid.Uint32Range(1, 4).Draw(rt, "initial_max_renewals")}
+			pol := &tenurev1.NamespacePolicy{MaxRenewals: proto.Uint32(rapid.Uint32Range(1, 4).Draw(rt, "initial_max_renewals"))}
 			if rapid.Bool().Draw(rt, "initial_lifetime") {
 				pol.MaxLifetime = dms(rapid.Int64Range(2000, 30_000).Draw(rt, "initial_max_lifetime"))
 			}

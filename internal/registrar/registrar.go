@@ -252,7 +252,7 @@ func (r *Registrar) applyIssued(rec *logpb.Record, is *logpb.LeaseIssued) error 
 		heapIdx:     -1,
 	}
 	if is.LifetimeFromTick != 0 {
-		l.ext().lifeFrom = Tick(is.LifetimeFromTick)
+		l.ext().lifeFrom, l.ext().lifeFromWall = Tick(is.LifetimeFromTick), is.LifetimeFromWall
 	}
 	r.nextSeq = is.Seq + 1
 	r.leases[l.seq] = l

@@ -1,6 +1,7 @@
 package registrar_test
 
 import (
+	"google.golang.org/protobuf/proto"
 	"strings"
 	"testing"
 	"time"
@@ -310,7 +311,7 @@ func TestTransfer_Errors(t *testing.T) {
 		// A transfer to oneself would restart the renewal count and the
 		// lifetime, past the policy's limits and ahead of waiters.
 		{"to_itself", func(e *env, l registrar.Lease) (string, string, string, *int64) {
-			e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: 1})
+			e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: proto.Uint32(1)})
 			return l.ID, "w1", "w1", nil
 		}, registrar.ReasonInvalidArgument, "new_holder"},
 		{"new_holder_over_quota", func(e *env, l registrar.Lease) (string, string, string, *int64) {

@@ -2,6 +2,7 @@ package registrar_test
 
 import (
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"strconv"
 	"testing"
 	"time"
@@ -329,7 +330,7 @@ func TestRenew_AllOfHolder(t *testing.T) {
 func TestRenew_RenewalLimit_Seed003(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: 3})
+	e.setPolicy("default", &tenurev1.NamespacePolicy{MaxRenewals: proto.Uint32(3)})
 	l := e.mustAcquire("task/xyz-789", "w1", ttl(10_000))
 	if l.MaxRenewals != 3 {
 		t.Fatalf("max renewals %d", l.MaxRenewals)

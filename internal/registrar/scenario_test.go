@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -262,7 +263,7 @@ func (s *scenario) run(line string) []string {
 		for k, v := range opt {
 			switch k {
 			case "max_renewals":
-				p.MaxRenewals = uint32(num(v))
+				p.MaxRenewals = proto.Uint32(uint32(num(v)))
 			case "max_lifetime":
 				p.MaxLifetime = durationpb.New(time.Duration(num(v)) * time.Millisecond)
 			case "max_waiters":

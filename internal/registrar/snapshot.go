@@ -107,7 +107,7 @@ func snapOf(l *lease, ls *logpb.LeaseSnap) {
 			Reason: tenurev1.ReleaseReason(l.reason), TerminatedWall: l.terminatedWall,
 			GraceUntilTick: int64(x.graceTick), GraceUntilWall: x.graceWall, GraceUsed: x.graceUsed,
 			MaxRenewals: l.maxRenewals, MaxLifetimeMs: l.maxLifetime, RevokeReason: x.revokeReason,
-			EndedTick: int64(l.endedTick), LifetimeFromTick: int64(x.lifeFrom),
+			EndedTick: int64(l.endedTick), LifetimeFromTick: int64(x.lifeFrom), LifetimeFromWall: x.lifeFromWall,
 		}
 	}
 }
@@ -176,7 +176,7 @@ func Restore(s *logpb.Snapshot) (*Registrar, error) {
 		}
 		if ls.GraceUntilTick != 0 || ls.GraceUntilWall != 0 || ls.GraceUsed || ls.RevokeReason != "" || ls.LifetimeFromTick != 0 {
 			l.extra = &leaseExtra{graceTick: Tick(ls.GraceUntilTick), graceWall: ls.GraceUntilWall,
-				graceUsed: ls.GraceUsed, revokeReason: ls.RevokeReason, lifeFrom: Tick(ls.LifetimeFromTick)}
+				graceUsed: ls.GraceUsed, revokeReason: ls.RevokeReason, lifeFrom: Tick(ls.LifetimeFromTick), lifeFromWall: ls.LifetimeFromWall}
 		}
 		if l.mode != Exclusive && l.mode != Shared {
 			return nil, fmt.Errorf("snapshot: lease %d has bad mode %d", ls.Seq, ls.Mode)

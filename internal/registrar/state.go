@@ -44,6 +44,7 @@ type leaseExtra struct {
 	// lifeFrom, when set, is the tick the lifetime counts from (a lease
 	// issued by a transfer that carried the limits over).
 	lifeFrom     Tick
+	lifeFromWall int64
 	graceTick    Tick
 	graceWall    int64
 	graceUsed    bool
@@ -89,10 +90,17 @@ func (l *lease) lifetimeCap() Tick {
 // lifeFrom is the tick the lease's lifetime counts from: its issue, or
 // its predecessor's when a transfer carried the limits over.
 func (l *lease) lifeFrom() Tick {
+	t, _ := l.acquired()
+	return t
+}
+
+// acquired is when the lease's tenure began (tick, wall): its issue, or
+// its predecessor's when a transfer carried the limits over.
+func (l *lease) acquired() (Tick, int64) {
 	if l.extra != nil && l.extra.lifeFrom != 0 {
-		return l.extra.lifeFrom
+		return l.extra.lifeFrom, l.extra.lifeFromWall
 	}
-	return l.issuedTick
+	return l.issuedTick, l.issuedWall
 }
 
 // resource is a claimed name in a namespace: its leases (active and

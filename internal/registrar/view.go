@@ -25,6 +25,11 @@ type Lease struct {
 	TTL           time.Duration
 	IssuedTick    Tick
 	ExpiresTick   Tick
+	// AcquiredTick and AcquiredAt are when the lease's tenure began, the
+	// start of its max lifetime: its issue, or, for a lease issued by a
+	// transfer that carried the limits over, its predecessor's.
+	AcquiredTick  Tick
+	AcquiredAt    time.Time
 	IssuedAt      time.Time
 	ExpiresAt     time.Time
 	TerminatedAt  time.Time
@@ -65,8 +70,11 @@ func (r *Registrar) viewID(l *lease, t Tick, id string) Lease {
 	if l.extra != nil {
 		x = *l.extra
 	}
+	acqTick, acqWall := l.acquired()
 	v := Lease{
 		ID:            id,
+		AcquiredTick:  acqTick,
+		AcquiredAt:    WallTime(acqWall),
 		Fence:         l.seq,
 		Namespace:     l.res.ns.name,
 		Resource:      l.res.name,
@@ -133,8 +141,8 @@ func (l Lease) Proto() *tenurev1.Lease {
 		TimeRemaining:  durationpb.New(l.Remaining),
 		IssuedTick:     int64(l.IssuedTick),
 		ExpiresTick:    int64(l.ExpiresTick),
-		AcquiredTick:   int64(l.IssuedTick),
-		AcquiredAt:     ts(l.IssuedAt),
+		AcquiredTick:   int64(l.AcquiredTick),
+		AcquiredAt:     ts(l.AcquiredAt),
 		GraceUntil:     ts(l.GraceUntil),
 		MaxRenewals:    l.MaxRenewals,
 		MaxLifetime:    durationpb.New(l.MaxLifetime),

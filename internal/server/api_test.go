@@ -552,7 +552,7 @@ func TestErrorReasons(t *testing.T) {
 	// A namespace with short ttls and tight limits.
 	_, err := b.cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "tight", Policy: &tenurev1.NamespacePolicy{
 		MinTtl: durationpb.New(10 * time.Millisecond), DefaultTtl: durationpb.New(time.Second), MaxTtl: durationpb.New(time.Minute),
-		MaxRenewals: 1, MaxActivePerHolder: 2,
+		MaxRenewals: proto.Uint32(1), MaxActivePerHolder: 2,
 	}}))
 	if err != nil {
 		t.Fatalf("SetPolicy: %v", err)

@@ -167,6 +167,13 @@ func renderEvent(s statemachine.Sealed) *tenurev1.Event {
 		if is.TransferredFrom != 0 {
 			d["transferred_from_fence"] = utoa(is.TransferredFrom)
 		}
+		if is.RenewalCount != 0 { // carried over by a transfer
+			d["renewal_count"] = utoa(uint64(is.RenewalCount))
+		}
+		if is.LifetimeFromTick != 0 {
+			d["acquired_tick"] = itoa(is.LifetimeFromTick)
+			d["acquired_at"] = wallString(is.LifetimeFromWall)
+		}
 		renderTreeEvent(d, is.Derivation)
 	case *logpb.Record_Renewed:
 		ev.Type = EventLeaseRenewed

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"maps"
 	"os"
 	"path/filepath"
@@ -133,7 +134,7 @@ func (s *compatScript) part1() {
 	s.do("release", &logpb.Release{LeaseId: s.id("a1"), Holder: "h1", Reason: tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED})
 	s.do("held", &logpb.Acquire{Resource: "orders/1", Holder: "h9"})
 	s.do("policy", &logpb.SetPolicy{Namespace: "ns2", Policy: &tenurev1.NamespacePolicy{
-		MaxRenewals: 2, DefaultTtl: durationpb.New(30e9), MaxActivePerHolder: 5}})
+		MaxRenewals: proto.Uint32(2), DefaultTtl: durationpb.New(30e9), MaxActivePerHolder: 5}})
 	s.do("b1", &logpb.Acquire{Namespace: "ns2", Resource: "b/1", Holder: "h1"})
 	for i := range 3 {
 		s.tick += 1_000

@@ -119,7 +119,7 @@ func (r *rig) scenario() {
 	r.must(r.do(&logpb.Command{Op: &logpb.Command_WriteState{WriteState: &logpb.WriteState{
 		Resource: "orders/1", LeaseId: l1.ID, Data: []byte("step 1")}}}))
 	r.must(r.do(&logpb.Command{Actor: "admin", Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{
-		Namespace: "team-b", Policy: &tenurev1.NamespacePolicy{MaxRenewals: 2, LeaseRetention: durationpb.New(2 * time.Second)}}}}))
+		Namespace: "team-b", Policy: &tenurev1.NamespacePolicy{MaxRenewals: proto.Uint32(2), LeaseRetention: durationpb.New(2 * time.Second)}}}}))
 	l3 := r.acquire("jobs/x", "w3", inNS("team-b"), ttl(4000))
 	r.must(r.do(&logpb.Command{Actor: "w3", Op: &logpb.Command_DeclareRestart{DeclareRestart: &logpb.DeclareRestart{Holder: "w3"}}}))
 	r.after(500)
@@ -577,7 +577,7 @@ func TestRestoreKeepsNamespacePolicies(t *testing.T) {
 	r.must(r.do(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "team-b",
 		Policy: &tenurev1.NamespacePolicy{LeaseRetention: durationpb.New(time.Minute)}}}}))
 	r.must(r.do(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "*",
-		Policy: &tenurev1.NamespacePolicy{MaxRenewals: 3, MaxLifetime: durationpb.New(time.Hour)}}}}))
+		Policy: &tenurev1.NamespacePolicy{MaxRenewals: proto.Uint32(3), MaxLifetime: durationpb.New(time.Hour)}}}}))
 	want := r.m.Registrar().Policy("team-b")
 	if want.MaxRenewals != 0 || want.MaxLifetime != 0 {
 		t.Fatalf("team-b policy %+v inherited the later defaults", want)

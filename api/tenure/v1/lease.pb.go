@@ -736,8 +736,10 @@ type NamespacePolicy struct {
 	DefaultTtl *durationpb.Duration   `protobuf:"bytes,1,opt,name=default_ttl,json=defaultTtl,proto3" json:"default_ttl,omitempty"`
 	MinTtl     *durationpb.Duration   `protobuf:"bytes,2,opt,name=min_ttl,json=minTtl,proto3" json:"min_ttl,omitempty"`
 	MaxTtl     *durationpb.Duration   `protobuf:"bytes,3,opt,name=max_ttl,json=maxTtl,proto3" json:"max_ttl,omitempty"`
-	// 0 = unlimited.
-	MaxRenewals uint32 `protobuf:"varint,4,opt,name=max_renewals,json=maxRenewals,proto3" json:"max_renewals,omitempty"`
+	// Unset = unchanged (SetPolicy) or the server's default; 0 = unlimited.
+	// (Optional since 2026-11-27, so that 0 can be set; the encoding is
+	// unchanged.)
+	MaxRenewals *uint32 `protobuf:"varint,4,opt,name=max_renewals,json=maxRenewals,proto3,oneof" json:"max_renewals,omitempty"`
 	// 0 = unlimited.
 	MaxLifetime           *durationpb.Duration `protobuf:"bytes,5,opt,name=max_lifetime,json=maxLifetime,proto3" json:"max_lifetime,omitempty"`
 	MaxGrace              *durationpb.Duration `protobuf:"bytes,6,opt,name=max_grace,json=maxGrace,proto3" json:"max_grace,omitempty"`
@@ -838,8 +840,8 @@ func (x *NamespacePolicy) GetMaxTtl() *durationpb.Duration {
 }
 
 func (x *NamespacePolicy) GetMaxRenewals() uint32 {
-	if x != nil {
-		return x.MaxRenewals
+	if x != nil && x.MaxRenewals != nil {
+		return *x.MaxRenewals
 	}
 	return 0
 }
@@ -4148,13 +4150,13 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x04hash\x18\f \x01(\fR\x04hash\x1a:\n" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc3\b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd9\b\n" +
 	"\x0fNamespacePolicy\x12:\n" +
 	"\vdefault_ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"defaultTtl\x122\n" +
 	"\amin_ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06minTtl\x122\n" +
-	"\amax_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06maxTtl\x12!\n" +
-	"\fmax_renewals\x18\x04 \x01(\rR\vmaxRenewals\x12<\n" +
+	"\amax_ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06maxTtl\x12&\n" +
+	"\fmax_renewals\x18\x04 \x01(\rH\x00R\vmaxRenewals\x88\x01\x01\x12<\n" +
 	"\fmax_lifetime\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vmaxLifetime\x126\n" +
 	"\tmax_grace\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bmaxGrace\x121\n" +
 	"\x15max_active_per_holder\x18\a \x01(\x04R\x12maxActivePerHolder\x127\n" +
@@ -4166,12 +4168,13 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x0ealways_certify\x18\f \x01(\bR\ralwaysCertify\x12.\n" +
 	"\x13max_retained_leases\x18\r \x01(\x04R\x11maxRetainedLeases\x12,\n" +
 	"\x12max_retained_tasks\x18\x0e \x01(\x04R\x10maxRetainedTasks\x12/\n" +
-	"\x11task_max_renewals\x18\x0f \x01(\rH\x00R\x0ftaskMaxRenewals\x88\x01\x01\x12E\n" +
+	"\x11task_max_renewals\x18\x0f \x01(\rH\x01R\x0ftaskMaxRenewals\x88\x01\x01\x12E\n" +
 	"\x11task_max_lifetime\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\x0ftaskMaxLifetime\x12&\n" +
 	"\x0fmax_state_bytes\x18\x11 \x01(\x04R\rmaxStateBytes\x12*\n" +
 	"\x11max_pending_tasks\x18\x12 \x01(\x04R\x0fmaxPendingTasks\x123\n" +
 	"\x16max_pending_task_bytes\x18\x13 \x01(\x04R\x13maxPendingTaskBytes\x12&\n" +
-	"\x0fmax_pool_pieces\x18\x14 \x01(\x04R\rmaxPoolPiecesB\x14\n" +
+	"\x0fmax_pool_pieces\x18\x14 \x01(\x04R\rmaxPoolPiecesB\x0f\n" +
+	"\r_max_renewalsB\x14\n" +
 	"\x12_task_max_renewals\"\xd8\x02\n" +
 	"\x0eAcquireRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +

@@ -726,8 +726,8 @@ func (m *NamespacePolicy) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i--
 		dAtA[i] = 0x2a
 	}
-	if m.MaxRenewals != 0 {
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxRenewals))
+	if m.MaxRenewals != nil {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(*m.MaxRenewals))
 		i--
 		dAtA[i] = 0x20
 	}
@@ -4048,8 +4048,8 @@ func (m *NamespacePolicy) SizeVT() (n int) {
 		l = (*durationpb.Duration)(m.MaxTtl).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
-	if m.MaxRenewals != 0 {
-		n += 1 + protohelpers.SizeOfVarint(uint64(m.MaxRenewals))
+	if m.MaxRenewals != nil {
+		n += 1 + protohelpers.SizeOfVarint(uint64(*m.MaxRenewals))
 	}
 	if m.MaxLifetime != nil {
 		l = (*durationpb.Duration)(m.MaxLifetime).SizeVT()
@@ -7505,7 +7505,7 @@ func (m *NamespacePolicy) UnmarshalVT(dAtA []byte) error {
 			if wireType != 0 {
 				return fmt.Errorf("proto: wrong wireType = %d for field MaxRenewals", wireType)
 			}
-			m.MaxRenewals = 0
+			var v uint32
 			for shift := uint(0); ; shift += 7 {
 				if shift >= 64 {
 					return protohelpers.ErrIntOverflow
@@ -7515,11 +7515,12 @@ func (m *NamespacePolicy) UnmarshalVT(dAtA []byte) error {
 				}
 				b := dAtA[iNdEx]
 				iNdEx++
-				m.MaxRenewals |= uint32(b&0x7F) << shift
+				v |= uint32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
 			}
+			m.MaxRenewals = &v
 		case 5:
 			if wireType != 2 {
 				return fmt.Errorf("proto: wrong wireType = %d for field MaxLifetime", wireType)
