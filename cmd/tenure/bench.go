@@ -55,9 +55,12 @@ streams (operations from all workers batched into one message, results matched
 by id), so that the measurement is not one HTTP/2 request per operation;
 --unary sends one unary call per operation instead, for comparison.
 
-Progress goes to stderr (a live line on a terminal), the result table (or
--o json) to stdout. Resources are named bench/<run id>/…; leases are released
-at the end. Workers hold as bench-<run id>-w<n>, or, with credentials (--token,
+It runs in the namespace "bench" unless --namespace (or TENURE_NAMESPACE)
+names another, so that its events and ended leases do not crowd out those of
+the namespaces in use. Progress goes to stderr (a live line on a terminal), the
+result table (or -o json) to stdout. Resources are named bench/<run id>/…;
+leases are released at the end; the queue workload's queue, bench-<run id>,
+keeps its finished tasks until they are pruned like any. Workers hold as bench-<run id>-w<n>, or, with credentials (--token,
 client certificate) on a server with authentication, as the principal.`
 
 const benchExamples = `  tenure bench --workload cycle --concurrency 64 --duration 10s
@@ -125,6 +128,9 @@ type benchLatency struct {
 }
 
 // runBench is `tenure bench`.
+// benchNamespace is where tenure bench runs unless told otherwise.
+const benchNamespace = "bench"
+
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure bench", "[flags]", benchHelp, benchExamples, stdout, stderr)
 	var cfg benchConfig
@@ -141,6 +147,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.fs.StringVar(&cfg.complete, "complete", "async", "queue: async (send each Complete and go on) or sync (wait for it)")
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
+	}
+	if !c.given("namespace") && os.Getenv("TENURE_NAMESPACE") == "" {
+		// Its events, ended leases and queue stay out of the namespaces
+		// in use (the in-memory history of "default" would hold nothing
+		// else after a few seconds).
+		c.namespace = benchNamespace
 	}
 	switch {
 	case !slices.Contains([]string{"cycle", "contended", "renew", "queue", "keepalive"}, cfg.workload):

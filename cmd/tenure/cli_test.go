@@ -833,7 +833,11 @@ func TestCLIExec(t *testing.T) {
 func TestCLIBench(t *testing.T) {
 	t.Parallel()
 	// 3s: the progress line comes every 2 s when stderr is not a terminal.
-	r := runTenure(t, "bench", "--workload", "cycle", "--concurrency", "4", "--duration", "3s")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := tenureCmd(ctx, "bench", "--workload", "cycle", "--concurrency", "4", "--duration", "3s")
+	cmd.Env = append(cmd.Env, "TENURE_NAMESPACE=") // no namespace named: its own
+	r := runCmd(t, cmd)
 	if r.code != 0 {
 		t.Fatalf("bench: %+v", r)
 	}
@@ -844,6 +848,10 @@ func TestCLIBench(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "ops/s") {
 		t.Fatalf("no progress line on stderr: %q", r.stderr)
+	}
+	// It ran in its own namespace.
+	if l := parse(t, ok(t, "ls", "--namespace", "bench", "--prefix", "bench/", "--state", "released", "-o", "json"), &tenurev1.ListResponse{}); len(l.GetLeases()) == 0 {
+		t.Fatal("no released bench leases in namespace bench")
 	}
 	for _, args := range [][]string{
 		{"--workload", "renew", "--leases", "20", "--concurrency", "4", "--duration", "1s"},

@@ -151,9 +151,12 @@ func (c *cliCommand) parse(args []string, min, max int) ([]string, error) {
 // than left at its default. A flag given explicitly is sent even when its
 // value is zero or negative, for the server to judge: "--ttl 0s" must be
 // refused, not mistaken for "no ttl".
-func (c *cliCommand) given(name string) bool {
+func (c *cliCommand) given(name string) bool { return given(c.fs, name) }
+
+// given reports whether the flag name was set on fs's command line.
+func given(fs *flag.FlagSet, name string) bool {
 	found := false
-	c.fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
 	return found
 }
 

@@ -51,12 +51,12 @@ commands:
   fence       check a fence (check)
   cert        verify a lease certificate offline (verify)
   audit       check, export or prune a node's durable ledger (verify, export, prune)
-  cluster     status, join, remove, transfer-leader, public-key, whoami
+  cluster     status, join, remove, transfer-leader, snapshot, public-key, whoami
   policy      read or change a namespace's policy, or the server's defaults (get, set)
   exec        run a command while holding a lease
-  queue       work queue: push, claim, complete, fail, cancel, get, ls, stats
+  queue       work queue: push, claim, complete, fail, cancel, retry, get, ls, list, stats, config
   bench       the load generator
-  pool        the piece pool (create, want, request, complete, rankings, status)
+  pool        the piece pool (create, want, request, complete, rankings, status, leases, list)
   version     print the version
 
 flags of every client command (before or after it):
@@ -132,6 +132,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return es.code
 	case reasonFirst.MatchString(err.Error()):
 		fmt.Fprintln(stderr, err) // a Tenure error: its message starts with the reason
+		// An OUTCOME_UNKNOWN carries the transport's error: a TLS server
+		// or a Raft port hangs up on a write as on a read.
+		if h := hint(err); h != "" {
+			fmt.Fprintln(stderr, h)
+		}
 		return 1
 	default:
 		var ce *connect.Error

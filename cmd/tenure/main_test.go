@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -277,6 +279,25 @@ func TestParseSize(t *testing.T) {
 	for _, in := range []string{"", "x", "-1", "4gb", "4 PB", "1.5GiB", "9999999TiB", "GiB"} {
 		if got, err := parseSize(in); err == nil {
 			t.Errorf("parseSize(%q) = %d, want an error", in, got)
+		}
+	}
+}
+
+// TestUsageNamesEverySubcommand: the top-level help's summaries of queue
+// and pool list every subcommand they have.
+func TestUsageNamesEverySubcommand(t *testing.T) {
+	for group, subs := range map[string]map[string]func(context.Context, []string, io.Writer, io.Writer) error{
+		"queue": queueSubcommands, "pool": poolSubcommands,
+	} {
+		i := strings.Index(usage, "\n  "+group+" ")
+		if i < 0 {
+			t.Fatalf("usage does not list %s", group)
+		}
+		line, _, _ := strings.Cut(usage[i+1:], "\n")
+		for name := range subs {
+			if !regexp.MustCompile(`\b` + name + `\b`).MatchString(line) {
+				t.Errorf("usage's %s line lacks %s: %q", group, name, line)
+			}
 		}
 	}
 }

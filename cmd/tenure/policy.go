@@ -88,9 +88,7 @@ type policyFlags struct {
 // source names where setting name's value came from: its flag, or (not
 // given on the command line) its TENURE_* variable.
 func (pf *policyFlags) source(name string) string {
-	given := false
-	pf.fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
-	if pf.withEnv && !given {
+	if pf.withEnv && !given(pf.fs, name) {
 		return envName(name) + " (for --" + name + ")"
 	}
 	return "--" + name

@@ -44,7 +44,8 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	nodeID := fs.String("node-id", env("node-id", ""), "member id; default node1, stored in the data dir after the first start (env TENURE_NODE_ID)")
 	peers := fs.String("peers", env("peers", ""), "initial voters id=raftaddr,…, the same list on every initial member (env TENURE_PEERS)")
 	join := fs.String("join", env("join", ""), "API address of any member of a cluster to join as a voter (env TENURE_JOIN)")
-	insecure := fs.Bool("insecure", env("insecure", "") == "true", "allow a non-loopback --listen without authentication (env TENURE_INSECURE)")
+	insecureEnv, insecureErr := strconv.ParseBool(env("insecure", "false"))
+	insecure := fs.Bool("insecure", insecureEnv, "allow a non-loopback --listen without authentication (env TENURE_INSECURE: true, 1, …)")
 	raftCert := fs.String("raft-tls-cert", env("raft-tls-cert", ""), "PEM certificate of this member for mutual TLS on the Raft transport; needs --raft-tls-key and --raft-tls-ca (env TENURE_RAFT_TLS_CERT)")
 	raftKey := fs.String("raft-tls-key", env("raft-tls-key", ""), "PEM private key of --raft-tls-cert (env TENURE_RAFT_TLS_KEY)")
 	raftCA := fs.String("raft-tls-ca", env("raft-tls-ca", ""), "PEM CA that every member's Raft certificate must chain to (env TENURE_RAFT_TLS_CA)")
@@ -71,6 +72,9 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return usagef("tenure server takes no arguments, got %q", fs.Args())
+	}
+	if insecureErr != nil && !given(fs, "insecure") {
+		return usagef("TENURE_INSECURE=%q is not a boolean (true, false, 1, 0)", os.Getenv("TENURE_INSECURE"))
 	}
 	var peerList []cluster.Peer
 	if *peers != "" {

@@ -41,8 +41,6 @@ type Node struct {
 	raft    *raft.Raft
 	trans   *raft.NetworkTransport
 	stream  *streamLayer
-	store   *wal.WAL
-	meta    *metadb.BoltMetaDB // closed by us: WAL.Close leaves it open
 	fsm     *fsm
 	feed    *Feed
 	metrics *metrics
@@ -218,8 +216,13 @@ func Open(cfg Config) (*Node, error) {
 	segs, _ := filepath.Glob(filepath.Join(walDir, "*.wal"))
 	_, merr := os.Stat(filepath.Join(walDir, "wal-meta.db"))
 	hadMeta := merr == nil
-	n.meta = &metadb.BoltMetaDB{}
-	n.store, err = wal.Open(walDir, wal.WithMetaStore(n.meta), wal.WithLogger(hclog.New(&hclog.LoggerOptions{Name: "wal", Output: raftOut, Level: hclog.Info})))
+	walLog := hclog.New(&hclog.LoggerOptions{Name: "wal", Output: raftOut, Level: hclog.Info})
+	n.logs, err = openWritten(func(meta *metadb.BoltMetaDB) (*wal.WAL, error) {
+		return wal.Open(walDir, wal.WithMetaStore(meta), wal.WithLogger(walLog))
+	}, n.log)
+	if err == nil {
+		n.logs.room = func() error { return freeSpace(walDir, 2*uint64(wal.DefaultSegmentSize)) }
+	}
 	if err != nil {
 		hint := ""
 		if len(segs) > 0 && (!hadMeta || strings.Contains(err.Error(), "file exists")) {
@@ -290,28 +293,27 @@ func Open(cfg Config) (*Node, error) {
 	// every 20 s costs little and bounds the replay to seconds.
 	rc.SnapshotInterval = 20 * time.Second
 
-	existing, err := raft.HasExistingState(n.store, n.store, snaps)
+	existing, err := raft.HasExistingState(n.logs, n.logs, snaps)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: reading raft state: %w", err)
 	}
 	// A log that starts after entry 1 needs a snapshot of what came
 	// before it (Raft panics without one).
-	if first, err := n.store.FirstIndex(); err == nil && first > 1 {
+	if first, err := n.logs.FirstIndex(); err == nil && first > 1 {
 		if metas, err := snaps.List(); err == nil && len(metas) == 0 {
 			return nil, fmt.Errorf("cluster: the Raft log in %s starts at entry %d and no snapshot in %s holds what came before it "+
 				"(were the snapshots deleted?): restore the data dir from a backup, or in a cluster remove this member, wipe its "+
 				"data dir and --join it again", walDir, first, filepath.Join(cfg.DataDir, "snapshots"))
 		}
 	}
-	logs := &writtenStore{WAL: n.store, slots: n.slots, fromLog: &n.fsm.fromLog, diverged: n.diverged}
-	n.logs = logs
+	n.logs.slots, n.logs.fromLog, n.logs.diverged = n.slots, &n.fsm.fromLog, n.diverged
 	var trans raft.Transport = n.trans
 	var fresh *freshVoter
 	if !existing {
 		fresh = newFreshVoter(n.trans, rc.LocalID, n.log)
 		trans = fresh
 	}
-	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.store, snaps, trans)
+	n.raft, err = raft.NewRaft(rc, n.fsm, n.logs, n.logs, snaps, trans)
 	if err != nil {
 		if strings.Contains(err.Error(), "failed to load any existing snapshots") {
 			return nil, fmt.Errorf("cluster: starting raft: %w: no snapshot in %s could be read (damaged or truncated; "+
@@ -464,11 +466,8 @@ func (n *Node) closeStores() error {
 	if n.trans != nil {
 		errs = append(errs, n.trans.Close())
 	}
-	if n.store != nil {
-		errs = append(errs, n.store.Close())
-	}
-	if n.meta != nil {
-		errs = append(errs, n.meta.Close())
+	if n.logs != nil {
+		errs = append(errs, n.logs.close())
 	}
 	errs = append(errs, n.fsm.ledger.close())
 	if n.lock != nil {
@@ -1112,4 +1111,16 @@ func policyDiff(a, b registrar.Policy) string {
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// freeSpace says whether dir's file system has at least need bytes free.
+func freeSpace(dir string, need uint64) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return err
+	}
+	if free := st.Bavail * uint64(st.Bsize); free < need {
+		return fmt.Errorf("%d bytes free in %s, %d needed", free, dir, need)
+	}
+	return nil
 }

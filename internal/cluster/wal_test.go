@@ -1,14 +1,21 @@
 package cluster
 
 import (
+	"bytes"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
+	"github.com/hashicorp/raft-wal/types"
 )
 
 // A follower that loses an uncommitted suffix of its log (Raft truncates
@@ -88,7 +95,7 @@ func TestLogKeepsAppliedEntries(t *testing.T) {
 	}
 	var fromLog atomic.Uint64
 	var reported []error
-	s := &writtenStore{WAL: w, slots: newEntrySlots(1), fromLog: &fromLog, diverged: func(err error) { reported = append(reported, err) }}
+	s := &writtenStore{wal: w, slots: newEntrySlots(1), fromLog: &fromLog, diverged: func(err error) { reported = append(reported, err) }}
 	fromLog.Store(6)
 	if err := s.DeleteRange(9, 10); err != nil || len(reported) != 0 { // not applied yet
 		t.Fatalf("cutting an unapplied tail: %v, reported %v", err, reported)
@@ -105,5 +112,74 @@ func TestLogKeepsAppliedEntries(t *testing.T) {
 	fromLog.Store(0) // the state was restored from the leader's snapshot
 	if err := s.DeleteRange(4, 8); err != nil || len(reported) != 1 {
 		t.Fatalf("clearing the log after a restore: %v, reported %v", err, reported)
+	}
+}
+
+// failingFiler is raft-wal's segment filer whose Create fails while fail
+// is set: a new segment cannot be made (a full disk).
+type failingFiler struct {
+	types.SegmentFiler
+	fail atomic.Bool
+}
+
+func (f *failingFiler) Create(info types.SegmentInfo) (types.SegmentWriter, error) {
+	if f.fail.Load() {
+		return nil, errors.New("no space left on device (injected)")
+	}
+	return f.SegmentFiler.Create(info)
+}
+
+// A segment that fills up while no new one can be created leaves raft-wal
+// refusing every later write ("segment is sealed") until a restart, even
+// once the disk has room again (found from outside with a full disk). The
+// store reopens the log on that error: the writes fail while the disk is
+// full and go on by themselves after, nothing written lost.
+func TestLogWritesAgainAfterAFailedRotation(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "wal")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ff := &failingFiler{SegmentFiler: segment.NewFiler(dir, fs.New())}
+	s, err := openWritten(func(meta *metadb.BoltMetaDB) (*wal.WAL, error) {
+		return wal.Open(dir, wal.WithMetaStore(meta), wal.WithSegmentFiler(ff), wal.WithSegmentSize(32<<10))
+	}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	s.slots = newEntrySlots(1)
+	entry := func(i uint64) *raft.Log {
+		return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: bytes.Repeat([]byte{byte(i)}, 1000)}
+	}
+	ff.fail.Store(true)
+	next := uint64(1)
+	for ; next < 500; next++ {
+		if err = s.StoreLogs([]*raft.Log{entry(next)}); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		t.Fatal("500 entries of 1 KB written to 32 KB segments without a new segment")
+	}
+	if s.recentFailure(time.Minute) == nil {
+		t.Error("the failed write is not reported")
+	}
+	if err := s.StoreLogs([]*raft.Log{entry(next)}); err == nil {
+		t.Fatal("written while no segment can be created")
+	}
+	ff.fail.Store(false) // room again
+	for last := next + 50; next <= last; next++ {
+		if err := s.StoreLogs([]*raft.Log{entry(next)}); err != nil {
+			t.Fatalf("entry %d, after the disk has room again: %v", next, err)
+		}
+	}
+	if s.recentFailure(time.Minute) != nil {
+		t.Error("a failure is still reported after writes succeed")
+	}
+	for i := uint64(1); i < next; i++ {
+		var l raft.Log
+		if err := s.GetLog(i, &l); err != nil || !bytes.Equal(l.Data, entry(i).Data) {
+			t.Fatalf("entry %d: %v", i, err)
+		}
 	}
 }

@@ -1,21 +1,42 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
 )
 
-// writtenStore is the Raft log store, telling the proposer when the
-// leader's own copy of an entry it proposed is on disk, if the cluster
-// has other voters (entrySlots.atWrite): from then the disk is free for
-// the next entry while the followers write this one.
+// writtenStore is the Raft log (and stable) store, telling the proposer
+// when the leader's own copy of an entry it proposed is on disk, if the
+// cluster has other voters (entrySlots.atWrite): from then the disk is
+// free for the next entry while the followers write this one.
+//
+// It reopens raft-wal when a write finds its last segment sealed: a
+// segment that filled up while the disk was full could not be followed
+// by a new one (the rotation failed), and raft-wal would refuse every
+// write from then on, until a restart, although the disk has room again.
 type writtenStore struct {
-	*wal.WAL
+	// openWAL opens the log with meta as its index; room, when set, says
+	// why a reopen would fail now (too little free disk), so that the
+	// store is not closed for an open that cannot succeed.
+	openWAL func(meta *metadb.BoltMetaDB) (*wal.WAL, error)
+	room    func() error
+	// mu guards wal and meta: read-locked by every call, locked to
+	// reopen them.
+	mu   sync.RWMutex
+	wal  *wal.WAL
+	meta *metadb.BoltMetaDB
+	// broken is the reopen's error while the store could not be opened
+	// again (the disk still full): writes retry the reopen, reads fail.
+	broken error
+
 	slots *entrySlots
 	// fromLog is the FSM's last command entry applied from the log, and
 	// diverged is told when Raft would delete it (see DeleteRange).
@@ -25,6 +46,88 @@ type writtenStore struct {
 	// write succeeds): a full or failing disk, which Raft answers by
 	// stepping down, so that callers would only hear of NOT_LEADER.
 	failure atomic.Pointer[storeFailure]
+	log     *slog.Logger
+}
+
+// openWritten opens the Raft log with openWAL.
+func openWritten(openWAL func(meta *metadb.BoltMetaDB) (*wal.WAL, error), log *slog.Logger) (*writtenStore, error) {
+	s := &writtenStore{openWAL: openWAL, log: log}
+	var err error
+	s.wal, s.meta, err = s.open()
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *writtenStore) open() (*wal.WAL, *metadb.BoltMetaDB, error) {
+	meta := &metadb.BoltMetaDB{}
+	w, err := s.openWAL(meta)
+	if err != nil {
+		meta.Close()
+		return nil, nil, err
+	}
+	return w, meta, nil
+}
+
+// errNotOpen is the answer of a store that could not be opened again.
+var errNotOpen = errors.New("cluster: the Raft log could not be opened again after a failed write")
+
+// current returns the open store (read-locked: call done after).
+func (s *writtenStore) current() (w *wal.WAL, done func(), err error) {
+	s.mu.RLock()
+	if s.broken != nil {
+		err := s.broken
+		s.mu.RUnlock()
+		if err == wal.ErrClosed {
+			return nil, nil, err
+		}
+		return nil, nil, fmt.Errorf("%w: %w", errNotOpen, err)
+	}
+	return s.wal, s.mu.RUnlock, nil
+}
+
+// reopen closes w (nil: the store is not open) and opens the store
+// again, unless another call already did. It reports whether the store
+// is open.
+func (s *writtenStore) reopen(w *wal.WAL) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.broken == wal.ErrClosed: // closed for good
+		return false
+	case s.broken == nil && s.wal != w: // reopened already
+		return true
+	case s.broken == nil:
+		if s.room != nil {
+			if err := s.room(); err != nil {
+				return false // still sealed: the next write looks again
+			}
+		}
+		s.log.Warn("reopening the Raft log: a write found its last segment sealed (a new segment could not be created, full disk?)")
+		s.wal.Close()
+		s.meta.Close()
+	}
+	nw, meta, err := s.open()
+	if err != nil {
+		s.log.Warn("the Raft log could not be opened again; the next write tries again", "err", err)
+		s.broken = err
+		return false
+	}
+	s.log.Info("reopened the Raft log")
+	s.wal, s.meta, s.broken = nw, meta, nil
+	return true
+}
+
+// close closes the store for good.
+func (s *writtenStore) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken != nil {
+		return nil
+	}
+	s.broken = wal.ErrClosed
+	return errors.Join(s.wal.Close(), s.meta.Close())
 }
 
 // storeFailure is a failed write of the Raft log.
@@ -55,7 +158,12 @@ func (s *writtenStore) recentFailure(window time.Duration) error {
 // clearing it after the state was restored from the leader's snapshot,
 // go ahead.
 func (s *writtenStore) DeleteRange(min, max uint64) error {
-	last, err := s.WAL.LastIndex()
+	w, done, err := s.current()
+	if err != nil {
+		return err
+	}
+	defer done()
+	last, err := w.LastIndex()
 	if err != nil {
 		return err
 	}
@@ -65,11 +173,17 @@ func (s *writtenStore) DeleteRange(min, max uint64) error {
 		s.diverged(err)
 		return err
 	}
-	return s.WAL.DeleteRange(min, max)
+	return w.DeleteRange(min, max)
 }
 
 func (s *writtenStore) StoreLogs(logs []*raft.Log) error {
-	if err := s.WAL.StoreLogs(logs); err != nil {
+	w, err := s.storeLogs(logs)
+	if errors.Is(err, wal.ErrSealed) || errors.Is(err, errNotOpen) {
+		if s.reopen(w) {
+			_, err = s.storeLogs(logs)
+		}
+	}
+	if err != nil {
 		s.failure.Store(&storeFailure{err: err, at: time.Now()})
 		return err
 	}
@@ -82,7 +196,84 @@ func (s *writtenStore) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
+// storeLogs writes logs to the open store, which it returns (nil: not
+// open).
+func (s *writtenStore) storeLogs(logs []*raft.Log) (*wal.WAL, error) {
+	w, done, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return w, w.StoreLogs(logs)
+}
+
 func (s *writtenStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+func (s *writtenStore) FirstIndex() (uint64, error) {
+	w, done, err := s.current()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	return w.FirstIndex()
+}
+
+func (s *writtenStore) LastIndex() (uint64, error) {
+	w, done, err := s.current()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	return w.LastIndex()
+}
+
+func (s *writtenStore) GetLog(index uint64, l *raft.Log) error {
+	w, done, err := s.current()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return w.GetLog(index, l)
+}
+
+// IsMonotonic tells Raft that the log takes no gaps (raft-wal's).
+func (s *writtenStore) IsMonotonic() bool { return true }
+
+func (s *writtenStore) Set(key, val []byte) error {
+	w, done, err := s.current()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return w.Set(key, val)
+}
+
+func (s *writtenStore) Get(key []byte) ([]byte, error) {
+	w, done, err := s.current()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return w.Get(key)
+}
+
+func (s *writtenStore) SetUint64(key []byte, val uint64) error {
+	w, done, err := s.current()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return w.SetUint64(key, val)
+}
+
+func (s *writtenStore) GetUint64(key []byte) (uint64, error) {
+	w, done, err := s.current()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	return w.GetUint64(key)
+}
 
 // entrySlots bounds the entries proposed and not yet written to the
 // leader's log (Config.MaxInflightEntries). A slot is taken by the

@@ -84,8 +84,8 @@ type propRun struct {
 	resFence map[string]uint64
 	// limits are each issued lease's renewal and lifetime limits, by fence.
 	limits map[uint64][2]int64
-	step     int
-	stats    map[string]int // outcomes and records seen, for -v
+	step   int
+	stats  map[string]int // outcomes and records seen, for -v
 	// lastRenewed is renewed again more often than chance would.
 	lastRenewed string
 }
@@ -930,7 +930,7 @@ func (p *propRun) expect(adv *statemachine.Machine, cmd *logpb.Command) func(sta
 			// Carried over, the tenure goes on: the count and the limits
 			// of the old lease; otherwise it starts afresh under the
 			// policy in force.
-			wantCount, wantMax, wantLife := uint32(0), pol.MaxRenewals, time.Duration(pol.MaxLifetime) * time.Millisecond
+			wantCount, wantMax, wantLife := uint32(0), pol.MaxRenewals, time.Duration(pol.MaxLifetime)*time.Millisecond
 			if c.CarryLimits {
 				wantCount, wantMax, wantLife = v.RenewalCount, v.MaxRenewals, v.MaxLifetime
 			}

@@ -15,16 +15,16 @@ import (
 // that tick: a lease past its deadline reads Expired even before its expiry
 // record is applied.
 type Lease struct {
-	ID            string
-	Fence         uint64 // also the lease's sequence number
-	Namespace     string
-	Resource      string
-	Holder        string
-	Mode          Mode
-	State         State
-	TTL           time.Duration
-	IssuedTick    Tick
-	ExpiresTick   Tick
+	ID          string
+	Fence       uint64 // also the lease's sequence number
+	Namespace   string
+	Resource    string
+	Holder      string
+	Mode        Mode
+	State       State
+	TTL         time.Duration
+	IssuedTick  Tick
+	ExpiresTick Tick
 	// AcquiredTick and AcquiredAt are when the lease's tenure began, the
 	// start of its max lifetime: its issue, or, for a lease issued by a
 	// transfer that carried the limits over, its predecessor's.

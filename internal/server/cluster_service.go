@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -99,13 +100,33 @@ func (h *clusterService) RemoveServer(ctx context.Context, req *connect.Request[
 	return connect.NewResponse(&tenurev1.RemoveServerResponse{}), nil
 }
 
+// handOverWait bounds how long a leader that removes itself waits to know
+// the address of the member it handed leadership over to.
+const handOverWait = 5 * time.Second
+
 // removeViaNewLeader asks the leader this member just handed over to to
 // remove it.
 func (h *clusterService) removeViaNewLeader(ctx context.Context, req *connect.Request[tenurev1.RemoveServerRequest]) (*connect.Response[tenurev1.RemoveServerResponse], error) {
 	s := h.s
 	next := s.node.NextLeader(ctx)
-	s.node.AwaitLeader(ctx) // a member that never led publishes its address as it takes office
+	s.node.AwaitLeader(ctx)
+	// A member that never led publishes its address as it takes office,
+	// and this one hears of it a round trip later: wait for it a while.
 	id, addr := s.node.Leader()
+	wait := time.NewTimer(handOverWait)
+	defer wait.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for next != "" && (id != next || addr == "") {
+		select {
+		case <-tick.C:
+		case <-wait.C:
+			next = "" // not in time
+		case <-ctx.Done():
+			next = ""
+		}
+		id, addr = s.node.Leader()
+	}
 	if next == "" || id != next || addr == "" {
 		return nil, s.toConnect(notLeader(id, addr, "leadership was handed over before removing this member, and the new leader is not known yet; nothing was removed, retry"))
 	}
