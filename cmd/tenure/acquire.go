@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"io"
 	"time"
 
@@ -153,5 +154,10 @@ func lostError(l *tenure.Lease) error {
 	if errors.As(err, &te) {
 		return fmt.Errorf("%w (lease %s on %s lost)", te, l.ID(), l.Resource())
 	}
-	return fmt.Errorf("LEASE_LOST: lease %s on %s: %w", l.ID(), l.Resource(), err)
+	// The lost error names the lease and resource too: say them once.
+	var lost *tenure.LostError
+	if errors.As(err, &lost) && lost.Cause != nil {
+		err = lost.Cause
+	}
+	return fmt.Errorf("LEASE_LOST: lease %s on %s: %s", l.ID(), l.Resource(), strings.TrimPrefix(err.Error(), "tenure: "))
 }

@@ -40,7 +40,9 @@ files in DATA-DIR/ledger, which every node writes as it applies records
            It also checks the ledger against the chain head recorded in the
            node's newest Raft snapshot (DATA-DIR/snapshots): the ledger must
            reach it with the same hash, so a truncated or rewritten ledger
-           fails even where no checkpoint signs it yet.
+           fails even where no checkpoint signs it yet (once the node has
+           taken a snapshot: before its first, a ledger cut after its last
+           signed checkpoint cannot be told from one that ends there).
            The key is --public-key: hex, @FILE, or "cluster" (fetched from
            --endpoints); by default DATA-DIR/ledger/public-key, or else the
            ledger's own first record (which only proves self-consistency).

@@ -57,7 +57,8 @@ by id), so that the measurement is not one HTTP/2 request per operation;
 
 It runs in the namespace "bench" unless --namespace (or TENURE_NAMESPACE)
 names another, so that its events and ended leases do not crowd out those of
-the namespaces in use. Progress goes to stderr (a live line on a terminal), the
+the namespaces in use (with authentication, a principal not allowed "bench"
+runs in "default", or else the first namespace it names). Progress goes to stderr (a live line on a terminal), the
 result table (or -o json) to stdout. Resources are named bench/<run id>/…;
 leases are released at the end; the queue workload's queue, bench-<run id>,
 keeps its finished tasks until they are pruned like any. Workers hold as bench-<run id>-w<n>, or, with credentials (--token,
@@ -131,6 +132,29 @@ type benchLatency struct {
 // benchNamespace is where tenure bench runs unless told otherwise.
 const benchNamespace = "bench"
 
+// benchNamespaceFor picks where a principal of the namespace patterns
+// given runs the bench when none is named: benchNamespace if they cover
+// it, else the default namespace, else the first they name outright.
+func benchNamespaceFor(patterns []string) string {
+	covers := func(ns string) bool {
+		return slices.ContainsFunc(patterns, func(p string) bool {
+			prefix, wild := strings.CutSuffix(p, "*")
+			return p == ns || wild && strings.HasPrefix(ns, prefix)
+		})
+	}
+	for _, ns := range []string{benchNamespace, tenure.DefaultNamespace} {
+		if covers(ns) {
+			return ns
+		}
+	}
+	for _, p := range patterns {
+		if !strings.HasSuffix(p, "*") {
+			return p
+		}
+	}
+	return benchNamespace
+}
+
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure bench", "[flags]", benchHelp, benchExamples, stdout, stderr)
 	var cfg benchConfig
@@ -148,7 +172,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
 	}
-	if !c.given("namespace") && os.Getenv("TENURE_NAMESPACE") == "" {
+	ownNamespace := !c.given("namespace") && os.Getenv("TENURE_NAMESPACE") == ""
+	if ownNamespace {
 		// Its events, ended leases and queue stay out of the namespaces
 		// in use (the in-memory history of "default" would hold nothing
 		// else after a few seconds).
@@ -185,6 +210,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if who.GetAuthenticated() {
 		cfg.principal = who.GetPrincipal()
+		if ownNamespace {
+			c.namespace = benchNamespaceFor(who.GetNamespaces())
+		}
 	}
 	// The workers' streams go to the first endpoint: make it the leader,
 	// so that a dead endpoint first in the list, or a follower that would

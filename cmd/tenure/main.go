@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"os/signal"
 	"regexp"
 	"strings"
@@ -19,8 +20,32 @@ import (
 	"connectrpc.com/connect"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version is set at build time with -ldflags "-X main.version=…";
+// otherwise it is "dev" and the commit Go stamped into the binary
+// (go build in a git checkout), if any.
+var version = devVersion("dev")
+
+// devVersion is v, followed by the commit the binary was built from (and
+// "-modified" for a dirty tree) when v is "dev" and the build says.
+func devVersion(v string) string {
+	bi, ok := debug.ReadBuildInfo()
+	if v != "dev" || !ok {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision" && len(s.Value) >= 12:
+			rev = s.Value[:12]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-modified"
+		}
+	}
+	if rev == "" {
+		return v
+	}
+	return v + " (" + rev + dirty + ")"
+}
 
 // usageError is a mistake in the command line (exit status 2).
 type usageError struct{ msg string }

@@ -79,8 +79,10 @@ type fsm struct {
 	// batch's list starts with that much room (growing it was a tenth of
 	// a busy node's allocated bytes).
 	lastSealed int
-	// observe, when set, sees every applied command's result (metrics).
-	observe func(m *statemachine.Machine, cmd *logpb.Command, res statemachine.Result)
+	// observe, when set, sees every applied command's result (metrics),
+	// but those of entries up to replayed: the log held them at start.
+	observe  func(m *statemachine.Machine, cmd *logpb.Command, res statemachine.Result)
+	replayed uint64
 }
 
 func newFSM(cfg statemachine.Config, feed *Feed) *fsm {
@@ -148,7 +150,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 				f.resolveWaiter(s.Record)
 			}
 			sealed = append(sealed, res.Records...)
-			if f.observe != nil {
+			if f.observe != nil && l.Index > f.replayed {
 				f.observe(f.m, cmd, res)
 			}
 		}

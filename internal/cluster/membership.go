@@ -83,6 +83,7 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string) error
 		if err := n.membership(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout)); err != nil {
 			return err
 		}
+		n.log.Info("added a voter", "member", id, "raft_address", raftAddr, "api_address", apiAddr)
 	}
 	if apiAddr == "" {
 		return nil
@@ -126,6 +127,7 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 		if err := n.membership(n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
 			return err
 		}
+		n.log.Info("removed a member", "member", id)
 	} else {
 		n.fsm.mu.RLock()
 		_, published := n.fsm.m.Member(id)
@@ -201,6 +203,7 @@ func (n *Node) TransferLeadership(id string) error {
 		}
 		return n.raftError(err)
 	}
+	n.log.Info("handed leadership over", "to", id)
 	return nil
 }
 

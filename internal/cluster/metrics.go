@@ -1,6 +1,10 @@
 package cluster
 
 import (
+	"cmp"
+	"slices"
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenurehq/tenure/internal/logpb"
@@ -9,8 +13,11 @@ import (
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
-// metrics are the node's Prometheus instruments. Counters move as records
-// are applied, so every member reports the same lease counts.
+// metrics are the node's Prometheus instruments. The counters count what
+// this process applied as it happened: not the entries it replays from its
+// log at start (those were counted before, by the process that applied
+// them first), so a restart resets them as Prometheus expects of a
+// counter, and members started at different times count from then.
 type metrics struct {
 	ended         *prometheus.CounterVec // by state
 	grants        prometheus.Counter
@@ -28,7 +35,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	m := &metrics{
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tenure_leases_ended_total",
-			Help: "Leases that ended, by terminal state (released, expired, revoked)."}, []string{"state"}),
+			Help: "Leases that ended since this process started, by terminal state (RELEASED, EXPIRED, REVOKED)."}, []string{"state"}),
 		grants: prometheus.NewCounter(prometheus.CounterOpts{Name: "tenure_grants_total",
 			Help: "Leases granted (acquires, waiter hand-offs, transfers)."}),
 		renewals: prometheus.NewCounter(prometheus.CounterOpts{Name: "tenure_renewals_total",
@@ -101,6 +108,9 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 			return 0
 		}),
 	)
+	for _, st := range []registrar.State{registrar.Released, registrar.Expired, registrar.Revoked} {
+		m.endedCounter(st) // each series exists from the start, at 0
+	}
 	return m
 }
 
@@ -163,19 +173,18 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 		c         queue.Counts
 	}
 	var rows []row
-	unreported := 0
 	c.f.count(func(m *statemachine.Machine) int {
 		m.Queues().EachStats(func(ns, q string, cs queue.Counts) bool {
-			if len(rows) < maxQueueSeries {
-				rows = append(rows, row{ns, q, cs})
-			} else {
-				unreported++
-			}
+			rows = append(rows, row{ns, q, cs})
 			return true
 		})
 		return 0
 	})
-	for _, r := range rows {
+	// The same queues on every scrape while they exist: the first by
+	// namespace and name (EachStats visits them in map order).
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Or(strings.Compare(a.ns, b.ns), strings.Compare(a.queue, b.queue)) })
+	unreported := max(0, len(rows)-maxQueueSeries)
+	for _, r := range rows[:min(len(rows), maxQueueSeries)] {
 		for _, s := range []struct {
 			state string
 			n     uint64

@@ -307,6 +307,9 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}
 	n.logs.slots, n.logs.fromLog, n.logs.diverged = n.slots, &n.fsm.fromLog, n.diverged
+	if last, err := n.logs.LastIndex(); err == nil {
+		n.fsm.replayed = last // not counted again in the metrics
+	}
 	var trans raft.Transport = n.trans
 	var fresh *freshVoter
 	if !existing {
@@ -362,6 +365,9 @@ func Open(cfg Config) (*Node, error) {
 			fresh.caughtUp.Store(true)
 		}
 		switch {
+		case id == "" && !n.IsVoter():
+			n.log.Warn("no leader known, and this member is not a voter of the cluster's configuration (removed?): " +
+				"it hears of no new leader; stop it, or add it back (tenure cluster join)")
 		case id == "":
 			n.log.Info("no leader known: an election is under way, or this node is cut off")
 		case id != n.id:
@@ -540,11 +546,32 @@ func (r *raftErrors) error(msg string) {
 	}
 	r.seen[msg] = &repeated{at: now}
 	r.mu.Unlock()
+	level := slog.LevelError
+	if routineRaftError(msg) {
+		level = slog.LevelInfo
+	}
 	if again > 0 {
-		r.log.Error(msg, "repeated", again, "within", raftErrorEvery.String())
+		r.log.Log(context.Background(), level, msg, "repeated", again, "within", raftErrorEvery.String())
 		return
 	}
-	r.log.Error(msg)
+	r.log.Log(context.Background(), level, msg)
+}
+
+// routineRaftError reports whether an error line of Raft's is routine in
+// a healthy cluster, logged at info level: a leader stepping down for a
+// newer term, a peer hanging up a connection (a member restarting), and
+// the entry a new member asks for while the leader sends it a snapshot.
+func routineRaftError(msg string) bool {
+	switch {
+	case strings.Contains(msg, "peer has newer term, stopping replication"):
+		return true
+	case strings.Contains(msg, "failed to decode incoming command") &&
+		(strings.Contains(msg, "connection reset by peer") || strings.Contains(msg, "EOF")):
+		return true
+	case strings.Contains(msg, "failed to get log") && strings.Contains(msg, "log not found"):
+		return true
+	}
+	return false
 }
 
 // lockFile is the data dir's lock file; it holds the pid of its holder.

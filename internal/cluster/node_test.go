@@ -770,8 +770,13 @@ func TestRaftErrorsReachTheLog(t *testing.T) {
 	w.Write([]byte("2026-11-26T00:00:00.000Z [INFO]  raft: entering follower state\n" +
 		"2026-11-26T00:00:01.000Z [ERROR] raft: failed to append to logs: error=\"no space left on device\"\n" +
 		"2026/11/26 00:00:02 [ERR] snapshot: failed to move\n" +
-		"2026-11-26T00:00:03.000Z [ERROR] raft-net: failed to decode incoming command: error=\"transport shutdown\"\n"))
+		"2026-11-26T00:00:03.000Z [ERROR] raft-net: failed to decode incoming command: error=\"transport shutdown\"\n" +
+		"2026-11-26T00:00:04.000Z [ERROR] raft: peer has newer term, stopping replication: peer=\"{Voter n2 127.0.0.1:7171}\"\n"))
 	out := buf.String()
+	// Routine in a healthy cluster: info, not error.
+	if !strings.Contains(out, `level=INFO msg="raft: peer has newer term, stopping replication`) {
+		t.Errorf("a leader stepping down is not logged at info:\n%s", out)
+	}
 	if !strings.Contains(out, `level=ERROR msg="raft: failed to append to logs: error=\"no space left on device\""`) ||
 		!strings.Contains(out, `msg="snapshot: failed to move"`) || strings.Contains(out, "follower state") ||
 		strings.Contains(out, "transport shutdown") {

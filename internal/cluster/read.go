@@ -404,6 +404,7 @@ func (n *Node) Snapshot() (index, term uint64, err error) {
 		return 0, 0, unavailable("snapshot: " + err.Error())
 	}
 	_ = rc.Close()
+	n.log.Info("took a snapshot", "index", meta.Index, "term", meta.Term)
 	return meta.Index, meta.Term, nil
 }
 

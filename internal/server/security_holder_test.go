@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -586,5 +589,45 @@ func TestActorIsThePrincipal(t *testing.T) {
 	want := []string{"lease.issued by w1", "lease.renewed by w1", "lease.revoked by root"}
 	if !slices.Equal(got, want) {
 		t.Errorf("history %q, want %q", got, want)
+	}
+}
+
+// TestMetricsShowQueuesToAllNamespacePrincipalsOnly: a queue's name and
+// its namespace's are in /metrics (tenure_queue_tasks) for a principal of
+// every namespace; a principal of some namespaces sees the cluster-wide
+// series only.
+func TestMetricsShowQueuesToAllNamespacePrincipalsOnly(t *testing.T) {
+	b := startSecure(t, nil)
+	q1 := b.as("tok-q1")
+	if _, err := q1.queues.Enqueue(context.Background(), connect.NewRequest(&tenurev1.EnqueueRequest{
+		Namespace: "jobs", Queue: "payroll-secret", Tasks: []*tenurev1.NewTask{{Payload: []byte("x")}}})); err != nil {
+		t.Fatal(err)
+	}
+	scrape := func(token string) string {
+		req, err := http.NewRequest(http.MethodGet, b.base+"/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := h2cClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/metrics as %s: %d %s", token, resp.StatusCode, body)
+		}
+		return string(body)
+	}
+	if body := scrape("tok-root"); !strings.Contains(body, `queue="payroll-secret"`) {
+		t.Errorf("a principal of every namespace does not see the queue:\n%s", body)
+	}
+	body := scrape("tok-r1")
+	if strings.Contains(body, "payroll-secret") || strings.Contains(body, `namespace="jobs"`) {
+		t.Errorf("a principal of team-* sees another namespace's queue in /metrics")
+	}
+	if !strings.Contains(body, "tenure_grants_total") {
+		t.Errorf("a principal of team-* lacks the cluster-wide series:\n%s", body)
 	}
 }

@@ -32,7 +32,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -254,7 +253,7 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		w.Write([]byte("ok\n"))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", s.metricsHandler())
 	mux.Handle("GET "+ui.Prefix, ui.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(ui.Prefix, http.StatusFound))
 
