@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"io"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"

@@ -11,9 +11,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"os/signal"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
