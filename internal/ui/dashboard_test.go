@@ -143,6 +143,7 @@ func churn(t *testing.T, e *env, l *tenurev1.Lease) (stop func()) {
 		defer close(done)
 		tick := time.NewTicker(25 * time.Millisecond)
 		defer tick.Stop()
+		n := 0
 		for {
 			select {
 			case <-ctx.Done():
@@ -162,6 +163,13 @@ func churn(t *testing.T, e *env, l *tenurev1.Lease) (stop func()) {
 			}
 			if _, err := e.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: r.Msg.Lease.LeaseId, Holder: "loader"})); err != nil && ctx.Err() == nil {
 				t.Errorf("Release: %v", err)
+				return
+			}
+			// And one left to expire, a second later.
+			n++
+			if _, err := e.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Namespace: "load", Resource: fmt.Sprintf("exp/%d", n),
+				Holder: "loader", Ttl: durationpb.New(time.Second)})); err != nil && ctx.Err() == nil {
+				t.Errorf("Acquire: %v", err)
 				return
 			}
 		}
@@ -196,6 +204,9 @@ func TestDashboard(t *testing.T) {
 		// Rates need two samples of /metrics.
 		e.waitJS(t, "rates", `document.querySelectorAll("#rate-grants polyline").length === 1 &&
 			document.querySelector("#rate-grants .v").textContent !== "0" && document.querySelector("#rate-renewals .v").textContent !== "0"`)
+		// The expiries' series is labelled EXPIRED (it read "expired" once,
+		// and the rate stayed 0).
+		e.waitJS(t, "expiries", `document.querySelector("#rate-expiries .v")?.textContent !== "0"`)
 		e.waitJS(t, "live events", `document.querySelector('#recent li') !== null`)
 		e.screenshot(t, "overview")
 	})

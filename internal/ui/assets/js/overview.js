@@ -19,7 +19,7 @@ async function sample() {
     t: performance.now(),
     grants: sum(m.tenure_grants_total),
     renewals: sum(m.tenure_renewals_total),
-    expiries: sum(m.tenure_leases_ended_total, (l) => l.state === 'expired'),
+    expiries: sum(m.tenure_leases_ended_total, (l) => (l.state || '').toLowerCase() === 'expired'),
     waiters: sum(m.tenure_waiters),
     rejections,
   };
@@ -75,27 +75,43 @@ export default function overview(root, ctx) {
   const recent = h('div', { class: 'card', id: 'recent' }, h('h2', {}, 'Latest events'), empty('Waiting for events…'));
   replace(root, h('h1', {}, 'Overview'), h('div', { class: 'grid' }, cluster, counts, rate), h('div', { class: 'grid' }, queues, errors, recent));
 
+  // Each member's last known health, by id: the probes (up to 2 s for a
+  // member that does not answer) run beside the refresh, so that a new
+  // leader shows as soon as Status says, not after them.
+  const healthOf = {};
+  const renderCluster = (st) => {
+    const health = (st.members || []).map((m) => healthOf[m.id] || 'checking');
+    replace(cluster, h('h2', {}, 'Cluster'),
+      h('div', { class: 'stats' },
+        stat('leader', st.leaderId || h('span', { class: 'badge bad' }, 'none'), 'leader'),
+        stat('term', st.term || '0'),
+        stat('commit index', fmtNum(st.commitIndex)),
+        stat('applied index', fmtNum(st.appliedIndex))),
+      h('table', { id: 'members' }, h('thead', {}, h('tr', {}, h('th', {}, 'member'), h('th', {}, 'API address'), h('th', {}, 'role'), h('th', {}, 'health'))),
+        h('tbody', {}, (st.members || []).map((m, i) => h('tr', {},
+          h('td', {}, m.id, m.id === st.nodeId ? h('span', { class: 'muted' }, ' (answering)') : ''),
+          h('td', { class: 'mono' }, m.apiAddress || '—'),
+          // Without a leader a member knows only its own role.
+          h('td', {}, !st.leaderId && m.id !== st.nodeId ? h('span', { class: 'muted' }, 'unknown') :
+            h('span', { class: `badge ${m.role === 'ROLE_LEADER' ? 'ok' : m.role === 'ROLE_CANDIDATE' ? 'warn' : ''}` }, enumName(m.role, 'ROLE_'))),
+          h('td', {}, h('span', { class: `badge ${health[i] === 'checking' ? '' : health[i] === 'reachable' && !m.unreachableSince ? 'ok' : 'bad'}` }, health[i]),
+            m.unreachableSince ? h('span', { class: 'muted', title: 'The leader\'s heartbeats to it fail' }, ` leader lost it at ${fmtClock(m.unreachableSince)}`) : ''))))),
+      h('p', { class: 'muted' }, `version ${st.version || '?'} · answered by ${st.nodeId || '?'}`));
+  };
+  let probing = false;
+  let latest; // the last Status answered
+
   ctx.every(2000, async () => {
     await Promise.all([
-      api.call('ClusterService', 'Status').then(async (st) => {
+      api.call('ClusterService', 'Status').then((st) => {
+        latest = st;
+        renderCluster(st);
+        if (probing) return;
+        probing = true;
         const self = location.host;
-        const health = await Promise.all((st.members || []).map((m) => probe(m, self)));
-        replace(cluster, h('h2', {}, 'Cluster'),
-          h('div', { class: 'stats' },
-            stat('leader', st.leaderId || h('span', { class: 'badge bad' }, 'none'), 'leader'),
-            stat('term', st.term || '0'),
-            stat('commit index', fmtNum(st.commitIndex)),
-            stat('applied index', fmtNum(st.appliedIndex))),
-          h('table', { id: 'members' }, h('thead', {}, h('tr', {}, h('th', {}, 'member'), h('th', {}, 'API address'), h('th', {}, 'role'), h('th', {}, 'health'))),
-            h('tbody', {}, (st.members || []).map((m, i) => h('tr', {},
-              h('td', {}, m.id, m.id === st.nodeId ? h('span', { class: 'muted' }, ' (answering)') : ''),
-              h('td', { class: 'mono' }, m.apiAddress || '—'),
-              // Without a leader a member knows only its own role.
-              h('td', {}, !st.leaderId && m.id !== st.nodeId ? h('span', { class: 'muted' }, 'unknown') :
-                h('span', { class: `badge ${m.role === 'ROLE_LEADER' ? 'ok' : m.role === 'ROLE_CANDIDATE' ? 'warn' : ''}` }, enumName(m.role, 'ROLE_'))),
-              h('td', {}, h('span', { class: `badge ${health[i] === 'reachable' && !m.unreachableSince ? 'ok' : 'bad'}` }, health[i]),
-                m.unreachableSince ? h('span', { class: 'muted', title: 'The leader\'s heartbeats to it fail' }, ` leader lost it at ${fmtClock(m.unreachableSince)}`) : ''))))),
-          h('p', { class: 'muted' }, `version ${st.version || '?'} · answered by ${st.nodeId || '?'}`));
+        Promise.all((st.members || []).map((m) => probe(m, self).then((hl) => { healthOf[m.id] = hl; })))
+          .then(() => renderCluster(latest))
+          .finally(() => { probing = false; });
       }).catch((e) => replace(cluster, h('h2', {}, 'Cluster'), errorBox(e))),
 
       api.call('LeaseService', 'List', { namespace: ctx.ns, pageSize: 1 }).then((r) => {
