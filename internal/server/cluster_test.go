@@ -1008,3 +1008,27 @@ func TestWipedMemberDoesNotVoteAwayAcknowledgedWrites(t *testing.T) {
 		t.Fatal("the acknowledged lease's resource was granted again")
 	}
 }
+
+// TestFollowerCountsTheRejectionsItForwards: a follower's
+// tenure_rejections_total counts the refusals of the calls it forwarded
+// (its dashboard's "errors by reason" showed none while its clients got
+// them from the leader).
+func TestFollowerCountsTheRejectionsItForwards(t *testing.T) {
+	ms := startCluster(t, 3)
+	f := followerOf(ms, leaderOf(t, ms, 10*time.Second))
+	ctx := context.Background()
+	if _, err := f.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "fw/held", Holder: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "fw/held", Holder: "b"}))
+	wantReason(t, err, connect.CodeFailedPrecondition, "LEASE_HELD")
+	resp, err := http.Get("http://" + f.srv.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `tenure_rejections_total{reason="LEASE_HELD"} 1`) {
+		t.Errorf("the follower's /metrics does not count the LEASE_HELD it answered:\n%s", body)
+	}
+}

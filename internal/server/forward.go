@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -324,6 +325,14 @@ func (s *Server) forwardError(ctx context.Context, err error, write bool, id, ad
 		out := connect.NewError(ce.Code(), errors.New(ce.Message()))
 		for _, d := range ce.Details() {
 			out.AddDetail(d)
+			// Counted here too: the rejections this member answered
+			// (tenure_rejections_total, its dashboard) include those of
+			// the calls it forwarded.
+			if v, err := d.Value(); err == nil {
+				if info, ok := v.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
+					s.metrics.rejections.WithLabelValues(info.GetReason()).Inc()
+				}
+			}
 		}
 		return out
 	}
