@@ -53,7 +53,10 @@ Workloads:
 cycle, contended, renew and queue send their operations over Pipeline
 streams (operations from all workers batched into one message, results matched
 by id), so that the measurement is not one HTTP/2 request per operation;
---unary sends one unary call per operation instead, for comparison.
+--unary sends one unary call per operation instead, for comparison. The
+streams go to one member (the leader when the run starts) and do not move to
+another if it goes away; measure a rolling restart or a failover with --unary,
+whose calls go on through the other --endpoints.
 
 It runs in the namespace "bench" unless --namespace (or TENURE_NAMESPACE)
 names another, so that its events and ended leases do not crowd out those of
