@@ -123,10 +123,11 @@ func (s *writtenStore) reopen(w *wal.WAL) bool {
 func (s *writtenStore) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.broken != nil {
-		return nil
+	broken := s.broken
+	s.broken = wal.ErrClosed // no write reopens it after this
+	if broken != nil {
+		return nil // closed already
 	}
-	s.broken = wal.ErrClosed
 	return errors.Join(s.wal.Close(), s.meta.Close())
 }
 
