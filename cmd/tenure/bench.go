@@ -60,12 +60,16 @@ whose calls go on through the other --endpoints.
 
 It runs in the namespace "bench" unless --namespace (or TENURE_NAMESPACE)
 names another, so that its events and ended leases do not crowd out those of
-the namespaces in use (with authentication, a principal not allowed "bench"
-runs in "default", or else the first namespace it names). Progress goes to stderr (a live line on a terminal), the
-result table (or -o json) to stdout. Resources are named bench/<run id>/…;
-leases are released at the end; the queue workload's queue, bench-<run id>,
-keeps its finished tasks until they are pruned like any. Workers hold as bench-<run id>-w<n>, or, with credentials (--token,
-client certificate) on a server with authentication, as the principal.`
+the namespaces in use. With authentication, a principal not allowed "bench"
+runs in "default", else in the first namespace it names, else in "bench"
+under the first prefix it may use ("team-*": team-bench).
+
+Progress goes to stderr (a live line on a terminal), the result table (or
+-o json) to stdout. Resources are named bench/<run id>/…; leases are released
+at the end; the queue workload's queue, bench-<run id>, keeps its finished
+tasks until they are pruned like any. Workers hold as bench-<run id>-w<n>,
+or, with credentials (--token, client certificate) on a server with
+authentication, as the principal.`
 
 const benchExamples = `  tenure bench --workload cycle --concurrency 64 --duration 10s
   tenure bench --workload contended --resources 4 --concurrency 32 --wait 5s
@@ -137,7 +141,8 @@ const benchNamespace = "bench"
 
 // benchNamespaceFor picks where a principal of the namespace patterns
 // given runs the bench when none is named: benchNamespace if they cover
-// it, else the default namespace, else the first they name outright.
+// it, else the default namespace, else the first they name outright, else
+// benchNamespace under the first prefix they allow ("team-*": team-bench).
 func benchNamespaceFor(patterns []string) string {
 	covers := func(ns string) bool {
 		return slices.ContainsFunc(patterns, func(p string) bool {
@@ -154,6 +159,9 @@ func benchNamespaceFor(patterns []string) string {
 		if !strings.HasSuffix(p, "*") {
 			return p
 		}
+	}
+	for _, p := range patterns {
+		return strings.TrimSuffix(p, "*") + benchNamespace
 	}
 	return benchNamespace
 }
@@ -172,6 +180,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.fs.IntVar(&cfg.streams, "streams", 1, "number of Pipeline streams")
 	c.fs.IntVar(&cfg.batch, "batch", 1, "renew: leases renewed per Renew call; queue: tasks claimed per Claim call")
 	c.fs.StringVar(&cfg.complete, "complete", "async", "queue: async (send each Complete and go on) or sync (wait for it)")
+	if f := c.fs.Lookup("namespace"); f != nil && os.Getenv("TENURE_NAMESPACE") == "" {
+		f.DefValue = benchNamespace // its own (below), as --help says
+	}
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
 	}

@@ -158,9 +158,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case reasonFirst.MatchString(err.Error()):
 		fmt.Fprintln(stderr, err) // a Tenure error: its message starts with the reason
 		// An OUTCOME_UNKNOWN carries the transport's error: a TLS server
-		// or a Raft port hangs up on a write as on a read.
+		// or a Raft port hangs up on a write as on a read (and so does a
+		// server that crashed: hence the condition).
 		if h := hint(err); h != "" {
-			fmt.Fprintln(stderr, h)
+			fmt.Fprintln(stderr, "hint, if no tenure server ever answered at that address: "+strings.TrimPrefix(h, "hint: "))
 		}
 		return 1
 	default:

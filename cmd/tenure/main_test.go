@@ -301,3 +301,32 @@ func TestUsageNamesEverySubcommand(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchNamespaceFor(t *testing.T) {
+	for _, c := range []struct {
+		patterns []string
+		want     string
+	}{
+		{[]string{"*"}, "bench"},
+		{[]string{"be*"}, "bench"},
+		{[]string{"default"}, "default"},
+		{[]string{"team-*", "jobs"}, "jobs"},
+		{[]string{"team-*"}, "team-bench"},
+		{nil, "bench"},
+	} {
+		if got := benchNamespaceFor(c.patterns); got != c.want {
+			t.Errorf("benchNamespaceFor(%q) = %q, want %q", c.patterns, got, c.want)
+		}
+	}
+}
+
+func TestParseBool(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "1": true, "true": true, "TRUE": true, "yes": true, "on": true, "0": false, "no": false, "off": false, "False": false} {
+		if got, err := parseBool(v); err != nil || got != want {
+			t.Errorf("parseBool(%q) = %v, %v; want %v", v, got, err, want)
+		}
+	}
+	if _, err := parseBool("maybe"); err == nil {
+		t.Error(`parseBool("maybe") is not an error`)
+	}
+}

@@ -44,7 +44,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	nodeID := fs.String("node-id", env("node-id", ""), "member id; default node1, stored in the data dir after the first start (env TENURE_NODE_ID)")
 	peers := fs.String("peers", env("peers", ""), "initial voters id=raftaddr,…, the same list on every initial member (env TENURE_PEERS)")
 	join := fs.String("join", env("join", ""), "API address of any member of a cluster to join as a voter (env TENURE_JOIN)")
-	insecureEnv, insecureErr := strconv.ParseBool(env("insecure", "false"))
+	insecureEnv, insecureErr := parseBool(env("insecure", ""))
 	insecure := fs.Bool("insecure", insecureEnv, "allow a non-loopback --listen without authentication (env TENURE_INSECURE: true, 1, …)")
 	raftCert := fs.String("raft-tls-cert", env("raft-tls-cert", ""), "PEM certificate of this member for mutual TLS on the Raft transport; needs --raft-tls-key and --raft-tls-ca (env TENURE_RAFT_TLS_CERT)")
 	raftKey := fs.String("raft-tls-key", env("raft-tls-key", ""), "PEM private key of --raft-tls-cert (env TENURE_RAFT_TLS_KEY)")
@@ -74,7 +74,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 		return usagef("tenure server takes no arguments, got %q", fs.Args())
 	}
 	if insecureErr != nil && !given(fs, "insecure") {
-		return usagef("TENURE_INSECURE=%q is not a boolean (true, false, 1, 0)", os.Getenv("TENURE_INSECURE"))
+		return usagef("TENURE_INSECURE=%q is not a boolean (true, false, 1, 0, yes, no, on, off)", os.Getenv("TENURE_INSECURE"))
 	}
 	var peerList []cluster.Peer
 	if *peers != "" {
@@ -315,4 +315,16 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// parseBool reads a boolean environment value: strconv.ParseBool's forms,
+// yes/no and on/off, any case; empty is false.
+func parseBool(v string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "no", "off":
+		return false, nil
+	case "yes", "on":
+		return true, nil
+	}
+	return strconv.ParseBool(v)
 }

@@ -203,6 +203,9 @@ func (n *Node) TransferLeadership(id string) error {
 		}
 		return n.raftError(err)
 	}
+	if id == "" {
+		id = "the most up-to-date other voter" // Raft's pick
+	}
 	n.log.Info("handed leadership over", "to", id)
 	return nil
 }

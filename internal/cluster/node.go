@@ -911,7 +911,7 @@ func (n *Node) notLeader() error {
 	}
 	if err := n.LogFailure(); err != nil {
 		return &registrar.Error{Reason: registrar.ReasonUnavailable, Metadata: map[string]string{"cause": "raft_log_write"},
-			Message: string(registrar.ReasonUnavailable) + ": this node cannot write its Raft log (" + err.Error() +
+			Message: string(registrar.ReasonUnavailable) + ": member " + n.id + " cannot write its Raft log (" + err.Error() +
 				"), so it cannot lead or take writes; free space or fix the disk (it recovers by itself)"}
 	}
 	_, id := n.raft.LeaderWithID()

@@ -219,6 +219,11 @@ func (p Policy) ProtoToSet() *tenurev1.NamespacePolicy {
 // versions must write the same history.
 func (p Policy) ProtoOver(base Policy) *tenurev1.NamespacePolicy {
 	pb := p.Proto()
+	if p.MaxRenewals == 0 && base.MaxRenewals != 0 {
+		// Unlimited over a limit: said outright (unset reads as base's).
+		// Records of policies set before 0 could be set never have it.
+		pb.MaxRenewals = &p.MaxRenewals
+	}
 	if p.MaxRetainedLeases == base.MaxRetainedLeases {
 		pb.MaxRetainedLeases = 0
 	}

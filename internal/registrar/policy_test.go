@@ -390,3 +390,28 @@ func TestPolicy_TransferCarriesTheLimits(t *testing.T) {
 		}
 	}
 }
+
+// max_renewals 0 (unlimited) set over a non-zero server-wide limit holds,
+// for a namespace and for the defaults themselves, also in the records
+// replayed: unset in a record reads as the defaults' value, so the record
+// says 0 outright.
+func TestPolicy_UnlimitedRenewalsOverALimit(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.setPolicy(registrar.DefaultsNamespace, &tenurev1.NamespacePolicy{MaxRenewals: proto.Uint32(6)})
+	e.setPolicy("ns", &tenurev1.NamespacePolicy{MaxRenewals: proto.Uint32(0)})
+	if got := e.m.Registrar().Policy("ns").MaxRenewals; got != 0 {
+		t.Fatalf("namespace max_renewals %d, want 0 (unlimited) over the default 6", got)
+	}
+	l := e.mustAcquire("r", "w", inNS("ns"), ttl(5000))
+	for range 8 {
+		if out := e.after(1000).renew(l.ID, nil); out.Err != nil {
+			t.Fatalf("renewal of an unlimited lease: %v", out.Err)
+		}
+	}
+	e.setPolicy(registrar.DefaultsNamespace, &tenurev1.NamespacePolicy{MaxRenewals: proto.Uint32(0)})
+	if got := e.m.Registrar().Defaults().MaxRenewals; got != 0 {
+		t.Fatalf("default max_renewals %d, want 0 (unlimited) after 6", got)
+	}
+	e.wantReplayEqual()
+}

@@ -222,5 +222,14 @@ func (h *clusterService) SetPolicy(ctx context.Context, req *connect.Request[ten
 	if _, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: ns, Policy: m.Policy}}}); err != nil {
 		return nil, s.toConnect(err)
 	}
+	// The policy as applied (this member applied it before answering).
+	_ = s.node.Read(ctx, true, func(mc *statemachine.Machine, _ registrar.Tick) error {
+		if ns == registrar.DefaultsNamespace {
+			p = mc.Registrar().Defaults()
+		} else {
+			p = mc.Registrar().Policy(ns)
+		}
+		return nil
+	})
 	return connect.NewResponse(&tenurev1.SetPolicyResponse{Policy: p.Proto()}), nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -33,7 +34,8 @@ func (w withoutNamespaces) Gather() ([]*dto.MetricFamily, error) {
 	mfs, err := w.g.Gather()
 	out := mfs[:0]
 	for _, mf := range mfs {
-		if !labelled(mf, "namespace") {
+		// tenure_queue_tasks_unreported counts queues of every namespace.
+		if !labelled(mf, "namespace") && !strings.HasPrefix(mf.GetName(), "tenure_queue_tasks") {
 			out = append(out, mf)
 		}
 	}

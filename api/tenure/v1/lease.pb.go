@@ -736,9 +736,9 @@ type NamespacePolicy struct {
 	DefaultTtl *durationpb.Duration   `protobuf:"bytes,1,opt,name=default_ttl,json=defaultTtl,proto3" json:"default_ttl,omitempty"`
 	MinTtl     *durationpb.Duration   `protobuf:"bytes,2,opt,name=min_ttl,json=minTtl,proto3" json:"min_ttl,omitempty"`
 	MaxTtl     *durationpb.Duration   `protobuf:"bytes,3,opt,name=max_ttl,json=maxTtl,proto3" json:"max_ttl,omitempty"`
-	// Unset = unchanged (SetPolicy) or the server's default; 0 = unlimited.
-	// (Optional since 2026-11-27, so that 0 can be set; the encoding is
-	// unchanged.)
+	// Unset: the server-wide default (in a SetPolicy of "*", its current
+	// value); 0 = unlimited. (Optional since 2026-11-27, so that 0 can be
+	// set over a non-zero default; the encoding is unchanged.)
 	MaxRenewals *uint32 `protobuf:"varint,4,opt,name=max_renewals,json=maxRenewals,proto3,oneof" json:"max_renewals,omitempty"`
 	// 0 = unlimited.
 	MaxLifetime           *durationpb.Duration `protobuf:"bytes,5,opt,name=max_lifetime,json=maxLifetime,proto3" json:"max_lifetime,omitempty"`
