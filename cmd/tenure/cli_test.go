@@ -768,12 +768,16 @@ func TestCLIExec(t *testing.T) {
 		t.Parallel()
 		// Without tenure nothing renews the lease: a tenure killed with
 		// SIGKILL must not leave the command running beside the next
-		// holder (the kernel's parent-death signal).
+		// holder, nor what it started (sh -c "a & b"; the guard).
 		res := "exec/" + uniq(t)
-		cmd, lines, _ := startTenure(t, "exec", res, "--ttl", "5s", "--", "sh", "-c", `echo $$; exec sleep 60`)
-		pid, err := strconv.Atoi(nextLine(t, lines))
-		if err != nil {
-			t.Fatal(err)
+		cmd, lines, _ := startTenure(t, "exec", res, "--ttl", "5s", "--", "sh", "-c", `echo $$; sleep 60 & echo $!; wait`)
+		var pids []int
+		for range 2 {
+			pid, err := strconv.Atoi(nextLine(t, lines))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pids = append(pids, pid)
 		}
 		_ = cmd.Process.Kill()
 		// Waited for last: the command holds tenure's stderr open.
@@ -781,16 +785,18 @@ func TestCLIExec(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
-		for syscall.Kill(pid, 0) == nil {
-			// A killed child stays a zombie until reaped: look at its state.
-			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && strings.Contains(string(st), ") Z ") {
-				break
+		for _, pid := range pids {
+			for syscall.Kill(pid, 0) == nil {
+				// A killed process stays a zombie until reaped: look at its state.
+				if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && strings.Contains(string(st), ") Z ") {
+					break
+				}
+				if time.Now().After(deadline) {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					t.Fatalf("pid %d of the command (sh, its sleep: %v) still runs 10s after tenure was killed", pid, pids)
+				}
+				<-tick.C
 			}
-			if time.Now().After(deadline) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-				t.Fatalf("the command (pid %d) still runs 10s after tenure was killed", pid)
-			}
-			<-tick.C
 		}
 	})
 	t.Run("kills by the lease's safety margin by default", func(t *testing.T) {

@@ -32,10 +32,10 @@ then start the command, keeping the lease alive with heartbeats while it runs.
     the next holder for that long plus the grace. Where overlap must never
     happen, pass the fence (below) to storage that checks fences.
   - When the command ends the lease is released.
-  - If tenure itself dies (kill -9, a crash), the kernel kills the command
-    (SIGKILL; Linux only): nothing renews its lease any more. Processes the
-    command started are not reached that way unless they die with it; run
-    them in its foreground.
+  - If tenure itself dies (kill -9, a crash), its command's process group
+    is killed (SIGKILL) by a guard process tenure starts beside it: nothing
+    renews the lease any more. Processes the command moved to a group or
+    session of their own (setsid, a daemon) are not reached.
 
 The command runs in its own process group, so signals reach its children too.
 It sees TENURE_LEASE_ID, TENURE_LEASE_FENCE, TENURE_LEASE_RESOURCE and
@@ -131,12 +131,18 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		release(l)
 		return &exitStatus{code: 127, msg: fmt.Sprintf("tenure exec: %v", err)}
 	}
+	pgid := cmd.Process.Pid
+	guardDone, err := startGuard(pgid)
+	if err != nil {
+		fmt.Fprintf(stderr, "tenure exec: no guard for the command's process group (%v): if tenure is killed, what the command started may run on\n", err)
+		guardDone = func() {}
+	}
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
+		guardDone()
 		close(exited)
 	}()
-	pgid := cmd.Process.Pid
 	lostCh := l.Done()
 	var lost error
 	var kill <-chan time.Time

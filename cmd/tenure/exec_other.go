@@ -4,9 +4,9 @@ package main
 
 import "syscall"
 
-// childAttr starts the command in its own process group. Only Linux can
-// have the kernel kill it when tenure dies; elsewhere a tenure killed
-// with SIGKILL leaves the command running (stop it with tenure's signals).
+// childAttr starts the command in its own process group. Only Linux has
+// the kernel kill it when tenure dies; elsewhere the guard does
+// (startGuard).
 func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }

@@ -133,6 +133,9 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 var reasonFirst = regexp.MustCompile(`^[A-Z][A-Z_]+: `)
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == guardCommand {
+		os.Exit(runGuard(os.Args[2:]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
