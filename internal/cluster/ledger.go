@@ -52,6 +52,12 @@ type durableLedger struct {
 	// failed is set when writing stopped (atomic: the FSM and the
 	// metrics read it).
 	failed atomic.Bool
+	// lastFail is the error the ledger last logged stopping for, and when
+	// (under failMu): a retry that fails alike within a minute is not
+	// logged again (a full disk, retried every few seconds).
+	failMu   sync.Mutex
+	lastFail string
+	failAt   time.Time
 	// lastAtOpen is the index of the last record the files held at start
 	// (checkHistory), and diverged is told when the node applies another
 	// history than the files hold (ledger.ErrOtherHistory).
@@ -214,6 +220,15 @@ func (d *durableLedger) fail(err error) {
 		return
 	}
 	d.healable.Store(!errors.Is(err, ledger.ErrOtherHistory))
+	d.failMu.Lock()
+	again := d.lastFail == err.Error() && time.Since(d.failAt) < time.Minute
+	if !again {
+		d.lastFail, d.failAt = err.Error(), time.Now()
+	}
+	d.failMu.Unlock()
+	if again {
+		return
+	}
 	if d.stopHeal != nil {
 		d.log.Error("ledger: writing stopped; it is tried again every few seconds, and resumes once the cause is fixed "+
 			"(or restart the node: Raft's log refills it)", "err", err)
@@ -269,7 +284,7 @@ func (d *durableLedger) healNow() error {
 		if d.feed.Head() > rec.Last {
 			d.healable.Store(false)
 			d.log.Error("ledger: the files end at a record the in-memory feed no longer holds; restart the node once the "+
-				"cause is fixed, and Raft's log refills them (it writes every record since: free at least as much disk as "+
+				"cause is fixed, and Raft's log refills them (it writes every record since: free about four times what "+
 				"the Raft log grew meanwhile)", "files_end", rec.Last, "feed_oldest", oldest)
 			return errors.New("ledger: cannot refill from the feed")
 		}
