@@ -377,7 +377,7 @@ func TestCLILeaseLifecycle(t *testing.T) {
 	if got := strings.Join(types, ","); !strings.HasPrefix(got, "lease.issued,lease.renewed,") || !strings.Contains(got, "lease.released") {
 		t.Fatalf("history: %s", got)
 	}
-	if out := ok(t, "history", res); !strings.Contains(out, "lease.issued") {
+	if out := ok(t, "history", res); !strings.Contains(out, "lease.issued") || !strings.Contains(out, "ACTOR") {
 		t.Fatalf("history table:\n%s", out)
 	}
 	if hl := parse(t, ok(t, "history", res, "--latest", "--limit", "1", "-o", "json"), &tenurev1.HistoryResponse{}); len(hl.GetEvents()) != 1 ||

@@ -135,11 +135,11 @@ func writeLeaseDetail(w io.Writer, l *tenurev1.Lease) error {
 	return tw.Flush()
 }
 
-const eventHeader = "INDEX\tTIME\tTYPE\tRESOURCE\tLEASE ID\tHOLDER\tFENCE"
+const eventHeader = "INDEX\tTIME\tTYPE\tRESOURCE\tLEASE ID\tHOLDER\tFENCE\tACTOR"
 
 func eventRow(e *tenurev1.Event) string {
 	return strings.Join([]string{
 		strconv.FormatUint(e.GetIndex(), 10), fmtTime(e.GetTime()), e.GetType(), e.GetResource(),
-		e.GetLeaseId(), e.GetHolder(), strconv.FormatUint(e.GetFence(), 10),
+		e.GetLeaseId(), e.GetHolder(), strconv.FormatUint(e.GetFence(), 10), e.GetActor(),
 	}, "\t")
 }

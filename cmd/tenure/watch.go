@@ -66,7 +66,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	if !c.json() {
-		fmt.Fprintf(stdout, "%-8s %-20s %-18s %-24s %-28s %-20s %s\n", "INDEX", "TIME", "TYPE", "RESOURCE", "LEASE ID", "HOLDER", "FENCE")
+		fmt.Fprintf(stdout, "%-8s %-20s %-18s %-24s %-28s %-20s %-8s %s\n", "INDEX", "TIME", "TYPE", "RESOURCE", "LEASE ID", "HOLDER", "FENCE", "ACTOR")
 	}
 	n := 0
 	err = cl.Watch(ctx, *prefix, *after, func(e *tenurev1.Event) error {
@@ -75,7 +75,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return err
 			}
 		} else {
-			fmt.Fprintf(stdout, "%-8d %-20s %-18s %-24s %-28s %-20s %d\n", e.GetIndex(), fmtTime(e.GetTime()), e.GetType(), e.GetResource(), e.GetLeaseId(), e.GetHolder(), e.GetFence())
+			fmt.Fprintf(stdout, "%-8d %-20s %-18s %-24s %-28s %-20s %-8d %s\n", e.GetIndex(), fmtTime(e.GetTime()), e.GetType(), e.GetResource(), e.GetLeaseId(), e.GetHolder(), e.GetFence(), e.GetActor())
 		}
 		if n++; *count > 0 && n >= *count {
 			return errWatchDone
