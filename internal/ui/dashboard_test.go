@@ -319,7 +319,7 @@ func TestDashboard(t *testing.T) {
 		e.waitJS(t, "the live feed", `document.querySelector("#live")?.classList.contains("ok")`)
 		l := e.acquire(t, "fresh/1", "newcomer", time.Minute, tenurev1.Mode_MODE_EXCLUSIVE)
 		e.waitJS(t, "the grant in the feed", fmt.Sprintf(`(() => { const r = document.querySelector('#event-rows tr[data-type="lease.issued"][data-resource="fresh/1"]');
-			return r !== null && r.textContent.includes("newcomer") && r.dataset.index !== "" && r.textContent.includes(%q) &&
+			return r !== null && r.querySelector("td.actor")?.textContent === "newcomer" && r.dataset.index !== "" && r.textContent.includes(%q) &&
 				r.querySelector('a[href="#/lease/%s"]') !== null })()`, fmt.Sprint(l.Fence), l.LeaseId))
 		e.screenshot(t, "events")
 		// The filter narrows the feed.

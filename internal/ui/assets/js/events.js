@@ -11,6 +11,7 @@ function row(e, fresh) {
     h('td', {}, h('span', { class: `badge ${eventClass(e.type)}` }, e.type)),
     h('td', { class: 'mono' }, e.resource ? h('a', { href: `#/resource/${seg(e.resource)}` }, e.resource) : ''),
     h('td', {}, e.holder || ''),
+    h('td', { class: 'actor' }, e.actor || ''),
     h('td', { class: 'num mono' }, e.fence && e.fence !== '0' ? e.fence : ''),
     h('td', { class: 'mono' }, e.leaseId ? h('a', { href: `#/lease/${seg(e.leaseId)}`, title: e.leaseId }, short(e.leaseId)) : ''),
     h('td', { class: 'muted' }, d));
@@ -23,14 +24,14 @@ export default function events(root, ctx) {
   const tbody = h('tbody', { id: 'event-rows' });
   const table = h('table', { class: 'feed', id: 'event-table' }, h('thead', {}, h('tr', {},
     h('th', { class: 'num' }, 'index'), h('th', {}, 'time'), h('th', {}, 'type'), h('th', {}, 'resource'), h('th', {}, 'holder'),
-    h('th', { class: 'num' }, 'fence'), h('th', {}, 'lease'), h('th', {}, 'details'))), tbody);
+    h('th', { title: 'Who acted: the principal, or the holder the request named' }, 'actor'), h('th', { class: 'num' }, 'fence'), h('th', {}, 'lease'), h('th', {}, 'details'))), tbody);
   const holder = h('div', { class: 'card' });
   replace(root, h('h1', {}, `Live events in ${ctx.ns}`), h('div', { class: 'filters' }, h('label', {}, 'Filter', filter), pause, status), holder);
 
   let paused = false;
   const matches = (e) => {
     const f = filter.value.trim();
-    return !f || e.type.includes(f) || (e.resource || '').includes(f) || (e.holder || '') === f;
+    return !f || e.type.includes(f) || (e.resource || '').includes(f) || (e.holder || '') === f || (e.actor || '') === f;
   };
   const draw = () => {
     const evs = ctx.feed.events.filter(matches).slice(-SHOW).reverse();
