@@ -3,6 +3,7 @@ package pool
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -104,7 +105,11 @@ func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 func (c Config) Validate() error {
 	switch {
 	case c.LeaseMs < 1000 || c.LeaseMs > MaxLeaseMs:
-		return invalid("config.lease_duration", "must be within [1s, 24h], got %s", registrar.Dur(c.LeaseMs))
+		// A duration, refused as a lease's ttl is (and as a namespace's
+		// bounds refuse it in create).
+		return registrar.NewError(registrar.ReasonTTLOutOfRange, map[string]string{"field": "config.lease_duration",
+			"ttl_ms": strconv.FormatInt(c.LeaseMs, 10), "min_ttl_ms": "1000", "max_ttl_ms": strconv.FormatInt(MaxLeaseMs, 10)},
+			"config.lease_duration %s is outside [1s, 24h]", registrar.Dur(c.LeaseMs))
 	case c.MaxLeasesPerPeer < 1 || c.MaxLeasesPerPeer > MaxLeasesCap:
 		return invalid("config.max_leases_per_peer", "must be within [1, %d], got %d", MaxLeasesCap, c.MaxLeasesPerPeer)
 	case !finite(c.Decay) || c.Decay <= 0 || c.Decay > 1:

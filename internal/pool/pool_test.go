@@ -393,6 +393,13 @@ func TestNamespaceTTLBounds(t *testing.T) {
 	if _, err := e.m.Pools().Status("", "long"); err == nil {
 		t.Fatal("the refused pool exists")
 	}
+	// Below the floor too: a duration out of range is TTL_OUT_OF_RANGE
+	// whichever bound it misses (it was INVALID_ARGUMENT below 1 s).
+	for _, d := range []time.Duration{500 * time.Millisecond, 0} {
+		if out := e.create("tiny", &tenurev1.PoolConfig{LeaseDuration: durationpb.New(d)}); registrar.ReasonOf(out.Err) != registrar.ReasonTTLOutOfRange {
+			t.Fatalf("create with a lease duration of %v: %v, want TTL_OUT_OF_RANGE", d, out.Err)
+		}
+	}
 	// The default duration (300s) is brought within the bounds.
 	e.wantRange("p", 0, 8, 0, 8)
 	g := mustGrant(t, e.request("p", "a", 1, have(0, 0, 1, 2, 3)))
