@@ -3,10 +3,17 @@
 //	c, err := tenure.New([]string{"10.0.0.1:7070", "10.0.0.2:7070", "10.0.0.3:7070"})
 //	lease, err := c.Acquire(ctx, "orders/42", tenure.TTL(15*time.Second))
 //	defer lease.Release(ctx, tenure.ReleaseCompleted)
-//	select {
-//	case <-lease.Done(): // lost: stop working on orders/42 now
-//	case <-work(ctx, lease.Fence()):
+//	for step := range steps {
+//		if !lease.Valid() { // lost, or a pause outlived the trust window
+//			return lease.Err()
+//		}
+//		step.Do(ctx, lease.Fence()) // storage that checks the fence
 //	}
+//
+// Watch lease.Done() to be told of a loss while waiting; check
+// lease.Valid() right before each action (a process paused past the trust
+// window may run before Done's timer does); pass lease.Fence() to storage
+// that checks fences, for the pause between the check and the action.
 //
 // # Overview
 //
@@ -74,10 +81,14 @@
 // Every loss is a *LostError matching ErrLeaseLost. When Done is closed the
 // caller must stop acting as the holder: stop writing, stop the work, and
 // re-acquire if it still needs the resource (a new lease with a new fence).
-// Done is a local, conservative signal. It cannot protect against a process
-// that is paused between checking Done and writing; downstream storage should
-// check the lease's Fence (see the fencing package, and CheckFence), and
-// guarded state (WriteState) is checked by the registrar itself.
+// Done is a local, conservative signal closed by a timer: a process paused
+// past the trust window (SIGSTOP, a long GC or VM pause) may act before the
+// timer runs, so check Valid right before each action (it reads the clock,
+// and is false at once after such a pause; Err stays nil until Done
+// closes). Neither can protect against a pause between the check and the
+// write: downstream storage should check the lease's Fence (see the
+// fencing package, and CheckFence), and guarded state (WriteState) is
+// checked by the registrar itself.
 //
 // # Failover
 //

@@ -16,7 +16,9 @@ import (
 // the current leader's value from a deposed one's.
 //
 // Leadership is the lease: watch Lease().Done() and stop leading when it
-// closes. Fence() orders leaders (a later leader has a higher fence).
+// closes, and check Lease().Valid() right before acting as the leader (a
+// pause past the trust window may run before Done's timer). Fence() orders
+// leaders (a later leader has a higher fence).
 //
 // Within this process an Election is held like a Mutex: one goroutine at a
 // time campaigns or leads, and a Campaign of another goroutine waits its
@@ -173,7 +175,7 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 }
 
 // Observe returns a channel of the leader's value and closes it when ctx
-// ends. It reads the current leader when it starts and after each ledger
+// ends or the Client closes. It reads the current leader when it starts and after each ledger
 // event of the resource (it follows the ledger with Watch, starting again
 // from the present if the watch fails for good), and sends the value read
 // when it differs from the last one sent. So each value is the leader's as
@@ -187,6 +189,9 @@ func (e *Election) Observe(ctx context.Context) <-chan string {
 	ch := make(chan string)
 	go func() {
 		defer close(ch)
+		ctx, done := e.c.untilClose(ctx) // its calls end with the Client
+		var err error
+		defer done(&err)
 		last, have := "", false
 		// emit sends the current leader's value if it changed. It fails when
 		// ctx ended or the leader could not be read; the caller then reads

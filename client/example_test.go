@@ -37,7 +37,10 @@ func ExampleClient_Acquire() {
 	}
 	defer lease.Release(ctx, tenure.ReleaseCompleted)
 
-	// The heartbeats run in the background; stop the work when the lease is lost.
+	// The heartbeats run in the background; stop the work when the lease is
+	// lost. process checks lease.Valid() right before each write (a pause
+	// past the trust window may run before Done's timer) and passes the
+	// fence to storage that checks it.
 	work, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -65,10 +68,12 @@ func ExampleMutex() {
 	}
 	defer m.Unlock(context.Background())
 
-	select {
-	case <-m.Lease().Done():
-		log.Printf("lock lost: %v", m.Lease().Err())
-	case <-time.After(time.Second): // the critical section
+	for range 3 { // the critical section, step by step
+		if !m.Lease().Valid() { // lost, or a pause outlived the trust window
+			log.Printf("lock lost: %v", m.Lease().Err())
+			return
+		}
+		// one step, writing with m.Lease().Fence() to storage that checks it
 	}
 }
 

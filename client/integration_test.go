@@ -1071,3 +1071,26 @@ func TestIntegrationDeadFirstEndpoint(t *testing.T) {
 		t.Fatalf("CompletePiece through a dead first endpoint: %v", err)
 	}
 }
+
+// TestObserveEndsWithTheClient: Observe's channel closes when its Client
+// closes, not only when its ctx ends (it went on polling a closed client).
+func TestObserveEndsWithTheClient(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t, WithHolder("observer"))
+	ctx := ctxTimeout(t, 30*time.Second)
+	observed := NewElection(c, "integration/observe-close", TTL(3*time.Second)).Observe(ctx)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case _, ok := <-observed:
+			if !ok {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("Observe's channel still open after Close")
+		}
+	}
+}

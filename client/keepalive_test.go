@@ -502,6 +502,30 @@ func TestGrantAfterTrustWindowIsRenewedFirst(t *testing.T) {
 	})
 }
 
+// TestGrantLateInTrustWindowIsRenewedFirst: a grant that leaves less than
+// a third of the ttl of trust (a wait that ended late: trust counts from
+// the request) is renewed before Acquire returns, not handed over with
+// milliseconds left (found from outside: 11 ms of a 10 s lease).
+func TestGrantLateInTrustWindowIsRenewedFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		// Request + ttl − margin = 9 s (ttl 10 s, margin 1 s); granted at
+		// 8 s, it would have 1 s of trust left.
+		fc.members["a:1"].set(func(m *fakeMember) { m.acquireDelay = 8 * time.Second })
+		c := fc.client([]string{"a:1"})
+		l, err := c.Acquire(t.Context(), "orders/43", TTL(10*time.Second), Wait(20*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := fc.members["a:1"].renewCount(); n != 1 {
+			t.Fatalf("%d unary renewals, want 1 before Acquire returns", n)
+		}
+		if left := time.Until(l.TrustedUntil()); left < 8*time.Second {
+			t.Fatalf("returned with %v of trust, want a whole window again", left)
+		}
+	})
+}
+
 // leaveStray has c's Acquire of resource end (its ctx) while member a:1
 // holds it back, and a:1 grant it after: a lease nobody waits for.
 func leaveStray(t *testing.T, fc *fakeCluster, c *Client, resource string) {

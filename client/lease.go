@@ -354,16 +354,22 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 	}
 	l := newLease(c, granted, ac.certificate)
 	trusted := sent.Add(pbTTL(granted, l.ttl) - l.margin)
-	if !c.clock.Now().Before(trusted) {
-		// Granted after its own trust window: only a renewal sent now can
-		// prove the lease is still ours.
+	if left := trusted.Sub(c.clock.Now()); left < l.ttl/3 {
+		// Granted late in its own trust window (after a wait: trust counts
+		// from the request's send): renewed now, so that the caller is not
+		// handed a lease about to be doubted. Granted after the window,
+		// only that renewal can prove the lease is still ours.
 		s, pb, err := c.renewOnce(ctx, l.id, ac.certificate)
-		if err != nil {
+		switch {
+		case err == nil:
+			sent, trusted = s, s.Add(pbTTL(pb, l.ttl)-l.margin)
+			l.update(pb, time.Time{})
+		case left <= 0 || ReasonOf(err) != "":
 			c.abandon(l)
 			return nil, fmt.Errorf("tenure: lease %s on %q was granted too late to be trusted and could not be renewed: %w", l.id, resource, err)
 		}
-		sent, trusted = s, s.Add(pbTTL(pb, l.ttl)-l.margin)
-		l.update(pb, time.Time{})
+		// Otherwise (no answer) it keeps what trust it has; the
+		// heartbeat goes on.
 	}
 	l.update(nil, trusted)
 	if err := c.track(l, sent, trusted); err != nil {

@@ -18,8 +18,9 @@ const lockWaitChunk = 30 * time.Second
 // by many goroutines.
 //
 // Holding the Mutex is holding its lease: take Lease() right after Lock
-// returns, watch its Done while working and stop when it closes, and pass
-// its Fence to storage that checks fences.
+// returns, watch its Done while working and stop when it closes, check its
+// Valid right before each action (a pause past the trust window may run
+// before Done's timer), and pass its Fence to storage that checks fences.
 //
 // When the lease ends before Unlock (revoked, expired, trust window passed,
 // released behind the Mutex's back, the Client closed), the Mutex is free
@@ -52,8 +53,9 @@ func NewMutex(c *Client, resource string, opts ...AcquireOption) *Mutex {
 // another goroutine of this process holds the Mutex (until its Unlock or
 // the loss of its lease).
 //
-// If ctx ends just as the registrar grants the lease, that lease is never
-// seen by this client and blocks the resource until its ttl runs out.
+// If ctx ends just as the registrar grants the lease, the client releases
+// that lease in the background (and withdraws a wait still queued), so
+// the resource is not blocked for its ttl.
 func (m *Mutex) Lock(ctx context.Context) error {
 	if err := m.hold.take(ctx); err != nil {
 		return err
