@@ -72,6 +72,9 @@ func (e *Error) Error() string {
 
 // Is matches any *Error with the same reason, sentinels included.
 func (e *Error) Is(target error) bool {
+	if target == ErrCompacted {
+		return e.Reason == ReasonInvalidArgument && e.Metadata["field"] == "after_index" && e.Metadata["oldest_index"] != ""
+	}
 	t, ok := target.(*Error)
 	return ok && t != nil && t.Reason == e.Reason
 }
@@ -152,6 +155,12 @@ var (
 	ErrNotLocked = errors.New("tenure: unlock of a Mutex that is not locked")
 	// ErrNoLeader is returned by Election.Leader when no leader is elected.
 	ErrNoLeader = errors.New("tenure: no leader elected")
+	// ErrCompacted matches (errors.Is) a Watch refused because the events
+	// after its index have left the member's in-memory feed (etcd's
+	// ErrCompacted): read the state again and watch from the present. The
+	// *Error's Metadata["oldest_index"] is the oldest event the member
+	// still holds.
+	ErrCompacted = errors.New("tenure: the events after the watch's index were compacted")
 )
 
 // HeldError answers an Acquire of a busy resource: the lease in the way.

@@ -284,3 +284,17 @@ func TestParseError(t *testing.T) {
 		t.Fatal("ParseError(nil) != nil")
 	}
 }
+
+func TestErrCompacted(t *testing.T) {
+	compacted := &Error{Reason: ReasonInvalidArgument, Metadata: map[string]string{"field": "after_index", "oldest_index": "238708"}}
+	if !errors.Is(compacted, ErrCompacted) || !errors.Is(compacted, ErrInvalidArgument) {
+		t.Error("a refused watch index is not ErrCompacted (and INVALID_ARGUMENT)")
+	}
+	ahead := &Error{Reason: ReasonInvalidArgument, Metadata: map[string]string{"field": "after_index", "head_index": "12"}}
+	other := &Error{Reason: ReasonInvalidArgument, Metadata: map[string]string{"field": "ttl"}}
+	for _, e := range []*Error{ahead, other, ErrLeaseHeld} {
+		if errors.Is(e, ErrCompacted) {
+			t.Errorf("%+v is ErrCompacted", e)
+		}
+	}
+}
