@@ -311,13 +311,7 @@ func validateRenew(c *logpb.Renew) error {
 	if len(c.LeaseIds) > registrar.MaxBatchIDs {
 		return invalidArg("lease_ids", fmt.Sprintf("lists %d ids; the limit is %d", len(c.LeaseIds), registrar.MaxBatchIDs))
 	}
-	if err := registrar.CheckIdentifier("holder", c.Holder, c.AllOfHolder); err != nil {
-		return err
-	}
-	if err := registrar.CheckIdentifier("namespace", c.Namespace, false); err != nil {
-		return err
-	}
-	if err := positiveTTL("ttl", c.TtlMs); err != nil {
+	if err := validateRenewOptions(c); err != nil {
 		return err
 	}
 	switch {
@@ -332,6 +326,17 @@ func validateRenew(c *logpb.Renew) error {
 		}
 	}
 	return nil
+}
+
+// validateRenewOptions checks what a Renew asks besides its lease ids.
+func validateRenewOptions(c *logpb.Renew) error {
+	if err := registrar.CheckIdentifier("holder", c.Holder, c.AllOfHolder); err != nil {
+		return err
+	}
+	if err := registrar.CheckIdentifier("namespace", c.Namespace, false); err != nil {
+		return err
+	}
+	return positiveTTL("ttl", c.TtlMs)
 }
 
 func failures(fs []registrar.Failure) []*tenurev1.RenewFailure {
@@ -354,7 +359,7 @@ func (h *leaseService) Renew(ctx context.Context, req *connect.Request[tenurev1.
 	// too, as KeepAlive does; with one, it is the call's error.
 	several := len(m.LeaseIds) > 1
 	var bad []registrar.Failure
-	if several && len(m.LeaseIds) <= registrar.MaxBatchIDs {
+	if several && !m.AllOfHolder && len(m.LeaseIds) <= registrar.MaxBatchIDs {
 		c.LeaseIds, bad = splitLeaseIDs(m.LeaseIds)
 	}
 	var out registrar.Outcome
@@ -365,7 +370,7 @@ func (h *leaseService) Renew(ctx context.Context, req *connect.Request[tenurev1.
 		if out, err = s.renewOwn(ctx, c, several); err != nil {
 			return nil, s.toConnect(err)
 		}
-	} else if err := validateRenew(&logpb.Renew{LeaseIds: []string{"-"}, Holder: c.Holder, Namespace: c.Namespace, TtlMs: ttl}); err != nil {
+	} else if err := validateRenewOptions(c); err != nil {
 		// Every id is malformed: the rest of the request is still checked.
 		return nil, s.toConnect(err)
 	}
