@@ -185,7 +185,14 @@ func (h *localHold) tryTake() bool {
 		h.lost = append(h.lost, l)
 		return true
 	}
-	return false
+	// set's watcher may have freed the turn between the first try and the
+	// lock (it gives the turn back while holding h.mu): try once more.
+	select {
+	case h.turn <- struct{}{}:
+		return true
+	default:
+		return false
+	}
 }
 
 // giveBack frees the turn taken by take or tryTake, after a failed
