@@ -100,16 +100,9 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		givenUp:   make(map[string]time.Time),
 		strays:    make(map[string]time.Time),
 	}
-	if cfg.tlsConfig == nil && cfg.httpClient == nil {
-		// An https:// endpoint needs TLS even without WithTLS: trust
-		// the system's CAs.
-		for _, e := range endpoints {
-			if strings.HasPrefix(strings.ToLower(strings.TrimSpace(e)), "https://") {
-				cfg.tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-				c.cfg.tlsConfig = cfg.tlsConfig
-				break
-			}
-		}
+	if cfg.httpClient == nil {
+		cfg.tlsConfig = autoTLS(cfg.tlsConfig, endpoints)
+		c.cfg.tlsConfig = cfg.tlsConfig
 	}
 	c.httpClient = cfg.httpClient
 	if c.httpClient == nil {
@@ -138,6 +131,21 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	c.shut, c.shutDown = context.WithCancelCause(context.Background())
 	c.hb = newHeartbeat(c)
 	return c, nil
+}
+
+// autoTLS is the TLS configuration for endpoints: tc when given, else,
+// when an endpoint is an https:// URL, one that trusts the system's CAs
+// (such an endpoint needs TLS even without WithTLS), else nil.
+func autoTLS(tc *tls.Config, endpoints []string) *tls.Config {
+	if tc != nil {
+		return tc
+	}
+	for _, e := range endpoints {
+		if strings.HasPrefix(strings.ToLower(strings.TrimSpace(e)), "https://") {
+			return &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+	}
+	return nil
 }
 
 // newHTTPClient speaks HTTP/2 only: cleartext (h2c) by default, TLS with

@@ -176,6 +176,16 @@
 // lease's subtree. Derive and Consume are not repeated after an unknown
 // outcome: either could take budget twice.
 //
+// # Several clusters
+//
+// Namespaces may be split across independent clusters, each its own
+// registrar, when one leader's write rate is not enough. Routes maps each
+// namespace (by name, by a prefix ending in "*", or "*" for the rest) to
+// its cluster's endpoints, and a Router hands out one Client per namespace
+// on the cluster that serves it, with that namespace as its default
+// (ParseRoutes reads the CLI's TENURE_ROUTES format). Nothing spans
+// clusters: a lease, a fence, a queue or a pool is in one.
+//
 // # Closing
 //
 // Close releases every lease the client still holds, stops the heartbeats and

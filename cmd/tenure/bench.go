@@ -192,6 +192,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		// in use (the in-memory history of "default" would hold nothing
 		// else after a few seconds).
 		c.namespace = benchNamespace
+		if err := c.route(); err != nil {
+			return err
+		}
 	}
 	switch {
 	case !slices.Contains([]string{"cycle", "contended", "renew", "queue", "keepalive"}, cfg.workload):
@@ -226,6 +229,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cfg.principal = who.GetPrincipal()
 		if ownNamespace {
 			c.namespace = benchNamespaceFor(who.GetNamespaces())
+			if err := c.route(); err != nil {
+				return err
+			}
+			if r, err = c.remote(); err != nil {
+				return err
+			}
 		}
 	}
 	// The workers' streams go to the first endpoint: make it the leader,

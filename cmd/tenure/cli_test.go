@@ -1004,3 +1004,52 @@ func TestCLIBenchInterruptedReleasesItsLeases(t *testing.T) {
 		}
 	}
 }
+
+// --routes (and TENURE_ROUTES) pick the endpoints by namespace: the
+// routed namespace reaches the test server, another one the address its
+// route names (where nothing listens); --endpoints on the command line
+// wins over the routes, the routes over TENURE_ENDPOINTS.
+func TestCLIRoutes(t *testing.T) {
+	t.Parallel()
+	const dead = "127.0.0.1:1" // nothing listens on port 1
+	routes := "routed-*=" + apiAddr + ";*=" + dead
+	run := func(env []string, args ...string) result {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := tenureCmd(ctx, args...)
+		cmd.Env = append(cmd.Env, env...)
+		return runCmd(t, cmd)
+	}
+	res := "routes/" + uniq(t)
+
+	r := run(nil, "acquire", res, "--namespace", "routed-a", "--routes", routes, "--holder", "w1", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("acquire in a routed namespace: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	id := parse(t, r.stdout, &tenurev1.Lease{}).GetLeaseId()
+	if out := ok(t, "get", id, "--namespace", "routed-a"); !strings.Contains(out, res) {
+		t.Fatalf("the routed lease on the test server:\n%s", out)
+	}
+
+	env := []string{"TENURE_ROUTES=" + routes} // TENURE_ENDPOINTS (the test server) is set too
+	if r := run(env, "get", id); r.code != 1 || !strings.Contains(r.stderr, dead) {
+		t.Errorf("get in namespace default, routed by * to %s: exit %d\n%s", dead, r.code, r.stderr)
+	}
+	if r := run(env, "get", id, "--namespace", "routed-a"); r.code != 0 || !strings.Contains(r.stdout, res) {
+		t.Errorf("get in a routed namespace, routes from the environment: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := run(env, "get", id, "--endpoints", apiAddr); r.code != 0 {
+		t.Errorf("--endpoints over TENURE_ROUTES: exit %d\n%s", r.code, r.stderr)
+	}
+
+	for _, tc := range []struct{ routes, want string }{
+		{"routed-*=" + apiAddr, `no route for namespace "default"`},
+		{"a=" + apiAddr + ";a=" + dead, `"a" is routed twice`},
+		{"a=nohost", "has no port"},
+		{"a", "want NAMESPACE=ENDPOINT"},
+	} {
+		if r := run(nil, "get", id, "--routes", tc.routes); r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("--routes %q: exit %d, stderr:\n%s\nwant exit 2 and %q", tc.routes, r.code, r.stderr, tc.want)
+		}
+	}
+}

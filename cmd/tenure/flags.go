@@ -35,6 +35,7 @@ type cliCommand struct {
 	stderr   io.Writer
 
 	endpoints string
+	routes    string
 	namespace string
 	token     string
 	output    string
@@ -58,6 +59,7 @@ func newCLICommand(name, synopsis, description, examples string, stdout, stderr 
 	c := &cliCommand{fs: flag.NewFlagSet(name, flag.ContinueOnError), name: name, synopsis: synopsis, stdout: stdout, stderr: stderr}
 	c.fs.SetOutput(io.Discard)
 	c.fs.StringVar(&c.endpoints, "endpoints", envOr("TENURE_ENDPOINTS", "127.0.0.1:7070"), "comma-separated API addresses of cluster members (env TENURE_ENDPOINTS)")
+	c.fs.StringVar(&c.routes, "routes", os.Getenv("TENURE_ROUTES"), "for namespaces split across clusters: NS=ADDR,ADDR;NS2=ADDR;prefix-*=ADDR;*=ADDR picks --endpoints by --namespace, unless --endpoints is given (env TENURE_ROUTES)")
 	c.fs.StringVar(&c.namespace, "namespace", envOr("TENURE_NAMESPACE", tenure.DefaultNamespace), "namespace (env TENURE_NAMESPACE)")
 	c.fs.StringVar(&c.token, "token", os.Getenv("TENURE_TOKEN"), "bearer token (env TENURE_TOKEN)")
 	c.fs.StringVar(&c.tlsCA, "tls-ca", os.Getenv("TENURE_TLS_CA"), "PEM file of the CA(s) to trust for https endpoints instead of the system's (env TENURE_TLS_CA); any --tls-* flag turns TLS on")
@@ -141,10 +143,33 @@ func (c *cliCommand) parse(args []string, min, max int) ([]string, error) {
 	default:
 		return nil, c.usageError("-o must be table or json, got %q", c.output)
 	}
+	if err := c.route(); err != nil {
+		return nil, err
+	}
 	if c.fs.Lookup("holder") != nil && (c.token != "" || c.tlsCert != "") && os.Getenv("TENURE_HOLDER") == "" && !c.given("holder") {
 		c.holder, c.principalHolder = "", true
 	}
 	return pos, nil
+}
+
+// route sets the endpoints to those --routes gives the namespace, unless
+// --endpoints is given on the command line (which wins over the routes, as
+// the routes win over TENURE_ENDPOINTS). A command that changes its
+// namespace after parse calls it again.
+func (c *cliCommand) route() error {
+	if strings.TrimSpace(c.routes) == "" || c.given("endpoints") {
+		return nil
+	}
+	rt, err := tenure.ParseRoutes(c.routes)
+	if err != nil {
+		return c.usageError("--routes: %s", strings.TrimPrefix(err.Error(), "tenure: routes: "))
+	}
+	_, eps, err := rt.Route(c.namespace)
+	if err != nil {
+		return c.usageError("--routes: no route for namespace %q: route it, or add a route for \"*\"", c.namespace)
+	}
+	c.endpoints = strings.Join(eps, ",")
+	return nil
 }
 
 // given reports whether the flag name was set on the command line rather

@@ -87,6 +87,8 @@ commands:
 flags of every client command (before or after it):
   --endpoints ADDR,…   API addresses (env TENURE_ENDPOINTS, default 127.0.0.1:7070)
   --namespace NS       (env TENURE_NAMESPACE, default "default")
+  --routes NS=ADDR,…;… namespaces split across clusters: the endpoints of --namespace's
+                       route (a name, a prefix-*, or *), unless --endpoints is given (env TENURE_ROUTES)
   --token TOKEN        bearer token (env TENURE_TOKEN); without --holder, act as its principal
   --tls-ca FILE        CA(s) to trust for TLS endpoints (env TENURE_TLS_CA)
   --tls-cert, --tls-key FILE   client certificate (env TENURE_TLS_CERT, TENURE_TLS_KEY)
@@ -185,7 +187,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // clientFlags are the flags every client command takes: true for those
 // with a value, false for switches.
-var clientFlags = map[string]bool{"endpoints": true, "namespace": true, "token": true, "tls-ca": true, "tls-cert": true, "tls-key": true, "o": true,
+var clientFlags = map[string]bool{"endpoints": true, "routes": true, "namespace": true, "token": true, "tls-ca": true, "tls-cert": true, "tls-key": true, "o": true,
 	"stale": false}
 
 // subcommanded are the commands whose first argument is a subcommand.
@@ -235,7 +237,7 @@ func hint(err error) string {
 		return "hint: if the server serves TLS (--tls-cert), give --tls-ca or an https:// endpoint; " +
 			"and check that the endpoint is Tenure's API address (--listen), not its Raft one (--raft-listen)"
 	case strings.Contains(msg, "connection refused"):
-		return "hint: nothing listens there: is a tenure server running at that address? (--endpoints, env TENURE_ENDPOINTS; default 127.0.0.1:7070)"
+		return "hint: nothing listens there: is a tenure server running at that address? (--endpoints or --routes, env TENURE_ENDPOINTS or TENURE_ROUTES; default 127.0.0.1:7070)"
 	case strings.Contains(msg, "http2: frame too large"), strings.Contains(msg, "malformed HTTP response"):
 		return "hint: the endpoint does not speak Tenure's API (HTTP/2): check that it is a tenure server's --listen address"
 	}
