@@ -120,7 +120,7 @@ type Router struct {
 
 	mu         sync.Mutex
 	closed     bool
-	clients    map[string]*Client       // by namespace
+	clients    map[string]*Client      // by namespace
 	transports map[string]*http.Client // by route key, when the Router owns them
 }
 
