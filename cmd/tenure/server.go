@@ -44,6 +44,8 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	nodeID := fs.String("node-id", env("node-id", ""), "member id; default node1, stored in the data dir after the first start (env TENURE_NODE_ID)")
 	peers := fs.String("peers", env("peers", ""), "initial voters id=raftaddr,…, the same list on every initial member (env TENURE_PEERS)")
 	join := fs.String("join", env("join", ""), "API address of any member of a cluster to join as a voter (env TENURE_JOIN)")
+	forceEnv, forceErr := parseBool(env("force-new-cluster", ""))
+	force := fs.Bool("force-new-cluster", forceEnv, "after a cluster lost its quorum for good: go on as a one-member cluster of this member, from its data dir; every other member must be stopped (env TENURE_FORCE_NEW_CLUSTER; once, then restart without it)")
 	insecureEnv, insecureErr := parseBool(env("insecure", ""))
 	insecure := fs.Bool("insecure", insecureEnv, "allow a non-loopback --listen without authentication (env TENURE_INSECURE: true, 1, …)")
 	raftCert := fs.String("raft-tls-cert", env("raft-tls-cert", ""), "PEM certificate of this member for mutual TLS on the Raft transport; needs --raft-tls-key and --raft-tls-ca (env TENURE_RAFT_TLS_CERT)")
@@ -75,6 +77,12 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if insecureErr != nil && !given(fs, "insecure") {
 		return usagef("TENURE_INSECURE=%q is not a boolean (true, false, 1, 0, yes, no, on, off)", os.Getenv("TENURE_INSECURE"))
+	}
+	if forceErr != nil && !given(fs, "force-new-cluster") {
+		return usagef("TENURE_FORCE_NEW_CLUSTER=%q is not a boolean (true, false, 1, 0, yes, no, on, off)", os.Getenv("TENURE_FORCE_NEW_CLUSTER"))
+	}
+	if *force && (*peers != "" || *join != "") {
+		return usagef("--force-new-cluster restarts an existing member alone: it takes neither --peers nor --join")
 	}
 	var peerList []cluster.Peer
 	if *peers != "" {
@@ -145,6 +153,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Cluster.NodeID = *nodeID
 	cfg.Cluster.Peers = peerList
 	cfg.Cluster.RaftTLS = raftTLS
+	cfg.Cluster.ForceNewCluster = *force
 	cfg.Join = *join
 	if cfg.Cluster.LedgerMaxBytes, err = parseSize(*ledgerMax); err != nil {
 		return usagef("--ledger-max-size: %v", err)

@@ -46,6 +46,11 @@ type Config struct {
 	// NoBootstrap starts Raft on a fresh data dir without bootstrapping
 	// anything: the node waits to be added by a leader (--join).
 	NoBootstrap bool
+	// ForceNewCluster restarts an existing member as a one-member cluster
+	// of itself, keeping its state: for a cluster that lost its quorum for
+	// good (see forceNewCluster). It refuses while another member of the
+	// old configuration answers on its Raft address.
+	ForceNewCluster bool
 	// LedgerSegmentSize is the size of one durable ledger file in
 	// DataDir/ledger (zero: ledger.DefaultSegmentSize).
 	LedgerSegmentSize int64

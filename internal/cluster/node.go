@@ -306,10 +306,19 @@ func Open(cfg Config) (*Node, error) {
 				"data dir and --join it again", walDir, first, filepath.Join(cfg.DataDir, "snapshots"))
 		}
 	}
-	n.logs.slots, n.logs.fromLog, n.logs.diverged = n.slots, &n.fsm.fromLog, n.diverged
 	if last, err := n.logs.LastIndex(); err == nil {
 		n.fsm.replayed = last // not counted again in the metrics
 	}
+	if cfg.ForceNewCluster { // before the log's guard against foreign history: it compacts the whole log
+		if !existing {
+			return nil, fmt.Errorf("cluster: --force-new-cluster: %s holds no Raft state to go on from "+
+				"(it restarts a member of a cluster that lost its quorum, from that member's data dir)", cfg.DataDir)
+		}
+		if err := n.forceNewCluster(rc, snaps); err != nil {
+			return nil, err
+		}
+	}
+	n.logs.slots, n.logs.fromLog, n.logs.diverged = n.slots, &n.fsm.fromLog, n.diverged
 	var trans raft.Transport = n.trans
 	var fresh *freshVoter
 	if !existing {

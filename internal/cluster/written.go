@@ -168,6 +168,9 @@ func (s *writtenStore) DeleteRange(min, max uint64) error {
 	if err != nil {
 		return err
 	}
+	if s.fromLog == nil { // not guarded yet: forceNewCluster compacting the log
+		return w.DeleteRange(min, max)
+	}
 	if applied := s.fromLog.Load(); max >= last && min <= applied {
 		err := fmt.Errorf("cluster: the leader's log conflicts with entries %d..%d of this node's, which it applied up to %d: %s",
 			min, last, applied, foreignHistory)

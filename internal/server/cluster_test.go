@@ -1032,3 +1032,89 @@ func TestFollowerCountsTheRejectionsItForwards(t *testing.T) {
 		t.Errorf("the follower's /metrics does not count the LEASE_HELD it answered:\n%s", body)
 	}
 }
+
+// TestForceNewClusterAfterLostQuorum: a three-member cluster loses two
+// members for good. The survivor, restarted with --force-new-cluster,
+// refuses while another member still answers, then goes on alone with
+// every lease it had (fences continuing upward), and a wiped member joins
+// it as a new second member.
+func TestForceNewClusterAfterLostQuorum(t *testing.T) {
+	cfgs := map[string]Config{}
+	ms := startClusterWith(t, 3, func(c *Config) { cfgs[c.Cluster.NodeID] = *c })
+	l := leaderOf(t, ms, 10*time.Second)
+	x := acquireVia(t, l, "kept", 5*time.Minute)
+	survivor, other := followerOf(ms, l), (*member)(nil)
+	for _, m := range ms {
+		if m != l && m != survivor {
+			other = m
+		}
+	}
+	waitFor(t, "the survivor to apply the lease", 10*time.Second, func() bool {
+		got, err := getVia(survivor, x.lease.LeaseId, true)
+		return err == nil && got.GetState() == tenurev1.State_STATE_ACTIVE
+	})
+	addrs := map[string]string{}
+	for _, m := range ms {
+		addrs[m.id] = m.srv.Node().RaftAddr()
+	}
+	restart := func(m *member, mod func(*Config)) error {
+		t.Helper()
+		cfg := cfgs[m.id]
+		cfg.Cluster.RaftListener = nil
+		cfg.Cluster.RaftAddr = addrs[m.id]
+		mod(&cfg)
+		srv, err := Start(cfg)
+		if err != nil {
+			return err
+		}
+		*m = *newMember(t, m.id, srv)
+		return nil
+	}
+	force := func(c *Config) { c.Cluster.ForceNewCluster = true }
+
+	l.stop(t)
+	survivor.stop(t)
+	err := restart(survivor, force)
+	if err == nil || !strings.Contains(err.Error(), "member "+other.id+" answers at") {
+		t.Fatalf("--force-new-cluster while %s runs: %v, want a refusal naming it", other.id, err)
+	}
+	other.stop(t)
+	if err := restart(survivor, force); err != nil {
+		t.Fatalf("--force-new-cluster: %v", err)
+	}
+	if nl := leaderOf(t, []*member{survivor}, 10*time.Second); nl != survivor {
+		t.Fatal("the forced member does not lead")
+	}
+	got, err := getVia(survivor, x.lease.LeaseId, false)
+	if err != nil || got.GetState() != tenurev1.State_STATE_ACTIVE || got.GetFence() != x.lease.GetFence() {
+		t.Fatalf("the acknowledged lease after the recovery: %v %v", got, err)
+	}
+	if next := acquireVia(t, survivor, "after-recovery", time.Minute); next.lease.GetFence() <= x.lease.GetFence() {
+		t.Fatalf("fence after the recovery %d, not above %d", next.lease.GetFence(), x.lease.GetFence())
+	}
+	waitFor(t, "Status to list the survivor alone", 10*time.Second, func() bool { return published(survivor, survivor.id) })
+
+	// A lost member comes back wiped and joins the new cluster.
+	if err := restart(other, func(c *Config) {
+		c.Cluster.DataDir, c.Cluster.Peers, c.Join = t.TempDir(), nil, survivor.srv.Addr()
+	}); err != nil {
+		t.Fatalf("join after the recovery: %v", err)
+	}
+	waitFor(t, "Status to list both members", 20*time.Second, func() bool { return published(survivor, survivor.id, other.id) })
+	waitFor(t, "the joined member to have the lease", 20*time.Second, func() bool {
+		got, err := getVia(other, x.lease.LeaseId, true)
+		return err == nil && got.GetFence() == x.lease.GetFence()
+	})
+}
+
+// A data dir without Raft state has nothing to go on from.
+func TestForceNewClusterNeedsState(t *testing.T) {
+	cfg := clusterTestConfig(t.TempDir(), "n1")
+	cfg.Cluster.ForceNewCluster = true
+	if srv, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "holds no Raft state") {
+		if srv != nil {
+			_ = srv.Close(context.Background())
+		}
+		t.Fatalf("--force-new-cluster on an empty data dir: %v", err)
+	}
+}
