@@ -338,6 +338,10 @@ func TestCLILeaseLifecycle(t *testing.T) {
 	if out := ok(t, "ls", "--prefix", res); !strings.Contains(out, "LEASE ID") || !strings.Contains(out, id) {
 		t.Fatalf("ls table:\n%s", out)
 	}
+	// The lease is active: no expiry waits to be recorded.
+	if unmarked := parse(t, ok(t, "ls", "--prefix", res, "--expired-unmarked", "-o", "json"), &tenurev1.ListResponse{}); len(unmarked.GetLeases()) != 0 {
+		t.Fatalf("ls --expired-unmarked: %v", unmarked)
+	}
 	// --resource is exact: a resource that extends res is not listed.
 	acquire(t, res+"0", "--ttl", "30s", "--holder", "w1")
 	if l := parse(t, ok(t, "ls", "--resource", res, "-o", "json"), &tenurev1.ListResponse{}); len(l.GetLeases()) != 1 || l.GetLeases()[0].GetLeaseId() != id {

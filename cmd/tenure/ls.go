@@ -26,6 +26,7 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	resource := c.fs.String("resource", "", "only this resource (exactly)")
 	holder := c.fs.String("holder", "", "only leases of this holder")
 	states := c.fs.String("state", "", "comma-separated states: active, released, expired, revoked (default: all)")
+	unmarked := c.fs.Bool("expired-unmarked", false, "only leases past their expiry whose expiry no lease.expired event has recorded yet")
 	pageSize := c.int32Flag("page-size", 0, "leases per page (default: the server's)")
 	pageToken := c.fs.String("page-token", "", "continue from a previous page")
 	all := c.fs.Bool("all", false, "fetch every page")
@@ -35,7 +36,8 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *pageSize < 0 {
 		return c.usageError("--page-size must not be negative, got %d", *pageSize)
 	}
-	req := &tenurev1.ListRequest{Namespace: c.namespace, Prefix: *prefix, Resource: *resource, Holder: *holder, PageSize: *pageSize, PageToken: *pageToken}
+	req := &tenurev1.ListRequest{Namespace: c.namespace, Prefix: *prefix, Resource: *resource, Holder: *holder, PageSize: *pageSize, PageToken: *pageToken,
+		ExpiredUnmarked: *unmarked}
 	for s := range strings.SplitSeq(*states, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue

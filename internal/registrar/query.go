@@ -249,11 +249,15 @@ type ListQuery struct {
 	Namespace string
 	Prefix    string
 	// Resource, when set, is the one resource listed (exactly).
-	Resource  string
-	Holder    string
-	States    []State // empty = all
-	PageSize  int
-	PageToken string
+	Resource string
+	Holder   string
+	States   []State // empty = all
+	// ExpiredUnmarked keeps only the leases past their expiry whose
+	// expiry no record has marked yet (no lease.expired event): what the
+	// leader's expirer has still to propose. They read Expired.
+	ExpiredUnmarked bool
+	PageSize        int
+	PageToken       string
 }
 
 // MaxPageSize bounds a List page; DefaultPageSize is used for 0.
@@ -303,7 +307,7 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 	if q.Resource != "" && !strings.HasPrefix(q.Resource, q.Prefix) {
 		return nil, "", nil
 	}
-	if q.Holder != "" && q.Resource == "" && len(q.States) == 1 && q.States[0] == Active {
+	if q.Holder != "" && q.Resource == "" && len(q.States) == 1 && q.States[0] == Active && !q.ExpiredUnmarked {
 		leases, last := r.listActiveOf(ns.holders[q.Holder], q.Prefix, size, startRes, startSeq, t)
 		if last != nil {
 			next = q.encodePageToken(last.res.name, last.seq)
@@ -325,7 +329,7 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 				continue
 			}
 			v := r.view(l, t)
-			if !want(v.State) {
+			if !want(v.State) || q.ExpiredUnmarked && (l.state != Active || v.State != Expired) {
 				continue
 			}
 			if len(leases) == size {
@@ -406,6 +410,9 @@ func (q ListQuery) filterSum() uint32 {
 		states = 0 // every state, named or not
 	}
 	h.Write([]byte{states})
+	if q.ExpiredUnmarked { // (left out when unset, as Resource)
+		h.Write([]byte{2})
+	}
 	return h.Sum32()
 }
 
@@ -425,7 +432,7 @@ func (q ListQuery) decodePageToken() (string, uint64, error) {
 		return "", 0, invalid("page_token", "is not a token this server issued")
 	}
 	if binary.BigEndian.Uint32(b[1:5]) != q.filterSum() {
-		return "", 0, invalid("page_token", "was issued for other filters (namespace, prefix, resource, holder or states); start again without it")
+		return "", 0, invalid("page_token", "was issued for other filters (namespace, prefix, resource, holder, states or expired_unmarked); start again without it")
 	}
 	seq, n := binary.Uvarint(b[5:])
 	res := string(b[5+max(n, 0):])

@@ -126,6 +126,9 @@ func TestList_Filters(t *testing.T) {
 		{"resource_within_prefix", registrar.ListQuery{Prefix: "orders/", Resource: "orders/1"}, strs("orders/1 w2 REVOKED")},
 		{"resource_outside_prefix", registrar.ListQuery{Prefix: "jobs/", Resource: "orders/2"}, nil},
 		{"resource_unknown", registrar.ListQuery{Resource: "jobs/zz"}, nil},
+		{"expired_unmarked", registrar.ListQuery{ExpiredUnmarked: true}, strs("jobs/b w1 EXPIRED")},
+		{"expired_unmarked_active", registrar.ListQuery{ExpiredUnmarked: true, States: []registrar.State{registrar.Active}}, nil},
+		{"expired_unmarked_holder", registrar.ListQuery{ExpiredUnmarked: true, Holder: "w2"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -137,6 +140,43 @@ func TestList_Filters(t *testing.T) {
 				t.Fatalf("got  %q\nwant %q", d, c.want)
 			}
 		})
+	}
+}
+
+// ExpiredUnmarked lists a lease past its expiry until a record marks it
+// expired, and not after; a page token of it is its own.
+func TestList_ExpiredUnmarked(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	a := e.mustAcquire("a", "w1", ttl(1000))
+	b := e.mustAcquire("b", "w1", ttl(1000))
+	e.mustAcquire("c", "w1", ttl(5000))
+	reg := e.m.Registrar()
+	unmarked := registrar.ListQuery{ExpiredUnmarked: true}
+	if got, _, err := reg.List(unmarked, e.tick); err != nil || len(got) != 0 {
+		t.Fatalf("before any expiry: %q %v", describe(got), err)
+	}
+	e.after(1000) // a and b are due: read expired, not marked
+	if got, _, err := reg.List(unmarked, e.tick); err != nil || !slices.Equal(describe(got), strs("a w1 EXPIRED", "b w1 EXPIRED")) {
+		t.Fatalf("past the expiry: %q %v", describe(got), err)
+	}
+	page, next, err := reg.List(registrar.ListQuery{ExpiredUnmarked: true, PageSize: 1}, e.tick)
+	if err != nil || len(page) != 1 || page[0].ID != a.ID || next == "" {
+		t.Fatalf("first page: %q %q %v", describe(page), next, err)
+	}
+	_, _, err = reg.List(registrar.ListQuery{PageToken: next}, e.tick)
+	wantReason(t, err, registrar.ReasonInvalidArgument) // issued for other filters
+	// Any command applied from their expiry on records it (the expirer's
+	// Expire, or a clock tick as here).
+	if out := e.advance(); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	if got, _, err := reg.List(unmarked, e.tick); err != nil || len(got) != 0 {
+		t.Fatalf("after the expiries were recorded: %q %v", describe(got), err)
+	}
+	got, _, err := reg.List(registrar.ListQuery{States: []registrar.State{registrar.Expired}}, e.tick)
+	if err != nil || len(got) != 2 || got[1].ID != b.ID {
+		t.Fatalf("expired leases after the records: %q %v", describe(got), err)
 	}
 }
 

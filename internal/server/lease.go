@@ -570,7 +570,7 @@ func (h *leaseService) Get(ctx context.Context, req *connect.Request[tenurev1.Ge
 func (h *leaseService) List(ctx context.Context, req *connect.Request[tenurev1.ListRequest]) (*connect.Response[tenurev1.ListResponse], error) {
 	s, m := h.s, req.Msg
 	q := registrar.ListQuery{Namespace: m.Namespace, Prefix: m.Prefix, Resource: m.Resource, Holder: m.Holder,
-		PageSize: int(m.PageSize), PageToken: m.PageToken}
+		ExpiredUnmarked: m.ExpiredUnmarked, PageSize: int(m.PageSize), PageToken: m.PageToken}
 	for _, st := range m.States {
 		q.States = append(q.States, registrar.StateFromProto(st))
 	}

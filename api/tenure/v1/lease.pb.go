@@ -2003,9 +2003,17 @@ type ListRequest struct {
 	PageSize  int32                  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken string                 `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Only the leases of this resource (exactly; prefix matches more).
-	Resource      string `protobuf:"bytes,7,opt,name=resource,proto3" json:"resource,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Resource string `protobuf:"bytes,7,opt,name=resource,proto3" json:"resource,omitempty"`
+	// Only the leases past their expiry whose expiry the registrar has not
+	// recorded yet (no lease.expired event so far). The first command
+	// applied from a lease's expiry on records it, and the leader's expirer
+	// proposes one promptly, so on a healthy cluster this lists leases for
+	// the moment after they expire, or while there is no leader (a stale
+	// read). They read STATE_EXPIRED (a lease is never honoured at or
+	// after its expiry).
+	ExpiredUnmarked bool `protobuf:"varint,8,opt,name=expired_unmarked,json=expiredUnmarked,proto3" json:"expired_unmarked,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListRequest) Reset() {
@@ -2085,6 +2093,13 @@ func (x *ListRequest) GetResource() string {
 		return x.Resource
 	}
 	return ""
+}
+
+func (x *ListRequest) GetExpiredUnmarked() bool {
+	if x != nil {
+		return x.ExpiredUnmarked
+	}
+	return false
 }
 
 type LeaseCounts struct {
@@ -4243,7 +4258,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12 \n" +
 	"\vcertificate\x18\x02 \x01(\bR\vcertificate\"5\n" +
 	"\vGetResponse\x12&\n" +
-	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\xdd\x01\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\x88\x02\n" +
 	"\vListRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x16\n" +
@@ -4252,7 +4267,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x1a\n" +
-	"\bresource\x18\a \x01(\tR\bresource\"\x8f\x01\n" +
+	"\bresource\x18\a \x01(\tR\bresource\x12)\n" +
+	"\x10expired_unmarked\x18\b \x01(\bR\x0fexpiredUnmarked\"\x8f\x01\n" +
 	"\vLeaseCounts\x12\x16\n" +
 	"\x06active\x18\x01 \x01(\x04R\x06active\x12\x1a\n" +
 	"\breleased\x18\x02 \x01(\x04R\breleased\x12\x18\n" +

@@ -1807,6 +1807,16 @@ func (m *ListRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.ExpiredUnmarked {
+		i--
+		if m.ExpiredUnmarked {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x40
+	}
 	if len(m.Resource) > 0 {
 		i -= len(m.Resource)
 		copy(dAtA[i:], m.Resource)
@@ -4518,6 +4528,9 @@ func (m *ListRequest) SizeVT() (n int) {
 	l = len(m.Resource)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.ExpiredUnmarked {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -10697,6 +10710,26 @@ func (m *ListRequest) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Resource = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ExpiredUnmarked", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.ExpiredUnmarked = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
