@@ -121,7 +121,7 @@ type Router struct {
 	mu         sync.Mutex
 	closed     bool
 	clients    map[string]*Client      // by namespace
-	transports map[string]*http.Client // by route key, when the Router owns them
+	transports map[string]*http.Client // by endpoint set, when the Router owns them
 }
 
 // NewRouter returns a Router over routes. Like New, it does not contact
@@ -162,7 +162,7 @@ func (r *Router) Client(ns string) (*Client, error) {
 	if ns == "" {
 		return nil, errors.New("tenure: Router.Client: namespace must not be empty")
 	}
-	key, eps, err := r.routes.Route(ns)
+	_, eps, err := r.routes.Route(ns)
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +180,9 @@ func (r *Router) Client(ns string) (*Client, error) {
 	}
 	if r.cfg.httpClient == nil {
 		tc := autoTLS(r.cfg.tlsConfig, eps)
+		// One transport per cluster: routes that name the same
+		// endpoints, in any order, share it.
+		key := strings.Join(slices.Sorted(slices.Values(eps)), ",")
 		hc := r.transports[key]
 		if hc == nil {
 			hc = newHTTPClient(&config{tlsConfig: tc, dialTimeout: r.cfg.dialTimeout})

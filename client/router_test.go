@@ -102,6 +102,16 @@ func TestRouterTwoClusters(t *testing.T) {
 	if again, _ := r.Client("orders"); again != orders {
 		t.Error("a second Client(orders) made another Client")
 	}
+	billing, err := r.Client("billing")
+	if err != nil || billing == orders {
+		t.Fatalf("Client(billing) = %p, %v, want its own Client", billing, err)
+	}
+	r.mu.Lock()
+	transports := len(r.transports)
+	r.mu.Unlock()
+	if transports != 2 {
+		t.Errorf("%d transports for two clusters, want one each", transports)
+	}
 	if orders.Namespace() != "orders" || teamA.Namespace() != "team-a" || orders.Holder() != "router-test" {
 		t.Errorf("Clients: %s/%s, %s/%s", orders.Namespace(), orders.Holder(), teamA.Namespace(), teamA.Holder())
 	}
