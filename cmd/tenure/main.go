@@ -77,6 +77,7 @@ commands:
   cert        verify a lease certificate offline (verify)
   audit       check, export or prune a node's durable ledger (verify, export, prune)
   cluster     status, join, remove, transfer-leader, snapshot, public-key, whoami
+  backup      save a cluster's state to a file, inspect one, restore one into a new data dir
   policy      read or change a namespace's policy, or the server's defaults (get, set)
   exec        run a command while holding a lease
   queue       work queue: push, claim, complete, fail, cancel, retry, get, ls, list, stats, config
@@ -121,6 +122,7 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 	"pool":      runPool,
 	"version":   runVersion,
 	"audit":     runAudit,
+	"backup":    runBackup,
 	"state": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runState(ctx, args, os.Stdin, stdout, stderr)
 	},
@@ -191,7 +193,7 @@ var clientFlags = map[string]bool{"endpoints": true, "routes": true, "namespace"
 	"stale": false}
 
 // subcommanded are the commands whose first argument is a subcommand.
-var subcommanded = map[string]bool{"queue": true, "pool": true, "audit": true, "state": true, "fence": true, "cert": true, "policy": true}
+var subcommanded = map[string]bool{"backup": true, "queue": true, "pool": true, "audit": true, "state": true, "fence": true, "cert": true, "policy": true}
 
 // hoistFlags moves client flags given before the command to just after it
 // (after its subcommand), where the command parses them:

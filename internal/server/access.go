@@ -217,6 +217,7 @@ var rules = map[string]rule{
 	v1c.ClusterServiceRemoveServerProcedure:       {adminOnly, wholeCluster("change the cluster's membership")},
 	v1c.ClusterServiceTransferLeadershipProcedure: {adminOnly, wholeCluster("move the cluster's leadership")},
 	v1c.ClusterServiceSnapshotProcedure:           {adminOnly, wholeCluster("snapshot every namespace's state")},
+	v1c.ClusterServiceSaveSnapshotProcedure:       {adminOnly, wholeCluster("back up every namespace's state and the registrar's key")},
 	// Any authenticated principal, even one with no role.
 	v1c.ClusterServiceWhoAmIProcedure: {nil, none},
 }

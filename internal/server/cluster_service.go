@@ -161,6 +161,33 @@ func (h *clusterService) Snapshot(_ context.Context, _ *connect.Request[tenurev1
 	return connect.NewResponse(&tenurev1.SnapshotResponse{Index: idx, Term: term, NodeId: h.s.node.ID()}), nil
 }
 
+// backupChunk bounds the state's bytes in one SaveSnapshot message.
+const backupChunk = 1 << 20
+
+func (h *clusterService) SaveSnapshot(ctx context.Context, req *connect.Request[tenurev1.SaveSnapshotRequest], stream *connect.ServerStream[tenurev1.SaveSnapshotResponse]) error {
+	// A stream's interceptor checks roles only: the target (every
+	// namespace) is checked here, as Watch checks its namespace.
+	if err := h.s.authorize(ctx, v1c.ClusterServiceSaveSnapshotProcedure, req.Msg); err != nil {
+		return h.s.toConnect(err)
+	}
+	info, data, err := h.s.node.Backup(ctx)
+	if err != nil {
+		return h.s.toConnect(err)
+	}
+	if err := stream.Send(&tenurev1.SaveSnapshotResponse{Info: info}); err != nil {
+		return err
+	}
+	for len(data) > 0 {
+		n := min(len(data), backupChunk)
+		if err := stream.Send(&tenurev1.SaveSnapshotResponse{Data: data[:n]}); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	h.s.log.Info("backup taken", "raft_index", info.RaftIndex, "bytes", info.Size, "leader", info.Leader)
+	return nil
+}
+
 func (h *clusterService) PublicKey(ctx context.Context, _ *connect.Request[tenurev1.PublicKeyRequest]) (*connect.Response[tenurev1.PublicKeyResponse], error) {
 	resp := &tenurev1.PublicKeyResponse{}
 	err := h.s.node.Read(ctx, true, func(m *statemachine.Machine, _ registrar.Tick) error {

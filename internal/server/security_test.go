@@ -55,6 +55,18 @@ func TestEveryRPCHasAnAccessRule(t *testing.T) {
 	}
 }
 
+// drainBackup reads a SaveSnapshot stream to its end and returns its
+// error.
+func drainBackup(s *connect.ServerStreamForClient[tenurev1.SaveSnapshotResponse], err error) error {
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for s.Receive() {
+	}
+	return s.Err()
+}
+
 // callRaw calls any procedure with an empty request (proto binary: a
 // zero-length message decodes as any request type) and returns the error.
 func callRaw(ctx context.Context, hc connect.HTTPClient, base, proc string, md protoreflect.MethodDescriptor, opts ...connect.ClientOption) error {
@@ -256,6 +268,12 @@ func TestWrongRoleOrNamespaceIsDenied(t *testing.T) {
 		{"namespace admin moves the leadership", func() error {
 			_, err := b.as("tok-teamadmin").cluster.TransferLeadership(ctx, connect.NewRequest(&tenurev1.TransferLeadershipRequest{}))
 			return err
+		}},
+		{"namespace admin backs up every namespace", func() error {
+			return drainBackup(b.as("tok-teamadmin").cluster.SaveSnapshot(ctx, connect.NewRequest(&tenurev1.SaveSnapshotRequest{})))
+		}},
+		{"reader backs up", func() error {
+			return drainBackup(r1.cluster.SaveSnapshot(ctx, connect.NewRequest(&tenurev1.SaveSnapshotRequest{})))
 		}},
 		{"reader snapshots", func() error {
 			_, err := r1.cluster.Snapshot(ctx, connect.NewRequest(&tenurev1.SnapshotRequest{}))

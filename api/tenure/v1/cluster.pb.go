@@ -673,6 +673,239 @@ func (x *SnapshotResponse) GetNodeId() string {
 	return ""
 }
 
+type SaveSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SaveSnapshotRequest) Reset() {
+	*x = SaveSnapshotRequest{}
+	mi := &file_tenure_v1_cluster_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SaveSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SaveSnapshotRequest) ProtoMessage() {}
+
+func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_cluster_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{11}
+}
+
+// SnapshotInfo describes a backup: where and when it was taken, and what
+// it holds.
+type SnapshotInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member that answered and whether it led: a leader's backup holds
+	// everything committed when it was asked; a follower's, what it had
+	// applied.
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Leader bool   `protobuf:"varint,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	// The member's applied Raft index.
+	RaftIndex uint64 `protobuf:"varint,3,opt,name=raft_index,json=raftIndex,proto3" json:"raft_index,omitempty"`
+	// Registrar time of the state (ms) and its UTC wall time.
+	Tick          int64                  `protobuf:"varint,4,opt,name=tick,proto3" json:"tick,omitempty"`
+	RegistrarTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=registrar_time,json=registrarTime,proto3" json:"registrar_time,omitempty"`
+	// The next fence the registrar would issue, and the next ledger record
+	// index.
+	NextFence       uint64 `protobuf:"varint,6,opt,name=next_fence,json=nextFence,proto3" json:"next_fence,omitempty"`
+	NextLedgerIndex uint64 `protobuf:"varint,7,opt,name=next_ledger_index,json=nextLedgerIndex,proto3" json:"next_ledger_index,omitempty"`
+	ActiveLeases    uint64 `protobuf:"varint,8,opt,name=active_leases,json=activeLeases,proto3" json:"active_leases,omitempty"`
+	// The state's encoding: its size in bytes and SHA-256.
+	Size   uint64 `protobuf:"varint,9,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256 []byte `protobuf:"bytes,10,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// When the member took it (its clock).
+	TakenAt       *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=taken_at,json=takenAt,proto3" json:"taken_at,omitempty"`
+	KeyId         string                 `protobuf:"bytes,12,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotInfo) Reset() {
+	*x = SnapshotInfo{}
+	mi := &file_tenure_v1_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotInfo) ProtoMessage() {}
+
+func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
+func (*SnapshotInfo) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SnapshotInfo) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SnapshotInfo) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+func (x *SnapshotInfo) GetRaftIndex() uint64 {
+	if x != nil {
+		return x.RaftIndex
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetTick() int64 {
+	if x != nil {
+		return x.Tick
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetRegistrarTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RegistrarTime
+	}
+	return nil
+}
+
+func (x *SnapshotInfo) GetNextFence() uint64 {
+	if x != nil {
+		return x.NextFence
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetNextLedgerIndex() uint64 {
+	if x != nil {
+		return x.NextLedgerIndex
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetActiveLeases() uint64 {
+	if x != nil {
+		return x.ActiveLeases
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *SnapshotInfo) GetTakenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TakenAt
+	}
+	return nil
+}
+
+func (x *SnapshotInfo) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+// SaveSnapshotResponse: the first message carries info, the next ones
+// the state's bytes in order (data), at most 1 MiB each.
+type SaveSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Info          *SnapshotInfo          `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SaveSnapshotResponse) Reset() {
+	*x = SaveSnapshotResponse{}
+	mi := &file_tenure_v1_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SaveSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SaveSnapshotResponse) ProtoMessage() {}
+
+func (x *SaveSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SaveSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*SaveSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SaveSnapshotResponse) GetInfo() *SnapshotInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+func (x *SaveSnapshotResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type PublicKeyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -681,7 +914,7 @@ type PublicKeyRequest struct {
 
 func (x *PublicKeyRequest) Reset() {
 	*x = PublicKeyRequest{}
-	mi := &file_tenure_v1_cluster_proto_msgTypes[11]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +926,7 @@ func (x *PublicKeyRequest) String() string {
 func (*PublicKeyRequest) ProtoMessage() {}
 
 func (x *PublicKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_cluster_proto_msgTypes[11]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +939,7 @@ func (x *PublicKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublicKeyRequest.ProtoReflect.Descriptor instead.
 func (*PublicKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 type PublicKeyResponse struct {
@@ -720,7 +953,7 @@ type PublicKeyResponse struct {
 
 func (x *PublicKeyResponse) Reset() {
 	*x = PublicKeyResponse{}
-	mi := &file_tenure_v1_cluster_proto_msgTypes[12]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +965,7 @@ func (x *PublicKeyResponse) String() string {
 func (*PublicKeyResponse) ProtoMessage() {}
 
 func (x *PublicKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_cluster_proto_msgTypes[12]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +978,7 @@ func (x *PublicKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublicKeyResponse.ProtoReflect.Descriptor instead.
 func (*PublicKeyResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PublicKeyResponse) GetPublicKey() []byte {
@@ -771,7 +1004,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_tenure_v1_cluster_proto_msgTypes[13]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +1016,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_cluster_proto_msgTypes[13]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +1029,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetPolicyRequest) GetNamespace() string {
@@ -815,7 +1048,7 @@ type GetPolicyResponse struct {
 
 func (x *GetPolicyResponse) Reset() {
 	*x = GetPolicyResponse{}
-	mi := &file_tenure_v1_cluster_proto_msgTypes[14]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +1060,7 @@ func (x *GetPolicyResponse) String() string {
 func (*GetPolicyResponse) ProtoMessage() {}
 
 func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_cluster_proto_msgTypes[14]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +1073,7 @@ func (x *GetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*GetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetPolicyResponse) GetPolicy() *NamespacePolicy {
@@ -860,7 +1093,7 @@ type SetPolicyRequest struct {
 
 func (x *SetPolicyRequest) Reset() {
 	*x = SetPolicyRequest{}
-	mi := &file_tenure_v1_cluster_proto_msgTypes[15]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +1105,7 @@ func (x *SetPolicyRequest) String() string {
 func (*SetPolicyRequest) ProtoMessage() {}
 
 func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_cluster_proto_msgTypes[15]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +1118,7 @@ func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetPolicyRequest) GetNamespace() string {
@@ -911,7 +1144,7 @@ type SetPolicyResponse struct {
 
 func (x *SetPolicyResponse) Reset() {
 	*x = SetPolicyResponse{}
-	mi := &file_tenure_v1_cluster_proto_msgTypes[16]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +1156,7 @@ func (x *SetPolicyResponse) String() string {
 func (*SetPolicyResponse) ProtoMessage() {}
 
 func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_cluster_proto_msgTypes[16]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +1169,7 @@ func (x *SetPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPolicyResponse.ProtoReflect.Descriptor instead.
 func (*SetPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetPolicyResponse) GetPolicy() *NamespacePolicy {
@@ -954,7 +1187,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_tenure_v1_cluster_proto_msgTypes[17]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1199,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_cluster_proto_msgTypes[17]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1212,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 // WhoAmIResponse describes the caller as the server authenticated it.
@@ -1001,7 +1234,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_tenure_v1_cluster_proto_msgTypes[18]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1246,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_cluster_proto_msgTypes[18]
+	mi := &file_tenure_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1259,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WhoAmIResponse) GetAuthenticated() bool {
@@ -1106,7 +1339,27 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\x10SnapshotResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x17\n" +
-	"\anode_id\x18\x03 \x01(\tR\x06nodeId\"\x12\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\"\x15\n" +
+	"\x13SaveSnapshotRequest\"\x9f\x03\n" +
+	"\fSnapshotInfo\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\bR\x06leader\x12\x1d\n" +
+	"\n" +
+	"raft_index\x18\x03 \x01(\x04R\traftIndex\x12\x12\n" +
+	"\x04tick\x18\x04 \x01(\x03R\x04tick\x12A\n" +
+	"\x0eregistrar_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rregistrarTime\x12\x1d\n" +
+	"\n" +
+	"next_fence\x18\x06 \x01(\x04R\tnextFence\x12*\n" +
+	"\x11next_ledger_index\x18\a \x01(\x04R\x0fnextLedgerIndex\x12#\n" +
+	"\ractive_leases\x18\b \x01(\x04R\factiveLeases\x12\x12\n" +
+	"\x04size\x18\t \x01(\x04R\x04size\x12\x16\n" +
+	"\x06sha256\x18\n" +
+	" \x01(\fR\x06sha256\x125\n" +
+	"\btaken_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\atakenAt\x12\x15\n" +
+	"\x06key_id\x18\f \x01(\tR\x05keyId\"W\n" +
+	"\x14SaveSnapshotResponse\x12+\n" +
+	"\x04info\x18\x01 \x01(\v2\x17.tenure.v1.SnapshotInfoR\x04info\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\x12\n" +
 	"\x10PublicKeyRequest\"I\n" +
 	"\x11PublicKeyResponse\x12\x1d\n" +
 	"\n" +
@@ -1135,13 +1388,14 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\vROLE_LEADER\x10\x01\x12\x11\n" +
 	"\rROLE_FOLLOWER\x10\x02\x12\x12\n" +
 	"\x0eROLE_CANDIDATE\x10\x03\x12\x11\n" +
-	"\rROLE_NONVOTER\x10\x042\xa4\x05\n" +
+	"\rROLE_NONVOTER\x10\x042\xf7\x05\n" +
 	"\x0eClusterService\x12=\n" +
 	"\x06Status\x12\x18.tenure.v1.StatusRequest\x1a\x19.tenure.v1.StatusResponse\x12C\n" +
 	"\bAddVoter\x12\x1a.tenure.v1.AddVoterRequest\x1a\x1b.tenure.v1.AddVoterResponse\x12O\n" +
 	"\fRemoveServer\x12\x1e.tenure.v1.RemoveServerRequest\x1a\x1f.tenure.v1.RemoveServerResponse\x12a\n" +
 	"\x12TransferLeadership\x12$.tenure.v1.TransferLeadershipRequest\x1a%.tenure.v1.TransferLeadershipResponse\x12C\n" +
-	"\bSnapshot\x12\x1a.tenure.v1.SnapshotRequest\x1a\x1b.tenure.v1.SnapshotResponse\x12F\n" +
+	"\bSnapshot\x12\x1a.tenure.v1.SnapshotRequest\x1a\x1b.tenure.v1.SnapshotResponse\x12Q\n" +
+	"\fSaveSnapshot\x12\x1e.tenure.v1.SaveSnapshotRequest\x1a\x1f.tenure.v1.SaveSnapshotResponse0\x01\x12F\n" +
 	"\tPublicKey\x12\x1b.tenure.v1.PublicKeyRequest\x1a\x1c.tenure.v1.PublicKeyResponse\x12F\n" +
 	"\tGetPolicy\x12\x1b.tenure.v1.GetPolicyRequest\x1a\x1c.tenure.v1.GetPolicyResponse\x12F\n" +
 	"\tSetPolicy\x12\x1b.tenure.v1.SetPolicyRequest\x1a\x1c.tenure.v1.SetPolicyResponse\x12=\n" +
@@ -1160,7 +1414,7 @@ func file_tenure_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tenure_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_tenure_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_tenure_v1_cluster_proto_goTypes = []any{
 	(Role)(0),                          // 0: tenure.v1.Role
 	(*Member)(nil),                     // 1: tenure.v1.Member
@@ -1174,47 +1428,55 @@ var file_tenure_v1_cluster_proto_goTypes = []any{
 	(*TransferLeadershipResponse)(nil), // 9: tenure.v1.TransferLeadershipResponse
 	(*SnapshotRequest)(nil),            // 10: tenure.v1.SnapshotRequest
 	(*SnapshotResponse)(nil),           // 11: tenure.v1.SnapshotResponse
-	(*PublicKeyRequest)(nil),           // 12: tenure.v1.PublicKeyRequest
-	(*PublicKeyResponse)(nil),          // 13: tenure.v1.PublicKeyResponse
-	(*GetPolicyRequest)(nil),           // 14: tenure.v1.GetPolicyRequest
-	(*GetPolicyResponse)(nil),          // 15: tenure.v1.GetPolicyResponse
-	(*SetPolicyRequest)(nil),           // 16: tenure.v1.SetPolicyRequest
-	(*SetPolicyResponse)(nil),          // 17: tenure.v1.SetPolicyResponse
-	(*WhoAmIRequest)(nil),              // 18: tenure.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),             // 19: tenure.v1.WhoAmIResponse
-	(*timestamppb.Timestamp)(nil),      // 20: google.protobuf.Timestamp
-	(*NamespacePolicy)(nil),            // 21: tenure.v1.NamespacePolicy
+	(*SaveSnapshotRequest)(nil),        // 12: tenure.v1.SaveSnapshotRequest
+	(*SnapshotInfo)(nil),               // 13: tenure.v1.SnapshotInfo
+	(*SaveSnapshotResponse)(nil),       // 14: tenure.v1.SaveSnapshotResponse
+	(*PublicKeyRequest)(nil),           // 15: tenure.v1.PublicKeyRequest
+	(*PublicKeyResponse)(nil),          // 16: tenure.v1.PublicKeyResponse
+	(*GetPolicyRequest)(nil),           // 17: tenure.v1.GetPolicyRequest
+	(*GetPolicyResponse)(nil),          // 18: tenure.v1.GetPolicyResponse
+	(*SetPolicyRequest)(nil),           // 19: tenure.v1.SetPolicyRequest
+	(*SetPolicyResponse)(nil),          // 20: tenure.v1.SetPolicyResponse
+	(*WhoAmIRequest)(nil),              // 21: tenure.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),             // 22: tenure.v1.WhoAmIResponse
+	(*timestamppb.Timestamp)(nil),      // 23: google.protobuf.Timestamp
+	(*NamespacePolicy)(nil),            // 24: tenure.v1.NamespacePolicy
 }
 var file_tenure_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: tenure.v1.Member.role:type_name -> tenure.v1.Role
-	20, // 1: tenure.v1.Member.unreachable_since:type_name -> google.protobuf.Timestamp
+	23, // 1: tenure.v1.Member.unreachable_since:type_name -> google.protobuf.Timestamp
 	1,  // 2: tenure.v1.StatusResponse.members:type_name -> tenure.v1.Member
-	21, // 3: tenure.v1.GetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
-	21, // 4: tenure.v1.SetPolicyRequest.policy:type_name -> tenure.v1.NamespacePolicy
-	21, // 5: tenure.v1.SetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
-	2,  // 6: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
-	4,  // 7: tenure.v1.ClusterService.AddVoter:input_type -> tenure.v1.AddVoterRequest
-	6,  // 8: tenure.v1.ClusterService.RemoveServer:input_type -> tenure.v1.RemoveServerRequest
-	8,  // 9: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
-	10, // 10: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
-	12, // 11: tenure.v1.ClusterService.PublicKey:input_type -> tenure.v1.PublicKeyRequest
-	14, // 12: tenure.v1.ClusterService.GetPolicy:input_type -> tenure.v1.GetPolicyRequest
-	16, // 13: tenure.v1.ClusterService.SetPolicy:input_type -> tenure.v1.SetPolicyRequest
-	18, // 14: tenure.v1.ClusterService.WhoAmI:input_type -> tenure.v1.WhoAmIRequest
-	3,  // 15: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
-	5,  // 16: tenure.v1.ClusterService.AddVoter:output_type -> tenure.v1.AddVoterResponse
-	7,  // 17: tenure.v1.ClusterService.RemoveServer:output_type -> tenure.v1.RemoveServerResponse
-	9,  // 18: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
-	11, // 19: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotResponse
-	13, // 20: tenure.v1.ClusterService.PublicKey:output_type -> tenure.v1.PublicKeyResponse
-	15, // 21: tenure.v1.ClusterService.GetPolicy:output_type -> tenure.v1.GetPolicyResponse
-	17, // 22: tenure.v1.ClusterService.SetPolicy:output_type -> tenure.v1.SetPolicyResponse
-	19, // 23: tenure.v1.ClusterService.WhoAmI:output_type -> tenure.v1.WhoAmIResponse
-	15, // [15:24] is the sub-list for method output_type
-	6,  // [6:15] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	23, // 3: tenure.v1.SnapshotInfo.registrar_time:type_name -> google.protobuf.Timestamp
+	23, // 4: tenure.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	13, // 5: tenure.v1.SaveSnapshotResponse.info:type_name -> tenure.v1.SnapshotInfo
+	24, // 6: tenure.v1.GetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
+	24, // 7: tenure.v1.SetPolicyRequest.policy:type_name -> tenure.v1.NamespacePolicy
+	24, // 8: tenure.v1.SetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
+	2,  // 9: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
+	4,  // 10: tenure.v1.ClusterService.AddVoter:input_type -> tenure.v1.AddVoterRequest
+	6,  // 11: tenure.v1.ClusterService.RemoveServer:input_type -> tenure.v1.RemoveServerRequest
+	8,  // 12: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
+	10, // 13: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
+	12, // 14: tenure.v1.ClusterService.SaveSnapshot:input_type -> tenure.v1.SaveSnapshotRequest
+	15, // 15: tenure.v1.ClusterService.PublicKey:input_type -> tenure.v1.PublicKeyRequest
+	17, // 16: tenure.v1.ClusterService.GetPolicy:input_type -> tenure.v1.GetPolicyRequest
+	19, // 17: tenure.v1.ClusterService.SetPolicy:input_type -> tenure.v1.SetPolicyRequest
+	21, // 18: tenure.v1.ClusterService.WhoAmI:input_type -> tenure.v1.WhoAmIRequest
+	3,  // 19: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
+	5,  // 20: tenure.v1.ClusterService.AddVoter:output_type -> tenure.v1.AddVoterResponse
+	7,  // 21: tenure.v1.ClusterService.RemoveServer:output_type -> tenure.v1.RemoveServerResponse
+	9,  // 22: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
+	11, // 23: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotResponse
+	14, // 24: tenure.v1.ClusterService.SaveSnapshot:output_type -> tenure.v1.SaveSnapshotResponse
+	16, // 25: tenure.v1.ClusterService.PublicKey:output_type -> tenure.v1.PublicKeyResponse
+	18, // 26: tenure.v1.ClusterService.GetPolicy:output_type -> tenure.v1.GetPolicyResponse
+	20, // 27: tenure.v1.ClusterService.SetPolicy:output_type -> tenure.v1.SetPolicyResponse
+	22, // 28: tenure.v1.ClusterService.WhoAmI:output_type -> tenure.v1.WhoAmIResponse
+	19, // [19:29] is the sub-list for method output_type
+	9,  // [9:19] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_cluster_proto_init() }
@@ -1229,7 +1491,7 @@ func file_tenure_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_cluster_proto_rawDesc), len(file_tenure_v1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

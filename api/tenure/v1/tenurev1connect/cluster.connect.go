@@ -45,6 +45,9 @@ const (
 	ClusterServiceTransferLeadershipProcedure = "/tenure.v1.ClusterService/TransferLeadership"
 	// ClusterServiceSnapshotProcedure is the fully-qualified name of the ClusterService's Snapshot RPC.
 	ClusterServiceSnapshotProcedure = "/tenure.v1.ClusterService/Snapshot"
+	// ClusterServiceSaveSnapshotProcedure is the fully-qualified name of the ClusterService's
+	// SaveSnapshot RPC.
+	ClusterServiceSaveSnapshotProcedure = "/tenure.v1.ClusterService/SaveSnapshot"
 	// ClusterServicePublicKeyProcedure is the fully-qualified name of the ClusterService's PublicKey
 	// RPC.
 	ClusterServicePublicKeyProcedure = "/tenure.v1.ClusterService/PublicKey"
@@ -65,6 +68,11 @@ type ClusterServiceClient interface {
 	RemoveServer(context.Context, *connect.Request[v1.RemoveServerRequest]) (*connect.Response[v1.RemoveServerResponse], error)
 	TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error)
 	Snapshot(context.Context, *connect.Request[v1.SnapshotRequest]) (*connect.Response[v1.SnapshotResponse], error)
+	// SaveSnapshot streams a backup of the whole replicated state, as the
+	// member asked holds it (the registrar's private key included): admin
+	// of every namespace only. tenure backup save writes it to a file;
+	// tenure backup restore makes a data dir from it.
+	SaveSnapshot(context.Context, *connect.Request[v1.SaveSnapshotRequest]) (*connect.ServerStreamForClient[v1.SaveSnapshotResponse], error)
 	PublicKey(context.Context, *connect.Request[v1.PublicKeyRequest]) (*connect.Response[v1.PublicKeyResponse], error)
 	GetPolicy(context.Context, *connect.Request[v1.GetPolicyRequest]) (*connect.Response[v1.GetPolicyResponse], error)
 	SetPolicy(context.Context, *connect.Request[v1.SetPolicyRequest]) (*connect.Response[v1.SetPolicyResponse], error)
@@ -114,6 +122,12 @@ func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(clusterServiceMethods.ByName("Snapshot")),
 			connect.WithClientOptions(opts...),
 		),
+		saveSnapshot: connect.NewClient[v1.SaveSnapshotRequest, v1.SaveSnapshotResponse](
+			httpClient,
+			baseURL+ClusterServiceSaveSnapshotProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("SaveSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
 		publicKey: connect.NewClient[v1.PublicKeyRequest, v1.PublicKeyResponse](
 			httpClient,
 			baseURL+ClusterServicePublicKeyProcedure,
@@ -148,6 +162,7 @@ type clusterServiceClient struct {
 	removeServer       *connect.Client[v1.RemoveServerRequest, v1.RemoveServerResponse]
 	transferLeadership *connect.Client[v1.TransferLeadershipRequest, v1.TransferLeadershipResponse]
 	snapshot           *connect.Client[v1.SnapshotRequest, v1.SnapshotResponse]
+	saveSnapshot       *connect.Client[v1.SaveSnapshotRequest, v1.SaveSnapshotResponse]
 	publicKey          *connect.Client[v1.PublicKeyRequest, v1.PublicKeyResponse]
 	getPolicy          *connect.Client[v1.GetPolicyRequest, v1.GetPolicyResponse]
 	setPolicy          *connect.Client[v1.SetPolicyRequest, v1.SetPolicyResponse]
@@ -179,6 +194,11 @@ func (c *clusterServiceClient) Snapshot(ctx context.Context, req *connect.Reques
 	return c.snapshot.CallUnary(ctx, req)
 }
 
+// SaveSnapshot calls tenure.v1.ClusterService.SaveSnapshot.
+func (c *clusterServiceClient) SaveSnapshot(ctx context.Context, req *connect.Request[v1.SaveSnapshotRequest]) (*connect.ServerStreamForClient[v1.SaveSnapshotResponse], error) {
+	return c.saveSnapshot.CallServerStream(ctx, req)
+}
+
 // PublicKey calls tenure.v1.ClusterService.PublicKey.
 func (c *clusterServiceClient) PublicKey(ctx context.Context, req *connect.Request[v1.PublicKeyRequest]) (*connect.Response[v1.PublicKeyResponse], error) {
 	return c.publicKey.CallUnary(ctx, req)
@@ -206,6 +226,11 @@ type ClusterServiceHandler interface {
 	RemoveServer(context.Context, *connect.Request[v1.RemoveServerRequest]) (*connect.Response[v1.RemoveServerResponse], error)
 	TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error)
 	Snapshot(context.Context, *connect.Request[v1.SnapshotRequest]) (*connect.Response[v1.SnapshotResponse], error)
+	// SaveSnapshot streams a backup of the whole replicated state, as the
+	// member asked holds it (the registrar's private key included): admin
+	// of every namespace only. tenure backup save writes it to a file;
+	// tenure backup restore makes a data dir from it.
+	SaveSnapshot(context.Context, *connect.Request[v1.SaveSnapshotRequest], *connect.ServerStream[v1.SaveSnapshotResponse]) error
 	PublicKey(context.Context, *connect.Request[v1.PublicKeyRequest]) (*connect.Response[v1.PublicKeyResponse], error)
 	GetPolicy(context.Context, *connect.Request[v1.GetPolicyRequest]) (*connect.Response[v1.GetPolicyResponse], error)
 	SetPolicy(context.Context, *connect.Request[v1.SetPolicyRequest]) (*connect.Response[v1.SetPolicyResponse], error)
@@ -251,6 +276,12 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 		connect.WithSchema(clusterServiceMethods.ByName("Snapshot")),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterServiceSaveSnapshotHandler := connect.NewServerStreamHandler(
+		ClusterServiceSaveSnapshotProcedure,
+		svc.SaveSnapshot,
+		connect.WithSchema(clusterServiceMethods.ByName("SaveSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
 	clusterServicePublicKeyHandler := connect.NewUnaryHandler(
 		ClusterServicePublicKeyProcedure,
 		svc.PublicKey,
@@ -287,6 +318,8 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 			clusterServiceTransferLeadershipHandler.ServeHTTP(w, r)
 		case ClusterServiceSnapshotProcedure:
 			clusterServiceSnapshotHandler.ServeHTTP(w, r)
+		case ClusterServiceSaveSnapshotProcedure:
+			clusterServiceSaveSnapshotHandler.ServeHTTP(w, r)
 		case ClusterServicePublicKeyProcedure:
 			clusterServicePublicKeyHandler.ServeHTTP(w, r)
 		case ClusterServiceGetPolicyProcedure:
@@ -322,6 +355,10 @@ func (UnimplementedClusterServiceHandler) TransferLeadership(context.Context, *c
 
 func (UnimplementedClusterServiceHandler) Snapshot(context.Context, *connect.Request[v1.SnapshotRequest]) (*connect.Response[v1.SnapshotResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ClusterService.Snapshot is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) SaveSnapshot(context.Context, *connect.Request[v1.SaveSnapshotRequest], *connect.ServerStream[v1.SaveSnapshotResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ClusterService.SaveSnapshot is not implemented"))
 }
 
 func (UnimplementedClusterServiceHandler) PublicKey(context.Context, *connect.Request[v1.PublicKeyRequest]) (*connect.Response[v1.PublicKeyResponse], error) {

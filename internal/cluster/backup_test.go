@@ -1,0 +1,91 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// A backup of a running node, written and read back, restored into a new
+// data dir: a node started there leads alone with the backup's leases,
+// their fences, and fences above the bump for new grants.
+func TestBackupRestore(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	kept := acquire(t, n, "kept", "h1", time.Minute, 0).Lease
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, data, err := n.Backup(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Leader || info.ActiveLeases != 1 || info.NextFence != kept.Fence+1 || info.NodeId != n.ID() || info.Size != uint64(len(data)) {
+		t.Fatalf("backup info: %v (kept fence %d)", info, kept.Fence)
+	}
+	acquire(t, n, "after-backup", "h1", time.Minute, 0) // not in the backup
+
+	var file bytes.Buffer
+	if err := WriteBackup(&file, info, data); err != nil {
+		t.Fatal(err)
+	}
+	raw := file.Bytes()
+	gotInfo, gotData, err := ReadBackup(bytes.NewReader(raw))
+	if err != nil || !bytes.Equal(gotData, data) || gotInfo.RaftIndex != info.RaftIndex {
+		t.Fatalf("ReadBackup: %v, %d bytes", err, len(gotData))
+	}
+	flipped := bytes.Clone(raw)
+	flipped[len(flipped)-3] ^= 0xff
+	for name, bad := range map[string][]byte{
+		"truncated":   raw[:len(raw)-10],
+		"flipped":     flipped,
+		"not one":     []byte("hello"),
+		"description": raw[:len(backupMagic)+3],
+	} {
+		if _, _, err := ReadBackup(bytes.NewReader(bad)); err == nil {
+			t.Errorf("ReadBackup of a %s file succeeded", name)
+		}
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "restored")
+	const bump = 1000
+	if err := RestoreDataDir(dir, "n9", ln.Addr().String(), gotData, bump, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := RestoreDataDir(dir, "n9", ln.Addr().String(), gotData, bump, nil); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("a second restore into the same dir: %v", err)
+	}
+	r := openWith(t, dir, func(c *Config) { c.NodeID, c.RaftListener = "n9", ln })
+	defer r.Close()
+	if got, err := get(t, r, kept.ID); err != nil || got.State != registrar.Active || got.Fence != kept.Fence {
+		t.Fatalf("the backed-up lease after the restore: %+v %v", got, err)
+	}
+	if out := acquire(t, r, "after-backup", "h2", time.Minute, 0); out.Err != nil || out.Lease.Fence != kept.Fence+1+bump {
+		t.Fatalf("a grant after the restore: %+v, want fence %d", out, kept.Fence+1+bump)
+	}
+	if m := r.Members(); len(m) != 1 || m[0].ID != "n9" {
+		t.Errorf("members after the restore: %v", m)
+	}
+}
+
+func TestRestoreRefuses(t *testing.T) {
+	dir := t.TempDir()
+	for name, f := range map[string]func() error{
+		"bad node id":      func() error { return RestoreDataDir(filepath.Join(dir, "a"), "", "127.0.0.1:1", nil, 0, nil) },
+		"bad raft address": func() error { return RestoreDataDir(filepath.Join(dir, "b"), "n1", "nohost", nil, 0, nil) },
+		"bad state":        func() error { return RestoreDataDir(filepath.Join(dir, "c"), "n1", "127.0.0.1:1", []byte("junk"), 0, nil) },
+	} {
+		if err := f(); err == nil {
+			t.Errorf("%s: restored", name)
+		}
+	}
+}
