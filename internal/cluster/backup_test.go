@@ -82,7 +82,9 @@ func TestRestoreRefuses(t *testing.T) {
 	for name, f := range map[string]func() error{
 		"bad node id":      func() error { return RestoreDataDir(filepath.Join(dir, "a"), "", "127.0.0.1:1", nil, 0, nil) },
 		"bad raft address": func() error { return RestoreDataDir(filepath.Join(dir, "b"), "n1", "nohost", nil, 0, nil) },
-		"bad state":        func() error { return RestoreDataDir(filepath.Join(dir, "c"), "n1", "127.0.0.1:1", []byte("junk"), 0, nil) },
+		"bad state": func() error {
+			return RestoreDataDir(filepath.Join(dir, "c"), "n1", "127.0.0.1:1", []byte("junk"), 0, nil)
+		},
 	} {
 		if err := f(); err == nil {
 			t.Errorf("%s: restored", name)
