@@ -210,3 +210,27 @@ func ExampleWorker() {
 		log.Fatal(err)
 	}
 }
+
+// Namespaces split across two clusters: each namespace's Client talks to
+// the cluster its route names.
+func ExampleRouter() {
+	routes, err := tenure.ParseRoutes("orders=10.0.1.1:7070,10.0.1.2:7070;team-*=10.0.2.1:7070;*=10.0.3.1:7070")
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := tenure.NewRouter(routes, tenure.WithHolder("worker-7"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close() // closes every namespace's Client, releasing its leases
+
+	orders, err := r.Client("orders") // on 10.0.1.x, namespace "orders"
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := orders.Acquire(context.Background(), "invoice/42", tenure.TTL(15*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(lease.Namespace(), lease.Fence())
+}
