@@ -94,7 +94,7 @@ func backupSave(ctx context.Context, c *cliCommand, file string) error {
 		return err
 	}
 	if st, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.Status, &tenurev1.StatusRequest{}); err == nil {
-		c.endpoints = leaderFirst(c.endpointList(), st.GetLeaderApiAddress())
+		c.pinEndpoints(leaderFirst(c.endpointList(), st.GetLeaderApiAddress()))
 		if r, err = c.remote(); err != nil {
 			return err
 		}

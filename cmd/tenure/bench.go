@@ -192,9 +192,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		// in use (the in-memory history of "default" would hold nothing
 		// else after a few seconds).
 		c.namespace = benchNamespace
-		if err := c.route(); err != nil {
-			return err
-		}
 	}
 	switch {
 	case !slices.Contains([]string{"cycle", "contended", "renew", "queue", "keepalive"}, cfg.workload):
@@ -229,10 +226,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cfg.principal = who.GetPrincipal()
 		if ownNamespace {
 			c.namespace = benchNamespaceFor(who.GetNamespaces())
-			if err := c.route(); err != nil {
-				return err
-			}
-			if r, err = c.remote(); err != nil {
+			if r, err = c.remote(); err != nil { // routed by that namespace
 				return err
 			}
 		}
@@ -241,7 +235,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// so that a dead endpoint first in the list, or a follower that would
 	// forward every operation, is not what is measured.
 	if st, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.Status, &tenurev1.StatusRequest{}); err == nil {
-		c.endpoints = leaderFirst(c.endpointList(), st.GetLeaderApiAddress())
+		c.pinEndpoints(leaderFirst(c.endpointList(), st.GetLeaderApiAddress()))
 	}
 
 	var res *benchResult

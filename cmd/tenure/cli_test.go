@@ -1045,6 +1045,18 @@ func TestCLIRoutes(t *testing.T) {
 	if r := run(env, "get", id, "--endpoints", apiAddr); r.code != 0 {
 		t.Errorf("--endpoints over TENURE_ROUTES: exit %d\n%s", r.code, r.stderr)
 	}
+	// policy goes to the cluster of the namespace it names.
+	if r := run(env, "policy", "get", "routed-a"); r.code != 0 {
+		t.Errorf("policy get of a routed namespace: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := run(env, "policy", "get", "other"); r.code != 1 || !strings.Contains(r.stderr, dead) {
+		t.Errorf("policy get of a namespace routed to %s: exit %d\n%s", dead, r.code, r.stderr)
+	}
+	// Routes that cover no namespace given stop no command that contacts
+	// no server.
+	if r := run([]string{"TENURE_ROUTES=orders=" + dead}, "version"); r.code != 0 {
+		t.Errorf("version with routes that do not cover its namespace: exit %d\n%s", r.code, r.stderr)
+	}
 
 	for _, tc := range []struct{ routes, want string }{
 		{"routed-*=" + apiAddr, `no route for namespace "default"`},

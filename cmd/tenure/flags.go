@@ -36,6 +36,7 @@ type cliCommand struct {
 
 	endpoints string
 	routes    string
+	pinned    bool // endpoints set by the command itself, not routed (pinEndpoints)
 	namespace string
 	token     string
 	output    string
@@ -143,9 +144,6 @@ func (c *cliCommand) parse(args []string, min, max int) ([]string, error) {
 	default:
 		return nil, c.usageError("-o must be table or json, got %q", c.output)
 	}
-	if err := c.route(); err != nil {
-		return nil, err
-	}
 	if c.fs.Lookup("holder") != nil && (c.token != "" || c.tlsCert != "") && os.Getenv("TENURE_HOLDER") == "" && !c.given("holder") {
 		c.holder, c.principalHolder = "", true
 	}
@@ -154,15 +152,19 @@ func (c *cliCommand) parse(args []string, min, max int) ([]string, error) {
 
 // route sets the endpoints to those --routes gives the namespace, unless
 // --endpoints is given on the command line (which wins over the routes, as
-// the routes win over TENURE_ENDPOINTS). A command that changes its
-// namespace after parse calls it again.
+// the routes win over TENURE_ENDPOINTS) or the command pinned its own
+// (pinEndpoints). It runs when the endpoints are needed (endpointList,
+// checkEndpoints), so that commands that contact no server never fail on
+// the routes, and a command that changes its namespace routes by the new
+// one.
 func (c *cliCommand) route() error {
-	if strings.TrimSpace(c.routes) == "" || c.given("endpoints") {
+	if strings.TrimSpace(c.routes) == "" || c.given("endpoints") || c.pinned {
 		return nil
 	}
 	rt, err := tenure.ParseRoutes(c.routes)
 	if err != nil {
-		return c.usageError("--routes: %s", strings.TrimPrefix(err.Error(), "tenure: routes: "))
+		msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "tenure: "), "routes: ")
+		return c.usageError("--routes: %s", msg)
 	}
 	_, eps, err := rt.Route(c.namespace)
 	if err != nil {
@@ -256,8 +258,14 @@ func (c *cliCommand) usageError(format string, args ...any) error {
 
 func (c *cliCommand) json() bool { return c.output == "json" }
 
-// endpointList splits --endpoints.
+// pinEndpoints makes eps (comma-separated) the command's endpoints,
+// whatever the routes say (a command that put the leader first).
+func (c *cliCommand) pinEndpoints(eps string) { c.endpoints, c.pinned = eps, true }
+
+// endpointList splits --endpoints (routed: see route; checkEndpoints
+// reports a routing error).
 func (c *cliCommand) endpointList() []string {
+	_ = c.route()
 	var out []string
 	for e := range strings.SplitSeq(c.endpoints, ",") {
 		if e = strings.TrimSpace(e); e != "" {
@@ -270,6 +278,9 @@ func (c *cliCommand) endpointList() []string {
 // checkEndpoints refuses, as a usage error, an --endpoints list that is
 // empty or names something that is not host:port or an http(s) URL.
 func (c *cliCommand) checkEndpoints() ([]string, error) {
+	if err := c.route(); err != nil {
+		return nil, err
+	}
 	eps := c.endpointList()
 	if len(eps) == 0 {
 		return nil, c.usageError("--endpoints is empty")

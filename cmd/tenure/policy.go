@@ -203,6 +203,7 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	ns := c.namespace
 	if len(pos) == 2 {
 		ns = pos[1]
+		c.namespace = ns // routed by the namespace it names (--routes)
 	}
 	apply, err := pf.overlay("", false) // the registrar checks the policy it makes
 	if err != nil {
