@@ -150,8 +150,8 @@ func printStatus(stdout io.Writer, st *tenurev1.StatusResponse) error {
 	case !slices.ContainsFunc(st.GetMembers(), func(m *tenurev1.Member) bool { return m.GetId() == st.GetNodeId() }):
 		leader = "none known: " + st.GetNodeId() + ", which answered, is not in the cluster's configuration (removed, or not yet added)"
 	}
-	fmt.Fprintf(tw, "leader\t%s\nterm\t%d\ncommit index\t%d\napplied index\t%d\nledger index\t%d\nanswered by\t%s (version %s)\n\n",
-		leader, st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLedgerIndex(), st.GetNodeId(), st.GetVersion())
+	fmt.Fprintf(tw, "leader\t%s\nterm\t%d\ncommit index\t%d\napplied index\t%d\nlast log index\t%d (term %d)\nledger index\t%d\nanswered by\t%s (version %s)\n\n",
+		leader, st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLastLogIndex(), st.GetLastLogTerm(), st.GetLedgerIndex(), st.GetNodeId(), st.GetVersion())
 	fmt.Fprintln(tw, "ID\tROLE\tAPI ADDRESS\tRAFT ADDRESS")
 	for _, m := range st.GetMembers() {
 		role := enumName(m.GetRole().String(), "ROLE_")

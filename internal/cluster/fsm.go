@@ -43,6 +43,9 @@ type fsm struct {
 	// wallSeen is maxWall with the local (monotonic) time it was applied.
 	maxWall  atomic.Int64
 	wallSeen atomic.Pointer[wallReading]
+	// bumpFences, set while forceNewCluster runs, raises the next fence
+	// in the snapshots taken (the one Raft's recovery writes).
+	bumpFences uint64
 	// applied is the highest Raft index the FSM has seen (see Node.Read).
 	applied atomic.Uint64
 	// fromLog is the index of the last command entry applied since the
@@ -251,7 +254,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	s, fill := f.m.CaptureLazy()
-	return fsmSnapshot{state: s, fill: fill}, nil
+	return fsmSnapshot{state: s, fill: fill, bumpFences: f.bumpFences}, nil
 }
 
 // Restore replaces the machine with a snapshot's (raft.FSM).
@@ -345,12 +348,14 @@ func (f *fsm) batchOf(cmds []*logpb.Command) *logpb.Batch {
 const clusterTagSize = 8
 
 type fsmSnapshot struct {
-	state *logpb.Snapshot
-	fill  func() // completes state, beside later applies
+	state      *logpb.Snapshot
+	fill       func() // completes state, beside later applies
+	bumpFences uint64 // raises the next fence in the snapshot (forceNewCluster)
 }
 
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	s.fill()
+	s.state.NextSeq += s.bumpFences
 	b, err := statemachine.EncodeSnapshot(s.state)
 	if err == nil {
 		_, err = sink.Write(b)

@@ -157,6 +157,12 @@ func Open(cfg Config) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.ForceNewCluster && !hasRaftFiles(cfg.DataDir) {
+		// Refused before anything is written: a mistyped dir stays
+		// untouched (and does not take this node id).
+		return nil, fmt.Errorf("cluster: --force-new-cluster: %s holds no Raft state to go on from "+
+			"(it restarts a member of a cluster that lost its quorum, from that member's data dir)", cfg.DataDir)
+	}
 	if err := privateDir(cfg.DataDir, log); err != nil {
 		return nil, err
 	}
@@ -325,6 +331,13 @@ func Open(cfg Config) (*Node, error) {
 		fresh = newFreshVoter(n.trans, rc.LocalID, n.log)
 		trans = fresh
 	}
+	var outcasts *outcastFilter
+	if out, err := readOutcasts(cfg.DataDir); err != nil {
+		return nil, err
+	} else if existing && len(out) > 0 {
+		outcasts = newOutcastFilter(n.trans, cfg.DataDir, out, n.log)
+		trans = outcasts
+	}
 	n.raft, err = raft.NewRaft(rc, n.fsm, n.logs, n.logs, snaps, trans)
 	if err != nil {
 		if strings.Contains(err.Error(), "failed to load any existing snapshots") {
@@ -360,6 +373,9 @@ func Open(cfg Config) (*Node, error) {
 	ok = true
 	if fresh != nil {
 		n.wg.Go(func() { fresh.run(n.raft.AppliedIndex, n.stop) })
+	}
+	if outcasts != nil {
+		n.wg.Go(func() { outcasts.run(n.configIDs, n.stop) })
 	}
 	n.reach.since = map[string]time.Time{}
 	n.reach.onLeader = func(id string) {
@@ -980,6 +996,24 @@ func (n *Node) IsVoter() bool {
 		}
 	}
 	return false
+}
+
+// configIDs returns the ids in the latest Raft configuration (none when
+// it cannot be read).
+func (n *Node) configIDs() map[string]bool {
+	servers, _ := n.configuration()
+	ids := make(map[string]bool, len(servers))
+	for _, s := range servers {
+		ids[string(s.ID)] = true
+	}
+	return ids
+}
+
+// hasRaftFiles reports whether dir holds Raft log segments or snapshots.
+func hasRaftFiles(dir string) bool {
+	segs, _ := filepath.Glob(filepath.Join(dir, "wal", "*.wal"))
+	snaps, _ := os.ReadDir(filepath.Join(dir, "snapshots"))
+	return len(segs) > 0 || len(snaps) > 0
 }
 
 // leaderEpoch is the time between two changes of leader, as this node

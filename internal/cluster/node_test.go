@@ -866,6 +866,11 @@ func TestStatusWithoutALeader(t *testing.T) {
 	if st.LeaderID != "" || len(st.Members) != 3 {
 		t.Fatalf("status %+v; want no leader and three members", st)
 	}
+	// Nothing is committed without a leader, but the log holds the
+	// bootstrap configuration.
+	if st.LastLogIndex != 1 || st.LastLogTerm != 1 || st.AppliedIndex != 0 {
+		t.Errorf("last log %d (term %d), applied %d; want the bootstrap entry, none applied", st.LastLogIndex, st.LastLogTerm, st.AppliedIndex)
+	}
 	for _, m := range st.Members {
 		if m.ID != "a" && m.Role != RoleUnknown {
 			t.Errorf("member %s: role %v; want unknown", m.ID, m.Role)

@@ -233,6 +233,7 @@ type Status struct {
 	LeaderAPIAddr             string
 	Term                      uint64
 	CommitIndex, AppliedIndex uint64
+	LastLogIndex, LastLogTerm uint64 // of the local log, applied or not
 	LedgerIndex               uint64
 	Tick                      registrar.Tick
 	Members                   []Member
@@ -244,6 +245,15 @@ func (n *Node) Status() (Status, error) {
 	s := Status{
 		NodeID: n.id, LeaderID: string(id), LeaderRaftAddr: string(addr),
 		Term: n.raft.CurrentTerm(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.fsm.applied.Load(),
+	}
+	if idx, err := n.logs.LastIndex(); err == nil && idx > 0 {
+		var e raft.Log
+		if err := n.logs.GetLog(idx, &e); err == nil {
+			s.LastLogIndex, s.LastLogTerm = e.Index, e.Term
+		}
+	}
+	if s.LastLogIndex == 0 { // the log is empty past the snapshot
+		s.LastLogIndex = n.raft.LastIndex()
 	}
 	if string(id) == n.id {
 		s.LeaderAPIAddr = n.cfg.APIAddr

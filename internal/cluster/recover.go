@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,9 +34,11 @@ func (n *Node) forceNewCluster(rc *raft.Config, snaps raft.SnapshotStore) error 
 	if err != nil {
 		return fmt.Errorf("cluster: --force-new-cluster: reading the Raft configuration: %w", err)
 	}
+	voter := false
 	var others []string
 	for _, s := range old.Servers {
 		if string(s.ID) == n.id {
+			voter = s.Suffrage == raft.Voter
 			continue
 		}
 		others = append(others, string(s.ID))
@@ -47,12 +50,37 @@ func (n *Node) forceNewCluster(rc *raft.Config, snaps raft.SnapshotStore) error 
 				"(or, if the cluster has a leader, remove the lost members with tenure cluster remove instead)", s.ID, s.Address)
 		}
 	}
+	if !voter {
+		return fmt.Errorf("cluster: --force-new-cluster: %s is not a voter of the cluster its data dir last knew "+
+			"(removed from it?): it may be far behind what the cluster acknowledged; recover a member that is", n.id)
+	}
+	// Left out members may come back with their data: refuse them (see
+	// outcastFilter). Recorded first: a crash before the recovery ends
+	// leaves a list, never a new cluster without one.
+	out, err := readOutcasts(n.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	for _, id := range others {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	if err := writeOutcasts(n.cfg.DataDir, out); err != nil {
+		return fmt.Errorf("cluster: --force-new-cluster: %w", err)
+	}
 	self := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(n.id), Address: n.trans.LocalAddr()}}}
-	if err := raft.RecoverCluster(rc, n.fsm, n.logs, n.logs, snaps, n.trans, self); err != nil {
+	// The lost members may have acknowledged leases this member never
+	// got: the next fence moves past any of theirs, as a restore's does.
+	n.fsm.bumpFences = DefaultFenceBump
+	err = raft.RecoverCluster(rc, n.fsm, n.logs, n.logs, snaps, n.trans, self)
+	n.fsm.bumpFences = 0
+	if err != nil {
 		return fmt.Errorf("cluster: --force-new-cluster: %w", err)
 	}
 	n.log.Warn("forced a new one-member cluster from this data dir (--force-new-cluster): "+
-		"start this member without the flag from now on; wipe the data dirs of the old members before they --join it",
-		"old_members", strings.Join(others, ","), "raft_addr", n.trans.LocalAddr())
+		"start this member without the flag from now on; wipe the data dirs of the old members before they --join it "+
+		"(this member refuses them while they run with their old data)",
+		"old_members", strings.Join(others, ","), "raft_addr", n.trans.LocalAddr(), "fence_bump", DefaultFenceBump)
 	return nil
 }

@@ -36,6 +36,7 @@ func (h *clusterService) Status(_ context.Context, _ *connect.Request[tenurev1.S
 		LeaderId: st.LeaderID, LeaderApiAddress: st.LeaderAPIAddr, Term: st.Term,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Tick: int64(st.Tick),
 		NodeId: st.NodeID, Version: h.s.cfg.Version, LedgerIndex: st.LedgerIndex,
+		LastLogIndex: st.LastLogIndex, LastLogTerm: st.LastLogTerm,
 	}
 	for _, m := range st.Members {
 		pm := &tenurev1.Member{Id: m.ID, ApiAddress: m.APIAddress, RaftAddress: m.RaftAddress, Role: roles[m.Role]}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -1089,10 +1091,44 @@ func TestForceNewClusterAfterLostQuorum(t *testing.T) {
 	if err != nil || got.GetState() != tenurev1.State_STATE_ACTIVE || got.GetFence() != x.lease.GetFence() {
 		t.Fatalf("the acknowledged lease after the recovery: %v %v", got, err)
 	}
-	if next := acquireVia(t, survivor, "after-recovery", time.Minute); next.lease.GetFence() <= x.lease.GetFence() {
-		t.Fatalf("fence after the recovery %d, not above %d", next.lease.GetFence(), x.lease.GetFence())
+	// Fences the lost members may have acknowledged are never issued again.
+	if next := acquireVia(t, survivor, "after-recovery", time.Minute); next.lease.GetFence() <= x.lease.GetFence()+cluster.DefaultFenceBump {
+		t.Fatalf("fence after the recovery %d, not above %d + the bump", next.lease.GetFence(), x.lease.GetFence())
 	}
 	waitFor(t, "Status to list the survivor alone", 10*time.Second, func() bool { return published(survivor, survivor.id) })
+
+	// Both lost members come back with their old data, against the
+	// runbook: they go on as the old cluster between themselves, but the
+	// survivor refuses them and keeps its own.
+	if err := restart(l, func(*Config) {}); err != nil {
+		t.Fatalf("restart %s with its old data: %v", l.id, err)
+	}
+	if err := restart(other, func(*Config) {}); err != nil {
+		t.Fatalf("restart %s with its old data: %v", other.id, err)
+	}
+	leaderOf(t, []*member{l, other}, 20*time.Second) // the old cluster, between themselves
+	// Watched, with writes, over many of their heartbeats and elections
+	// (timeouts of 200 ms): without the refusal, the survivor followed
+	// their leader within a second.
+	watch := time.NewTicker(50 * time.Millisecond)
+	defer watch.Stop()
+	for i, end := 0, time.After(3*time.Second); ; i++ {
+		if !survivor.srv.Node().IsLeader() {
+			t.Fatal("the forced member lost its leadership to the old members")
+		}
+		acquireVia(t, survivor, fmt.Sprintf("alone/%d", i), time.Minute)
+		select {
+		case <-watch.C:
+			continue
+		case <-end:
+		}
+		break
+	}
+	if got, err := getVia(survivor, x.lease.LeaseId, false); err != nil || got.GetState() != tenurev1.State_STATE_ACTIVE {
+		t.Fatalf("the lease on the forced member after the old members came back: %v %v", got, err)
+	}
+	l.stop(t)
+	other.stop(t)
 
 	// A lost member comes back wiped and joins the new cluster.
 	if err := restart(other, func(c *Config) {
@@ -1107,14 +1143,19 @@ func TestForceNewClusterAfterLostQuorum(t *testing.T) {
 	})
 }
 
-// A data dir without Raft state has nothing to go on from.
+// A data dir without Raft state has nothing to go on from, and is left
+// as it was (a mistyped path is not created).
 func TestForceNewClusterNeedsState(t *testing.T) {
-	cfg := clusterTestConfig(t.TempDir(), "n1")
+	dir := filepath.Join(t.TempDir(), "mistyped")
+	cfg := clusterTestConfig(dir, "n1")
 	cfg.Cluster.ForceNewCluster = true
 	if srv, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "holds no Raft state") {
 		if srv != nil {
 			_ = srv.Close(context.Background())
 		}
 		t.Fatalf("--force-new-cluster on an empty data dir: %v", err)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Error("the refused --force-new-cluster made its data dir")
 	}
 }

@@ -203,10 +203,17 @@ type StatusResponse struct {
 	AppliedIndex     uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	Members          []*Member              `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
 	// The registrar's current tick (ms) on the answering member.
-	Tick          int64  `protobuf:"varint,7,opt,name=tick,proto3" json:"tick,omitempty"`
-	NodeId        string `protobuf:"bytes,8,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Version       string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
-	LedgerIndex   uint64 `protobuf:"varint,10,opt,name=ledger_index,json=ledgerIndex,proto3" json:"ledger_index,omitempty"`
+	Tick        int64  `protobuf:"varint,7,opt,name=tick,proto3" json:"tick,omitempty"`
+	NodeId      string `protobuf:"bytes,8,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Version     string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
+	LedgerIndex uint64 `protobuf:"varint,10,opt,name=ledger_index,json=ledgerIndex,proto3" json:"ledger_index,omitempty"`
+	// The last entry of the answering member's Raft log, applied or not:
+	// after a restart without a leader nothing past its snapshot is applied
+	// (applied_index can read 0), but this says how far its log goes (the
+	// member to recover with --force-new-cluster has the highest, and then
+	// the highest term).
+	LastLogIndex  uint64 `protobuf:"varint,11,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
+	LastLogTerm   uint64 `protobuf:"varint,12,opt,name=last_log_term,json=lastLogTerm,proto3" json:"last_log_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -307,6 +314,20 @@ func (x *StatusResponse) GetVersion() string {
 func (x *StatusResponse) GetLedgerIndex() uint64 {
 	if x != nil {
 		return x.LedgerIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastLogIndex() uint64 {
+	if x != nil {
+		return x.LastLogIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastLogTerm() uint64 {
+	if x != nil {
+		return x.LastLogTerm
 	}
 	return 0
 }
@@ -1309,7 +1330,7 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12#\n" +
 	"\x04role\x18\x04 \x01(\x0e2\x0f.tenure.v1.RoleR\x04role\x12G\n" +
 	"\x11unreachable_since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10unreachableSince\"\x0f\n" +
-	"\rStatusRequest\"\xce\x02\n" +
+	"\rStatusRequest\"\x98\x03\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12,\n" +
 	"\x12leader_api_address\x18\x02 \x01(\tR\x10leaderApiAddress\x12\x12\n" +
@@ -1321,7 +1342,9 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\anode_id\x18\b \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aversion\x18\t \x01(\tR\aversion\x12!\n" +
 	"\fledger_index\x18\n" +
-	" \x01(\x04R\vledgerIndex\"e\n" +
+	" \x01(\x04R\vledgerIndex\x12$\n" +
+	"\x0elast_log_index\x18\v \x01(\x04R\flastLogIndex\x12\"\n" +
+	"\rlast_log_term\x18\f \x01(\x04R\vlastLogTerm\"e\n" +
 	"\x0fAddVoterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +

@@ -153,6 +153,16 @@ func (m *StatusResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.LastLogTerm != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.LastLogTerm))
+		i--
+		dAtA[i] = 0x60
+	}
+	if m.LastLogIndex != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.LastLogIndex))
+		i--
+		dAtA[i] = 0x58
+	}
 	if m.LedgerIndex != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.LedgerIndex))
 		i--
@@ -1187,6 +1197,12 @@ func (m *StatusResponse) SizeVT() (n int) {
 	if m.LedgerIndex != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.LedgerIndex))
 	}
+	if m.LastLogIndex != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.LastLogIndex))
+	}
+	if m.LastLogTerm != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.LastLogTerm))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2071,6 +2087,44 @@ func (m *StatusResponse) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.LedgerIndex |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 11:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field LastLogIndex", wireType)
+			}
+			m.LastLogIndex = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.LastLogIndex |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 12:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field LastLogTerm", wireType)
+			}
+			m.LastLogTerm = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.LastLogTerm |= uint64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
