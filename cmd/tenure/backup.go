@@ -15,6 +15,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	tenure "github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/internal/cluster"
 )
 
@@ -89,6 +90,9 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // backupSave streams a backup from the first member that answers, the
 // leader first, into file (through a temporary file, renamed when whole).
 func backupSave(ctx context.Context, c *cliCommand, file string) error {
+	if fi, err := os.Stat(file); err == nil && fi.IsDir() {
+		return fmt.Errorf("INVALID_ARGUMENT: %s is a directory: name the backup file", file)
+	}
 	r, err := c.remote()
 	if err != nil {
 		return err
@@ -119,6 +123,9 @@ func backupSave(ctx context.Context, c *cliCommand, file string) error {
 			data.Write(m.GetData())
 		}
 		if err := stream.Err(); err != nil {
+			if ctx.Err() == nil && tenure.ReasonOf(tenure.ParseError(err)) == "" {
+				return readRetry{err} // the member hung or went away: a read, so the next one
+			}
 			return err
 		}
 		if info == nil {
@@ -149,7 +156,7 @@ func backupSave(ctx context.Context, c *cliCommand, file string) error {
 		return err
 	}
 	if err := os.Rename(tmp.Name(), file); err != nil {
-		return err
+		return fmt.Errorf("INVALID_ARGUMENT: %v", err)
 	}
 	return printBackupInfo(c, file, info, data.Len())
 }

@@ -82,7 +82,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 		return usagef("TENURE_FORCE_NEW_CLUSTER=%q is not a boolean (true, false, 1, 0, yes, no, on, off)", os.Getenv("TENURE_FORCE_NEW_CLUSTER"))
 	}
 	if *force && (*peers != "" || *join != "") {
-		return usagef("--force-new-cluster restarts an existing member alone: it takes neither --peers nor --join")
+		return usagef("--force-new-cluster restarts an existing member alone: it takes neither --peers nor --join (nor TENURE_PEERS, TENURE_JOIN)")
 	}
 	var peerList []cluster.Peer
 	if *peers != "" {

@@ -141,8 +141,19 @@ func ReadBackup(r io.Reader) (*tenurev1.SnapshotInfo, []byte, error) {
 	case !bytes.Equal(sum[:], info.Sha256):
 		return nil, nil, errors.New("damaged backup: the state's SHA-256 is not the one the description gives")
 	}
-	if _, err := statemachine.Restore(statemachine.DefaultConfig(), data); err != nil {
+	m, err := statemachine.Restore(statemachine.DefaultConfig(), data)
+	if err != nil {
 		return nil, nil, fmt.Errorf("damaged backup: %w", err)
+	}
+	// What the description says of the state must be what the state
+	// holds (the rest of it, who took it and when, only it knows).
+	s := &logpb.Snapshot{}
+	if err := proto.Unmarshal(data, s); err != nil {
+		return nil, nil, fmt.Errorf("damaged backup: %w", err)
+	}
+	if info.Tick != s.Tick || info.NextFence != s.NextSeq || info.NextLedgerIndex != s.NextIndex ||
+		info.ActiveLeases != activeLeases(s) || info.KeyId != fencing.KeyID(m.PublicKey()) {
+		return nil, nil, errors.New("damaged backup: its description does not match the state it holds")
 	}
 	return info, data, nil
 }
@@ -167,7 +178,7 @@ func RestoreDataDir(dir, id, raftAddr string, data []byte, bumpFences uint64, lo
 	if err := registrar.CheckIdentifier("node id", id, true); err != nil {
 		return err
 	}
-	if err := CheckAddress("raft address", raftAddr); err != nil {
+	if err := CheckRaftAddress("--raft-listen", raftAddr); err != nil {
 		return err
 	}
 	s := &logpb.Snapshot{}
