@@ -372,7 +372,7 @@ func TestWorkerDrainTimeout(t *testing.T) {
 	}
 	<-started
 	cancel()
-	if err := <-errc; !errors.Is(err, ErrDrainTimeout) {
+	if err := <-errc; !errors.Is(err, ErrDrainTimeout) || !strings.Contains(err.Error(), "(1 tasks returned to the queue)") {
 		t.Fatalf("Run: %v", err)
 	}
 	if err := <-cause; !errors.Is(err, ErrDrainTimeout) {

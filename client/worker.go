@@ -194,7 +194,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return claimErr
 	case <-timer.C():
 	}
-	close(drained)
+	// draining is set, and the tasks in flight taken, before the handlers'
+	// contexts are cancelled: a handler that returns because of the drain
+	// must find draining set, or it would fail its task (using up its
+	// attempt, dead on its last one) and leave the list here before Run
+	// releases its lease.
 	w.mu.Lock()
 	w.draining = true
 	left := make([]*Task, 0, len(w.inflight))
@@ -202,6 +206,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		left = append(left, t)
 	}
 	w.mu.Unlock()
+	close(drained)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	var kept []error
