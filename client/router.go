@@ -219,10 +219,7 @@ func (r *Router) Close() error {
 		return nil
 	}
 	r.closed = true
-	clients := make([]*Client, 0, len(r.clients))
-	for _, c := range r.clients {
-		clients = append(clients, c)
-	}
+	clients := slices.Collect(maps.Values(r.clients))
 	r.mu.Unlock()
 
 	errs := make([]error, len(clients))

@@ -25,9 +25,7 @@ import (
 // new cluster), so a new cluster still elects its first leader, and a
 // member started late catches up as before.
 type freshVoter struct {
-	raft.Transport
-	pre     raft.WithPreVote
-	rpcs    chan raft.RPC
+	transportFilter
 	header  raft.RPCHeader
 	applied func() uint64 // the node's applied index (nil until Raft runs)
 	log     *slog.Logger
@@ -45,18 +43,9 @@ type freshVoter struct {
 
 // newFreshVoter wraps trans; call run once Raft runs on it.
 func newFreshVoter(trans *raft.NetworkTransport, id raft.ServerID, log *slog.Logger) *freshVoter {
-	return &freshVoter{Transport: trans, pre: trans, rpcs: make(chan raft.RPC), log: log,
+	return &freshVoter{transportFilter: newTransportFilter(trans), log: log,
 		header: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: trans.EncodePeer(id, trans.LocalAddr())}}
 }
-
-// RequestPreVote passes the member's own pre-votes on (raft looks for
-// the method on its transport).
-func (f *freshVoter) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	return f.pre.RequestPreVote(id, target, args, resp)
-}
-
-// Close closes the transport.
-func (f *freshVoter) Close() error { return f.Transport.(raft.WithClose).Close() }
 
 // SetHeartbeatHandler passes Raft's heartbeat handler on, noting the
 // commit index heartbeats carry (the transport hands heartbeats to it
@@ -74,13 +63,41 @@ func (f *freshVoter) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 	})
 }
 
-// Consumer is what Raft reads its incoming RPCs from.
-func (f *freshVoter) Consumer() <-chan raft.RPC { return f.rpcs }
-
 // run passes the transport's RPCs on to Raft, answering the votes this
 // member must not give itself, until stop is closed.
 func (f *freshVoter) run(applied func() uint64, stop <-chan struct{}) {
 	f.applied = applied
+	f.pump(func(rpc raft.RPC) bool { return !f.caughtUp.Load() && f.refuse(rpc) }, stop)
+}
+
+// transportFilter stands between the Raft transport and Raft: the RPCs
+// that come in pass through pump, which may answer some itself; the
+// member's own calls go straight to the transport.
+type transportFilter struct {
+	raft.Transport
+	pre  raft.WithPreVote
+	rpcs chan raft.RPC
+}
+
+func newTransportFilter(trans *raft.NetworkTransport) transportFilter {
+	return transportFilter{Transport: trans, pre: trans, rpcs: make(chan raft.RPC)}
+}
+
+// RequestPreVote passes the member's own pre-votes on (raft looks for
+// the method on its transport).
+func (f *transportFilter) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	return f.pre.RequestPreVote(id, target, args, resp)
+}
+
+// Close closes the transport.
+func (f *transportFilter) Close() error { return f.Transport.(raft.WithClose).Close() }
+
+// Consumer is what Raft reads its incoming RPCs from.
+func (f *transportFilter) Consumer() <-chan raft.RPC { return f.rpcs }
+
+// pump passes the transport's RPCs on to Raft until stop is closed, but
+// for those refuse answered itself (it returns true for them).
+func (f *transportFilter) pump(refuse func(raft.RPC) bool, stop <-chan struct{}) {
 	in := f.Transport.Consumer()
 	for {
 		var rpc raft.RPC
@@ -89,7 +106,7 @@ func (f *freshVoter) run(applied func() uint64, stop <-chan struct{}) {
 		case <-stop:
 			return
 		}
-		if !f.caughtUp.Load() && f.refuse(rpc) {
+		if refuse(rpc) {
 			continue
 		}
 		select {

@@ -32,11 +32,9 @@ const outcastsFile = "forced-out.json"
 // It cannot keep old members that reach each other from going on as the
 // old cluster among themselves: they must be wiped before they start.
 type outcastFilter struct {
-	raft.Transport
-	pre  raft.WithPreVote
-	rpcs chan raft.RPC
-	dir  string
-	log  *slog.Logger
+	transportFilter
+	dir string
+	log *slog.Logger
 	// members is the latest Raft configuration's ids (nil until Raft runs).
 	members atomic.Pointer[func() map[string]bool]
 
@@ -101,18 +99,9 @@ func writeFileSync(path string, b []byte) error {
 
 func newOutcastFilter(trans *raft.NetworkTransport, dir string, out []string, log *slog.Logger) *outcastFilter {
 	slices.Sort(out)
-	return &outcastFilter{Transport: trans, pre: trans, rpcs: make(chan raft.RPC), dir: dir, out: out, log: log,
+	return &outcastFilter{transportFilter: newTransportFilter(trans), dir: dir, out: out, log: log,
 		warned: map[string]time.Time{}}
 }
-
-// RequestPreVote passes the member's own pre-votes on (raft looks for
-// the method on its transport).
-func (f *outcastFilter) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	return f.pre.RequestPreVote(id, target, args, resp)
-}
-
-// Close closes the transport.
-func (f *outcastFilter) Close() error { return f.Transport.(raft.WithClose).Close() }
 
 // SetHeartbeatHandler filters heartbeats as Consumer filters the rest (the
 // transport hands heartbeats to the handler directly).
@@ -128,30 +117,11 @@ func (f *outcastFilter) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 	})
 }
 
-// Consumer is what Raft reads its incoming RPCs from.
-func (f *outcastFilter) Consumer() <-chan raft.RPC { return f.rpcs }
-
 // run passes the transport's RPCs on to Raft, refusing the outcasts',
 // until stop is closed. members reads the latest configuration's ids.
 func (f *outcastFilter) run(members func() map[string]bool, stop <-chan struct{}) {
 	f.members.Store(&members)
-	in := f.Transport.Consumer()
-	for {
-		var rpc raft.RPC
-		select {
-		case rpc = <-in:
-		case <-stop:
-			return
-		}
-		if f.refuse(rpc) {
-			continue
-		}
-		select {
-		case f.rpcs <- rpc:
-		case <-stop:
-			return
-		}
-	}
+	f.pump(f.refuse, stop)
 }
 
 // refuse answers rpc with an error when it comes from an outcast.
