@@ -26,8 +26,8 @@ const probeTimeout = time.Second
 // configuration accepts a connection on its Raft address (one cut off by
 // a partition cannot be told from one that is down: that is the operator's
 // to know). Writes acknowledged by the lost majority and never replicated
-// here are lost, their fences with them; the member with the highest
-// applied index is the one to recover.
+// here are lost (their fences are not: the next fence moves past them);
+// the member whose log goes furthest is the one to recover.
 func (n *Node) forceNewCluster(rc *raft.Config, snaps raft.SnapshotStore) error {
 	probe := *rc // GetConfiguration marks its Config to skip Raft's start
 	old, err := raft.GetConfiguration(&probe, n.fsm, n.logs, n.logs, snaps, n.trans)
