@@ -28,8 +28,8 @@ const backupHelp = `Back up a cluster's state to a file, and restore one into a 
                  holds everything committed when asked. Admin of every
                  namespace only. Keep backups as secret as a data dir: they
                  hold the key that signs certificates and checkpoints.
-  inspect FILE   checks FILE (its SHA-256, that the state decodes) and says
-                 what it holds.
+  inspect FILE   checks FILE (its SHA-256, that the state decodes, that
+                 the description matches the state) and says what it holds.
   restore FILE   offline: makes --data-dir (empty or new) the data dir of a
                  one-member cluster of --node-id at --raft-listen whose state
                  is FILE's. Start "tenure server" on it with the same
