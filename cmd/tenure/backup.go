@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -73,6 +74,9 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		if err := cluster.RestoreDataDir(*dataDir, *nodeID, *raftListen, data, *bump, nil); err != nil {
+			if strings.HasPrefix(err.Error(), "INVALID_ARGUMENT") {
+				return err
+			}
 			return fmt.Errorf("INVALID_ARGUMENT: %v", err)
 		}
 		if c.json() {
@@ -92,6 +96,9 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func backupSave(ctx context.Context, c *cliCommand, file string) error {
 	if fi, err := os.Stat(file); err == nil && fi.IsDir() {
 		return fmt.Errorf("INVALID_ARGUMENT: %s is a directory: name the backup file", file)
+	}
+	if fi, err := os.Stat(filepath.Dir(file)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("INVALID_ARGUMENT: %s: no directory %s to write it in", file, filepath.Dir(file))
 	}
 	r, err := c.remote()
 	if err != nil {

@@ -44,6 +44,9 @@ type Node struct {
 	fsm     *fsm
 	feed    *Feed
 	metrics *metrics
+	// outcasts, after a --force-new-cluster, refuses the left-out members
+	// until they are back (nil otherwise).
+	outcasts *outcastFilter
 
 	// leader is set while this node leads and has anchored its clock.
 	leader atomic.Pointer[term]
@@ -375,6 +378,7 @@ func Open(cfg Config) (*Node, error) {
 		n.wg.Go(func() { fresh.run(n.raft.AppliedIndex, n.stop) })
 	}
 	if outcasts != nil {
+		n.outcasts = outcasts
 		n.wg.Go(func() { outcasts.run(n.configIDs, n.stop) })
 	}
 	n.reach.since = map[string]time.Time{}
@@ -996,6 +1000,12 @@ func (n *Node) IsVoter() bool {
 		}
 	}
 	return false
+}
+
+// LeftOut reports whether member id was left out by --force-new-cluster
+// and is not in the configuration again.
+func (n *Node) LeftOut(id string) bool {
+	return n.outcasts != nil && n.outcasts.listed(id) && !n.configIDs()[id]
 }
 
 // configIDs returns the ids in the latest Raft configuration (none when

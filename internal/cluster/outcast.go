@@ -139,6 +139,14 @@ func (f *outcastFilter) refuse(rpc raft.RPC) bool {
 	return true
 }
 
+// listed reports whether id is on the list (whether or not it is back).
+func (f *outcastFilter) listed(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, found := slices.BinarySearch(f.out, id)
+	return found
+}
+
 // isOutcast reports whether id is left out and not back; one that is in
 // the configuration again is dropped from the list for good.
 func (f *outcastFilter) isOutcast(id string) bool {

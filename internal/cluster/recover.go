@@ -13,6 +13,14 @@ import (
 // probeTimeout bounds forceNewCluster's dial of each other member.
 const probeTimeout = time.Second
 
+// forcedTermJump is how far forceNewCluster raises the Raft term: more
+// elections than old members could hold (one per election timeout at
+// most) in decades.
+const forcedTermJump = 1 << 32
+
+// keyCurrentTerm is Raft's stable-store key of the current term.
+var keyCurrentTerm = []byte("CurrentTerm")
+
 // forceNewCluster rewrites this member's Raft configuration to itself
 // alone, keeping its state (Raft's RecoverCluster: the latest snapshot and
 // every entry of its log are applied, uncommitted ones included, and
@@ -77,6 +85,18 @@ func (n *Node) forceNewCluster(rc *raft.Config, snaps raft.SnapshotStore) error 
 	n.fsm.bumpFences = 0
 	if err != nil {
 		return fmt.Errorf("cluster: --force-new-cluster: %w", err)
+	}
+	// The new cluster's terms start far above any the old members can
+	// reach: Raft takes entries of one index and term for the same entry,
+	// and an old member that leads the others at a term this one also
+	// reached would otherwise match its history here, or depose this
+	// member with a higher one.
+	term, err := n.logs.GetUint64(keyCurrentTerm)
+	if err != nil && err.Error() != "not found" {
+		return fmt.Errorf("cluster: --force-new-cluster: reading the term: %w", err)
+	}
+	if err := n.logs.SetUint64(keyCurrentTerm, term+forcedTermJump); err != nil {
+		return fmt.Errorf("cluster: --force-new-cluster: raising the term: %w", err)
 	}
 	n.log.Warn("forced a new one-member cluster from this data dir (--force-new-cluster): "+
 		"start this member without the flag from now on; wipe the data dirs of the old members before they --join it "+

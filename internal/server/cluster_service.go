@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
@@ -70,6 +71,11 @@ func (h *clusterService) AddVoter(ctx context.Context, req *connect.Request[tenu
 		if err := cluster.CheckAddress("api_address", m.ApiAddress); err != nil {
 			return nil, h.s.toConnect(err)
 		}
+	}
+	if !m.Fresh && h.s.node.LeftOut(m.Id) {
+		return nil, h.s.toConnect(&registrar.Error{Reason: registrar.ReasonInvalidArgument, Metadata: map[string]string{"field": "id"},
+			Message: fmt.Sprintf("INVALID_ARGUMENT: member %s was left out by --force-new-cluster: it comes back only from an "+
+				"empty data dir, started with tenure server --join (with its old data it would bring the old cluster's history)", m.Id)})
 	}
 	if err := h.s.node.AddVoter(ctx, m.Id, m.RaftAddress, m.ApiAddress); err != nil {
 		return nil, h.s.toConnect(err)

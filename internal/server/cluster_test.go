@@ -1127,6 +1127,17 @@ func TestForceNewClusterAfterLostQuorum(t *testing.T) {
 	if got, err := getVia(survivor, x.lease.LeaseId, false); err != nil || got.GetState() != tenurev1.State_STATE_ACTIVE {
 		t.Fatalf("the lease on the forced member after the old members came back: %v %v", got, err)
 	}
+	// An admin cannot add an old member back as it is: only from an
+	// empty data dir, through its own --join.
+	_, err = survivor.cluster.AddVoter(context.Background(), connect.NewRequest(&tenurev1.AddVoterRequest{
+		Id: l.id, RaftAddress: addrs[l.id], ApiAddress: l.srv.Addr()}))
+	if err == nil || !strings.Contains(err.Error(), "left out by --force-new-cluster") {
+		t.Fatalf("AddVoter of a left-out member: %v", err)
+	}
+	// Its terms are far above the old members'.
+	if st, err := statusOf(survivor); err != nil || st.Term < 1<<32 {
+		t.Fatalf("the forced member's term: %v %v", st.GetTerm(), err)
+	}
 	l.stop(t)
 	other.stop(t)
 

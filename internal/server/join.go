@@ -29,7 +29,8 @@ func (s *Server) join(start context.Context, addr string) error {
 	stop := context.AfterFunc(start, cancel)
 	defer stop()
 	c := tenurev1connect.NewClusterServiceClient(s.fwd.http, s.fwd.scheme+addr)
-	req := &tenurev1.AddVoterRequest{Id: s.node.ID(), RaftAddress: s.node.RaftAddr(), ApiAddress: s.Addr()}
+	// Only called on an empty data dir (Start): fresh.
+	req := &tenurev1.AddVoterRequest{Id: s.node.ID(), RaftAddress: s.node.RaftAddr(), ApiAddress: s.Addr(), Fresh: true}
 	backoff := 50 * time.Millisecond
 	garbled := 0 // answers in a row that were not HTTP/2 at all
 	for attempt := 1; ; attempt++ {

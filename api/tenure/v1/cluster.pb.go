@@ -333,10 +333,14 @@ func (x *StatusResponse) GetLastLogTerm() uint64 {
 }
 
 type AddVoterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	RaftAddress   string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
-	ApiAddress    string                 `protobuf:"bytes,3,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	ApiAddress  string                 `protobuf:"bytes,3,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	// Set by a member joining from an empty data dir (tenure server
+	// --join). A member left out by --force-new-cluster is added back only
+	// so: with its old data it would bring the old cluster's history.
+	Fresh         bool `protobuf:"varint,4,opt,name=fresh,proto3" json:"fresh,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -390,6 +394,13 @@ func (x *AddVoterRequest) GetApiAddress() string {
 		return x.ApiAddress
 	}
 	return ""
+}
+
+func (x *AddVoterRequest) GetFresh() bool {
+	if x != nil {
+		return x.Fresh
+	}
+	return false
 }
 
 type AddVoterResponse struct {
@@ -1344,12 +1355,13 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\fledger_index\x18\n" +
 	" \x01(\x04R\vledgerIndex\x12$\n" +
 	"\x0elast_log_index\x18\v \x01(\x04R\flastLogIndex\x12\"\n" +
-	"\rlast_log_term\x18\f \x01(\x04R\vlastLogTerm\"e\n" +
+	"\rlast_log_term\x18\f \x01(\x04R\vlastLogTerm\"{\n" +
 	"\x0fAddVoterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
 	"\vapi_address\x18\x03 \x01(\tR\n" +
-	"apiAddress\"\x12\n" +
+	"apiAddress\x12\x14\n" +
+	"\x05fresh\x18\x04 \x01(\bR\x05fresh\"\x12\n" +
 	"\x10AddVoterResponse\"%\n" +
 	"\x13RemoveServerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x16\n" +

@@ -261,6 +261,16 @@ func (m *AddVoterRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Fresh {
+		i--
+		if m.Fresh {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x20
+	}
 	if len(m.ApiAddress) > 0 {
 		i -= len(m.ApiAddress)
 		copy(dAtA[i:], m.ApiAddress)
@@ -1224,6 +1234,9 @@ func (m *AddVoterRequest) SizeVT() (n int) {
 	l = len(m.ApiAddress)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.Fresh {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -2285,6 +2298,26 @@ func (m *AddVoterRequest) UnmarshalVT(dAtA []byte) error {
 			}
 			m.ApiAddress = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 4:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Fresh", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Fresh = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
