@@ -189,6 +189,7 @@ func RestoreDataDir(dir, id, raftAddr string, data []byte, bumpFences uint64, lo
 		return fmt.Errorf("cluster: restore: the next fence %d cannot be raised by %d", s.NextSeq, bumpFences)
 	}
 	s.NextSeq += bumpFences
+	s.Members = nil // the backed-up cluster's: the new one publishes its own
 	b, err := statemachine.EncodeSnapshot(s)
 	if err != nil {
 		return err
