@@ -78,16 +78,10 @@ type endpoint struct {
 // will do; the client finds the leader from NOT_LEADER answers. New does not
 // contact the server.
 func New(endpoints []string, opts ...Option) (*Client, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
-	if err := cfg.validate(); err != nil {
+	cfg, err := newConfig(opts)
+	if err != nil {
 		return nil, err
 	}
-	cfg.finish()
 	if len(endpoints) == 0 {
 		return nil, errors.New("tenure: New: at least one endpoint is required")
 	}

@@ -96,6 +96,22 @@ func defaultConfig() config {
 	}
 }
 
+// newConfig applies opts to the defaults, checks them and fills in what
+// depends on them.
+func newConfig(opts []Option) (config, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return config{}, err
+	}
+	cfg.finish()
+	return cfg, nil
+}
+
 // finish fills in what depends on other options.
 func (c *config) finish() {
 	if !c.holderGiven {

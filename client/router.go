@@ -130,16 +130,10 @@ func NewRouter(routes Routes, opts ...Option) (*Router, error) {
 	if err := routes.check(); err != nil {
 		return nil, err
 	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
-	if err := cfg.validate(); err != nil {
+	cfg, err := newConfig(opts) // one default holder for every namespace's Client
+	if err != nil {
 		return nil, err
 	}
-	cfg.finish() // one default holder for every namespace's Client
 	r := &Router{
 		routes:     make(Routes, len(routes)),
 		opts:       slices.Clone(opts),

@@ -18,6 +18,7 @@ import (
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	tenure "github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/internal/ledger"
 )
 
 const backupHelp = `Back up a cluster's state to a file, and restore one into a new cluster.
@@ -92,7 +93,7 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // backupSave streams a backup from the first member that answers, the
-// leader first, into file (through a temporary file, renamed when whole).
+// leader first, into file (whole or not at all: ledger.WriteFileAtomic).
 func backupSave(ctx context.Context, c *cliCommand, file string) error {
 	if fi, err := os.Stat(file); err == nil && fi.IsDir() {
 		return fmt.Errorf("INVALID_ARGUMENT: %s is a directory: name the backup file", file)
@@ -143,27 +144,15 @@ func backupSave(ctx context.Context, c *cliCommand, file string) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(file), filepath.Base(file)+".partial-*")
-	if err != nil {
-		return fmt.Errorf("INVALID_ARGUMENT: %v", err)
-	}
-	defer os.Remove(tmp.Name()) // after the rename, nothing
-	if err := cluster.WriteBackup(tmp, info, data.Bytes()); err != nil {
-		tmp.Close()
+	var out bytes.Buffer
+	if err := cluster.WriteBackup(&out, info, data.Bytes()); err != nil {
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	if _, _, err := cluster.ReadBackup(bytes.NewReader(out.Bytes())); err != nil { // what is written reads back whole
+		return fmt.Errorf("OUTCOME_UNKNOWN: the backup received does not check: %v", err)
 	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if _, _, err := readBackupFile(tmp.Name()); err != nil { // what was written reads back whole
-		return err
-	}
-	if err := os.Rename(tmp.Name(), file); err != nil {
-		return fmt.Errorf("INVALID_ARGUMENT: %v", err)
+	if err := ledger.WriteFileAtomic(file, out.Bytes()); err != nil {
+		return fmt.Errorf("INVALID_ARGUMENT: %s: %v", file, strings.TrimPrefix(err.Error(), "ledger: "))
 	}
 	return printBackupInfo(c, file, info, data.Len())
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/internal/ledger"
 )
 
 // outcastsFile lists, in a data dir, the members a --force-new-cluster
@@ -72,29 +74,7 @@ func writeOutcasts(dir string, ids []string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileSync(path, b)
-}
-
-// writeFileSync writes b to path through a temporary file, synced and
-// renamed into place.
-func writeFileSync(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return ledger.WriteFileAtomic(path, b)
 }
 
 func newOutcastFilter(trans *raft.NetworkTransport, dir string, out []string, log *slog.Logger) *outcastFilter {

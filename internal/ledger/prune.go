@@ -70,14 +70,7 @@ func Prune(dir string, before uint64) (Pruned, error) {
 		return out, err
 	}
 	name := filepath.Join(dir, fmt.Sprintf("%020d%s%s", out.Start, prunedInfix, segmentExt))
-	tmp := name + ".tmp"
-	if err := writeSynced(tmp, append(line, '\n')); err != nil {
-		return out, err
-	}
-	if err := os.Rename(tmp, name); err != nil {
-		return out, fmt.Errorf("ledger: %w", err)
-	}
-	if err := syncDir(dir); err != nil {
+	if err := WriteFileAtomic(name, append(line, '\n')); err != nil {
 		return out, err
 	}
 	// The marker is in place: a crash from here on leaves old files that
@@ -156,6 +149,21 @@ func firstEntry(path string) (Entry, error) {
 		return e, fmt.Errorf("ledger: %s: the first line is not a ledger entry", filepath.Base(path))
 	}
 	return e, nil
+}
+
+// WriteFileAtomic writes b to path (mode 0600) whole or not at all: to a
+// temporary file beside it, synced, renamed into place, the directory
+// synced.
+func WriteFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := writeSynced(tmp, b); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return syncDir(filepath.Dir(path))
 }
 
 func writeSynced(path string, b []byte) error {
