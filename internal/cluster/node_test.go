@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -686,9 +687,17 @@ func TestDataDirIsPrivate(t *testing.T) {
 func TestRestartOnAnotherRaftAddressWarns(t *testing.T) {
 	dir := t.TempDir()
 	n := open(t, dir) // on a free port
+	first := n.RaftAddr()
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Held, so that the free port the restart gets is another one (the
+	// kernel may hand out the one just freed: then no warning is due).
+	hold, err := net.Listen("tcp", first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
 	var mu sync.Mutex
 	var logged bytes.Buffer
 	n = openNoWaitWith(t, dir, func(cfg *Config) { // on another free port
