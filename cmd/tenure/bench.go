@@ -25,6 +25,7 @@ import (
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	tenure "github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/internal/opstream"
+	"github.com/tenurehq/tenure/internal/pool"
 	"github.com/tenurehq/tenure/internal/queue"
 	"github.com/tenurehq/tenure/internal/registrar"
 )
@@ -46,11 +47,18 @@ Workloads:
              sends each Complete and goes on to the next task, at most --batch
              in flight per worker, as the Go client's Worker does; sync waits
              for each one
+  pool       a pool of --files files of --pieces pieces, all wanted, and
+             --concurrency peers, each having a random half of every file:
+             each peer requests up to --batch pieces (default 4) sending its
+             have-maps, completes what it was granted (SUCCESS) and asks
+             again; ops are requests answered with pieces, latency is per
+             round (a request and its completions). When a peer's pieces are
+             all done, it moves on to a new set of files, added then
   keepalive  --leases leases kept alive by the Go client's batched KeepAlive
              stream (one client per 5,000 leases); reports the leases kept alive
              per second (leases / (ttl/3)) and the renewals confirmed per second
 
-cycle, contended, renew and queue send their operations over Pipeline
+cycle, contended, renew, queue and pool send their operations over Pipeline
 streams (operations from all workers batched into one message, results matched
 by id), so that the measurement is not one HTTP/2 request per operation;
 --unary sends one unary call per operation instead, for comparison. The
@@ -67,7 +75,9 @@ under the first prefix it may use ("team-*": team-bench).
 Progress goes to stderr (a live line on a terminal), the result table (or
 -o json) to stdout. Resources are named bench/<run id>/…; leases are released
 at the end; the queue workload's queue, bench-<run id>, keeps its finished
-tasks until they are pruned like any. Workers hold as bench-<run id>-w<n>,
+tasks until they are pruned like any; the pool workload's pool, bench-<run
+id>, stays (a pool is not deleted; its pieces count towards the
+namespace's max_pool_pieces, 16,777,216 by default). Workers and peers hold as bench-<run id>-w<n>,
 or, with credentials (--token, client certificate) on a server with
 authentication, as the principal.`
 
@@ -77,6 +87,7 @@ const benchExamples = `  tenure bench --workload cycle --concurrency 64 --durati
   tenure bench --workload renew --leases 10000 --concurrency 64 --batch 100
   tenure bench --workload queue --concurrency 64 --batch 8
   tenure bench --workload queue --concurrency 64 --batch 8 --complete sync
+  tenure bench --workload pool --concurrency 64 --files 10 --pieces 10000
   tenure bench --workload keepalive --leases 10000 --ttl 10s --duration 30s -o json`
 
 // benchConfig is what `tenure bench` was asked to do.
@@ -92,6 +103,8 @@ type benchConfig struct {
 	streams     int
 	batch       int
 	complete    string // queue: async or sync
+	files       int    // pool: files per generation
+	pieces      int    // pool: pieces per file
 	prefix      string // bench/<run id>
 	holder      string // holder prefix
 	principal   string // with credentials: every worker holds as this principal
@@ -125,6 +138,10 @@ type benchResult struct {
 	// queue only
 	Queue    string `json:"queue,omitempty"`
 	Complete string `json:"complete,omitempty"`
+	// pool only: the pool, and the pieces completed
+	Pool         string  `json:"pool,omitempty"`
+	Pieces       int64   `json:"piecesCompleted,omitempty"`
+	PiecesPerSec float64 `json:"piecesPerSecond,omitempty"`
 }
 
 // benchLatency is in milliseconds.
@@ -169,7 +186,7 @@ func benchNamespaceFor(patterns []string) string {
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure bench", "[flags]", benchHelp, benchExamples, stdout, stderr)
 	var cfg benchConfig
-	c.fs.StringVar(&cfg.workload, "workload", "cycle", "cycle, contended, renew, queue or keepalive")
+	c.fs.StringVar(&cfg.workload, "workload", "cycle", "cycle, contended, renew, queue, pool or keepalive")
 	c.fs.IntVar(&cfg.concurrency, "concurrency", 16, "concurrent workers (operations in flight)")
 	c.fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long to measure")
 	c.fs.IntVar(&cfg.leases, "leases", 1000, "renew, keepalive: number of leases held")
@@ -178,7 +195,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.fs.DurationVar(&cfg.wait, "wait", 0, "contended: queue up to this long instead of failing with LEASE_HELD")
 	c.fs.BoolVar(&cfg.unary, "unary", false, "one unary call per operation instead of Pipeline streams")
 	c.fs.IntVar(&cfg.streams, "streams", 1, "number of Pipeline streams")
-	c.fs.IntVar(&cfg.batch, "batch", 1, "renew: leases renewed per Renew call; queue: tasks claimed per Claim call")
+	c.fs.IntVar(&cfg.batch, "batch", 1, "renew: leases renewed per Renew call; queue: tasks claimed per Claim call; pool: pieces per request (default 4)")
+	c.fs.IntVar(&cfg.files, "files", 10, "pool: files wanted at a time")
+	c.fs.IntVar(&cfg.pieces, "pieces", 10_000, "pool: pieces per file")
 	c.fs.StringVar(&cfg.complete, "complete", "async", "queue: async (send each Complete and go on) or sync (wait for it)")
 	if f := c.fs.Lookup("namespace"); f != nil && os.Getenv("TENURE_NAMESPACE") == "" {
 		f.DefValue = benchNamespace // its own (below), as --help says
@@ -194,10 +213,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		c.namespace = benchNamespace
 	}
 	switch {
-	case !slices.Contains([]string{"cycle", "contended", "renew", "queue", "keepalive"}, cfg.workload):
-		return c.usageError("--workload must be cycle, contended, renew, queue or keepalive, got %q", cfg.workload)
-	case cfg.concurrency < 1, cfg.duration <= 0, cfg.leases < 1, cfg.resources < 1, cfg.streams < 1, cfg.batch < 1, cfg.ttl <= 0:
-		return c.usageError("--concurrency, --duration, --leases, --resources, --streams, --batch and --ttl must be positive")
+	case !slices.Contains([]string{"cycle", "contended", "renew", "queue", "pool", "keepalive"}, cfg.workload):
+		return c.usageError("--workload must be cycle, contended, renew, queue, pool or keepalive, got %q", cfg.workload)
+	case cfg.concurrency < 1, cfg.duration <= 0, cfg.leases < 1, cfg.resources < 1, cfg.streams < 1, cfg.batch < 1, cfg.ttl <= 0, cfg.files < 1, cfg.pieces < 1:
+		return c.usageError("--concurrency, --duration, --leases, --resources, --streams, --batch, --ttl, --files and --pieces must be positive")
 	case cfg.wait < 0:
 		return c.notNegative("wait", cfg.wait)
 	case cfg.workload == "renew" && cfg.batch > registrar.MaxBatchIDs:
@@ -206,6 +225,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.usageError("--complete must be async or sync, got %q", cfg.complete)
 	case cfg.workload == "queue" && cfg.batch > queue.MaxClaim:
 		return c.usageError("--batch must be at most %d (a Claim call's limit), got %d", queue.MaxClaim, cfg.batch)
+	case cfg.workload == "pool" && cfg.files > pool.MaxHaveMaps:
+		return c.usageError("--files must be at most %d (the have-maps of one request), got %d", pool.MaxHaveMaps, cfg.files)
+	case cfg.workload == "pool" && cfg.pieces > pool.MaxPiecesPerFile:
+		return c.usageError("--pieces must be at most %d (a file's limit), got %d", pool.MaxPiecesPerFile, cfg.pieces)
+	}
+	if cfg.workload == "pool" && !c.given("batch") {
+		cfg.batch = 4 // the seed's leases per peer
 	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
@@ -244,6 +270,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		res, err = benchKeepAlive(ctx, c, cfg)
 	case "queue":
 		res, err = benchQueue(ctx, c, cfg)
+	case "pool":
+		res, err = benchPool(ctx, c, cfg)
 	default:
 		res, err = benchOps(ctx, c, cfg)
 	}
@@ -638,6 +666,9 @@ func writeBench(w io.Writer, r *benchResult) error {
 	if r.Queue != "" {
 		fmt.Fprintf(tw, "queue\t%s\n", r.Queue)
 	}
+	if r.Pool != "" {
+		fmt.Fprintf(tw, "pool\t%s\n", r.Pool)
+	}
 	if r.Workload == "keepalive" {
 		fmt.Fprintf(tw, "leases\t%d (%d alive, %d lost)\n", r.Leases, r.LeasesAlive, r.LeasesLost)
 		fmt.Fprintf(tw, "kept alive/s\t%.0f (leases / (ttl/3))\n", r.KeptAlivePerSec)
@@ -645,6 +676,9 @@ func writeBench(w io.Writer, r *benchResult) error {
 	} else {
 		fmt.Fprintf(tw, "ops\t%d\n", r.Ops)
 		fmt.Fprintf(tw, "ops/s\t%.0f\n", r.OpsPerSec)
+	}
+	if r.Pool != "" {
+		fmt.Fprintf(tw, "pieces\t%d completed, %.0f/s\n", r.Pieces, r.PiecesPerSec)
 	}
 	if l := r.Latency; l != nil {
 		fmt.Fprintf(tw, "latency\tp50 %s  p90 %s  p99 %s  max %s\n", fmtMs(l.P50), fmtMs(l.P90), fmtMs(l.P99), fmtMs(l.Max))

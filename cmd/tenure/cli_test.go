@@ -272,6 +272,8 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"bench batch of none", []string{"bench", "--workload", "renew", "--batch", "0"}},
 		{"bench batch past the limit", []string{"bench", "--workload", "renew", "--batch", "10001"}},
 		{"bench claim past the limit", []string{"bench", "--workload", "queue", "--batch", "1001"}},
+		{"bench pool of no pieces", []string{"bench", "--workload", "pool", "--pieces", "0"}},
+		{"bench pool of too many files", []string{"bench", "--workload", "pool", "--files", "1025"}},
 		{"renew ids and --all", []string{"renew", "a", "--all"}},
 		{"derive without resource", []string{"derive", "id"}},
 		{"bad budget", []string{"derive", "id", "r", "--budget", "tokens"}},
@@ -870,6 +872,8 @@ func TestCLIBench(t *testing.T) {
 		{"--workload", "queue", "--concurrency", "2", "--duration", "1s", "--unary"},
 		{"--workload", "contended", "--resources", "1", "--concurrency", "4", "--duration", "1s", "--unary"},
 		{"--workload", "keepalive", "--leases", "50", "--ttl", "1500ms", "--duration", "1500ms"},
+		{"--workload", "pool", "--concurrency", "4", "--files", "2", "--pieces", "40", "--duration", "1500ms"},
+		{"--workload", "pool", "--concurrency", "2", "--files", "1", "--pieces", "9", "--batch", "2", "--duration", "1s", "--unary"},
 	} {
 		out := ok(t, append([]string{"bench", "-o", "json"}, args...)...)
 		var res benchResult
@@ -894,6 +898,21 @@ func TestCLIBench(t *testing.T) {
 			}
 			if st.Queued != 0 || st.Leased != 0 || st.Succeeded < res.Ops {
 				t.Errorf("queue %s after the run: %+v; want nothing queued or leased, at least %d succeeded", res.Queue, st, res.Ops)
+			}
+		}
+		if res.Workload == "pool" {
+			// Every piece granted was completed; the peers ran out of the
+			// first files' pieces and went on to more.
+			st := parse(t, ok(t, "pool", "status", res.Pool, "-o", "json"), &tenurev1.PoolStatusResponse{})
+			var done uint64
+			for _, f := range st.GetFiles() {
+				if f.GetLeased() != 0 {
+					t.Errorf("pool %s: file %d has %d pieces leased after the run", res.Pool, f.GetFileIndex(), f.GetLeased())
+				}
+				done += f.GetDone()
+			}
+			if len(res.Errors) != 0 || res.Pieces < res.Ops || done != uint64(res.Pieces) || len(st.GetFiles()) <= 2 {
+				t.Errorf("pool %v: %+v; %d pieces done in %d files", args, res, done, len(st.GetFiles()))
 			}
 		}
 		if res.Workload == "renew" && slices.Contains(args, "--batch") && (res.Ops%10 != 0 || len(res.Errors) != 0) {

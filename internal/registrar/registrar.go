@@ -202,7 +202,9 @@ func (r *Registrar) liveLease(ref *logpb.LeaseRef) (*lease, error) {
 }
 
 func (r *Registrar) applyIssued(rec *logpb.Record, is *logpb.LeaseIssued) error {
-	if is.Seq == 0 || r.leases[is.Seq] != nil || is.Seq < r.nextSeq {
+	// Every lease held has a sequence below nextSeq (restore checks it),
+	// so a sequence at or past it is unused: no lookup of r.leases.
+	if is.Seq == 0 || is.Seq < r.nextSeq {
 		return fmt.Errorf("record %d: lease sequence %d reused", rec.Index, is.Seq)
 	}
 	if m := Mode(is.Mode); m != Exclusive && m != Shared {
@@ -506,15 +508,15 @@ func (r *Registrar) prune(l *lease) {
 			delete(ns.holders, h.name)
 		}
 	}
-	if i, ok := slices.BinarySearchFunc(res.leases, l.seq, func(x *lease, s uint64) int {
+	// Leases are pruned oldest first, so l is nearly always the
+	// resource's first: no search through the others (each a cold read).
+	if len(res.leases) > 0 && res.leases[0] == l {
+		res.leases[0] = nil
+		res.leases = res.leases[1:]
+	} else if i, ok := slices.BinarySearchFunc(res.leases, l.seq, func(x *lease, s uint64) int {
 		return cmpUint(x.seq, s)
 	}); ok {
-		if i == 0 {
-			res.leases[0] = nil
-			res.leases = res.leases[1:]
-		} else {
-			res.leases = slices.Delete(res.leases, i, i+1)
-		}
+		res.leases = slices.Delete(res.leases, i, i+1)
 	}
 	ns.dropIfEmpty(res)
 }
