@@ -527,7 +527,7 @@ func retryable(kind callKind, err error) bool {
 // applied anyway.
 func outcomeUnknown(err error) bool {
 	switch ReasonOf(err) {
-	case ReasonOutcomeUnknown:
+	case ReasonOutcomeUnknown, ReasonDeadlineExceeded, ReasonCanceled:
 		return true
 	case "":
 		if notSent(err) {

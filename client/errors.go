@@ -44,6 +44,11 @@ const (
 	ReasonTaskNotLeased   Reason = "TASK_NOT_LEASED"
 	ReasonPieceNotLeased  Reason = "PIECE_NOT_LEASED"
 	ReasonPoolNotFound    Reason = "POOL_NOT_FOUND"
+	// ReasonDeadlineExceeded and ReasonCanceled: the server saw the call's
+	// deadline pass, or the call cancelled, before it answered; a write
+	// may or may not have been applied.
+	ReasonDeadlineExceeded Reason = "DEADLINE_EXCEEDED"
+	ReasonCanceled         Reason = "CANCELED"
 )
 
 // errorDomain is the ErrorInfo domain of Tenure's errors.
@@ -109,6 +114,8 @@ var (
 	ErrPieceNotLeased       = &Error{Reason: ReasonPieceNotLeased, Code: connect.CodeFailedPrecondition}
 	ErrPoolNotFound         = &Error{Reason: ReasonPoolNotFound, Code: connect.CodeNotFound}
 	ErrUnavailable          = &Error{Reason: ReasonUnavailable, Code: connect.CodeUnavailable}
+	ErrDeadlineExceeded     = &Error{Reason: ReasonDeadlineExceeded, Code: connect.CodeDeadlineExceeded}
+	ErrCanceled             = &Error{Reason: ReasonCanceled, Code: connect.CodeCanceled}
 )
 
 // sentinels is the one table mapping reasons to sentinels (and so to the
@@ -122,7 +129,7 @@ var sentinels = func() map[Reason]*Error {
 		ErrStaleEpoch, ErrFutureEpoch, ErrQuotaExceeded, ErrUnauthenticated,
 		ErrPermissionDenied, ErrNotLeader, ErrOutcomeUnknown, ErrBudgetExhausted,
 		ErrScopeViolation, ErrTaskNotFound, ErrTaskNotLeased, ErrPieceNotLeased,
-		ErrPoolNotFound, ErrUnavailable,
+		ErrPoolNotFound, ErrUnavailable, ErrDeadlineExceeded, ErrCanceled,
 	} {
 		m[e.Reason] = e
 	}

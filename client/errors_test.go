@@ -23,7 +23,7 @@ func TestErrorMappingEveryReason(t *testing.T) {
 		ErrStaleEpoch, ErrFutureEpoch, ErrQuotaExceeded, ErrUnauthenticated,
 		ErrPermissionDenied, ErrNotLeader, ErrOutcomeUnknown, ErrBudgetExhausted,
 		ErrScopeViolation, ErrTaskNotFound, ErrTaskNotLeased, ErrPieceNotLeased,
-		ErrPoolNotFound, ErrUnavailable,
+		ErrPoolNotFound, ErrUnavailable, ErrDeadlineExceeded, ErrCanceled,
 	}
 	if len(sentinels) != len(all) {
 		t.Fatalf("table has %d reasons, want %d", len(sentinels), len(all))

@@ -565,6 +565,37 @@ func (c *Client) Rankings(ctx context.Context, pool string, opts ...CallOption) 
 	return out, err
 }
 
+// PoolDeletion is what DeletePool did: whether there was a pool, how many
+// piece leases it revoked, and what the pool held.
+type PoolDeletion struct {
+	Deleted       bool
+	RevokedLeases uint32
+	Files         uint32
+	PiecesDone    uint64
+}
+
+// DeletePool removes a pool: its piece leases are revoked (reason "pool
+// deleted"; their holders' completions then fail), its files, peers and
+// rankings are dropped, and its pieces no longer count towards the
+// namespace's max_pool_pieces. A pool of the same name can be created
+// again. A pool that does not exist is no error: Deleted is false (so a
+// retry is harmless, and is made on another endpoint when the outcome of
+// a first attempt is unknown; Deleted then reports the retry's view).
+// Needs the admin role of the namespace on a server with authentication.
+func (c *Client) DeletePool(ctx context.Context, pool string, opts ...CallOption) (PoolDeletion, error) {
+	cc := c.callConfig(opts)
+	var out PoolDeletion
+	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.pool.DeletePool(ctx, connect.NewRequest(&tenurev1.DeletePoolRequest{Pool: pool, Namespace: cc.namespace}))
+		if err == nil {
+			m := resp.Msg
+			out = PoolDeletion{Deleted: m.GetDeleted(), RevokedLeases: m.GetRevokedLeases(), Files: m.GetFiles(), PiecesDone: m.GetPiecesDone()}
+		}
+		return err
+	})
+	return out, err
+}
+
 // PoolStatus is a pool's configuration, files and peers.
 type PoolStatus struct {
 	Pool      string

@@ -255,6 +255,19 @@ func TestIntegrationPool(t *testing.T) {
 	if _, err := c.CompletePiece(ctx, "nope", "p1", 0, 0, PieceSuccess, 0); !errors.Is(err, ErrPoolNotFound) {
 		t.Fatalf("CompletePiece in an unknown pool: %v", err)
 	}
+
+	// Deleted: the two leases left are revoked, and p1's completion of
+	// its piece fails; a second delete finds nothing.
+	del, err := c.DeletePool(ctx, "swarm")
+	if err != nil || del != (PoolDeletion{Deleted: true, RevokedLeases: 2, Files: 2, PiecesDone: 1}) {
+		t.Fatalf("DeletePool: %+v %v", del, err)
+	}
+	if _, err := c.CompletePiece(ctx, "swarm", "p1", p1[1].File, p1[1].Piece, PieceSuccess, 0); !errors.Is(err, ErrPoolNotFound) {
+		t.Fatalf("completing a piece of the deleted pool: %v", err)
+	}
+	if del, err := c.DeletePool(ctx, "swarm"); err != nil || del.Deleted {
+		t.Fatalf("DeletePool again: %+v %v", del, err)
+	}
 }
 
 // A piece lease's life from the peer's side: found again after losing

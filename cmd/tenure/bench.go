@@ -76,8 +76,8 @@ Progress goes to stderr (a live line on a terminal), the result table (or
 -o json) to stdout. Resources are named bench/<run id>/…; leases are released
 at the end; the queue workload's queue, bench-<run id>, keeps its finished
 tasks until they are pruned like any; the pool workload's pool, bench-<run
-id>, stays (a pool is not deleted; its pieces count towards the
-namespace's max_pool_pieces, 16,777,216 by default). Workers and peers hold as bench-<run id>-w<n>,
+id>, stays until tenure pool delete removes it (its pieces count towards the
+namespace's max_pool_pieces). Workers and peers hold as bench-<run id>-w<n>,
 or, with credentials (--token, client certificate) on a server with
 authentication, as the principal.`
 

@@ -35,6 +35,7 @@ swarm in which every node downloads runs one pool per downloading node.
   pool rankings POOL
   pool status POOL
   pool list
+  pool delete POOL
 
 Piece ranges are inclusive: 0-99 is pieces 0 to 99.`
 
@@ -43,7 +44,8 @@ const poolExamples = `  tenure pool create swarm --max-leases-per-peer 8
   tenure pool request swarm --peer p1 --have 0:0-499 --max 4
   tenure pool complete swarm --peer p1 --file 0 --piece 0 --lease 01M8… --success   # as the request granted it
   tenure pool leases swarm --peer p1                              # what p1 holds now
-  tenure pool rankings swarm`
+  tenure pool rankings swarm
+  tenure pool delete swarm                                        # when the download is over`
 
 // poolSubcommands are the subcommands of tenure pool.
 var poolSubcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
@@ -55,6 +57,7 @@ var poolSubcommands = map[string]func(ctx context.Context, args []string, stdout
 	"status":   runPoolStatus,
 	"leases":   runPoolLeases,
 	"list":     runPoolList,
+	"delete":   runPoolDelete,
 }
 
 // runPool is `tenure pool …`.
@@ -64,7 +67,7 @@ func runPool(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return sub(ctx, args[1:], stdout, stderr)
 		}
 	}
-	c := newCLICommand("tenure pool", "create|want|request|complete|leases|rankings|status POOL [flags] | list", poolHelp, poolExamples, stdout, stderr)
+	c := newCLICommand("tenure pool", "create|want|request|complete|leases|rankings|status|delete POOL [flags] | list", poolHelp, poolExamples, stdout, stderr)
 	pos, err := c.parse(args, 1, -1)
 	if err != nil {
 		return err
@@ -588,4 +591,39 @@ func runPoolList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintln(stdout, p)
 	}
 	return nil
+}
+
+const poolDeleteHelp = `Delete a pool: its piece leases are revoked (reason "pool deleted"; their
+peers' completions then fail with POOL_NOT_FOUND), its files, peers and
+rankings are dropped, and its pieces no longer count towards the
+namespace's max_pool_pieces. A pool of the same name can be created again
+(its piece leases' fences go on upward). Deleting a pool that does not
+exist changes nothing and says so (exit 0, so that a retry is harmless).
+Needs the admin role of the namespace on a server with authentication.`
+
+func runPoolDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure pool delete", "POOL [flags]", poolDeleteHelp, "  tenure pool delete swarm --namespace swarms", stdout, stderr)
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	resp, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.DeletePool, &tenurev1.DeletePoolRequest{Pool: pos[0], Namespace: c.namespace})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, resp)
+	}
+	ns := cmp.Or(c.namespace, tenure.DefaultNamespace)
+	if !resp.GetDeleted() {
+		_, err = fmt.Fprintf(stdout, "no pool %s in namespace %s: nothing deleted\n", pos[0], ns)
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "deleted pool %s (namespace %s): %d files, %d pieces done, %d piece leases revoked\n",
+		pos[0], ns, resp.GetFiles(), resp.GetPiecesDone(), resp.GetRevokedLeases())
+	return err
 }

@@ -138,6 +138,18 @@ func TestCLIPoolLifecycle(t *testing.T) {
 	fails(t, "POOL_NOT_FOUND", "pool", "rankings", "no-such-pool")
 	fails(t, "REJECTED_REASON_INVALID_REQUEST", "pool", "request", pool, "--peer", "p4", "--have", "7:0")
 	fails(t, "REJECTED_REASON_NO_AVAILABLE_PIECES", "pool", "request", pool, "--peer", "p4", "--have", file+":"+piece)
+
+	// Deleted: the three leases left are revoked; then it is gone.
+	if out := ok(t, "pool", "delete", pool); out != "deleted pool "+pool+" (namespace default): 2 files, 1 pieces done, 3 piece leases revoked\n" {
+		t.Fatalf("delete: %q", out)
+	}
+	fails(t, "POOL_NOT_FOUND", "pool", "status", pool)
+	if out := ok(t, "pool", "list"); strings.Contains(out, pool+"\n") {
+		t.Fatalf("pool list after the delete:\n%s", out)
+	}
+	if out := ok(t, "pool", "delete", pool); out != "no pool "+pool+" in namespace default: nothing deleted\n" {
+		t.Fatalf("delete again: %q", out)
+	}
 }
 
 func TestCLIPoolUsageErrors(t *testing.T) {
@@ -160,6 +172,7 @@ func TestCLIPoolUsageErrors(t *testing.T) {
 		"complete bad reason":    {"pool", "complete", "x", "--peer", "p", "--file", "0", "--piece", "0", "--failure", "tired"},
 		"complete without piece": {"pool", "complete", "x", "--peer", "p", "--file", "0", "--success"},
 		"rankings extra arg":     {"pool", "rankings", "x", "y"},
+		"delete without pool":    {"pool", "delete"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -173,7 +186,7 @@ func TestCLIPoolUsageErrors(t *testing.T) {
 
 func TestCLIPoolHelp(t *testing.T) {
 	t.Parallel()
-	for _, sub := range []string{"", "create", "want", "request", "complete", "leases", "rankings", "status", "list"} {
+	for _, sub := range []string{"", "create", "want", "request", "complete", "leases", "rankings", "status", "list", "delete"} {
 		args := []string{"pool", "--help"}
 		name := "tenure pool"
 		if sub != "" {

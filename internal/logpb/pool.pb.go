@@ -130,6 +130,7 @@ type PoolCommand struct {
 	//	*PoolCommand_Want
 	//	*PoolCommand_Request
 	//	*PoolCommand_Complete
+	//	*PoolCommand_Delete
 	Op            isPoolCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -222,6 +223,15 @@ func (x *PoolCommand) GetComplete() *PoolComplete {
 	return nil
 }
 
+func (x *PoolCommand) GetDelete() *PoolDelete {
+	if x != nil {
+		if x, ok := x.Op.(*PoolCommand_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
 type isPoolCommand_Op interface {
 	isPoolCommand_Op()
 }
@@ -242,6 +252,10 @@ type PoolCommand_Complete struct {
 	Complete *PoolComplete `protobuf:"bytes,13,opt,name=complete,proto3,oneof"`
 }
 
+type PoolCommand_Delete struct {
+	Delete *PoolDelete `protobuf:"bytes,14,opt,name=delete,proto3,oneof"`
+}
+
 func (*PoolCommand_Create) isPoolCommand_Op() {}
 
 func (*PoolCommand_Want) isPoolCommand_Op() {}
@@ -249,6 +263,45 @@ func (*PoolCommand_Want) isPoolCommand_Op() {}
 func (*PoolCommand_Request) isPoolCommand_Op() {}
 
 func (*PoolCommand_Complete) isPoolCommand_Op() {}
+
+func (*PoolCommand_Delete) isPoolCommand_Op() {}
+
+// PoolDelete removes a pool, revoking its piece leases first.
+type PoolDelete struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolDelete) Reset() {
+	*x = PoolDelete{}
+	mi := &file_pool_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolDelete) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolDelete) ProtoMessage() {}
+
+func (x *PoolDelete) ProtoReflect() protoreflect.Message {
+	mi := &file_pool_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolDelete.ProtoReflect.Descriptor instead.
+func (*PoolDelete) Descriptor() ([]byte, []int) {
+	return file_pool_proto_rawDescGZIP(), []int{2}
+}
 
 type PoolCreate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -260,7 +313,7 @@ type PoolCreate struct {
 
 func (x *PoolCreate) Reset() {
 	*x = PoolCreate{}
-	mi := &file_pool_proto_msgTypes[2]
+	mi := &file_pool_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -272,7 +325,7 @@ func (x *PoolCreate) String() string {
 func (*PoolCreate) ProtoMessage() {}
 
 func (x *PoolCreate) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[2]
+	mi := &file_pool_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -285,7 +338,7 @@ func (x *PoolCreate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolCreate.ProtoReflect.Descriptor instead.
 func (*PoolCreate) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{2}
+	return file_pool_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PoolCreate) GetConfig() *v1.PoolConfig {
@@ -307,7 +360,7 @@ type PoolWant struct {
 
 func (x *PoolWant) Reset() {
 	*x = PoolWant{}
-	mi := &file_pool_proto_msgTypes[3]
+	mi := &file_pool_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +372,7 @@ func (x *PoolWant) String() string {
 func (*PoolWant) ProtoMessage() {}
 
 func (x *PoolWant) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[3]
+	mi := &file_pool_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +385,7 @@ func (x *PoolWant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolWant.ProtoReflect.Descriptor instead.
 func (*PoolWant) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{3}
+	return file_pool_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PoolWant) GetFileIndex() uint32 {
@@ -373,7 +426,7 @@ type PoolHave struct {
 
 func (x *PoolHave) Reset() {
 	*x = PoolHave{}
-	mi := &file_pool_proto_msgTypes[4]
+	mi := &file_pool_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +438,7 @@ func (x *PoolHave) String() string {
 func (*PoolHave) ProtoMessage() {}
 
 func (x *PoolHave) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[4]
+	mi := &file_pool_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,7 +451,7 @@ func (x *PoolHave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolHave.ProtoReflect.Descriptor instead.
 func (*PoolHave) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{4}
+	return file_pool_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PoolHave) GetFileIndex() uint32 {
@@ -426,7 +479,7 @@ type PoolRequest struct {
 
 func (x *PoolRequest) Reset() {
 	*x = PoolRequest{}
-	mi := &file_pool_proto_msgTypes[5]
+	mi := &file_pool_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +491,7 @@ func (x *PoolRequest) String() string {
 func (*PoolRequest) ProtoMessage() {}
 
 func (x *PoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[5]
+	mi := &file_pool_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +504,7 @@ func (x *PoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
 func (*PoolRequest) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{5}
+	return file_pool_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PoolRequest) GetPeer() string {
@@ -490,7 +543,7 @@ type PoolComplete struct {
 
 func (x *PoolComplete) Reset() {
 	*x = PoolComplete{}
-	mi := &file_pool_proto_msgTypes[6]
+	mi := &file_pool_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -502,7 +555,7 @@ func (x *PoolComplete) String() string {
 func (*PoolComplete) ProtoMessage() {}
 
 func (x *PoolComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[6]
+	mi := &file_pool_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -515,7 +568,7 @@ func (x *PoolComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolComplete.ProtoReflect.Descriptor instead.
 func (*PoolComplete) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{6}
+	return file_pool_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PoolComplete) GetPeer() string {
@@ -574,6 +627,7 @@ type PoolRecord struct {
 	//	*PoolRecord_Have
 	//	*PoolRecord_Leased
 	//	*PoolRecord_Done
+	//	*PoolRecord_Deleted
 	Event         isPoolRecord_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -581,7 +635,7 @@ type PoolRecord struct {
 
 func (x *PoolRecord) Reset() {
 	*x = PoolRecord{}
-	mi := &file_pool_proto_msgTypes[7]
+	mi := &file_pool_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +647,7 @@ func (x *PoolRecord) String() string {
 func (*PoolRecord) ProtoMessage() {}
 
 func (x *PoolRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[7]
+	mi := &file_pool_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +660,7 @@ func (x *PoolRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRecord.ProtoReflect.Descriptor instead.
 func (*PoolRecord) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{7}
+	return file_pool_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PoolRecord) GetNamespace() string {
@@ -675,6 +729,15 @@ func (x *PoolRecord) GetDone() *PieceDone {
 	return nil
 }
 
+func (x *PoolRecord) GetDeleted() *PoolDeleted {
+	if x != nil {
+		if x, ok := x.Event.(*PoolRecord_Deleted); ok {
+			return x.Deleted
+		}
+	}
+	return nil
+}
+
 type isPoolRecord_Event interface {
 	isPoolRecord_Event()
 }
@@ -699,6 +762,10 @@ type PoolRecord_Done struct {
 	Done *PieceDone `protobuf:"bytes,14,opt,name=done,proto3,oneof"`
 }
 
+type PoolRecord_Deleted struct {
+	Deleted *PoolDeleted `protobuf:"bytes,15,opt,name=deleted,proto3,oneof"`
+}
+
 func (*PoolRecord_Created) isPoolRecord_Event() {}
 
 func (*PoolRecord_Wanted) isPoolRecord_Event() {}
@@ -709,6 +776,46 @@ func (*PoolRecord_Leased) isPoolRecord_Event() {}
 
 func (*PoolRecord_Done) isPoolRecord_Event() {}
 
+func (*PoolRecord_Deleted) isPoolRecord_Event() {}
+
+// PoolDeleted drops a pool that holds no piece lease (the deletion
+// revoked them in the records before this one).
+type PoolDeleted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolDeleted) Reset() {
+	*x = PoolDeleted{}
+	mi := &file_pool_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolDeleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolDeleted) ProtoMessage() {}
+
+func (x *PoolDeleted) ProtoReflect() protoreflect.Message {
+	mi := &file_pool_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolDeleted.ProtoReflect.Descriptor instead.
+func (*PoolDeleted) Descriptor() ([]byte, []int) {
+	return file_pool_proto_rawDescGZIP(), []int{9}
+}
+
 type PoolCreated struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Config        *PoolConfig            `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
@@ -718,7 +825,7 @@ type PoolCreated struct {
 
 func (x *PoolCreated) Reset() {
 	*x = PoolCreated{}
-	mi := &file_pool_proto_msgTypes[8]
+	mi := &file_pool_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +837,7 @@ func (x *PoolCreated) String() string {
 func (*PoolCreated) ProtoMessage() {}
 
 func (x *PoolCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[8]
+	mi := &file_pool_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +850,7 @@ func (x *PoolCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolCreated.ProtoReflect.Descriptor instead.
 func (*PoolCreated) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{8}
+	return file_pool_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PoolCreated) GetConfig() *PoolConfig {
@@ -765,7 +872,7 @@ type PoolWanted struct {
 
 func (x *PoolWanted) Reset() {
 	*x = PoolWanted{}
-	mi := &file_pool_proto_msgTypes[9]
+	mi := &file_pool_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +884,7 @@ func (x *PoolWanted) String() string {
 func (*PoolWanted) ProtoMessage() {}
 
 func (x *PoolWanted) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[9]
+	mi := &file_pool_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +897,7 @@ func (x *PoolWanted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolWanted.ProtoReflect.Descriptor instead.
 func (*PoolWanted) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{9}
+	return file_pool_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PoolWanted) GetFileIndex() uint32 {
@@ -829,7 +936,7 @@ type PeerHave struct {
 
 func (x *PeerHave) Reset() {
 	*x = PeerHave{}
-	mi := &file_pool_proto_msgTypes[10]
+	mi := &file_pool_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +948,7 @@ func (x *PeerHave) String() string {
 func (*PeerHave) ProtoMessage() {}
 
 func (x *PeerHave) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[10]
+	mi := &file_pool_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +961,7 @@ func (x *PeerHave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerHave.ProtoReflect.Descriptor instead.
 func (*PeerHave) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{10}
+	return file_pool_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PeerHave) GetPeer() string {
@@ -898,7 +1005,7 @@ type PieceLeased struct {
 
 func (x *PieceLeased) Reset() {
 	*x = PieceLeased{}
-	mi := &file_pool_proto_msgTypes[11]
+	mi := &file_pool_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1017,7 @@ func (x *PieceLeased) String() string {
 func (*PieceLeased) ProtoMessage() {}
 
 func (x *PieceLeased) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[11]
+	mi := &file_pool_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1030,7 @@ func (x *PieceLeased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PieceLeased.ProtoReflect.Descriptor instead.
 func (*PieceLeased) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{11}
+	return file_pool_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PieceLeased) GetPeer() string {
@@ -986,7 +1093,7 @@ type PieceDone struct {
 
 func (x *PieceDone) Reset() {
 	*x = PieceDone{}
-	mi := &file_pool_proto_msgTypes[12]
+	mi := &file_pool_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1105,7 @@ func (x *PieceDone) String() string {
 func (*PieceDone) ProtoMessage() {}
 
 func (x *PieceDone) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[12]
+	mi := &file_pool_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1118,7 @@ func (x *PieceDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PieceDone.ProtoReflect.Descriptor instead.
 func (*PieceDone) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{12}
+	return file_pool_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PieceDone) GetPeer() string {
@@ -1103,7 +1210,7 @@ type PoolFileSnap struct {
 
 func (x *PoolFileSnap) Reset() {
 	*x = PoolFileSnap{}
-	mi := &file_pool_proto_msgTypes[13]
+	mi := &file_pool_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1222,7 @@ func (x *PoolFileSnap) String() string {
 func (*PoolFileSnap) ProtoMessage() {}
 
 func (x *PoolFileSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[13]
+	mi := &file_pool_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1235,7 @@ func (x *PoolFileSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolFileSnap.ProtoReflect.Descriptor instead.
 func (*PoolFileSnap) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{13}
+	return file_pool_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PoolFileSnap) GetFileIndex() uint32 {
@@ -1169,7 +1276,7 @@ type PoolPeerHaveSnap struct {
 
 func (x *PoolPeerHaveSnap) Reset() {
 	*x = PoolPeerHaveSnap{}
-	mi := &file_pool_proto_msgTypes[14]
+	mi := &file_pool_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1288,7 @@ func (x *PoolPeerHaveSnap) String() string {
 func (*PoolPeerHaveSnap) ProtoMessage() {}
 
 func (x *PoolPeerHaveSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[14]
+	mi := &file_pool_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1301,7 @@ func (x *PoolPeerHaveSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPeerHaveSnap.ProtoReflect.Descriptor instead.
 func (*PoolPeerHaveSnap) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{14}
+	return file_pool_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PoolPeerHaveSnap) GetFileIndex() uint32 {
@@ -1228,7 +1335,7 @@ type PoolPeerSnap struct {
 
 func (x *PoolPeerSnap) Reset() {
 	*x = PoolPeerSnap{}
-	mi := &file_pool_proto_msgTypes[15]
+	mi := &file_pool_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1347,7 @@ func (x *PoolPeerSnap) String() string {
 func (*PoolPeerSnap) ProtoMessage() {}
 
 func (x *PoolPeerSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[15]
+	mi := &file_pool_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1360,7 @@ func (x *PoolPeerSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPeerSnap.ProtoReflect.Descriptor instead.
 func (*PoolPeerSnap) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{15}
+	return file_pool_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PoolPeerSnap) GetPeer() string {
@@ -1317,7 +1424,7 @@ type PoolLeaseSnap struct {
 
 func (x *PoolLeaseSnap) Reset() {
 	*x = PoolLeaseSnap{}
-	mi := &file_pool_proto_msgTypes[16]
+	mi := &file_pool_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1436,7 @@ func (x *PoolLeaseSnap) String() string {
 func (*PoolLeaseSnap) ProtoMessage() {}
 
 func (x *PoolLeaseSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[16]
+	mi := &file_pool_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1449,7 @@ func (x *PoolLeaseSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolLeaseSnap.ProtoReflect.Descriptor instead.
 func (*PoolLeaseSnap) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{16}
+	return file_pool_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PoolLeaseSnap) GetLeaseSeq() uint64 {
@@ -1388,7 +1495,7 @@ type PoolSnap struct {
 
 func (x *PoolSnap) Reset() {
 	*x = PoolSnap{}
-	mi := &file_pool_proto_msgTypes[17]
+	mi := &file_pool_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1507,7 @@ func (x *PoolSnap) String() string {
 func (*PoolSnap) ProtoMessage() {}
 
 func (x *PoolSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[17]
+	mi := &file_pool_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1520,7 @@ func (x *PoolSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSnap.ProtoReflect.Descriptor instead.
 func (*PoolSnap) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{17}
+	return file_pool_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PoolSnap) GetNamespace() string {
@@ -1473,7 +1580,7 @@ const file_pool_proto_rawDesc = "" +
 	"\apenalty\x18\x05 \x01(\x01R\apenalty\x12\x1b\n" +
 	"\tmin_score\x18\x06 \x01(\x01R\bminScore\x12 \n" +
 	"\fpeer_idle_ms\x18\a \x01(\x03R\n" +
-	"peerIdleMs\"\x9c\x02\n" +
+	"peerIdleMs\"\xd1\x02\n" +
 	"\vPoolCommand\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x123\n" +
@@ -1481,8 +1588,11 @@ const file_pool_proto_rawDesc = "" +
 	" \x01(\v2\x19.tenure.log.v1.PoolCreateH\x00R\x06create\x12-\n" +
 	"\x04want\x18\v \x01(\v2\x17.tenure.log.v1.PoolWantH\x00R\x04want\x126\n" +
 	"\arequest\x18\f \x01(\v2\x1a.tenure.log.v1.PoolRequestH\x00R\arequest\x129\n" +
-	"\bcomplete\x18\r \x01(\v2\x1b.tenure.log.v1.PoolCompleteH\x00R\bcompleteB\x04\n" +
-	"\x02op\";\n" +
+	"\bcomplete\x18\r \x01(\v2\x1b.tenure.log.v1.PoolCompleteH\x00R\bcomplete\x123\n" +
+	"\x06delete\x18\x0e \x01(\v2\x19.tenure.log.v1.PoolDeleteH\x00R\x06deleteB\x04\n" +
+	"\x02op\"\f\n" +
+	"\n" +
+	"PoolDelete\";\n" +
 	"\n" +
 	"PoolCreate\x12-\n" +
 	"\x06config\x18\x01 \x01(\v2\x15.tenure.v1.PoolConfigR\x06config\"\x8d\x01\n" +
@@ -1509,7 +1619,7 @@ const file_pool_proto_rawDesc = "" +
 	"pieceIndex\x123\n" +
 	"\x06result\x18\x04 \x01(\x0e2\x1b.tenure.v1.CompletionResultR\x06result\x12?\n" +
 	"\x0efailure_reason\x18\x05 \x01(\x0e2\x18.tenure.v1.FailureReasonR\rfailureReason\x12\x19\n" +
-	"\blease_id\x18\x06 \x01(\tR\aleaseId\"\xc9\x02\n" +
+	"\blease_id\x18\x06 \x01(\tR\aleaseId\"\x81\x03\n" +
 	"\n" +
 	"PoolRecord\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1519,8 +1629,10 @@ const file_pool_proto_rawDesc = "" +
 	"\x06wanted\x18\v \x01(\v2\x19.tenure.log.v1.PoolWantedH\x00R\x06wanted\x12-\n" +
 	"\x04have\x18\f \x01(\v2\x17.tenure.log.v1.PeerHaveH\x00R\x04have\x124\n" +
 	"\x06leased\x18\r \x01(\v2\x1a.tenure.log.v1.PieceLeasedH\x00R\x06leased\x12.\n" +
-	"\x04done\x18\x0e \x01(\v2\x18.tenure.log.v1.PieceDoneH\x00R\x04doneB\a\n" +
-	"\x05event\"@\n" +
+	"\x04done\x18\x0e \x01(\v2\x18.tenure.log.v1.PieceDoneH\x00R\x04done\x126\n" +
+	"\adeleted\x18\x0f \x01(\v2\x1a.tenure.log.v1.PoolDeletedH\x00R\adeletedB\a\n" +
+	"\x05event\"\r\n" +
+	"\vPoolDeleted\"@\n" +
 	"\vPoolCreated\x121\n" +
 	"\x06config\x18\x01 \x01(\v2\x19.tenure.log.v1.PoolConfigR\x06config\"d\n" +
 	"\n" +
@@ -1606,61 +1718,65 @@ func file_pool_proto_rawDescGZIP() []byte {
 	return file_pool_proto_rawDescData
 }
 
-var file_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_pool_proto_goTypes = []any{
 	(*PoolConfig)(nil),       // 0: tenure.log.v1.PoolConfig
 	(*PoolCommand)(nil),      // 1: tenure.log.v1.PoolCommand
-	(*PoolCreate)(nil),       // 2: tenure.log.v1.PoolCreate
-	(*PoolWant)(nil),         // 3: tenure.log.v1.PoolWant
-	(*PoolHave)(nil),         // 4: tenure.log.v1.PoolHave
-	(*PoolRequest)(nil),      // 5: tenure.log.v1.PoolRequest
-	(*PoolComplete)(nil),     // 6: tenure.log.v1.PoolComplete
-	(*PoolRecord)(nil),       // 7: tenure.log.v1.PoolRecord
-	(*PoolCreated)(nil),      // 8: tenure.log.v1.PoolCreated
-	(*PoolWanted)(nil),       // 9: tenure.log.v1.PoolWanted
-	(*PeerHave)(nil),         // 10: tenure.log.v1.PeerHave
-	(*PieceLeased)(nil),      // 11: tenure.log.v1.PieceLeased
-	(*PieceDone)(nil),        // 12: tenure.log.v1.PieceDone
-	(*PoolFileSnap)(nil),     // 13: tenure.log.v1.PoolFileSnap
-	(*PoolPeerHaveSnap)(nil), // 14: tenure.log.v1.PoolPeerHaveSnap
-	(*PoolPeerSnap)(nil),     // 15: tenure.log.v1.PoolPeerSnap
-	(*PoolLeaseSnap)(nil),    // 16: tenure.log.v1.PoolLeaseSnap
-	(*PoolSnap)(nil),         // 17: tenure.log.v1.PoolSnap
-	(*v1.PoolConfig)(nil),    // 18: tenure.v1.PoolConfig
-	(*v1.PieceRange)(nil),    // 19: tenure.v1.PieceRange
-	(v1.CompletionResult)(0), // 20: tenure.v1.CompletionResult
-	(v1.FailureReason)(0),    // 21: tenure.v1.FailureReason
-	(v1.State)(0),            // 22: tenure.v1.State
+	(*PoolDelete)(nil),       // 2: tenure.log.v1.PoolDelete
+	(*PoolCreate)(nil),       // 3: tenure.log.v1.PoolCreate
+	(*PoolWant)(nil),         // 4: tenure.log.v1.PoolWant
+	(*PoolHave)(nil),         // 5: tenure.log.v1.PoolHave
+	(*PoolRequest)(nil),      // 6: tenure.log.v1.PoolRequest
+	(*PoolComplete)(nil),     // 7: tenure.log.v1.PoolComplete
+	(*PoolRecord)(nil),       // 8: tenure.log.v1.PoolRecord
+	(*PoolDeleted)(nil),      // 9: tenure.log.v1.PoolDeleted
+	(*PoolCreated)(nil),      // 10: tenure.log.v1.PoolCreated
+	(*PoolWanted)(nil),       // 11: tenure.log.v1.PoolWanted
+	(*PeerHave)(nil),         // 12: tenure.log.v1.PeerHave
+	(*PieceLeased)(nil),      // 13: tenure.log.v1.PieceLeased
+	(*PieceDone)(nil),        // 14: tenure.log.v1.PieceDone
+	(*PoolFileSnap)(nil),     // 15: tenure.log.v1.PoolFileSnap
+	(*PoolPeerHaveSnap)(nil), // 16: tenure.log.v1.PoolPeerHaveSnap
+	(*PoolPeerSnap)(nil),     // 17: tenure.log.v1.PoolPeerSnap
+	(*PoolLeaseSnap)(nil),    // 18: tenure.log.v1.PoolLeaseSnap
+	(*PoolSnap)(nil),         // 19: tenure.log.v1.PoolSnap
+	(*v1.PoolConfig)(nil),    // 20: tenure.v1.PoolConfig
+	(*v1.PieceRange)(nil),    // 21: tenure.v1.PieceRange
+	(v1.CompletionResult)(0), // 22: tenure.v1.CompletionResult
+	(v1.FailureReason)(0),    // 23: tenure.v1.FailureReason
+	(v1.State)(0),            // 24: tenure.v1.State
 }
 var file_pool_proto_depIdxs = []int32{
-	2,  // 0: tenure.log.v1.PoolCommand.create:type_name -> tenure.log.v1.PoolCreate
-	3,  // 1: tenure.log.v1.PoolCommand.want:type_name -> tenure.log.v1.PoolWant
-	5,  // 2: tenure.log.v1.PoolCommand.request:type_name -> tenure.log.v1.PoolRequest
-	6,  // 3: tenure.log.v1.PoolCommand.complete:type_name -> tenure.log.v1.PoolComplete
-	18, // 4: tenure.log.v1.PoolCreate.config:type_name -> tenure.v1.PoolConfig
-	19, // 5: tenure.log.v1.PoolWant.ranges:type_name -> tenure.v1.PieceRange
-	4,  // 6: tenure.log.v1.PoolRequest.have:type_name -> tenure.log.v1.PoolHave
-	20, // 7: tenure.log.v1.PoolComplete.result:type_name -> tenure.v1.CompletionResult
-	21, // 8: tenure.log.v1.PoolComplete.failure_reason:type_name -> tenure.v1.FailureReason
-	8,  // 9: tenure.log.v1.PoolRecord.created:type_name -> tenure.log.v1.PoolCreated
-	9,  // 10: tenure.log.v1.PoolRecord.wanted:type_name -> tenure.log.v1.PoolWanted
-	10, // 11: tenure.log.v1.PoolRecord.have:type_name -> tenure.log.v1.PeerHave
-	11, // 12: tenure.log.v1.PoolRecord.leased:type_name -> tenure.log.v1.PieceLeased
-	12, // 13: tenure.log.v1.PoolRecord.done:type_name -> tenure.log.v1.PieceDone
-	0,  // 14: tenure.log.v1.PoolCreated.config:type_name -> tenure.log.v1.PoolConfig
-	20, // 15: tenure.log.v1.PieceDone.result:type_name -> tenure.v1.CompletionResult
-	21, // 16: tenure.log.v1.PieceDone.failure_reason:type_name -> tenure.v1.FailureReason
-	22, // 17: tenure.log.v1.PieceDone.lease_state:type_name -> tenure.v1.State
-	14, // 18: tenure.log.v1.PoolPeerSnap.have:type_name -> tenure.log.v1.PoolPeerHaveSnap
-	0,  // 19: tenure.log.v1.PoolSnap.config:type_name -> tenure.log.v1.PoolConfig
-	13, // 20: tenure.log.v1.PoolSnap.files:type_name -> tenure.log.v1.PoolFileSnap
-	15, // 21: tenure.log.v1.PoolSnap.peers:type_name -> tenure.log.v1.PoolPeerSnap
-	16, // 22: tenure.log.v1.PoolSnap.leases:type_name -> tenure.log.v1.PoolLeaseSnap
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	3,  // 0: tenure.log.v1.PoolCommand.create:type_name -> tenure.log.v1.PoolCreate
+	4,  // 1: tenure.log.v1.PoolCommand.want:type_name -> tenure.log.v1.PoolWant
+	6,  // 2: tenure.log.v1.PoolCommand.request:type_name -> tenure.log.v1.PoolRequest
+	7,  // 3: tenure.log.v1.PoolCommand.complete:type_name -> tenure.log.v1.PoolComplete
+	2,  // 4: tenure.log.v1.PoolCommand.delete:type_name -> tenure.log.v1.PoolDelete
+	20, // 5: tenure.log.v1.PoolCreate.config:type_name -> tenure.v1.PoolConfig
+	21, // 6: tenure.log.v1.PoolWant.ranges:type_name -> tenure.v1.PieceRange
+	5,  // 7: tenure.log.v1.PoolRequest.have:type_name -> tenure.log.v1.PoolHave
+	22, // 8: tenure.log.v1.PoolComplete.result:type_name -> tenure.v1.CompletionResult
+	23, // 9: tenure.log.v1.PoolComplete.failure_reason:type_name -> tenure.v1.FailureReason
+	10, // 10: tenure.log.v1.PoolRecord.created:type_name -> tenure.log.v1.PoolCreated
+	11, // 11: tenure.log.v1.PoolRecord.wanted:type_name -> tenure.log.v1.PoolWanted
+	12, // 12: tenure.log.v1.PoolRecord.have:type_name -> tenure.log.v1.PeerHave
+	13, // 13: tenure.log.v1.PoolRecord.leased:type_name -> tenure.log.v1.PieceLeased
+	14, // 14: tenure.log.v1.PoolRecord.done:type_name -> tenure.log.v1.PieceDone
+	9,  // 15: tenure.log.v1.PoolRecord.deleted:type_name -> tenure.log.v1.PoolDeleted
+	0,  // 16: tenure.log.v1.PoolCreated.config:type_name -> tenure.log.v1.PoolConfig
+	22, // 17: tenure.log.v1.PieceDone.result:type_name -> tenure.v1.CompletionResult
+	23, // 18: tenure.log.v1.PieceDone.failure_reason:type_name -> tenure.v1.FailureReason
+	24, // 19: tenure.log.v1.PieceDone.lease_state:type_name -> tenure.v1.State
+	16, // 20: tenure.log.v1.PoolPeerSnap.have:type_name -> tenure.log.v1.PoolPeerHaveSnap
+	0,  // 21: tenure.log.v1.PoolSnap.config:type_name -> tenure.log.v1.PoolConfig
+	15, // 22: tenure.log.v1.PoolSnap.files:type_name -> tenure.log.v1.PoolFileSnap
+	17, // 23: tenure.log.v1.PoolSnap.peers:type_name -> tenure.log.v1.PoolPeerSnap
+	18, // 24: tenure.log.v1.PoolSnap.leases:type_name -> tenure.log.v1.PoolLeaseSnap
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_pool_proto_init() }
@@ -1673,13 +1789,15 @@ func file_pool_proto_init() {
 		(*PoolCommand_Want)(nil),
 		(*PoolCommand_Request)(nil),
 		(*PoolCommand_Complete)(nil),
+		(*PoolCommand_Delete)(nil),
 	}
-	file_pool_proto_msgTypes[7].OneofWrappers = []any{
+	file_pool_proto_msgTypes[8].OneofWrappers = []any{
 		(*PoolRecord_Created)(nil),
 		(*PoolRecord_Wanted)(nil),
 		(*PoolRecord_Have)(nil),
 		(*PoolRecord_Leased)(nil),
 		(*PoolRecord_Done)(nil),
+		(*PoolRecord_Deleted)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1687,7 +1805,7 @@ func file_pool_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pool_proto_rawDesc), len(file_pool_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -15,10 +15,11 @@ import (
 func TestAvailabilityIndex(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		p := newPool(key{"default", "p"}, DefaultConfig())
-		ps := &Pools{pools: map[key]*pool{p.key: p}, byLease: map[uint64]*pieceLease{}}
+		ps := &Pools{pools: map[key]*pool{p.key: p}, byLease: map[uint64]*pieceLease{}, pieces: map[string]uint64{}}
 		counts := []uint32{rapid.Uint32Range(1, 40).Draw(rt, "small"), rapid.Uint32Range(65_000, 70_000).Draw(rt, "large")}
 		for i, n := range counts {
 			p.files[uint32(i)] = newFile(uint32(i), n)
+			ps.pieces[p.ns] += uint64(n)
 		}
 		// set draws a random set of a file's pieces: a few ranges and points.
 		set := func(f *file, label string) *roaring.Bitmap {

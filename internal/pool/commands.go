@@ -2,6 +2,8 @@ package pool
 
 import (
 	"bytes"
+	"cmp"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -53,6 +55,12 @@ type Outcome struct {
 	Message  string
 	// CompletePiece.
 	Ranking Ranking
+	// DeletePool: whether there was a pool, the piece leases revoked, and
+	// what the pool held.
+	Deleted    bool
+	Revoked    uint32
+	Files      uint32
+	PiecesDone uint64
 }
 
 func fail(err error) Outcome { return Outcome{Err: err} }
@@ -95,6 +103,8 @@ func (ps *Pools) Do(tx *registrar.Tx, c *logpb.PoolCommand) Outcome {
 		return ps.request(tx, k, op.Request)
 	case *logpb.PoolCommand_Complete:
 		return ps.complete(tx, k, op.Complete)
+	case *logpb.PoolCommand_Delete:
+		return ps.deletePool(tx, k)
 	}
 	return fail(invalid("op", "unknown pool operation %T", c.Op))
 }
@@ -574,6 +584,36 @@ func (ps *Pools) complete(tx *registrar.Tx, k key, c *logpb.PoolComplete) Outcom
 		return fail(err)
 	}
 	return Outcome{Ranking: pl.peer.ranking()}
+}
+
+// RevokeReasonDeleted is the revoke reason of the piece leases a pool's
+// deletion ends.
+const RevokeReasonDeleted = "pool deleted"
+
+// deletePool revokes the pool's piece leases, oldest first (each end
+// returns its piece through leaseEnded, unranked, as an admin's
+// revocation does), then drops the pool. No pool: nothing changes.
+func (ps *Pools) deletePool(tx *registrar.Tx, k key) Outcome {
+	p := ps.pools[k]
+	if p == nil {
+		return Outcome{}
+	}
+	out := Outcome{Deleted: true, Files: uint32(len(p.files))}
+	for _, f := range p.files {
+		out.PiecesDone += f.done.GetCardinality()
+	}
+	held := slices.SortedFunc(maps.Values(p.held), func(a, b *pieceLease) int { return cmp.Compare(a.seq, b.seq) })
+	for _, pl := range held {
+		if _, err := ps.reg.RevokeFor(tx, pl.seq, RevokeReasonDeleted); err != nil {
+			return fail(err)
+		}
+		out.Revoked++
+	}
+	ps.emit(tx, k, &logpb.PoolRecord{Event: &logpb.PoolRecord_Deleted{Deleted: &logpb.PoolDeleted{}}})
+	if err := tx.Err(); err != nil {
+		return fail(err)
+	}
+	return out
 }
 
 // done emits the record that ends a piece lease, ranking the outcome.

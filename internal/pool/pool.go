@@ -224,6 +224,17 @@ func (ps *Pools) Apply(rec *logpb.Record) error {
 			pe := pl.peer
 			pe.score, pe.successes, pe.failures, pe.lastTick = d.Score, d.Successes, d.Failures, rec.Tick
 		}
+	case *logpb.PoolRecord_Deleted:
+		if len(p.held) != 0 {
+			return fmt.Errorf("record %d: pool %s/%s deleted with %d pieces leased", rec.Index, k.ns, k.name, len(p.held))
+		}
+		for _, f := range p.files {
+			ps.pieces[k.ns] -= uint64(f.count)
+		}
+		if ps.pieces[k.ns] == 0 {
+			delete(ps.pieces, k.ns)
+		}
+		delete(ps.pools, k)
 	default:
 		return fmt.Errorf("record %d: unknown pool event %T", rec.Index, pr.Event)
 	}

@@ -3,6 +3,7 @@ package pool_test
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -445,6 +446,68 @@ func TestPoolPiecesQuota(t *testing.T) {
 	out = e.do(&logpb.PoolCommand{Pool: "a", Op: &logpb.PoolCommand_Want{Want: &logpb.PoolWant{FileIndex: 1, PieceCount: 1}}})
 	if registrar.ReasonOf(out.Err) != registrar.ReasonQuotaExceeded {
 		t.Fatalf("one piece past the quota: %v", out.Err)
+	}
+	e.checkReplay()
+}
+
+// Deleting a pool revokes its piece leases (unranked, as an admin's
+// revocation), drops its files and peers, frees its pieces from the
+// namespace's quota, and lets a pool of the same name start afresh with
+// higher fences. Deleting a pool that is not there changes nothing.
+func TestDeletePool(t *testing.T) {
+	e := setup(t)
+	e.setPolicy(&tenurev1.NamespacePolicy{MaxPoolPieces: 100})
+	e.wantRange("p", 0, 60, 0, 60)
+	e.wantRange("p", 1, 40, 0, 40)
+	full := e.do(&logpb.PoolCommand{Pool: "q", Op: &logpb.PoolCommand_Want{Want: &logpb.PoolWant{FileIndex: 0, PieceCount: 99}}})
+	if registrar.ReasonOf(full.Err) != registrar.ReasonQuotaExceeded {
+		t.Fatalf("a pool past the quota: %v", full.Err)
+	}
+	g := mustGrant(t, e.request("p", "a", 3, have(0, 0, 1, 2)))
+	if out := e.complete("p", "a", g[0].File, g[0].Piece, true, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	before := e.ranking("p", "a")
+
+	e.after(1)
+	del := func(name string) pool.Outcome {
+		return e.do(&logpb.PoolCommand{Pool: name, Op: &logpb.PoolCommand_Delete{Delete: &logpb.PoolDelete{}}})
+	}
+	out := del("p")
+	if out.Err != nil || !out.Deleted || out.Revoked != 2 || out.Files != 2 || out.PiecesDone != 1 {
+		t.Fatalf("delete: %+v", out)
+	}
+	for _, l := range g[1:] {
+		got, err := e.m.Registrar().Get(l.LeaseID, registrar.Tick(e.tick))
+		if err != nil || got.State != registrar.Revoked || got.RevokeReason != pool.RevokeReasonDeleted {
+			t.Fatalf("piece lease %s after the delete: %+v %v", l.LeaseID, got, err)
+		}
+	}
+	if _, err := e.m.Pools().Status("", "p"); registrar.ReasonOf(err) != pool.ReasonPoolNotFound {
+		t.Fatalf("status of the deleted pool: %v", err)
+	}
+	if names := e.m.Pools().Names(""); slices.Contains(names, "p") {
+		t.Fatalf("pools after the delete: %v", names)
+	}
+	// Its pieces no longer count: a new file takes the whole quota.
+	e.wantRange("q", 0, 99, 0, 99)
+	// Not there (any more): nothing changes, no record.
+	n := len(e.log)
+	if out := del("p"); out.Err != nil || out.Deleted || len(e.log) != n {
+		t.Fatalf("delete again: %+v (%d records)", out, len(e.log)-n)
+	}
+	// The same name starts afresh: no done pieces, a new ranking, and
+	// fences past the old leases'.
+	e.wantRange("p", 0, 1, 0, 1)
+	g2 := mustGrant(t, e.request("p", "a", 1, have(0, 0)))
+	if g2[0].Fence <= g[2].Fence {
+		t.Fatalf("fence %d after the delete, old leases had up to %d", g2[0].Fence, g[2].Fence)
+	}
+	if r := e.ranking("p", "a"); r.Successes != 0 || r.Score != pool.StartScore || before.Successes != 1 {
+		t.Fatalf("ranking in the new pool: %+v (before: %+v)", r, before)
+	}
+	if err := e.m.Pools().Check(); err != nil {
+		t.Fatal(err)
 	}
 	e.checkReplay()
 }

@@ -3,6 +3,7 @@ package pool
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -74,7 +75,11 @@ func (ps *Pools) Holder(ns, name string, file, piece uint32) (string, uint64, bo
 // the idle list is ordered and holds every peer that could be forgotten.
 func (ps *Pools) Check() error {
 	seen := 0
+	pieces := map[string]uint64{}
 	for _, p := range ps.sortedPools() {
+		for _, f := range p.files {
+			pieces[p.ns] += uint64(f.count)
+		}
 		current := map[string]uint32{}
 		for pk, pl := range p.held {
 			if pl.pieceKey != pk || pl.pool != p || ps.byLease[pl.seq] != pl {
@@ -149,6 +154,9 @@ func (ps *Pools) Check() error {
 	}
 	if seen != len(ps.byLease) {
 		return fmt.Errorf("%d pool leases indexed, %d held", len(ps.byLease), seen)
+	}
+	if !maps.Equal(pieces, ps.pieces) {
+		return fmt.Errorf("pieces counted by namespace %v, the pools' files hold %v", ps.pieces, pieces)
 	}
 	return nil
 }

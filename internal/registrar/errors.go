@@ -44,6 +44,13 @@ const (
 	ReasonLedgerCorrupt        Reason = "LEDGER_CORRUPT"
 	ReasonUnsupportedSnapshot  Reason = "UNSUPPORTED_SNAPSHOT"
 	ReasonAlreadyBootstrapped  Reason = "ALREADY_BOOTSTRAPPED"
+	// ReasonDeadlineExceeded and ReasonCanceled: the caller's deadline
+	// passed, or it cancelled the call, before the answer; a write may
+	// or may not have been applied.
+	ReasonDeadlineExceeded Reason = "DEADLINE_EXCEEDED"
+	ReasonCanceled         Reason = "CANCELED"
+	// ReasonUnimplemented: no such RPC.
+	ReasonUnimplemented Reason = "UNIMPLEMENTED"
 )
 
 // Error is a typed rejection: a reason, a message that starts with the

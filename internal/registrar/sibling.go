@@ -82,12 +82,22 @@ func (r *Registrar) Observe(rec *logpb.Record) { r.advanceTo(Tick(rec.Tick), rec
 // told. It answers LEASE_NOT_FOUND for a lease that is unknown or no
 // longer active.
 func (r *Registrar) EndFor(tx *Tx, seq uint64, reason tenurev1.ReleaseReason) (Lease, error) {
+	return r.endFor(tx, seq, &logpb.LeaseEnded{State: tenurev1.State_STATE_RELEASED, Reason: reason})
+}
+
+// RevokeFor revokes an active lease (by fence/seq) for a sibling domain,
+// with why as its revoke reason, as EndFor releases one.
+func (r *Registrar) RevokeFor(tx *Tx, seq uint64, why string) (Lease, error) {
+	return r.endFor(tx, seq, &logpb.LeaseEnded{State: tenurev1.State_STATE_REVOKED, RevokeReason: why})
+}
+
+func (r *Registrar) endFor(tx *Tx, seq uint64, ended *logpb.LeaseEnded) (Lease, error) {
 	l := r.leases[seq]
 	if l == nil || l.state.Terminal() {
 		return Lease{}, newError(ReasonLeaseNotFound, map[string]string{"fence": strconv.FormatUint(seq, 10)},
 			"no active lease with fence %d", seq)
 	}
-	id := r.end(tx, l, &logpb.LeaseEnded{State: tenurev1.State_STATE_RELEASED, Reason: reason}, true)
+	id := r.end(tx, l, ended, true)
 	if tx.err != nil {
 		return Lease{}, tx.err
 	}

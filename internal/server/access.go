@@ -204,6 +204,8 @@ var rules = map[string]rule{
 	// Each operation is checked with its unary RPC's rule.
 	v1c.PoolServicePipelineProcedure:  {anyRole, none},
 	v1c.PoolServiceListPoolsProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.ListPoolsRequest).Namespace) }},
+	// Deleting a pool ends every peer's piece leases in it.
+	v1c.PoolServiceDeletePoolProcedure: {adminOnly, func(m any) target { return ns(m.(*tenurev1.DeletePoolRequest).Namespace) }},
 
 	// ClusterService.
 	v1c.ClusterServiceStatusProcedure:    {anyRole, none},

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -449,12 +447,7 @@ func loopbackOnly(next http.Handler) http.Handler {
 		msg := fmt.Sprintf("PERMISSION_DENIED: host %q is not a loopback address or localhost; without --auth-file the server "+
 			"answers only requests addressed to one (protection from DNS rebinding)", r.Host)
 		if strings.HasPrefix(r.URL.Path, "/tenure.v1.") && ew.IsSupported(r) {
-			ce := connect.NewError(connect.CodePermissionDenied, errors.New(msg))
-			if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: string(registrar.ReasonPermissionDenied), Domain: ErrorDomain,
-				Metadata: map[string]string{"host": r.Host}}); err == nil {
-				ce.AddDetail(d)
-			}
-			_ = ew.Write(w, r, ce)
+			_ = ew.Write(w, r, wireError(connect.CodePermissionDenied, registrar.ReasonPermissionDenied, map[string]string{"host": r.Host}, msg))
 			return
 		}
 		http.Error(w, msg, http.StatusForbidden)

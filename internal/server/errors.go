@@ -49,6 +49,9 @@ var codes = map[registrar.Reason]connect.Code{
 	registrar.ReasonUnavailable:          connect.CodeUnavailable,
 	registrar.ReasonUnauthenticated:      connect.CodeUnauthenticated,
 	registrar.ReasonInternal:             connect.CodeInternal,
+	registrar.ReasonDeadlineExceeded:     connect.CodeDeadlineExceeded,
+	registrar.ReasonCanceled:             connect.CodeCanceled,
+	registrar.ReasonUnimplemented:        connect.CodeUnimplemented,
 }
 
 var unmappedLogged sync.Map // registrar.Reason → struct{}
@@ -66,9 +69,12 @@ func (s *Server) toConnect(err error) error {
 	}
 	switch {
 	case errors.Is(err, context.Canceled):
-		return connect.NewError(connect.CodeCanceled, err)
+		return wireError(connect.CodeCanceled, registrar.ReasonCanceled, nil,
+			"CANCELED: the call was cancelled before its answer; a write may or may not have been applied")
 	case errors.Is(err, context.DeadlineExceeded):
-		return connect.NewError(connect.CodeDeadlineExceeded, err)
+		return wireError(connect.CodeDeadlineExceeded, registrar.ReasonDeadlineExceeded, nil,
+			"DEADLINE_EXCEEDED: the call's deadline passed before its answer; a write may or may not have been applied "+
+				"(a lease granted meanwhile is given back)")
 	}
 	e := registrar.ToError(err)
 	code, ok := codes[e.Reason]
@@ -82,10 +88,14 @@ func (s *Server) toConnect(err error) error {
 		s.log.Error("internal error", "err", err)
 	}
 	s.metrics.rejections.WithLabelValues(string(e.Reason)).Inc()
-	out := connect.NewError(code, errors.New(e.Message))
-	if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{
-		Reason: string(e.Reason), Domain: ErrorDomain, Metadata: e.Metadata,
-	}); derr == nil {
+	return wireError(code, e.Reason, e.Metadata, e.Message)
+}
+
+// wireError is a Connect error with Tenure's ErrorInfo detail (domain
+// "tenure", the reason and its metadata); msg starts with the reason.
+func wireError(code connect.Code, reason registrar.Reason, meta map[string]string, msg string) *connect.Error {
+	out := connect.NewError(code, errors.New(msg))
+	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: string(reason), Domain: ErrorDomain, Metadata: meta}); err == nil {
 		out.AddDetail(d)
 	}
 	return out

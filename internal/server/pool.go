@@ -30,6 +30,7 @@ func init() {
 	routes[v1c.PoolServiceRankingsProcedure] = route{false, via[tenurev1.RankingsRequest, tenurev1.RankingsResponse](v1c.PoolServiceRankingsProcedure)}
 	routes[v1c.PoolServiceStatusProcedure] = route{false, via[tenurev1.PoolStatusRequest, tenurev1.PoolStatusResponse](v1c.PoolServiceStatusProcedure)}
 	routes[v1c.PoolServiceListPoolsProcedure] = route{false, via[tenurev1.ListPoolsRequest, tenurev1.ListPoolsResponse](v1c.PoolServiceListPoolsProcedure)}
+	routes[v1c.PoolServiceDeletePoolProcedure] = route{true, via[tenurev1.DeletePoolRequest, tenurev1.DeletePoolResponse](v1c.PoolServiceDeletePoolProcedure)}
 }
 
 // proposePool validates and replicates a pool command and returns its
@@ -199,6 +200,18 @@ func completePieceCommand(m *tenurev1.CompletePieceRequest) (*logpb.PoolCommand,
 			PieceIndex: m.PieceIndex, Result: m.Result, FailureReason: m.FailureReason, LeaseId: m.LeaseId}}}, nil
 }
 
+// DeletePool revokes a pool's piece leases and drops the pool.
+func (h *poolService) DeletePool(ctx context.Context, req *connect.Request[tenurev1.DeletePoolRequest]) (*connect.Response[tenurev1.DeletePoolResponse], error) {
+	m := req.Msg
+	out, err := h.s.proposePool(ctx, "", &logpb.PoolCommand{Namespace: m.Namespace, Pool: m.Pool,
+		Op: &logpb.PoolCommand_Delete{Delete: &logpb.PoolDelete{}}})
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.DeletePoolResponse{Deleted: out.Deleted, RevokedLeases: out.Revoked,
+		Files: out.Files, PiecesDone: out.PiecesDone}), nil
+}
+
 func checkPoolName(ns, name string) error {
 	if err := registrar.CheckIdentifier("namespace", ns, false); err != nil {
 		return err
@@ -253,6 +266,7 @@ func (h *poolService) Status(ctx context.Context, req *connect.Request[tenurev1.
 const (
 	EventPoolCreated   = "pool.created"
 	EventPoolWanted    = "pool.wanted"
+	EventPoolDeleted   = "pool.deleted"
 	EventPeerHave      = "pool.peer_have"
 	EventPieceLeased   = "piece.leased"
 	EventPieceComplete = "piece.completed"
@@ -272,6 +286,8 @@ func renderPoolEvent(ev *tenurev1.Event, d map[string]string, pr *logpb.PoolReco
 	switch e := pr.Event.(type) {
 	case *logpb.PoolRecord_Created:
 		ev.Type = EventPoolCreated
+	case *logpb.PoolRecord_Deleted:
+		ev.Type = EventPoolDeleted
 	case *logpb.PoolRecord_Wanted:
 		ev.Type = EventPoolWanted
 		d["file_index"], d["piece_count"] = utoa(uint64(e.Wanted.FileIndex)), utoa(uint64(e.Wanted.PieceCount))

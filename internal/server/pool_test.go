@@ -3,11 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -52,7 +54,7 @@ func TestPoolEndToEnd(t *testing.T) {
 	if err != nil || len(rl.Msg.Leases) != 2 || rl.Msg.RejectedReason != tenurev1.RejectedReason_REJECTED_REASON_UNSPECIFIED {
 		t.Fatalf("RequestLeases: %v %v", rl, err)
 	}
-	g := rl.Msg.Leases[0]
+	g, kept := rl.Msg.Leases[0], rl.Msg.Leases[1]
 	// The piece lease is an ordinary lease.
 	got, err := b.leases.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: g.LeaseId}))
 	if err != nil || got.Msg.Lease.Resource != fmt.Sprintf("pool/swarm/%d/%d", g.FileIndex, g.PieceIndex) || got.Msg.Lease.Holder != "p1" {
@@ -112,6 +114,39 @@ func TestPoolEndToEnd(t *testing.T) {
 	if err != nil || st.Msg.Config.MaxLeasesPerPeer != 4 || st.Msg.Config.LeaseDuration.AsDuration().Seconds() != 300 {
 		t.Fatalf("auto pool: %v %v", st, err)
 	}
+
+	// Deleting the pool revokes p1's remaining piece lease, and the
+	// feed says so: the piece returned, then the pool deleted.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	watch, err := b.leases.Watch(wctx, connect.NewRequest(&tenurev1.WatchRequest{AfterIndex: b.status(t).LedgerIndex}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	dp, err := pc.DeletePool(ctx, connect.NewRequest(&tenurev1.DeletePoolRequest{Pool: "swarm"}))
+	if err != nil || !dp.Msg.Deleted || dp.Msg.RevokedLeases != 1 || dp.Msg.Files != 2 || dp.Msg.PiecesDone != 1 {
+		t.Fatalf("DeletePool: %v %v", dp, err)
+	}
+	var types []string
+	for len(types) < 3 && watch.Receive() {
+		types = append(types, watch.Msg().Event.Type)
+	}
+	if want := []string{"lease.revoked", "piece.returned", "pool.deleted"}; !slices.Equal(types, want) && !slices.Equal(types, []string{want[1], want[0], want[2]}) {
+		t.Fatalf("events of the delete: %v (%v), want %v", types, watch.Err(), want)
+	}
+	got, err = b.leases.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: kept.LeaseId}))
+	if err != nil || got.Msg.Lease.State != tenurev1.State_STATE_REVOKED {
+		t.Fatalf("the piece lease left: %v %v", got, err)
+	}
+	_, err = pc.Status(ctx, connect.NewRequest(&tenurev1.PoolStatusRequest{Pool: "swarm"}))
+	wantReason(t, err, connect.CodeNotFound, "POOL_NOT_FOUND")
+	dp, err = pc.DeletePool(ctx, connect.NewRequest(&tenurev1.DeletePoolRequest{Pool: "swarm"}))
+	if err != nil || dp.Msg.Deleted {
+		t.Fatalf("DeletePool again: %v %v", dp, err)
+	}
+	_, err = pc.DeletePool(ctx, connect.NewRequest(&tenurev1.DeletePoolRequest{Pool: ""}))
+	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
 }
 
 // BenchmarkPoolRequestComplete: 64 peers, each looping RequestLeases (up

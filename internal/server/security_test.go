@@ -300,6 +300,14 @@ func TestWrongRoleOrNamespaceIsDenied(t *testing.T) {
 			_, err := q1.pools.Status(ctx, connect.NewRequest(&tenurev1.PoolStatusRequest{Namespace: "team-a", Pool: "p"}))
 			return err
 		}},
+		{"worker deletes a pool in its namespace", func() error {
+			_, err := q1.pools.DeletePool(ctx, connect.NewRequest(&tenurev1.DeletePoolRequest{Namespace: "jobs", Pool: "p"}))
+			return err
+		}},
+		{"namespace admin deletes another namespace's pool", func() error {
+			_, err := b.as("tok-teamadmin").pools.DeletePool(ctx, connect.NewRequest(&tenurev1.DeletePoolRequest{Namespace: "default", Pool: "p"}))
+			return err
+		}},
 		{"holder watches", func() error {
 			s, err := w1.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{}))
 			if err != nil {
@@ -345,6 +353,13 @@ func TestWrongRoleOrNamespaceIsDenied(t *testing.T) {
 	if _, err := w1.leases.Acquire(ctx, req(&tenurev1.AcquireRequest{Resource: "scoped-ok",
 		Scope: &tenurev1.Scope{Namespaces: []string{"default"}}})); err != nil {
 		t.Errorf("holder acquires with a scope over its own namespace: %v", err)
+	}
+	// A worker's pool is deleted by its namespace's admin.
+	if _, err := q1.pools.CreatePool(ctx, connect.NewRequest(&tenurev1.CreatePoolRequest{Namespace: "jobs", Pool: "p"})); err != nil {
+		t.Fatal(err)
+	}
+	if dp, err := b.as("tok-root").pools.DeletePool(ctx, connect.NewRequest(&tenurev1.DeletePoolRequest{Namespace: "jobs", Pool: "p"})); err != nil || !dp.Msg.Deleted {
+		t.Errorf("admin deletes a worker's pool: %v %v", dp, err)
 	}
 	// Within its namespaces the namespace admin may change the policy.
 	if _, err := b.as("tok-teamadmin").cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "team-a",

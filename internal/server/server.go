@@ -32,7 +32,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -197,7 +196,7 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 		// Counted first, so that every answer is. Authorization next: a
 		// follower refuses what the caller may not do before forwarding
 		// it (the leader checks again).
-		connect.WithInterceptors(s.rpc, authInterceptor{s}, s.forwardInterceptor()),
+		connect.WithInterceptors(s.rpc, streamInput{}, authInterceptor{s}, s.forwardInterceptor()),
 	}
 	mux := http.NewServeMux()
 	leasePath, leaseHandler := tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, opts...)
@@ -386,7 +385,7 @@ func (b *shutdownBody) Read(p []byte) (int, error) {
 
 // errShuttingDown is what a stream ends with when the server shuts down.
 func errShuttingDown() error {
-	return connect.NewError(connect.CodeUnavailable, errors.New("UNAVAILABLE: the server is shutting down"))
+	return wireError(connect.CodeUnavailable, registrar.ReasonUnavailable, nil, "UNAVAILABLE: the server is shutting down")
 }
 
 // limitBody answers an oversized request body with INVALID_ARGUMENT in the
@@ -397,13 +396,9 @@ func errShuttingDown() error {
 func limitBody(next http.Handler, max int64) http.Handler {
 	ew := connect.NewErrorWriter()
 	tooLarge := func(w http.ResponseWriter, r *http.Request, size string) {
-		err := connect.NewError(connect.CodeInvalidArgument,
-			fmt.Errorf("INVALID_ARGUMENT: request body is %s bytes; the limit is %d", size, max))
-		if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "INVALID_ARGUMENT", Domain: ErrorDomain,
-			Metadata: map[string]string{"field": "body", "limit_bytes": fmt.Sprint(max)}}); derr == nil {
-			err.AddDetail(d)
-		}
-		_ = ew.Write(w, r, err)
+		_ = ew.Write(w, r, wireError(connect.CodeInvalidArgument, registrar.ReasonInvalidArgument,
+			map[string]string{"field": "body", "limit_bytes": fmt.Sprint(max)},
+			fmt.Sprintf("INVALID_ARGUMENT: request body is %s bytes; the limit is %d", size, max)))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch _, unary := unaryInputs[r.URL.Path]; {
@@ -437,7 +432,27 @@ func checkBody(next http.Handler, max int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mt, unary := unaryInputs[r.URL.Path]
 		ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
-		ct = strings.TrimSpace(ct)
+		ct = strings.ToLower(strings.TrimSpace(ct))
+		if strings.HasPrefix(r.URL.Path, "/tenure.v1.") {
+			// What Connect would answer with a bare status (404, 415)
+			// and no body: a Connect error, with the reason.
+			if _, known := rules[r.URL.Path]; !known {
+				_ = ew.Write(w, r, wireError(connect.CodeUnimplemented, registrar.ReasonUnimplemented, map[string]string{"procedure": r.URL.Path},
+					fmt.Sprintf("UNIMPLEMENTED: no RPC %s (API.md lists them; names are case-sensitive)", r.URL.Path)))
+				return
+			}
+			if r.Method == http.MethodPost && !contentTypeFits(ct, unary) {
+				want := "application/json or application/proto (Connect), application/grpc, application/grpc-web"
+				if !unary {
+					want = "application/connect+json or application/connect+proto (Connect streaming: each message in a 5-byte envelope), " +
+						"application/grpc, application/grpc-web"
+				}
+				_ = ew.Write(w, r, wireError(connect.CodeInvalidArgument, registrar.ReasonInvalidArgument,
+					map[string]string{"field": "content_type", "content_type": ct},
+					fmt.Sprintf("INVALID_ARGUMENT: content type %q is not one %s takes: %s", ct, r.URL.Path, want)))
+				return
+			}
+		}
 		var decode func(b []byte, m proto.Message) error
 		switch {
 		case !unary || r.Method != http.MethodPost || r.Header.Get("Content-Encoding") != "":
@@ -464,17 +479,28 @@ func checkBody(next http.Handler, max int64) http.Handler {
 			if _, after, ok := strings.Cut(why, "proto: "); ok {
 				why = after
 			}
-			ce := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("INVALID_ARGUMENT: the request body does not decode as %s: %s", mt.Descriptor().Name(), why))
-			if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "INVALID_ARGUMENT", Domain: ErrorDomain,
-				Metadata: map[string]string{"field": "body"}}); derr == nil {
-				ce.AddDetail(d)
-			}
-			_ = ew.Write(w, r, ce)
+			_ = ew.Write(w, r, wireError(connect.CodeInvalidArgument, registrar.ReasonInvalidArgument, map[string]string{"field": "body"},
+				fmt.Sprintf("INVALID_ARGUMENT: the request body does not decode as %s: %s", mt.Descriptor().Name(), why)))
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// contentTypeFits reports whether ct (lower case, without parameters) is a
+// content type Connect serves a unary (or, unary false, a streaming) RPC
+// with: Connect's own, gRPC's or gRPC-Web's, with a codec it has.
+func contentTypeFits(ct string, unary bool) bool {
+	for _, p := range []string{"application/grpc", "application/grpc-web"} {
+		if ct == p || ct == p+"+proto" || ct == p+"+json" {
+			return true
+		}
+	}
+	if unary {
+		return ct == "application/json" || ct == "application/proto"
+	}
+	return ct == "application/connect+json" || ct == "application/connect+proto"
 }
 
 // decodeGRPCFrame decodes the message of a unary gRPC (or gRPC-Web) body:

@@ -1540,6 +1540,130 @@ func (x *ListPoolsResponse) GetPools() []string {
 	return nil
 }
 
+type DeletePoolRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Empty is "default".
+	Namespace     string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePoolRequest) Reset() {
+	*x = DeletePoolRequest{}
+	mi := &file_tenure_v1_pool_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePoolRequest) ProtoMessage() {}
+
+func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_pool_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
+func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DeletePoolRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *DeletePoolRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type DeletePoolResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when there was no such pool (nothing changed).
+	Deleted bool `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// The piece leases the deletion revoked.
+	RevokedLeases uint32 `protobuf:"varint,2,opt,name=revoked_leases,json=revokedLeases,proto3" json:"revoked_leases,omitempty"`
+	// What the pool held when it was deleted.
+	Files         uint32 `protobuf:"varint,3,opt,name=files,proto3" json:"files,omitempty"`
+	PiecesDone    uint64 `protobuf:"varint,4,opt,name=pieces_done,json=piecesDone,proto3" json:"pieces_done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeletePoolResponse) Reset() {
+	*x = DeletePoolResponse{}
+	mi := &file_tenure_v1_pool_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeletePoolResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeletePoolResponse) ProtoMessage() {}
+
+func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_pool_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
+func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DeletePoolResponse) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *DeletePoolResponse) GetRevokedLeases() uint32 {
+	if x != nil {
+		return x.RevokedLeases
+	}
+	return 0
+}
+
+func (x *DeletePoolResponse) GetFiles() uint32 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *DeletePoolResponse) GetPiecesDone() uint64 {
+	if x != nil {
+		return x.PiecesDone
+	}
+	return 0
+}
+
 // PoolOp is one operation on a PoolService.Pipeline stream: the request of
 // the unary RPC of the same name, with an id chosen by the client to match
 // its result.
@@ -1558,7 +1682,7 @@ type PoolOp struct {
 
 func (x *PoolOp) Reset() {
 	*x = PoolOp{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[21]
+	mi := &file_tenure_v1_pool_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1694,7 @@ func (x *PoolOp) String() string {
 func (*PoolOp) ProtoMessage() {}
 
 func (x *PoolOp) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[21]
+	mi := &file_tenure_v1_pool_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1707,7 @@ func (x *PoolOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolOp.ProtoReflect.Descriptor instead.
 func (*PoolOp) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{21}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PoolOp) GetId() uint64 {
@@ -1667,7 +1791,7 @@ type PoolResult struct {
 
 func (x *PoolResult) Reset() {
 	*x = PoolResult{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[22]
+	mi := &file_tenure_v1_pool_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1803,7 @@ func (x *PoolResult) String() string {
 func (*PoolResult) ProtoMessage() {}
 
 func (x *PoolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[22]
+	mi := &file_tenure_v1_pool_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1816,7 @@ func (x *PoolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResult.ProtoReflect.Descriptor instead.
 func (*PoolResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{22}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PoolResult) GetId() uint64 {
@@ -1783,7 +1907,7 @@ type PoolPipelineRequest struct {
 
 func (x *PoolPipelineRequest) Reset() {
 	*x = PoolPipelineRequest{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[23]
+	mi := &file_tenure_v1_pool_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +1919,7 @@ func (x *PoolPipelineRequest) String() string {
 func (*PoolPipelineRequest) ProtoMessage() {}
 
 func (x *PoolPipelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[23]
+	mi := &file_tenure_v1_pool_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +1932,7 @@ func (x *PoolPipelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPipelineRequest.ProtoReflect.Descriptor instead.
 func (*PoolPipelineRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{23}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PoolPipelineRequest) GetOps() []*PoolOp {
@@ -1828,7 +1952,7 @@ type PoolPipelineResponse struct {
 
 func (x *PoolPipelineResponse) Reset() {
 	*x = PoolPipelineResponse{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[24]
+	mi := &file_tenure_v1_pool_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1964,7 @@ func (x *PoolPipelineResponse) String() string {
 func (*PoolPipelineResponse) ProtoMessage() {}
 
 func (x *PoolPipelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[24]
+	mi := &file_tenure_v1_pool_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1977,7 @@ func (x *PoolPipelineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPipelineResponse.ProtoReflect.Descriptor instead.
 func (*PoolPipelineResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{24}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PoolPipelineResponse) GetResults() []*PoolResult {
@@ -1975,7 +2099,16 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\x10ListPoolsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\")\n" +
 	"\x11ListPoolsResponse\x12\x14\n" +
-	"\x05pools\x18\x01 \x03(\tR\x05pools\"\xe0\x01\n" +
+	"\x05pools\x18\x01 \x03(\tR\x05pools\"E\n" +
+	"\x11DeletePoolRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\"\x8c\x01\n" +
+	"\x12DeletePoolResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\x12%\n" +
+	"\x0erevoked_leases\x18\x02 \x01(\rR\rrevokedLeases\x12\x14\n" +
+	"\x05files\x18\x03 \x01(\rR\x05files\x12\x1f\n" +
+	"\vpieces_done\x18\x04 \x01(\x04R\n" +
+	"piecesDone\"\xe0\x01\n" +
 	"\x06PoolOp\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12H\n" +
 	"\x0erequest_leases\x18\n" +
@@ -2011,7 +2144,7 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\"FAILURE_REASON_VERIFICATION_FAILED\x10\x01\x12 \n" +
 	"\x1cFAILURE_REASON_NETWORK_ERROR\x10\x02\x12\x1a\n" +
 	"\x16FAILURE_REASON_TIMEOUT\x10\x03\x12\x1f\n" +
-	"\x1bFAILURE_REASON_INVALID_DATA\x10\x042\xde\x04\n" +
+	"\x1bFAILURE_REASON_INVALID_DATA\x10\x042\xa9\x05\n" +
 	"\vPoolService\x12I\n" +
 	"\n" +
 	"CreatePool\x12\x1c.tenure.v1.CreatePoolRequest\x1a\x1d.tenure.v1.CreatePoolResponse\x127\n" +
@@ -2020,7 +2153,9 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\rCompletePiece\x12\x1f.tenure.v1.CompletePieceRequest\x1a .tenure.v1.CompletePieceResponse\x12C\n" +
 	"\bRankings\x12\x1a.tenure.v1.RankingsRequest\x1a\x1b.tenure.v1.RankingsResponse\x12E\n" +
 	"\x06Status\x12\x1c.tenure.v1.PoolStatusRequest\x1a\x1d.tenure.v1.PoolStatusResponse\x12F\n" +
-	"\tListPools\x12\x1b.tenure.v1.ListPoolsRequest\x1a\x1c.tenure.v1.ListPoolsResponse\x12O\n" +
+	"\tListPools\x12\x1b.tenure.v1.ListPoolsRequest\x1a\x1c.tenure.v1.ListPoolsResponse\x12I\n" +
+	"\n" +
+	"DeletePool\x12\x1c.tenure.v1.DeletePoolRequest\x1a\x1d.tenure.v1.DeletePoolResponse\x12O\n" +
 	"\bPipeline\x12\x1e.tenure.v1.PoolPipelineRequest\x1a\x1f.tenure.v1.PoolPipelineResponse(\x010\x01B3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
 
 var (
@@ -2036,7 +2171,7 @@ func file_tenure_v1_pool_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_pool_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tenure_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_tenure_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_tenure_v1_pool_proto_goTypes = []any{
 	(RejectedReason)(0),           // 0: tenure.v1.RejectedReason
 	(CompletionResult)(0),         // 1: tenure.v1.CompletionResult
@@ -2062,23 +2197,25 @@ var file_tenure_v1_pool_proto_goTypes = []any{
 	(*PoolStatusResponse)(nil),    // 21: tenure.v1.PoolStatusResponse
 	(*ListPoolsRequest)(nil),      // 22: tenure.v1.ListPoolsRequest
 	(*ListPoolsResponse)(nil),     // 23: tenure.v1.ListPoolsResponse
-	(*PoolOp)(nil),                // 24: tenure.v1.PoolOp
-	(*PoolResult)(nil),            // 25: tenure.v1.PoolResult
-	(*PoolPipelineRequest)(nil),   // 26: tenure.v1.PoolPipelineRequest
-	(*PoolPipelineResponse)(nil),  // 27: tenure.v1.PoolPipelineResponse
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*PipelineError)(nil),         // 30: tenure.v1.PipelineError
+	(*DeletePoolRequest)(nil),     // 24: tenure.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),    // 25: tenure.v1.DeletePoolResponse
+	(*PoolOp)(nil),                // 26: tenure.v1.PoolOp
+	(*PoolResult)(nil),            // 27: tenure.v1.PoolResult
+	(*PoolPipelineRequest)(nil),   // 28: tenure.v1.PoolPipelineRequest
+	(*PoolPipelineResponse)(nil),  // 29: tenure.v1.PoolPipelineResponse
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
+	(*PipelineError)(nil),         // 32: tenure.v1.PipelineError
 }
 var file_tenure_v1_pool_proto_depIdxs = []int32{
-	28, // 0: tenure.v1.PoolConfig.lease_duration:type_name -> google.protobuf.Duration
-	28, // 1: tenure.v1.PoolConfig.peer_idle_timeout:type_name -> google.protobuf.Duration
+	30, // 0: tenure.v1.PoolConfig.lease_duration:type_name -> google.protobuf.Duration
+	30, // 1: tenure.v1.PoolConfig.peer_idle_timeout:type_name -> google.protobuf.Duration
 	3,  // 2: tenure.v1.CreatePoolRequest.config:type_name -> tenure.v1.PoolConfig
 	3,  // 3: tenure.v1.CreatePoolResponse.config:type_name -> tenure.v1.PoolConfig
 	4,  // 4: tenure.v1.WantRequest.ranges:type_name -> tenure.v1.PieceRange
 	18, // 5: tenure.v1.WantResponse.file:type_name -> tenure.v1.PoolFileStatus
 	5,  // 6: tenure.v1.RequestLeasesRequest.have:type_name -> tenure.v1.HaveMap
-	29, // 7: tenure.v1.PieceLease.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 7: tenure.v1.PieceLease.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 8: tenure.v1.RequestLeasesResponse.leases:type_name -> tenure.v1.PieceLease
 	0,  // 9: tenure.v1.RequestLeasesResponse.rejected_reason:type_name -> tenure.v1.RejectedReason
 	1,  // 10: tenure.v1.CompletePieceRequest.result:type_name -> tenure.v1.CompletionResult
@@ -2094,9 +2231,9 @@ var file_tenure_v1_pool_proto_depIdxs = []int32{
 	12, // 20: tenure.v1.PoolResult.request_leases:type_name -> tenure.v1.RequestLeasesResponse
 	14, // 21: tenure.v1.PoolResult.complete_piece:type_name -> tenure.v1.CompletePieceResponse
 	9,  // 22: tenure.v1.PoolResult.want:type_name -> tenure.v1.WantResponse
-	30, // 23: tenure.v1.PoolResult.error:type_name -> tenure.v1.PipelineError
-	24, // 24: tenure.v1.PoolPipelineRequest.ops:type_name -> tenure.v1.PoolOp
-	25, // 25: tenure.v1.PoolPipelineResponse.results:type_name -> tenure.v1.PoolResult
+	32, // 23: tenure.v1.PoolResult.error:type_name -> tenure.v1.PipelineError
+	26, // 24: tenure.v1.PoolPipelineRequest.ops:type_name -> tenure.v1.PoolOp
+	27, // 25: tenure.v1.PoolPipelineResponse.results:type_name -> tenure.v1.PoolResult
 	6,  // 26: tenure.v1.PoolService.CreatePool:input_type -> tenure.v1.CreatePoolRequest
 	8,  // 27: tenure.v1.PoolService.Want:input_type -> tenure.v1.WantRequest
 	10, // 28: tenure.v1.PoolService.RequestLeases:input_type -> tenure.v1.RequestLeasesRequest
@@ -2104,17 +2241,19 @@ var file_tenure_v1_pool_proto_depIdxs = []int32{
 	16, // 30: tenure.v1.PoolService.Rankings:input_type -> tenure.v1.RankingsRequest
 	20, // 31: tenure.v1.PoolService.Status:input_type -> tenure.v1.PoolStatusRequest
 	22, // 32: tenure.v1.PoolService.ListPools:input_type -> tenure.v1.ListPoolsRequest
-	26, // 33: tenure.v1.PoolService.Pipeline:input_type -> tenure.v1.PoolPipelineRequest
-	7,  // 34: tenure.v1.PoolService.CreatePool:output_type -> tenure.v1.CreatePoolResponse
-	9,  // 35: tenure.v1.PoolService.Want:output_type -> tenure.v1.WantResponse
-	12, // 36: tenure.v1.PoolService.RequestLeases:output_type -> tenure.v1.RequestLeasesResponse
-	14, // 37: tenure.v1.PoolService.CompletePiece:output_type -> tenure.v1.CompletePieceResponse
-	17, // 38: tenure.v1.PoolService.Rankings:output_type -> tenure.v1.RankingsResponse
-	21, // 39: tenure.v1.PoolService.Status:output_type -> tenure.v1.PoolStatusResponse
-	23, // 40: tenure.v1.PoolService.ListPools:output_type -> tenure.v1.ListPoolsResponse
-	27, // 41: tenure.v1.PoolService.Pipeline:output_type -> tenure.v1.PoolPipelineResponse
-	34, // [34:42] is the sub-list for method output_type
-	26, // [26:34] is the sub-list for method input_type
+	24, // 33: tenure.v1.PoolService.DeletePool:input_type -> tenure.v1.DeletePoolRequest
+	28, // 34: tenure.v1.PoolService.Pipeline:input_type -> tenure.v1.PoolPipelineRequest
+	7,  // 35: tenure.v1.PoolService.CreatePool:output_type -> tenure.v1.CreatePoolResponse
+	9,  // 36: tenure.v1.PoolService.Want:output_type -> tenure.v1.WantResponse
+	12, // 37: tenure.v1.PoolService.RequestLeases:output_type -> tenure.v1.RequestLeasesResponse
+	14, // 38: tenure.v1.PoolService.CompletePiece:output_type -> tenure.v1.CompletePieceResponse
+	17, // 39: tenure.v1.PoolService.Rankings:output_type -> tenure.v1.RankingsResponse
+	21, // 40: tenure.v1.PoolService.Status:output_type -> tenure.v1.PoolStatusResponse
+	23, // 41: tenure.v1.PoolService.ListPools:output_type -> tenure.v1.ListPoolsResponse
+	25, // 42: tenure.v1.PoolService.DeletePool:output_type -> tenure.v1.DeletePoolResponse
+	29, // 43: tenure.v1.PoolService.Pipeline:output_type -> tenure.v1.PoolPipelineResponse
+	35, // [35:44] is the sub-list for method output_type
+	26, // [26:35] is the sub-list for method input_type
 	26, // [26:26] is the sub-list for extension type_name
 	26, // [26:26] is the sub-list for extension extendee
 	0,  // [0:26] is the sub-list for field type_name
@@ -2127,12 +2266,12 @@ func file_tenure_v1_pool_proto_init() {
 	}
 	file_tenure_v1_lease_proto_init()
 	file_tenure_v1_pool_proto_msgTypes[0].OneofWrappers = []any{}
-	file_tenure_v1_pool_proto_msgTypes[21].OneofWrappers = []any{
+	file_tenure_v1_pool_proto_msgTypes[23].OneofWrappers = []any{
 		(*PoolOp_RequestLeases)(nil),
 		(*PoolOp_CompletePiece)(nil),
 		(*PoolOp_Want)(nil),
 	}
-	file_tenure_v1_pool_proto_msgTypes[22].OneofWrappers = []any{
+	file_tenure_v1_pool_proto_msgTypes[24].OneofWrappers = []any{
 		(*PoolResult_RequestLeases)(nil),
 		(*PoolResult_CompletePiece)(nil),
 		(*PoolResult_Want)(nil),
@@ -2144,7 +2283,7 @@ func file_tenure_v1_pool_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_pool_proto_rawDesc), len(file_tenure_v1_pool_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -49,6 +49,8 @@ const (
 	PoolServiceStatusProcedure = "/tenure.v1.PoolService/Status"
 	// PoolServiceListPoolsProcedure is the fully-qualified name of the PoolService's ListPools RPC.
 	PoolServiceListPoolsProcedure = "/tenure.v1.PoolService/ListPools"
+	// PoolServiceDeletePoolProcedure is the fully-qualified name of the PoolService's DeletePool RPC.
+	PoolServiceDeletePoolProcedure = "/tenure.v1.PoolService/DeletePool"
 	// PoolServicePipelineProcedure is the fully-qualified name of the PoolService's Pipeline RPC.
 	PoolServicePipelineProcedure = "/tenure.v1.PoolService/Pipeline"
 )
@@ -63,6 +65,14 @@ type PoolServiceClient interface {
 	Status(context.Context, *connect.Request[v1.PoolStatusRequest]) (*connect.Response[v1.PoolStatusResponse], error)
 	// ListPools names a namespace's pools (the dashboard's pool list).
 	ListPools(context.Context, *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error)
+	// DeletePool removes a pool: its piece leases are revoked (reason
+	// "pool deleted"), then its files, peers and rankings are dropped and
+	// its pieces no longer count towards the namespace's max_pool_pieces.
+	// A pool of the same name may be created again (fences go on
+	// upward). Deleting a pool that does not exist changes nothing and
+	// answers deleted false, so a retry is safe. Role admin (of the
+	// namespace).
+	DeletePool(context.Context, *connect.Request[v1.DeletePoolRequest]) (*connect.Response[v1.DeletePoolResponse], error)
 	// Pipeline runs many pool operations in flight on one stream, as
 	// LeaseService.Pipeline does for leases: each goes through its unary
 	// RPC's checks and handler; results come back as they complete.
@@ -122,6 +132,12 @@ func NewPoolServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(poolServiceMethods.ByName("ListPools")),
 			connect.WithClientOptions(opts...),
 		),
+		deletePool: connect.NewClient[v1.DeletePoolRequest, v1.DeletePoolResponse](
+			httpClient,
+			baseURL+PoolServiceDeletePoolProcedure,
+			connect.WithSchema(poolServiceMethods.ByName("DeletePool")),
+			connect.WithClientOptions(opts...),
+		),
 		pipeline: connect.NewClient[v1.PoolPipelineRequest, v1.PoolPipelineResponse](
 			httpClient,
 			baseURL+PoolServicePipelineProcedure,
@@ -140,6 +156,7 @@ type poolServiceClient struct {
 	rankings      *connect.Client[v1.RankingsRequest, v1.RankingsResponse]
 	status        *connect.Client[v1.PoolStatusRequest, v1.PoolStatusResponse]
 	listPools     *connect.Client[v1.ListPoolsRequest, v1.ListPoolsResponse]
+	deletePool    *connect.Client[v1.DeletePoolRequest, v1.DeletePoolResponse]
 	pipeline      *connect.Client[v1.PoolPipelineRequest, v1.PoolPipelineResponse]
 }
 
@@ -178,6 +195,11 @@ func (c *poolServiceClient) ListPools(ctx context.Context, req *connect.Request[
 	return c.listPools.CallUnary(ctx, req)
 }
 
+// DeletePool calls tenure.v1.PoolService.DeletePool.
+func (c *poolServiceClient) DeletePool(ctx context.Context, req *connect.Request[v1.DeletePoolRequest]) (*connect.Response[v1.DeletePoolResponse], error) {
+	return c.deletePool.CallUnary(ctx, req)
+}
+
 // Pipeline calls tenure.v1.PoolService.Pipeline.
 func (c *poolServiceClient) Pipeline(ctx context.Context) *connect.BidiStreamForClient[v1.PoolPipelineRequest, v1.PoolPipelineResponse] {
 	return c.pipeline.CallBidiStream(ctx)
@@ -193,6 +215,14 @@ type PoolServiceHandler interface {
 	Status(context.Context, *connect.Request[v1.PoolStatusRequest]) (*connect.Response[v1.PoolStatusResponse], error)
 	// ListPools names a namespace's pools (the dashboard's pool list).
 	ListPools(context.Context, *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error)
+	// DeletePool removes a pool: its piece leases are revoked (reason
+	// "pool deleted"), then its files, peers and rankings are dropped and
+	// its pieces no longer count towards the namespace's max_pool_pieces.
+	// A pool of the same name may be created again (fences go on
+	// upward). Deleting a pool that does not exist changes nothing and
+	// answers deleted false, so a retry is safe. Role admin (of the
+	// namespace).
+	DeletePool(context.Context, *connect.Request[v1.DeletePoolRequest]) (*connect.Response[v1.DeletePoolResponse], error)
 	// Pipeline runs many pool operations in flight on one stream, as
 	// LeaseService.Pipeline does for leases: each goes through its unary
 	// RPC's checks and handler; results come back as they complete.
@@ -248,6 +278,12 @@ func NewPoolServiceHandler(svc PoolServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(poolServiceMethods.ByName("ListPools")),
 		connect.WithHandlerOptions(opts...),
 	)
+	poolServiceDeletePoolHandler := connect.NewUnaryHandler(
+		PoolServiceDeletePoolProcedure,
+		svc.DeletePool,
+		connect.WithSchema(poolServiceMethods.ByName("DeletePool")),
+		connect.WithHandlerOptions(opts...),
+	)
 	poolServicePipelineHandler := connect.NewBidiStreamHandler(
 		PoolServicePipelineProcedure,
 		svc.Pipeline,
@@ -270,6 +306,8 @@ func NewPoolServiceHandler(svc PoolServiceHandler, opts ...connect.HandlerOption
 			poolServiceStatusHandler.ServeHTTP(w, r)
 		case PoolServiceListPoolsProcedure:
 			poolServiceListPoolsHandler.ServeHTTP(w, r)
+		case PoolServiceDeletePoolProcedure:
+			poolServiceDeletePoolHandler.ServeHTTP(w, r)
 		case PoolServicePipelineProcedure:
 			poolServicePipelineHandler.ServeHTTP(w, r)
 		default:
@@ -307,6 +345,10 @@ func (UnimplementedPoolServiceHandler) Status(context.Context, *connect.Request[
 
 func (UnimplementedPoolServiceHandler) ListPools(context.Context, *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.PoolService.ListPools is not implemented"))
+}
+
+func (UnimplementedPoolServiceHandler) DeletePool(context.Context, *connect.Request[v1.DeletePoolRequest]) (*connect.Response[v1.DeletePoolResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.PoolService.DeletePool is not implemented"))
 }
 
 func (UnimplementedPoolServiceHandler) Pipeline(context.Context, *connect.BidiStream[v1.PoolPipelineRequest, v1.PoolPipelineResponse]) error {

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// What a curl user meets at the edge of the protocol gets a Connect error
+// with its reason, as every other bad input does, not a bare HTTP status:
+// an unknown RPC, a content type the RPC does not take, plain JSON posted
+// to a streaming RPC, a deadline that passes while the call waits.
+func TestProtocolEdgesAnswerWithAReason(t *testing.T) {
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	post := func(path, ct string, header http.Header, body []byte) (int, string, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.base+path, bytes.NewReader(body))
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		resp, err := b.http.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		var out map[string]any
+		if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+			if err := json.Unmarshal(raw, &out); err != nil {
+				t.Fatalf("POST %s: %q is not JSON", path, raw)
+			}
+		}
+		return resp.StatusCode, string(raw), out
+	}
+	acquire := []byte(`{"resource":"edge/1","holder":"w1"}`)
+
+	tests := []struct {
+		name, path, ct     string
+		body               []byte
+		status             int
+		code, reason, text string
+	}{
+		{"misspelt RPC", "/tenure.v1.LeaseService/Aquire", "application/json", acquire, http.StatusNotImplemented,
+			"unimplemented", "UNIMPLEMENTED", "UNIMPLEMENTED: no RPC /tenure.v1.LeaseService/Aquire"},
+		{"unknown service", "/tenure.v1.Nope/Acquire", "application/json", acquire, http.StatusNotImplemented,
+			"unimplemented", "UNIMPLEMENTED", "no RPC"},
+		{"curl's default content type", "/tenure.v1.LeaseService/Acquire", "application/x-www-form-urlencoded", acquire, http.StatusBadRequest,
+			"invalid_argument", "INVALID_ARGUMENT", `content type "application/x-www-form-urlencoded" is not one`},
+		{"no content type", "/tenure.v1.LeaseService/Acquire", "", acquire, http.StatusBadRequest,
+			"invalid_argument", "INVALID_ARGUMENT", "application/json"},
+		{"unary JSON to a stream", "/tenure.v1.LeaseService/Watch", "application/json", []byte(`{}`), http.StatusBadRequest,
+			"invalid_argument", "INVALID_ARGUMENT", "application/connect+json"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, raw, out := post(tt.path, tt.ct, nil, tt.body)
+			if msg, _ := out["message"].(string); status != tt.status || out["code"] != tt.code || !strings.Contains(msg, tt.text) {
+				t.Fatalf("HTTP %d %s, want %d, code %s, %q", status, raw, tt.status, tt.code, tt.text)
+			}
+			if got := errorReason(t, out); got != tt.reason {
+				t.Fatalf("reason %s, want %s", got, tt.reason)
+			}
+		})
+	}
+	// Nothing was acquired by any of them.
+	if l, err := b.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{Prefix: "edge/"})); err != nil || len(l.Msg.Leases) != 0 {
+		t.Fatalf("after the refusals: %v %v", l, err)
+	}
+
+	// Plain JSON to a Connect stream (no envelope): the stream ends with
+	// INVALID_ARGUMENT and its reason, not internal.
+	// {} is too short for an envelope; a longer body reads as a huge one.
+	for _, body := range []string{`{}`, `{"prefix":"edge/"}`} {
+		status, raw, _ := post("/tenure.v1.LeaseService/Watch", "application/connect+json", nil, []byte(body))
+		var end struct {
+			Error struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if status != http.StatusOK || len(raw) < 5 {
+			t.Fatalf("unenveloped watch %s: HTTP %d %q", body, status, raw)
+		} else if err := json.Unmarshal([]byte(raw[5:]), &end); err != nil || end.Error.Code != "invalid_argument" ||
+			!strings.HasPrefix(end.Error.Message, "INVALID_ARGUMENT: a message of the stream does not decode") || !strings.Contains(raw, "ErrorInfo") {
+			t.Fatalf("unenveloped watch %s ended with %q", body, raw)
+		}
+	}
+
+	// A deadline that passes while the acquire waits: deadline_exceeded
+	// with its reason, and the waiter is gone.
+	b.acquire(t, &tenurev1.AcquireRequest{Resource: "edge/held", Holder: "w1"})
+	status, raw, out := post("/tenure.v1.LeaseService/Acquire", "application/json", http.Header{"Connect-Timeout-Ms": {"300"}},
+		[]byte(`{"resource":"edge/held","holder":"w2","wait":"10s"}`))
+	if status != http.StatusGatewayTimeout || out["code"] != "deadline_exceeded" || !strings.HasPrefix(out["message"].(string), "DEADLINE_EXCEEDED: ") {
+		t.Fatalf("acquire past its deadline: HTTP %d %s", status, raw)
+	}
+	if got := errorReason(t, out); got != "DEADLINE_EXCEEDED" {
+		t.Fatalf("reason %s", got)
+	}
+}
