@@ -2,6 +2,7 @@ package registrar
 
 import (
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -58,6 +59,23 @@ func checkText(field, v string, max int, required bool) error {
 // CheckIdentifier validates a holder, namespace, queue or id field.
 func CheckIdentifier(field, v string, required bool) error {
 	return checkText(field, v, MaxIdentifierBytes, required)
+}
+
+// CheckNamespace validates a namespace name: an identifier without '*'
+// (which stands for the server-wide defaults in SetPolicy, and for "any"
+// in tokens' namespaces and in routes) and without white space at either
+// end (a look-alike of another namespace).
+func CheckNamespace(field, v string, required bool) error {
+	if err := CheckIdentifier(field, v, required); err != nil {
+		return err
+	}
+	if strings.Contains(v, "*") {
+		return invalid(field, "%q contains '*', which stands for every namespace (in policies, tokens and routes), not in a name", v)
+	}
+	if strings.TrimSpace(v) != v {
+		return invalid(field, "%q starts or ends with white space", v)
+	}
+	return nil
 }
 
 // CheckResource validates a resource name.

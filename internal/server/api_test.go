@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -608,10 +609,15 @@ func TestErrorReasons(t *testing.T) {
 	_, err = b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{short.LeaseId}}))
 	wantReason(t, err, connect.CodeFailedPrecondition, "LEASE_EXPIRED")
 
-	// A batch renew succeeds and lists each failure.
-	resp, err := b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{short.LeaseId, "no-such-lease"}}))
-	if err != nil || len(resp.Msg.Failures) != 2 || resp.Msg.Failures[0].Reason != "LEASE_EXPIRED" || resp.Msg.Failures[1].Reason != "LEASE_NOT_FOUND" {
-		t.Fatalf("batch renew: %v %v", resp, err)
+	// A batch renew succeeds and lists each failure, in the order of
+	// the ids asked for (a malformed one too, which is found first).
+	resp, err := b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{"zzz-no-such-lease", short.LeaseId, ""}}))
+	var got []string
+	for _, f := range resp.Msg.GetFailures() {
+		got = append(got, f.LeaseId+" "+f.Reason)
+	}
+	if want := []string{"zzz-no-such-lease LEASE_NOT_FOUND", short.LeaseId + " LEASE_EXPIRED", " INVALID_ARGUMENT"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("batch renew: %q %v, want %q", got, err, want)
 	}
 }
 

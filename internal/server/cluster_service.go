@@ -214,7 +214,7 @@ func (h *clusterService) PublicKey(ctx context.Context, _ *connect.Request[tenur
 func (h *clusterService) GetPolicy(ctx context.Context, req *connect.Request[tenurev1.GetPolicyRequest]) (*connect.Response[tenurev1.GetPolicyResponse], error) {
 	ns := req.Msg.Namespace
 	if ns != registrar.DefaultsNamespace {
-		if err := registrar.CheckIdentifier("namespace", ns, false); err != nil {
+		if err := registrar.CheckNamespace("namespace", ns, false); err != nil {
 			return nil, h.s.toConnect(err)
 		}
 	}
@@ -240,7 +240,7 @@ func (h *clusterService) SetPolicy(ctx context.Context, req *connect.Request[ten
 		ns = registrar.DefaultNamespace
 	}
 	if ns != registrar.DefaultsNamespace {
-		if err := registrar.CheckIdentifier("namespace", ns, true); err != nil {
+		if err := registrar.CheckNamespace("namespace", ns, true); err != nil {
 			return nil, s.toConnect(err)
 		}
 	}

@@ -44,7 +44,7 @@ func (h *leaseService) Derive(ctx context.Context, req *connect.Request[tenurev1
 		registrar.CheckLeaseIDText("parent_lease_id", m.ParentLeaseId),
 		registrar.CheckIdentifier("holder", m.Holder, true),
 		registrar.CheckIdentifier("new_holder", m.NewHolder, false),
-		registrar.CheckIdentifier("namespace", m.Namespace, false),
+		registrar.CheckNamespace("namespace", m.Namespace, false),
 		registrar.CheckResource("resource", m.Resource),
 		checkPlainResource("resource", m.Resource),
 		positiveTTL("ttl", ttl),

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -333,7 +335,7 @@ func validateRenewOptions(c *logpb.Renew) error {
 	if err := registrar.CheckIdentifier("holder", c.Holder, c.AllOfHolder); err != nil {
 		return err
 	}
-	if err := registrar.CheckIdentifier("namespace", c.Namespace, false); err != nil {
+	if err := registrar.CheckNamespace("namespace", c.Namespace, false); err != nil {
 		return err
 	}
 	return positiveTTL("ttl", c.TtlMs)
@@ -374,12 +376,27 @@ func (h *leaseService) Renew(ctx context.Context, req *connect.Request[tenurev1.
 		// Every id is malformed: the rest of the request is still checked.
 		return nil, s.toConnect(err)
 	}
-	out.Failures = append(bad, out.Failures...)
+	out.Failures = inRequestOrder(append(bad, out.Failures...), m.LeaseIds)
 	leases, err := s.leaseProtos(out.Leases, m.Certificate)
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&tenurev1.RenewResponse{Leases: leases, Failures: failures(out.Failures)}), nil
+}
+
+// inRequestOrder sorts a batch's failures by where their ids first come
+// in the request (malformed ids are found before the rest, and leases the
+// caller may not renew before those it may).
+func inRequestOrder(fs []registrar.Failure, ids []string) []registrar.Failure {
+	if len(fs) < 2 {
+		return fs
+	}
+	pos := make(map[string]int, len(ids))
+	for i := len(ids) - 1; i >= 0; i-- {
+		pos[ids[i]] = i
+	}
+	slices.SortStableFunc(fs, func(a, b registrar.Failure) int { return cmp.Compare(pos[a.LeaseID], pos[b.LeaseID]) })
+	return fs
 }
 
 // renewOwn renews c's leases that the caller may renew (all of them
@@ -533,7 +550,7 @@ func (h *leaseService) DeclareRestart(ctx context.Context, req *connect.Request[
 	if err := registrar.CheckIdentifier("holder", m.Holder, true); err != nil {
 		return nil, s.toConnect(err)
 	}
-	if err := registrar.CheckIdentifier("namespace", m.Namespace, false); err != nil {
+	if err := registrar.CheckNamespace("namespace", m.Namespace, false); err != nil {
 		return nil, s.toConnect(err)
 	}
 	out, err := s.propose(ctx, &logpb.Command{Op: &logpb.Command_DeclareRestart{DeclareRestart: &logpb.DeclareRestart{
@@ -625,7 +642,7 @@ func (h *leaseService) ReadState(ctx context.Context, req *connect.Request[tenur
 func (h *leaseService) WriteState(ctx context.Context, req *connect.Request[tenurev1.WriteStateRequest]) (*connect.Response[tenurev1.WriteStateResponse], error) {
 	s, m := h.s, req.Msg
 	for _, check := range []error{
-		registrar.CheckIdentifier("namespace", m.Namespace, false),
+		registrar.CheckNamespace("namespace", m.Namespace, false),
 		registrar.CheckResource("resource", m.Resource),
 		registrar.CheckLeaseIDText("lease_id", m.LeaseId),
 	} {
@@ -651,7 +668,7 @@ func (h *leaseService) WriteState(ctx context.Context, req *connect.Request[tenu
 // resource's own events, not a scan of the feed.
 func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev1.HistoryRequest]) (*connect.Response[tenurev1.HistoryResponse], error) {
 	s, m := h.s, req.Msg
-	if err := registrar.CheckIdentifier("namespace", m.Namespace, false); err != nil {
+	if err := registrar.CheckNamespace("namespace", m.Namespace, false); err != nil {
 		return nil, s.toConnect(err)
 	}
 	if err := registrar.CheckResource("resource", m.Resource); err != nil {

@@ -213,7 +213,7 @@ func (h *poolService) DeletePool(ctx context.Context, req *connect.Request[tenur
 }
 
 func checkPoolName(ns, name string) error {
-	if err := registrar.CheckIdentifier("namespace", ns, false); err != nil {
+	if err := registrar.CheckNamespace("namespace", ns, false); err != nil {
 		return err
 	}
 	return registrar.CheckIdentifier("pool", name, true)
@@ -337,7 +337,7 @@ func poolEventScope(pr *logpb.PoolRecord) (ns, resource string) {
 // ListPools names a namespace's pools, by name.
 func (h *poolService) ListPools(ctx context.Context, req *connect.Request[tenurev1.ListPoolsRequest]) (*connect.Response[tenurev1.ListPoolsResponse], error) {
 	m := req.Msg
-	if err := registrar.CheckIdentifier("namespace", m.Namespace, false); err != nil {
+	if err := registrar.CheckNamespace("namespace", m.Namespace, false); err != nil {
 		return nil, h.s.toConnect(err)
 	}
 	resp := &tenurev1.ListPoolsResponse{}

@@ -499,7 +499,7 @@ func (h *queueService) SetQueueConfig(ctx context.Context, req *connect.Request[
 // ListQueues names a namespace's queues with their counts, by name.
 func (h *queueService) ListQueues(ctx context.Context, req *connect.Request[tenurev1.ListQueuesRequest]) (*connect.Response[tenurev1.ListQueuesResponse], error) {
 	s, m := h.s, req.Msg
-	if err := registrar.CheckIdentifier("namespace", m.Namespace, false); err != nil {
+	if err := registrar.CheckNamespace("namespace", m.Namespace, false); err != nil {
 		return nil, s.toConnect(err)
 	}
 	resp := &tenurev1.ListQueuesResponse{}

@@ -27,7 +27,7 @@ const watchBatch = 512
 // it starts live. Headers are flushed as soon as the stream is open.
 func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchRequest], stream *connect.ServerStream[tenurev1.WatchResponse]) error {
 	s, m := h.s, req.Msg
-	if err := registrar.CheckIdentifier("namespace", m.Namespace, false); err != nil {
+	if err := registrar.CheckNamespace("namespace", m.Namespace, false); err != nil {
 		return s.toConnect(err)
 	}
 	if err := registrar.CheckPrefix("prefix", m.Prefix); err != nil {
