@@ -38,7 +38,10 @@ const backupHelp = `Back up a cluster's state to a file, and restore one into a 
                  --node-id and --raft-listen; other members --join it. The
                  next fence is raised by --bump-fences (default one billion),
                  so that fences the old cluster issued after the backup are
-                 never issued again; leases keep the time left they had.`
+                 never issued again, and to at least the time of the restore
+                 in microseconds, so that restoring the same backup again
+                 later starts past every fence the first restore issued;
+                 leases keep the time left they had.`
 
 const backupExamples = `  tenure backup save tenure-$(date +%F).backup --endpoints 10.0.0.1:7070,10.0.0.2:7070
   tenure backup inspect tenure-2026-11-27.backup
@@ -51,7 +54,7 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	dataDir := c.fs.String("data-dir", "", "restore: the new data dir (empty or not existing)")
 	nodeID := c.fs.String("node-id", "node1", "restore: the member id of the restored cluster's first member")
 	raftListen := c.fs.String("raft-listen", "127.0.0.1:7071", "restore: that member's Raft address (its tenure server --raft-listen)")
-	bump := c.fs.Uint64("bump-fences", cluster.DefaultFenceBump, "restore: raise the next fence by this much (0 keeps the backup's)")
+	bump := c.fs.Uint64("bump-fences", cluster.DefaultFenceBump, "restore: raise the next fence by this much, and to at least the restore's time in µs (0 keeps the backup's)")
 	pos, err := c.parse(args, 2, 2)
 	if err != nil {
 		return err

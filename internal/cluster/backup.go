@@ -43,6 +43,21 @@ const backupMagic = "TENURE-BACKUP 1\n"
 // backup is handed out again (fences are 64-bit).
 const DefaultFenceBump = 1_000_000_000
 
+// raisedFence is the next fence of a state recovered after grants may
+// have been lost (a restore, a forced new cluster): next raised by bump,
+// and at least now in microseconds since 1970. The floor keeps two
+// recoveries from the same state apart (a backup restored twice, two old
+// members each forced): the later one starts past every fence the earlier
+// one issued meanwhile, unless that one issued more than a million a
+// second or the clocks disagree by more than the time between them.
+// Fences are 64-bit: the floor leaves room for half a million years.
+func raisedFence(next, bump uint64, now time.Time) (uint64, error) {
+	if next > ^uint64(0)-bump {
+		return 0, fmt.Errorf("the next fence %d cannot be raised by %d", next, bump)
+	}
+	return max(next+bump, uint64(max(now.UnixMicro(), 0))), nil
+}
+
 // Backup captures the state for a backup: on the leader, everything
 // committed when it is called (a linearizable read); on another member,
 // what it has applied.
@@ -162,7 +177,9 @@ func ReadBackup(r io.Reader) (*tenurev1.SnapshotInfo, []byte, error) {
 // state is the backup's: a Raft snapshot of it under a configuration of
 // member id alone at raftAddr. tenure server then starts on dir as on any data
 // dir (with that node id and Raft address); other members join it. The
-// next fence is raised by bumpFences (see DefaultFenceBump); the rest of
+// next fence is raised by bumpFences (see DefaultFenceBump), and to at
+// least the time of the restore in microseconds (raisedFence), unless
+// bumpFences is 0; the rest of
 // the state (leases, their fences and time left, queues, pools, policies,
 // the registrar's key, the ledger's chain) is the backup's. dir must be
 // empty or not exist.
@@ -182,13 +199,15 @@ func RestoreDataDir(dir, id, raftAddr string, data []byte, bumpFences uint64, lo
 		return err
 	}
 	s := &logpb.Snapshot{}
-	if err := proto.Unmarshal(data, s); err != nil {
+	err := proto.Unmarshal(data, s)
+	if err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
-	if s.NextSeq > ^uint64(0)-bumpFences {
-		return fmt.Errorf("cluster: restore: the next fence %d cannot be raised by %d", s.NextSeq, bumpFences)
+	if bumpFences > 0 {
+		if s.NextSeq, err = raisedFence(s.NextSeq, bumpFences, time.Now()); err != nil {
+			return fmt.Errorf("cluster: restore: %w", err)
+		}
 	}
-	s.NextSeq += bumpFences
 	s.Members = nil // the backed-up cluster's: the new one publishes its own
 	b, err := statemachine.EncodeSnapshot(s)
 	if err != nil {

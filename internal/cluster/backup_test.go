@@ -3,15 +3,19 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 )
 
@@ -68,6 +72,7 @@ func TestBackupRestore(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "restored")
 	const bump = 1000
+	restoredAt := uint64(time.Now().UnixMicro())
 	if err := RestoreDataDir(dir, "n9", ln.Addr().String(), gotData, bump, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +84,20 @@ func TestBackupRestore(t *testing.T) {
 	if got, err := get(t, r, kept.ID); err != nil || got.State != registrar.Active || got.Fence != kept.Fence {
 		t.Fatalf("the backed-up lease after the restore: %+v %v", got, err)
 	}
-	if out := acquire(t, r, "after-backup", "h2", time.Minute, 0); out.Err != nil || out.Lease.Fence != kept.Fence+1+bump {
-		t.Fatalf("a grant after the restore: %+v, want fence %d", out, kept.Fence+1+bump)
+	// The next fence is past the bump, and past the time of the restore
+	// in microseconds: a second restore of the same backup, later, starts
+	// past what this one issues meanwhile.
+	after := acquire(t, r, "after-backup", "h2", time.Minute, 0)
+	if after.Err != nil || after.Lease.Fence <= kept.Fence+bump || after.Lease.Fence < restoredAt {
+		t.Fatalf("a grant after the restore: %+v, want a fence past %d and %d", after, kept.Fence+bump, restoredAt)
+	}
+	again := filepath.Join(t.TempDir(), "again")
+	if err := RestoreDataDir(again, "n9", "127.0.0.1:1", gotData, bump, nil); err != nil {
+		t.Fatal(err)
+	}
+	m, err := restoredState(t, again)
+	if err != nil || m.NextSeq <= after.Lease.Fence {
+		t.Fatalf("the same backup restored again starts at fence %d (%v); the first restore issued %d", m.NextSeq, err, after.Lease.Fence)
 	}
 	// The old members, published in the backup, are dropped once the new
 	// leader takes office.
@@ -106,4 +123,28 @@ func TestRestoreRefuses(t *testing.T) {
 			t.Errorf("%s: restored", name)
 		}
 	}
+}
+
+// restoredState reads the state RestoreDataDir left in dir's snapshot.
+func restoredState(t *testing.T, dir string) (*logpb.Snapshot, error) {
+	t.Helper()
+	snaps, err := raft.NewFileSnapshotStore(dir, 2, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	list, err := snaps.List()
+	if err != nil || len(list) != 1 {
+		return nil, fmt.Errorf("snapshots %v: %v", list, err)
+	}
+	_, rc, err := snaps.Open(list[0].ID)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, err
+	}
+	s := &logpb.Snapshot{}
+	return s, proto.Unmarshal(b, s)
 }

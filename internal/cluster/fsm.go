@@ -355,7 +355,14 @@ type fsmSnapshot struct {
 
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	s.fill()
-	s.state.NextSeq += s.bumpFences
+	if s.bumpFences > 0 {
+		next, err := raisedFence(s.state.NextSeq, s.bumpFences, time.Now())
+		if err != nil {
+			_ = sink.Cancel()
+			return err
+		}
+		s.state.NextSeq = next
+	}
 	b, err := statemachine.EncodeSnapshot(s.state)
 	if err == nil {
 		_, err = sink.Write(b)

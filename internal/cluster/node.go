@@ -341,6 +341,12 @@ func Open(cfg Config) (*Node, error) {
 		outcasts = newOutcastFilter(n.trans, cfg.DataDir, out, n.log)
 		trans = outcasts
 	}
+	if existing {
+		if err := checkLeftOut(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	trans = newLeftOutWatch(trans, cfg.DataDir, n.diverged)
 	n.raft, err = raft.NewRaft(rc, n.fsm, n.logs, n.logs, snaps, trans)
 	if err != nil {
 		if strings.Contains(err.Error(), "failed to load any existing snapshots") {

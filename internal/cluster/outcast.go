@@ -31,8 +31,9 @@ const outcastsFile = "forced-out.json"
 // two histories would grant the same leases (found from outside: two
 // holders of one resource, with one fence).
 //
-// It cannot keep old members that reach each other from going on as the
-// old cluster among themselves: they must be wiped before they start.
+// An old member it refuses stops on its own (leftOutWatch); old members
+// that reach each other but never this member (a partition) can still go
+// on as the old cluster among themselves: they must be wiped.
 type outcastFilter struct {
 	transportFilter
 	dir string
@@ -114,7 +115,7 @@ func (f *outcastFilter) refuse(rpc raft.RPC) bool {
 	if id == "" || !f.isOutcast(id) {
 		return false
 	}
-	rpc.Respond(nil, fmt.Errorf("member %s was left out of this cluster by --force-new-cluster and still has its old data: "+
+	rpc.Respond(nil, fmt.Errorf("member %s "+leftOutMark+" and still has its old data: "+
 		"wipe its data dir and --join it again", id))
 	return true
 }

@@ -1098,15 +1098,15 @@ func TestForceNewClusterAfterLostQuorum(t *testing.T) {
 	waitFor(t, "Status to list the survivor alone", 10*time.Second, func() bool { return published(survivor, survivor.id) })
 
 	// Both lost members come back with their old data, against the
-	// runbook: they go on as the old cluster between themselves, but the
-	// survivor refuses them and keeps its own.
+	// runbook: the survivor refuses them and keeps its own, and each
+	// stops once refused (without that, they went on as the old cluster
+	// between themselves, granting what the survivor grants).
 	if err := restart(l, func(*Config) {}); err != nil {
 		t.Fatalf("restart %s with its old data: %v", l.id, err)
 	}
 	if err := restart(other, func(*Config) {}); err != nil {
 		t.Fatalf("restart %s with its old data: %v", other.id, err)
 	}
-	leaderOf(t, []*member{l, other}, 20*time.Second) // the old cluster, between themselves
 	// Watched, with writes, over many of their heartbeats and elections
 	// (timeouts of 200 ms): without the refusal, the survivor followed
 	// their leader within a second.
@@ -1127,10 +1127,26 @@ func TestForceNewClusterAfterLostQuorum(t *testing.T) {
 	if got, err := getVia(survivor, x.lease.LeaseId, false); err != nil || got.GetState() != tenurev1.State_STATE_ACTIVE {
 		t.Fatalf("the lease on the forced member after the old members came back: %v %v", got, err)
 	}
+	for _, m := range []*member{l, other} {
+		select {
+		case <-m.srv.Node().Failed():
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s, left out, still runs with its old data", m.id)
+		}
+		if err := m.srv.Node().Err(); err == nil || !strings.Contains(err.Error(), "member "+survivor.id+", forced into a new cluster") {
+			t.Fatalf("%s stopped with %v", m.id, err)
+		}
+	}
+	// Started again from its old data, a left-out member refuses at once.
+	lAPI := l.srv.Addr()
+	l.stop(t)
+	if err := restart(l, func(*Config) {}); err == nil || !strings.Contains(err.Error(), "refused this member's Raft calls") {
+		t.Fatalf("a left-out member started again with its old data: %v", err)
+	}
 	// An admin cannot add an old member back as it is: only from an
 	// empty data dir, through its own --join.
 	_, err = survivor.cluster.AddVoter(context.Background(), connect.NewRequest(&tenurev1.AddVoterRequest{
-		Id: l.id, RaftAddress: addrs[l.id], ApiAddress: l.srv.Addr()}))
+		Id: l.id, RaftAddress: addrs[l.id], ApiAddress: lAPI}))
 	if err == nil || !strings.Contains(err.Error(), "left out by --force-new-cluster") {
 		t.Fatalf("AddVoter of a left-out member: %v", err)
 	}
