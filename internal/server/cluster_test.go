@@ -1186,3 +1186,59 @@ func TestForceNewClusterNeedsState(t *testing.T) {
 		t.Error("the refused --force-new-cluster made its data dir")
 	}
 }
+
+// A grant forwarded by a follower for a caller that went away before the
+// leader's answer reached it (the follower paused, or slow) is given
+// back: without it the lease stayed held by no one until it expired.
+func TestForwardedGrantOfACallerGoneIsGivenBack(t *testing.T) {
+	ms := startCluster(t, 3)
+	l := leaderOf(t, ms, 10*time.Second)
+	f := followerOf(ms, l)
+	held := acquireVia(t, l, "gone/x", time.Minute)
+
+	// The leader's answer reaches the follower once the follower has seen
+	// its caller go.
+	orig := routes[tenurev1connect.LeaseServiceAcquireProcedure]
+	t.Cleanup(func() { routes[tenurev1connect.LeaseServiceAcquireProcedure] = orig })
+	late := orig
+	late.call = func(ctx context.Context, s *Server, base string, msg any, hdr http.Header) (connect.AnyResponse, error) {
+		resp, err := orig.call(ctx, s, base, msg, hdr)
+		if msg.(*tenurev1.AcquireRequest).GetHolder() == "w-gone" {
+			<-ctx.Value(callerKey{}).(context.Context).Done()
+		}
+		return resp, err
+	}
+	routes[tenurev1connect.LeaseServiceAcquireProcedure] = late
+
+	wctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.leases.Acquire(wctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "gone/x", Holder: "w-gone",
+			Ttl: durationpb.New(time.Minute), Wait: durationpb.New(30 * time.Second)}))
+		done <- err
+	}()
+	// The waiter is queued; the holder lets go, and the leader grants it.
+	waitFor(t, "the forwarded acquire to queue", 10*time.Second, func() bool {
+		h, err := l.leases.History(context.Background(), connect.NewRequest(&tenurev1.HistoryRequest{Resource: "gone/x"}))
+		return err == nil && slices.ContainsFunc(h.Msg.Events, func(e *tenurev1.Event) bool { return e.Type == EventLeaseWaiting })
+	})
+	if _, err := l.leases.Release(context.Background(), connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: held.lease.LeaseId, Holder: "h-gone/x"})); err != nil {
+		t.Fatal(err)
+	}
+	var granted *tenurev1.Lease
+	waitFor(t, "the waiter to be granted", 10*time.Second, func() bool {
+		ls, err := l.leases.List(context.Background(), connect.NewRequest(&tenurev1.ListRequest{Resource: "gone/x", Holder: "w-gone"}))
+		if err == nil && len(ls.Msg.Leases) == 1 {
+			granted = ls.Msg.Leases[0]
+		}
+		return granted != nil
+	})
+	cancel()
+	if err := <-done; connect.CodeOf(err) != connect.CodeCanceled {
+		t.Fatalf("the caller's acquire: %v", err)
+	}
+	waitFor(t, "the grant to be given back", 10*time.Second, func() bool {
+		got, err := getVia(l, granted.LeaseId, false)
+		return err == nil && got.GetState() == tenurev1.State_STATE_RELEASED && got.GetReleaseReason() == tenurev1.ReleaseReason_RELEASE_REASON_ABORTED
+	})
+}

@@ -258,7 +258,35 @@ func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Hea
 			}
 		})()
 	}
-	resp, err = r.call(fctx, s, s.fwd.scheme+addr, msg, hdr)
+	// A grant forwarded for a caller that goes away meanwhile is given
+	// back. The leader does so when the forwarded call is cut before it
+	// answers; but its answer may already be on the way (this member
+	// paused, or slow to read), and cutting the call then loses it, with
+	// the lease or the tasks held by no one until they expire (found from
+	// outside, with a follower paused). So the call outlives its caller
+	// for forwardGiveBackGrace, and what it brings back is given back.
+	callCtx, giveBack := fctx, giveBacks[proc]
+	if giveBack != nil {
+		var ccancel context.CancelFunc
+		callCtx, ccancel = context.WithCancel(context.WithValue(context.WithoutCancel(fctx), callerKey{}, ctx))
+		defer ccancel()
+		defer context.AfterFunc(fctx, func() {
+			if ctx.Err() != nil && !cutOff.Load() && !moved.Load() {
+				t := time.NewTimer(forwardGiveBackGrace)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-callCtx.Done():
+				}
+			}
+			ccancel()
+		})()
+	}
+	resp, err = r.call(callCtx, s, s.fwd.scheme+addr, msg, hdr)
+	if err == nil && ctx.Err() != nil && giveBack != nil {
+		go s.giveBack(proc, hdr, giveBack(resp.Any()))
+		return nil, true, s.toConnect(ctx.Err())
+	}
 	if err != nil {
 		s.metrics.forwardErrors.Inc()
 		switch {
@@ -286,6 +314,54 @@ func (s *Server) movedForwardError(write bool, old string) error {
 		Message: fmt.Sprintf("%s: the write was forwarded to the leader %s, which lost the leadership before answering; it may or may not have been applied",
 			registrar.ReasonOutcomeUnknown, old),
 		Metadata: map[string]string{"leader": addr, "leader_id": id}})
+}
+
+// callerKey holds, in the context of a forwarded call that outlives its
+// caller (giveBacks), the caller's own context.
+type callerKey struct{}
+
+// forwardGiveBackGrace is how long a forwarded call that grants (an
+// Acquire, a Claim) may go on once its caller went away, for what it
+// grants to be given back.
+const forwardGiveBackGrace = 2 * time.Second
+
+// giveBacks give back what a forwarded call granted to a caller that
+// went away: an Acquire's lease, a Claim's tasks (released ABORTED, as
+// the leader gives back what it grants to a caller gone: the tasks go
+// back to their queue without using an attempt).
+var giveBacks = map[string]func(resp any) []*tenurev1.Lease{
+	v1c.LeaseServiceAcquireProcedure: func(resp any) []*tenurev1.Lease {
+		if l := resp.(*tenurev1.AcquireResponse).GetLease(); l != nil {
+			return []*tenurev1.Lease{l}
+		}
+		return nil
+	},
+	v1c.QueueServiceClaimProcedure: func(resp any) []*tenurev1.Lease {
+		var out []*tenurev1.Lease
+		for _, t := range resp.(*tenurev1.ClaimResponse).GetTasks() {
+			out = append(out, t.GetLease())
+		}
+		return out
+	},
+}
+
+// giveBack releases (ABORTED) the leases a forwarded call granted to a
+// caller that went away: through the leader, as the caller, or here if
+// this member leads now.
+func (s *Server) giveBack(proc string, hdr http.Header, leases []*tenurev1.Lease) {
+	ctx, cancel := context.WithTimeout(s.ctx, abandonTimeout)
+	defer cancel()
+	for _, l := range leases {
+		req := &tenurev1.ReleaseRequest{LeaseId: l.GetLeaseId(), Holder: l.GetHolder(), Reason: tenurev1.ReleaseReason_RELEASE_REASON_ABORTED}
+		_, forwarded, err := s.forward(ctx, v1c.LeaseServiceReleaseProcedure, req, hdr)
+		if !forwarded {
+			s.releaseAbandoned(ctx, l.GetHolder(), l.GetLeaseId(), "a forwarded "+shortProc(proc))
+			continue
+		}
+		if err != nil {
+			s.log.Warn("releasing the lease of a forwarded "+shortProc(proc)+" whose caller went away", "lease", l.GetLeaseId(), "err", err)
+		}
+	}
 }
 
 // forwardDrain is how long a forwarded call may go on once its member
