@@ -53,6 +53,9 @@ type Node struct {
 	// knewLeader is set once this node has known a leader, itself included
 	// (AwaitLeader).
 	knewLeader atomic.Bool
+	// lastLeader is the id of the last leader this node knew (itself
+	// included).
+	lastLeader atomic.Pointer[string]
 	// leaderSeen ends at the next change of leader this node observes
 	// (LeaderChange).
 	leaderSeen atomic.Pointer[leaderEpoch]
@@ -394,6 +397,7 @@ func Open(cfg Config) (*Node, error) {
 			// Also when this node led and nobody asked it who leads: a
 			// partitioned former leader must not wait for an election.
 			n.knewLeader.Store(true)
+			n.lastLeader.Store(&id)
 		}
 		if id == n.id && fresh != nil {
 			// Elected, it holds what the cluster committed: it votes as ever.

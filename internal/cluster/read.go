@@ -320,10 +320,27 @@ func (n *Node) Leader() (id, apiAddr string) {
 		return "", ""
 	}
 	n.knewLeader.Store(true)
+	last := string(lid)
+	n.lastLeader.Store(&last)
 	if string(lid) == n.id {
 		return n.id, n.cfg.APIAddr
 	}
 	return string(lid), n.memberAPI(string(lid))
+}
+
+// LastLeader is the last leader this node knew (none: ""), with its API
+// address: a node that cannot follow (its Raft log cannot be written)
+// keeps starting elections it cannot win, and knows no leader while the
+// one it knew still leads.
+func (n *Node) LastLeader() (id, apiAddr string) {
+	p := n.lastLeader.Load()
+	if p == nil {
+		return "", ""
+	}
+	if *p == n.id {
+		return n.id, n.cfg.APIAddr
+	}
+	return *p, n.memberAPI(*p)
 }
 
 // AwaitLeader waits, at most ApplyTimeout, while no member can serve a

@@ -1242,3 +1242,25 @@ func TestForwardedGrantOfACallerGoneIsGivenBack(t *testing.T) {
 		return err == nil && got.GetState() == tenurev1.State_STATE_RELEASED && got.GetReleaseReason() == tenurev1.ReleaseReason_RELEASE_REASON_ABORTED
 	})
 }
+
+// A member remembers the last leader it knew, with its API address: one
+// whose disk is full keeps starting elections (it cannot follow), knows no
+// leader, and forwards writes there.
+func TestLastLeader(t *testing.T) {
+	ms := startCluster(t, 3)
+	l := leaderOf(t, ms, 10*time.Second)
+	f := followerOf(ms, l)
+	waitFor(t, "the follower to know the leader's API address", 10*time.Second, func() bool {
+		id, addr := f.srv.Node().LastLeader()
+		return id == l.id && addr == l.srv.Addr()
+	})
+	if id, addr := l.srv.Node().LastLeader(); id != l.id || addr != l.srv.Addr() {
+		t.Fatalf("the leader's last leader: %s %s", id, addr)
+	}
+	l.stop(t)
+	nl := leaderOf(t, ms, 10*time.Second)
+	waitFor(t, "the follower to know the new leader", 10*time.Second, func() bool {
+		id, _ := f.srv.Node().LastLeader()
+		return id == nl.id
+	})
+}

@@ -212,6 +212,13 @@ func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Hea
 	}
 	changed := s.node.LeaderChange() // before Leader: a change after the read ends it
 	id, addr := s.node.Leader()
+	if id == "" && s.node.LogFailure() != nil {
+		// This member cannot write its log (a full disk): it cannot
+		// follow, and its elections keep it from knowing the leader,
+		// which still leads the others: the call goes there (found from
+		// outside: writes to such a member failed while a leader served).
+		id, addr = s.node.LastLeader()
+	}
 	if id == "" || id == s.node.ID() {
 		// No leader, or this node was just elected and is not serving yet.
 		return nil, false, nil
