@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -26,22 +25,12 @@ type poolTransport interface {
 type unaryPoolOps struct{ r *remote }
 
 func (u unaryPoolOps) request(ctx context.Context, req *tenurev1.RequestLeasesRequest) (*tenurev1.RequestLeasesResponse, error) {
-	var out *tenurev1.RequestLeasesResponse
-	err := firstAnswer(u.r.pools, func(c tenurev1connect.PoolServiceClient) error {
-		res, err := c.RequestLeases(ctx, connect.NewRequest(req))
-		if err == nil {
-			out = res.Msg
-		}
-		return err
-	})
-	return out, err
+	return poolCall(ctx, u.r, tenurev1connect.PoolServiceClient.RequestLeases, req)
 }
 
 func (u unaryPoolOps) complete(ctx context.Context, req *tenurev1.CompletePieceRequest) error {
-	return firstAnswer(u.r.pools, func(c tenurev1connect.PoolServiceClient) error {
-		_, err := c.CompletePiece(ctx, connect.NewRequest(req))
-		return err
-	})
+	_, err := poolCall(ctx, u.r, tenurev1connect.PoolServiceClient.CompletePiece, req)
+	return err
 }
 
 // poolPipe sends the pool workload's operations over PoolService.Pipeline.
@@ -83,11 +72,8 @@ func benchPool(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResul
 		q = poolPipe{p}
 	}
 	name := cfg.holder // bench-<run id>: one pool per run
-	if err := firstAnswer(r.pools, func(pc tenurev1connect.PoolServiceClient) error {
-		_, err := pc.CreatePool(ctx, connect.NewRequest(&tenurev1.CreatePoolRequest{Namespace: c.namespace, Pool: name,
-			Config: &tenurev1.PoolConfig{LeaseDuration: durationpb.New(cfg.ttl), MaxLeasesPerPeer: uint32(cfg.batch)}}))
-		return err
-	}); err != nil {
+	if _, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.CreatePool, &tenurev1.CreatePoolRequest{Namespace: c.namespace, Pool: name,
+		Config: &tenurev1.PoolConfig{LeaseDuration: durationpb.New(cfg.ttl), MaxLeasesPerPeer: uint32(cfg.batch)}}); err != nil {
 		return nil, fmt.Errorf("%w (while creating pool %s)", err, name)
 	}
 	var genMu sync.Mutex
@@ -100,10 +86,7 @@ func benchPool(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResul
 			for f := range cfg.files {
 				req := &tenurev1.WantRequest{Namespace: c.namespace, Pool: name, FileIndex: uint32(gens*cfg.files + f),
 					PieceCount: uint32(cfg.pieces), Ranges: []*tenurev1.PieceRange{{Start: 0, End: uint32(cfg.pieces)}}}
-				if err := firstAnswer(r.pools, func(pc tenurev1connect.PoolServiceClient) error {
-					_, err := pc.Want(ctx, connect.NewRequest(req))
-					return err
-				}); err != nil {
+				if _, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.Want, req); err != nil {
 					return fmt.Errorf("%w (while adding file %d to pool %s)", err, req.FileIndex, name)
 				}
 			}

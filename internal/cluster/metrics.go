@@ -2,11 +2,14 @@ package cluster
 
 import (
 	"cmp"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenurehq/tenure/internal/ledger"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/queue"
 	"github.com/tenurehq/tenure/internal/registrar"
@@ -99,6 +102,18 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_tasks_finished_retained",
 			Help: "Finished queue tasks kept until their retention passes (or the namespace's max_retained_tasks prunes them)."},
 			func() float64 { return n.fsm.count(func(m *statemachine.Machine) int { return m.Queues().Finished() }) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_ledger_bytes",
+			Help: "Size of the durable ledger's files in DATA-DIR/ledger (kept within --ledger-max-size)."}, func() float64 {
+			if d := n.fsm.ledger; d != nil {
+				return float64(ledgerBytes(d.dir))
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_raft_last_snapshot_index",
+			Help: "Raft index of this node's latest snapshot (the log before it is compacted away)."}, func() float64 {
+			i, _ := strconv.ParseUint(n.raft.Stats()["last_snapshot_index"], 10, 64)
+			return float64(i)
+		}),
 		queueCollector{f: n.fsm},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tenure_is_leader",
 			Help: "1 when this node is the leader."}, func() float64 {
@@ -194,4 +209,19 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(queueUnreportedDesc, prometheus.GaugeValue, float64(unreported))
+}
+
+// ledgerBytes sums the sizes of the ledger files in dir.
+func ledgerBytes(dir string) int64 {
+	segs, err := ledger.Segments(dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, p := range segs {
+		if fi, err := os.Stat(p); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -915,18 +916,27 @@ func TestOpsEndpoints(t *testing.T) {
 	if _, err := b.leases.Acquire(context.Background(), connect.NewRequest(&tenurev1.AcquireRequest{Resource: "m", Holder: "w2"})); err == nil {
 		t.Fatal("second acquire of m succeeded")
 	}
+	// An acquire that asked to wait is timed apart: its time is the wait's.
+	b.acquire(t, &tenurev1.AcquireRequest{Resource: "m-wait", Holder: "w", Wait: durationpb.New(time.Second)})
 	resp, err := b.http.Get(b.base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, m := range []string{"tenure_grants_total 1", "tenure_leases_active 1", "tenure_raft_commit_index", "tenure_raft_apply_seconds", "tenure_is_leader 1", "tenure_has_leader 1", "tenure_leader_changes_seen_total 1",
-		`tenure_rpc_requests_total{code="ok",procedure="/tenure.v1.LeaseService/Acquire"} 1`,
+	for _, m := range []string{"tenure_grants_total 2", "tenure_leases_active 2", "tenure_raft_commit_index", "tenure_raft_apply_seconds", "tenure_is_leader 1", "tenure_has_leader 1", "tenure_leader_changes_seen_total 1",
+		`tenure_rpc_requests_total{code="ok",procedure="/tenure.v1.LeaseService/Acquire"} 2`,
 		`tenure_rpc_requests_total{code="failed_precondition",procedure="/tenure.v1.LeaseService/Acquire"} 1`,
-		`tenure_rpc_duration_seconds_count{procedure="/tenure.v1.LeaseService/Acquire"} 2`} {
+		`tenure_rpc_duration_seconds_count{procedure="/tenure.v1.LeaseService/Acquire"} 2`,
+		`tenure_rpc_wait_duration_seconds_count{procedure="/tenure.v1.LeaseService/Acquire"} 1`} {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("/metrics lacks %q", m)
+		}
+	}
+	// The ledger's size and the last snapshot are there for operators.
+	for _, re := range []string{`(?m)^tenure_ledger_bytes [1-9]`, `(?m)^tenure_raft_last_snapshot_index \d`} {
+		if !regexp.MustCompile(re).Match(body) {
+			t.Errorf("/metrics lacks %s", re)
 		}
 	}
 	// What the retention caps bound.
@@ -968,8 +978,9 @@ func TestOpsEndpoints(t *testing.T) {
 	}
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), "tenure_leases_active 2\n") || !strings.Contains(string(body), "tenure_waiters 0\n") {
-		t.Errorf("/metrics after a restart from a snapshot with one active lease and one more in the log:\n%s", body)
+	if !strings.Contains(string(body), "tenure_leases_active 3\n") || !strings.Contains(string(body), "tenure_waiters 0\n") ||
+		!regexp.MustCompile(`(?m)^tenure_raft_last_snapshot_index [1-9]`).Match(body) {
+		t.Errorf("/metrics after a restart from a snapshot with two active leases and one more in the log:\n%s", body)
 	}
 	for _, m := range []string{"tenure_grants_total 0\n", `tenure_leases_ended_total{state="EXPIRED"} 0` + "\n"} {
 		if !strings.Contains(string(body), m) {
