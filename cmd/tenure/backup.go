@@ -77,7 +77,8 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		if err := cluster.RestoreDataDir(*dataDir, *nodeID, *raftListen, data, *bump, nil); err != nil {
+		next, err := cluster.RestoreDataDir(*dataDir, *nodeID, *raftListen, data, *bump, nil)
+		if err != nil {
 			if strings.HasPrefix(err.Error(), "INVALID_ARGUMENT") {
 				return err
 			}
@@ -88,8 +89,8 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		fmt.Fprintf(stdout, "restored %s (taken from %s at raft index %d, %s) into %s\n",
 			file, info.GetNodeId(), info.GetRaftIndex(), info.GetTakenAt().AsTime().Format(time.RFC3339), *dataDir)
-		fmt.Fprintf(stdout, "next fence %d (raised by %d); start it with:\n  tenure server --data-dir %s --node-id %s --raft-listen %s\n",
-			info.GetNextFence()+*bump, *bump, *dataDir, *nodeID, *raftListen)
+		fmt.Fprintf(stdout, "next fence %d (the backup's %d raised by at least %d); start it with:\n  tenure server --data-dir %s --node-id %s --raft-listen %s\n",
+			next, info.GetNextFence(), *bump, *dataDir, *nodeID, *raftListen)
 		return nil
 	}
 	return c.usageError("unknown subcommand %q (want save, inspect or restore)", pos[0])

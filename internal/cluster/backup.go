@@ -182,53 +182,52 @@ func ReadBackup(r io.Reader) (*tenurev1.SnapshotInfo, []byte, error) {
 // bumpFences is 0; the rest of
 // the state (leases, their fences and time left, queues, pools, policies,
 // the registrar's key, the ledger's chain) is the backup's. dir must be
-// empty or not exist.
-func RestoreDataDir(dir, id, raftAddr string, data []byte, bumpFences uint64, log *slog.Logger) error {
+// empty or not exist. It returns the restored state's next fence.
+func RestoreDataDir(dir, id, raftAddr string, data []byte, bumpFences uint64, log *slog.Logger) (nextFence uint64, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
-		return fmt.Errorf("cluster: restore: %s is not empty: restore into a new data dir", dir)
+		return 0, fmt.Errorf("cluster: restore: %s is not empty: restore into a new data dir", dir)
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("cluster: restore: %w", err)
+		return 0, fmt.Errorf("cluster: restore: %w", err)
 	}
 	if err := registrar.CheckIdentifier("node id", id, true); err != nil {
-		return err
+		return 0, err
 	}
 	if err := CheckRaftAddress("--raft-listen", raftAddr); err != nil {
-		return err
+		return 0, err
 	}
 	s := &logpb.Snapshot{}
-	err := proto.Unmarshal(data, s)
-	if err != nil {
-		return fmt.Errorf("cluster: restore: %w", err)
+	if err := proto.Unmarshal(data, s); err != nil {
+		return 0, fmt.Errorf("cluster: restore: %w", err)
 	}
 	if bumpFences > 0 {
 		if s.NextSeq, err = raisedFence(s.NextSeq, bumpFences, time.Now()); err != nil {
-			return fmt.Errorf("cluster: restore: %w", err)
+			return 0, fmt.Errorf("cluster: restore: %w", err)
 		}
 	}
 	s.Members = nil // the backed-up cluster's: the new one publishes its own
 	b, err := statemachine.EncodeSnapshot(s)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := statemachine.Restore(statemachine.DefaultConfig(), b); err != nil {
-		return fmt.Errorf("cluster: restore: %w", err)
+		return 0, fmt.Errorf("cluster: restore: %w", err)
 	}
 
 	if err := privateDir(dir, log); err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := nodeID(dir, id); err != nil {
-		return err
+		return 0, err
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "snapshots"), 0o700); err != nil {
-		return fmt.Errorf("cluster: snapshot dir: %w", err)
+		return 0, fmt.Errorf("cluster: snapshot dir: %w", err)
 	}
 	snaps, err := raft.NewFileSnapshotStore(dir, 2, io.Discard)
 	if err != nil {
-		return fmt.Errorf("cluster: snapshot store: %w", err)
+		return 0, fmt.Errorf("cluster: snapshot store: %w", err)
 	}
 	self := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(raftAddr)}}}
 	_, trans := raft.NewInmemTransport(raft.ServerAddress(raftAddr)) // only encodes the peer list
@@ -237,16 +236,16 @@ func RestoreDataDir(dir, id, raftAddr string, data []byte, bumpFences uint64, lo
 	// after it, and its first election (term 1) is not behind it.
 	sink, err := snaps.Create(1, 1, 1, self, 1, trans)
 	if err != nil {
-		return fmt.Errorf("cluster: restore: %w", err)
+		return 0, fmt.Errorf("cluster: restore: %w", err)
 	}
 	if _, err := sink.Write(b); err != nil {
 		_ = sink.Cancel()
-		return fmt.Errorf("cluster: restore: %w", err)
+		return 0, fmt.Errorf("cluster: restore: %w", err)
 	}
 	if err := sink.Close(); err != nil {
-		return fmt.Errorf("cluster: restore: %w", err)
+		return 0, fmt.Errorf("cluster: restore: %w", err)
 	}
 	log.Info("restored a backup into a new data dir", "dir", dir, "node", id, "raft_addr", raftAddr,
 		"next_fence", s.NextSeq, "fence_bump", bumpFences)
-	return nil
+	return s.NextSeq, nil
 }

@@ -73,10 +73,11 @@ func TestBackupRestore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "restored")
 	const bump = 1000
 	restoredAt := uint64(time.Now().UnixMicro())
-	if err := RestoreDataDir(dir, "n9", ln.Addr().String(), gotData, bump, nil); err != nil {
-		t.Fatal(err)
+	next, err := RestoreDataDir(dir, "n9", ln.Addr().String(), gotData, bump, nil)
+	if err != nil || next < restoredAt || next <= kept.Fence+bump {
+		t.Fatalf("restore: next fence %d, %v", next, err)
 	}
-	if err := RestoreDataDir(dir, "n9", ln.Addr().String(), gotData, bump, nil); err == nil || !strings.Contains(err.Error(), "not empty") {
+	if _, err := RestoreDataDir(dir, "n9", ln.Addr().String(), gotData, bump, nil); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Fatalf("a second restore into the same dir: %v", err)
 	}
 	r := openWith(t, dir, func(c *Config) { c.NodeID, c.RaftListener = "n9", ln })
@@ -92,7 +93,7 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatalf("a grant after the restore: %+v, want a fence past %d and %d", after, kept.Fence+bump, restoredAt)
 	}
 	again := filepath.Join(t.TempDir(), "again")
-	if err := RestoreDataDir(again, "n9", "127.0.0.1:1", gotData, bump, nil); err != nil {
+	if _, err := RestoreDataDir(again, "n9", "127.0.0.1:1", gotData, bump, nil); err != nil {
 		t.Fatal(err)
 	}
 	m, err := restoredState(t, again)
@@ -110,13 +111,13 @@ func TestBackupRestore(t *testing.T) {
 func TestRestoreRefuses(t *testing.T) {
 	dir := t.TempDir()
 	for name, f := range map[string]func() error{
-		"bad node id":      func() error { return RestoreDataDir(filepath.Join(dir, "a"), "", "127.0.0.1:1", nil, 0, nil) },
-		"bad raft address": func() error { return RestoreDataDir(filepath.Join(dir, "b"), "n1", "nohost", nil, 0, nil) },
+		"bad node id":      func() error { return restoreErr(RestoreDataDir(filepath.Join(dir, "a"), "", "127.0.0.1:1", nil, 0, nil)) },
+		"bad raft address": func() error { return restoreErr(RestoreDataDir(filepath.Join(dir, "b"), "n1", "nohost", nil, 0, nil)) },
 		"unspecified raft address": func() error {
-			return RestoreDataDir(filepath.Join(dir, "d"), "n1", "0.0.0.0:7071", nil, 0, nil)
+			return restoreErr(RestoreDataDir(filepath.Join(dir, "d"), "n1", "0.0.0.0:7071", nil, 0, nil))
 		},
 		"bad state": func() error {
-			return RestoreDataDir(filepath.Join(dir, "c"), "n1", "127.0.0.1:1", []byte("junk"), 0, nil)
+			return restoreErr(RestoreDataDir(filepath.Join(dir, "c"), "n1", "127.0.0.1:1", []byte("junk"), 0, nil))
 		},
 	} {
 		if err := f(); err == nil {
@@ -148,3 +149,5 @@ func restoredState(t *testing.T, dir string) (*logpb.Snapshot, error) {
 	s := &logpb.Snapshot{}
 	return s, proto.Unmarshal(b, s)
 }
+
+func restoreErr(_ uint64, err error) error { return err }

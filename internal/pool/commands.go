@@ -71,7 +71,7 @@ func reject(r tenurev1.RejectedReason, msg string) Outcome {
 
 // ValidateCommand checks a command's identifiers without looking at state.
 func ValidateCommand(c *logpb.PoolCommand) error {
-	if err := registrar.CheckNamespace("namespace", c.Namespace, false); err != nil {
+	if err := registrar.CheckIdentifier("namespace", c.Namespace, false); err != nil {
 		return err
 	}
 	if err := registrar.CheckIdentifier("pool", c.Pool, true); err != nil {

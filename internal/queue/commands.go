@@ -34,7 +34,7 @@ func invalid(field, format string, args ...any) error {
 
 // ValidateQueue checks a namespace and queue name.
 func ValidateQueue(ns, queue string) error {
-	if err := registrar.CheckNamespace("namespace", ns, false); err != nil {
+	if err := registrar.CheckIdentifier("namespace", ns, false); err != nil {
 		return err
 	}
 	return registrar.CheckIdentifier("queue", queue, true)

@@ -249,7 +249,7 @@ func (r *Registrar) checkQuota(ns *namespace, holder string) error {
 
 // ValidateAcquire checks an acquire's fields without looking at state.
 func ValidateAcquire(c *logpb.Acquire) error {
-	if err := CheckNamespace("namespace", c.Namespace, false); err != nil {
+	if err := CheckIdentifier("namespace", c.Namespace, false); err != nil {
 		return err
 	}
 	if err := CheckResource("resource", c.Resource); err != nil {
@@ -400,7 +400,7 @@ func (r *Registrar) Renew(tx *Tx, c *logpb.Renew) Outcome {
 	if err := CheckIdentifier("holder", c.Holder, c.AllOfHolder); err != nil {
 		return fail(err)
 	}
-	if err := CheckNamespace("namespace", c.Namespace, false); err != nil {
+	if err := CheckIdentifier("namespace", c.Namespace, false); err != nil {
 		return fail(err)
 	}
 	if c.TtlMs != nil && *c.TtlMs <= 0 {
@@ -732,7 +732,7 @@ func (r *Registrar) DeclareRestart(tx *Tx, c *logpb.DeclareRestart) Outcome {
 	if err := CheckIdentifier("holder", c.Holder, true); err != nil {
 		return fail(err)
 	}
-	if err := CheckNamespace("namespace", c.Namespace, false); err != nil {
+	if err := CheckIdentifier("namespace", c.Namespace, false); err != nil {
 		return fail(err)
 	}
 	if c.GraceMs != nil {
@@ -794,7 +794,7 @@ func (r *Registrar) DeclareRestart(tx *Tx, c *logpb.DeclareRestart) Outcome {
 // WriteState writes a resource's guarded state: only its active exclusive
 // lease may, and only at the current epoch.
 func (r *Registrar) WriteState(tx *Tx, c *logpb.WriteState) Outcome {
-	if err := CheckNamespace("namespace", c.Namespace, false); err != nil {
+	if err := CheckIdentifier("namespace", c.Namespace, false); err != nil {
 		return fail(err)
 	}
 	if err := CheckResource("resource", c.Resource); err != nil {
@@ -857,7 +857,7 @@ func (r *Registrar) WriteState(tx *Tx, c *logpb.WriteState) Outcome {
 // SetPolicy replaces a namespace's policy (or, for "*", the defaults).
 func (r *Registrar) SetPolicy(tx *Tx, c *logpb.SetPolicy) Outcome {
 	if c.Namespace != DefaultsNamespace {
-		if err := CheckNamespace("namespace", c.Namespace, true); err != nil {
+		if err := CheckIdentifier("namespace", c.Namespace, true); err != nil {
 			return fail(err)
 		}
 	}

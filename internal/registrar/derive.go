@@ -137,7 +137,7 @@ func (r *Registrar) Derive(tx *Tx, c *logpb.Derive) Outcome {
 	if err := CheckIdentifier("new_holder", c.NewHolder, false); err != nil {
 		return fail(err)
 	}
-	if err := CheckNamespace("namespace", c.Namespace, false); err != nil {
+	if err := CheckIdentifier("namespace", c.Namespace, false); err != nil {
 		return fail(err)
 	}
 	if err := CheckResource("resource", c.Resource); err != nil {
@@ -294,7 +294,7 @@ func (r *Registrar) Authorize(id, ns, resource, action string, t Tick) (denied *
 	if err := CheckLeaseIDText("lease_id", id); err != nil {
 		return nil, err
 	}
-	if err := CheckNamespace("namespace", ns, false); err != nil {
+	if err := CheckIdentifier("namespace", ns, false); err != nil {
 		return nil, err
 	}
 	if resource != "" {

@@ -102,7 +102,7 @@ func (r *Registrar) ByHolder(holder, ns string, t Tick) []Lease {
 // Fence answers CheckFence: whether fence belongs to an active lease of the
 // resource, and the resource's highest active fence.
 func (r *Registrar) Fence(ns, resource string, fence uint64, t Tick) (current bool, active uint64, err error) {
-	if err := CheckNamespace("namespace", ns, false); err != nil {
+	if err := CheckIdentifier("namespace", ns, false); err != nil {
 		return false, 0, err
 	}
 	if err := CheckResource("resource", resource); err != nil {
@@ -119,7 +119,7 @@ func (r *Registrar) Fence(ns, resource string, fence uint64, t Tick) (current bo
 
 // ReadState returns a resource's guarded state and epoch.
 func (r *Registrar) ReadState(ns, resource string) ([]byte, uint64, error) {
-	if err := CheckNamespace("namespace", ns, false); err != nil {
+	if err := CheckIdentifier("namespace", ns, false); err != nil {
 		return nil, 0, err
 	}
 	if err := CheckResource("resource", resource); err != nil {
@@ -270,7 +270,7 @@ const (
 // token names the last (resource, fence) returned, so pages neither skip
 // nor repeat leases that exist across calls.
 func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err error) {
-	if err := CheckNamespace("namespace", q.Namespace, false); err != nil {
+	if err := CheckIdentifier("namespace", q.Namespace, false); err != nil {
 		return nil, "", err
 	}
 	if err := CheckPrefix("prefix", q.Prefix); err != nil {

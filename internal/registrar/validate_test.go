@@ -40,10 +40,6 @@ func TestValidation_RejectsAndEmitsNothing(t *testing.T) {
 		{"acquire_resource_unicode_blank", acq(func(a *logpb.Acquire) { a.Resource = "\u00a0\u3000" }), "resource"},
 		{"acquire_holder_blank", acq(func(a *logpb.Acquire) { a.Holder = " " }), "holder"},
 		{"acquire_namespace_blank", acq(func(a *logpb.Acquire) { a.Namespace = "   " }), "namespace"},
-		{"acquire_namespace_star", acq(func(a *logpb.Acquire) { a.Namespace = "*" }), "namespace"},
-		{"acquire_namespace_pattern", acq(func(a *logpb.Acquire) { a.Namespace = "team-*" }), "namespace"},
-		{"acquire_namespace_leading_space", acq(func(a *logpb.Acquire) { a.Namespace = " default" }), "namespace"},
-		{"acquire_namespace_trailing_space", acq(func(a *logpb.Acquire) { a.Namespace = "default\u3000" }), "namespace"},
 		{"acquire_resource_newline", acq(func(a *logpb.Acquire) { a.Resource = "orders/\n42" }), "resource"},
 		{"acquire_resource_c1_control", acq(func(a *logpb.Acquire) { a.Resource = "orders/\u008542" }), "resource"},
 		{"acquire_resource_line_separator", acq(func(a *logpb.Acquire) { a.Resource = "orders/\u202842" }), "resource"},
@@ -137,4 +133,26 @@ func TestValidation_AcceptsLimits(t *testing.T) {
 	// A 4-byte rune that would straddle the limit is counted in bytes.
 	over := strings.Repeat("r", registrar.MaxResourceBytes-3) + "🔒"
 	wantReason(t, e.acquire(over, "w1").Err, registrar.ReasonInvalidArgument)
+}
+
+// The API refuses namespace names with '*' or white space at either end
+// (CheckNamespace, where requests come in), but commands in a log written
+// before that apply as they did: a member replaying such a log, or running
+// beside members of the previous version, must derive the same records.
+func TestValidation_LoggedNamespacesStillApply(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for _, ns := range strs("x*", "*", " default", "team a ") {
+		if err := registrar.CheckNamespace("namespace", ns, false); err == nil {
+			t.Errorf("CheckNamespace(%q) passed", ns)
+		}
+		if l := e.mustAcquire("r", "w1", inNS(ns)); l.Namespace != ns {
+			t.Fatalf("acquire in %q from the log: %+v", ns, l)
+		}
+	}
+	for _, ns := range strs("", "default", "team-a", "a b") {
+		if err := registrar.CheckNamespace("namespace", ns, false); err != nil {
+			t.Errorf("CheckNamespace(%q): %v", ns, err)
+		}
+	}
 }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"reflect"
+
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/auth"
@@ -76,6 +78,24 @@ type rule struct {
 	// authenticated principal may call).
 	roles  []auth.Role
 	target func(msg any) target
+}
+
+// checkNamespaceOf refuses a request that names a namespace no one may
+// use (registrar.CheckNamespace: a '*', white space at either end). It is
+// checked where requests come in, with or without authentication, and not
+// where commands apply: a log written before the check replays as it did
+// (found from outside: a member upgraded in a cluster, or restarted on its
+// data dir, applied such an entry differently from the others). A
+// RequestLeases answers it as its other invalid requests (invalidRequest).
+func checkNamespaceOf(proc string, msg any) error {
+	ru, ok := rules[proc]
+	if !ok || msg == nil || reflect.ValueOf(msg).IsNil() || proc == v1c.PoolServiceRequestLeasesProcedure {
+		return nil
+	}
+	if t := ru.target(msg); t.hasNamespace && t.namespace != "" {
+		return registrar.CheckNamespace("namespace", t.namespace, false)
+	}
+	return nil
 }
 
 func ns(n string) target { return target{namespace: n, hasNamespace: true} }

@@ -612,12 +612,12 @@ func TestErrorReasons(t *testing.T) {
 
 	// A batch renew succeeds and lists each failure, in the order of
 	// the ids asked for (a malformed one too, which is found first).
-	resp, err := b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{"zzz-no-such-lease", short.LeaseId, ""}}))
+	resp, err := b.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{short.LeaseId, "zzz-no-such-lease", short.LeaseId, ""}}))
 	var got []string
 	for _, f := range resp.Msg.GetFailures() {
 		got = append(got, f.LeaseId+" "+f.Reason)
 	}
-	if want := []string{"zzz-no-such-lease LEASE_NOT_FOUND", short.LeaseId + " LEASE_EXPIRED", " INVALID_ARGUMENT"}; err != nil || !slices.Equal(got, want) {
+	if want := []string{short.LeaseId + " LEASE_EXPIRED", "zzz-no-such-lease LEASE_NOT_FOUND", short.LeaseId + " LEASE_EXPIRED", " INVALID_ARGUMENT"}; err != nil || !slices.Equal(got, want) {
 		t.Fatalf("batch renew: %q %v, want %q", got, err, want)
 	}
 }

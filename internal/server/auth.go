@@ -378,6 +378,9 @@ type authInterceptor struct{ s *Server }
 
 func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := checkNamespaceOf(req.Spec().Procedure, req.Any()); err != nil {
+			return nil, a.s.toConnect(err)
+		}
 		if principalOf(ctx) == nil {
 			return next(ctx, req)
 		}

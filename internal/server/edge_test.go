@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
 
 // What a curl user meets at the edge of the protocol gets a Connect error
@@ -110,5 +112,49 @@ func TestProtocolEdgesAnswerWithAReason(t *testing.T) {
 	}
 	if got := errorReason(t, out); got != "DEADLINE_EXCEEDED" {
 		t.Fatalf("reason %s", got)
+	}
+}
+
+// Namespace names with '*' or white space at either end are refused
+// where requests come in, unary and pipelined alike (the state machine
+// still applies them from a log written before: see
+// registrar.TestValidation_LoggedNamespacesStillApply).
+func TestNamespaceNamesRefusedAtTheAPI(t *testing.T) {
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, ns := range []string{"*", "team-*", " default", "q "} {
+		_, err := b.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Namespace: ns, Resource: "r", Holder: "w"}))
+		wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+		_, err = b.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{Namespace: ns}))
+		wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+		qc := tenurev1connect.NewQueueServiceClient(b.http, b.base)
+		_, err = qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Namespace: ns, Queue: "q", Tasks: []*tenurev1.NewTask{{Payload: []byte("x")}}}))
+		wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+		pc := tenurev1connect.NewPoolServiceClient(b.http, b.base)
+		rl, err := pc.RequestLeases(ctx, connect.NewRequest(&tenurev1.RequestLeasesRequest{Namespace: ns, Pool: "p", Peer: "x", Max: 1}))
+		if err != nil || rl.Msg.RejectedReason != tenurev1.RejectedReason_REJECTED_REASON_INVALID_REQUEST || !strings.Contains(rl.Msg.Message, "namespace") {
+			t.Fatalf("RequestLeases in %q: %v %v", ns, rl, err)
+		}
+		// Pipelined, the same.
+		ps := b.leases.Pipeline(ctx)
+		if err := ps.Send(&tenurev1.PipelineRequest{Ops: []*tenurev1.PipelineOp{{Id: 1, Op: &tenurev1.PipelineOp_Acquire{
+			Acquire: &tenurev1.AcquireRequest{Namespace: ns, Resource: "r", Holder: "w"}}}}}); err != nil {
+			t.Fatal(err)
+		}
+		pr, err := ps.Receive()
+		if err != nil || pr.GetResults()[0].GetError().GetReason() != "INVALID_ARGUMENT" {
+			t.Fatalf("pipelined acquire in %q: %v %v", ns, pr, err)
+		}
+		ps.CloseRequest()
+		ps.CloseResponse()
+	}
+	// The server-wide defaults keep their name.
+	if _, err := b.cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "*",
+		Policy: &tenurev1.NamespacePolicy{MaxTtl: durationpb.New(10 * time.Minute)}})); err != nil {
+		t.Fatalf("SetPolicy of the defaults: %v", err)
+	}
+	if l, err := b.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{})); err != nil || len(l.Msg.Leases) != 0 {
+		t.Fatalf("leases after the refusals: %v %v", l, err)
 	}
 }

@@ -391,12 +391,30 @@ func inRequestOrder(fs []registrar.Failure, ids []string) []registrar.Failure {
 	if len(fs) < 2 {
 		return fs
 	}
-	pos := make(map[string]int, len(ids))
-	for i := len(ids) - 1; i >= 0; i-- {
-		pos[ids[i]] = i
+	// An id asked for twice has a place for each time: its failures take
+	// them in turn.
+	places := make(map[string][]int, len(ids))
+	for i, id := range ids {
+		places[id] = append(places[id], i)
 	}
-	slices.SortStableFunc(fs, func(a, b registrar.Failure) int { return cmp.Compare(pos[a.LeaseID], pos[b.LeaseID]) })
-	return fs
+	at := make([]int, len(fs))
+	for i, f := range fs {
+		if p := places[f.LeaseID]; len(p) > 0 {
+			at[i], places[f.LeaseID] = p[0], p[1:]
+		} else {
+			at[i] = len(ids)
+		}
+	}
+	order := make([]int, len(fs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(at[a], at[b]) })
+	out := make([]registrar.Failure, len(fs))
+	for i, j := range order {
+		out[i] = fs[j]
+	}
+	return out
 }
 
 // renewOwn renews c's leases that the caller may renew (all of them

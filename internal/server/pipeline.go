@@ -271,6 +271,9 @@ func opRequest(op *tenurev1.PipelineOp) (proc string, msg any) {
 // operation's oneof: one that is set but has no procedure is refused
 // (fail closed); a missing operation is left to the runner's answer.
 func (s *Server) authorizeOp(ctx context.Context, op any, proc string, msg any) error {
+	if err := checkNamespaceOf(proc, msg); err != nil {
+		return err
+	}
 	p := principalOf(ctx)
 	if p == nil {
 		return nil

@@ -140,7 +140,10 @@ func invalidRequest(m *tenurev1.RequestLeasesRequest) *tenurev1.RequestLeasesRes
 	case len(m.Have) > pool.MaxHaveMaps:
 		why = "too many have-maps"
 	default:
-		err := pool.ValidateCommand(requestCommand(m))
+		err := registrar.CheckNamespace("namespace", m.Namespace, false)
+		if err == nil {
+			err = pool.ValidateCommand(requestCommand(m))
+		}
 		if err == nil {
 			return nil
 		}
