@@ -111,7 +111,9 @@ func TestBackupRestore(t *testing.T) {
 func TestRestoreRefuses(t *testing.T) {
 	dir := t.TempDir()
 	for name, f := range map[string]func() error{
-		"bad node id":      func() error { return restoreErr(RestoreDataDir(filepath.Join(dir, "a"), "", "127.0.0.1:1", nil, 0, nil)) },
+		"bad node id": func() error {
+			return restoreErr(RestoreDataDir(filepath.Join(dir, "a"), "", "127.0.0.1:1", nil, 0, nil))
+		},
 		"bad raft address": func() error { return restoreErr(RestoreDataDir(filepath.Join(dir, "b"), "n1", "nohost", nil, 0, nil)) },
 		"unspecified raft address": func() error {
 			return restoreErr(RestoreDataDir(filepath.Join(dir, "d"), "n1", "0.0.0.0:7071", nil, 0, nil))
