@@ -110,6 +110,14 @@ type benchConfig struct {
 	principal   string // with credentials: every worker holds as this principal
 }
 
+// transport names how the operations travel, for the result.
+func (cfg benchConfig) transport() string {
+	if cfg.unary {
+		return "unary"
+	}
+	return "pipeline"
+}
+
 // holderOf names worker w's holder: its own, or with credentials the
 // authenticated principal (a server with authentication refuses any
 // other holder).
@@ -480,13 +488,9 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 	wg.Wait()
 	elapsed := time.Since(start)
 	stopProgress()
-	transport := "pipeline"
-	if cfg.unary {
-		transport = "unary"
-	}
 	n := stats.ops.Load()
 	return &benchResult{
-		Workload: cfg.workload, Transport: transport, Concurrency: cfg.concurrency,
+		Workload: cfg.workload, Transport: cfg.transport(), Concurrency: cfg.concurrency,
 		Seconds: elapsed.Seconds(), Ops: n, OpsPerSec: float64(n) / elapsed.Seconds(),
 		Errors: stats.reasons, Latency: percentiles(stats.lat),
 	}, nil

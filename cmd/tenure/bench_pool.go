@@ -185,13 +185,9 @@ func benchPool(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResul
 	wg.Wait()
 	elapsed := time.Since(start)
 	stopProgress()
-	transport := "pipeline"
-	if cfg.unary {
-		transport = "unary"
-	}
 	n, p := stats.ops.Load(), pieces.Load()
 	return &benchResult{
-		Workload: cfg.workload, Transport: transport, Concurrency: cfg.concurrency,
+		Workload: cfg.workload, Transport: cfg.transport(), Concurrency: cfg.concurrency,
 		Seconds: elapsed.Seconds(), Ops: n, OpsPerSec: float64(n) / elapsed.Seconds(),
 		Errors: stats.reasons, Latency: percentiles(stats.lat),
 		Pool: name, Pieces: p, PiecesPerSec: float64(p) / elapsed.Seconds(),

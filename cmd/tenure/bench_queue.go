@@ -231,13 +231,9 @@ func benchQueue(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResu
 	if err := drainQueue(ctx, q, c.namespace, name, cfg); err != nil {
 		fmt.Fprintf(c.stderr, "warning: tasks may be left in queue %s: %v\n", name, err)
 	}
-	transport := "pipeline"
-	if cfg.unary {
-		transport = "unary"
-	}
 	n := stats.ops.Load()
 	return &benchResult{
-		Workload: cfg.workload, Transport: transport, Concurrency: cfg.concurrency,
+		Workload: cfg.workload, Transport: cfg.transport(), Concurrency: cfg.concurrency,
 		Seconds: elapsed.Seconds(), Ops: n, OpsPerSec: float64(n) / elapsed.Seconds(),
 		Errors: stats.reasons, Latency: percentiles(stats.lat), Queue: name, Complete: cfg.complete,
 	}, nil
