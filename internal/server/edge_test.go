@@ -78,6 +78,21 @@ func TestProtocolEdgesAnswerWithAReason(t *testing.T) {
 			}
 		})
 	}
+	// Timeouts Connect or gRPC cannot parse, and a Watch of no or two
+	// messages, are refused with a reason too.
+	for _, bad := range []struct{ header, value string }{{"Connect-Timeout-Ms", "abc"}, {"Connect-Timeout-Ms", "-5"},
+		{"Connect-Timeout-Ms", "12345678901"}} {
+		status, raw, out := post("/tenure.v1.LeaseService/Acquire", "application/json", http.Header{bad.header: {bad.value}}, acquire)
+		if status != http.StatusBadRequest || out["code"] != "invalid_argument" || errorReason(t, out) != "INVALID_ARGUMENT" {
+			t.Fatalf("%s: %s: HTTP %d %s", bad.header, bad.value, status, raw)
+		}
+	}
+	for _, body := range [][]byte{nil, append(connectEnvelope([]byte(`{}`)), connectEnvelope([]byte(`{}`))...)} {
+		_, raw, _ := post("/tenure.v1.LeaseService/Watch", "application/connect+json", nil, body)
+		if !strings.Contains(raw, `"code":"invalid_argument"`) || !strings.Contains(raw, "exactly one request message") || !strings.Contains(raw, "ErrorInfo") {
+			t.Fatalf("a watch of %d bytes ended with %q", len(body), raw)
+		}
+	}
 	// Nothing was acquired by any of them.
 	if l, err := b.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{Prefix: "edge/"})); err != nil || len(l.Msg.Leases) != 0 {
 		t.Fatalf("after the refusals: %v %v", l, err)

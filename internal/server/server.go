@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -441,6 +442,12 @@ func checkBody(next http.Handler, max int64) http.Handler {
 					fmt.Sprintf("UNIMPLEMENTED: no RPC %s (API.md lists them; names are case-sensitive)", r.URL.Path)))
 				return
 			}
+			if h, v, ok := badTimeout(r.Header); ok {
+				_ = ew.Write(w, r, wireError(connect.CodeInvalidArgument, registrar.ReasonInvalidArgument, map[string]string{"field": h},
+					fmt.Sprintf("INVALID_ARGUMENT: %s %q is not a timeout: Connect-Timeout-Ms takes 1 to 10 digits "+
+						"(milliseconds), grpc-timeout 1 to 8 digits and a unit (H, M, S, m, u, n)", h, v)))
+				return
+			}
 			if r.Method == http.MethodPost && !contentTypeFits(ct, unary) {
 				want := "application/json or application/proto (Connect), application/grpc, application/grpc-web"
 				if !unary {
@@ -487,6 +494,23 @@ func checkBody(next http.Handler, max int64) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// badTimeout names a request's timeout header whose value Connect or gRPC
+// cannot parse (it would answer without a reason).
+func badTimeout(h http.Header) (name, value string, bad bool) {
+	if v, ok := h["Connect-Timeout-Ms"]; ok && !timeoutMs.MatchString(strings.Join(v, ",")) {
+		return "Connect-Timeout-Ms", strings.Join(v, ","), true
+	}
+	if v, ok := h["Grpc-Timeout"]; ok && !grpcTimeout.MatchString(strings.Join(v, ",")) {
+		return "grpc-timeout", strings.Join(v, ","), true
+	}
+	return "", "", false
+}
+
+var (
+	timeoutMs   = regexp.MustCompile(`^[0-9]{1,10}$`)
+	grpcTimeout = regexp.MustCompile(`^[0-9]{1,8}[HMSmun]$`)
+)
 
 // contentTypeFits reports whether ct (lower case, without parameters) is a
 // content type Connect serves a unary (or, unary false, a streaming) RPC

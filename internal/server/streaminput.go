@@ -29,7 +29,16 @@ func (streamInput) WrapStreamingClient(next connect.StreamingClientFunc) connect
 
 func (streamInput) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		return next(ctx, inputConn{conn})
+		err := next(ctx, inputConn{conn})
+		// A server stream (Watch) takes exactly one request message;
+		// Connect answers none or two as unimplemented.
+		var ce *connect.Error
+		if errors.As(err, &ce) && ce.Code() == connect.CodeUnimplemented && len(ce.Details()) == 0 &&
+			(strings.Contains(ce.Message(), "zero messages") || strings.Contains(ce.Message(), "multiple messages")) {
+			return wireError(connect.CodeInvalidArgument, registrar.ReasonInvalidArgument, map[string]string{"field": "body"},
+				"INVALID_ARGUMENT: "+ce.Message()+" (this RPC takes exactly one request message)")
+		}
+		return err
 	}
 }
 
