@@ -382,6 +382,7 @@ func Open(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
 		}
 	}
+	n.electIfAlone()
 	ok = true
 	if fresh != nil {
 		n.wg.Go(func() { fresh.run(n.raft.AppliedIndex, n.stop) })
@@ -430,6 +431,40 @@ func Open(cfg Config) (*Node, error) {
 	go n.propose()
 	go n.complete()
 	return n, nil
+}
+
+// electIfAlone has a node that is the only voter of its configuration
+// stand for election now, not after Raft's heartbeat timeout (a random
+// 1–2 s by default, which every restart of a single node spent
+// unavailable): no other member can lead, nor be disrupted. Raft has no
+// call for it; shortening the heartbeat timeout has its follower loop
+// look for a leader at once, and a node that has heard from none since
+// it started stands then. The timeout is set back straight after (the
+// loop has been told). Where the timeout cannot be shortened (a lease
+// timeout as long as it), the node waits as before.
+func (n *Node) electIfAlone() {
+	servers, err := n.configuration()
+	if err != nil || len(servers) == 0 {
+		return
+	}
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter && s.ID != raft.ServerID(n.id) {
+			return
+		}
+	}
+	if !n.IsVoter() || n.raft.State() != raft.Follower {
+		return
+	}
+	rc := n.raft.ReloadableConfig()
+	hb := rc.HeartbeatTimeout
+	rc.HeartbeatTimeout = hb - time.Millisecond
+	if err := n.raft.ReloadConfig(rc); err != nil {
+		return
+	}
+	rc.HeartbeatTimeout = hb
+	if err := n.raft.ReloadConfig(rc); err != nil {
+		n.log.Warn("could not set Raft's heartbeat timeout back", "err", err)
+	}
 }
 
 // nodeID resolves the member id against the one stored in dir.

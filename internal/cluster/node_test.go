@@ -136,6 +136,30 @@ func TestNodeGrantsAndSurvivesRestart(t *testing.T) {
 	}
 }
 
+// TestLoneVoterLeadsAtOnce: a node that is its configuration's only voter
+// stands for election as it starts, on a fresh data dir and on restart,
+// rather than after Raft's heartbeat timeout (a minute here: open waits
+// ten seconds at the most).
+func TestLoneVoterLeadsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	slow := func(c *Config) { c.HeartbeatTimeout, c.ElectionTimeout = time.Minute, time.Minute }
+	n := openWith(t, dir, slow)
+	if out := acquire(t, n, "orders/1", "w1", time.Minute, 0); out.Err != nil {
+		t.Fatalf("acquire: %v", out.Err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	n = openWith(t, dir, slow)
+	defer n.Close()
+	if got := n.raft.ReloadableConfig().HeartbeatTimeout; got != time.Minute {
+		t.Fatalf("heartbeat timeout after the election: %v, want it set back to 1m", got)
+	}
+	if out := acquire(t, n, "orders/1", "w2", time.Minute, 0); !errors.Is(out.Err, registrar.ErrLeaseHeld) {
+		t.Fatalf("acquire after restart: %v, want LEASE_HELD", out.Err)
+	}
+}
+
 // TestSnapshotsBesideWrites: snapshots encode their state while writes
 // go on (Persist runs beside applies); every write acknowledged around
 // them is there after a restart, with its fence. Under -race this also
