@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"slices"
+	"sync"
 
 	"google.golang.org/protobuf/proto"
 
@@ -73,7 +76,7 @@ func Tail(dir string, last uint64, head Hash, max, maxBytes int, cost func(int) 
 			return nil, err
 		}
 	}
-	run := t.run
+	run := decodeRun(t.run)
 	if len(run) == 0 || run[len(run)-1].Record.Index != last || run[len(run)-1].Hash != head {
 		return nil, nil
 	}
@@ -86,32 +89,39 @@ func Tail(dir string, last uint64, head Hash, max, maxBytes int, cost func(int) 
 	return run, nil
 }
 
+// line is a record of the run Tail collects, not yet decoded.
+type line struct {
+	index uint64
+	bytes []byte
+}
+
 // tail is the run Tail collects, within its byte budget.
 type tail struct {
 	from, last uint64
 	maxBytes   int
 	cost       func(int) int
-	run        []Sealed
+	run        []line
 	bytes      int
 }
 
 // reset starts the run over.
 func (t *tail) reset() { t.run, t.bytes = nil, 0 }
 
-// add appends s, dropping the oldest records past the budget.
-func (t *tail) add(s Sealed) {
-	t.run = append(t.run, s)
-	t.bytes += t.cost(len(s.Bytes))
+// add appends l, dropping the oldest records past the budget.
+func (t *tail) add(l line) {
+	t.run = append(t.run, l)
+	t.bytes += t.cost(len(l.bytes))
 	for t.bytes > t.maxBytes && len(t.run) > 1 {
-		t.bytes -= t.cost(len(t.run[0].Bytes))
-		t.run[0] = Sealed{} // let it go
+		t.bytes -= t.cost(len(t.run[0].bytes))
+		t.run[0] = line{} // let it go
 		t.run = t.run[1:]
 	}
 }
 
 // read adds the records of one segment with index in [from, last],
 // starting the run over at a start marker, a line it cannot read or a
-// jump in the indexes.
+// jump in the indexes. The records are decoded afterwards (decodeRun),
+// only those of the run kept.
 func (t *tail) read(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -119,13 +129,24 @@ func (t *tail) read(path string) error {
 	}
 	defer f.Close()
 	r := bufio.NewReaderSize(f, 1<<20)
+	var long []byte // a line longer than r's buffer
 	for {
-		b, err := r.ReadBytes('\n')
+		b, err := r.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			long = append(long, b...)
+			continue
+		}
+		if long != nil {
+			b, long = append(long, b...), nil
+		}
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("ledger: %w", err)
+		}
+		if i, ok := lineIndex(b); ok && i != 0 && i < t.from && len(t.run) == 0 {
+			continue // before the run: not worth decoding
 		}
 		var e Entry
 		switch {
@@ -137,14 +158,53 @@ func (t *tail) read(path string) error {
 		case e.Index > t.last:
 			return nil
 		}
-		if n := len(t.run); n > 0 && t.run[n-1].Record.Index+1 != e.Index {
+		if n := len(t.run); n > 0 && t.run[n-1].index+1 != e.Index {
 			t.reset()
 		}
-		rec := &logpb.Record{}
-		if proto.Unmarshal(e.Record, rec) != nil || rec.Index != e.Index {
-			t.reset()
-			continue
-		}
-		t.add(Sealed{Record: rec, Bytes: e.Record, Hash: sha256.Sum256(e.Record)})
+		t.add(line{index: e.Index, bytes: e.Record})
 	}
+}
+
+// lineIndex reads the index a record line starts with.
+func lineIndex(b []byte) (uint64, bool) {
+	b, ok := bytes.CutPrefix(b, []byte(`{"index":`))
+	if !ok {
+		return 0, false
+	}
+	var i uint64
+	n := 0
+	for ; n < len(b) && n < 20 && b[n] >= '0' && b[n] <= '9'; n++ {
+		i = i*10 + uint64(b[n]-'0')
+	}
+	return i, n > 0 && n < 20
+}
+
+// decodeRun decodes and hashes the run's records, on every core (a
+// restart reads back 100,000 of them before it serves), and keeps what
+// follows the last record that does not decode as its line's index says,
+// as reading them one by one and starting over there would.
+func decodeRun(run []line) []Sealed {
+	out := make([]Sealed, len(run))
+	bad := make([]int, runtime.GOMAXPROCS(0))
+	chunk := (len(run) + len(bad) - 1) / len(bad)
+	var wg sync.WaitGroup
+	for w := range bad {
+		bad[w] = -1
+		lo, hi := min(w*chunk, len(run)), min((w+1)*chunk, len(run))
+		wg.Go(func() {
+			for i := lo; i < hi; i++ {
+				rec := &logpb.Record{}
+				if proto.Unmarshal(run[i].bytes, rec) != nil || rec.Index != run[i].index {
+					bad[w] = i
+					continue
+				}
+				out[i] = Sealed{Record: rec, Bytes: run[i].bytes, Hash: sha256.Sum256(run[i].bytes)}
+			}
+		})
+	}
+	wg.Wait()
+	if last := slices.Max(bad); last >= 0 {
+		return out[last+1:]
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tenurehq/tenure/internal/ledger"
+	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
@@ -90,4 +91,45 @@ func TestTail(t *testing.T) {
 	}
 	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, 1<<30, cost)
 	same(t, got, recs[10:])
+	// Another one later (the records are decoded in parallel chunks):
+	// the run after the later one.
+	ls[47] = string(bytes.Replace([]byte(ls[47]), []byte(`"record":"`), []byte(`"record":"AA`), 1))
+	b.Reset()
+	for _, l := range ls {
+		b.WriteString(l)
+	}
+	if err := os.WriteFile(seg, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, 1<<30, cost)
+	same(t, got, recs[48:])
+}
+
+// TestTailLongRecord: a record whose line is longer than the reader's
+// buffer (a pool's have-map of a large file) is read back whole.
+func TestTailLongRecord(t *testing.T) {
+	c := ledger.NewChain()
+	var recs []statemachine.Sealed
+	for i := range 3 {
+		pieces := []byte{byte(i)}
+		if i == 1 {
+			pieces = bytes.Repeat([]byte{0xa5}, 3<<20) // 4 MiB in base64
+		}
+		rec := &logpb.Record{Tick: int64(i + 1), Body: &logpb.Record_Pool{Pool: &logpb.PoolRecord{
+			Namespace: "default", Pool: "p", Event: &logpb.PoolRecord_Have{Have: &logpb.PeerHave{Peer: "a", Pieces: pieces}}}}}
+		b, h, err := c.Seal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, statemachine.Sealed{Record: rec, Bytes: b, Hash: h})
+	}
+	dir := t.TempDir()
+	write(t, dir, 0, recs)
+	got, err := ledger.Tail(dir, 3, recs[2].Hash, 10, 1<<30, func(n int) int { return n })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || !bytes.Equal(got[1].Bytes, recs[1].Bytes) || got[1].Hash != recs[1].Hash {
+		t.Fatalf("read back %d records; want all 3, the long one intact", len(got))
+	}
 }
