@@ -1033,3 +1033,87 @@ func TestKeepAliveFollowsWithoutRenewing(t *testing.T) {
 		t.Fatalf("revocation of a followed lease: %v, %v", resp, err)
 	}
 }
+
+// TestInvalidUTF8NamesTheField: a string that is not UTF-8 is refused
+// with the field named in the ErrorInfo (API.md: "non-UTF-8 input; the
+// metadata names the field"), as the path of proto field names, in
+// Connect JSON, Connect's binary proto and gRPC; and nothing changes.
+func TestInvalidUTF8NamesTheField(t *testing.T) {
+	b := setup(t)
+	before := b.status(t)
+	fieldOf := func(t *testing.T, out map[string]any) string {
+		t.Helper()
+		for _, d := range out["details"].([]any) {
+			if dbg, _ := d.(map[string]any)["debug"].(map[string]any); dbg != nil {
+				md, _ := dbg["metadata"].(map[string]any)
+				f, _ := md["field"].(string)
+				return f
+			}
+		}
+		t.Fatalf("no ErrorInfo in %v", out)
+		return ""
+	}
+	for _, tc := range []struct{ name, method, body, field string }{
+		{"resource", "LeaseService/Acquire", "{\"resource\":\"r\xff\",\"holder\":\"w\"}", "resource"},
+		{"holder after a valid one", "LeaseService/Acquire", "{\"resource\":\"r\",\"holder\":\"w\xfe\"}", "holder"},
+		{"nested, camelCase", "QueueService/Enqueue", "{\"queue\":\"q\",\"tasks\":[{\"taskId\":\"a\"},{\"taskId\":\"b\xff\"}]}", "tasks.task_id"},
+		{"a map's key", "LeaseService/Acquire", "{\"resource\":\"r\",\"holder\":\"w\",\"budget\":{\"limits\":{\"tok\xffens\":\"5\"}}}", "budget.limits.tok\ufffdens"},
+		{"after an object", "LeaseService/Acquire", "{\"budget\":{\"limits\":{\"t\":\"5\"}},\"holder\":\"w\xff\",\"resource\":\"r\"}", "holder"},
+	} {
+		t.Run("json "+tc.name, func(t *testing.T) {
+			code, out := b.postJSON(t, tc.method, tc.body)
+			if code == http.StatusOK || out["code"] != "invalid_argument" || errorReason(t, out) != "INVALID_ARGUMENT" {
+				t.Fatalf("got %d %v, want INVALID_ARGUMENT", code, out)
+			}
+			if f := fieldOf(t, out); f != tc.field {
+				t.Errorf("field %q, want %q (%v)", f, tc.field, out["message"])
+			}
+			if msg, _ := out["message"].(string); !strings.HasPrefix(msg, "INVALID_ARGUMENT: "+tc.field+" is not valid UTF-8") {
+				t.Errorf("message %q", msg)
+			}
+		})
+	}
+
+	fd := (&tenurev1.EnqueueRequest{}).ProtoReflect().Descriptor().Fields()
+	taskID := (&tenurev1.NewTask{}).ProtoReflect().Descriptor().Fields().ByName("task_id").Number()
+	task := protowire.AppendString(protowire.AppendTag(nil, taskID, protowire.BytesType), "t\xff")
+	body := protowire.AppendString(protowire.AppendTag(nil, fd.ByName("queue").Number(), protowire.BytesType), "q")
+	body = protowire.AppendBytes(protowire.AppendTag(body, fd.ByName("tasks").Number(), protowire.BytesType), task)
+	t.Run("proto", func(t *testing.T) {
+		resp, err := b.http.Post(b.base+"/tenure.v1.QueueService/Enqueue", "application/proto", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var out map[string]any
+		if err := json.Unmarshal(raw, &out); err != nil || out["code"] != "invalid_argument" {
+			t.Fatalf("%d %q", resp.StatusCode, raw)
+		}
+		if f := fieldOf(t, out); f != "tasks.task_id" {
+			t.Errorf("field %q, want tasks.task_id", f)
+		}
+	})
+	t.Run("grpc", func(t *testing.T) {
+		frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body)))
+		req, _ := http.NewRequest(http.MethodPost, b.base+"/tenure.v1.QueueService/Enqueue", bytes.NewReader(append(frame, body...)))
+		req.Header.Set("Content-Type", "application/grpc")
+		req.Header.Set("TE", "trailers")
+		resp, err := h2cClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		status, msg := resp.Trailer.Get("Grpc-Status"), resp.Trailer.Get("Grpc-Message")
+		if status == "" {
+			status, msg = resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
+		}
+		if status != "3" || !strings.HasPrefix(msg, "INVALID_ARGUMENT: tasks.task_id is not valid UTF-8") {
+			t.Errorf("status %q message %q", status, msg)
+		}
+	})
+	if after := b.status(t); after.CommitIndex != before.CommitIndex {
+		t.Errorf("bad input changed the log: commit %d→%d", before.CommitIndex, after.CommitIndex)
+	}
+}

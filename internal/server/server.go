@@ -461,14 +461,22 @@ func checkBody(next http.Handler, max int64) http.Handler {
 			}
 		}
 		var decode func(b []byte, m proto.Message) error
+		var badUTF8 func(b []byte) (string, bool) // names the field of a string that is not UTF-8
+		var md protoreflect.MessageDescriptor
+		if unary {
+			md = mt.Descriptor()
+		}
 		switch {
 		case !unary || r.Method != http.MethodPost || r.Header.Get("Content-Encoding") != "":
 		case ct == "application/json":
 			decode = func(b []byte, m proto.Message) error { return (jsonCodec{}).Unmarshal(b, m) }
+			badUTF8 = func(b []byte) (string, bool) { return badUTF8JSON(md, b) }
 		case ct == "application/proto":
 			decode = func(b []byte, m proto.Message) error { return proto.Unmarshal(b, m) }
+			badUTF8 = func(b []byte) (string, bool) { return badUTF8Proto(md, b) }
 		case ct == "application/grpc" || ct == "application/grpc+proto" || ct == "application/grpc-web" || ct == "application/grpc-web+proto":
 			decode = decodeGRPCFrame
+			badUTF8 = func(b []byte) (string, bool) { return badUTF8Proto(md, b[min(5, len(b)):]) }
 		}
 		if decode == nil {
 			next.ServeHTTP(w, r)
@@ -486,8 +494,13 @@ func checkBody(next http.Handler, max int64) http.Handler {
 			if _, after, ok := strings.Cut(why, "proto: "); ok {
 				why = after
 			}
-			_ = ew.Write(w, r, wireError(connect.CodeInvalidArgument, registrar.ReasonInvalidArgument, map[string]string{"field": "body"},
-				fmt.Sprintf("INVALID_ARGUMENT: the request body does not decode as %s: %s", mt.Descriptor().Name(), why)))
+			field, msg := "body", fmt.Sprintf("INVALID_ARGUMENT: the request body does not decode as %s: %s", md.Name(), why)
+			if strings.Contains(why, "UTF-8") {
+				if f, ok := badUTF8(body); ok {
+					field, msg = f, fmt.Sprintf("INVALID_ARGUMENT: %s is not valid UTF-8 (%s: %s)", f, md.Name(), why)
+				}
+			}
+			_ = ew.Write(w, r, wireError(connect.CodeInvalidArgument, registrar.ReasonInvalidArgument, map[string]string{"field": field}, msg))
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
