@@ -533,6 +533,23 @@ func pieceOf(resource, prefix string) (file, piece uint32, ok bool) {
 	return uint32(f), uint32(p), true
 }
 
+// PoolStats counts the pool's pieces by where they stand: queued (wanted,
+// free for a peer), leased and succeeded (done), with the queue's other
+// counts at 0 (a pool never gives a piece up); and its files, pieces,
+// peers and their failures. An unknown pool is ErrPoolNotFound.
+func (c *Client) PoolStats(ctx context.Context, pool string, opts ...CallOption) (*tenurev1.PoolStatsResponse, error) {
+	cc := c.callConfig(opts)
+	var out *tenurev1.PoolStatsResponse
+	err := c.call(ctx, readCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.pool.Stats(ctx, connect.NewRequest(&tenurev1.PoolStatsRequest{Pool: pool, Namespace: cc.namespace}))
+		if err == nil {
+			out = resp.Msg
+		}
+		return err
+	})
+	return out, err
+}
+
 // ListPools returns the names of the namespace's pools, in order.
 func (c *Client) ListPools(ctx context.Context, opts ...CallOption) ([]string, error) {
 	cc := c.callConfig(opts)

@@ -249,8 +249,15 @@ func TestIntegrationPool(t *testing.T) {
 		t.Fatalf("peers %+v", st.Peers)
 	}
 
+	if ps, err := c.PoolStats(ctx, "swarm"); err != nil || ps.GetQueued() != 11 || ps.GetLeased() != 2 || ps.GetSucceeded() != 1 ||
+		ps.GetPeers() != 3 || ps.GetFailures() != 1 {
+		t.Fatalf("PoolStats: %v %v", ps, err)
+	}
 	if _, err := c.PoolStatus(ctx, "nope"); !errors.Is(err, ErrPoolNotFound) {
 		t.Fatalf("PoolStatus of an unknown pool: %v", err)
+	}
+	if _, err := c.PoolStats(ctx, "nope"); !errors.Is(err, ErrPoolNotFound) {
+		t.Fatalf("PoolStats of an unknown pool: %v", err)
 	}
 	if _, err := c.CompletePiece(ctx, "nope", "p1", 0, 0, PieceSuccess, 0); !errors.Is(err, ErrPoolNotFound) {
 		t.Fatalf("CompletePiece in an unknown pool: %v", err)

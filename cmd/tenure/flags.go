@@ -513,6 +513,7 @@ var readOnly = map[string]bool{
 	tenurev1connect.QueueServiceGetTaskProcedure:        true, tenurev1connect.QueueServiceListTasksProcedure: true,
 	tenurev1connect.QueueServiceStatsProcedure: true, tenurev1connect.QueueServiceListQueuesProcedure: true,
 	tenurev1connect.PoolServiceStatusProcedure: true, tenurev1connect.PoolServiceRankingsProcedure: true,
+	tenurev1connect.PoolServiceStatsProcedure:     true,
 	tenurev1connect.PoolServiceListPoolsProcedure: true,
 }
 

@@ -34,6 +34,7 @@ swarm in which every node downloads runs one pool per downloading node.
   pool leases POOL --peer P
   pool rankings POOL
   pool status POOL
+  pool stats POOL
   pool list
   pool delete POOL
 
@@ -55,6 +56,7 @@ var poolSubcommands = map[string]func(ctx context.Context, args []string, stdout
 	"complete": runPoolComplete,
 	"rankings": runPoolRankings,
 	"status":   runPoolStatus,
+	"stats":    runPoolStats,
 	"leases":   runPoolLeases,
 	"list":     runPoolList,
 	"delete":   runPoolDelete,
@@ -67,7 +69,7 @@ func runPool(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return sub(ctx, args[1:], stdout, stderr)
 		}
 	}
-	c := newCLICommand("tenure pool", "create|want|request|complete|leases|rankings|status|delete POOL [flags] | list", poolHelp, poolExamples, stdout, stderr)
+	c := newCLICommand("tenure pool", "create|want|request|complete|leases|rankings|status|stats|delete POOL [flags] | list", poolHelp, poolExamples, stdout, stderr)
 	pos, err := c.parse(args, 1, -1)
 	if err != nil {
 		return err
@@ -452,6 +454,35 @@ func runPoolRankings(ctx context.Context, args []string, stdout, stderr io.Write
 		return writeJSON(stdout, resp)
 	}
 	return writePoolRankings(stdout, resp.GetRankings()...)
+}
+
+const poolStatsHelp = `Count the pool's pieces by where they stand, in the columns of tenure queue
+stats: queued (wanted, free for a peer), leased, succeeded (done); a pool never
+gives a piece up or cancels one (failed, dead and cancelled stay 0). Then the
+files, their pieces in all, the peers the pool knows and their failures.`
+
+func runPoolStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure pool stats", "POOL [flags]", poolStatsHelp, "  tenure pool stats swarm -o json", stdout, stderr)
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	resp, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.Stats, &tenurev1.PoolStatsRequest{Pool: pos[0], Namespace: c.namespace})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, resp)
+	}
+	tw := newTable(stdout)
+	fmt.Fprintln(tw, "QUEUED\tLEASED\tSUCCEEDED\tFAILED\tDEAD\tCANCELLED\tFILES\tPIECES\tPEERS\tFAILURES")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", resp.GetQueued(), resp.GetLeased(), resp.GetSucceeded(),
+		resp.GetFailed(), resp.GetDead(), resp.GetCancelled(), resp.GetFiles(), resp.GetPieces(), resp.GetPeers(), resp.GetFailures())
+	return tw.Flush()
 }
 
 const poolStatusHelp = `Print a pool's configuration, its files (pieces wanted, leased and done) and

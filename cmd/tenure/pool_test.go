@@ -134,7 +134,15 @@ func TestCLIPoolLifecycle(t *testing.T) {
 	if out := ok(t, "pool", "status", pool); !strings.Contains(out, "FILE") || !strings.Contains(out, "PEER") || !strings.Contains(out, "lease duration") {
 		t.Fatalf("status table:\n%s", out)
 	}
+	stats := parse(t, ok(t, "pool", "stats", pool, "-o", "json"), &tenurev1.PoolStatsResponse{})
+	if stats.GetQueued() != 10 || stats.GetLeased() != 3 || stats.GetSucceeded() != 1 || stats.GetPieces() != 26 || stats.GetFailures() != 1 {
+		t.Fatalf("stats: %v", stats)
+	}
+	if out := ok(t, "pool", "stats", pool); !strings.HasPrefix(out, "QUEUED") || !strings.Contains(out, "FAILURES") {
+		t.Fatalf("stats table:\n%s", out)
+	}
 	fails(t, "POOL_NOT_FOUND", "pool", "status", "no-such-pool")
+	fails(t, "POOL_NOT_FOUND", "pool", "stats", "no-such-pool")
 	fails(t, "POOL_NOT_FOUND", "pool", "rankings", "no-such-pool")
 	fails(t, "REJECTED_REASON_INVALID_REQUEST", "pool", "request", pool, "--peer", "p4", "--have", "7:0")
 	fails(t, "REJECTED_REASON_NO_AVAILABLE_PIECES", "pool", "request", pool, "--peer", "p4", "--have", file+":"+piece)
@@ -186,7 +194,7 @@ func TestCLIPoolUsageErrors(t *testing.T) {
 
 func TestCLIPoolHelp(t *testing.T) {
 	t.Parallel()
-	for _, sub := range []string{"", "create", "want", "request", "complete", "leases", "rankings", "status", "list", "delete"} {
+	for _, sub := range []string{"", "create", "want", "request", "complete", "leases", "rankings", "status", "stats", "list", "delete"} {
 		args := []string{"pool", "--help"}
 		name := "tenure pool"
 		if sub != "" {

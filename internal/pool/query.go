@@ -225,3 +225,34 @@ func (p *pool) checkIdle() error {
 	}
 	return nil
 }
+
+// Stats counts a pool's pieces by where they stand, and its peers and
+// their failures.
+type Stats struct {
+	Queued, Leased, Succeeded uint64
+	Files                     uint32
+	Pieces                    uint64
+	Peers                     uint32
+	Failures                  uint64
+}
+
+// Stats counts a pool's pieces (PoolService.Stats).
+func (ps *Pools) Stats(ns, name string) (Stats, error) {
+	k := key{orDefault(ns), name}
+	p := ps.pools[k]
+	if p == nil {
+		return Stats{}, notFound(k)
+	}
+	st := Stats{Files: uint32(len(p.files)), Peers: uint32(len(p.peers))}
+	for _, f := range p.files {
+		fs := f.status()
+		st.Queued += fs.Wanted
+		st.Leased += fs.Leased
+		st.Succeeded += fs.Done
+		st.Pieces += uint64(fs.Pieces)
+	}
+	for _, pe := range p.peers {
+		st.Failures += pe.failures
+	}
+	return st, nil
+}

@@ -221,6 +221,7 @@ var rules = map[string]rule{
 	}},
 	v1c.PoolServiceRankingsProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.RankingsRequest).Namespace) }},
 	v1c.PoolServiceStatusProcedure:   {workerRead, func(m any) target { return ns(m.(*tenurev1.PoolStatusRequest).Namespace) }},
+	v1c.PoolServiceStatsProcedure:    {workerRead, func(m any) target { return ns(m.(*tenurev1.PoolStatsRequest).Namespace) }},
 	// Each operation is checked with its unary RPC's rule.
 	v1c.PoolServicePipelineProcedure:  {anyRole, none},
 	v1c.PoolServiceListPoolsProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.ListPoolsRequest).Namespace) }},

@@ -29,6 +29,7 @@ func init() {
 	routes[v1c.PoolServiceCompletePieceProcedure] = route{true, via[tenurev1.CompletePieceRequest, tenurev1.CompletePieceResponse](v1c.PoolServiceCompletePieceProcedure)}
 	routes[v1c.PoolServiceRankingsProcedure] = route{false, via[tenurev1.RankingsRequest, tenurev1.RankingsResponse](v1c.PoolServiceRankingsProcedure)}
 	routes[v1c.PoolServiceStatusProcedure] = route{false, via[tenurev1.PoolStatusRequest, tenurev1.PoolStatusResponse](v1c.PoolServiceStatusProcedure)}
+	routes[v1c.PoolServiceStatsProcedure] = route{false, via[tenurev1.PoolStatsRequest, tenurev1.PoolStatsResponse](v1c.PoolServiceStatsProcedure)}
 	routes[v1c.PoolServiceListPoolsProcedure] = route{false, via[tenurev1.ListPoolsRequest, tenurev1.ListPoolsResponse](v1c.PoolServiceListPoolsProcedure)}
 	routes[v1c.PoolServiceDeletePoolProcedure] = route{true, via[tenurev1.DeletePoolRequest, tenurev1.DeletePoolResponse](v1c.PoolServiceDeletePoolProcedure)}
 }
@@ -263,6 +264,24 @@ func (h *poolService) Status(ctx context.Context, req *connect.Request[tenurev1.
 		resp.Peers = append(resp.Peers, &tenurev1.PoolPeerStatus{Peer: p.Peer, CurrentLeases: p.CurrentLeases})
 	}
 	return connect.NewResponse(resp), nil
+}
+
+func (h *poolService) Stats(ctx context.Context, req *connect.Request[tenurev1.PoolStatsRequest]) (*connect.Response[tenurev1.PoolStatsResponse], error) {
+	m := req.Msg
+	if err := checkPoolName(m.Namespace, m.Pool); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	var st pool.Stats
+	err := h.s.readPools(ctx, func(ps *pool.Pools) error {
+		var err error
+		st, err = ps.Stats(m.Namespace, m.Pool)
+		return err
+	})
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.PoolStatsResponse{Queued: st.Queued, Leased: st.Leased, Succeeded: st.Succeeded,
+		Files: st.Files, Pieces: st.Pieces, Peers: st.Peers, Failures: st.Failures}), nil
 }
 
 // Pool event types (DESIGN §1.2 piece.*).

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,6 +107,15 @@ func TestPoolEndToEnd(t *testing.T) {
 		t.Fatalf("Status: %v %v", st, err)
 	}
 	_, err = pc.Status(ctx, connect.NewRequest(&tenurev1.PoolStatusRequest{Pool: "nope"}))
+	wantReason(t, err, connect.CodeNotFound, "POOL_NOT_FOUND")
+	// Stats: the 18 pieces by where they stand, in the queue's fields.
+	code, js := b.postJSON(t, "PoolService/Stats", `{"pool":"swarm"}`)
+	want := map[string]any{"queued": "16", "leased": "1", "succeeded": "1", "failed": "0", "dead": "0", "cancelled": "0",
+		"files": float64(2), "pieces": "18", "peers": float64(2), "failures": "0"}
+	if code != http.StatusOK || !maps.Equal(js, want) {
+		t.Fatalf("Stats: %d %v, want %v", code, js, want)
+	}
+	_, err = pc.Stats(ctx, connect.NewRequest(&tenurev1.PoolStatsRequest{Pool: "nope"}))
 	wantReason(t, err, connect.CodeNotFound, "POOL_NOT_FOUND")
 	// Want on an unknown pool creates it with the defaults.
 	if _, err := pc.Want(ctx, connect.NewRequest(&tenurev1.WantRequest{Pool: "auto", FileIndex: 2, PieceCount: 3, Bits: []byte{7}})); err != nil {

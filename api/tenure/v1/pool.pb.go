@@ -1450,6 +1450,186 @@ func (x *PoolStatusResponse) GetPeers() []*PoolPeerStatus {
 	return nil
 }
 
+type PoolStatsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Empty means "default".
+	Namespace     string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolStatsRequest) Reset() {
+	*x = PoolStatsRequest{}
+	mi := &file_tenure_v1_pool_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolStatsRequest) ProtoMessage() {}
+
+func (x *PoolStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_pool_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolStatsRequest.ProtoReflect.Descriptor instead.
+func (*PoolStatsRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PoolStatsRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PoolStatsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+// PoolStatsResponse counts a pool's pieces by where they stand, in the
+// fields QueueService.Stats counts tasks in (API.md lists Stats' fields
+// once, for both): a piece ever wanted is in exactly one of queued
+// (wanted, free for a peer), leased or succeeded (done). A pool never
+// gives a piece up, fails or cancels one for good (a failed or expired
+// piece is wanted again): failed, dead and cancelled are 0.
+type PoolStatsResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Queued    uint64                 `protobuf:"varint,1,opt,name=queued,proto3" json:"queued,omitempty"`
+	Leased    uint64                 `protobuf:"varint,2,opt,name=leased,proto3" json:"leased,omitempty"`
+	Succeeded uint64                 `protobuf:"varint,3,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
+	Failed    uint64                 `protobuf:"varint,4,opt,name=failed,proto3" json:"failed,omitempty"`
+	Dead      uint64                 `protobuf:"varint,5,opt,name=dead,proto3" json:"dead,omitempty"`
+	Cancelled uint64                 `protobuf:"varint,6,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// The pool's files, and their pieces in all (those no Want has named
+	// yet included).
+	Files  uint32 `protobuf:"varint,7,opt,name=files,proto3" json:"files,omitempty"`
+	Pieces uint64 `protobuf:"varint,8,opt,name=pieces,proto3" json:"pieces,omitempty"`
+	// The peers the pool knows (has seen have-maps or outcomes of).
+	Peers uint32 `protobuf:"varint,9,opt,name=peers,proto3" json:"peers,omitempty"`
+	// Failed outcomes of those peers so far: FAILURE completions and
+	// expired piece leases (the sum of Rankings' failures).
+	Failures      uint64 `protobuf:"varint,10,opt,name=failures,proto3" json:"failures,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolStatsResponse) Reset() {
+	*x = PoolStatsResponse{}
+	mi := &file_tenure_v1_pool_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolStatsResponse) ProtoMessage() {}
+
+func (x *PoolStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_pool_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolStatsResponse.ProtoReflect.Descriptor instead.
+func (*PoolStatsResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PoolStatsResponse) GetQueued() uint64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *PoolStatsResponse) GetLeased() uint64 {
+	if x != nil {
+		return x.Leased
+	}
+	return 0
+}
+
+func (x *PoolStatsResponse) GetSucceeded() uint64 {
+	if x != nil {
+		return x.Succeeded
+	}
+	return 0
+}
+
+func (x *PoolStatsResponse) GetFailed() uint64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *PoolStatsResponse) GetDead() uint64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
+func (x *PoolStatsResponse) GetCancelled() uint64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *PoolStatsResponse) GetFiles() uint32 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *PoolStatsResponse) GetPieces() uint64 {
+	if x != nil {
+		return x.Pieces
+	}
+	return 0
+}
+
+func (x *PoolStatsResponse) GetPeers() uint32 {
+	if x != nil {
+		return x.Peers
+	}
+	return 0
+}
+
+func (x *PoolStatsResponse) GetFailures() uint64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
 type ListPoolsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Empty means "default".
@@ -1460,7 +1640,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[19]
+	mi := &file_tenure_v1_pool_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1652,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[19]
+	mi := &file_tenure_v1_pool_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1665,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{19}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListPoolsRequest) GetNamespace() string {
@@ -1505,7 +1685,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[20]
+	mi := &file_tenure_v1_pool_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1697,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[20]
+	mi := &file_tenure_v1_pool_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1710,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{20}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListPoolsResponse) GetPools() []string {
@@ -1551,7 +1731,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[21]
+	mi := &file_tenure_v1_pool_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1743,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[21]
+	mi := &file_tenure_v1_pool_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1756,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{21}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeletePoolRequest) GetPool() string {
@@ -1608,7 +1788,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[22]
+	mi := &file_tenure_v1_pool_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +1800,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[22]
+	mi := &file_tenure_v1_pool_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +1813,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{22}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeletePoolResponse) GetDeleted() bool {
@@ -1682,7 +1862,7 @@ type PoolOp struct {
 
 func (x *PoolOp) Reset() {
 	*x = PoolOp{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[23]
+	mi := &file_tenure_v1_pool_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1874,7 @@ func (x *PoolOp) String() string {
 func (*PoolOp) ProtoMessage() {}
 
 func (x *PoolOp) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[23]
+	mi := &file_tenure_v1_pool_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1887,7 @@ func (x *PoolOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolOp.ProtoReflect.Descriptor instead.
 func (*PoolOp) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{23}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PoolOp) GetId() uint64 {
@@ -1791,7 +1971,7 @@ type PoolResult struct {
 
 func (x *PoolResult) Reset() {
 	*x = PoolResult{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[24]
+	mi := &file_tenure_v1_pool_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1803,7 +1983,7 @@ func (x *PoolResult) String() string {
 func (*PoolResult) ProtoMessage() {}
 
 func (x *PoolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[24]
+	mi := &file_tenure_v1_pool_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1816,7 +1996,7 @@ func (x *PoolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResult.ProtoReflect.Descriptor instead.
 func (*PoolResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{24}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PoolResult) GetId() uint64 {
@@ -1907,7 +2087,7 @@ type PoolPipelineRequest struct {
 
 func (x *PoolPipelineRequest) Reset() {
 	*x = PoolPipelineRequest{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[25]
+	mi := &file_tenure_v1_pool_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2099,7 @@ func (x *PoolPipelineRequest) String() string {
 func (*PoolPipelineRequest) ProtoMessage() {}
 
 func (x *PoolPipelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[25]
+	mi := &file_tenure_v1_pool_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2112,7 @@ func (x *PoolPipelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPipelineRequest.ProtoReflect.Descriptor instead.
 func (*PoolPipelineRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{25}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PoolPipelineRequest) GetOps() []*PoolOp {
@@ -1952,7 +2132,7 @@ type PoolPipelineResponse struct {
 
 func (x *PoolPipelineResponse) Reset() {
 	*x = PoolPipelineResponse{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[26]
+	mi := &file_tenure_v1_pool_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2144,7 @@ func (x *PoolPipelineResponse) String() string {
 func (*PoolPipelineResponse) ProtoMessage() {}
 
 func (x *PoolPipelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[26]
+	mi := &file_tenure_v1_pool_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2157,7 @@ func (x *PoolPipelineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPipelineResponse.ProtoReflect.Descriptor instead.
 func (*PoolPipelineResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{26}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PoolPipelineResponse) GetResults() []*PoolResult {
@@ -2095,7 +2275,22 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12-\n" +
 	"\x06config\x18\x03 \x01(\v2\x15.tenure.v1.PoolConfigR\x06config\x12/\n" +
 	"\x05files\x18\x04 \x03(\v2\x19.tenure.v1.PoolFileStatusR\x05files\x12/\n" +
-	"\x05peers\x18\x05 \x03(\v2\x19.tenure.v1.PoolPeerStatusR\x05peers\"0\n" +
+	"\x05peers\x18\x05 \x03(\v2\x19.tenure.v1.PoolPeerStatusR\x05peers\"D\n" +
+	"\x10PoolStatsRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\"\x8b\x02\n" +
+	"\x11PoolStatsResponse\x12\x16\n" +
+	"\x06queued\x18\x01 \x01(\x04R\x06queued\x12\x16\n" +
+	"\x06leased\x18\x02 \x01(\x04R\x06leased\x12\x1c\n" +
+	"\tsucceeded\x18\x03 \x01(\x04R\tsucceeded\x12\x16\n" +
+	"\x06failed\x18\x04 \x01(\x04R\x06failed\x12\x12\n" +
+	"\x04dead\x18\x05 \x01(\x04R\x04dead\x12\x1c\n" +
+	"\tcancelled\x18\x06 \x01(\x04R\tcancelled\x12\x14\n" +
+	"\x05files\x18\a \x01(\rR\x05files\x12\x16\n" +
+	"\x06pieces\x18\b \x01(\x04R\x06pieces\x12\x14\n" +
+	"\x05peers\x18\t \x01(\rR\x05peers\x12\x1a\n" +
+	"\bfailures\x18\n" +
+	" \x01(\x04R\bfailures\"0\n" +
 	"\x10ListPoolsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\")\n" +
 	"\x11ListPoolsResponse\x12\x14\n" +
@@ -2144,7 +2339,7 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\"FAILURE_REASON_VERIFICATION_FAILED\x10\x01\x12 \n" +
 	"\x1cFAILURE_REASON_NETWORK_ERROR\x10\x02\x12\x1a\n" +
 	"\x16FAILURE_REASON_TIMEOUT\x10\x03\x12\x1f\n" +
-	"\x1bFAILURE_REASON_INVALID_DATA\x10\x042\xa9\x05\n" +
+	"\x1bFAILURE_REASON_INVALID_DATA\x10\x042\xed\x05\n" +
 	"\vPoolService\x12I\n" +
 	"\n" +
 	"CreatePool\x12\x1c.tenure.v1.CreatePoolRequest\x1a\x1d.tenure.v1.CreatePoolResponse\x127\n" +
@@ -2152,7 +2347,8 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\rRequestLeases\x12\x1f.tenure.v1.RequestLeasesRequest\x1a .tenure.v1.RequestLeasesResponse\x12R\n" +
 	"\rCompletePiece\x12\x1f.tenure.v1.CompletePieceRequest\x1a .tenure.v1.CompletePieceResponse\x12C\n" +
 	"\bRankings\x12\x1a.tenure.v1.RankingsRequest\x1a\x1b.tenure.v1.RankingsResponse\x12E\n" +
-	"\x06Status\x12\x1c.tenure.v1.PoolStatusRequest\x1a\x1d.tenure.v1.PoolStatusResponse\x12F\n" +
+	"\x06Status\x12\x1c.tenure.v1.PoolStatusRequest\x1a\x1d.tenure.v1.PoolStatusResponse\x12B\n" +
+	"\x05Stats\x12\x1b.tenure.v1.PoolStatsRequest\x1a\x1c.tenure.v1.PoolStatsResponse\x12F\n" +
 	"\tListPools\x12\x1b.tenure.v1.ListPoolsRequest\x1a\x1c.tenure.v1.ListPoolsResponse\x12I\n" +
 	"\n" +
 	"DeletePool\x12\x1c.tenure.v1.DeletePoolRequest\x1a\x1d.tenure.v1.DeletePoolResponse\x12O\n" +
@@ -2171,7 +2367,7 @@ func file_tenure_v1_pool_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_pool_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tenure_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_tenure_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_tenure_v1_pool_proto_goTypes = []any{
 	(RejectedReason)(0),           // 0: tenure.v1.RejectedReason
 	(CompletionResult)(0),         // 1: tenure.v1.CompletionResult
@@ -2195,27 +2391,29 @@ var file_tenure_v1_pool_proto_goTypes = []any{
 	(*PoolPeerStatus)(nil),        // 19: tenure.v1.PoolPeerStatus
 	(*PoolStatusRequest)(nil),     // 20: tenure.v1.PoolStatusRequest
 	(*PoolStatusResponse)(nil),    // 21: tenure.v1.PoolStatusResponse
-	(*ListPoolsRequest)(nil),      // 22: tenure.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),     // 23: tenure.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),     // 24: tenure.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),    // 25: tenure.v1.DeletePoolResponse
-	(*PoolOp)(nil),                // 26: tenure.v1.PoolOp
-	(*PoolResult)(nil),            // 27: tenure.v1.PoolResult
-	(*PoolPipelineRequest)(nil),   // 28: tenure.v1.PoolPipelineRequest
-	(*PoolPipelineResponse)(nil),  // 29: tenure.v1.PoolPipelineResponse
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
-	(*PipelineError)(nil),         // 32: tenure.v1.PipelineError
+	(*PoolStatsRequest)(nil),      // 22: tenure.v1.PoolStatsRequest
+	(*PoolStatsResponse)(nil),     // 23: tenure.v1.PoolStatsResponse
+	(*ListPoolsRequest)(nil),      // 24: tenure.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),     // 25: tenure.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),     // 26: tenure.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),    // 27: tenure.v1.DeletePoolResponse
+	(*PoolOp)(nil),                // 28: tenure.v1.PoolOp
+	(*PoolResult)(nil),            // 29: tenure.v1.PoolResult
+	(*PoolPipelineRequest)(nil),   // 30: tenure.v1.PoolPipelineRequest
+	(*PoolPipelineResponse)(nil),  // 31: tenure.v1.PoolPipelineResponse
+	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
+	(*PipelineError)(nil),         // 34: tenure.v1.PipelineError
 }
 var file_tenure_v1_pool_proto_depIdxs = []int32{
-	30, // 0: tenure.v1.PoolConfig.lease_duration:type_name -> google.protobuf.Duration
-	30, // 1: tenure.v1.PoolConfig.peer_idle_timeout:type_name -> google.protobuf.Duration
+	32, // 0: tenure.v1.PoolConfig.lease_duration:type_name -> google.protobuf.Duration
+	32, // 1: tenure.v1.PoolConfig.peer_idle_timeout:type_name -> google.protobuf.Duration
 	3,  // 2: tenure.v1.CreatePoolRequest.config:type_name -> tenure.v1.PoolConfig
 	3,  // 3: tenure.v1.CreatePoolResponse.config:type_name -> tenure.v1.PoolConfig
 	4,  // 4: tenure.v1.WantRequest.ranges:type_name -> tenure.v1.PieceRange
 	18, // 5: tenure.v1.WantResponse.file:type_name -> tenure.v1.PoolFileStatus
 	5,  // 6: tenure.v1.RequestLeasesRequest.have:type_name -> tenure.v1.HaveMap
-	31, // 7: tenure.v1.PieceLease.expires_at:type_name -> google.protobuf.Timestamp
+	33, // 7: tenure.v1.PieceLease.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 8: tenure.v1.RequestLeasesResponse.leases:type_name -> tenure.v1.PieceLease
 	0,  // 9: tenure.v1.RequestLeasesResponse.rejected_reason:type_name -> tenure.v1.RejectedReason
 	1,  // 10: tenure.v1.CompletePieceRequest.result:type_name -> tenure.v1.CompletionResult
@@ -2231,29 +2429,31 @@ var file_tenure_v1_pool_proto_depIdxs = []int32{
 	12, // 20: tenure.v1.PoolResult.request_leases:type_name -> tenure.v1.RequestLeasesResponse
 	14, // 21: tenure.v1.PoolResult.complete_piece:type_name -> tenure.v1.CompletePieceResponse
 	9,  // 22: tenure.v1.PoolResult.want:type_name -> tenure.v1.WantResponse
-	32, // 23: tenure.v1.PoolResult.error:type_name -> tenure.v1.PipelineError
-	26, // 24: tenure.v1.PoolPipelineRequest.ops:type_name -> tenure.v1.PoolOp
-	27, // 25: tenure.v1.PoolPipelineResponse.results:type_name -> tenure.v1.PoolResult
+	34, // 23: tenure.v1.PoolResult.error:type_name -> tenure.v1.PipelineError
+	28, // 24: tenure.v1.PoolPipelineRequest.ops:type_name -> tenure.v1.PoolOp
+	29, // 25: tenure.v1.PoolPipelineResponse.results:type_name -> tenure.v1.PoolResult
 	6,  // 26: tenure.v1.PoolService.CreatePool:input_type -> tenure.v1.CreatePoolRequest
 	8,  // 27: tenure.v1.PoolService.Want:input_type -> tenure.v1.WantRequest
 	10, // 28: tenure.v1.PoolService.RequestLeases:input_type -> tenure.v1.RequestLeasesRequest
 	13, // 29: tenure.v1.PoolService.CompletePiece:input_type -> tenure.v1.CompletePieceRequest
 	16, // 30: tenure.v1.PoolService.Rankings:input_type -> tenure.v1.RankingsRequest
 	20, // 31: tenure.v1.PoolService.Status:input_type -> tenure.v1.PoolStatusRequest
-	22, // 32: tenure.v1.PoolService.ListPools:input_type -> tenure.v1.ListPoolsRequest
-	24, // 33: tenure.v1.PoolService.DeletePool:input_type -> tenure.v1.DeletePoolRequest
-	28, // 34: tenure.v1.PoolService.Pipeline:input_type -> tenure.v1.PoolPipelineRequest
-	7,  // 35: tenure.v1.PoolService.CreatePool:output_type -> tenure.v1.CreatePoolResponse
-	9,  // 36: tenure.v1.PoolService.Want:output_type -> tenure.v1.WantResponse
-	12, // 37: tenure.v1.PoolService.RequestLeases:output_type -> tenure.v1.RequestLeasesResponse
-	14, // 38: tenure.v1.PoolService.CompletePiece:output_type -> tenure.v1.CompletePieceResponse
-	17, // 39: tenure.v1.PoolService.Rankings:output_type -> tenure.v1.RankingsResponse
-	21, // 40: tenure.v1.PoolService.Status:output_type -> tenure.v1.PoolStatusResponse
-	23, // 41: tenure.v1.PoolService.ListPools:output_type -> tenure.v1.ListPoolsResponse
-	25, // 42: tenure.v1.PoolService.DeletePool:output_type -> tenure.v1.DeletePoolResponse
-	29, // 43: tenure.v1.PoolService.Pipeline:output_type -> tenure.v1.PoolPipelineResponse
-	35, // [35:44] is the sub-list for method output_type
-	26, // [26:35] is the sub-list for method input_type
+	22, // 32: tenure.v1.PoolService.Stats:input_type -> tenure.v1.PoolStatsRequest
+	24, // 33: tenure.v1.PoolService.ListPools:input_type -> tenure.v1.ListPoolsRequest
+	26, // 34: tenure.v1.PoolService.DeletePool:input_type -> tenure.v1.DeletePoolRequest
+	30, // 35: tenure.v1.PoolService.Pipeline:input_type -> tenure.v1.PoolPipelineRequest
+	7,  // 36: tenure.v1.PoolService.CreatePool:output_type -> tenure.v1.CreatePoolResponse
+	9,  // 37: tenure.v1.PoolService.Want:output_type -> tenure.v1.WantResponse
+	12, // 38: tenure.v1.PoolService.RequestLeases:output_type -> tenure.v1.RequestLeasesResponse
+	14, // 39: tenure.v1.PoolService.CompletePiece:output_type -> tenure.v1.CompletePieceResponse
+	17, // 40: tenure.v1.PoolService.Rankings:output_type -> tenure.v1.RankingsResponse
+	21, // 41: tenure.v1.PoolService.Status:output_type -> tenure.v1.PoolStatusResponse
+	23, // 42: tenure.v1.PoolService.Stats:output_type -> tenure.v1.PoolStatsResponse
+	25, // 43: tenure.v1.PoolService.ListPools:output_type -> tenure.v1.ListPoolsResponse
+	27, // 44: tenure.v1.PoolService.DeletePool:output_type -> tenure.v1.DeletePoolResponse
+	31, // 45: tenure.v1.PoolService.Pipeline:output_type -> tenure.v1.PoolPipelineResponse
+	36, // [36:46] is the sub-list for method output_type
+	26, // [26:36] is the sub-list for method input_type
 	26, // [26:26] is the sub-list for extension type_name
 	26, // [26:26] is the sub-list for extension extendee
 	0,  // [0:26] is the sub-list for field type_name
@@ -2266,12 +2466,12 @@ func file_tenure_v1_pool_proto_init() {
 	}
 	file_tenure_v1_lease_proto_init()
 	file_tenure_v1_pool_proto_msgTypes[0].OneofWrappers = []any{}
-	file_tenure_v1_pool_proto_msgTypes[23].OneofWrappers = []any{
+	file_tenure_v1_pool_proto_msgTypes[25].OneofWrappers = []any{
 		(*PoolOp_RequestLeases)(nil),
 		(*PoolOp_CompletePiece)(nil),
 		(*PoolOp_Want)(nil),
 	}
-	file_tenure_v1_pool_proto_msgTypes[24].OneofWrappers = []any{
+	file_tenure_v1_pool_proto_msgTypes[26].OneofWrappers = []any{
 		(*PoolResult_RequestLeases)(nil),
 		(*PoolResult_CompletePiece)(nil),
 		(*PoolResult_Want)(nil),
@@ -2283,7 +2483,7 @@ func file_tenure_v1_pool_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_pool_proto_rawDesc), len(file_tenure_v1_pool_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,6 +47,8 @@ const (
 	PoolServiceRankingsProcedure = "/tenure.v1.PoolService/Rankings"
 	// PoolServiceStatusProcedure is the fully-qualified name of the PoolService's Status RPC.
 	PoolServiceStatusProcedure = "/tenure.v1.PoolService/Status"
+	// PoolServiceStatsProcedure is the fully-qualified name of the PoolService's Stats RPC.
+	PoolServiceStatsProcedure = "/tenure.v1.PoolService/Stats"
 	// PoolServiceListPoolsProcedure is the fully-qualified name of the PoolService's ListPools RPC.
 	PoolServiceListPoolsProcedure = "/tenure.v1.PoolService/ListPools"
 	// PoolServiceDeletePoolProcedure is the fully-qualified name of the PoolService's DeletePool RPC.
@@ -63,6 +65,9 @@ type PoolServiceClient interface {
 	CompletePiece(context.Context, *connect.Request[v1.CompletePieceRequest]) (*connect.Response[v1.CompletePieceResponse], error)
 	Rankings(context.Context, *connect.Request[v1.RankingsRequest]) (*connect.Response[v1.RankingsResponse], error)
 	Status(context.Context, *connect.Request[v1.PoolStatusRequest]) (*connect.Response[v1.PoolStatusResponse], error)
+	// Stats counts the pool's pieces by where they stand (role worker, as
+	// Status).
+	Stats(context.Context, *connect.Request[v1.PoolStatsRequest]) (*connect.Response[v1.PoolStatsResponse], error)
 	// ListPools names a namespace's pools (the dashboard's pool list).
 	ListPools(context.Context, *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error)
 	// DeletePool removes a pool: its piece leases are revoked (reason
@@ -126,6 +131,12 @@ func NewPoolServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(poolServiceMethods.ByName("Status")),
 			connect.WithClientOptions(opts...),
 		),
+		stats: connect.NewClient[v1.PoolStatsRequest, v1.PoolStatsResponse](
+			httpClient,
+			baseURL+PoolServiceStatsProcedure,
+			connect.WithSchema(poolServiceMethods.ByName("Stats")),
+			connect.WithClientOptions(opts...),
+		),
 		listPools: connect.NewClient[v1.ListPoolsRequest, v1.ListPoolsResponse](
 			httpClient,
 			baseURL+PoolServiceListPoolsProcedure,
@@ -155,6 +166,7 @@ type poolServiceClient struct {
 	completePiece *connect.Client[v1.CompletePieceRequest, v1.CompletePieceResponse]
 	rankings      *connect.Client[v1.RankingsRequest, v1.RankingsResponse]
 	status        *connect.Client[v1.PoolStatusRequest, v1.PoolStatusResponse]
+	stats         *connect.Client[v1.PoolStatsRequest, v1.PoolStatsResponse]
 	listPools     *connect.Client[v1.ListPoolsRequest, v1.ListPoolsResponse]
 	deletePool    *connect.Client[v1.DeletePoolRequest, v1.DeletePoolResponse]
 	pipeline      *connect.Client[v1.PoolPipelineRequest, v1.PoolPipelineResponse]
@@ -190,6 +202,11 @@ func (c *poolServiceClient) Status(ctx context.Context, req *connect.Request[v1.
 	return c.status.CallUnary(ctx, req)
 }
 
+// Stats calls tenure.v1.PoolService.Stats.
+func (c *poolServiceClient) Stats(ctx context.Context, req *connect.Request[v1.PoolStatsRequest]) (*connect.Response[v1.PoolStatsResponse], error) {
+	return c.stats.CallUnary(ctx, req)
+}
+
 // ListPools calls tenure.v1.PoolService.ListPools.
 func (c *poolServiceClient) ListPools(ctx context.Context, req *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error) {
 	return c.listPools.CallUnary(ctx, req)
@@ -213,6 +230,9 @@ type PoolServiceHandler interface {
 	CompletePiece(context.Context, *connect.Request[v1.CompletePieceRequest]) (*connect.Response[v1.CompletePieceResponse], error)
 	Rankings(context.Context, *connect.Request[v1.RankingsRequest]) (*connect.Response[v1.RankingsResponse], error)
 	Status(context.Context, *connect.Request[v1.PoolStatusRequest]) (*connect.Response[v1.PoolStatusResponse], error)
+	// Stats counts the pool's pieces by where they stand (role worker, as
+	// Status).
+	Stats(context.Context, *connect.Request[v1.PoolStatsRequest]) (*connect.Response[v1.PoolStatsResponse], error)
 	// ListPools names a namespace's pools (the dashboard's pool list).
 	ListPools(context.Context, *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error)
 	// DeletePool removes a pool: its piece leases are revoked (reason
@@ -272,6 +292,12 @@ func NewPoolServiceHandler(svc PoolServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(poolServiceMethods.ByName("Status")),
 		connect.WithHandlerOptions(opts...),
 	)
+	poolServiceStatsHandler := connect.NewUnaryHandler(
+		PoolServiceStatsProcedure,
+		svc.Stats,
+		connect.WithSchema(poolServiceMethods.ByName("Stats")),
+		connect.WithHandlerOptions(opts...),
+	)
 	poolServiceListPoolsHandler := connect.NewUnaryHandler(
 		PoolServiceListPoolsProcedure,
 		svc.ListPools,
@@ -304,6 +330,8 @@ func NewPoolServiceHandler(svc PoolServiceHandler, opts ...connect.HandlerOption
 			poolServiceRankingsHandler.ServeHTTP(w, r)
 		case PoolServiceStatusProcedure:
 			poolServiceStatusHandler.ServeHTTP(w, r)
+		case PoolServiceStatsProcedure:
+			poolServiceStatsHandler.ServeHTTP(w, r)
 		case PoolServiceListPoolsProcedure:
 			poolServiceListPoolsHandler.ServeHTTP(w, r)
 		case PoolServiceDeletePoolProcedure:
@@ -341,6 +369,10 @@ func (UnimplementedPoolServiceHandler) Rankings(context.Context, *connect.Reques
 
 func (UnimplementedPoolServiceHandler) Status(context.Context, *connect.Request[v1.PoolStatusRequest]) (*connect.Response[v1.PoolStatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.PoolService.Status is not implemented"))
+}
+
+func (UnimplementedPoolServiceHandler) Stats(context.Context, *connect.Request[v1.PoolStatsRequest]) (*connect.Response[v1.PoolStatsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.PoolService.Stats is not implemented"))
 }
 
 func (UnimplementedPoolServiceHandler) ListPools(context.Context, *connect.Request[v1.ListPoolsRequest]) (*connect.Response[v1.ListPoolsResponse], error) {
