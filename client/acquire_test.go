@@ -6,10 +6,12 @@ package tenure
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -456,5 +458,46 @@ func TestDeadlineWithASilentMember(t *testing.T) {
 		}
 		time.Sleep(10 * time.Second) // fake time: the member's handler ends
 		synctest.Wait()
+	})
+}
+
+// TestBrokenWriteIsOutcomeUnknown: a write whose connection broke after
+// the request went out (a member killed mid-call) is ErrOutcomeUnknown,
+// as the server's own OUTCOME_UNKNOWN is, and still the transport's error
+// underneath; one that never left (a refused dial) is retried, and the
+// error of a read or an idempotent write (retried) stays as it is.
+func TestBrokenWriteIsOutcomeUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		c := fc.client([]string{"a:1", "b:1"})
+		reset := connect.NewError(connect.CodeUnavailable, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET})
+		for _, kind := range []callKind{writeCall, idempotentCall, readCall} {
+			n := 0
+			err := c.call(t.Context(), kind, func(context.Context, *endpoint) error {
+				n++
+				return reset
+			})
+			var ce *connect.Error
+			if !errors.As(err, &ce) || !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("kind %d: %v does not keep the transport's error", kind, err)
+			}
+			if got := errors.Is(err, ErrOutcomeUnknown); got != (kind == writeCall) {
+				t.Errorf("kind %d: errors.Is(%v, ErrOutcomeUnknown) = %v", kind, err, got)
+			}
+			if kind == writeCall && (n != 1 || !strings.HasPrefix(err.Error(), "OUTCOME_UNKNOWN: ")) {
+				t.Errorf("write: %d attempts, err %q; want 1, OUTCOME_UNKNOWN first", n, err)
+			}
+		}
+		n := 0
+		refused := connect.NewError(connect.CodeUnavailable, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+		err := c.call(t.Context(), writeCall, func(context.Context, *endpoint) error {
+			if n++; n < 3 {
+				return refused
+			}
+			return nil
+		})
+		if err != nil || n != 3 {
+			t.Errorf("a write whose dial was refused: %v after %d attempts, want retried to success", err, n)
+		}
 	})
 }

@@ -420,11 +420,11 @@ func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Contex
 			return whileEnded(ctx, ep.url, err)
 		}
 		if !retryable(kind, err) {
-			return err
+			return sentWrite(kind, err)
 		}
 		followed := c.failover(idx, leaderHint(err))
 		if c.clock.Now().Sub(start) >= c.cfg.retryBudget {
-			return err
+			return sentWrite(kind, err)
 		}
 		c.mu.Lock()
 		n := len(c.endpoints)
@@ -521,6 +521,21 @@ func retryable(kind callKind, err error) bool {
 		}
 	}
 	return false
+}
+
+// sentWrite is the error of a write whose request went out and broke off
+// without an answer (a connection reset, a member killed mid-call): the
+// write may have been applied, and the error says so as the server's own
+// OUTCOME_UNKNOWN does (errors.Is(err, ErrOutcomeUnknown)), with the
+// transport's error as its cause. Any other error, and any error of a
+// read or of an idempotent write (retried, and read by its callers as a
+// transport error), is returned as it is.
+func sentWrite(kind callKind, err error) error {
+	if kind != writeCall || ReasonOf(err) != "" || !outcomeUnknown(err) {
+		return err
+	}
+	return newError(ReasonOutcomeUnknown, string(ReasonOutcomeUnknown)+": "+err.Error()+
+		"; the request was sent and may or may not have been applied", nil, connect.CodeUnavailable, err)
 }
 
 // outcomeUnknown reports whether a write that failed with err may have been

@@ -146,7 +146,10 @@
 // message (which starts with the reason), the metadata and the Connect code;
 // test them with errors.Is against the sentinels (ErrLeaseHeld, ErrStaleEpoch,
 // …). LEASE_HELD is a *HeldError naming the lease in the way, its holder, fence
-// and time left. Transport failures are returned as Connect errors.
+// and time left. Transport failures are returned as Connect errors; a write
+// whose request went out and whose connection then broke (a member killed
+// mid-call) is also ErrOutcomeUnknown, as the server's own OUTCOME_UNKNOWN
+// is: it may have been applied.
 //
 // # Helpers
 //

@@ -330,8 +330,13 @@ var (
 // (ErrInvalidRequest, ErrPeerRankingTooLow, ErrPeerAtCapacity,
 // ErrNoAvailablePieces); malformed input (an empty peer or pool, max 0,
 // a bad have-map) is ErrInvalidRequest. Not retried after an unknown outcome
-// (ErrOutcomeUnknown): the pieces may have been granted, and Status shows
-// the peer's current leases.
+// (ErrOutcomeUnknown, a member lost mid-call included): the pieces may have
+// been granted, and PieceLeases lists what the peer holds now. Fetch and
+// complete those: each one left to expire counts as a failure in the
+// peer's ranking, and by the ranking's formula a new peer whose first
+// outcome is a failure scores 1.0 − penalty, clamped to 0.1: below the
+// default minimum score (0.2), refused from then on (only an outcome
+// changes a score, and a refused peer has none).
 func (c *Client) RequestLeases(ctx context.Context, pool, peer string, have map[uint32]Bitset, max uint32, opts ...CallOption) ([]PieceLease, error) {
 	cc := c.callConfig(opts)
 	req := &tenurev1.RequestLeasesRequest{Pool: pool, Namespace: cc.namespace, Peer: peer, Max: max}
