@@ -248,22 +248,7 @@ func TestBinaryBodyThatDoesNotDecode(t *testing.T) {
 		if msg, _ := out["message"].(string); !strings.HasPrefix(msg, "INVALID_ARGUMENT: ") {
 			t.Errorf("%s, application/proto: message %q", name, msg)
 		}
-		// gRPC: one uncompressed frame; the status comes in trailers.
-		frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body)))
-		req, _ := http.NewRequest(http.MethodPost, b.base+"/tenure.v1.LeaseService/Acquire", bytes.NewReader(append(frame, body...)))
-		req.Header.Set("Content-Type", "application/grpc")
-		req.Header.Set("TE", "trailers")
-		gresp, err := h2cClient().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, gresp.Body)
-		gresp.Body.Close()
-		status, msg := gresp.Trailer.Get("Grpc-Status"), gresp.Trailer.Get("Grpc-Message")
-		if status == "" { // a trailers-only answer
-			status, msg = gresp.Header.Get("Grpc-Status"), gresp.Header.Get("Grpc-Message")
-		}
-		if status != "3" || !strings.HasPrefix(msg, "INVALID_ARGUMENT") {
+		if status, msg := b.postGRPC(t, "/tenure.v1.LeaseService/Acquire", body); status != "3" || !strings.HasPrefix(msg, "INVALID_ARGUMENT") {
 			t.Errorf("%s, gRPC: status %q message %q", name, status, msg)
 		}
 	}
@@ -1034,6 +1019,28 @@ func TestKeepAliveFollowsWithoutRenewing(t *testing.T) {
 	}
 }
 
+// postGRPC posts body (a request message's wire bytes) to path as one
+// uncompressed gRPC frame, and returns the call's gRPC status and message
+// (from the trailers, or the headers of a trailers-only answer).
+func (b *bundle) postGRPC(t *testing.T, path string, body []byte) (status, msg string) {
+	t.Helper()
+	frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body)))
+	req, _ := http.NewRequest(http.MethodPost, b.base+path, bytes.NewReader(append(frame, body...)))
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("TE", "trailers")
+	resp, err := h2cClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	status, msg = resp.Trailer.Get("Grpc-Status"), resp.Trailer.Get("Grpc-Message")
+	if status == "" {
+		status, msg = resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
+	}
+	return status, msg
+}
+
 // TestInvalidUTF8NamesTheField: a string that is not UTF-8 is refused
 // with the field named in the ErrorInfo (API.md: "non-UTF-8 input; the
 // metadata names the field"), as the path of proto field names, in
@@ -1095,21 +1102,7 @@ func TestInvalidUTF8NamesTheField(t *testing.T) {
 		}
 	})
 	t.Run("grpc", func(t *testing.T) {
-		frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(body)))
-		req, _ := http.NewRequest(http.MethodPost, b.base+"/tenure.v1.QueueService/Enqueue", bytes.NewReader(append(frame, body...)))
-		req.Header.Set("Content-Type", "application/grpc")
-		req.Header.Set("TE", "trailers")
-		resp, err := h2cClient().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		status, msg := resp.Trailer.Get("Grpc-Status"), resp.Trailer.Get("Grpc-Message")
-		if status == "" {
-			status, msg = resp.Header.Get("Grpc-Status"), resp.Header.Get("Grpc-Message")
-		}
-		if status != "3" || !strings.HasPrefix(msg, "INVALID_ARGUMENT: tasks.task_id is not valid UTF-8") {
+		if status, msg := b.postGRPC(t, "/tenure.v1.QueueService/Enqueue", body); status != "3" || !strings.HasPrefix(msg, "INVALID_ARGUMENT: tasks.task_id is not valid UTF-8") {
 			t.Errorf("status %q message %q", status, msg)
 		}
 	})
