@@ -50,7 +50,14 @@
 // its last confirmed renewal; leases due at about the same time share one
 // request. So a healthy lease is renewed about three times per ttl, and two
 // renewals can be lost before its trust window is in danger. A renewal that
-// gets no answer within max(ttl/6, 100 ms) is presumed lost with its stream.
+// gets no answer within max(ttl/6, 100 ms), or within the round trips
+// renewals have been seen to take (RFC 6298's smoothed round trip plus four
+// times its variation, doubled after each renewal presumed lost) but never
+// more than ttl/3, is presumed lost with its stream. On a slow link keep the
+// ttl well above the round trip: a lease is renewed every ttl/3 and trusted
+// for ttl − margin after each renewal is sent, so ttl/3 plus a round trip
+// must fit in that window (with 1 s leases, a 250 ms round trip through a
+// follower already does not).
 // A lease with a renewal limit (max_renewals > 0, as every task lease has)
 // is never renewed before it is due, so it does not share an earlier request
 // with other leases: a lease limited to n renewals is refused its (n+1)-th

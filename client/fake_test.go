@@ -260,7 +260,9 @@ type fakeMember struct {
 	// acquireDelay holds each Acquire for this long (a wait in the queue).
 	acquireDelay time.Duration
 	// kaWrongID answers KeepAlive requests with a request id nobody sent.
-	kaWrongID   bool
+	kaWrongID bool
+	// kaDelay holds each KeepAlive answer this long (a slow link).
+	kaDelay     time.Duration
 	kaLog       []kaRecord
 	acquires    int
 	authHeaders []string // Authorization of each Acquire and KeepAlive
@@ -381,7 +383,7 @@ func (m *fakeMember) KeepAlive(ctx context.Context, stream *connect.BidiStream[t
 			m.mu.Unlock()
 			return err
 		}
-		mode, wrongID := m.ka, m.kaWrongID
+		mode, wrongID, delay := m.ka, m.kaWrongID, m.kaDelay
 		fail := make(map[string]Reason, len(m.fail))
 		for k, v := range m.fail {
 			fail[k] = v
@@ -405,6 +407,13 @@ func (m *fakeMember) KeepAlive(ctx context.Context, stream *connect.BidiStream[t
 				continue
 			}
 			resp.Leases = append(resp.Leases, pb)
+		}
+		if delay > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(delay):
+			}
 		}
 		if err := stream.Send(resp); err != nil {
 			return err

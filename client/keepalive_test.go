@@ -701,3 +701,32 @@ func TestLeaseFollowedBeforeItsFirstRenewal(t *testing.T) {
 		}
 	})
 }
+
+// TestSlowRenewalsKeepTheLease: renewals answered 700 ms after they are
+// sent (a slow link: more than ttl/6 of a 3 s lease, well within its
+// trust window) keep the lease on one stream once the client has seen how
+// long they take; a stream is presumed dead only past the round trips it
+// has shown.
+func TestSlowRenewalsKeepTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		m := fc.members["a:1"]
+		m.set(func(m *fakeMember) { m.kaDelay = 700 * time.Millisecond })
+		c := fc.client([]string{"a:1"})
+		l, err := c.Acquire(t.Context(), "slow/1", TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if isDone(l) {
+			t.Fatalf("lease lost on a slow link: %v", l.Err())
+		}
+		var streams, renewals int
+		m.set(func(m *fakeMember) { streams, renewals = m.streams, len(m.kaLog) })
+		if streams > 2 || renewals < 25 {
+			t.Fatalf("%d streams and %d renewals in 30 s, want at most 2 streams (the first renewal may be presumed lost) and a renewal a second", streams, renewals)
+		}
+		c.Close()
+	})
+}

@@ -61,6 +61,8 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	rateLimit := fs.String("rate-limit", env("rate-limit", "0"), "requests per second per principal, for auth file entries without a rate; 0 = unlimited (env TENURE_RATE_LIMIT)")
 	rateBurst := fs.String("rate-burst", env("rate-burst", "0"), "token bucket size of --rate-limit; 0 = the rate rounded up (env TENURE_RATE_BURST)")
 	ledgerMax := fs.String("ledger-max-size", env("ledger-max-size", "4GiB"), "size budget of the ledger files in DATA-DIR/ledger: the oldest whole files are pruned past it (e.g. 500MB, 10GiB); 0 keeps everything (env TENURE_LEDGER_MAX_SIZE)")
+	heartbeat := fs.String("raft-heartbeat-timeout", env("raft-heartbeat-timeout", "1s"), "how long a follower goes without hearing from the leader before it stands for election (a leader that hears from no quorum for half of it steps down); raise it, and --raft-election-timeout, on a slow or lossy network between members (e.g. 5s for round trips of ~500 ms); give every member the same (env TENURE_RAFT_HEARTBEAT_TIMEOUT)")
+	election := fs.String("raft-election-timeout", env("raft-election-timeout", "1s"), "how long a candidate waits for votes before it stands again (env TENURE_RAFT_ELECTION_TIMEOUT)")
 	policyFile := fs.String("policy-file", env("policy-file", ""), "JSON file of server-wide policy defaults by flag name (e.g. {\"max-ttl\": \"10m\", \"max-renewals\": 20}); the policy flags win over it (env TENURE_POLICY_FILE)")
 	policy := addPolicyFlags(fs, true)
 	fs.Usage = func() {} // a mistyped flag gets its error (and a suggestion), not every flag
@@ -155,6 +157,17 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.Cluster.RaftTLS = raftTLS
 	cfg.Cluster.ForceNewCluster = *force
 	cfg.Join = *join
+	for _, t := range []struct {
+		flag  string
+		value string
+		to    *time.Duration
+	}{{"raft-heartbeat-timeout", *heartbeat, &cfg.Cluster.HeartbeatTimeout}, {"raft-election-timeout", *election, &cfg.Cluster.ElectionTimeout}} {
+		d, err := time.ParseDuration(t.value)
+		if err != nil || d < 100*time.Millisecond || d > time.Minute {
+			return usagef("--%s: %q is not a duration from 100ms to 1m", t.flag, t.value)
+		}
+		*t.to = d
+	}
 	if cfg.Cluster.LedgerMaxBytes, err = parseSize(*ledgerMax); err != nil {
 		return usagef("--ledger-max-size: %v", err)
 	}

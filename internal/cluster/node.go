@@ -288,9 +288,9 @@ func Open(cfg Config) (*Node, error) {
 	// shut it down for good: re-added, it never caught up).
 	rc.ShutdownOnRemove = false
 	rc.MaxAppendEntries = 256
-	if cfg.HeartbeatTimeout > 0 {
-		rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-		rc.LeaderLeaseTimeout = min(rc.LeaderLeaseTimeout, cfg.HeartbeatTimeout)
+	if hb := cfg.HeartbeatTimeout; hb > 0 {
+		rc.HeartbeatTimeout = hb
+		rc.LeaderLeaseTimeout = leaderLease(hb, rc.LeaderLeaseTimeout)
 	}
 	if cfg.ElectionTimeout > 0 {
 		rc.ElectionTimeout = cfg.ElectionTimeout
@@ -431,6 +431,14 @@ func Open(cfg Config) (*Node, error) {
 	go n.propose()
 	go n.complete()
 	return n, nil
+}
+
+// leaderLease is how long a leader may go without hearing from a quorum
+// before it steps down, given the heartbeat timeout hb and Raft's default
+// lease def: half of hb from Raft's default timings up (a slow network
+// wants both longer), at most hb below them (tests' fast timings).
+func leaderLease(hb, def time.Duration) time.Duration {
+	return max(min(def, hb), hb/2)
 }
 
 // electIfAlone has a node that is the only voter of its configuration

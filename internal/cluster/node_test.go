@@ -941,3 +941,16 @@ func TestLogWriteFailureIsTheAnswer(t *testing.T) {
 		t.Fatal("a failure still reported after a successful write")
 	}
 }
+
+func TestLeaderLease(t *testing.T) {
+	def := raft.DefaultConfig().LeaderLeaseTimeout // 500 ms
+	for _, c := range []struct{ hb, want time.Duration }{
+		{50 * time.Millisecond, 50 * time.Millisecond}, // tests' timings: all of it
+		{time.Second, 500 * time.Millisecond},          // Raft's defaults
+		{5 * time.Second, 2500 * time.Millisecond},     // a slow network: half
+	} {
+		if got := leaderLease(c.hb, def); got != c.want {
+			t.Errorf("leaderLease(%v) = %v, want %v", c.hb, got, c.want)
+		}
+	}
+}
