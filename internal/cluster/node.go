@@ -565,7 +565,8 @@ func (n *Node) closeStores() error {
 }
 
 // raftErrors passes the error lines of hashicorp/raft's logs (and its
-// log store's and transport's) on to the node's log, dropping the rest.
+// log store's and transport's), and its warnings of why leadership
+// changes, on to the node's log, dropping the rest.
 // A line repeated within raftErrorEvery is logged once, and again after
 // it with how often it came meanwhile: a member cut off from the others
 // has Raft say the same failed vote request to each of them twice a
@@ -606,9 +607,28 @@ func (r *raftErrors) Write(p []byte) (int, error) {
 		// worth an operator's look.
 		if ok && !strings.Contains(msg, "transport shutdown") {
 			r.error(strings.TrimSpace(msg)) // "raft: …", "wal: …"
+			continue
+		}
+		if _, msg, ok := strings.Cut(line, "[WARN] "); ok && leadershipWarning(msg) {
+			r.error(strings.TrimSpace(msg))
 		}
 	}
 	return len(p), nil
+}
+
+// leadershipWarning reports whether a warning line of Raft's says why
+// leadership changes (a leader that hears from no quorum steps down, a
+// follower that hears from no leader stands): without them a step-down
+// had no cause in the log. Raft's warnings of each unreachable member
+// (twice a second each) stay out.
+func leadershipWarning(msg string) bool {
+	for _, why := range []string{"failed to contact quorum of nodes, stepping down", "heartbeat timeout reached, starting election",
+		"Election timeout reached, restarting election", "new leader elected, stepping down"} {
+		if strings.Contains(msg, why) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *raftErrors) error(msg string) {
@@ -629,8 +649,11 @@ func (r *raftErrors) error(msg string) {
 	r.seen[msg] = &repeated{at: now}
 	r.mu.Unlock()
 	level := slog.LevelError
-	if routineRaftError(msg) {
+	switch {
+	case routineRaftError(msg):
 		level = slog.LevelInfo
+	case leadershipWarning(msg):
+		level = slog.LevelWarn
 	}
 	if again > 0 {
 		r.log.Log(context.Background(), level, msg, "repeated", again, "within", raftErrorEvery.String())

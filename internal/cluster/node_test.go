@@ -804,8 +804,14 @@ func TestRaftErrorsReachTheLog(t *testing.T) {
 		"2026-11-26T00:00:01.000Z [ERROR] raft: failed to append to logs: error=\"no space left on device\"\n" +
 		"2026/11/26 00:00:02 [ERR] snapshot: failed to move\n" +
 		"2026-11-26T00:00:03.000Z [ERROR] raft-net: failed to decode incoming command: error=\"transport shutdown\"\n" +
-		"2026-11-26T00:00:04.000Z [ERROR] raft: peer has newer term, stopping replication: peer=\"{Voter n2 127.0.0.1:7171}\"\n"))
+		"2026-11-26T00:00:04.000Z [ERROR] raft: peer has newer term, stopping replication: peer=\"{Voter n2 127.0.0.1:7171}\"\n" +
+		"2026-11-26T00:00:05.000Z [WARN]  raft: failed to contact: server-id=n2 time=2.5s\n" +
+		"2026-11-26T00:00:05.000Z [WARN]  raft: failed to contact quorum of nodes, stepping down\n"))
 	out := buf.String()
+	// Why leadership changed: a warning; each member not heard from: out.
+	if !strings.Contains(out, `level=WARN msg="raft: failed to contact quorum of nodes, stepping down"`) || strings.Contains(out, "server-id=n2") {
+		t.Errorf("the step-down's cause, and only it, should be logged as a warning:\n%s", out)
+	}
 	// Routine in a healthy cluster: info, not error.
 	if !strings.Contains(out, `level=INFO msg="raft: peer has newer term, stopping replication`) {
 		t.Errorf("a leader stepping down is not logged at info:\n%s", out)

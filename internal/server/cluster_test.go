@@ -1014,7 +1014,7 @@ func TestWipedMemberDoesNotVoteAwayAcknowledgedWrites(t *testing.T) {
 // TestFollowerCountsTheRejectionsItForwards: a follower's
 // tenure_rejections_total counts the refusals of the calls it forwarded
 // (its dashboard's "errors by reason" showed none while its clients got
-// them from the leader).
+// them from the leader), and not as forwards that failed in transit.
 func TestFollowerCountsTheRejectionsItForwards(t *testing.T) {
 	ms := startCluster(t, 3)
 	f := followerOf(ms, leaderOf(t, ms, 10*time.Second))
@@ -1032,6 +1032,10 @@ func TestFollowerCountsTheRejectionsItForwards(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(body), `tenure_rejections_total{reason="LEASE_HELD"} 1`) {
 		t.Errorf("the follower's /metrics does not count the LEASE_HELD it answered:\n%s", body)
+	}
+	// The leader's refusal is an answer, not a forward that failed.
+	if !strings.Contains(string(body), "tenure_forward_errors_total 0\n") {
+		t.Errorf("the follower counts the leader's LEASE_HELD as a forwarding error:\n%s", body)
 	}
 }
 

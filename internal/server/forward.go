@@ -295,7 +295,9 @@ func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Hea
 		return nil, true, s.toConnect(ctx.Err())
 	}
 	if err != nil {
-		s.metrics.forwardErrors.Inc()
+		if ce := (*connect.Error)(nil); !errors.As(err, &ce) || !connect.IsWireError(ce) {
+			s.metrics.forwardErrors.Inc() // failed in transit: not the leader's own answer (LEASE_HELD, …)
+		}
 		switch {
 		case ctx.Err() != nil:
 		case cutOff.Load():
