@@ -337,6 +337,22 @@ type benchStats struct {
 	reasons   map[string]int64
 }
 
+// failed counts a worker's failed operation in its reasons (unless ctx,
+// the run's, has ended: the run's end cuts calls short) and, unless the
+// registrar refused it, pauses the worker until runCtx ends or 50 ms
+// pass: a server gone or a stream broken is retried gently, not in a busy
+// loop (a queue run spun through millions of STREAM_CLOSED a minute).
+func (s *benchStats) failed(ctx, runCtx context.Context, reasons map[string]int64, reason string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	reasons[reason]++
+	s.errs.Add(1)
+	if err != nil && !refusal(err) {
+		pause(runCtx, 50*time.Millisecond)
+	}
+}
+
 func (s *benchStats) record(lat []time.Duration, reasons map[string]int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -428,16 +444,7 @@ func benchOps(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResult
 			}
 			var lat []time.Duration
 			reasons := make(map[string]int64)
-			fail := func(err error) {
-				if ctx.Err() == nil {
-					r := benchReason(err)
-					reasons[r]++
-					stats.errs.Add(1)
-					if !refusal(err) { // a server gone or a stream broken: retry gently, not in a busy loop
-						pause(runCtx, 50*time.Millisecond)
-					}
-				}
-			}
+			fail := func(err error) { stats.failed(ctx, runCtx, reasons, benchReason(err), err) }
 			for i := 0; runCtx.Err() == nil; i++ {
 				t0 := time.Now()
 				switch cfg.workload {
@@ -622,8 +629,6 @@ func percentiles(lat []time.Duration) *benchLatency {
 	return &benchLatency{P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: at(1)}
 }
 
-// benchReason names an error for the error counts: its Tenure reason, else
-// its Connect code, else "other".
 // refusal reports whether err is the registrar refusing an operation
 // (LEASE_HELD, QUOTA_EXCEEDED, …), not a transport's or a server's
 // failure.
@@ -640,6 +645,8 @@ func refusal(err error) bool {
 	return true
 }
 
+// benchReason names an error for the error counts: its Tenure reason, else
+// its Connect code, else "other".
 func benchReason(err error) string {
 	if r := tenure.ReasonOf(err); r != "" {
 		return string(r)

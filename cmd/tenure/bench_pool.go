@@ -114,15 +114,7 @@ func benchPool(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResul
 			bits := halfOf(uint64(w), cfg.files, cfg.pieces)
 			var lat []time.Duration
 			reasons := make(map[string]int64)
-			fail := func(err error) {
-				if ctx.Err() == nil {
-					reasons[benchReason(err)]++
-					stats.errs.Add(1)
-					if !refusal(err) {
-						pause(runCtx, 50*time.Millisecond)
-					}
-				}
-			}
+			fail := func(err error) { stats.failed(ctx, runCtx, reasons, benchReason(err), err) }
 			defer func() { stats.record(lat, reasons) }()
 			// A request sent is waited for and what it granted is
 			// completed even when ctx ends meanwhile (Ctrl-C), so that
@@ -153,7 +145,7 @@ func benchPool(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResul
 					continue
 				}
 				if r := res.GetRejectedReason(); r != tenurev1.RejectedReason_REJECTED_REASON_UNSPECIFIED {
-					fail(fmt.Errorf("%s", r))
+					stats.failed(ctx, runCtx, reasons, r.String(), nil) // a refusal, counted by its reason
 					continue
 				}
 				errs := make([]error, len(res.GetLeases()))

@@ -152,10 +152,7 @@ func benchQueue(ctx context.Context, c *cliCommand, cfg benchConfig) (*benchResu
 			worker := cfg.holderOf(w)
 			var lat []time.Duration
 			reasons := make(map[string]int64)
-			fail := func(err error) {
-				reasons[benchReason(err)]++
-				stats.errs.Add(1)
-			}
+			fail := func(err error) { stats.failed(ctx, runCtx, reasons, benchReason(err), err) }
 			// Async completions: at most --batch in flight; each
 			// reports its outcome to this worker's loop (fail and lat
 			// are the worker's own).
