@@ -194,7 +194,14 @@ func (d *durableLedger) keepWithinBudget() {
 		return
 	}
 	d.prunedAt = d.w.Segment()
-	p, err := ledger.PruneToSize(d.dir, d.maxBytes)
+	// Room for the segment just started, which grows to a segment's size
+	// before the next pruning: the files stay within the budget, not one
+	// segment past it (the newest is always kept).
+	seg := d.segSize
+	if seg <= 0 {
+		seg = ledger.DefaultSegmentSize
+	}
+	p, err := ledger.PruneToSize(d.dir, max(d.maxBytes-seg, 0))
 	switch {
 	case err != nil:
 		d.log.Warn("ledger: pruning the oldest files to stay within the size budget", "err", err, "max_bytes", d.maxBytes)
