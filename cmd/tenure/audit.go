@@ -218,6 +218,10 @@ func auditVerify(ctx context.Context, c *cliCommand, dir, keyFlag string, comple
 	if rep.Anchored > 0 {
 		fmt.Fprintf(w, "record %d matches the chain head in the node's %s\n", rep.Anchored, out.AnchorSource)
 	}
+	if rep.AnchorNotHeld > 0 {
+		fmt.Fprintf(w, "note: record %d, the chain head in the node's %s, is not in this ledger (pruned, or in a gap): not compared; "+
+			"a ledger budget that holds more than a snapshot interval of history keeps it\n", rep.AnchorNotHeld, out.AnchorSource)
+	}
 	for _, g := range rep.Gaps {
 		if g.Pruned {
 			fmt.Fprintf(w, "pruned: records %d..%d were removed from this ledger (tenure audit prune, or the server's --ledger-max-size)\n", g.From, g.To)

@@ -433,6 +433,23 @@ func TestLedgerAnchor(t *testing.T) {
 		t.Fatalf("after the marker: %+v, %v", rep, err)
 	}
 
+	// A ledger that resumes past the anchor (its record caught up from a
+	// later snapshot, or pruned): not compared, and it says so.
+	dir = t.TempDir()
+	if w, _, err = ledger.OpenWriter(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Resume(36, recs[34].Hash); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	write(t, dir, 0, recs[35:])
+	if rep, err := check(dir); err != nil || rep.Anchored != 0 || rep.AnchorNotHeld != 29 {
+		t.Fatalf("resumed past the anchor: %+v, %v; want the anchor reported as not held", rep, err)
+	}
+
 	// A history rewritten consistently (chain recomputed, as with another
 	// key) no longer matches the anchor.
 	dir = t.TempDir()

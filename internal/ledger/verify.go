@@ -140,6 +140,10 @@ type Report struct {
 	// Anchored is the record index the anchor confirmed (0: no anchor, or
 	// it fell in a gap).
 	Anchored uint64 `json:"anchored,omitempty"`
+	// AnchorNotHeld is the anchor's record index when the ledger does not
+	// hold that record (pruned, or in a gap after a catch-up), so that it
+	// could not be compared.
+	AnchorNotHeld uint64 `json:"anchorNotHeld,omitempty"`
 	// KeyFromLedger says the public key was taken from the ledger's own
 	// Initialized record (no key was given).
 	KeyFromLedger bool `json:"keyFromLedger,omitempty"`
@@ -284,8 +288,9 @@ func Verify(dir string, opt VerifyOptions) (Report, error) {
 		case !held || covered < anchor.Next-1:
 			err = &BrokenError{Index: covered + 1, Reason: fmt.Sprintf("the ledger ends at %d, but %s covers records up to %d: records %d..%d are missing (truncated)",
 				covered, anchor.Source, anchor.Next-1, covered+1, anchor.Next-1)}
+		default: // the anchor fell in a gap or a pruned range: nothing to compare
+			rep.AnchorNotHeld = anchor.Next - 1
 		}
-		// Otherwise the anchor fell in a gap: nothing to compare.
 	}
 	return rep, err
 }
