@@ -19,6 +19,9 @@ type reach struct {
 	// leaderChanges counts the changes of leader this node has seen
 	// (including to none: an election under way, or this node cut off).
 	leaderChanges atomic.Uint64
+	// leader is the last leader observed ("": none), once seen is set.
+	leader string
+	seen   bool
 	// onLeader, when set, is told of each leader observed (id, or "").
 	onLeader func(id string)
 }
@@ -35,20 +38,34 @@ func (rc *reach) observe(r *raft.Raft, stop <-chan struct{}) {
 	})
 	r.RegisterObserver(obs)
 	defer r.DeregisterObserver(obs)
+	// Raft runs before the observer is registered: a restarted follower
+	// may have heard from its leader already, an observation nobody
+	// received (the leader unknown to onLeader, not counted). What Raft
+	// knows now is taken as observed; an observation of the same leader
+	// that was on its way is not counted twice.
+	if _, id := r.LeaderWithID(); id != "" {
+		rc.observed(raft.LeaderObservation{LeaderID: id})
+	}
 	for {
 		select {
 		case <-stop:
 			return
 		case o := <-ch:
-			rc.note(o.Data)
-			if lo, ok := o.Data.(raft.LeaderObservation); ok && rc.onLeader != nil {
-				rc.onLeader(string(lo.LeaderID))
-			}
+			rc.observed(o.Data)
 		}
 	}
 }
 
-func (rc *reach) note(data any) {
+// observed notes an observation and tells onLeader of a new leader.
+func (rc *reach) observed(data any) {
+	if rc.note(data) && rc.onLeader != nil {
+		rc.onLeader(rc.leader)
+	}
+}
+
+// note notes an observation and reports whether it is of a change of
+// leader.
+func (rc *reach) note(data any) bool {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	switch d := data.(type) {
@@ -63,9 +80,15 @@ func (rc *reach) note(data any) {
 	case raft.ResumedHeartbeatObservation:
 		delete(rc.since, string(d.PeerID))
 	case raft.LeaderObservation:
+		if rc.seen && rc.leader == string(d.LeaderID) {
+			return false
+		}
+		rc.seen, rc.leader = true, string(d.LeaderID)
 		clear(rc.since)
 		rc.leaderChanges.Add(1)
+		return true
 	}
+	return false
 }
 
 // unreachableSince returns when the leader last heard from member id, if

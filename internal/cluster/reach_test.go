@@ -34,3 +34,19 @@ func TestReach(t *testing.T) {
 		t.Fatal("a new leader starts afresh")
 	}
 }
+
+// TestReachCountsEachLeaderOnce: the leader Raft knows when the observer
+// starts (a restarted follower may hear from its leader before) counts as
+// observed, once, even when Raft's own observation of it follows; each
+// real change counts, an election ("") included.
+func TestReachCountsEachLeaderOnce(t *testing.T) {
+	var told []string
+	rc := &reach{since: map[string]time.Time{}, onLeader: func(id string) { told = append(told, id) }}
+	rc.observed(raft.LeaderObservation{LeaderID: "n1"}) // what Raft knew at the start
+	rc.observed(raft.LeaderObservation{LeaderID: "n1"}) // its observation, on its way
+	rc.observed(raft.LeaderObservation{})               // an election
+	rc.observed(raft.LeaderObservation{LeaderID: "n1"})
+	if n := rc.leaderChanges.Load(); n != 3 || len(told) != 3 || told[0] != "n1" || told[1] != "" || told[2] != "n1" {
+		t.Fatalf("%d changes counted, onLeader told %q; want 3: n1, none, n1", n, told)
+	}
+}
