@@ -232,15 +232,9 @@ func TestBinaryBodyThatDoesNotDecode(t *testing.T) {
 	notUTF8 := append(str("resource", "r\xff\xfe"), str("holder", "w")...)
 	truncated := str("resource", "orders/42")[:5]
 	for name, body := range map[string][]byte{"invalid UTF-8": notUTF8, "truncated": truncated} {
-		resp, err := b.http.Post(b.base+"/tenure.v1.LeaseService/Acquire", "application/proto", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var out map[string]any
-		if err := json.Unmarshal(raw, &out); err != nil || out["code"] != "invalid_argument" {
-			t.Fatalf("%s, application/proto: %d %q", name, resp.StatusCode, raw)
+		code, out := b.postProto(t, "/tenure.v1.LeaseService/Acquire", body)
+		if out["code"] != "invalid_argument" {
+			t.Fatalf("%s, application/proto: %d %v", name, code, out)
 		}
 		if r := errorReason(t, out); r != "INVALID_ARGUMENT" {
 			t.Errorf("%s, application/proto: reason %s", name, r)
@@ -1019,6 +1013,24 @@ func TestKeepAliveFollowsWithoutRenewing(t *testing.T) {
 	}
 }
 
+// postProto posts body (a request message's wire bytes) to path as
+// Connect's application/proto, and returns the HTTP status and the error
+// body (Connect answers errors in JSON).
+func (b *bundle) postProto(t *testing.T, path string, body []byte) (int, map[string]any) {
+	t.Helper()
+	resp, err := b.http.Post(b.base+path, "application/proto", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s: %d %q is not a JSON error", path, resp.StatusCode, raw)
+	}
+	return resp.StatusCode, out
+}
+
 // postGRPC posts body (a request message's wire bytes) to path as one
 // uncompressed gRPC frame, and returns the call's gRPC status and message
 // (from the trailers, or the headers of a trailers-only answer).
@@ -1087,15 +1099,9 @@ func TestInvalidUTF8NamesTheField(t *testing.T) {
 	body := protowire.AppendString(protowire.AppendTag(nil, fd.ByName("queue").Number(), protowire.BytesType), "q")
 	body = protowire.AppendBytes(protowire.AppendTag(body, fd.ByName("tasks").Number(), protowire.BytesType), task)
 	t.Run("proto", func(t *testing.T) {
-		resp, err := b.http.Post(b.base+"/tenure.v1.QueueService/Enqueue", "application/proto", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var out map[string]any
-		if err := json.Unmarshal(raw, &out); err != nil || out["code"] != "invalid_argument" {
-			t.Fatalf("%d %q", resp.StatusCode, raw)
+		code, out := b.postProto(t, "/tenure.v1.QueueService/Enqueue", body)
+		if out["code"] != "invalid_argument" {
+			t.Fatalf("%d %v", code, out)
 		}
 		if f := fieldOf(t, out); f != "tasks.task_id" {
 			t.Errorf("field %q, want tasks.task_id", f)
