@@ -18,6 +18,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 )
 
@@ -500,4 +502,121 @@ func TestBrokenWriteIsOutcomeUnknown(t *testing.T) {
 			t.Errorf("a write whose dial was refused: %v after %d attempts, want retried to success", err, n)
 		}
 	})
+}
+
+// TestAcquireDoesNotAdoptLeaseBeingReleased: an Acquire whose first
+// attempt's outcome was unknown meets LEASE_HELD naming a lease of this
+// Client's holder that another goroutine is releasing (gone from the
+// Client's set, its release not yet applied). That lease is not the one
+// granted to the lost attempt: adopting it would give two goroutines the
+// same lease, one of them about to release it.
+func TestAcquireDoesNotAdoptLeaseBeingReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		c := fc.client([]string{"a:1", "b:1"})
+		other, err := c.Acquire(t.Context(), "orders/42", TTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range fc.members {
+			m.set(func(m *fakeMember) { m.releaseDelay = time.Second })
+		}
+		released := make(chan error, 1)
+		go func() { released <- other.Release(context.Background(), ReleaseVoluntary) }()
+		synctest.Wait() // the release is on its way, the lease out of the Client's set
+		fc.members["a:1"].set(func(m *fakeMember) {
+			m.acquireHook = func(*tenurev1.AcquireRequest) (bool, error) {
+				return false, tenureError(connect.CodeUnavailable, ReasonOutcomeUnknown, nil, "commit broke off")
+			}
+		})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(30*time.Second))
+		var held *HeldError
+		if err == nil || !errors.As(err, &held) || held.LeaseID != other.ID() {
+			t.Fatalf("Acquire = %v, %v; want LEASE_HELD naming the lease being released, %s", l, err, other.ID())
+		}
+		if err := <-released; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestAcquireOutcomeUnknownAfterRetries: an Acquire whose attempts all
+// went unanswered fails with OUTCOME_UNKNOWN (with or without the
+// pipeline); a grant that comes after it gave up is released by this
+// Client's next Acquire of the resource, which then gets it.
+func TestAcquireOutcomeUnknownAfterRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"}, WithoutPipeline(), WithRetryBudget(500*time.Millisecond))
+		lost := connect.NewError(connect.CodeUnavailable, errors.New("read: connection reset by peer"))
+		fc.members["a:1"].set(func(m *fakeMember) {
+			m.acquireHook = func(*tenurev1.AcquireRequest) (bool, error) { return false, lost }
+		})
+		_, err := c.Acquire(t.Context(), "orders/42", TTL(30*time.Second))
+		if !errors.Is(err, ErrOutcomeUnknown) {
+			t.Fatalf("Acquire = %v, want ErrOutcomeUnknown", err)
+		}
+		// The registrar grants the lost request after all.
+		late, err := fc.reg.acquire(&tenurev1.AcquireRequest{Namespace: "default", Resource: "orders/42", Holder: "tester", Ttl: durationpb.New(30 * time.Second)}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc.members["a:1"].set(func(m *fakeMember) { m.acquireHook = nil })
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(30*time.Second))
+		if err != nil {
+			t.Fatalf("the next Acquire: %v", err)
+		}
+		if l.ID() == late.GetLeaseId() {
+			t.Fatalf("the next Acquire adopted the late grant %s instead of releasing it", late.GetLeaseId())
+		}
+		if rel := fc.members["a:1"].releaseCount(); rel != 1 {
+			t.Errorf("%d releases, want the late grant's", rel)
+		}
+	})
+}
+
+// TestReleaseWithEndedContext: a Release whose ctx has already ended
+// still gets the lease released (in the background), instead of leaving
+// the resource taken, unrenewed, until its ttl runs out.
+func TestReleaseWithEndedContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		c := fc.client([]string{"a:1"})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if err := l.Release(ctx, ReleaseVoluntary); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Release = %v, want context.Canceled", err)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		pb, err := c.Get(t.Context(), l.ID())
+		if err != nil || pb.GetState() != tenurev1.State_STATE_RELEASED {
+			t.Fatalf("lease after a cancelled Release: %v, %v; want released", pb.GetState(), err)
+		}
+		if _, err := c.Acquire(t.Context(), "orders/42", TTL(30*time.Second)); err != nil {
+			t.Fatalf("Acquire after: %v", err)
+		}
+	})
+}
+
+// TestServerDeadlineMatchesContext: a DEADLINE_EXCEEDED or CANCELED from
+// the server matches the context error it stands for.
+func TestServerDeadlineMatchesContext(t *testing.T) {
+	for _, tt := range []struct {
+		reason Reason
+		code   connect.Code
+		target error
+	}{{ReasonDeadlineExceeded, connect.CodeDeadlineExceeded, context.DeadlineExceeded}, {ReasonCanceled, connect.CodeCanceled, context.Canceled}} {
+		err := fromConnect(tenureError(tt.code, tt.reason, nil, "x"))
+		if !errors.Is(err, tt.target) || !errors.Is(unknownOutcome(err), tt.target) {
+			t.Errorf("%s does not match %v", tt.reason, tt.target)
+		}
+		if errors.Is(err, ErrLeaseHeld) || errors.Is(fromConnect(tenureError(connect.CodeFailedPrecondition, ReasonLeaseHeld, nil, "x")), tt.target) {
+			t.Errorf("%s: unrelated errors match", tt.reason)
+		}
+	}
 }

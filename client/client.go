@@ -40,6 +40,9 @@ type Client struct {
 	claiming  map[string]int       // Claim calls in flight per namespace + queue
 	givenUp   map[string]time.Time // leases given up for lost (gaveUp), until when to remember them
 	strays    map[string]time.Time // namespace + resource of Acquires that ended after sending, until when
+	releasing map[string]int       // leases being released (Release), not yet confirmed: never adopted
+	calls     int                  // calls and streams running under untilClose
+	callsDone chan struct{}        // closed when calls reaches 0, if Close waits for it
 
 	hb *heartbeat
 
@@ -93,6 +96,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		claiming:  make(map[string]int),
 		givenUp:   make(map[string]time.Time),
 		strays:    make(map[string]time.Time),
+		releasing: make(map[string]int),
 	}
 	if cfg.httpClient == nil {
 		cfg.tlsConfig = autoTLS(cfg.tlsConfig, endpoints)
@@ -285,6 +289,9 @@ func (c *Client) Close() error {
 	c.pipeCancel()
 	c.closePipes() // waits for the streams to end, so that their connections are idle
 	if c.ownHTTP {
+		// A Watch or Observe whose handler is slow to return leaves its
+		// connection open (until it idles out) after a second.
+		c.awaitCalls(time.Second)
 		c.httpClient.CloseIdleConnections()
 	}
 	return errors.Join(errs...)
@@ -492,12 +499,43 @@ func (e *ended) Unwrap() []error { return []error{e.err, e.cause} }
 func (c *Client) untilClose(ctx context.Context) (context.Context, func(err *error)) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(c.shut, func() { cancel(ErrClientClosed) })
+	c.mu.Lock()
+	c.calls++
+	c.mu.Unlock()
 	return ctx, func(err *error) {
 		stop()
 		if *err != nil && context.Cause(ctx) == ErrClientClosed { // not Close's own timeout
 			*err = ErrClientClosed
 		}
 		cancel(nil)
+		c.mu.Lock()
+		if c.calls--; c.calls == 0 && c.callsDone != nil {
+			close(c.callsDone)
+			c.callsDone = nil
+		}
+		c.mu.Unlock()
+	}
+}
+
+// awaitCalls waits, at most d, for the calls and streams running under
+// untilClose to return (Close has ended their contexts), so that their
+// connections are idle when Close closes the idle ones.
+func (c *Client) awaitCalls(d time.Duration) {
+	c.mu.Lock()
+	var done chan struct{}
+	if c.calls > 0 {
+		done = make(chan struct{})
+		c.callsDone = done
+	}
+	c.mu.Unlock()
+	if done == nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
 	}
 }
 
@@ -532,6 +570,15 @@ func retryable(kind callKind, err error) bool {
 // transport error), is returned as it is.
 func sentWrite(kind callKind, err error) error {
 	if kind != writeCall || ReasonOf(err) != "" || !outcomeUnknown(err) {
+		return err
+	}
+	return unknownOutcome(err)
+}
+
+// unknownOutcome is err as an OUTCOME_UNKNOWN: the request was sent and
+// may or may not have been applied.
+func unknownOutcome(err error) error {
+	if ReasonOf(err) == ReasonOutcomeUnknown {
 		return err
 	}
 	return newError(ReasonOutcomeUnknown, string(ReasonOutcomeUnknown)+": "+err.Error()+

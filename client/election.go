@@ -56,15 +56,15 @@ type published struct {
 // ttl bounds how long a crashed leader blocks the next one.
 func NewElection(c *Client, resource string, opts ...AcquireOption) *Election {
 	e := &Election{c: c, resource: resource, aopts: opts, hold: newLocalHold()}
-	var ac acquireConfig
+	// The reads (Leader, Observe) go to the namespace the leases are in:
+	// the client's, or the one an option names ("" the default one).
+	ac := acquireConfig{namespace: c.cfg.namespace}
 	for _, o := range opts {
 		if o != nil {
 			o.applyAcquire(&ac)
 		}
 	}
-	if ac.namespace != "" {
-		e.opts = []CallOption{Namespace(ac.namespace)}
-	}
+	e.opts = []CallOption{Namespace(ac.namespace)}
 	return e
 }
 
@@ -200,8 +200,7 @@ func (e *Election) Observe(ctx context.Context) <-chan string {
 			info, err := e.Leader(ctx)
 			switch {
 			case errors.Is(err, ErrNoLeader):
-				have = false
-				return nil
+				return nil // nothing to send; last stays what was sent
 			case err != nil:
 				return err
 			case have && info.Value == last:

@@ -1,6 +1,7 @@
 package tenure
 
 import (
+	"context"
 	"errors"
 	"net"
 	"strconv"
@@ -75,10 +76,19 @@ func (e *Error) Error() string {
 	return e.Message
 }
 
-// Is matches any *Error with the same reason, sentinels included.
+// Is matches any *Error with the same reason, sentinels included. A
+// DEADLINE_EXCEEDED or CANCELED from the server (the deadline the call
+// carried passed there first, or the call was cancelled) also matches
+// context.DeadlineExceeded or context.Canceled, as the call's own ctx
+// ending would.
 func (e *Error) Is(target error) bool {
-	if target == ErrCompacted {
+	switch target {
+	case ErrCompacted:
 		return e.Reason == ReasonInvalidArgument && e.Metadata["field"] == "after_index" && e.Metadata["oldest_index"] != ""
+	case context.DeadlineExceeded:
+		return e.Reason == ReasonDeadlineExceeded
+	case context.Canceled:
+		return e.Reason == ReasonCanceled
 	}
 	t, ok := target.(*Error)
 	return ok && t != nil && t.Reason == e.Reason

@@ -67,13 +67,14 @@ func ExampleMutex() {
 		log.Fatal(err)
 	}
 	defer m.Unlock(context.Background())
+	lease := m.Lease() // the holder's lease, kept from right after Lock
 
 	for range 3 { // the critical section, step by step
-		if !m.Lease().Valid() { // lost, or a pause outlived the trust window
-			log.Printf("lock lost: %v", m.Lease().Err())
+		if !lease.Valid() { // lost, or a pause outlived the trust window
+			log.Printf("lock lost: %v", lease.Err())
 			return
 		}
-		// one step, writing with m.Lease().Fence() to storage that checks it
+		// one step, writing with lease.Fence() to storage that checks it
 	}
 }
 

@@ -259,6 +259,8 @@ type fakeMember struct {
 	acquireHook func(req *tenurev1.AcquireRequest) (applyFirst bool, err error)
 	// acquireDelay holds each Acquire for this long (a wait in the queue).
 	acquireDelay time.Duration
+	// releaseDelay holds each Release this long before it applies.
+	releaseDelay time.Duration
 	// kaWrongID answers KeepAlive requests with a request id nobody sent.
 	kaWrongID bool
 	// kaDelay holds each KeepAlive answer this long (a slow link).
@@ -343,7 +345,11 @@ func (m *fakeMember) Renew(ctx context.Context, req *connect.Request[tenurev1.Re
 func (m *fakeMember) Release(ctx context.Context, req *connect.Request[tenurev1.ReleaseRequest]) (*connect.Response[tenurev1.ReleaseResponse], error) {
 	m.mu.Lock()
 	m.releases = append(m.releases, req.Msg.GetLeaseId())
+	delay := m.releaseDelay
 	m.mu.Unlock()
+	if delay > 0 {
+		time.Sleep(delay) // fake time
+	}
 	pb := m.reg.end(req.Msg.GetLeaseId(), tenurev1.State_STATE_RELEASED)
 	return connect.NewResponse(&tenurev1.ReleaseResponse{Lease: pb}), nil
 }

@@ -542,6 +542,41 @@ func TestIntegrationElection(t *testing.T) {
 	if err != nil || info.Value != "two-b" || info.Holder != "candidate-2" {
 		t.Fatalf("Leader = %+v, %v", info, err)
 	}
+	// A new leader publishing the value sent last sends nothing, even
+	// after a time without a leader; its next value is sent.
+	if err := e2.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "no leader", 10*time.Second, func() bool { _, err := e1.Leader(ctx); return errors.Is(err, ErrNoLeader) })
+	if err := e1.Campaign(ctx, "two-b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e1.Proclaim(ctx, "three"); err != nil {
+		t.Fatal(err)
+	}
+	expectObserved(t, observed, "three")
+}
+
+// TestElectionNamespaceOption: an Election's reads go to the namespace its
+// leases are in, Namespace("") (the default namespace) included, whatever
+// the client's own.
+func TestElectionNamespaceOption(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	c := s.client(t, WithNamespace("team"))
+	ctx := ctxTimeout(t, 30*time.Second)
+	for _, opts := range [][]AcquireOption{{Namespace("")}, {Namespace("other")}, nil} {
+		e := NewElection(c, "ns/election", append(opts, TTL(5*time.Second))...)
+		if err := e.Campaign(ctx, "v"); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := e.Leader(ctx); err != nil || info.Value != "v" || info.LeaseID != e.Lease().ID() {
+			t.Fatalf("%v: Leader = %+v, %v", opts, info, err)
+		}
+		if err := e.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func expectObserved(t *testing.T, ch <-chan string, want string) {
@@ -1093,4 +1128,31 @@ func TestObserveEndsWithTheClient(t *testing.T) {
 			t.Fatal("Observe's channel still open after Close")
 		}
 	}
+}
+
+// TestCloseLeavesNoConnection: Close of a Client whose Watch is running
+// closes the Watch's connection too (it waits for the stream to end), so
+// no HTTP/2 read loop lingers until the idle timeout. Not parallel: it
+// counts the process's read loops.
+func TestCloseLeavesNoConnection(t *testing.T) {
+	s := startRealServer(t)
+	readLoops := func() int {
+		buf := make([]byte, 1<<22)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "http2clientConnReadLoop")
+	}
+	before := readLoops()
+	c := s.client(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	watching := make(chan error, 1)
+	go func() {
+		watching <- c.Watch(ctx, "integration/close", 0, func(*tenurev1.Event) error { return nil })
+	}()
+	waitFor(t, "the watch's connection", 10*time.Second, func() bool { return readLoops() > before })
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-watching; !errors.Is(err, ErrClientClosed) {
+		t.Fatalf("Watch = %v, want ErrClientClosed", err)
+	}
+	waitFor(t, "no read loop of the closed client", 5*time.Second, func() bool { return readLoops() <= before })
 }

@@ -342,9 +342,20 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		return err
 	})
 	if err != nil {
-		if ctx.Err() != nil && !firstSent.IsZero() && !c.cfg.sharedHolder {
-			// The grant may have crossed the call's end: give it back now
-			// rather than hold the resource for nobody until its ttl.
+		ended := ctx.Err() != nil
+		if !ended && (outcomeUnknown(err) || uncertain && retryable(idempotentCall, err)) {
+			// Some attempt may have been granted, and the retries that
+			// followed did not find out: the outcome is unknown (as for
+			// any write whose answer was lost), whatever the last
+			// attempt's error.
+			err = unknownOutcome(err)
+		}
+		if (ended || ReasonOf(err) == ReasonOutcomeUnknown) && !firstSent.IsZero() && !c.cfg.sharedHolder {
+			// The grant may have crossed the call's end, or come after
+			// the retries gave up: give it back now rather than hold the
+			// resource for nobody until its ttl (and if it comes later,
+			// this Client's next Acquire of the resource releases it).
+			c.mayHaveStray(key, req.GetTtl().AsDuration())
 			go c.releaseStrayLease(ac.namespace, resource, key)
 		}
 		return nil, err
@@ -431,7 +442,7 @@ func (c *Client) adoptable(ctx context.Context, ep *endpoint, key string, req *t
 	}
 	c.mu.Lock()
 	_, mine := c.leases[held.LeaseID]
-	others := c.acquiring[key] > 1
+	others := c.acquiring[key] > 1 || c.releasing[held.LeaseID] > 0
 	c.mu.Unlock()
 	if mine || others {
 		return nil
@@ -545,6 +556,21 @@ func (c *Client) takeGivenUp(id string) bool {
 	return ok
 }
 
+// markReleasing notes lease id as being released until the func it
+// returns is called.
+func (c *Client) markReleasing(id string) func() {
+	c.mu.Lock()
+	c.releasing[id]++
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		if c.releasing[id]--; c.releasing[id] == 0 {
+			delete(c.releasing, id)
+		}
+		c.mu.Unlock()
+	}
+}
+
 func (c *Client) forget(l *Lease) {
 	c.mu.Lock()
 	if c.leases[l.id] == l {
@@ -647,8 +673,15 @@ func (l *Lease) RefreshCertificate(ctx context.Context) (*Certificate, error) {
 // revoked before this release, Err is a *LostError saying so (what a
 // lock's Unlock reports); if the release could not be confirmed, Err is a
 // *LostError (the lease ends at its expiry at the latest) and Release
-// returns why.
+// returns why. A release cut short by ctx (already ended, say) goes on in
+// the background for a few seconds, and this Client's next Acquire of the
+// resource releases the lease if it is still there rather than wait for it.
 func (l *Lease) Release(ctx context.Context, reason ReleaseReason) error {
+	// Marked before it leaves the client's set, until the registrar
+	// confirms: an Acquire of the same resource in another goroutine,
+	// whose own outcome was unknown, must not take this lease (still
+	// active there) for the one granted to it.
+	defer l.c.markReleasing(l.id)()
 	l.c.hb.remove(l)
 	l.c.forget(l)
 	if reason == 0 {
@@ -666,6 +699,15 @@ func (l *Lease) Release(ctx context.Context, reason ReleaseReason) error {
 		return err
 	})
 	if err != nil {
+		// Not confirmed: the registrar may still hold the lease. This
+		// Client's next Acquire of the resource releases it rather than
+		// wait it out, and when only the caller's ctx ended, the release
+		// goes on in the background (bounded) instead of leaving the
+		// resource taken, unrenewed, for its ttl.
+		l.c.gaveUp(l.id, l.ttl)
+		if ctx.Err() != nil && l.c.checkOpen() == nil { // not Close's own releases
+			go l.c.releaseOrphanID(l.id, l.holder)
+		}
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
 			err = fmt.Errorf("%w: %w", cause, err) // Close's: ErrClientClosed
 		}
@@ -727,7 +769,9 @@ func (l *Lease) Transfer(ctx context.Context, newHolder string, ttl time.Duratio
 
 // Resume takes over an ACTIVE lease of this holder granted to an earlier run
 // of the process (found with VerifyAll after a restart): it renews it now
-// and keeps it alive like an acquired lease.
+// and keeps it alive like an acquired lease. The holder must be the one the
+// lease was granted to, so give it with WithHolder: the default holder
+// names the process (its pid) and differs from run to run.
 func (c *Client) Resume(ctx context.Context, leaseID string) (*Lease, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err

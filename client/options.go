@@ -136,6 +136,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("tenure: WithClock: clock must not be nil")
 	case c.retryBudget < 0:
 		return fmt.Errorf("tenure: WithRetryBudget: budget must not be negative, got %v", c.retryBudget)
+	case c.closeTimeout < 0:
+		return fmt.Errorf("tenure: WithCloseTimeout: timeout must not be negative, got %v", c.closeTimeout)
 	}
 	return nil
 }
@@ -212,8 +214,8 @@ func WithTLS(cfg *tls.Config) Option { return func(c *config) { c.tlsConfig = cf
 func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
 
 // WithSafetyMargin sets the safety margin subtracted from the ttl to form
-// the trust window (see the package documentation). The default is the
-// larger of 500 ms and 10% of each lease's ttl. Whatever the source, the
+// the trust window (see the package documentation). The default (also what
+// 0 gives) is the larger of 500 ms and 10% of each lease's ttl. Whatever the source, the
 // margin is capped at half the lease's ttl, so a lease is trusted for at
 // least ttl/2 after each confirmed renewal attempt.
 func WithSafetyMargin(d time.Duration) Option { return func(c *config) { c.safetyMargin = d } }
@@ -235,7 +237,8 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 func WithRetryBudget(d time.Duration) Option { return func(c *config) { c.retryBudget = d } }
 
 // WithCloseTimeout bounds how long Close spends releasing the leases it
-// still holds (default 5 s).
+// still holds (default 5 s). Zero releases none: they end at their expiry,
+// as after a crash.
 func WithCloseTimeout(d time.Duration) Option { return func(c *config) { c.closeTimeout = d } }
 
 // WithoutPipeline makes every call one unary RPC. By default Acquire and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -606,5 +607,65 @@ func TestStrayGrantsGivenBack(t *testing.T) {
 	task, err := c.GetTask(ctx, "stray", "t1")
 	if err != nil || task.GetState() != tenurev1.TaskState_TASK_STATE_QUEUED || task.GetAttempts() != 0 {
 		t.Fatalf("the stray claim was not given back: %v %v", task, err)
+	}
+}
+
+// timerLog is the real clock, noting the durations of the timers made.
+type timerLog struct {
+	mu sync.Mutex
+	ds []time.Duration
+}
+
+func (c *timerLog) Now() time.Time { return time.Now() }
+
+func (c *timerLog) NewTimer(d time.Duration) Timer {
+	c.mu.Lock()
+	c.ds = append(c.ds, d)
+	c.mu.Unlock()
+	return realClock{}.NewTimer(d)
+}
+
+// between returns the durations noted within [lo, hi], in order.
+func (c *timerLog) between(lo, hi time.Duration) []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []time.Duration
+	for _, d := range c.ds {
+		if d >= lo && d <= hi {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// TestWorkerWithoutWaitPolls: with WorkerWait(0) a worker polls an empty
+// queue with growing pauses between claims (not a claim loop that never
+// rests), and still takes a task enqueued later.
+func TestWorkerWithoutWaitPolls(t *testing.T) {
+	t.Parallel()
+	s := startRealServer(t)
+	clk := &timerLog{}
+	c := s.client(t, WithClock(clk))
+	handled := make(chan string, 1)
+	w := NewWorker(c, "poll", func(ctx context.Context, tk *Task) ([]byte, error) {
+		handled <- tk.ID
+		return nil, nil
+	}, WorkerWait(0))
+	runWorker(t, w)
+	waitFor(t, "five empty polls", 20*time.Second, func() bool { return len(clk.between(50*time.Millisecond, time.Second)) >= 5 })
+	want := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
+	if got := clk.between(50*time.Millisecond, time.Second)[:5]; !slices.Equal(got, want) {
+		t.Fatalf("pauses between empty claims %v, want %v", got, want)
+	}
+	if _, err := c.Enqueue(ctxTimeout(t, 10*time.Second), "poll", []NewTask{{ID: "late"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-handled:
+		if id != "late" {
+			t.Fatalf("handled %q", id)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the task enqueued later was never handled")
 	}
 }

@@ -135,7 +135,8 @@ func RestartGrace(grace time.Duration, ns string) VerifyOption {
 // With RestartGrace it first calls DeclareRestart so that leases that are
 // still active survive until the agent resumes them (Client.Resume). The
 // answer overrides whatever the agent remembered: an id that is not Active
-// is no longer held.
+// is no longer held. Resume, which takes an active one over, needs the
+// Client to hold as the earlier run did (WithHolder).
 func (c *Client) VerifyAll(ctx context.Context, ids []string, opts ...VerifyOption) ([]Verified, error) {
 	var vc verifyConfig
 	for _, o := range opts {

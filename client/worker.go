@@ -101,8 +101,11 @@ func WorkerConcurrency(n int) WorkerOption { return func(w *Worker) { w.concurre
 // a ttl of about 33 min.
 func WorkerLeaseTTL(d time.Duration) WorkerOption { return func(w *Worker) { w.leaseTTL = d } }
 
-// WorkerWait sets the long-poll wait of each claim (default 20 s).
-func WorkerWait(d time.Duration) WorkerOption { return func(w *Worker) { w.wait = d } }
+// WorkerWait sets the long-poll wait of each claim (default 20 s). With 0
+// (or less) a claim does not wait: the worker polls, and while the queue
+// is empty it waits between claims, twice as long each time from 50 ms up
+// to a second.
+func WorkerWait(d time.Duration) WorkerOption { return func(w *Worker) { w.wait = max(d, 0) } }
 
 // WorkerDrainTimeout sets how long Run waits for in-flight tasks after its
 // ctx is cancelled (default 30 s). Tasks still running then are given
@@ -227,7 +230,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // claimLoop claims into free slots until ctx ends or claiming fails for
 // good; start runs a claimed task, whose slot is already taken.
 func (w *Worker) claimLoop(ctx context.Context, slots chan struct{}, start func(*Task)) error {
-	backoff := 50 * time.Millisecond
+	backoff, poll := 50*time.Millisecond, time.Duration(0)
 	for {
 		select {
 		case slots <- struct{}{}:
@@ -254,8 +257,14 @@ func (w *Worker) claimLoop(ctx context.Context, slots chan struct{}, start func(
 		switch {
 		case ctx.Err() != nil:
 			return nil
-		case err == nil:
-			backoff = 50 * time.Millisecond
+		case err == nil && (len(tasks) > 0 || w.wait > 0):
+			backoff, poll = 50*time.Millisecond, 0
+			continue
+		case err == nil: // an empty answer to a claim that did not wait
+			poll = min(max(2*poll, 50*time.Millisecond), time.Second)
+			if sleep(ctx, w.c.clock, poll) != nil {
+				return nil
+			}
 			continue
 		case permanentClaimError(err):
 			w.c.cfg.logger.Error("tenure: worker stops claiming", "queue", w.queue, "err", err)

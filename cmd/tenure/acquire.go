@@ -152,12 +152,19 @@ func lostError(l *tenure.Lease) error {
 	err := l.Err()
 	var te *tenure.Error
 	if errors.As(err, &te) {
-		return fmt.Errorf("%w (lease %s on %s lost)", te, l.ID(), l.Resource())
+		return &lostLeaseError{fmt.Errorf("%w (lease %s on %s lost)", te, l.ID(), l.Resource())}
 	}
 	// The lost error names the lease and resource too: say them once.
 	var lost *tenure.LostError
 	if errors.As(err, &lost) && lost.Cause != nil {
 		err = lost.Cause
 	}
-	return fmt.Errorf("LEASE_LOST: lease %s on %s: %s", l.ID(), l.Resource(), strings.TrimPrefix(err.Error(), "tenure: "))
+	return &lostLeaseError{fmt.Errorf("LEASE_LOST: lease %s on %s: %s", l.ID(), l.Resource(), strings.TrimPrefix(err.Error(), "tenure: "))}
 }
+
+// lostLeaseError is a lease lost after it was granted: the server did
+// answer, so run gives no hint about reaching one.
+type lostLeaseError struct{ err error }
+
+func (e *lostLeaseError) Error() string { return e.err.Error() }
+func (e *lostLeaseError) Unwrap() error { return e.err }

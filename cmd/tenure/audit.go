@@ -298,6 +298,15 @@ func auditPrune(ctx context.Context, c *cliCommand, dir, keyFlag string, before 
 	if err != nil {
 		return err
 	}
+	if c.json() {
+		b, _ := json.Marshal(struct {
+			Before  uint64 `json:"before,string"`
+			Removed int    `json:"removedFiles"`
+			Start   uint64 `json:"start,string,omitempty"`
+		}{before, p.Removed, p.Start})
+		_, err := fmt.Fprintf(c.stdout, "%s\n", b)
+		return err
+	}
 	if p.Start == 0 {
 		fmt.Fprintf(c.stdout, "nothing to prune: no whole file ends before record %d\n", before)
 		return nil

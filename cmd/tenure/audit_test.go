@@ -230,6 +230,15 @@ func TestAuditPrune(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "removed") {
 		t.Fatalf("prune: %d %s", code, out)
 	}
+	// Again: nothing left to prune, said in JSON when asked.
+	code, out = runIn("audit", "prune", "--data-dir", dir, "--before", "100", "-o", "json")
+	var again struct {
+		Before  string `json:"before"`
+		Removed *int   `json:"removedFiles"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &again) != nil || again.Before != "100" || again.Removed == nil || *again.Removed != 0 {
+		t.Fatalf("prune again, -o json: %d %s", code, out)
+	}
 	code, out = runIn("audit", "verify", "--data-dir", dir)
 	if code != 0 || !strings.Contains(out, "pruned: records 1..") || !strings.Contains(out, "OK") {
 		t.Fatalf("verify after prune: %d %s", code, out)

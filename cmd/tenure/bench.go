@@ -203,7 +203,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.fs.DurationVar(&cfg.wait, "wait", 0, "contended: queue up to this long instead of failing with LEASE_HELD")
 	c.fs.BoolVar(&cfg.unary, "unary", false, "one unary call per operation instead of Pipeline streams")
 	c.fs.IntVar(&cfg.streams, "streams", 1, "number of Pipeline streams")
-	c.fs.IntVar(&cfg.batch, "batch", 1, "renew: leases renewed per Renew call; queue: tasks claimed per Claim call; pool: pieces per request (default 4)")
+	c.fs.IntVar(&cfg.batch, "batch", 0, "renew: leases renewed per Renew call; queue: tasks claimed per Claim call (default 1); pool: pieces per request (default 4)")
 	c.fs.IntVar(&cfg.files, "files", 10, "pool: files wanted at a time")
 	c.fs.IntVar(&cfg.pieces, "pieces", 10_000, "pool: pieces per file")
 	c.fs.StringVar(&cfg.complete, "complete", "async", "queue: async (send each Complete and go on) or sync (wait for it)")
@@ -220,11 +220,27 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		// else after a few seconds).
 		c.namespace = benchNamespace
 	}
+	if !c.given("batch") {
+		cfg.batch = 1
+		if cfg.workload == "pool" {
+			cfg.batch = 4 // the seed's leases per peer
+		}
+	}
+	notPositive := ""
+	for _, f := range []struct {
+		name string
+		bad  bool
+	}{{"concurrency", cfg.concurrency < 1}, {"duration", cfg.duration <= 0}, {"leases", cfg.leases < 1}, {"resources", cfg.resources < 1},
+		{"streams", cfg.streams < 1}, {"batch", cfg.batch < 1}, {"ttl", cfg.ttl <= 0}, {"files", cfg.files < 1}, {"pieces", cfg.pieces < 1}} {
+		if f.bad && notPositive == "" {
+			notPositive = f.name
+		}
+	}
 	switch {
 	case !slices.Contains([]string{"cycle", "contended", "renew", "queue", "pool", "keepalive"}, cfg.workload):
 		return c.usageError("--workload must be cycle, contended, renew, queue, pool or keepalive, got %q", cfg.workload)
-	case cfg.concurrency < 1, cfg.duration <= 0, cfg.leases < 1, cfg.resources < 1, cfg.streams < 1, cfg.batch < 1, cfg.ttl <= 0, cfg.files < 1, cfg.pieces < 1:
-		return c.usageError("--concurrency, --duration, --leases, --resources, --streams, --batch, --ttl, --files and --pieces must be positive")
+	case notPositive != "":
+		return c.usageError("--%s must be positive, got %s", notPositive, c.fs.Lookup(notPositive).Value)
 	case cfg.wait < 0:
 		return c.notNegative("wait", cfg.wait)
 	case cfg.workload == "renew" && cfg.batch > registrar.MaxBatchIDs:
@@ -237,9 +253,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.usageError("--files must be at most %d (the have-maps of one request), got %d", pool.MaxHaveMaps, cfg.files)
 	case cfg.workload == "pool" && cfg.pieces > pool.MaxPiecesPerFile:
 		return c.usageError("--pieces must be at most %d (a file's limit), got %d", pool.MaxPiecesPerFile, cfg.pieces)
-	}
-	if cfg.workload == "pool" && !c.given("batch") {
-		cfg.batch = 4 // the seed's leases per peer
 	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])

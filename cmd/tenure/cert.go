@@ -5,8 +5,10 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -47,6 +49,9 @@ func runCert(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if pos[0] != "verify" {
 		return c.usageError("unknown subcommand %q (want verify)", pos[0])
 	}
+	if *skew < 0 {
+		return c.usageError("--skew must not be negative, got %v", *skew)
+	}
 	var in []byte
 	if *file == "-" {
 		in, err = io.ReadAll(stdin)
@@ -63,6 +68,10 @@ func runCert(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	var pub ed25519.PublicKey
 	if *pubFlag != "" {
 		if pub, err = parsePublicKey(*pubFlag); err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) { // a file that could not be read: not a usage error
+				return fmt.Errorf("--public-key: %w", err)
+			}
 			return c.usageError("--public-key: %v", err)
 		}
 	} else {
@@ -84,7 +93,7 @@ func runCert(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	claim := tenure.ClaimOf(lease)
 	verr := fencing.VerifyCertificate(pub, claim, lease.GetSignature(), time.Now(), *skew)
 	if len(lease.GetSignature()) == 0 {
-		verr = fmt.Errorf("%s: lease %s carries no certificate (ask for one with --certificate)", fencing.ReasonInvalidArgument, lease.GetLeaseId())
+		verr = fmt.Errorf("%s: lease %s carries no certificate (ask for one with --certificate; only an active lease gets one, and this one is %s)", fencing.ReasonInvalidArgument, lease.GetLeaseId(), leaseState(lease))
 	}
 	if c.json() {
 		out := struct {

@@ -310,6 +310,56 @@ func TestCLIHelp(t *testing.T) {
 	}
 }
 
+// TestCLIErrorsAsJSON: with -o json a failed command writes its error to
+// stdout as JSON (reason, code, message, metadata), as well as the text
+// line to stderr; a command that printed its result prints only that.
+func TestCLIErrorsAsJSON(t *testing.T) {
+	t.Parallel()
+	res := "jsonerr/" + uniq(t)
+	id := acquire(t, res, "--holder", "w1").GetLeaseId()
+	type body struct {
+		Reason, Code, Message string
+		Metadata              map[string]string
+	}
+	errorOf := func(wantCode int, args ...string) body {
+		t.Helper()
+		r := runTenure(t, args...)
+		var out struct{ Error body }
+		if r.code != wantCode || json.Unmarshal([]byte(r.stdout), &out) != nil || strings.Count(r.stdout, "\n") != 1 {
+			t.Fatalf("tenure %s: exit %d, stdout %q; want exit %d and one JSON line", strings.Join(args, " "), r.code, r.stdout, wantCode)
+		}
+		if !strings.HasPrefix(r.stderr, out.Error.Message) && !strings.Contains(r.stderr, out.Error.Message) {
+			t.Errorf("tenure %s: stderr %q does not carry the message %q", strings.Join(args, " "), r.stderr, out.Error.Message)
+		}
+		return out.Error
+	}
+	if e := errorOf(1, "acquire", res, "-o", "json"); e.Reason != "LEASE_HELD" || e.Code != "failed_precondition" ||
+		e.Metadata["holder"] != "w1" || e.Metadata["lease_id"] != id || !strings.HasPrefix(e.Message, "LEASE_HELD: ") {
+		t.Errorf("held: %+v", e)
+	}
+	if e := errorOf(1, "get", "no-such-lease", "-o=json"); e.Reason != "LEASE_NOT_FOUND" || e.Code != "not_found" {
+		t.Errorf("not found: %+v", e)
+	}
+	if e := errorOf(2, "ls", "-o", "json", "--page-size", "many"); e.Reason != "INVALID_ARGUMENT" || e.Code != "invalid_argument" ||
+		!strings.Contains(e.Message, "--page-size") || strings.Contains(e.Message, "duration") {
+		t.Errorf("usage: %+v", e)
+	}
+	if e := errorOf(1, "ls", "-o", "json", "--endpoints", "127.0.0.1:1"); e.Reason != "UNAVAILABLE" || e.Code != "unavailable" {
+		t.Errorf("no server: %+v", e)
+	}
+	// Renew of several ids prints its response, failures included: that
+	// is its JSON, and the only one.
+	r := runTenure(t, "renew", id, "no-such-lease", "--holder", "w1", "-o", "json")
+	if r.code != 1 || strings.Count(r.stdout, "\n") != 1 || strings.Contains(r.stdout, `"error"`) {
+		t.Fatalf("renew of several ids: exit %d, stdout %q", r.code, r.stdout)
+	}
+	parse(t, r.stdout, &tenurev1.RenewResponse{})
+	// Without -o json, stdout stays empty.
+	if r := runTenure(t, "get", "no-such-lease"); r.stdout != "" {
+		t.Errorf("table output's error went to stdout: %q", r.stdout)
+	}
+}
+
 func TestCLILeaseLifecycle(t *testing.T) {
 	t.Parallel()
 	res := "life/" + uniq(t)
@@ -326,12 +376,16 @@ func TestCLILeaseLifecycle(t *testing.T) {
 	}
 	fails(t, "LEASE_NOT_FOUND", "get", "no-such-lease")
 
-	renewed := parse(t, ok(t, "renew", id, "--ttl", "40s", "-o", "json"), &tenurev1.RenewResponse{})
+	// Renewing is the holder's: another (here the default holder) is
+	// refused, and changes nothing.
+	fails(t, "NOT_HOLDER", "renew", id, "--ttl", "40s")
+	fails(t, "NOT_HOLDER", "renew", id, "--holder", "w2")
+	renewed := parse(t, ok(t, "renew", id, "--ttl", "40s", "--holder", "w1", "-o", "json"), &tenurev1.RenewResponse{})
 	if len(renewed.GetLeases()) != 1 || renewed.GetLeases()[0].GetRenewalCount() != 1 {
 		t.Fatalf("renew: %v", renewed)
 	}
 	fails(t, "LEASE_NOT_FOUND", "renew", "no-such-lease")
-	fails(t, "LEASE_NOT_FOUND", "renew", id, "no-such-lease") // several ids: failures listed, exit 1
+	fails(t, "LEASE_NOT_FOUND", "renew", id, "no-such-lease", "--holder", "w1") // several ids: failures listed, exit 1
 
 	list := parse(t, ok(t, "ls", "--prefix", res, "--state", "active", "-o", "json"), &tenurev1.ListResponse{})
 	if len(list.GetLeases()) != 1 || list.GetLeases()[0].GetLeaseId() != id {

@@ -72,9 +72,12 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	grace := c.fs.Duration("grace", 0, "after SIGTERM on a lost lease, wait this long before SIGKILL (default: the lease's safety margin, ttl/10, at least 0.5s)")
 	mode := c.fs.String("mode", "exclusive", "exclusive or shared")
 	c.holderFlag("", "user@host:pid")
-	pos, err := c.parse(args, 2, -1)
+	pos, err := c.parse(args, 1, -1)
 	if err != nil {
 		return err
+	}
+	if len(pos) < 2 {
+		return c.usageError("missing COMMAND: give it after the resource and --, as in tenure exec %s -- ./job.sh", pos[0])
 	}
 	m, err := parseMode(*mode)
 	if err != nil {

@@ -20,12 +20,15 @@ const fenceExamples = `  tenure fence check orders/42 17 && write-with-fence 17`
 // runFence is `tenure fence check`.
 func runFence(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure fence", "check RESOURCE FENCE [flags]", fenceHelp, fenceExamples, stdout, stderr)
-	pos, err := c.parse(args, 3, 3)
+	pos, err := c.parse(args, 1, 3)
 	if err != nil {
 		return err
 	}
 	if pos[0] != "check" {
 		return c.usageError("unknown subcommand %q (want check)", pos[0])
+	}
+	if len(pos) < 3 {
+		return c.usageError("missing argument: fence check takes RESOURCE and FENCE")
 	}
 	fence, err := strconv.ParseUint(pos[2], 10, 64)
 	if err != nil {

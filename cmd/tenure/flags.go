@@ -123,6 +123,15 @@ func (c *cliCommand) parse(args []string, min, max int) ([]string, error) {
 				c.help()
 				return nil, err
 			}
+			// A negative number is an argument, not a flag ("consume ID
+			// tokens -1"): the command says what it must be.
+			if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+				if _, nerr := strconv.ParseFloat("-"+name, 64); nerr == nil {
+					pos = append(pos, "-"+name)
+					args = c.fs.Args() // what follows it
+					continue
+				}
+			}
 			return nil, c.usageError("%s", explainFlagError(c.fs, err))
 		}
 		args = c.fs.Args()

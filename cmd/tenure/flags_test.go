@@ -48,7 +48,7 @@ func TestCLIExplicitTTL(t *testing.T) {
 
 	l := acquire(t, res, "--ttl", "30s", "--holder", "w1")
 	id := l.GetLeaseId()
-	fails(t, "TTL_OUT_OF_RANGE", "renew", id, "--ttl", "0s")
+	fails(t, "TTL_OUT_OF_RANGE", "renew", id, "--holder", "w1", "--ttl", "0s")
 	fails(t, "TTL_OUT_OF_RANGE", "transfer", id, "w2", "--holder", "w1", "--ttl", "0s")
 	fails(t, "TTL_OUT_OF_RANGE", "derive", id, res+"/child", "--holder", "w1", "--new-holder", "a", "--ttl", "0s")
 	got := parse(t, ok(t, "get", id, "-o", "json"), &tenurev1.Lease{})
@@ -59,7 +59,7 @@ func TestCLIExplicitTTL(t *testing.T) {
 		t.Fatalf("refused derive left a lease: %v", ls)
 	}
 	// An explicit, valid ttl still goes through.
-	renewed := parse(t, ok(t, "renew", id, "--ttl", "45s", "-o", "json"), &tenurev1.RenewResponse{})
+	renewed := parse(t, ok(t, "renew", id, "--holder", "w1", "--ttl", "45s", "-o", "json"), &tenurev1.RenewResponse{})
 	if len(renewed.GetLeases()) != 1 || renewed.GetLeases()[0].GetTtl().AsDuration() != 45*time.Second {
 		t.Fatalf("renew --ttl 45s: %v", renewed)
 	}
@@ -157,6 +157,41 @@ func TestCLIPoolFlags(t *testing.T) {
 // was probably meant, a duration without a unit says it needs one, an
 // environment variable's bad value is named as such, and `tenure help
 // CMD` and `tenure --version` work.
+// TestCLIUsageErrorsNameTheProblem: each local mistake is a usage error
+// (exit 2) that says what is wrong, not a neighbouring complaint.
+func TestCLIUsageErrorsNameTheProblem(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"consume", "L1", "tokens", "-1"}, "AMOUNT must be a positive integer"}, // a negative number is an argument
+		{[]string{"fence", "check", "r", "-1"}, `FENCE must be a number, got "-1"`},
+		{[]string{"fence", "bogus"}, `unknown subcommand "bogus" (want check)`},
+		{[]string{"fence", "check", "r"}, "fence check takes RESOURCE and FENCE"},
+		{[]string{"queue", "bogus", "q"}, "stats, config or list"},
+		{[]string{"exec", "r", "--"}, "missing COMMAND"},
+		{[]string{"state", "put", "r", "--lease", "L1", "--epoch", "abc"}, `--epoch must be a whole number`},
+		{[]string{"watch", "--count", "-1"}, "--count must not be negative"},
+		{[]string{"watch", "--prefix", "\xff"}, "is not UTF-8"},
+		{[]string{"bench", "--concurrency", "0"}, "--concurrency must be positive, got 0"},
+		{[]string{"bench", "--pieces", "0"}, "--pieces must be positive, got 0"},
+		{[]string{"cert", "verify", "--skew", "-5s"}, "--skew must not be negative"},
+		{[]string{"policy", "set", "agents", "--max-ttl", "-5m"}, "--max-ttl: must not be negative"},
+		{[]string{"policy", "set", "agents", "--max-state-bytes", "10XB"}, "is not a size"},
+		{[]string{"acquire", "x", "--budget", "tokens=99999999999999999999999"}, "out of range"},
+	} {
+		usageFails(t, []string{tt.want}, tt.args...)
+	}
+	// An integer flag gets no hint about durations.
+	if r := runTenure(t, "ls", "--page-size", "x"); r.code != 2 || strings.Contains(r.stderr, "duration") {
+		t.Errorf("ls --page-size x: exit %d, %q", r.code, r.stderr)
+	}
+	if out := ok(t, "bench", "--help"); strings.Contains(out, "(default 4) (default 1)") {
+		t.Errorf("bench --batch's help gives two defaults:\n%s", out)
+	}
+}
+
 func TestCLIMistakesGetSuggestions(t *testing.T) {
 	t.Parallel()
 	usageFails(t, []string{`unknown command "aquire"; did you mean "acquire"?`}, "aquire", "x")

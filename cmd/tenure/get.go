@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"connectrpc.com/connect"
@@ -11,7 +12,8 @@ import (
 )
 
 const getHelp = `Print a lease by id, in any state. With --certificate the registrar signs
-the lease's current state (verify it offline with tenure cert verify).`
+an active lease's current state (verify it offline with tenure cert verify);
+a lease that has ended gets no certificate (a note on stderr says so).`
 
 const getExamples = `  tenure get 01JD3…
   tenure get 01JD3… --certificate -o json | tenure cert verify`
@@ -38,6 +40,9 @@ func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	})
 	if err != nil {
 		return err
+	}
+	if *cert && len(lease.GetSignature()) == 0 {
+		fmt.Fprintf(stderr, "note: no certificate: lease %s is %s, and only an active lease gets one\n", lease.GetLeaseId(), leaseState(lease))
 	}
 	if c.json() {
 		return writeJSON(stdout, lease)

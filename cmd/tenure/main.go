@@ -95,6 +95,12 @@ flags of every client command (before or after it):
   --tls-cert, --tls-key FILE   client certificate (env TENURE_TLS_CERT, TENURE_TLS_KEY)
   -o table|json        output format
   --stale              reads answered by the member asked, without the leader (may be behind)
+
+exit status: 0 done; 1 the operation failed (the server refused it, or the network
+or a file failed: stderr starts with the reason, and with -o json stdout carries
+{"error":{"reason":…,"code":…,"message":…,"metadata":{…}}} unless the command
+printed its result); 2 a usage error (a bad flag or argument: nothing was sent);
+exec exits with its command's status.
 `
 
 // commands are the client subcommands, each in its own file.
@@ -148,9 +154,15 @@ func main() {
 
 // run executes one command line and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	err := dispatch(ctx, args, stdout, stderr)
+	out := &countingWriter{w: stdout}
+	err := dispatch(ctx, args, out, stderr)
 	var ue *usageError
 	var es *exitStatus
+	if err != nil && !errors.Is(err, flag.ErrHelp) && !errors.As(err, &es) && out.n == 0 && wantsJSON(args) {
+		// Scripts reading -o json get the error as JSON too (stderr has
+		// it as text), unless the command printed its result already.
+		writeErrorJSON(stdout, err)
+	}
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
@@ -167,7 +179,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// An OUTCOME_UNKNOWN carries the transport's error: a TLS server
 		// or a Raft port hangs up on a write as on a read (and so does a
 		// server that crashed: hence the condition).
-		if h := hint(err); h != "" {
+		var lost *lostLeaseError
+		if h := hint(err); h != "" && !errors.As(err, &lost) {
 			fmt.Fprintln(stderr, "hint, if no tenure server ever answered at that address: "+strings.TrimPrefix(h, "hint: "))
 		}
 		return 1

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -27,8 +28,11 @@ type policySetting struct {
 func durationSetting(name, usage string, field func(*registrar.Policy) *int64) policySetting {
 	return policySetting{name, usage, func(p *registrar.Policy, v string) error {
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
+		switch {
+		case err != nil:
 			return fmt.Errorf("%q is not a duration (e.g. 30s, 5m, 2h)", v)
+		case d < 0:
+			return fmt.Errorf("must not be negative, got %s", v)
 		}
 		*field(p) = registrar.Ms(d)
 		return nil
@@ -42,6 +46,19 @@ func countSetting[T uint32 | uint64](name, usage string, field func(*registrar.P
 			return fmt.Errorf("%q is not a whole number in range", v)
 		}
 		*field(p) = T(n)
+		return nil
+	}}
+}
+
+// sizeSetting is a count of bytes: a whole number, or one with a unit
+// (500MB, 1GiB).
+func sizeSetting(name, usage string, field func(*registrar.Policy) *uint64) policySetting {
+	return policySetting{name, usage, func(p *registrar.Policy, v string) error {
+		n, err := parseSize(v)
+		if err != nil {
+			return err
+		}
+		*field(p) = uint64(n)
 		return nil
 	}}
 }
@@ -61,9 +78,9 @@ var policySettings = []policySetting{
 	durationSetting("history-retention", "how long a resource's history is kept (default 24h; History reads an in-memory feed of the latest records of all namespaces, so on a busy registrar it reaches back less far: its answer's oldestIndex says how far, tenure audit export reads the rest)", func(p *registrar.Policy) *int64 { return &p.HistoryRetention }),
 	countSetting("max-retained-leases", "ended leases kept per namespace (default 100000)", func(p *registrar.Policy) *uint64 { return &p.MaxRetainedLeases }),
 	countSetting("max-retained-tasks", "finished queue tasks kept per namespace (default 100000)", func(p *registrar.Policy) *uint64 { return &p.MaxRetainedTasks }),
-	countSetting("max-state-bytes", "guarded state a namespace may hold, bytes, each blob plus 256 (default 268435456, 256 MiB)", func(p *registrar.Policy) *uint64 { return &p.MaxStateBytes }),
+	sizeSetting("max-state-bytes", "guarded state a namespace may hold, bytes (or with a unit: 512MiB), each blob plus 256 (default 256MiB)", func(p *registrar.Policy) *uint64 { return &p.MaxStateBytes }),
 	countSetting("max-pending-tasks", "unfinished queue tasks per namespace (default 1000000)", func(p *registrar.Policy) *uint64 { return &p.MaxPendingTasks }),
-	countSetting("max-pending-task-bytes", "payload bytes of a namespace's unfinished queue tasks (default 1073741824, 1 GiB)", func(p *registrar.Policy) *uint64 { return &p.MaxPendingTaskBytes }),
+	sizeSetting("max-pending-task-bytes", "payload bytes of a namespace's unfinished queue tasks (or with a unit: 2GiB) (default 1GiB)", func(p *registrar.Policy) *uint64 { return &p.MaxPendingTaskBytes }),
 	countSetting("max-pool-pieces", "pieces of all a namespace's pools' files (default 16777216)", func(p *registrar.Policy) *uint64 { return &p.MaxPoolPieces }),
 	countSetting("task-max-renewals", "renewals of a queue task's lease, 0 unlimited (default 10)", func(p *registrar.Policy) *uint32 { return &p.TaskMaxRenewals }),
 	durationSetting("task-max-lifetime", "longest life of a queue task's lease from its claim, 0 unlimited (default 2h)", func(p *registrar.Policy) *int64 { return &p.TaskMaxLifetime }),
@@ -206,6 +223,10 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		c.namespace = ns // routed by the namespace it names (--routes)
 	}
 	apply, err := pf.overlay("", false) // the registrar checks the policy it makes
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return c.usageError("%v", err)
+	}
 	if err != nil {
 		return err
 	}

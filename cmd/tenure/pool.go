@@ -349,7 +349,7 @@ instead of ending the new lease. Without it, the report applies to whichever
 lease the peer holds on the piece now.
 
 A download that outlasts its piece lease renews it: tenure renew LEASE_ID
-(the holder is the peer).
+--holder PEER (the holder is the peer).
 
 A peer's score starts at 1.0; with the default configuration one failure
 (or one expired piece lease) before any success takes a new peer to the

@@ -9,13 +9,14 @@ import (
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
 
-const renewHelp = `Renew leases by id (or every active lease of a holder with --all) and print
-them. Without --ttl each lease is renewed for its own ttl. With one id a
-refusal is the command's error; with several, every refusal is printed to
-stderr and the command exits 1 if there was any.`
+const renewHelp = `Renew leases by id as their holder (--holder; or every active lease of the
+holder with --all) and print them: a lease of another holder is refused
+(NOT_HOLDER). Without --ttl each lease is renewed for its own ttl. With one
+id a refusal is the command's error; with several, every refusal is printed
+to stderr and the command exits 1 if there was any.`
 
 const renewExamples = `  tenure renew 01JD3…
-  tenure renew 01JD3… 01JD4… --ttl 2m
+  tenure renew 01JD3… 01JD4… --ttl 2m --holder w1
   tenure renew --all --holder w1`
 
 // runRenew is `tenure renew`.
@@ -39,10 +40,7 @@ func runRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	req := &tenurev1.RenewRequest{LeaseIds: ids, Certificate: *cert, Namespace: c.namespace}
-	if *all {
-		req.Holder, req.AllOfHolder = c.holder, true
-	}
+	req := &tenurev1.RenewRequest{LeaseIds: ids, Holder: c.holder, AllOfHolder: *all, Certificate: *cert, Namespace: c.namespace}
 	req.Ttl = c.durationIfGiven("ttl", *ttl)
 	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.Renew, req)
 	if err != nil {

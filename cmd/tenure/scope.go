@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,6 +49,9 @@ func (s *scopeFlags) limits() (*tenurev1.Budget, error) {
 	for _, kv := range splitList(s.budget) {
 		name, n, ok := strings.Cut(kv, "=")
 		v, err := strconv.ParseInt(n, 10, 64)
+		if errors.Is(err, strconv.ErrRange) {
+			return nil, fmt.Errorf("--budget: %s: %s is out of range (at most %d)", kv, n, int64(math.MaxInt64))
+		}
 		if !ok || name == "" || err != nil {
 			return nil, fmt.Errorf("--budget: %q is not COUNTER=N", kv)
 		}

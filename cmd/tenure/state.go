@@ -55,7 +55,7 @@ func runState(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		n, err := strconv.ParseUint(*epoch, 10, 64)
 		if err != nil {
-			return c.usageError("--epoch: %v", err)
+			return c.usageError("--epoch must be a whole number (the epoch state get printed), got %q", *epoch)
 		}
 		var b []byte
 		switch {

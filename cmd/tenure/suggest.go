@@ -64,8 +64,10 @@ func explainFlagError(fs *flag.FlagSet, err error) string {
 		if _, after, ok := strings.Cut(rest, " for flag --"); ok {
 			name, _, _ := strings.Cut(after, ":")
 			if f := fs.Lookup(name); f != nil {
-				if _, derr := time.ParseDuration(f.DefValue); derr == nil {
-					return msg + " (a duration takes a unit: 500ms, 30s, 5m, 2h)"
+				if g, ok := f.Value.(flag.Getter); ok {
+					if _, isDuration := g.Get().(time.Duration); isDuration {
+						return msg + " (a duration takes a unit: 500ms, 30s, 5m, 2h)"
+					}
 				}
 			}
 		}

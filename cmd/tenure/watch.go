@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"time"
+	"unicode/utf8"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -32,6 +33,12 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	count := c.fs.Int("count", 0, "exit after this many events (default: follow until interrupted)")
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
+	}
+	switch {
+	case *count < 0:
+		return c.usageError("--count must not be negative, got %d", *count)
+	case !utf8.ValidString(*prefix):
+		return c.usageError("--prefix %q is not UTF-8", *prefix)
 	}
 	// A watch resumes a broken stream for as long as it runs; but a first
 	// contact that fails is an error, as for every other command, not a
@@ -65,9 +72,6 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-	if !c.json() {
-		fmt.Fprintf(stdout, "%-8s %-20s %-18s %-24s %-28s %-20s %-8s %s\n", "INDEX", "TIME", "TYPE", "RESOURCE", "LEASE ID", "HOLDER", "FENCE", "ACTOR")
-	}
 	n := 0
 	err = cl.Watch(ctx, *prefix, *after, func(e *tenurev1.Event) error {
 		if c.json() {
@@ -75,6 +79,9 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return err
 			}
 		} else {
+			if n == 0 { // with the first event: a refused watch prints only its error
+				fmt.Fprintf(stdout, "%-8s %-20s %-18s %-24s %-28s %-20s %-8s %s\n", "INDEX", "TIME", "TYPE", "RESOURCE", "LEASE ID", "HOLDER", "FENCE", "ACTOR")
+			}
 			fmt.Fprintf(stdout, "%-8d %-20s %-18s %-24s %-28s %-20s %-8d %s\n", e.GetIndex(), fmtTime(e.GetTime()), e.GetType(), e.GetResource(), e.GetLeaseId(), e.GetHolder(), e.GetFence(), e.GetActor())
 		}
 		if n++; *count > 0 && n >= *count {

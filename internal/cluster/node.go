@@ -1260,13 +1260,20 @@ func privateDir(dir string, log *slog.Logger) error {
 // policyDiff names the fields of a that b changes, with b's values.
 func policyDiff(a, b registrar.Policy) string {
 	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	// The policy's int64 fields are durations in milliseconds.
+	show := func(v reflect.Value) any {
+		if v.Kind() == reflect.Int64 {
+			return time.Duration(v.Int()) * time.Millisecond
+		}
+		return v.Interface()
+	}
 	var out []string
 	for i := range va.NumField() {
 		if va.Field(i).Interface() != vb.Field(i).Interface() {
-			out = append(out, fmt.Sprintf("%s=%v", va.Type().Field(i).Name, vb.Field(i).Interface()))
+			out = append(out, fmt.Sprintf("%s %v→%v", va.Type().Field(i).Name, show(va.Field(i)), show(vb.Field(i))))
 		}
 	}
-	return strings.Join(out, " ")
+	return strings.Join(out, ", ")
 }
 
 // freeSpace says whether dir's file system has at least need bytes free.

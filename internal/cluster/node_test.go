@@ -960,3 +960,14 @@ func TestLeaderLease(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyDiff: the warning about start-up settings replacing a policy
+// names each change with its units.
+func TestPolicyDiff(t *testing.T) {
+	a := registrar.DefaultPolicy()
+	b := a
+	b.MaxTTL, b.MaxRenewals = 6*60_000, 20
+	if got, want := policyDiff(a, b), "MaxTTL 5m0s→6m0s, MaxRenewals 0→20"; got != want {
+		t.Fatalf("policyDiff = %q, want %q", got, want)
+	}
+}
