@@ -22,7 +22,7 @@ const clusterHelp = `Inspect and change cluster membership (admin).
   cluster remove ID                         remove a member
   cluster transfer-leader [ID]              hand leadership to ID (or to any voter); also transfer-leadership
   cluster snapshot                          take a Raft snapshot of the member asked now (truncates its log)
-  cluster public-key                        the registrar's certificate key, in hex
+  cluster public-key                        the registrar's certificate key, in hex (-o json: the API's JSON, bytes in base64)
   cluster whoami                            the principal, roles and namespaces of --token (or the client certificate)`
 
 const clusterExamples = `  tenure cluster status

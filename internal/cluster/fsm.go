@@ -334,9 +334,13 @@ func (f *fsm) noteTag() {
 	}
 }
 
-// batchOf is the log entry of cmds, stamped with the cluster's tag.
-// Safe for concurrent use.
+// batchOf is the log entry of cmds, stamped with the cluster's tag, each
+// command with the rules this build applies (statemachine.Rules). Safe
+// for concurrent use.
 func (f *fsm) batchOf(cmds []*logpb.Command) *logpb.Batch {
+	for _, c := range cmds {
+		c.Rules = statemachine.Rules
+	}
 	b := &logpb.Batch{Commands: cmds}
 	if tag := f.tag.Load(); tag != nil {
 		b.Cluster = *tag

@@ -89,6 +89,11 @@ type Command struct {
 	Wall  int64                  `protobuf:"varint,2,opt,name=wall,proto3" json:"wall,omitempty"`
 	// Authenticated principal, or "registrar" for the system itself.
 	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The state machine's rules the proposing leader applies
+	// (statemachine.Rules), stamped with the tick: a rule changed since an
+	// entry was written applies to it as it did then, on every replica and
+	// on replay. 0 in entries of builds from before rules were numbered.
+	Rules uint32 `protobuf:"varint,4,opt,name=rules,proto3" json:"rules,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*Command_Bootstrap
@@ -168,6 +173,13 @@ func (x *Command) GetActor() string {
 		return x.Actor
 	}
 	return ""
+}
+
+func (x *Command) GetRules() uint32 {
+	if x != nil {
+		return x.Rules
+	}
+	return 0
 }
 
 func (x *Command) GetOp() isCommand_Op {
@@ -5167,12 +5179,13 @@ const file_log_proto_rawDesc = "" +
 	"pool.proto\"U\n" +
 	"\x05Batch\x122\n" +
 	"\bcommands\x18\x01 \x03(\v2\x16.tenure.log.v1.CommandR\bcommands\x12\x18\n" +
-	"\acluster\x18\x02 \x01(\fR\acluster\"\xde\n" +
+	"\acluster\x18\x02 \x01(\fR\acluster\"\xf4\n" +
 	"\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04tick\x18\x01 \x01(\x03R\x04tick\x12\x12\n" +
 	"\x04wall\x18\x02 \x01(\x03R\x04wall\x12\x14\n" +
-	"\x05actor\x18\x03 \x01(\tR\x05actor\x128\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x14\n" +
+	"\x05rules\x18\x04 \x01(\rR\x05rules\x128\n" +
 	"\tbootstrap\x18\n" +
 	" \x01(\v2\x18.tenure.log.v1.BootstrapH\x00R\tbootstrap\x122\n" +
 	"\aacquire\x18\v \x01(\v2\x16.tenure.log.v1.AcquireH\x00R\aacquire\x12,\n" +

@@ -107,14 +107,25 @@ func allDigits(s string) bool {
 
 // CheckCallerTaskIDs refuses task ids a caller chose that have the form of
 // generated ones: "T7" would otherwise answer the task generated as T7 (an
-// idempotent enqueue of someone else's task) and drop the caller's. It is
+// idempotent enqueue of someone else's task) and drop the caller's; and
+// ids whose task's lease resource would be too long to claim. It is
 // the API's check, not the state machine's: logs written before it may
 // hold such ids, and must apply as they did.
 func CheckCallerTaskIDs(c *logpb.Enqueue) error {
 	for i, t := range c.Tasks {
+		f := "tasks[" + strconv.Itoa(i) + "].task_id"
 		if IsGeneratedID(t.TaskId) {
-			return invalid("tasks["+strconv.Itoa(i)+"].task_id",
+			return invalid(f,
 				"%q has the form of the ids the server generates (T and a number); choose another, or leave it empty for a generated one", t.TaskId)
+		}
+		// A task is claimed under a lease on Resource(queue, id), which
+		// must be a valid resource name: else the task could never be
+		// claimed, and it would stand before every task behind it. (A
+		// generated id always fits: a queue name escapes to 384 bytes at
+		// most.)
+		if r := Resource(c.Queue, t.TaskId); t.TaskId != "" && len(r) > registrar.MaxResourceBytes {
+			return invalid(f, "its task's lease would be on a resource of %d bytes (queue/<queue, with %% and / escaped>/<task id>), past the limit of %d: shorten the queue name or the task id",
+				len(r), registrar.MaxResourceBytes)
 		}
 	}
 	return nil
@@ -127,19 +138,21 @@ func (qs *Queues) Enqueue(tx *registrar.Tx, c *logpb.Enqueue) Outcome {
 		return fail(err)
 	}
 	ns := orDefault(c.Namespace)
-	if err := qs.checkPending(ns, c); err != nil {
+	if err := qs.checkPending(tx, ns, c); err != nil {
 		return fail(err)
 	}
 	out := Outcome{Tasks: make([]Task, 0, len(c.Tasks)), Existed: make([]bool, len(c.Tasks))}
 	for i, nt := range c.Tasks {
 		q := qs.queue(ns, c.Queue, false)
 		id := nt.TaskId
-		if id != "" && q != nil {
-			if t := q.tasks[id]; t != nil {
+		if id != "" {
+			if t := present(tx, q, id); t != nil {
 				out.Tasks = append(out.Tasks, qs.view(t))
 				out.Existed[i] = true
 				continue
 			}
+			// A finished task gone by now (its record's apply prunes it
+			// first) leaves the id free.
 		}
 		seq := qs.nextSeq
 		if id == "" {
@@ -167,13 +180,13 @@ func (qs *Queues) Enqueue(tx *registrar.Tx, c *logpb.Enqueue) Outcome {
 // checkPending refuses an enqueue that would take the namespace past its
 // MaxPendingTasks or MaxPendingTaskBytes, counting only the tasks it adds
 // (an id the queue has, or that the batch named before, adds nothing).
-func (qs *Queues) checkPending(ns string, c *logpb.Enqueue) error {
+func (qs *Queues) checkPending(tx *registrar.Tx, ns string, c *logpb.Enqueue) error {
 	q := qs.queue(ns, c.Queue, false)
 	var n, bytes uint64
 	var named map[string]bool
 	for _, nt := range c.Tasks {
 		if id := nt.TaskId; id != "" {
-			if q != nil && q.tasks[id] != nil || named[id] {
+			if present(tx, q, id) != nil || named[id] {
 				continue
 			}
 			if named == nil {
@@ -342,11 +355,34 @@ func (qs *Queues) find(ns, queue, id string) (*task, error) {
 	}
 	t := qs.lookup(ns, queue, id)
 	if t == nil {
-		return nil, registrar.NewError(registrar.ReasonTaskNotFound,
-			map[string]string{"namespace": orDefault(ns), "queue": queue, "task_id": id},
-			"no task %s in queue %s", id, queue)
+		return nil, taskNotFound(ns, queue, id)
 	}
 	return t, nil
+}
+
+func taskNotFound(ns, queue, id string) error {
+	return registrar.NewError(registrar.ReasonTaskNotFound,
+		map[string]string{"namespace": orDefault(ns), "queue": queue, "task_id": id},
+		"no task %s in queue %s", id, queue)
+}
+
+// goneAt reports whether t is a finished task whose retention has passed
+// at now: the state drops it at the next queue record (pruneTo), and until
+// then Retry, GetAt and (from rules 1: statemachine.Rules) Enqueue treat
+// it as gone.
+func (t *task) goneAt(now registrar.Tick) bool { return t.pruneTick != 0 && t.pruneTick <= now }
+
+// present returns the task id names in q, nil when there is none or (by
+// the rules tx was proposed under) it is gone.
+func present(tx *registrar.Tx, q *queue, id string) *task {
+	if q == nil {
+		return nil
+	}
+	t := q.tasks[id]
+	if t != nil && tx.Rules >= 1 && t.goneAt(tx.Tick) {
+		return nil
+	}
+	return t
 }
 
 func (qs *Queues) notLeased(t *task, leaseID string) error {
@@ -513,6 +549,13 @@ func (qs *Queues) Cancel(tx *registrar.Tx, c *logpb.CancelTask) Outcome {
 // unchanged: it will run anyway.
 func (qs *Queues) Retry(tx *registrar.Tx, c *logpb.RetryTask) Outcome {
 	t, err := qs.find(c.Namespace, c.Queue, c.TaskId)
+	if err == nil && t.goneAt(tx.Tick) {
+		// Whatever the command's rules: its record would be applied
+		// after the prune it triggers, naming a task no longer there (the
+		// state machine stopped on it; no log that holds such a command
+		// was ever applied past it).
+		err = taskNotFound(c.Namespace, c.Queue, c.TaskId)
+	}
 	if err != nil {
 		return fail(err)
 	}

@@ -655,3 +655,46 @@ func TestQueueDefaultMaxAttempts(t *testing.T) {
 	}
 	e.checkReplay()
 }
+
+// TestEnqueueAfterRetention: a finished task whose retention has passed is
+// gone, though no queue record has pruned it yet: enqueuing its id again
+// enqueues a new task (a daily job with a fixed id runs again), Retry and
+// GetAt do not find it. An Enqueue stamped with the rules before that
+// change (0) still answers the old task, as it did when written.
+func TestEnqueueAfterRetention(t *testing.T) {
+	for _, rules := range []uint32{statemachine.Rules, 0} {
+		e := setup(t)
+		e.rules = rules
+		e.mustEnqueue("nightly", task("report", 0))
+		c := e.claim("nightly", "w", 1)
+		if c.Err != nil || len(c.Leases) != 1 {
+			t.Fatalf("claim: %+v", c)
+		}
+		if out := e.complete("nightly", "report", c.Leases[0].ID, []byte("done")); out.Err != nil {
+			t.Fatal(out.Err)
+		}
+		e.after(registrar.DefaultPolicy().LeaseRetention + 1)
+		e.advance() // time passes; no queue record prunes the task
+		_, err := e.m.Queues().GetAt("", "nightly", "report", e.applied)
+		wantReason(t, err, registrar.ReasonTaskNotFound)
+		// Retry does not find it, whatever the rules (it stopped the
+		// state machine: its record named the task its apply pruned).
+		wantReason(t, e.retry("nightly", "report").Err, registrar.ReasonTaskNotFound)
+		if rules == 0 {
+			out := e.enqueue("nightly", task("report", 0))
+			if out.Err != nil || !out.Existed[0] || out.Tasks[0].State != queue.Succeeded {
+				t.Fatalf("rules 0: enqueue again: %+v", out)
+			}
+			e.checkReplay()
+			continue
+		}
+		out := e.enqueue("nightly", task("report", 0))
+		if out.Err != nil || out.Existed[0] || out.Tasks[0].State != queue.Queued || len(out.Tasks[0].Result) != 0 {
+			t.Fatalf("enqueue again after retention: %+v", out)
+		}
+		if s := e.m.Queues().Stats("", "nightly"); s.Queued != 1 || s.Succeeded != 0 {
+			t.Fatalf("stats: %+v", s)
+		}
+		e.checkReplay()
+	}
+}

@@ -25,11 +25,14 @@ type env struct {
 	applied registrar.Tick
 	seed    []byte
 	log     [][]byte
+	// rules stamp the commands (statemachine.Rules unless a test sets
+	// earlier ones).
+	rules uint32
 }
 
 func setup(t tb) *env {
 	t.Helper()
-	e := &env{t: t, m: statemachine.New(statemachine.DefaultConfig()), tick: 1000, seed: make([]byte, 32)}
+	e := &env{t: t, m: statemachine.New(statemachine.DefaultConfig()), tick: 1000, seed: make([]byte, 32), rules: statemachine.Rules}
 	for i := range e.seed {
 		e.seed[i] = byte(i + 7)
 	}
@@ -40,7 +43,7 @@ func setup(t tb) *env {
 }
 
 func (e *env) apply(cmd *logpb.Command) statemachine.Result {
-	cmd.Tick, cmd.Wall = int64(e.tick), wallBase+int64(e.tick)
+	cmd.Tick, cmd.Wall, cmd.Rules = int64(e.tick), wallBase+int64(e.tick), e.rules
 	e.applied = e.tick
 	res := e.m.Apply(cmd)
 	for _, s := range res.Records {

@@ -57,6 +57,20 @@ func (qs *Queues) Get(ns, queue, id string) (Task, error) {
 	return qs.view(t), nil
 }
 
+// GetAt is Get as of registrar time now: a finished task past its
+// retention is gone (TASK_NOT_FOUND), though the state drops it only at
+// the next queue record.
+func (qs *Queues) GetAt(ns, queue, id string, now registrar.Tick) (Task, error) {
+	t, err := qs.find(ns, queue, id)
+	if err == nil && t.goneAt(now) {
+		err = taskNotFound(ns, queue, id)
+	}
+	if err != nil {
+		return Task{}, err
+	}
+	return qs.view(t), nil
+}
+
 // List returns up to limit tasks of a queue after the task with sequence
 // after, in enqueue order, in any of states (all when empty), and the
 // sequence to resume after (0 when done).

@@ -291,9 +291,9 @@ func FuzzParseLeaseID(f *testing.F) {
 
 // acceptable reports whether s is what a text field must accept: valid
 // UTF-8, no control characters (C0, DEL, C1, and the line and paragraph
-// separators), at most max bytes.
+// separators), not only white space, at most max bytes.
 func acceptable(s string, max int) bool {
-	if len(s) > max || !utf8.ValidString(s) {
+	if len(s) > max || !utf8.ValidString(s) || s != "" && strings.TrimFunc(s, unicode.IsSpace) == "" {
 		return false
 	}
 	for _, r := range s {
@@ -302,6 +302,12 @@ func acceptable(s string, max int) bool {
 		}
 	}
 	return true
+}
+
+// acceptableName is acceptable for a name (identifier, resource), which
+// also holds no invisible formatting character (Unicode's Cf).
+func acceptableName(s string, max int) bool {
+	return acceptable(s, max) && !strings.ContainsFunc(s, func(r rune) bool { return unicode.Is(unicode.Cf, r) })
 }
 
 func checkFieldError(t *testing.T, err error, field string) {
@@ -324,7 +330,7 @@ func checkFieldError(t *testing.T, err error, field string) {
 func FuzzValidators(f *testing.F) {
 	for _, s := range []string{"", "orders/42", "FILE:/src/main.go", "héllo wörld", "漢字", "a\x00b", "tab\there",
 		"\x7f", "\u0085", "\u2028", "\xff\xfe", "\xed\xa0\x80", "\xc0\xaf", strings.Repeat("x", 128), strings.Repeat("x", 129),
-		strings.Repeat("é", 256), strings.Repeat("y", 513), "\uFFFD", "emoji 🙂"} {
+		strings.Repeat("é", 256), strings.Repeat("y", 513), "\uFFFD", "emoji 🙂", "team\u200b", "\u202egnp.exe", "soft\u00adhyphen"} {
 		f.Add(s, int64(1000), int32(1), int64(0))
 	}
 	f.Add("ok", int64(0), int32(2), int64(-1))
@@ -344,7 +350,11 @@ func FuzzValidators(f *testing.F) {
 			{"reason", registrar.MaxReasonBytes, false, func(v string) error { return registrar.CheckReason("reason", v) }},
 		} {
 			err := tc.check(s)
-			want := acceptable(s, tc.max) && (s != "" || !tc.required)
+			ok := acceptable
+			if tc.field != "lease_id" && tc.field != "reason" { // names
+				ok = acceptableName
+			}
+			want := ok(s, tc.max) && (s != "" || !tc.required)
 			if (err == nil) != want {
 				t.Fatalf("%s %q: error %v, want accepted %v", tc.field, s, err, want)
 			}
@@ -372,7 +382,7 @@ func FuzzValidators(f *testing.F) {
 			const maxDur = 10 * 365 * 86_400_000
 			wantField, wantReason := "", registrar.Reason("")
 			switch {
-			case !acceptable(s, limit) || s == "" && field != "namespace":
+			case !acceptableName(s, limit) || s == "" && field != "namespace":
 				wantField, wantReason = field, registrar.ReasonInvalidArgument
 			case mode < 0 || mode > 2:
 				wantField, wantReason = "mode", registrar.ReasonInvalidArgument

@@ -16,6 +16,9 @@ type Tx struct {
 	Tick  Tick
 	Wall  int64
 	Actor string
+	// Rules are the state machine's rules the command was proposed under
+	// (logpb.Command.rules; statemachine.Rules).
+	Rules uint32
 	sink  Sink
 	err   error
 }

@@ -58,7 +58,23 @@ func checkText(field, v string, max int, required bool) error {
 
 // CheckIdentifier validates a holder, namespace, queue or id field.
 func CheckIdentifier(field, v string, required bool) error {
-	return checkText(field, v, MaxIdentifierBytes, required)
+	return checkName(field, v, MaxIdentifierBytes, required)
+}
+
+// checkName is checkText for a name (identifier, resource, prefix): it
+// also refuses the invisible formatting characters (Unicode's Cf: zero
+// width and bidirectional controls), which make look-alikes of other names
+// ("teamA\u200b" shows as "teamA"). Free text (reasons) may hold them.
+func checkName(field, v string, max int, required bool) error {
+	if err := checkText(field, v, max, required); err != nil {
+		return err
+	}
+	for i, r := range v {
+		if unicode.Is(unicode.Cf, r) {
+			return invalid(field, "contains the invisible formatting character %U at byte %d", r, i)
+		}
+	}
+	return nil
 }
 
 // CheckNamespace validates a namespace name: an identifier without '*'
@@ -80,12 +96,12 @@ func CheckNamespace(field, v string, required bool) error {
 
 // CheckResource validates a resource name.
 func CheckResource(field, v string) error {
-	return checkText(field, v, MaxResourceBytes, true)
+	return checkName(field, v, MaxResourceBytes, true)
 }
 
 // CheckPrefix validates an optional resource prefix (List, Watch).
 func CheckPrefix(field, v string) error {
-	return checkText(field, v, MaxResourceBytes, false)
+	return checkName(field, v, MaxResourceBytes, false)
 }
 
 // CheckLeaseIDText validates the shape of a lease id argument: non-empty,

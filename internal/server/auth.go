@@ -111,6 +111,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 // principal finds who sent r: its bearer token, else its verified client
 // certificate's subject common name.
 func (s *Server) principal(r *http.Request) (*auth.Principal, error) {
+	if len(r.Header.Values("Authorization")) > 1 {
+		// A proxy before the server might read another one than this.
+		return nil, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "malformed"},
+			"more than one Authorization header: send one")
+	}
 	token, err := auth.ParseAuthorization(r.Header.Get("Authorization"))
 	switch {
 	case err == nil:

@@ -399,7 +399,7 @@ func (h *queueService) GetTask(ctx context.Context, req *connect.Request[tenurev
 	var l *registrar.Lease
 	err := s.readQueues(ctx, func(mc *statemachine.Machine, tick registrar.Tick) error {
 		var err error
-		if t, err = mc.Queues().Get(m.Namespace, m.Queue, m.TaskId); err != nil {
+		if t, err = mc.Queues().GetAt(m.Namespace, m.Queue, m.TaskId, tick); err != nil {
 			return err
 		}
 		if t.State == queue.Leased {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -158,6 +159,29 @@ func TestQueueErrorsAndZombie(t *testing.T) {
 	wantReason(t, err, connect.CodeNotFound, "TASK_NOT_FOUND")
 	_, err = qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "", Tasks: []*tenurev1.NewTask{{}}}))
 	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+	// A task whose lease's resource would be too long (a queue name of
+	// characters escaped to three bytes each) could never be claimed, and
+	// would block the tasks after it: refused, and nothing is enqueued.
+	odd := strings.Repeat("%", 128)
+	for _, tc := range []struct {
+		tasks []*tenurev1.NewTask
+		field string
+	}{
+		{[]*tenurev1.NewTask{{TaskId: "short1"}, {TaskId: strings.Repeat("i", 128)}}, "tasks[1].task_id"},
+		{[]*tenurev1.NewTask{{}, {TaskId: strings.Repeat("/", 128)}}, "tasks[1].task_id"},
+	} {
+		_, err = qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: odd, Tasks: tc.tasks}))
+		wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+		if md := errorMeta(t, err); md["field"] != tc.field {
+			t.Errorf("task resource too long: metadata %v, want field %s", md, tc.field)
+		}
+	}
+	if st, err := qc.Stats(ctx, connect.NewRequest(&tenurev1.QueueStatsRequest{Queue: odd})); err != nil || st.Msg.GetQueued() != 0 {
+		t.Fatalf("after refused enqueues: %v, %v", st, err)
+	}
+	if _, err := qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: strings.Repeat("%", 100), Tasks: []*tenurev1.NewTask{{TaskId: "fits"}}})); err != nil {
+		t.Fatalf("a task whose resource fits: %v", err)
+	}
 
 	c1, err := qc.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Queue: "q", Worker: "w1", LeaseTtl: durationpb.New(time.Second)}))
 	if err != nil || len(c1.Msg.Tasks) != 1 {

@@ -158,6 +158,18 @@ func TestEveryRPCWithoutCredentialsIsUnauthenticated(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("/metrics with a token: %s", resp.Status)
 	}
+	// Two Authorization headers, even both valid, are refused: a proxy
+	// in front might read the other one.
+	req, _ = http.NewRequest("GET", b.base+"/metrics", nil)
+	req.Header.Add("Authorization", "Bearer tok-r1")
+	req.Header.Add("Authorization", "Bearer tok-r1")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/metrics with two Authorization headers: %s", resp.Status)
+	}
 }
 
 // rawAuth sets the Authorization header verbatim ("" = none).

@@ -26,6 +26,21 @@ import (
 	"github.com/tenurehq/tenure/internal/registrar"
 )
 
+// Rules numbers the rules this code applies commands by, which a leader
+// stamps on each command it proposes (logpb.Command.rules). A change to
+// what a command does, as opposed to what the API lets through before
+// proposing, must keep the old behaviour for commands stamped with earlier
+// rules: entries written before the change are applied again after a
+// restart (and by members of other builds), and must derive the records
+// they derived then, or the node finds its ledger disagreeing and refuses
+// to serve.
+//
+//	0  commands of builds before rules were numbered
+//	1  an Enqueue of a task id whose finished task has passed its
+//	   retention enqueues anew (it answered the old task until the next
+//	   queue record pruned it)
+const Rules = 1
+
 // SnapshotVersion is the version of the snapshot encoding this code writes.
 // Version 2 added lease trees (derivation, usage, ended_by of a lease); a
 // version 1 snapshot has none and restores as is. A build that only reads
@@ -177,6 +192,7 @@ func (m *Machine) Apply(cmd *logpb.Command) Result {
 	}
 	tx := &m.txv
 	tx.Reset(tick, cmd.Wall, actor, m)
+	tx.Rules = cmd.Rules
 	if len(m.recs) == cap(m.recs) {
 		m.recs = make([]Sealed, 0, recsChunk)
 	}

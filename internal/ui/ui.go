@@ -4,6 +4,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 //go:embed assets
@@ -29,6 +30,10 @@ func Handler() http.Handler {
 		// Scripts and styles only from the binary; connect-src also allows
 		// other members' /healthz, which the overview probes.
 		h.Set("Content-Security-Policy", "default-src 'self'; connect-src 'self' http: https:; img-src 'self' data:; frame-ancestors 'none'")
+		if p := r.URL.Path; strings.HasSuffix(p, "/") && p != Prefix {
+			http.NotFound(w, r) // no listings of the asset directories
+			return
+		}
 		files.ServeHTTP(w, r)
 	})
 }

@@ -24,6 +24,7 @@ func TestHandler(t *testing.T) {
 		{"/ui/js/api.js", "200 OK", "text/javascript", "application/connect+json"},
 		{"/ui/js/lease.js", "200 OK", "text/javascript", "LeaseService', 'Tree'"},
 		{"/ui/nope.js", "404 Not Found", "text/plain", ""},
+		{"/ui/js/", "404 Not Found", "text/plain", ""}, // no directory listing
 	} {
 		t.Run(c.path, func(t *testing.T) {
 			resp, err := http.Get(srv.URL + c.path)

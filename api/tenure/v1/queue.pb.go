@@ -1695,7 +1695,9 @@ func (x *QueueSummary) GetStats() *QueueStatsResponse {
 
 type ListQueuesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Every queue of the namespace that holds tasks or has held them, by name.
+	// Every queue of the namespace that holds tasks, finished ones included
+	// until they are pruned, by name. A queue whose tasks are all pruned is
+	// not listed (its configuration, if set, stays: Stats' config).
 	Queues        []*QueueSummary `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
