@@ -517,8 +517,8 @@ func writeTasks(w io.Writer, tasks ...*tenurev1.Task) error {
 	fmt.Fprintln(tw, "TASK ID\tSTATE\tPRIORITY\tATTEMPTS\tNOT BEFORE\tLEASE ID\tWORKER\tPAYLOAD")
 	for _, t := range tasks {
 		lease := t.GetLeaseId()
-		if lease == "" {
-			lease = "-"
+		if lease == "" || t.GetState() != tenurev1.TaskState_TASK_STATE_LEASED {
+			lease = "-" // the last lease of a task no longer leased is history (tenure queue get)
 		}
 		worker := t.GetWorker()
 		if worker == "" {
@@ -557,8 +557,13 @@ func writeTask(c *cliCommand, t *tenurev1.Task) error {
 	row("created", fmtTime(t.GetCreatedAt()))
 	row("claimed", fmtTime(t.GetClaimedAt()))
 	row("completed", fmtTime(t.GetCompletedAt()))
-	row("lease id", t.GetLeaseId())
-	row("worker", t.GetWorker())
+	if t.GetState() == tenurev1.TaskState_TASK_STATE_LEASED {
+		row("lease id", t.GetLeaseId())
+		row("worker", t.GetWorker())
+	} else {
+		row("last lease id", t.GetLeaseId())
+		row("last worker", t.GetWorker())
+	}
 	if l := t.GetLease(); l != nil {
 		row("lease expires", fmtTime(l.GetExpiresAt()))
 	}

@@ -66,10 +66,15 @@ func TestCLIQueue(t *testing.T) {
 
 	// get
 	got := ok(t, "queue", "get", q, "b")
-	for _, want := range []string{"succeeded", "cli-worker", "beta", "result"} {
+	for _, want := range []string{"succeeded", "cli-worker", "beta", "result", "last lease id", "last worker"} {
 		if !strings.Contains(got, want) {
 			t.Fatalf("get: no %q in\n%s", want, got)
 		}
+	}
+	// A task no longer leased shows no lease in the list (its last one
+	// is history, in get).
+	if out := ok(t, "queue", "ls", q, "--state", "succeeded"); strings.Contains(out, leaseB) {
+		t.Fatalf("ls shows the lease of a finished task:\n%s", out)
 	}
 	fails(t, "TASK_NOT_FOUND", "queue", "get", q, "nope")
 
