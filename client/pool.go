@@ -329,7 +329,11 @@ var (
 // duration. When it grants nothing the error is a *RejectedError
 // (ErrInvalidRequest, ErrPeerRankingTooLow, ErrPeerAtCapacity,
 // ErrNoAvailablePieces); malformed input (an empty peer or pool, max 0,
-// a bad have-map) is ErrInvalidRequest. Not retried after an unknown outcome
+// a bad have-map) is ErrInvalidRequest. The peer's lease quota (the
+// namespace's max_active_per_holder) is ErrQuotaExceeded when it leaves
+// room for no piece, and cuts a grant short otherwise. Either way, and for
+// every rejection but ErrInvalidRequest, the pool has recorded the
+// have-maps sent (they count for rarity). Not retried after an unknown outcome
 // (ErrOutcomeUnknown, a member lost mid-call included): the pieces may have
 // been granted, and PieceLeases lists what the peer holds now. Fetch and
 // complete those: each one left to expire counts as a failure in the

@@ -149,7 +149,8 @@ func (ps *Pools) create(tx *registrar.Tx, k key, c *logpb.PoolCreate) Outcome {
 	}
 	if p := ps.pools[k]; p != nil {
 		if p.cfg != cfg {
-			return fail(invalid("config", "pool %s already exists with another configuration", k.name))
+			return fail(invalid("config", "pool %s already exists with another configuration (%s; a Want of a pool that does not exist creates it with the defaults)",
+				k.name, p.cfg.diff(cfg)))
 		}
 		return Outcome{Config: cfg}
 	}
@@ -381,6 +382,8 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 				if len(out.Leases) == 0 {
 					return fail(err)
 				}
+				// Say why fewer were granted than asked (a quota).
+				out.Message = "granted " + strconv.Itoa(len(out.Leases)) + " of " + strconv.Itoa(need) + ": " + err.Error()
 				return out
 			}
 			x := &leasedRecord{msg: logpb.PieceLeased{

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -25,6 +26,25 @@ type Config struct {
 	// activity (a have-map recorded, a lease taken or ended) before the
 	// pool forgets its have-maps.
 	PeerIdleMs int64
+}
+
+// diff names the settings of c that other sets otherwise: "max leases per
+// peer 4, not 8".
+func (c Config) diff(other Config) string {
+	var out []string
+	add := func(name string, have, asked any) {
+		if have != asked {
+			out = append(out, fmt.Sprintf("%s %v, not %v", name, have, asked))
+		}
+	}
+	add("lease duration", time.Duration(c.LeaseMs)*time.Millisecond, time.Duration(other.LeaseMs)*time.Millisecond)
+	add("max leases per peer", c.MaxLeasesPerPeer, other.MaxLeasesPerPeer)
+	add("peer ranking decay", c.Decay, other.Decay)
+	add("success bonus", c.Bonus, other.Bonus)
+	add("failure penalty", c.Penalty, other.Penalty)
+	add("min peer score", c.MinScore, other.MinScore)
+	add("peer idle timeout", time.Duration(c.PeerIdleMs)*time.Millisecond, time.Duration(other.PeerIdleMs)*time.Millisecond)
+	return "it has " + strings.Join(out, ", ")
 }
 
 // Score bounds (seed 004).

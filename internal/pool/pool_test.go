@@ -511,3 +511,21 @@ func TestDeletePool(t *testing.T) {
 	}
 	e.checkReplay()
 }
+
+// A request that a quota cut short says so in its message (the grants
+// stand); a CreatePool that conflicts with the pool there names what
+// differs.
+func TestPartialGrantAndConflictSayWhy(t *testing.T) {
+	e := setup(t)
+	e.setPolicy(&tenurev1.NamespacePolicy{MaxActivePerHolder: 3})
+	e.wantRange("p", 0, 8, 0, 8)
+	out := e.request("p", "q3", 4, have(0, 0, 1, 2, 3, 4, 5, 6, 7))
+	if out.Err != nil || len(out.Leases) != 3 || !strings.Contains(out.Message, "granted 3 of 4: QUOTA_EXCEEDED") {
+		t.Fatalf("request past the holder's quota: %d leases, message %q, err %v", len(out.Leases), out.Message, out.Err)
+	}
+	out = e.create("p", &tenurev1.PoolConfig{MaxLeasesPerPeer: 8})
+	if out.Err == nil || !strings.Contains(out.Err.Error(), "max leases per peer 4, not 8") {
+		t.Fatalf("conflicting create: %v", out.Err)
+	}
+	e.checkReplay()
+}

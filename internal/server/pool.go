@@ -83,8 +83,16 @@ func fileStatusProto(f pool.FileStatus) *tenurev1.PoolFileStatus {
 
 func (h *poolService) CreatePool(ctx context.Context, req *connect.Request[tenurev1.CreatePoolRequest]) (*connect.Response[tenurev1.CreatePoolResponse], error) {
 	m := req.Msg
-	if _, err := pool.ConfigFromAPI(m.Config); err != nil {
+	cfg, err := pool.ConfigFromAPI(m.Config)
+	if err != nil {
 		return nil, h.s.toConnect(err)
+	}
+	if cfg.MinScore > pool.StartScore {
+		// Only an outcome changes a score, and a refused peer has none:
+		// such a pool could never lease a piece. (The API's check: a log
+		// may hold such pools, which apply as they did.)
+		return nil, h.s.toConnect(invalidArg("config.min_peer_score", fmt.Sprintf(
+			"is %g, above a new peer's score of %g: every peer would be refused, and for good", cfg.MinScore, pool.StartScore)))
 	}
 	out, err := h.s.proposePool(ctx, "", &logpb.PoolCommand{Namespace: m.Namespace, Pool: m.Pool,
 		Op: &logpb.PoolCommand_Create{Create: &logpb.PoolCreate{Config: m.Config}}})

@@ -33,6 +33,13 @@ func TestPoolEndToEnd(t *testing.T) {
 	if err != nil || !cr.Msg.Created || cr.Msg.Config.MaxLeasesPerPeer != 2 || cr.Msg.Config.GetSuccessBonus() != 0.5 {
 		t.Fatalf("CreatePool: %v %v", cr, err)
 	}
+	// A minimum score above a new peer's would refuse every peer for good.
+	high := 1.5
+	_, err = pc.CreatePool(ctx, connect.NewRequest(&tenurev1.CreatePoolRequest{Pool: "closed", Config: &tenurev1.PoolConfig{MinPeerScore: &high}}))
+	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+	if md := errorMeta(t, err); md["field"] != "config.min_peer_score" {
+		t.Errorf("min score above the start: metadata %v", md)
+	}
 	// Want by bits on file 0 (pieces 0..9) and by range on file 1.
 	w, err := pc.Want(ctx, connect.NewRequest(&tenurev1.WantRequest{Pool: "swarm", FileIndex: 0, PieceCount: 10, Bits: []byte{0xff, 0x03}}))
 	if err != nil || w.Msg.Added != 10 {
