@@ -623,6 +623,18 @@ func TestAcquireWaitGrantedOnRelease(t *testing.T) {
 		l, err := b.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{}))
 		return err == nil && l.Msg.Counts.Waiters == 1
 	})
+	// List of the resource names its queue (the dashboard's waiters);
+	// a list of no one resource, or of another, names none.
+	l, err := b.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{Resource: "line/head"}))
+	if err != nil || len(l.Msg.Waiters) != 1 || l.Msg.Waiters[0].Holder != "w2" || l.Msg.Waiters[0].WaiterId == "" ||
+		l.Msg.Waiters[0].WaitRemaining.AsDuration() <= 0 || l.Msg.Waiters[0].WaitRemaining.AsDuration() > 30*time.Second {
+		t.Fatalf("List of the resource: %v, %v", l, err)
+	}
+	for _, q := range []*tenurev1.ListRequest{{}, {Resource: "line/other"}} {
+		if l, err := b.leases.List(ctx, connect.NewRequest(q)); err != nil || len(l.Msg.Waiters) != 0 {
+			t.Fatalf("List %v: %v, %v", q, l, err)
+		}
+	}
 	if _, err := b.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: first.LeaseId, Holder: "w1"})); err != nil {
 		t.Fatal(err)
 	}
@@ -636,7 +648,7 @@ func TestAcquireWaitGrantedOnRelease(t *testing.T) {
 	}
 
 	// A wait that runs out answers LEASE_HELD.
-	_, err := b.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{
+	_, err = b.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{
 		Resource: "line/head", Holder: "w3", Wait: durationpb.New(30 * time.Millisecond)}))
 	wantReason(t, err, connect.CodeFailedPrecondition, "LEASE_HELD")
 }

@@ -270,7 +270,10 @@ func TestDashboard(t *testing.T) {
 		// The overview's churn renewed orders/1 many times: one folded entry.
 		e.waitJS(t, "folded renewals", `(() => { const r = document.querySelectorAll('#history li[data-type="lease.renewed"]');
 			return r.length === 1 && / ×\d+/.test(r[0].textContent) })()`)
-		e.waitJS(t, "the waiter", `(() => { const r = document.querySelectorAll("#waiter-table tbody tr"); return r.length === 1 && r[0].textContent.includes("w3") })()`)
+		// The queue is the registrar's (List of the resource), the time it
+		// queued from its lease.waiting event, and how long it may wait.
+		e.waitJS(t, "the waiter", `(() => { const r = document.querySelectorAll("#waiter-table tbody tr"); return r.length === 1 && r[0].textContent.includes("w3") &&
+			!r[0].textContent.includes("before the history shown") && /\d(\.\d)?[smh]/.test(r[0].cells[4].textContent) })()`)
 		e.waitJS(t, "the epoch", `document.querySelector("#state-epoch")?.textContent === "1"`)
 		e.waitJS(t, "the lease", `document.querySelector('#resource-leases tr[data-holder="w1"] .timeleft') !== null`)
 		e.screenshot(t, "resource")

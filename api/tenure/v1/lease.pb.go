@@ -2183,6 +2183,9 @@ type ListResponse struct {
 	Leases        []*Lease               `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
 	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	Counts        *LeaseCounts           `protobuf:"bytes,3,opt,name=counts,proto3" json:"counts,omitempty"`
+	// With resource set: that resource's queued Acquires, head of the queue
+	// first (on every page).
+	Waiters       []*Waiter `protobuf:"bytes,4,rep,name=waiters,proto3" json:"waiters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2238,6 +2241,85 @@ func (x *ListResponse) GetCounts() *LeaseCounts {
 	return nil
 }
 
+func (x *ListResponse) GetWaiters() []*Waiter {
+	if x != nil {
+		return x.Waiters
+	}
+	return nil
+}
+
+// Waiter is an Acquire queued for a resource (List with resource set).
+type Waiter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The waiter_id of its lease.waiting event (and of the lease.issued or
+	// lease.wait_ended that ends its wait).
+	WaiterId string `protobuf:"bytes,1,opt,name=waiter_id,json=waiterId,proto3" json:"waiter_id,omitempty"`
+	Holder   string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	Mode     Mode   `protobuf:"varint,3,opt,name=mode,proto3,enum=tenure.v1.Mode" json:"mode,omitempty"`
+	// How long until its wait runs out, at the registrar.
+	WaitRemaining *durationpb.Duration `protobuf:"bytes,4,opt,name=wait_remaining,json=waitRemaining,proto3" json:"wait_remaining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Waiter) Reset() {
+	*x = Waiter{}
+	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Waiter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Waiter) ProtoMessage() {}
+
+func (x *Waiter) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
+func (*Waiter) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Waiter) GetWaiterId() string {
+	if x != nil {
+		return x.WaiterId
+	}
+	return ""
+}
+
+func (x *Waiter) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Waiter) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *Waiter) GetWaitRemaining() *durationpb.Duration {
+	if x != nil {
+		return x.WaitRemaining
+	}
+	return nil
+}
+
 type CheckFenceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -2249,7 +2331,7 @@ type CheckFenceRequest struct {
 
 func (x *CheckFenceRequest) Reset() {
 	*x = CheckFenceRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	mi := &file_tenure_v1_lease_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2343,7 @@ func (x *CheckFenceRequest) String() string {
 func (*CheckFenceRequest) ProtoMessage() {}
 
 func (x *CheckFenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[26]
+	mi := &file_tenure_v1_lease_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2356,7 @@ func (x *CheckFenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckFenceRequest.ProtoReflect.Descriptor instead.
 func (*CheckFenceRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{26}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckFenceRequest) GetNamespace() string {
@@ -2308,7 +2390,7 @@ type CheckFenceResponse struct {
 
 func (x *CheckFenceResponse) Reset() {
 	*x = CheckFenceResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[27]
+	mi := &file_tenure_v1_lease_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +2402,7 @@ func (x *CheckFenceResponse) String() string {
 func (*CheckFenceResponse) ProtoMessage() {}
 
 func (x *CheckFenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[27]
+	mi := &file_tenure_v1_lease_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +2415,7 @@ func (x *CheckFenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckFenceResponse.ProtoReflect.Descriptor instead.
 func (*CheckFenceResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{27}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CheckFenceResponse) GetCurrent() bool {
@@ -2360,7 +2442,7 @@ type ReadStateRequest struct {
 
 func (x *ReadStateRequest) Reset() {
 	*x = ReadStateRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[28]
+	mi := &file_tenure_v1_lease_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2454,7 @@ func (x *ReadStateRequest) String() string {
 func (*ReadStateRequest) ProtoMessage() {}
 
 func (x *ReadStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[28]
+	mi := &file_tenure_v1_lease_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2467,7 @@ func (x *ReadStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStateRequest.ProtoReflect.Descriptor instead.
 func (*ReadStateRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{28}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadStateRequest) GetNamespace() string {
@@ -2412,7 +2494,7 @@ type ReadStateResponse struct {
 
 func (x *ReadStateResponse) Reset() {
 	*x = ReadStateResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[29]
+	mi := &file_tenure_v1_lease_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2506,7 @@ func (x *ReadStateResponse) String() string {
 func (*ReadStateResponse) ProtoMessage() {}
 
 func (x *ReadStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[29]
+	mi := &file_tenure_v1_lease_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2519,7 @@ func (x *ReadStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStateResponse.ProtoReflect.Descriptor instead.
 func (*ReadStateResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{29}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReadStateResponse) GetData() []byte {
@@ -2467,7 +2549,7 @@ type WriteStateRequest struct {
 
 func (x *WriteStateRequest) Reset() {
 	*x = WriteStateRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[30]
+	mi := &file_tenure_v1_lease_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2561,7 @@ func (x *WriteStateRequest) String() string {
 func (*WriteStateRequest) ProtoMessage() {}
 
 func (x *WriteStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[30]
+	mi := &file_tenure_v1_lease_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2574,7 @@ func (x *WriteStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStateRequest.ProtoReflect.Descriptor instead.
 func (*WriteStateRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{30}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WriteStateRequest) GetNamespace() string {
@@ -2539,7 +2621,7 @@ type WriteStateResponse struct {
 
 func (x *WriteStateResponse) Reset() {
 	*x = WriteStateResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[31]
+	mi := &file_tenure_v1_lease_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2551,7 +2633,7 @@ func (x *WriteStateResponse) String() string {
 func (*WriteStateResponse) ProtoMessage() {}
 
 func (x *WriteStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[31]
+	mi := &file_tenure_v1_lease_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2564,7 +2646,7 @@ func (x *WriteStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStateResponse.ProtoReflect.Descriptor instead.
 func (*WriteStateResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{31}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WriteStateResponse) GetEpoch() uint64 {
@@ -2590,7 +2672,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[32]
+	mi := &file_tenure_v1_lease_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +2684,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[32]
+	mi := &file_tenure_v1_lease_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +2697,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{32}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HistoryRequest) GetNamespace() string {
@@ -2669,7 +2751,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[33]
+	mi := &file_tenure_v1_lease_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2681,7 +2763,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[33]
+	mi := &file_tenure_v1_lease_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2694,7 +2776,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{33}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HistoryResponse) GetEvents() []*Event {
@@ -2732,7 +2814,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[34]
+	mi := &file_tenure_v1_lease_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +2826,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[34]
+	mi := &file_tenure_v1_lease_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +2839,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{34}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchRequest) GetNamespace() string {
@@ -2790,7 +2872,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[35]
+	mi := &file_tenure_v1_lease_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +2884,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[35]
+	mi := &file_tenure_v1_lease_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +2897,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{35}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WatchResponse) GetEvent() *Event {
@@ -2853,7 +2935,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[36]
+	mi := &file_tenure_v1_lease_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +2947,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[36]
+	mi := &file_tenure_v1_lease_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +2960,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{36}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KeepAliveRequest) GetLeaseIds() []string {
@@ -2927,7 +3009,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[37]
+	mi := &file_tenure_v1_lease_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3021,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[37]
+	mi := &file_tenure_v1_lease_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3034,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{37}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KeepAliveResponse) GetLeases() []*Lease {
@@ -3000,7 +3082,7 @@ type PipelineOp struct {
 
 func (x *PipelineOp) Reset() {
 	*x = PipelineOp{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[38]
+	mi := &file_tenure_v1_lease_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3012,7 +3094,7 @@ func (x *PipelineOp) String() string {
 func (*PipelineOp) ProtoMessage() {}
 
 func (x *PipelineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[38]
+	mi := &file_tenure_v1_lease_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3025,7 +3107,7 @@ func (x *PipelineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PipelineOp.ProtoReflect.Descriptor instead.
 func (*PipelineOp) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{38}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PipelineOp) GetId() uint64 {
@@ -3211,7 +3293,7 @@ type PipelineError struct {
 
 func (x *PipelineError) Reset() {
 	*x = PipelineError{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[39]
+	mi := &file_tenure_v1_lease_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3223,7 +3305,7 @@ func (x *PipelineError) String() string {
 func (*PipelineError) ProtoMessage() {}
 
 func (x *PipelineError) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[39]
+	mi := &file_tenure_v1_lease_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3236,7 +3318,7 @@ func (x *PipelineError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PipelineError.ProtoReflect.Descriptor instead.
 func (*PipelineError) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{39}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PipelineError) GetCode() string {
@@ -3290,7 +3372,7 @@ type PipelineResult struct {
 
 func (x *PipelineResult) Reset() {
 	*x = PipelineResult{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[40]
+	mi := &file_tenure_v1_lease_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3302,7 +3384,7 @@ func (x *PipelineResult) String() string {
 func (*PipelineResult) ProtoMessage() {}
 
 func (x *PipelineResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[40]
+	mi := &file_tenure_v1_lease_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3315,7 +3397,7 @@ func (x *PipelineResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PipelineResult.ProtoReflect.Descriptor instead.
 func (*PipelineResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{40}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PipelineResult) GetId() uint64 {
@@ -3511,7 +3593,7 @@ type PipelineRequest struct {
 
 func (x *PipelineRequest) Reset() {
 	*x = PipelineRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[41]
+	mi := &file_tenure_v1_lease_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3523,7 +3605,7 @@ func (x *PipelineRequest) String() string {
 func (*PipelineRequest) ProtoMessage() {}
 
 func (x *PipelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[41]
+	mi := &file_tenure_v1_lease_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3536,7 +3618,7 @@ func (x *PipelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PipelineRequest.ProtoReflect.Descriptor instead.
 func (*PipelineRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{41}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PipelineRequest) GetOps() []*PipelineOp {
@@ -3556,7 +3638,7 @@ type PipelineResponse struct {
 
 func (x *PipelineResponse) Reset() {
 	*x = PipelineResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[42]
+	mi := &file_tenure_v1_lease_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3568,7 +3650,7 @@ func (x *PipelineResponse) String() string {
 func (*PipelineResponse) ProtoMessage() {}
 
 func (x *PipelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[42]
+	mi := &file_tenure_v1_lease_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3581,7 +3663,7 @@ func (x *PipelineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PipelineResponse.ProtoReflect.Descriptor instead.
 func (*PipelineResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{42}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PipelineResponse) GetResults() []*PipelineResult {
@@ -3615,7 +3697,7 @@ type DeriveRequest struct {
 
 func (x *DeriveRequest) Reset() {
 	*x = DeriveRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[43]
+	mi := &file_tenure_v1_lease_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3627,7 +3709,7 @@ func (x *DeriveRequest) String() string {
 func (*DeriveRequest) ProtoMessage() {}
 
 func (x *DeriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[43]
+	mi := &file_tenure_v1_lease_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3640,7 +3722,7 @@ func (x *DeriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeriveRequest.ProtoReflect.Descriptor instead.
 func (*DeriveRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{43}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeriveRequest) GetParentLeaseId() string {
@@ -3722,7 +3804,7 @@ type DeriveResponse struct {
 
 func (x *DeriveResponse) Reset() {
 	*x = DeriveResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[44]
+	mi := &file_tenure_v1_lease_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3734,7 +3816,7 @@ func (x *DeriveResponse) String() string {
 func (*DeriveResponse) ProtoMessage() {}
 
 func (x *DeriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[44]
+	mi := &file_tenure_v1_lease_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3747,7 +3829,7 @@ func (x *DeriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeriveResponse.ProtoReflect.Descriptor instead.
 func (*DeriveResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{44}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeriveResponse) GetLease() *Lease {
@@ -3770,7 +3852,7 @@ type ConsumeRequest struct {
 
 func (x *ConsumeRequest) Reset() {
 	*x = ConsumeRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[45]
+	mi := &file_tenure_v1_lease_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3782,7 +3864,7 @@ func (x *ConsumeRequest) String() string {
 func (*ConsumeRequest) ProtoMessage() {}
 
 func (x *ConsumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[45]
+	mi := &file_tenure_v1_lease_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3795,7 +3877,7 @@ func (x *ConsumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeRequest.ProtoReflect.Descriptor instead.
 func (*ConsumeRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{45}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ConsumeRequest) GetLeaseId() string {
@@ -3837,7 +3919,7 @@ type ConsumeResponse struct {
 
 func (x *ConsumeResponse) Reset() {
 	*x = ConsumeResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[46]
+	mi := &file_tenure_v1_lease_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3849,7 +3931,7 @@ func (x *ConsumeResponse) String() string {
 func (*ConsumeResponse) ProtoMessage() {}
 
 func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[46]
+	mi := &file_tenure_v1_lease_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3862,7 +3944,7 @@ func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeResponse.ProtoReflect.Descriptor instead.
 func (*ConsumeResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{46}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ConsumeResponse) GetRemaining() map[string]int64 {
@@ -3892,7 +3974,7 @@ type AuthorizeRequest struct {
 
 func (x *AuthorizeRequest) Reset() {
 	*x = AuthorizeRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[47]
+	mi := &file_tenure_v1_lease_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3904,7 +3986,7 @@ func (x *AuthorizeRequest) String() string {
 func (*AuthorizeRequest) ProtoMessage() {}
 
 func (x *AuthorizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[47]
+	mi := &file_tenure_v1_lease_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3917,7 +3999,7 @@ func (x *AuthorizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthorizeRequest.ProtoReflect.Descriptor instead.
 func (*AuthorizeRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{47}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AuthorizeRequest) GetLeaseId() string {
@@ -3959,7 +4041,7 @@ type AuthorizeResponse struct {
 
 func (x *AuthorizeResponse) Reset() {
 	*x = AuthorizeResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[48]
+	mi := &file_tenure_v1_lease_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3971,7 +4053,7 @@ func (x *AuthorizeResponse) String() string {
 func (*AuthorizeResponse) ProtoMessage() {}
 
 func (x *AuthorizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[48]
+	mi := &file_tenure_v1_lease_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3984,7 +4066,7 @@ func (x *AuthorizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthorizeResponse.ProtoReflect.Descriptor instead.
 func (*AuthorizeResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{48}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AuthorizeResponse) GetAllowed() bool {
@@ -4010,7 +4092,7 @@ type TreeRequest struct {
 
 func (x *TreeRequest) Reset() {
 	*x = TreeRequest{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[49]
+	mi := &file_tenure_v1_lease_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4022,7 +4104,7 @@ func (x *TreeRequest) String() string {
 func (*TreeRequest) ProtoMessage() {}
 
 func (x *TreeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[49]
+	mi := &file_tenure_v1_lease_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4035,7 +4117,7 @@ func (x *TreeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TreeRequest.ProtoReflect.Descriptor instead.
 func (*TreeRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{49}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TreeRequest) GetLeaseId() string {
@@ -4055,7 +4137,7 @@ type TreeResponse struct {
 
 func (x *TreeResponse) Reset() {
 	*x = TreeResponse{}
-	mi := &file_tenure_v1_lease_proto_msgTypes[50]
+	mi := &file_tenure_v1_lease_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4067,7 +4149,7 @@ func (x *TreeResponse) String() string {
 func (*TreeResponse) ProtoMessage() {}
 
 func (x *TreeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_lease_proto_msgTypes[50]
+	mi := &file_tenure_v1_lease_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4080,7 +4162,7 @@ func (x *TreeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TreeResponse.ProtoReflect.Descriptor instead.
 func (*TreeResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{50}
+	return file_tenure_v1_lease_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TreeResponse) GetLeases() []*Lease {
@@ -4274,11 +4356,17 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\breleased\x18\x02 \x01(\x04R\breleased\x12\x18\n" +
 	"\aexpired\x18\x03 \x01(\x04R\aexpired\x12\x18\n" +
 	"\arevoked\x18\x04 \x01(\x04R\arevoked\x12\x18\n" +
-	"\awaiters\x18\x05 \x01(\x04R\awaiters\"\x90\x01\n" +
+	"\awaiters\x18\x05 \x01(\x04R\awaiters\"\xbd\x01\n" +
 	"\fListResponse\x12(\n" +
 	"\x06leases\x18\x01 \x03(\v2\x10.tenure.v1.LeaseR\x06leases\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12.\n" +
-	"\x06counts\x18\x03 \x01(\v2\x16.tenure.v1.LeaseCountsR\x06counts\"c\n" +
+	"\x06counts\x18\x03 \x01(\v2\x16.tenure.v1.LeaseCountsR\x06counts\x12+\n" +
+	"\awaiters\x18\x04 \x03(\v2\x11.tenure.v1.WaiterR\awaiters\"\xa4\x01\n" +
+	"\x06Waiter\x12\x1b\n" +
+	"\twaiter_id\x18\x01 \x01(\tR\bwaiterId\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12#\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x0f.tenure.v1.ModeR\x04mode\x12@\n" +
+	"\x0ewait_remaining\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\rwaitRemaining\"c\n" +
 	"\x11CheckFenceRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bresource\x18\x02 \x01(\tR\bresource\x12\x14\n" +
@@ -4469,7 +4557,7 @@ func file_tenure_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_tenure_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_tenure_v1_lease_proto_goTypes = []any{
 	(Mode)(0),                      // 0: tenure.v1.Mode
 	(State)(0),                     // 1: tenure.v1.State
@@ -4500,174 +4588,178 @@ var file_tenure_v1_lease_proto_goTypes = []any{
 	(*ListRequest)(nil),            // 26: tenure.v1.ListRequest
 	(*LeaseCounts)(nil),            // 27: tenure.v1.LeaseCounts
 	(*ListResponse)(nil),           // 28: tenure.v1.ListResponse
-	(*CheckFenceRequest)(nil),      // 29: tenure.v1.CheckFenceRequest
-	(*CheckFenceResponse)(nil),     // 30: tenure.v1.CheckFenceResponse
-	(*ReadStateRequest)(nil),       // 31: tenure.v1.ReadStateRequest
-	(*ReadStateResponse)(nil),      // 32: tenure.v1.ReadStateResponse
-	(*WriteStateRequest)(nil),      // 33: tenure.v1.WriteStateRequest
-	(*WriteStateResponse)(nil),     // 34: tenure.v1.WriteStateResponse
-	(*HistoryRequest)(nil),         // 35: tenure.v1.HistoryRequest
-	(*HistoryResponse)(nil),        // 36: tenure.v1.HistoryResponse
-	(*WatchRequest)(nil),           // 37: tenure.v1.WatchRequest
-	(*WatchResponse)(nil),          // 38: tenure.v1.WatchResponse
-	(*KeepAliveRequest)(nil),       // 39: tenure.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 40: tenure.v1.KeepAliveResponse
-	(*PipelineOp)(nil),             // 41: tenure.v1.PipelineOp
-	(*PipelineError)(nil),          // 42: tenure.v1.PipelineError
-	(*PipelineResult)(nil),         // 43: tenure.v1.PipelineResult
-	(*PipelineRequest)(nil),        // 44: tenure.v1.PipelineRequest
-	(*PipelineResponse)(nil),       // 45: tenure.v1.PipelineResponse
-	(*DeriveRequest)(nil),          // 46: tenure.v1.DeriveRequest
-	(*DeriveResponse)(nil),         // 47: tenure.v1.DeriveResponse
-	(*ConsumeRequest)(nil),         // 48: tenure.v1.ConsumeRequest
-	(*ConsumeResponse)(nil),        // 49: tenure.v1.ConsumeResponse
-	(*AuthorizeRequest)(nil),       // 50: tenure.v1.AuthorizeRequest
-	(*AuthorizeResponse)(nil),      // 51: tenure.v1.AuthorizeResponse
-	(*TreeRequest)(nil),            // 52: tenure.v1.TreeRequest
-	(*TreeResponse)(nil),           // 53: tenure.v1.TreeResponse
-	nil,                            // 54: tenure.v1.Budget.LimitsEntry
-	nil,                            // 55: tenure.v1.Lease.UsedEntry
-	nil,                            // 56: tenure.v1.Lease.ReservedEntry
-	nil,                            // 57: tenure.v1.Event.DetailsEntry
-	nil,                            // 58: tenure.v1.PipelineError.MetadataEntry
-	nil,                            // 59: tenure.v1.ConsumeResponse.RemainingEntry
-	(*durationpb.Duration)(nil),    // 60: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 61: google.protobuf.Timestamp
+	(*Waiter)(nil),                 // 29: tenure.v1.Waiter
+	(*CheckFenceRequest)(nil),      // 30: tenure.v1.CheckFenceRequest
+	(*CheckFenceResponse)(nil),     // 31: tenure.v1.CheckFenceResponse
+	(*ReadStateRequest)(nil),       // 32: tenure.v1.ReadStateRequest
+	(*ReadStateResponse)(nil),      // 33: tenure.v1.ReadStateResponse
+	(*WriteStateRequest)(nil),      // 34: tenure.v1.WriteStateRequest
+	(*WriteStateResponse)(nil),     // 35: tenure.v1.WriteStateResponse
+	(*HistoryRequest)(nil),         // 36: tenure.v1.HistoryRequest
+	(*HistoryResponse)(nil),        // 37: tenure.v1.HistoryResponse
+	(*WatchRequest)(nil),           // 38: tenure.v1.WatchRequest
+	(*WatchResponse)(nil),          // 39: tenure.v1.WatchResponse
+	(*KeepAliveRequest)(nil),       // 40: tenure.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),      // 41: tenure.v1.KeepAliveResponse
+	(*PipelineOp)(nil),             // 42: tenure.v1.PipelineOp
+	(*PipelineError)(nil),          // 43: tenure.v1.PipelineError
+	(*PipelineResult)(nil),         // 44: tenure.v1.PipelineResult
+	(*PipelineRequest)(nil),        // 45: tenure.v1.PipelineRequest
+	(*PipelineResponse)(nil),       // 46: tenure.v1.PipelineResponse
+	(*DeriveRequest)(nil),          // 47: tenure.v1.DeriveRequest
+	(*DeriveResponse)(nil),         // 48: tenure.v1.DeriveResponse
+	(*ConsumeRequest)(nil),         // 49: tenure.v1.ConsumeRequest
+	(*ConsumeResponse)(nil),        // 50: tenure.v1.ConsumeResponse
+	(*AuthorizeRequest)(nil),       // 51: tenure.v1.AuthorizeRequest
+	(*AuthorizeResponse)(nil),      // 52: tenure.v1.AuthorizeResponse
+	(*TreeRequest)(nil),            // 53: tenure.v1.TreeRequest
+	(*TreeResponse)(nil),           // 54: tenure.v1.TreeResponse
+	nil,                            // 55: tenure.v1.Budget.LimitsEntry
+	nil,                            // 56: tenure.v1.Lease.UsedEntry
+	nil,                            // 57: tenure.v1.Lease.ReservedEntry
+	nil,                            // 58: tenure.v1.Event.DetailsEntry
+	nil,                            // 59: tenure.v1.PipelineError.MetadataEntry
+	nil,                            // 60: tenure.v1.ConsumeResponse.RemainingEntry
+	(*durationpb.Duration)(nil),    // 61: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 62: google.protobuf.Timestamp
 }
 var file_tenure_v1_lease_proto_depIdxs = []int32{
-	54,  // 0: tenure.v1.Budget.limits:type_name -> tenure.v1.Budget.LimitsEntry
+	55,  // 0: tenure.v1.Budget.limits:type_name -> tenure.v1.Budget.LimitsEntry
 	0,   // 1: tenure.v1.Lease.mode:type_name -> tenure.v1.Mode
 	1,   // 2: tenure.v1.Lease.state:type_name -> tenure.v1.State
-	60,  // 3: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	61,  // 4: tenure.v1.Lease.issued_at:type_name -> google.protobuf.Timestamp
-	61,  // 5: tenure.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	61,  // 6: tenure.v1.Lease.terminated_at:type_name -> google.protobuf.Timestamp
-	61,  // 7: tenure.v1.Lease.last_renewed_at:type_name -> google.protobuf.Timestamp
+	61,  // 3: tenure.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	62,  // 4: tenure.v1.Lease.issued_at:type_name -> google.protobuf.Timestamp
+	62,  // 5: tenure.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	62,  // 6: tenure.v1.Lease.terminated_at:type_name -> google.protobuf.Timestamp
+	62,  // 7: tenure.v1.Lease.last_renewed_at:type_name -> google.protobuf.Timestamp
 	2,   // 8: tenure.v1.Lease.release_reason:type_name -> tenure.v1.ReleaseReason
-	60,  // 9: tenure.v1.Lease.time_remaining:type_name -> google.protobuf.Duration
-	61,  // 10: tenure.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
-	61,  // 11: tenure.v1.Lease.grace_until:type_name -> google.protobuf.Timestamp
-	60,  // 12: tenure.v1.Lease.max_lifetime:type_name -> google.protobuf.Duration
+	61,  // 9: tenure.v1.Lease.time_remaining:type_name -> google.protobuf.Duration
+	62,  // 10: tenure.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
+	62,  // 11: tenure.v1.Lease.grace_until:type_name -> google.protobuf.Timestamp
+	61,  // 12: tenure.v1.Lease.max_lifetime:type_name -> google.protobuf.Duration
 	3,   // 13: tenure.v1.Lease.scope:type_name -> tenure.v1.Scope
 	4,   // 14: tenure.v1.Lease.budget:type_name -> tenure.v1.Budget
-	55,  // 15: tenure.v1.Lease.used:type_name -> tenure.v1.Lease.UsedEntry
-	56,  // 16: tenure.v1.Lease.reserved:type_name -> tenure.v1.Lease.ReservedEntry
-	61,  // 17: tenure.v1.Event.time:type_name -> google.protobuf.Timestamp
-	57,  // 18: tenure.v1.Event.details:type_name -> tenure.v1.Event.DetailsEntry
-	60,  // 19: tenure.v1.NamespacePolicy.default_ttl:type_name -> google.protobuf.Duration
-	60,  // 20: tenure.v1.NamespacePolicy.min_ttl:type_name -> google.protobuf.Duration
-	60,  // 21: tenure.v1.NamespacePolicy.max_ttl:type_name -> google.protobuf.Duration
-	60,  // 22: tenure.v1.NamespacePolicy.max_lifetime:type_name -> google.protobuf.Duration
-	60,  // 23: tenure.v1.NamespacePolicy.max_grace:type_name -> google.protobuf.Duration
-	60,  // 24: tenure.v1.NamespacePolicy.lease_retention:type_name -> google.protobuf.Duration
-	60,  // 25: tenure.v1.NamespacePolicy.history_retention:type_name -> google.protobuf.Duration
-	60,  // 26: tenure.v1.NamespacePolicy.task_max_lifetime:type_name -> google.protobuf.Duration
-	60,  // 27: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	56,  // 15: tenure.v1.Lease.used:type_name -> tenure.v1.Lease.UsedEntry
+	57,  // 16: tenure.v1.Lease.reserved:type_name -> tenure.v1.Lease.ReservedEntry
+	62,  // 17: tenure.v1.Event.time:type_name -> google.protobuf.Timestamp
+	58,  // 18: tenure.v1.Event.details:type_name -> tenure.v1.Event.DetailsEntry
+	61,  // 19: tenure.v1.NamespacePolicy.default_ttl:type_name -> google.protobuf.Duration
+	61,  // 20: tenure.v1.NamespacePolicy.min_ttl:type_name -> google.protobuf.Duration
+	61,  // 21: tenure.v1.NamespacePolicy.max_ttl:type_name -> google.protobuf.Duration
+	61,  // 22: tenure.v1.NamespacePolicy.max_lifetime:type_name -> google.protobuf.Duration
+	61,  // 23: tenure.v1.NamespacePolicy.max_grace:type_name -> google.protobuf.Duration
+	61,  // 24: tenure.v1.NamespacePolicy.lease_retention:type_name -> google.protobuf.Duration
+	61,  // 25: tenure.v1.NamespacePolicy.history_retention:type_name -> google.protobuf.Duration
+	61,  // 26: tenure.v1.NamespacePolicy.task_max_lifetime:type_name -> google.protobuf.Duration
+	61,  // 27: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
 	0,   // 28: tenure.v1.AcquireRequest.mode:type_name -> tenure.v1.Mode
-	60,  // 29: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	61,  // 29: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	3,   // 30: tenure.v1.AcquireRequest.scope:type_name -> tenure.v1.Scope
 	4,   // 31: tenure.v1.AcquireRequest.budget:type_name -> tenure.v1.Budget
 	5,   // 32: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	60,  // 33: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	61,  // 33: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	5,   // 34: tenure.v1.RenewResponse.leases:type_name -> tenure.v1.Lease
 	11,  // 35: tenure.v1.RenewResponse.failures:type_name -> tenure.v1.RenewFailure
 	2,   // 36: tenure.v1.ReleaseRequest.reason:type_name -> tenure.v1.ReleaseReason
 	5,   // 37: tenure.v1.ReleaseResponse.lease:type_name -> tenure.v1.Lease
 	5,   // 38: tenure.v1.RevokeResponse.lease:type_name -> tenure.v1.Lease
-	60,  // 39: tenure.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
+	61,  // 39: tenure.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
 	5,   // 40: tenure.v1.TransferResponse.released:type_name -> tenure.v1.Lease
 	5,   // 41: tenure.v1.TransferResponse.lease:type_name -> tenure.v1.Lease
 	5,   // 42: tenure.v1.VerifyResult.lease:type_name -> tenure.v1.Lease
 	20,  // 43: tenure.v1.VerifyResponse.results:type_name -> tenure.v1.VerifyResult
-	60,  // 44: tenure.v1.DeclareRestartRequest.grace:type_name -> google.protobuf.Duration
+	61,  // 44: tenure.v1.DeclareRestartRequest.grace:type_name -> google.protobuf.Duration
 	5,   // 45: tenure.v1.DeclareRestartResponse.leases:type_name -> tenure.v1.Lease
 	5,   // 46: tenure.v1.GetResponse.lease:type_name -> tenure.v1.Lease
 	1,   // 47: tenure.v1.ListRequest.states:type_name -> tenure.v1.State
 	5,   // 48: tenure.v1.ListResponse.leases:type_name -> tenure.v1.Lease
 	27,  // 49: tenure.v1.ListResponse.counts:type_name -> tenure.v1.LeaseCounts
-	6,   // 50: tenure.v1.HistoryResponse.events:type_name -> tenure.v1.Event
-	61,  // 51: tenure.v1.HistoryResponse.oldest_time:type_name -> google.protobuf.Timestamp
-	6,   // 52: tenure.v1.WatchResponse.event:type_name -> tenure.v1.Event
-	60,  // 53: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	5,   // 54: tenure.v1.KeepAliveResponse.leases:type_name -> tenure.v1.Lease
-	11,  // 55: tenure.v1.KeepAliveResponse.failures:type_name -> tenure.v1.RenewFailure
-	8,   // 56: tenure.v1.PipelineOp.acquire:type_name -> tenure.v1.AcquireRequest
-	10,  // 57: tenure.v1.PipelineOp.renew:type_name -> tenure.v1.RenewRequest
-	13,  // 58: tenure.v1.PipelineOp.release:type_name -> tenure.v1.ReleaseRequest
-	17,  // 59: tenure.v1.PipelineOp.transfer:type_name -> tenure.v1.TransferRequest
-	33,  // 60: tenure.v1.PipelineOp.write_state:type_name -> tenure.v1.WriteStateRequest
-	24,  // 61: tenure.v1.PipelineOp.get:type_name -> tenure.v1.GetRequest
-	19,  // 62: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
-	29,  // 63: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
-	15,  // 64: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
-	48,  // 65: tenure.v1.PipelineOp.consume:type_name -> tenure.v1.ConsumeRequest
-	58,  // 66: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
-	9,   // 67: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
-	12,  // 68: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
-	14,  // 69: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
-	18,  // 70: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
-	34,  // 71: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
-	25,  // 72: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
-	21,  // 73: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
-	30,  // 74: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
-	16,  // 75: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
-	49,  // 76: tenure.v1.PipelineResult.consume:type_name -> tenure.v1.ConsumeResponse
-	42,  // 77: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
-	41,  // 78: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
-	43,  // 79: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
-	60,  // 80: tenure.v1.DeriveRequest.ttl:type_name -> google.protobuf.Duration
-	3,   // 81: tenure.v1.DeriveRequest.scope:type_name -> tenure.v1.Scope
-	4,   // 82: tenure.v1.DeriveRequest.budget:type_name -> tenure.v1.Budget
-	0,   // 83: tenure.v1.DeriveRequest.mode:type_name -> tenure.v1.Mode
-	5,   // 84: tenure.v1.DeriveResponse.lease:type_name -> tenure.v1.Lease
-	59,  // 85: tenure.v1.ConsumeResponse.remaining:type_name -> tenure.v1.ConsumeResponse.RemainingEntry
-	5,   // 86: tenure.v1.ConsumeResponse.lease:type_name -> tenure.v1.Lease
-	5,   // 87: tenure.v1.TreeResponse.leases:type_name -> tenure.v1.Lease
-	8,   // 88: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	10,  // 89: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	13,  // 90: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	15,  // 91: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	17,  // 92: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
-	19,  // 93: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
-	22,  // 94: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
-	24,  // 95: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
-	26,  // 96: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
-	29,  // 97: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
-	31,  // 98: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
-	33,  // 99: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
-	35,  // 100: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
-	37,  // 101: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
-	39,  // 102: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	44,  // 103: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
-	46,  // 104: tenure.v1.LeaseService.Derive:input_type -> tenure.v1.DeriveRequest
-	48,  // 105: tenure.v1.LeaseService.Consume:input_type -> tenure.v1.ConsumeRequest
-	50,  // 106: tenure.v1.LeaseService.Authorize:input_type -> tenure.v1.AuthorizeRequest
-	52,  // 107: tenure.v1.LeaseService.Tree:input_type -> tenure.v1.TreeRequest
-	9,   // 108: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	12,  // 109: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	14,  // 110: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	16,  // 111: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	18,  // 112: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
-	21,  // 113: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
-	23,  // 114: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
-	25,  // 115: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
-	28,  // 116: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
-	30,  // 117: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
-	32,  // 118: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
-	34,  // 119: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
-	36,  // 120: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
-	38,  // 121: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
-	40,  // 122: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	45,  // 123: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
-	47,  // 124: tenure.v1.LeaseService.Derive:output_type -> tenure.v1.DeriveResponse
-	49,  // 125: tenure.v1.LeaseService.Consume:output_type -> tenure.v1.ConsumeResponse
-	51,  // 126: tenure.v1.LeaseService.Authorize:output_type -> tenure.v1.AuthorizeResponse
-	53,  // 127: tenure.v1.LeaseService.Tree:output_type -> tenure.v1.TreeResponse
-	108, // [108:128] is the sub-list for method output_type
-	88,  // [88:108] is the sub-list for method input_type
-	88,  // [88:88] is the sub-list for extension type_name
-	88,  // [88:88] is the sub-list for extension extendee
-	0,   // [0:88] is the sub-list for field type_name
+	29,  // 50: tenure.v1.ListResponse.waiters:type_name -> tenure.v1.Waiter
+	0,   // 51: tenure.v1.Waiter.mode:type_name -> tenure.v1.Mode
+	61,  // 52: tenure.v1.Waiter.wait_remaining:type_name -> google.protobuf.Duration
+	6,   // 53: tenure.v1.HistoryResponse.events:type_name -> tenure.v1.Event
+	62,  // 54: tenure.v1.HistoryResponse.oldest_time:type_name -> google.protobuf.Timestamp
+	6,   // 55: tenure.v1.WatchResponse.event:type_name -> tenure.v1.Event
+	61,  // 56: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	5,   // 57: tenure.v1.KeepAliveResponse.leases:type_name -> tenure.v1.Lease
+	11,  // 58: tenure.v1.KeepAliveResponse.failures:type_name -> tenure.v1.RenewFailure
+	8,   // 59: tenure.v1.PipelineOp.acquire:type_name -> tenure.v1.AcquireRequest
+	10,  // 60: tenure.v1.PipelineOp.renew:type_name -> tenure.v1.RenewRequest
+	13,  // 61: tenure.v1.PipelineOp.release:type_name -> tenure.v1.ReleaseRequest
+	17,  // 62: tenure.v1.PipelineOp.transfer:type_name -> tenure.v1.TransferRequest
+	34,  // 63: tenure.v1.PipelineOp.write_state:type_name -> tenure.v1.WriteStateRequest
+	24,  // 64: tenure.v1.PipelineOp.get:type_name -> tenure.v1.GetRequest
+	19,  // 65: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
+	30,  // 66: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
+	15,  // 67: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
+	49,  // 68: tenure.v1.PipelineOp.consume:type_name -> tenure.v1.ConsumeRequest
+	59,  // 69: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
+	9,   // 70: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
+	12,  // 71: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
+	14,  // 72: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
+	18,  // 73: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
+	35,  // 74: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
+	25,  // 75: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
+	21,  // 76: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
+	31,  // 77: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
+	16,  // 78: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
+	50,  // 79: tenure.v1.PipelineResult.consume:type_name -> tenure.v1.ConsumeResponse
+	43,  // 80: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
+	42,  // 81: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
+	44,  // 82: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
+	61,  // 83: tenure.v1.DeriveRequest.ttl:type_name -> google.protobuf.Duration
+	3,   // 84: tenure.v1.DeriveRequest.scope:type_name -> tenure.v1.Scope
+	4,   // 85: tenure.v1.DeriveRequest.budget:type_name -> tenure.v1.Budget
+	0,   // 86: tenure.v1.DeriveRequest.mode:type_name -> tenure.v1.Mode
+	5,   // 87: tenure.v1.DeriveResponse.lease:type_name -> tenure.v1.Lease
+	60,  // 88: tenure.v1.ConsumeResponse.remaining:type_name -> tenure.v1.ConsumeResponse.RemainingEntry
+	5,   // 89: tenure.v1.ConsumeResponse.lease:type_name -> tenure.v1.Lease
+	5,   // 90: tenure.v1.TreeResponse.leases:type_name -> tenure.v1.Lease
+	8,   // 91: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	10,  // 92: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	13,  // 93: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	15,  // 94: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	17,  // 95: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
+	19,  // 96: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
+	22,  // 97: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
+	24,  // 98: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
+	26,  // 99: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
+	30,  // 100: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
+	32,  // 101: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
+	34,  // 102: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
+	36,  // 103: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
+	38,  // 104: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
+	40,  // 105: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	45,  // 106: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
+	47,  // 107: tenure.v1.LeaseService.Derive:input_type -> tenure.v1.DeriveRequest
+	49,  // 108: tenure.v1.LeaseService.Consume:input_type -> tenure.v1.ConsumeRequest
+	51,  // 109: tenure.v1.LeaseService.Authorize:input_type -> tenure.v1.AuthorizeRequest
+	53,  // 110: tenure.v1.LeaseService.Tree:input_type -> tenure.v1.TreeRequest
+	9,   // 111: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	12,  // 112: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	14,  // 113: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	16,  // 114: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	18,  // 115: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
+	21,  // 116: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
+	23,  // 117: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
+	25,  // 118: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
+	28,  // 119: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
+	31,  // 120: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
+	33,  // 121: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
+	35,  // 122: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
+	37,  // 123: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
+	39,  // 124: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
+	41,  // 125: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	46,  // 126: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
+	48,  // 127: tenure.v1.LeaseService.Derive:output_type -> tenure.v1.DeriveResponse
+	50,  // 128: tenure.v1.LeaseService.Consume:output_type -> tenure.v1.ConsumeResponse
+	52,  // 129: tenure.v1.LeaseService.Authorize:output_type -> tenure.v1.AuthorizeResponse
+	54,  // 130: tenure.v1.LeaseService.Tree:output_type -> tenure.v1.TreeResponse
+	111, // [111:131] is the sub-list for method output_type
+	91,  // [91:111] is the sub-list for method input_type
+	91,  // [91:91] is the sub-list for extension type_name
+	91,  // [91:91] is the sub-list for extension extendee
+	0,   // [0:91] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -4676,7 +4768,7 @@ func file_tenure_v1_lease_proto_init() {
 		return
 	}
 	file_tenure_v1_lease_proto_msgTypes[4].OneofWrappers = []any{}
-	file_tenure_v1_lease_proto_msgTypes[38].OneofWrappers = []any{
+	file_tenure_v1_lease_proto_msgTypes[39].OneofWrappers = []any{
 		(*PipelineOp_Acquire)(nil),
 		(*PipelineOp_Renew)(nil),
 		(*PipelineOp_Release)(nil),
@@ -4688,7 +4780,7 @@ func file_tenure_v1_lease_proto_init() {
 		(*PipelineOp_Revoke)(nil),
 		(*PipelineOp_Consume)(nil),
 	}
-	file_tenure_v1_lease_proto_msgTypes[40].OneofWrappers = []any{
+	file_tenure_v1_lease_proto_msgTypes[41].OneofWrappers = []any{
 		(*PipelineResult_Acquire)(nil),
 		(*PipelineResult_Renew)(nil),
 		(*PipelineResult_Release)(nil),
@@ -4707,7 +4799,7 @@ func file_tenure_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_lease_proto_rawDesc), len(file_tenure_v1_lease_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   57,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

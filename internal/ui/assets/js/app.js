@@ -25,7 +25,7 @@ const routes = [
 
 // The shared event feed: the last MAX_EVENTS events of the namespace.
 const MAX_EVENTS = 500;
-export const feed = { events: [], total: 0, listeners: new Set(), state: 'connecting', detail: '' };
+export const feed = { events: [], total: 0, listeners: new Set(), stateListeners: new Set(), state: 'connecting', detail: '' };
 let stopWatch = null;
 let watchGen = 0;
 
@@ -64,6 +64,7 @@ async function startWatch() {
     if (state === 'down' && feed.detail.startsWith('permission_denied:')) live.textContent = 'feed: not allowed';
     live.className = `live ${state === 'live' ? 'ok' : state === 'down' ? 'bad' : ''}`;
     live.title = detail || 'Live event feed (LeaseService.Watch)';
+    for (const fn of feed.stateListeners) fn();
   });
 }
 

@@ -76,5 +76,9 @@ export default function events(root, ctx) {
     if (pending.length > SHOW) pending = pending.slice(-SHOW);
     if (!timer) timer = setTimeout(flush, every);
   });
-  ctx.onCleanup(() => clearTimeout(timer));
+  // The status line follows the feed's state (reconnecting, live again)
+  // as the header does, not only when an event arrives.
+  const onState = () => { if (status.isConnected) status.textContent = `${ctx.feed.total} received · ${ctx.feed.state}${ctx.feed.detail ? `: ${ctx.feed.detail}` : ''}`; };
+  ctx.feed.stateListeners.add(onState);
+  ctx.onCleanup(() => { clearTimeout(timer); ctx.feed.stateListeners.delete(onState); });
 }

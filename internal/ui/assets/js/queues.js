@@ -17,7 +17,7 @@ export function queues(root, ctx) {
     try {
       const r = await api.call('QueueService', 'ListQueues', { namespace: ctx.ns });
       const qs = r.queues || [];
-      replace(body, qs.length === 0 ? empty('No queues in this namespace. Enqueue a task (tenure queue enqueue …) and it shows here.') :
+      replace(body, qs.length === 0 ? empty('No queues in this namespace. Enqueue a task (tenure queue push QUEUE --data …) and it shows here.') :
         h('div', { class: 'card' }, h('table', { id: 'queue-table' },
           h('thead', {}, h('tr', {}, h('th', {}, 'queue'), COUNT_KEYS.map((k) => h('th', { class: 'num' }, k)))),
           h('tbody', {}, qs.map((q) => h('tr', { dataset: { queue: q.queue } },
@@ -58,9 +58,9 @@ const finished = (s) => ['succeeded', 'dead', 'cancelled'].includes(s);
 const cancellable = (s, ns) => !finished(s) && api.may('cancel', ns);
 const retryable = (s, ns) => (finished(s) || s === 'failed') && api.may('retry', ns);
 
-// notBefore is when a queued task may be claimed, if that is still ahead
+// notBefore is when a queued (or failed, waiting to retry) task may be claimed, if that is still ahead
 // (a delayed task, or a retry's backoff).
-const notBefore = (t) => t.notBefore && enumName(t.state, 'TASK_STATE_') === 'queued' && Date.parse(t.notBefore) > Date.now() ? fmtTime(t.notBefore) : '';
+const notBefore = (t) => t.notBefore && ['queued', 'failed'].includes(enumName(t.state, 'TASK_STATE_')) && Date.parse(t.notBefore) > Date.now() ? fmtTime(t.notBefore) : '';
 
 const clip = (text, n) => (text.length > n ? `${text.slice(0, n - 1)}…` : text);
 

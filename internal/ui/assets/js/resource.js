@@ -1,6 +1,6 @@
 // Resource: its leases, waiters, guarded-state epoch and history timeline.
 import * as api from './api.js';
-import { h, replace, errorBox, empty, fmtTime, fmtNum, eventClass, b64text, throttle, single, href } from './dom.js';
+import { h, replace, errorBox, empty, fmtTime, fmtNum, eventClass, b64text, throttle, single, href, durMs, fmtDur } from './dom.js';
 import { leaseTable, adminNote } from './leases.js';
 
 const HISTORY_MAX = 1000;
@@ -19,26 +19,27 @@ async function history(ns, resource) {
 async function resourceLeases(ns, resource) {
   let out = [];
   let token = '';
+  let waiters = [];
   for (let page = 0; page < 20; page++) {
-    const r = await api.call('LeaseService', 'List', { namespace: ns, prefix: resource, states: ['STATE_ACTIVE'], pageSize: 1000, pageToken: token });
+    const r = await api.call('LeaseService', 'List', { namespace: ns, resource, states: ['STATE_ACTIVE'], pageSize: 1000, pageToken: token });
     out = out.concat((r.leases || []).filter((l) => l.resource === resource));
+    if (page === 0) waiters = r.waiters || [];
     token = r.nextPageToken || '';
     if (!token) break;
   }
+  out.waiters = waiters; // the registrar's wait queue, head first
   return out;
 }
 
-// waiters replays the history: a waiter is queued from lease.waiting until
-// its wait ends or it is granted (lease.issued with its waiter_id).
-function waiters(events) {
-  const w = new Map();
+// queuedSince finds when each waiter queued, from its lease.waiting event
+// in the history (a busy resource's may be older than the history read).
+function queuedSince(events) {
+  const at = new Map();
   for (const e of events) {
     const id = e.details && e.details.waiter_id;
-    if (!id) continue;
-    if (e.type === 'lease.waiting') w.set(id, e);
-    else if (e.type === 'lease.wait_ended' || e.type === 'lease.issued') w.delete(id);
+    if (id && e.type === 'lease.waiting') at.set(id, e.time);
   }
-  return [...w.values()];
+  return at;
 }
 
 // timeline lists events newest first, with each run of renewals of one
@@ -77,8 +78,9 @@ export default function resource(root, ctx) {
     leasesBox, h('div', { class: 'grid' }, waitBox, stateBox), histBox);
 
   const load = single(async () => {
+    const leases = resourceLeases(ctx.ns, name);
     await Promise.all([
-      resourceLeases(ctx.ns, name).then((ls) => {
+      leases.then((ls) => {
         ls.sort((a, b) => Number(b.fence) - Number(a.fence));
         const shown = ls.slice(0, LEASE_ROWS);
         const all = h('a', { href: href('/leases', { prefix: name }) }, 'every lease of it, ended ones too');
@@ -93,12 +95,15 @@ export default function resource(root, ctx) {
           h('dt', {}, 'epoch'), h('dd', { id: 'state-epoch', class: 'mono' }, r.epoch || '0'),
           h('dt', {}, 'data'), h('dd', {}, data ? h('pre', {}, data) : h('span', { class: 'muted' }, 'none written'))));
       }).catch((e) => replace(stateBox, h('h2', {}, 'Guarded state'), errorBox(e))),
-      history(ctx.ns, name).then((evs) => {
-        const ws = waiters(evs);
+      Promise.all([leases, history(ctx.ns, name)]).then(([ls, evs]) => {
+        const ws = ls.waiters;
+        const since = queuedSince(evs);
         replace(waitBox, h('h2', {}, 'Waiters'), ws.length === 0 ? empty('Nobody is waiting.') :
-          h('table', { id: 'waiter-table' }, h('thead', {}, h('tr', {}, h('th', {}, '#'), h('th', {}, 'holder'), h('th', {}, 'mode'), h('th', {}, 'since'))),
-            h('tbody', {}, ws.map((e, i) => h('tr', {}, h('td', {}, i + 1), h('td', {}, e.holder),
-              h('td', {}, (e.details.mode || '').replace('MODE_', '').toLowerCase()), h('td', {}, fmtTime(e.time)))))));
+          h('table', { id: 'waiter-table' }, h('thead', {}, h('tr', {}, h('th', {}, '#'), h('th', {}, 'holder'), h('th', {}, 'mode'), h('th', {}, 'since'), h('th', {}, 'waits up to'))),
+            h('tbody', {}, ws.map((w, i) => h('tr', {}, h('td', {}, i + 1), h('td', {}, w.holder),
+              h('td', {}, (w.mode || 'MODE_EXCLUSIVE').replace('MODE_', '').toLowerCase()),
+              h('td', {}, since.has(w.waiterId) ? fmtTime(since.get(w.waiterId)) : h('span', { class: 'muted' }, 'before the history shown')),
+              h('td', {}, fmtDur(durMs(w.waitRemaining))))))));
         replace(histBox, h('h2', {}, evs.length === HISTORY_MAX ? `History (the latest ${HISTORY_MAX} events)` : `History (${evs.length} events)`),
           evs.length === 0 ? empty('No history retained for this resource.') :
           h('ul', { class: 'timeline', id: 'history' }, timeline(evs)));
