@@ -520,6 +520,36 @@ func TestDashboard(t *testing.T) {
 		e.screenshot(t, "leases-dark")
 	})
 
+	t.Run("many pages", func(t *testing.T) {
+		// Load more reaches every page; in a table of eight pages, rebuilt
+		// every 24 s rather than on events, a renewal still resets its
+		// row's countdown promptly (it counted down to 0 meanwhile, while
+		// the lease lived on).
+		const n = 8 * 200
+		var last *tenurev1.Lease
+		for i := range n {
+			r, err := e.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Namespace: "pages",
+				Resource: fmt.Sprintf("p/%04d", i), Holder: "w", Ttl: durationpb.New(time.Minute)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = r.Msg.Lease
+		}
+		e.open(t, "/leases?ns=pages")
+		for pages := 1; pages < 8; pages++ {
+			e.waitJS(t, fmt.Sprintf("page %d", pages), fmt.Sprintf(`document.querySelectorAll("#lease-table tbody tr").length === %d && document.querySelector("#lease-body .more button") !== null`, 200*pages))
+			e.step(t, "load more", chromedp.Click(chromedp.CSS(`#lease-body .more button`)))
+		}
+		e.waitJS(t, "every lease", fmt.Sprintf(`document.querySelectorAll("#lease-table tbody tr").length === %d`, n))
+		sel := fmt.Sprintf(`document.querySelector('tr[data-lease=%s] .timeleft')`, q(last.LeaseId))
+		e.waitJS(t, "a second counted down", sel+` && Number(`+sel+`.dataset.left) < 58500`)
+		if _, err := e.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{last.LeaseId}, Holder: "w", Namespace: "pages"})); err != nil {
+			t.Fatal(err)
+		}
+		e.step(t, "the renewal in the row", chromedp.Poll[chromedp.Void](`Number(`+sel+`.dataset.left) > 59000`,
+			chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(5*time.Second)))
+	})
+
 	t.Run("narrow", func(t *testing.T) {
 		// A phone's width: no page scrolls sideways (wide tables scroll
 		// in their card), found from outside at 375 px.

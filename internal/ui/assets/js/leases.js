@@ -127,5 +127,13 @@ export default function leases(root, ctx) {
   // Lease events reload a one-page table (coalesced, at most every 2 s),
   // so new grants show without waiting for the next refresh.
   const reload = throttle(load, 2000);
-  ctx.onEvent((ev) => { if (pages === 1 && ev.type.startsWith('lease.')) reload(); });
+  ctx.onEvent((ev) => {
+    if (pages === 1 && ev.type.startsWith('lease.')) reload();
+    else if (ev.type === 'lease.renewed' && ev.details && ev.details.ttl) {
+      // A longer table, rebuilt less often, still counts a renewed lease
+      // from its renewal (a full ttl from about now), not down to 0.
+      const el = body.querySelector(`tr[data-lease="${CSS.escape(ev.leaseId)}"] .timeleft`);
+      if (el) el.dataset.deadline = String(performance.now() + durMs(ev.details.ttl));
+    }
+  });
 }
