@@ -542,6 +542,8 @@ func TestDashboard(t *testing.T) {
 		}
 		e.waitJS(t, "every lease", fmt.Sprintf(`document.querySelectorAll("#lease-table tbody tr").length === %d`, n))
 		sel := fmt.Sprintf(`document.querySelector('tr[data-lease=%s] .timeleft')`, q(last.LeaseId))
+		// Countdowns are painted while on screen: show the last row.
+		e.step(t, "scroll to the last row", chromedp.Evaluate[chromedp.Void](sel+`.scrollIntoView()`))
 		e.waitJS(t, "a second counted down", sel+` && Number(`+sel+`.dataset.left) < 58500`)
 		if _, err := e.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{last.LeaseId}, Holder: "w", Namespace: "pages"})); err != nil {
 			t.Fatal(err)
