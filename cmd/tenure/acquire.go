@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -84,13 +85,14 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	req.Ttl, req.Wait = c.durationIfGiven("ttl", *ttl), c.durationIfGiven("wait", *wait)
 	var lease *tenurev1.Lease
-	err = r.lease(func(l tenurev1connect.LeaseServiceClient) error {
-		resp, err := l.Acquire(ctx, connect.NewRequest(req))
-		if err == nil {
-			lease = resp.Msg.GetLease()
+	if *wait > 0 {
+		lease, err = acquireWaiting(ctx, r, req, *wait)
+	} else {
+		var resp *tenurev1.AcquireResponse
+		if resp, err = leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.Acquire, req); err == nil {
+			lease = resp.GetLease()
 		}
-		return err
-	})
+	}
 	if err != nil {
 		return err
 	}
@@ -98,6 +100,80 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return writeJSON(stdout, lease)
 	}
 	return writeLeaseDetail(stdout, lease)
+}
+
+// acquireWaiting is an Acquire that waits (req.Wait, wait long) and goes on
+// waiting through a change of leader. Queued acquires end when the leader
+// changes, their callers told OUTCOME_UNKNOWN (or left without an answer
+// by a leader that died): the acquire may have been granted just before.
+// It then looks for that grant (lostGrant) and otherwise queues again for
+// what is left of the wait; once the wait is spent, one Acquire without
+// wait has the last word.
+func acquireWaiting(ctx context.Context, r *remote, req *tenurev1.AcquireRequest, wait time.Duration) (*tenurev1.Lease, error) {
+	start := time.Now()
+	backoff := 50 * time.Millisecond
+	for {
+		resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.Acquire, req)
+		if err == nil {
+			return resp.GetLease(), nil
+		}
+		if ctx.Err() != nil || req.Wait == nil || !waitBroken(err) {
+			return nil, err
+		}
+		if l := lostGrant(ctx, r, req, time.Since(start)); l != nil {
+			return l, nil
+		}
+		pause(ctx, backoff)
+		backoff = min(2*backoff, time.Second)
+		req.Wait = nil
+		if left := wait - time.Since(start); left > 0 {
+			req.Wait = durationpb.New(left)
+		}
+	}
+}
+
+// waitBroken reports whether a waiting Acquire's error leaves its outcome
+// open: its call ended without an answer, or with OUTCOME_UNKNOWN, or no
+// leader took it (an election).
+func waitBroken(err error) bool {
+	switch tenure.ReasonOf(err) {
+	case tenure.ReasonOutcomeUnknown, tenure.ReasonNotLeader, tenure.ReasonUnavailable:
+		return true
+	case "":
+		switch connect.CodeOf(err) {
+		case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeInternal:
+			return true
+		}
+	}
+	return false
+}
+
+// lostGrant finds the lease a broken waiting Acquire may have been granted:
+// an active lease of its holder on its resource and mode, granted within
+// the last elapsed (registrar time runs no faster than the caller's clock,
+// so a lease granted before the first request went out is older) and
+// never renewed. Nil when there is none or it cannot tell now.
+func lostGrant(ctx context.Context, r *remote, req *tenurev1.AcquireRequest, elapsed time.Duration) *tenurev1.Lease {
+	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.List, &tenurev1.ListRequest{
+		Namespace: req.Namespace, Resource: req.Resource, Holder: req.Holder, States: []tenurev1.State{tenurev1.State_STATE_ACTIVE}})
+	if err != nil {
+		return nil
+	}
+	for _, l := range resp.GetLeases() {
+		age := l.GetTtl().AsDuration() - l.GetTimeRemaining().AsDuration()
+		if l.GetMode() != req.Mode || l.GetRenewalCount() != 0 || age > elapsed {
+			continue
+		}
+		if !req.Certificate {
+			return l
+		}
+		got, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.Get, &tenurev1.GetRequest{LeaseId: l.GetLeaseId(), Certificate: true})
+		if err != nil {
+			return nil
+		}
+		return got.GetLease()
+	}
+	return nil
 }
 
 // holdLease is `tenure acquire --hold`: acquire through the Go client, print

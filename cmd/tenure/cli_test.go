@@ -404,6 +404,17 @@ func TestCLILeaseLifecycle(t *testing.T) {
 		t.Fatalf("ls --resource: %v", l)
 	}
 	fails(t, "INVALID_ARGUMENT", "ls", "--namespace", strings.Repeat("n", 200))
+	// --resource names its queued acquires too.
+	waiter, waiterOut, waiterErr := startTenure(t, "acquire", res, "--holder", "w9", "--wait", "20s", "--ttl", "5s", "-o", "json")
+	waitFor(t, 10*time.Second, "the waiter in ls", func() bool {
+		return len(parse(t, ok(t, "ls", "--resource", res, "-o", "json"), &tenurev1.ListResponse{}).GetWaiters()) == 1
+	})
+	if out := ok(t, "ls", "--resource", res); !strings.Contains(out, "WAITER") || !strings.Contains(out, "w9") || !strings.Contains(out, "exclusive") {
+		t.Fatalf("ls --resource with a waiter:\n%s", out)
+	}
+	if out := ok(t, "ls", "--prefix", res); strings.Contains(out, "WAITER") {
+		t.Fatalf("ls --prefix names waiters:\n%s", out)
+	}
 
 	vout := ok(t, "verify", id, "no-such-lease", "-o", "json")
 	v := parse(t, vout, &tenurev1.VerifyResponse{})
@@ -421,12 +432,21 @@ func TestCLILeaseLifecycle(t *testing.T) {
 	if tr.GetLease().GetHolder() != "w2" || tr.GetLease().GetFence() <= l.GetFence() {
 		t.Fatalf("transfer: %v", tr)
 	}
-	id2 := tr.GetLease().GetLeaseId()
+	id2, id2Fence := tr.GetLease().GetLeaseId(), tr.GetLease().GetFence()
 
 	fails(t, "NOT_HOLDER", "release", id2, "--holder", "w1")
 	rel := parse(t, ok(t, "release", id2, "--holder", "w2", "--reason", "completed", "-o", "json"), &tenurev1.ReleaseResponse{})
 	if rel.GetLease().GetState() != tenurev1.State_STATE_RELEASED || rel.GetLease().GetReleaseReason() != tenurev1.ReleaseReason_RELEASE_REASON_COMPLETED {
 		t.Fatalf("release: %v", rel)
+	}
+	// The waiter is granted the resource on the release.
+	if code, _ := waitExit(t, waiter, time.Now()); code != 0 {
+		t.Fatalf("waiter: exit %d: %s", code, waiterErr)
+	}
+	if wl := parse(t, nextLine(t, waiterOut), &tenurev1.Lease{}); wl.GetHolder() != "w9" || wl.GetFence() <= id2Fence {
+		t.Fatalf("waiter granted %v", wl)
+	} else {
+		ok(t, "release", wl.GetLeaseId(), "--holder", "w9")
 	}
 
 	h := parse(t, ok(t, "history", res, "-o", "json"), &tenurev1.HistoryResponse{})

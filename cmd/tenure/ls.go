@@ -12,7 +12,8 @@ import (
 
 const lsHelp = `List the leases of a namespace, optionally only those of one --resource, those
 whose resource starts with --prefix, of one --holder, or in some --state. Prints one page (see
---page-size and --page-token) or, with --all, every page.`
+--page-size and --page-token) or, with --all, every page. With --resource it also
+lists the resource's queued acquires (acquire --wait), first in line first.`
 
 const lsExamples = `  tenure ls
   tenure ls --prefix orders/ --state active
@@ -23,7 +24,7 @@ const lsExamples = `  tenure ls
 func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure ls", "[flags]", lsHelp, lsExamples, stdout, stderr)
 	prefix := c.fs.String("prefix", "", "only resources starting with this")
-	resource := c.fs.String("resource", "", "only this resource (exactly)")
+	resource := c.fs.String("resource", "", "only this resource (exactly), and its queued acquires")
 	holder := c.fs.String("holder", "", "only leases of this holder")
 	states := c.fs.String("state", "", "comma-separated states: active, released, expired, revoked (default: all)")
 	unmarked := c.fs.Bool("expired-unmarked", false, "only leases past their expiry whose expiry no lease.expired event has recorded yet")
@@ -60,6 +61,9 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		out.Leases = append(out.Leases, page.GetLeases()...)
 		out.Counts, out.NextPageToken = page.GetCounts(), page.GetNextPageToken()
+		if out.Waiters == nil {
+			out.Waiters = page.GetWaiters() // the resource's queue, on every page alike
+		}
 		if !*all || page.GetNextPageToken() == "" {
 			break
 		}
@@ -70,6 +74,11 @@ func runLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err := writeLeases(stdout, out.GetLeases()...); err != nil {
 		return err
+	}
+	if len(out.GetWaiters()) > 0 {
+		if err := writeWaiters(stdout, out.GetWaiters()); err != nil {
+			return err
+		}
 	}
 	if out.GetNextPageToken() != "" {
 		fmt.Fprintf(stderr, "more leases: --page-token %s (or --all)\n", out.GetNextPageToken())

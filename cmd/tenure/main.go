@@ -176,11 +176,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return es.code
 	case reasonFirst.MatchString(err.Error()):
 		fmt.Fprintln(stderr, err) // a Tenure error: its message starts with the reason
-		// An OUTCOME_UNKNOWN carries the transport's error: a TLS server
-		// or a Raft port hangs up on a write as on a read (and so does a
-		// server that crashed: hence the condition).
-		var lost *lostLeaseError
-		if h := hint(err); h != "" && !errors.As(err, &lost) {
+		if h := reasonHint(err); h != "" {
 			fmt.Fprintln(stderr, "hint, if no tenure server ever answered at that address: "+strings.TrimPrefix(h, "hint: "))
 		}
 		return 1
@@ -239,6 +235,21 @@ func hoistFlags(args []string) []string {
 // hint suggests the usual cause of a transport error that does not name
 // it: a plain-text client talking to a TLS server sees its connection
 // dropped, and a certificate without the dialled address fails by name.
+// reasonHint is the hint for an error that starts with a reason: an
+// OUTCOME_UNKNOWN carries the transport's error, and a TLS server or a Raft
+// port hangs up on a write as on a read (as does a server that crashed).
+// None when a server gave the error (with Tenure's details: a follower's
+// OUTCOME_UNKNOWN for a write it forwarded to a leader that died) or a
+// held lease was lost.
+func reasonHint(err error) string {
+	var lost *lostLeaseError
+	var ce *connect.Error
+	if errors.As(err, &lost) || errors.As(err, &ce) && len(ce.Details()) > 0 {
+		return ""
+	}
+	return hint(err)
+}
+
 func hint(err error) string {
 	msg := err.Error()
 	switch {

@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	tenure "github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/internal/server"
 )
 
@@ -222,6 +225,25 @@ func TestHint(t *testing.T) {
 		if want == "" && got != "" || !strings.Contains(got, want) {
 			t.Errorf("hint(%q) = %q, want one containing %q", msg, got, want)
 		}
+	}
+}
+
+// TestReasonHint: an OUTCOME_UNKNOWN made from a transport's error gets
+// its hint; one a server gave (a follower whose forward to the leader
+// broke) gets none: a server did answer.
+func TestReasonHint(t *testing.T) {
+	const msg = "OUTCOME_UNKNOWN: the write forwarded to the leader n3 broke off (unavailable: unexpected EOF)"
+	if h := reasonHint(tenure.ParseError(connect.NewError(connect.CodeUnavailable, errors.New(msg)))); !strings.Contains(h, "--tls-ca") {
+		t.Errorf("a transport's error: hint %q", h)
+	}
+	ce := connect.NewError(connect.CodeUnavailable, errors.New(msg))
+	d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "OUTCOME_UNKNOWN", Domain: "tenure"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ce.AddDetail(d)
+	if h := reasonHint(tenure.ParseError(ce)); h != "" {
+		t.Errorf("a server's answer: hint %q", h)
 	}
 }
 

@@ -97,6 +97,18 @@ func writeLeases(w io.Writer, leases ...*tenurev1.Lease) error {
 	return tw.Flush()
 }
 
+// writeWaiters prints a resource's queued acquires, first in line first,
+// after its leases.
+func writeWaiters(w io.Writer, waiters []*tenurev1.Waiter) error {
+	fmt.Fprintln(w)
+	tw := newTable(w)
+	fmt.Fprintln(tw, "WAITER\tHOLDER\tMODE\tWAITS UP TO")
+	for _, wt := range waiters {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", wt.GetWaiterId(), wt.GetHolder(), enumName(wt.GetMode().String(), "MODE_"), fmtPBDuration(wt.GetWaitRemaining()))
+	}
+	return tw.Flush()
+}
+
 // writeLeaseDetail prints one lease field by field.
 func writeLeaseDetail(w io.Writer, l *tenurev1.Lease) error {
 	tw := newTable(w)

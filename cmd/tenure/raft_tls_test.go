@@ -151,7 +151,7 @@ func TestRaftTLSClusterOfBinaries(t *testing.T) {
 
 // startServerProcess starts `tenure server` with args and stops it when
 // the test ends.
-func startServerProcess(t *testing.T, dir, name string, args []string) {
+func startServerProcess(t *testing.T, dir, name string, args []string) *exec.Cmd {
 	t.Helper()
 	logf, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
@@ -167,4 +167,5 @@ func startServerProcess(t *testing.T, dir, name string, args []string) {
 	cmd := exec.Command(tenureBin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	startBackground(t, cmd)
+	return cmd
 }

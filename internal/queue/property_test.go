@@ -1,9 +1,12 @@
 package queue_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"pgregory.net/rapid"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -12,11 +15,17 @@ import (
 	"github.com/tenurehq/tenure/internal/registrar"
 )
 
+func countsOf(c [7]uint64) queue.Counts {
+	return queue.Counts{Queued: c[queue.Queued], Leased: c[queue.Leased], Succeeded: c[queue.Succeeded],
+		Failed: c[queue.Failed], Dead: c[queue.Dead], Cancelled: c[queue.Cancelled]}
+}
+
 // TestProperties drives the queue through statemachine.Machine with random
 // enqueues, claims, completions and failures (by current and stale
 // leases), cancels, lease releases, renewals and time passing, and checks
 // after every step:
-//   - every kept task is in exactly one state, and Stats and List agree;
+//   - every kept task is in exactly one state, and Stats and List agree,
+//     as of now too (leaving out tasks past their retention, as GetAt);
 //   - a LEASED task has exactly one live lease, held by its worker, and no
 //     live task lease exists without its LEASED task (none lost, none doubled);
 //   - attempts only grow and never pass max_attempts; DEAD only at max_attempts;
@@ -36,10 +45,16 @@ func TestProperties(t *testing.T) {
 		workers := []string{"w0", "w1", "w2"}
 		queues := []string{"q", "r"}
 		limit := registrar.DefaultPolicy().MaxRetainedTasks
+		pol := &tenurev1.NamespacePolicy{}
 		if rapid.Bool().Draw(rt, "cap") { // few finished tasks kept: the cap prunes
 			limit = rapid.Uint64Range(1, 3).Draw(rt, "max_retained")
-			e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
-				Policy: &tenurev1.NamespacePolicy{MaxRetainedTasks: limit}}}})
+			pol.MaxRetainedTasks = limit
+		}
+		if rapid.Bool().Draw(rt, "short") { // finished tasks pass their retention between queue records
+			pol.LeaseRetention = durationpb.New(time.Duration(rapid.IntRange(1, 20).Draw(rt, "retention_s")) * time.Second)
+		}
+		if pol.MaxRetainedTasks != 0 || pol.LeaseRetention != nil {
+			e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: pol}}})
 		}
 		steps := rapid.IntRange(1, 60).Draw(rt, "steps")
 		for i := 0; i < steps; i++ {
@@ -161,9 +176,10 @@ func TestProperties(t *testing.T) {
 			now := e.applied
 			kept, finished := 0, uint64(0)
 			for _, qn := range queues {
-				all, _ := e.m.Queues().List("", qn, nil, 0, 1<<30)
+				// Time 0: every task kept, those past their retention too.
+				all, _ := e.m.Queues().List("", qn, nil, 0, 1<<30, 0)
 				kept += len(all)
-				var counts [7]uint64
+				var counts, shown [7]uint64
 				for _, tk := range all {
 					counts[tk.State]++
 					if tk.State.Finished() {
@@ -191,10 +207,22 @@ func TestProperties(t *testing.T) {
 						}
 					}
 				}
-				s := e.m.Queues().Stats("", qn)
-				if s != (queue.Counts{Queued: counts[queue.Queued], Leased: counts[queue.Leased], Succeeded: counts[queue.Succeeded],
-					Failed: counts[queue.Failed], Dead: counts[queue.Dead], Cancelled: counts[queue.Cancelled]}) {
+				if s := e.m.Queues().Stats("", qn, 0); s != countsOf(counts) {
 					rt.Fatalf("stats %+v disagree with list %v", s, counts)
+				}
+				// As of now: what GetAt finds, Stats counts.
+				now, _ := e.m.Queues().List("", qn, nil, 0, 1<<30, e.applied)
+				for _, tk := range now {
+					shown[tk.State]++
+				}
+				for _, tk := range all {
+					_, err := e.m.Queues().GetAt("", qn, tk.ID, e.applied)
+					if found := slices.ContainsFunc(now, func(x queue.Task) bool { return x.Seq == tk.Seq }); found != (err == nil) {
+						rt.Fatalf("task %s: listed %v as of now, GetAt: %v", tk.ID, found, err)
+					}
+				}
+				if s := e.m.Queues().Stats("", qn, e.applied); s != countsOf(shown) {
+					rt.Fatalf("stats as of now %+v disagree with list %v", s, shown)
 				}
 			}
 			if kept != e.m.Queues().Len() {

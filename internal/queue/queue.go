@@ -279,6 +279,21 @@ type finishedHeap struct {
 	at func(*task) *int
 }
 
+// eachDue calls fn with every task whose prune tick is at or before now,
+// visiting only those and their children in the heap.
+func (h *finishedHeap) eachDue(now registrar.Tick, fn func(*task)) {
+	var walk func(i int)
+	walk = func(i int) {
+		if i >= len(h.ts) || h.ts[i].pruneTick > now {
+			return
+		}
+		fn(h.ts[i])
+		walk(2*i + 1)
+		walk(2*i + 2)
+	}
+	walk(0)
+}
+
 func pruneIdx(t *task) *int { return &t.pruneIdx }
 func nsIdx(t *task) *int    { return &t.nsIdx }
 func qIdx(t *task) *int     { return &t.qIdx }

@@ -37,7 +37,7 @@ func TestPriorityThenFIFO(t *testing.T) {
 			t.Fatalf("claimed task %+v lease %+v", tk, l)
 		}
 	}
-	if s := e.m.Queues().Stats("", "q"); s.Leased != 5 || s.Queued != 0 {
+	if s := e.m.Queues().Stats("", "q", e.applied); s.Leased != 5 || s.Queued != 0 {
 		t.Fatalf("stats %+v", s)
 	}
 	e.checkReplay()
@@ -73,7 +73,7 @@ func TestIdempotentEnqueueAndGeneratedIDs(t *testing.T) {
 	if b[0].Seq != b[1].Seq || b[1].Priority != 1 {
 		t.Fatalf("batch duplicate: %+v", b)
 	}
-	if n := e.m.Queues().Stats("", "q").Queued; n != 5 {
+	if n := e.m.Queues().Stats("", "q", e.applied).Queued; n != 5 {
 		t.Fatalf("queued %d, want 5", n)
 	}
 	wantReason(t, e.enqueue("q", &logpb.NewTask{Payload: make([]byte, queue.MaxPayloadBytes+1)}).Err, registrar.ReasonInvalidArgument)
@@ -237,7 +237,7 @@ func TestCompleteFailRetryDead(t *testing.T) {
 	if again := e.complete("q", "ok", c.Leases[0].ID, []byte("42")); again.Err != nil {
 		t.Fatalf("repeated complete: %v", again.Err)
 	}
-	if s := e.m.Queues().Stats("", "q"); s.Dead != 1 || s.Succeeded != 1 || s.Leased != 0 {
+	if s := e.m.Queues().Stats("", "q", e.applied); s.Dead != 1 || s.Succeeded != 1 || s.Leased != 0 {
 		t.Fatalf("stats %+v", s)
 	}
 	e.checkReplay()
@@ -271,13 +271,13 @@ func TestTransferRefusedReleaseRequeuesCancelRevokes(t *testing.T) {
 		t.Fatalf("cancel queued: %+v", cc)
 	}
 	wantReason(t, e.complete("q", "b", c.Leases[1].ID, nil).Err, registrar.ReasonTaskNotLeased)
-	if s := e.m.Queues().Stats("", "q"); s.Cancelled != 2 || s.Queued != 1 {
+	if s := e.m.Queues().Stats("", "q", e.applied); s.Cancelled != 2 || s.Queued != 1 {
 		t.Fatalf("stats %+v", s)
 	}
 	// Finished tasks are pruned after the retention.
 	e.after(registrar.DefaultPolicy().LeaseRetention)
 	e.mustEnqueue("q", task("z", 0))
-	if s := e.m.Queues().Stats("", "q"); s.Cancelled != 0 || s.Queued != 2 {
+	if s := e.m.Queues().Stats("", "q", e.applied); s.Cancelled != 0 || s.Queued != 2 {
 		t.Fatalf("after retention: %+v", s)
 	}
 	if _, err := e.m.Queues().Get("", "q", "b"); registrar.ReasonOf(err) != registrar.ReasonTaskNotFound {
@@ -409,10 +409,10 @@ func TestFinishedTasksCapFavoursQuietQueues(t *testing.T) {
 		finish("busy", fmt.Sprint("b", i))
 	}
 	finish("third", "x")
-	if s := e.m.Queues().Stats("", "quiet"); s.Dead != 1 {
+	if s := e.m.Queues().Stats("", "quiet", e.applied); s.Dead != 1 {
 		t.Fatalf("quiet's dead task pruned: %+v", s)
 	}
-	if s := e.m.Queues().Stats("", "busy"); s.Succeeded != 1 {
+	if s := e.m.Queues().Stats("", "busy", e.applied); s.Succeeded != 1 {
 		t.Fatalf("busy keeps %+v, want its newest only", s)
 	}
 	if _, err := e.m.Queues().Get("", "busy", "b7"); err != nil {
@@ -463,7 +463,7 @@ func TestFinishedTasksCap(t *testing.T) {
 	if kept("r", "b") || !kept("q", "c") || !kept("r", "d") || !kept("idle", "waiting") {
 		t.Fatal("after a fourth: want b pruned, c, d and the queued task kept")
 	}
-	if s := e.m.Queues().Stats("", "q"); s.Succeeded != 1 || s.Queued != 0 {
+	if s := e.m.Queues().Stats("", "q", e.applied); s.Succeeded != 1 || s.Queued != 0 {
 		t.Fatalf("stats of q: %+v", s)
 	}
 	if n := e.m.Queues().Finished(); n != 2 {
@@ -552,7 +552,7 @@ func TestRetry(t *testing.T) {
 		t.Fatalf("retries that change nothing emitted %d records", len(e.log)-n)
 	}
 	wantReason(t, e.retry("q", "nope").Err, registrar.ReasonTaskNotFound)
-	if s := e.m.Queues().Stats("", "q"); s.Queued != 4 || s.Leased != 1 || s.Dead+s.Succeeded+s.Cancelled+s.Failed != 0 {
+	if s := e.m.Queues().Stats("", "q", e.applied); s.Queued != 4 || s.Leased != 1 || s.Dead+s.Succeeded+s.Cancelled+s.Failed != 0 {
 		t.Fatalf("stats %+v", s)
 	}
 	// All four are claimable now, and run under new leases only.
@@ -590,7 +590,7 @@ func TestPendingTasksQuota(t *testing.T) {
 	if !strings.Contains(out.Err.Error(), "max_pending_tasks") {
 		t.Fatalf("message: %v", out.Err)
 	}
-	if st := e.m.Queues().Stats("", "b"); st.Queued != 0 {
+	if st := e.m.Queues().Stats("", "b", e.applied); st.Queued != 0 {
 		t.Fatalf("the refused batch enqueued %d tasks", st.Queued)
 	}
 	// An id the queue has adds nothing, even beside a new one.
@@ -659,7 +659,7 @@ func TestQueueDefaultMaxAttempts(t *testing.T) {
 // TestEnqueueAfterRetention: a finished task whose retention has passed is
 // gone, though no queue record has pruned it yet: enqueuing its id again
 // enqueues a new task (a daily job with a fixed id runs again), Retry and
-// GetAt do not find it. An Enqueue stamped with the rules before that
+// GetAt do not find it, List and Stats leave it out. An Enqueue stamped with the rules before that
 // change (0) still answers the old task, as it did when written.
 func TestEnqueueAfterRetention(t *testing.T) {
 	for _, rules := range []uint32{statemachine.Rules, 0} {
@@ -677,6 +677,13 @@ func TestEnqueueAfterRetention(t *testing.T) {
 		e.advance() // time passes; no queue record prunes the task
 		_, err := e.m.Queues().GetAt("", "nightly", "report", e.applied)
 		wantReason(t, err, registrar.ReasonTaskNotFound)
+		// Lists and counts as of now leave it out too.
+		if ts, _ := e.m.Queues().List("", "nightly", nil, 0, 10, e.applied); len(ts) != 0 {
+			t.Fatalf("listed after retention: %+v", ts)
+		}
+		if s := e.m.Queues().Stats("", "nightly", e.applied); s != (queue.Counts{}) {
+			t.Fatalf("counted after retention: %+v", s)
+		}
 		// Retry does not find it, whatever the rules (it stopped the
 		// state machine: its record named the task its apply pruned).
 		wantReason(t, e.retry("nightly", "report").Err, registrar.ReasonTaskNotFound)
@@ -692,7 +699,7 @@ func TestEnqueueAfterRetention(t *testing.T) {
 		if out.Err != nil || out.Existed[0] || out.Tasks[0].State != queue.Queued || len(out.Tasks[0].Result) != 0 {
 			t.Fatalf("enqueue again after retention: %+v", out)
 		}
-		if s := e.m.Queues().Stats("", "nightly"); s.Queued != 1 || s.Succeeded != 0 {
+		if s := e.m.Queues().Stats("", "nightly", e.applied); s.Queued != 1 || s.Succeeded != 0 {
 			t.Fatalf("stats: %+v", s)
 		}
 		e.checkReplay()

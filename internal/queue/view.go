@@ -73,8 +73,9 @@ func (qs *Queues) GetAt(ns, queue, id string, now registrar.Tick) (Task, error) 
 
 // List returns up to limit tasks of a queue after the task with sequence
 // after, in enqueue order, in any of states (all when empty), and the
-// sequence to resume after (0 when done).
-func (qs *Queues) List(ns, queue string, states []State, after uint64, limit int) ([]Task, uint64) {
+// sequence to resume after (0 when done). As GetAt, it leaves out the
+// finished tasks whose retention has passed by registrar time now.
+func (qs *Queues) List(ns, queue string, states []State, after uint64, limit int, now registrar.Tick) ([]Task, uint64) {
 	q := qs.queues[qkey{orDefault(ns), queue}]
 	if q == nil || limit <= 0 {
 		return nil, 0
@@ -88,7 +89,7 @@ func (qs *Queues) List(ns, queue string, states []State, after uint64, limit int
 	var out []Task
 	var next uint64
 	q.all.AscendGreaterOrEqual(&task{seq: after + 1}, func(t *task) bool {
-		if len(states) > 0 && !want[t.state] {
+		if len(states) > 0 && !want[t.state] || t.goneAt(now) {
 			return true
 		}
 		if len(out) == limit {
@@ -106,17 +107,20 @@ type Counts struct {
 	Queued, Leased, Succeeded, Failed, Dead, Cancelled uint64
 }
 
-// Stats counts a queue's tasks by state.
-func (qs *Queues) Stats(ns, queue string) Counts {
+// Stats counts a queue's tasks by state as of registrar time now: the
+// finished tasks whose retention has passed are not counted, though the
+// state drops them only at the next queue record.
+func (qs *Queues) Stats(ns, queue string, now registrar.Tick) Counts {
 	q := qs.queues[qkey{orDefault(ns), queue}]
 	if q == nil {
 		return Counts{}
 	}
-	return q.stats()
+	c := q.counts
+	q.finished.eachDue(now, func(t *task) { c[t.state]-- })
+	return countsOf(c)
 }
 
-func (q *queue) stats() Counts {
-	c := q.counts
+func countsOf(c [numStates]uint64) Counts {
 	return Counts{Queued: c[Queued], Leased: c[Leased], Succeeded: c[Succeeded], Failed: c[Failed], Dead: c[Dead], Cancelled: c[Cancelled]}
 }
 
@@ -124,7 +128,7 @@ func (q *queue) stats() Counts {
 // until fn returns false.
 func (qs *Queues) EachStats(fn func(ns, queue string, c Counts) bool) {
 	for k, q := range qs.queues {
-		if !fn(k.ns, k.name, q.stats()) {
+		if !fn(k.ns, k.name, countsOf(q.counts)) {
 			return
 		}
 	}

@@ -444,8 +444,8 @@ func (h *queueService) ListTasks(ctx context.Context, req *connect.Request[tenur
 	}
 	var tasks []queue.Task
 	var next uint64
-	err = s.readQueues(ctx, func(mc *statemachine.Machine, _ registrar.Tick) error {
-		tasks, next = mc.Queues().List(m.Namespace, m.Queue, states, after, size)
+	err = s.readQueues(ctx, func(mc *statemachine.Machine, tick registrar.Tick) error {
+		tasks, next = mc.Queues().List(m.Namespace, m.Queue, states, after, size, tick)
 		return nil
 	})
 	if err != nil {
@@ -470,8 +470,8 @@ func (h *queueService) Stats(ctx context.Context, req *connect.Request[tenurev1.
 	}
 	var c queue.Counts
 	var maxAttempts uint32
-	err := s.readQueues(ctx, func(mc *statemachine.Machine, _ registrar.Tick) error {
-		c = mc.Queues().Stats(m.Namespace, m.Queue)
+	err := s.readQueues(ctx, func(mc *statemachine.Machine, tick registrar.Tick) error {
+		c = mc.Queues().Stats(m.Namespace, m.Queue, tick)
 		maxAttempts = mc.Queues().MaxAttemptsOf(m.Namespace, m.Queue)
 		return nil
 	})
@@ -503,10 +503,10 @@ func (h *queueService) ListQueues(ctx context.Context, req *connect.Request[tenu
 		return nil, s.toConnect(err)
 	}
 	resp := &tenurev1.ListQueuesResponse{}
-	err := s.readQueues(ctx, func(mc *statemachine.Machine, _ registrar.Tick) error {
+	err := s.readQueues(ctx, func(mc *statemachine.Machine, tick registrar.Tick) error {
 		qs := mc.Queues()
 		for _, name := range qs.Names(m.Namespace) {
-			c := qs.Stats(m.Namespace, name)
+			c := qs.Stats(m.Namespace, name, tick)
 			resp.Queues = append(resp.Queues, &tenurev1.QueueSummary{Queue: name, Stats: &tenurev1.QueueStatsResponse{
 				Queued: c.Queued, Leased: c.Leased, Succeeded: c.Succeeded, Failed: c.Failed, Dead: c.Dead, Cancelled: c.Cancelled}})
 		}
