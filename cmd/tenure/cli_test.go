@@ -1017,7 +1017,7 @@ func uniq(t *testing.T) string {
 // reader to the leader.
 func TestStatusTable(t *testing.T) {
 	t.Parallel()
-	members := []*tenurev1.Member{{Id: "n2", Role: tenurev1.Role_ROLE_UNSPECIFIED}, {Id: "n3"}}
+	members := []*tenurev1.Member{{Id: "n2", Role: tenurev1.Role_ROLE_UNKNOWN}, {Id: "n3"}}
 	tests := []struct {
 		name string
 		st   *tenurev1.StatusResponse

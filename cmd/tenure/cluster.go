@@ -155,7 +155,7 @@ func printStatus(stdout io.Writer, st *tenurev1.StatusResponse) error {
 	fmt.Fprintln(tw, "ID\tROLE\tAPI ADDRESS\tRAFT ADDRESS")
 	for _, m := range st.GetMembers() {
 		role := enumName(m.GetRole().String(), "ROLE_")
-		if m.GetRole() == tenurev1.Role_ROLE_UNSPECIFIED {
+		if r := m.GetRole(); r == tenurev1.Role_ROLE_UNKNOWN || r == tenurev1.Role_ROLE_UNSPECIFIED {
 			role = "unknown (no leader known)"
 		}
 		if u := m.GetUnreachableSince(); u != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -224,7 +225,8 @@ func (f *fsm) await(id uint64) (<-chan WaitResult, func(), error) {
 	}
 	if !f.m.Registrar().WaiterPending(id) {
 		return nil, nil, &registrar.Error{Reason: registrar.ReasonOutcomeUnknown,
-			Message: fmt.Sprintf("%s: waiter %d is no longer queued and its outcome was not kept", registrar.ReasonOutcomeUnknown, id)}
+			Metadata: map[string]string{"cause": "waiter_gone", "waiter_id": strconv.FormatUint(id, 10)},
+			Message:  fmt.Sprintf("%s: waiter %d is no longer queued and its outcome was not kept", registrar.ReasonOutcomeUnknown, id)}
 	}
 	f.waits[id] = ch
 	return ch, func() {

@@ -1019,13 +1019,8 @@ func (n *Node) notLeader() error {
 			Message: string(registrar.ReasonUnavailable) + ": member " + n.id + " cannot write its Raft log (" + err.Error() +
 				"), so it cannot lead or take writes; free space or fix the disk (it recovers by itself)"}
 	}
-	_, id := n.raft.LeaderWithID()
-	meta := map[string]string{"leader_id": string(id), "leader": ""}
-	if id == raft.ServerID(n.id) {
-		meta["leader"] = n.cfg.APIAddr
-	} else if id != "" {
-		meta["leader"] = n.memberAPI(string(id))
-	}
+	meta := n.leaderMeta()
+	id := meta["leader_id"]
 	msg := "this node is not the leader"
 	switch {
 	case id != "" && meta["leader"] != "":
@@ -1040,8 +1035,28 @@ func (n *Node) notLeader() error {
 	return &registrar.Error{Reason: registrar.ReasonNotLeader, Message: string(registrar.ReasonNotLeader) + ": " + msg, Metadata: meta}
 }
 
-func outcomeUnknown(why string) error {
-	return &registrar.Error{Reason: registrar.ReasonOutcomeUnknown,
+// leaderMeta is the error metadata naming the leader as this node knows
+// it: leader_id, and leader, its API address (both empty when none is
+// known; leader empty when its address is not published yet).
+func (n *Node) leaderMeta() map[string]string {
+	_, id := n.raft.LeaderWithID()
+	meta := map[string]string{"leader_id": string(id), "leader": ""}
+	if id == raft.ServerID(n.id) {
+		meta["leader"] = n.cfg.APIAddr
+	} else if id != "" {
+		meta["leader"] = n.memberAPI(string(id))
+	}
+	return meta
+}
+
+// outcomeUnknown is the OUTCOME_UNKNOWN answer for a write whose fate
+// this node cannot tell: why says what broke off, cause names it for
+// machines (metadata cause), and the metadata names the leader as known
+// now, where to ask what became of it.
+func (n *Node) outcomeUnknown(cause, why string) error {
+	meta := n.leaderMeta()
+	meta["cause"] = cause
+	return &registrar.Error{Reason: registrar.ReasonOutcomeUnknown, Metadata: meta,
 		Message: string(registrar.ReasonOutcomeUnknown) + ": " + why + "; the write may or may not have been applied"}
 }
 

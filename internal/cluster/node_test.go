@@ -500,10 +500,13 @@ func TestRefusalDuringLeadershipTransferIsNotLeader(t *testing.T) {
 		t.Fatalf("refused during a leadership transfer: reason %q (%v), want NOT_LEADER", r, err)
 	}
 	// Broken off after appending stays unknown.
-	if r := registrar.ReasonOf(n.raftError(raft.ErrLeadershipLost)); r != registrar.ReasonOutcomeUnknown {
-		t.Fatalf("leadership lost while committing: reason %q, want OUTCOME_UNKNOWN", r)
+	err = n.raftError(raft.ErrLeadershipLost)
+	if e := registrar.ToError(err); e.Reason != registrar.ReasonOutcomeUnknown || e.Metadata["cause"] != "raft" || !hasKey(e.Metadata, "leader_id") {
+		t.Fatalf("leadership lost while committing: %v (%v), want OUTCOME_UNKNOWN naming its cause and the leader", err, e.Metadata)
 	}
 }
+
+func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
 
 // Ticks stamped in an earlier term of this node never carry into a later
 // one: a leader paused past the election timeout kept stamping its (then

@@ -65,7 +65,7 @@ func (n *Node) Propose(ctx context.Context, cmd *logpb.Command) (statemachine.Re
 	case r := <-p.done:
 		return r.res, r.err
 	case <-ctx.Done():
-		return statemachine.Result{}, outcomeUnknown("the request ended before its commit was confirmed")
+		return statemachine.Result{}, n.outcomeUnknown("request_ended", "the request ended before its commit was confirmed")
 	}
 }
 
@@ -227,7 +227,7 @@ func (n *Node) raftError(err error) error {
 			Message:  string(registrar.ReasonNotLeader) + ": this node is handing its leadership over; nothing was proposed, retry shortly",
 			Metadata: map[string]string{"leader_id": "", "leader": ""}}
 	}
-	return outcomeUnknown(err.Error())
+	return n.outcomeUnknown("raft", err.Error())
 }
 
 // stamper hands out the ticks the proposer stamps on batches: the term's

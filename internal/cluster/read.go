@@ -92,7 +92,7 @@ func (n *Node) AwaitWaiter(ctx context.Context, id uint64) (WaitResult, error) {
 			return r, nil
 		default:
 		}
-		return WaitResult{}, outcomeUnknown("leadership moved while the acquire waited; the new leader withdraws the wait unless it was granted")
+		return WaitResult{}, n.outcomeUnknown("leadership_moved", "leadership moved while the acquire waited; the new leader withdraws the wait unless it was granted")
 	case <-ctx.Done():
 		// A result that raced the end of ctx is still handed back (with
 		// ctx's error), so the caller can undo a grant nobody will use.

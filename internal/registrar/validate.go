@@ -44,8 +44,11 @@ func checkText(field, v string, max int, required bool) error {
 		if r == utf8.RuneError && n <= 1 {
 			return invalid(field, "is not valid UTF-8 (byte %d)", i)
 		}
-		if r >= 0x80 && r <= 0x9f || r == 0x2028 || r == 0x2029 {
-			return invalid(field, "contains a control character at byte %d", i)
+		if r >= 0x80 && r <= 0x9f {
+			return invalid(field, "contains the control character %U at byte %d", r, i)
+		}
+		if r == 0x2028 || r == 0x2029 {
+			return invalid(field, "contains the line or paragraph separator %U at byte %d", r, i)
 		}
 		blank = blank && unicode.IsSpace(r)
 		i += n

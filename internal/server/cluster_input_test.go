@@ -15,6 +15,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/cluster"
 )
 
 // membersView is what a membership change would change: the leader and
@@ -252,4 +253,15 @@ func TestClusterInputThreeNodes(t *testing.T) {
 		return f.srv.WaitReady(ctx) == nil
 	})
 	acquireVia(t, leader, "after/transfer", 30*time.Second)
+}
+
+// TestEveryRoleIsNamed: Status names every member's role with a value
+// other than ROLE_UNSPECIFIED (API.md: responses carry explicit enum
+// values), an unknown one included.
+func TestEveryRoleIsNamed(t *testing.T) {
+	for r := cluster.RoleFollower; r <= cluster.RoleUnknown; r++ {
+		if roles[r] == tenurev1.Role_ROLE_UNSPECIFIED {
+			t.Errorf("cluster role %d has no Role", r)
+		}
+	}
 }

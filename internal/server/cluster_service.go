@@ -25,7 +25,7 @@ var roles = map[cluster.Role]tenurev1.Role{
 	cluster.RoleFollower:  tenurev1.Role_ROLE_FOLLOWER,
 	cluster.RoleCandidate: tenurev1.Role_ROLE_CANDIDATE,
 	cluster.RoleNonvoter:  tenurev1.Role_ROLE_NONVOTER,
-	cluster.RoleUnknown:   tenurev1.Role_ROLE_UNSPECIFIED, // no leader known: left out of the JSON
+	cluster.RoleUnknown:   tenurev1.Role_ROLE_UNKNOWN, // no leader known
 }
 
 func (h *clusterService) Status(_ context.Context, _ *connect.Request[tenurev1.StatusRequest]) (*connect.Response[tenurev1.StatusResponse], error) {

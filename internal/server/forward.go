@@ -310,19 +310,28 @@ func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Hea
 	return resp, true, nil
 }
 
+// outcomeMeta is the metadata of an OUTCOME_UNKNOWN for a write this
+// member forwarded to the leader forwardedTo: what broke off (cause) and
+// the leader as known now (leader_id, leader: its API address), where to
+// ask what became of the write.
+func (s *Server) outcomeMeta(cause, forwardedTo string) map[string]string {
+	id, addr := s.node.Leader()
+	return map[string]string{"cause": cause, "forwarded_to": forwardedTo, "leader_id": id, "leader": addr}
+}
+
 // movedForwardError answers a forwarded call cut because the leader it
 // went to lost the leadership before answering: a read was not answered
 // (NOT_LEADER, naming the new leader when known: nothing was proposed); a
 // write may have been applied (OUTCOME_UNKNOWN).
 func (s *Server) movedForwardError(write bool, old string) error {
-	id, addr := s.node.Leader()
 	if !write {
+		id, addr := s.node.Leader()
 		return s.toConnect(notLeader(id, addr, "the read was forwarded to "+old+", which lost the leadership before answering"))
 	}
 	return s.toConnect(&registrar.Error{Reason: registrar.ReasonOutcomeUnknown,
 		Message: fmt.Sprintf("%s: the write was forwarded to the leader %s, which lost the leadership before answering; it may or may not have been applied",
 			registrar.ReasonOutcomeUnknown, old),
-		Metadata: map[string]string{"leader": addr, "leader_id": id}})
+		Metadata: s.outcomeMeta("leadership_moved", old)})
 }
 
 // callerKey holds, in the context of a forwarded call that outlives its
@@ -397,6 +406,7 @@ func (s *Server) shutdownForwardError(write bool, id string) error {
 			Message: string(registrar.ReasonUnavailable) + ": this member is shutting down; ask another member"})
 	}
 	return s.toConnect(&registrar.Error{Reason: registrar.ReasonOutcomeUnknown,
+		Metadata: s.outcomeMeta("member_shutdown", id),
 		Message: fmt.Sprintf("%s: this member is shutting down and cut off the write it forwarded to the leader %s; it may or may not have been applied",
 			registrar.ReasonOutcomeUnknown, id)})
 }
@@ -434,6 +444,7 @@ func (s *Server) forwardError(ctx context.Context, err error, write bool, id, ad
 		return s.toConnect(notLeader(id, addr, "the forwarded read broke off: "+err.Error()))
 	}
 	return s.toConnect(&registrar.Error{Reason: registrar.ReasonOutcomeUnknown,
+		Metadata: s.outcomeMeta("forward_broke", id),
 		Message: fmt.Sprintf("%s: the write forwarded to the leader %s broke off (%v); it may or may not have been applied",
 			registrar.ReasonOutcomeUnknown, id, err)})
 }

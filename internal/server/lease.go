@@ -289,8 +289,9 @@ func (s *Server) withdrawWait(id uint64, holder string) (cluster.WaitResult, err
 	res, err := s.cancelWait(ctx, id, holder)
 	switch {
 	case err != nil:
-		return res, &registrar.Error{Reason: registrar.ReasonOutcomeUnknown, Message: string(registrar.ReasonOutcomeUnknown) +
-			": the server is shutting down and withdrawing the wait failed (" + err.Error() + "); the acquire may still be granted"}
+		return res, &registrar.Error{Reason: registrar.ReasonOutcomeUnknown, Metadata: map[string]string{"cause": "member_shutdown"},
+			Message: string(registrar.ReasonOutcomeUnknown) +
+				": the server is shutting down and withdrawing the wait failed (" + err.Error() + "); the acquire may still be granted"}
 	case res.Lease.ID == "": // withdrawn (answered as a wait that ended)
 		return res, &registrar.Error{Reason: registrar.ReasonUnavailable, Message: string(registrar.ReasonUnavailable) +
 			": the server is shutting down; the wait was withdrawn and nothing was granted, retry on another member"}

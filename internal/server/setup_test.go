@@ -135,6 +135,10 @@ func wantReason(t testing.TB, err error, code connect.Code, reason string) {
 			if info.Domain != ErrorDomain {
 				t.Errorf("domain = %q", info.Domain)
 			}
+			// An unknown outcome says what broke off, for machines.
+			if info.Reason == "OUTCOME_UNKNOWN" && info.Metadata["cause"] == "" {
+				t.Errorf("OUTCOME_UNKNOWN without a cause in its metadata: %v", info.Metadata)
+			}
 		}
 	}
 	if got != reason {

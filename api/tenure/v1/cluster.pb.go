@@ -30,6 +30,9 @@ const (
 	Role_ROLE_FOLLOWER    Role = 2
 	Role_ROLE_CANDIDATE   Role = 3
 	Role_ROLE_NONVOTER    Role = 4
+	// Addition: another voter's role while the member answering knows no
+	// leader (it cannot tell whether that one campaigns or is down).
+	Role_ROLE_UNKNOWN Role = 5
 )
 
 // Enum value maps for Role.
@@ -40,6 +43,7 @@ var (
 		2: "ROLE_FOLLOWER",
 		3: "ROLE_CANDIDATE",
 		4: "ROLE_NONVOTER",
+		5: "ROLE_UNKNOWN",
 	}
 	Role_value = map[string]int32{
 		"ROLE_UNSPECIFIED": 0,
@@ -47,6 +51,7 @@ var (
 		"ROLE_FOLLOWER":    2,
 		"ROLE_CANDIDATE":   3,
 		"ROLE_NONVOTER":    4,
+		"ROLE_UNKNOWN":     5,
 	}
 )
 
@@ -82,8 +87,8 @@ type Member struct {
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	ApiAddress  string                 `protobuf:"bytes,2,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
 	RaftAddress string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
-	// Unset (ROLE_UNSPECIFIED) for another voter while the member answering
-	// knows no leader: it cannot tell whether that one leads or is down.
+	// ROLE_UNKNOWN for another voter while the member answering knows no
+	// leader: it cannot tell whether that one campaigns or is down.
 	Role Role `protobuf:"varint,4,opt,name=role,proto3,enum=tenure.v1.Role" json:"role,omitempty"`
 	// Addition: set in the leader's answer for a member its heartbeats fail
 	// to reach (down, partitioned or paused): when the leader last heard
@@ -1417,13 +1422,14 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\x04 \x03(\tR\n" +
 	"namespaces\x12\x16\n" +
-	"\x06method\x18\x05 \x01(\tR\x06method*g\n" +
+	"\x06method\x18\x05 \x01(\tR\x06method*y\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_LEADER\x10\x01\x12\x11\n" +
 	"\rROLE_FOLLOWER\x10\x02\x12\x12\n" +
 	"\x0eROLE_CANDIDATE\x10\x03\x12\x11\n" +
-	"\rROLE_NONVOTER\x10\x042\xf7\x05\n" +
+	"\rROLE_NONVOTER\x10\x04\x12\x10\n" +
+	"\fROLE_UNKNOWN\x10\x052\xf7\x05\n" +
 	"\x0eClusterService\x12=\n" +
 	"\x06Status\x12\x18.tenure.v1.StatusRequest\x1a\x19.tenure.v1.StatusResponse\x12C\n" +
 	"\bAddVoter\x12\x1a.tenure.v1.AddVoterRequest\x1a\x1b.tenure.v1.AddVoterResponse\x12O\n" +
