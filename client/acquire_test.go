@@ -540,6 +540,41 @@ func TestAcquireDoesNotAdoptLeaseBeingReleased(t *testing.T) {
 	})
 }
 
+// TestLongWaitThenFailoverRetries: an Acquire that waited in the
+// registrar's queue for longer than the retry budget, and then lost its
+// leader (the connection broke), still retries and is granted: the budget
+// counts from the first failure (a Mutex.Lock on a standby lost to a
+// routine failover otherwise).
+func TestLongWaitThenFailoverRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		c := fc.client([]string{"a:1", "b:1"}, WithoutPipeline())
+		const wait, queued = time.Minute, DefaultRetryBudget + 5*time.Second
+		fc.members["a:1"].set(func(m *fakeMember) {
+			m.acquireHook = func(*tenurev1.AcquireRequest) (bool, error) {
+				time.Sleep(queued) // queued, then the leader dies
+				return false, connect.NewError(connect.CodeUnavailable, errors.New("unexpected EOF"))
+			}
+		})
+		var retried *tenurev1.AcquireRequest
+		fc.members["b:1"].set(func(m *fakeMember) {
+			m.acquireHook = func(req *tenurev1.AcquireRequest) (bool, error) { retried = req; return false, nil }
+		})
+		l, err := c.Acquire(t.Context(), "orders/42", TTL(30*time.Second), Wait(wait))
+		if err != nil {
+			t.Fatalf("Acquire after a long wait and a failover: %v", err)
+		}
+		if got := fc.members["b:1"].acquireCount(); got != 1 {
+			t.Errorf("%d acquires on the other member, want the retry", got)
+		}
+		// The retry waits for what is left of the wait.
+		if got := retried.GetWait().AsDuration(); got <= 0 || got > wait-queued {
+			t.Errorf("the retry waits %v, want at most the %v left", got, wait-queued)
+		}
+		_ = l.Release(t.Context(), ReleaseVoluntary)
+	})
+}
+
 // TestAcquireOutcomeUnknownAfterRetries: an Acquire whose attempts all
 // went unanswered fails with OUTCOME_UNKNOWN (with or without the
 // pipeline); a grant that comes after it gave up is released by this

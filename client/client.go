@@ -414,7 +414,10 @@ func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Contex
 	}
 	ctx, done := c.untilClose(ctx)
 	defer done(&err)
-	start := c.clock.Now()
+	// The budget counts from the first failure, not from the call's
+	// start: an Acquire or Claim that waited in the registrar's queue for
+	// longer than the budget, and lost its leader then, still retries.
+	var failing time.Time
 	backoff := 25 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		ep, idx := c.pick()
@@ -429,8 +432,11 @@ func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Contex
 		if !retryable(kind, err) {
 			return sentWrite(kind, err)
 		}
+		if failing.IsZero() {
+			failing = c.clock.Now()
+		}
 		followed := c.failover(idx, leaderHint(err))
-		if c.clock.Now().Sub(start) >= c.cfg.retryBudget {
+		if c.clock.Now().Sub(failing) >= c.cfg.retryBudget {
 			return sentWrite(kind, err)
 		}
 		c.mu.Lock()

@@ -305,6 +305,12 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 		now := c.clock.Now()
 		if firstSent.IsZero() {
 			firstSent = now
+		} else if ac.wait > 0 {
+			// A retry waits for what is left of the wait (none: once).
+			req.Wait = nil
+			if left := ac.wait - now.Sub(firstSent); left > 0 {
+				req.Wait = durationpb.New(left)
+			}
 		}
 		defer func() {
 			if ctx.Err() != nil {

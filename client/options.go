@@ -233,7 +233,9 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 
 // WithRetryBudget bounds how long one unary call keeps retrying on other
 // endpoints (during a leader election, for instance) before returning the
-// last error. The call's context bounds it too. Zero disables retries.
+// last error, counted from its first failed attempt (a wait in the
+// registrar's queue before it does not count). The call's context bounds
+// it too. Zero disables retries.
 func WithRetryBudget(d time.Duration) Option { return func(c *config) { c.retryBudget = d } }
 
 // WithCloseTimeout bounds how long Close spends releasing the leases it

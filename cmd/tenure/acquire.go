@@ -224,18 +224,22 @@ func holdLease(ctx context.Context, c *cliCommand, resource string, ttl time.Dur
 
 // lostError says why a held lease was lost, starting with the registrar's
 // reason when there is one.
-func lostError(l *tenure.Lease) error {
-	err := l.Err()
+func lostError(l *tenure.Lease) error { return lostLease(l.ID(), l.Resource(), l.Err()) }
+
+// lostLease is lostError of lease id on resource, ended with err.
+func lostLease(id, resource string, err error) error {
 	var te *tenure.Error
-	if errors.As(err, &te) {
-		return &lostLeaseError{fmt.Errorf("%w (lease %s on %s lost)", te, l.ID(), l.Resource())}
+	// A registrar's answer is why, unless it is only the last error of
+	// renewals that went unconfirmed until the trust window passed.
+	if !errors.Is(err, tenure.ErrTrustWindowPassed) && errors.As(err, &te) {
+		return &lostLeaseError{fmt.Errorf("%w (lease %s on %s lost)", te, id, resource)}
 	}
 	// The lost error names the lease and resource too: say them once.
 	var lost *tenure.LostError
 	if errors.As(err, &lost) && lost.Cause != nil {
 		err = lost.Cause
 	}
-	return &lostLeaseError{fmt.Errorf("LEASE_LOST: lease %s on %s: %s", l.ID(), l.Resource(), strings.TrimPrefix(err.Error(), "tenure: "))}
+	return &lostLeaseError{fmt.Errorf("LEASE_LOST: lease %s on %s: %s", id, resource, strings.TrimPrefix(err.Error(), "tenure: "))}
 }
 
 // lostLeaseError is a lease lost after it was granted: the server did

@@ -692,6 +692,24 @@ func startTenure(t *testing.T, args ...string) (*exec.Cmd, <-chan string, *bytes
 	return cmd, lines, &stderr
 }
 
+// waitDead reports whether process pid ended (or is a zombie, killed and
+// not reaped) before deadline.
+func waitDead(pid int, deadline time.Time) bool {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for syscall.Kill(pid, 0) == nil {
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && strings.Contains(string(st), ") Z ") {
+			return true
+		}
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return false
+		}
+		<-tick.C
+	}
+	return true
+}
+
 func nextLine(t *testing.T, lines <-chan string) string {
 	t.Helper()
 	select {
@@ -863,20 +881,43 @@ func TestCLIExec(t *testing.T) {
 		// Waited for last: the command holds tenure's stderr open.
 		defer cmd.Wait()
 		deadline := time.Now().Add(10 * time.Second)
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
 		for _, pid := range pids {
-			for syscall.Kill(pid, 0) == nil {
-				// A killed process stays a zombie until reaped: look at its state.
-				if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && strings.Contains(string(st), ") Z ") {
-					break
-				}
-				if time.Now().After(deadline) {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-					t.Fatalf("pid %d of the command (sh, its sleep: %v) still runs 10s after tenure was killed", pid, pids)
-				}
-				<-tick.C
+			if !waitDead(pid, deadline) {
+				t.Fatalf("pid %d of the command (sh, its sleep: %v) still runs 10s after tenure was killed", pid, pids)
 			}
+		}
+	})
+	t.Run("the command stops when tenure stalls", func(t *testing.T) {
+		t.Parallel()
+		// A tenure stopped (SIGSTOP, a debugger, a frozen cgroup) renews
+		// nothing, and its command must not run on beside the next holder:
+		// the guard stops it once the lease's trust window passes.
+		res := "exec/" + uniq(t)
+		cmd, lines, stderr := startTenure(t, "exec", res, "--ttl", "2s", "--", "sh", "-c", `echo $$; sleep 60`)
+		pid, err := strconv.Atoi(nextLine(t, lines))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := time.Now()
+		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		dead := waitDead(pid, stopped.Add(10*time.Second))
+		took := time.Since(stopped)
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		if !dead {
+			t.Fatalf("the command still runs 10s after tenure stopped (a 2s lease)")
+		}
+		// Trust ends at most ttl - margin (1.5s) after the stop; the
+		// SIGTERM follows a moment after.
+		if took > 3*time.Second {
+			t.Errorf("the command stopped %v after tenure did, past its 2s lease", took)
+		}
+		if code, _ := waitExit(t, cmd, stopped); code != 128+int(syscall.SIGTERM) && code != 128+int(syscall.SIGKILL) {
+			t.Fatalf("exit %d, want the command's (terminated); stderr: %s", code, stderr)
+		}
+		if !strings.Contains(stderr.String(), "did not confirm the lease") {
+			t.Errorf("the guard did not say why it stopped the command: %s", stderr)
 		}
 	})
 	t.Run("kills by the lease's safety margin by default", func(t *testing.T) {

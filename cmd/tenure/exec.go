@@ -34,8 +34,10 @@ then start the command, keeping the lease alive with heartbeats while it runs.
   - When the command ends the lease is released.
   - If tenure itself dies (kill -9, a crash), its command's process group
     is killed (SIGKILL) by a guard process tenure starts beside it: nothing
-    renews the lease any more. Processes the command moved to a group or
-    session of their own (setsid, a daemon) are not reached.
+    renews the lease any more. If tenure stalls (stopped, frozen, starved
+    of CPU) while the command runs on, the guard stops the command as
+    above once the lease's trust window passes. Processes the command moved
+    to a group or session of their own (setsid, a daemon) are not reached.
 
 The command runs in its own process group, so signals reach its children too.
 It sees TENURE_LEASE_ID, TENURE_LEASE_FENCE, TENURE_LEASE_RESOURCE and
@@ -135,17 +137,27 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return &exitStatus{code: 127, msg: fmt.Sprintf("tenure exec: %v", err)}
 	}
 	pgid := cmd.Process.Pid
-	guardDone, err := startGuard(pgid)
+	g, err := startGuard(pgid, *grace)
 	if err != nil {
-		fmt.Fprintf(stderr, "tenure exec: no guard for the command's process group (%v): if tenure is killed, what the command started may run on\n", err)
-		guardDone = func() {}
+		fmt.Fprintf(stderr, "tenure exec: no guard for the command's process group (%v): if tenure is killed or stalls, what the command started may run on\n", err)
 	}
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
-		guardDone()
+		if g != nil {
+			g.done()
+		}
 		close(exited)
 	}()
+	// The guard hears how long the lease is trusted for, often enough
+	// that it never runs out while tenure runs.
+	var refresh <-chan time.Time
+	if g != nil {
+		g.trusted(l.TrustedUntil())
+		tick := time.NewTicker(min(max(l.SafetyMargin()/4, 50*time.Millisecond), 250*time.Millisecond))
+		defer tick.Stop()
+		refresh = tick.C
+	}
 	lostCh := l.Done()
 	var lost error
 	var kill <-chan time.Time
@@ -156,8 +168,13 @@ wait:
 			break wait
 		case s := <-sigs:
 			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+		case <-refresh:
+			g.trusted(l.TrustedUntil())
 		case <-lostCh:
-			lostCh = nil
+			lostCh, refresh = nil, nil
+			if g != nil {
+				g.lost()
+			}
 			lost = lostError(l)
 			fmt.Fprintf(stderr, "tenure exec: %v; stopping the command (SIGTERM, SIGKILL after %v)\n", lost, *grace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -236,15 +237,36 @@ func TestReasonHint(t *testing.T) {
 	if h := reasonHint(tenure.ParseError(connect.NewError(connect.CodeUnavailable, errors.New(msg)))); !strings.Contains(h, "--tls-ca") {
 		t.Errorf("a transport's error: hint %q", h)
 	}
-	ce := connect.NewError(connect.CodeUnavailable, errors.New(msg))
-	d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "OUTCOME_UNKNOWN", Domain: "tenure"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ce.AddDetail(d)
+	ce := withInfo(connect.NewError(connect.CodeUnavailable, errors.New(msg)), "OUTCOME_UNKNOWN")
 	if h := reasonHint(tenure.ParseError(ce)); h != "" {
 		t.Errorf("a server's answer: hint %q", h)
 	}
+}
+
+// TestLostLease: a lease lost because its trust window passed says so
+// (LEASE_LOST), with the last renewal's error after it, even when that
+// error is a registrar's (NOT_LEADER during an election); a lease the
+// registrar ended says the registrar's reason first.
+func TestLostLease(t *testing.T) {
+	notLeader := tenure.ParseError(withInfo(connect.NewError(connect.CodeUnavailable, errors.New("NOT_LEADER: no leader is known")), "NOT_LEADER"))
+	trust := &tenure.LostError{LeaseID: "L1", Resource: "r", Cause: fmt.Errorf("%w (last error: %w)", tenure.ErrTrustWindowPassed, notLeader)}
+	if got := lostLease("L1", "r", trust).Error(); !strings.HasPrefix(got, "LEASE_LOST: lease L1 on r: trust window passed") || !strings.Contains(got, "NOT_LEADER") {
+		t.Errorf("trust window passed: %q", got)
+	}
+	revoked := tenure.ParseError(withInfo(connect.NewError(connect.CodeFailedPrecondition, errors.New("LEASE_TERMINAL: revoked")), "LEASE_TERMINAL"))
+	if got := lostLease("L1", "r", &tenure.LostError{LeaseID: "L1", Resource: "r", Cause: revoked}).Error(); !strings.HasPrefix(got, "LEASE_TERMINAL: revoked (lease L1 on r lost)") {
+		t.Errorf("revoked: %q", got)
+	}
+}
+
+// withInfo adds Tenure's ErrorInfo with reason to ce, as a server does.
+func withInfo(ce *connect.Error, reason string) *connect.Error {
+	d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: reason, Domain: "tenure"})
+	if err != nil {
+		panic(err)
+	}
+	ce.AddDetail(d)
+	return ce
 }
 
 // TestHoistFlags: client flags before the command move after it (after
