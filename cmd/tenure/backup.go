@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,11 +24,13 @@ import (
 
 const backupHelp = `Back up a cluster's state to a file, and restore one into a new cluster.
 
-  save FILE      asks a member (the leader first) for the whole replicated
-                 state and writes it to FILE (mode 0600): every lease, waiter,
-                 guarded state, queue and pool, the policies, the ledger's
-                 chain head and the registrar's signing key. The leader's
-                 holds everything committed when asked. Admin of every
+  save FILE      asks the leader (found through --endpoints) for the whole
+                 replicated state and writes it to FILE (mode 0600): every
+                 lease, waiter, guarded state, queue and pool, the policies,
+                 the ledger's chain head and the registrar's signing key: all
+                 that was committed when asked. With --stale, the first
+                 member that answers, leader or not, gives the state it has
+                 applied (a cluster without a leader). Admin of every
                  namespace only. Keep backups as secret as a data dir: they
                  hold the key that signs certificates and checkpoints.
   inspect FILE   checks FILE (its SHA-256, that the state decodes, that
@@ -62,7 +65,7 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	file := pos[1]
 	switch pos[0] {
 	case "save":
-		return backupSave(ctx, c, file)
+		return backupSave(ctx, c, file, c.stale)
 	case "inspect":
 		info, data, err := readBackupFile(file)
 		if err != nil {
@@ -89,16 +92,20 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		fmt.Fprintf(stdout, "restored %s (taken from %s at raft index %d, %s) into %s\n",
 			file, info.GetNodeId(), info.GetRaftIndex(), info.GetTakenAt().AsTime().Format(time.RFC3339), *dataDir)
-		fmt.Fprintf(stdout, "next fence %d (the backup's %d raised by at least %d); start it with:\n  tenure server --data-dir %s --node-id %s --raft-listen %s\n",
+		fmt.Fprintf(stdout, "next fence %d (the backup's %d raised by at least %d); start it with (and --listen for its API address, 127.0.0.1:7070 unless given):\n"+
+			"  tenure server --data-dir %s --node-id %s --raft-listen %s\n",
 			next, info.GetNextFence(), *bump, *dataDir, *nodeID, *raftListen)
 		return nil
 	}
 	return c.usageError("unknown subcommand %q (want save, inspect or restore)", pos[0])
 }
 
-// backupSave streams a backup from the first member that answers, the
-// leader first, into file (whole or not at all: ledger.WriteFileAtomic).
-func backupSave(ctx context.Context, c *cliCommand, file string) error {
+// backupSave streams a backup from the leader (any member that answers,
+// the leader first, when stale) into file (whole or not at all:
+// ledger.WriteFileAtomic). The leader is asked of each member in turn
+// until one names it (a removed or cut-off member knows none), and asked
+// even when --endpoints does not list it.
+func backupSave(ctx context.Context, c *cliCommand, file string, stale bool) error {
 	if fi, err := os.Stat(file); err == nil && fi.IsDir() {
 		return fmt.Errorf("INVALID_ARGUMENT: %s is a directory: name the backup file", file)
 	}
@@ -109,10 +116,22 @@ func backupSave(ctx context.Context, c *cliCommand, file string) error {
 	if err != nil {
 		return err
 	}
-	if st, err := clusterCall(ctx, r, tenurev1connect.ClusterServiceClient.Status, &tenurev1.StatusRequest{}); err == nil {
-		c.pinEndpoints(leaderFirst(c.endpointList(), st.GetLeaderApiAddress()))
-		if r, err = c.remote(); err != nil {
-			return err
+	for _, cl := range r.clusters {
+		st, err := cl.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
+		if err != nil {
+			continue
+		}
+		if leader := st.Msg.GetLeaderApiAddress(); leader != "" {
+			eps := c.endpointList()
+			list := leaderFirst(eps, leader)
+			if !slices.ContainsFunc(eps, func(e string) bool { return endpointAddr(e) == leader }) {
+				list = leader + "," + list
+			}
+			c.pinEndpoints(list)
+			if r, err = c.remote(); err != nil {
+				return err
+			}
+			break
 		}
 	}
 	var (
@@ -122,7 +141,7 @@ func backupSave(ctx context.Context, c *cliCommand, file string) error {
 	err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
 		info = nil
 		data.Reset()
-		stream, err := cl.SaveSnapshot(ctx, connect.NewRequest(&tenurev1.SaveSnapshotRequest{}))
+		stream, err := cl.SaveSnapshot(ctx, connect.NewRequest(&tenurev1.SaveSnapshotRequest{AllowStale: stale}))
 		if err != nil {
 			return err
 		}

@@ -320,15 +320,20 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // that names the leader's API address first, if one does.
 func leaderFirst(eps []string, leader string) string {
 	for i, e := range eps {
-		if _, hostPort, ok := strings.Cut(e, "://"); ok {
-			e = strings.TrimRight(hostPort, "/")
-		}
-		if leader != "" && e == leader {
+		if leader != "" && endpointAddr(e) == leader {
 			eps = append([]string{eps[i]}, slices.Delete(slices.Clone(eps), i, i+1)...)
 			break
 		}
 	}
 	return strings.Join(eps, ",")
+}
+
+// endpointAddr is an endpoint's host:port (without scheme and slash).
+func endpointAddr(e string) string {
+	if _, hostPort, ok := strings.Cut(e, "://"); ok {
+		return strings.TrimRight(hostPort, "/")
+	}
+	return e
 }
 
 // fmtReasons lists error counts by reason, most frequent first.

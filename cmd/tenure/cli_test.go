@@ -21,6 +21,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/testport"
@@ -1068,6 +1069,10 @@ func TestStatusTable(t *testing.T) {
 			"none known: n1, which answered, is not in the cluster's configuration (removed, or not yet added)"},
 		{"electing", &tenurev1.StatusResponse{NodeId: "n2", Members: members},
 			"none known (an election may be under way; ask again shortly)"},
+		{"electing for a moment", &tenurev1.StatusResponse{NodeId: "n2", Members: members, NoLeaderSince: timestamppb.New(time.Now().Add(-2 * time.Second))},
+			"none known for 2s (an election may be under way"},
+		{"lost quorum", &tenurev1.StatusResponse{NodeId: "n2", Members: members, NoLeaderSince: timestamppb.New(time.Now().Add(-5 * time.Minute))},
+			"none known for 5m0s: elections do not succeed"},
 		{"follower", &tenurev1.StatusResponse{NodeId: "n2", LeaderId: "n3", LeaderApiAddress: "127.0.0.1:7072", Members: members},
 			"ask it with --endpoints 127.0.0.1:7072"},
 	}

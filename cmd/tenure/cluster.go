@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -23,7 +24,12 @@ const clusterHelp = `Inspect and change cluster membership (admin).
   cluster transfer-leader [ID]              hand leadership to ID (or to any voter); also transfer-leadership
   cluster snapshot                          take a Raft snapshot of the member asked now (truncates its log)
   cluster public-key                        the registrar's certificate key, in hex (-o json: the API's JSON, bytes in base64)
-  cluster whoami                            the principal, roles and namespaces of --token (or the client certificate)`
+  cluster whoami                            the principal, roles and namespaces of --token (or the client certificate)
+
+join and remove refuse a change after which the voters the leader hears
+from would not be a majority (the cluster would stop taking writes): a new
+voter nothing answers for yet, or removing a member that is up while others
+are down. --force makes the change anyway.`
 
 const clusterExamples = `  tenure cluster status
   tenure cluster join node4 10.0.0.4:7071 --api-address 10.0.0.4:7070
@@ -37,6 +43,7 @@ const clusterExamples = `  tenure cluster status
 func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure cluster", "status|join|remove|transfer-leader|snapshot|public-key|whoami [ARGS] [flags]", clusterHelp, clusterExamples, stdout, stderr)
 	apiAddr := c.fs.String("api-address", "", "join: the new member's API address")
+	force := c.fs.Bool("force", false, "join, remove: even when the cluster would lose its quorum")
 	pos, err := c.parse(args, 1, 3)
 	if err != nil {
 		return err
@@ -71,13 +78,13 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return printStatus(stdout, st)
 	case "join":
 		err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
-			_, err := cl.AddVoter(ctx, connect.NewRequest(&tenurev1.AddVoterRequest{Id: rest[0], RaftAddress: rest[1], ApiAddress: *apiAddr}))
+			_, err := cl.AddVoter(ctx, connect.NewRequest(&tenurev1.AddVoterRequest{Id: rest[0], RaftAddress: rest[1], ApiAddress: *apiAddr, Force: *force}))
 			return err
 		})
 		return done(c, err, &tenurev1.AddVoterResponse{}, "added %s as a voter", rest[0])
 	case "remove":
 		err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
-			_, err := cl.RemoveServer(ctx, connect.NewRequest(&tenurev1.RemoveServerRequest{Id: rest[0]}))
+			_, err := cl.RemoveServer(ctx, connect.NewRequest(&tenurev1.RemoveServerRequest{Id: rest[0], Force: *force}))
 			return err
 		})
 		return done(c, err, &tenurev1.RemoveServerResponse{}, "%s is not a member of the cluster now (removed, or it never was)", rest[0])
@@ -138,12 +145,25 @@ func done(c *cliCommand, err error, resp proto.Message, format string, args ...a
 	return err
 }
 
+// leaderlessLong is how long without a leader status calls more than an
+// election under way (a few election timeouts, at the default 1 s).
+const leaderlessLong = 15 * time.Second
+
 // printStatus prints a Status answer as a table, saying what an operator
 // would have to work out: no leader known by a member that is not in
 // the configuration, and what only the leader knows.
 func printStatus(stdout io.Writer, st *tenurev1.StatusResponse) error {
 	tw := newTable(stdout)
 	leader := "none known (an election may be under way; ask again shortly)"
+	if since := st.GetNoLeaderSince(); since != nil {
+		switch d := time.Since(since.AsTime()).Round(time.Second); {
+		case d < leaderlessLong:
+			leader = fmt.Sprintf("none known for %v (an election may be under way; ask again shortly)", d)
+		default:
+			leader = fmt.Sprintf("none known for %v: elections do not succeed, so the voters this member reaches are likely "+
+				"not a majority (a lost quorum: bring members back; if they are gone for good, see --force-new-cluster in tenure server --help)", d)
+		}
+	}
 	switch {
 	case st.GetLeaderId() != "":
 		leader = st.GetLeaderId() + " (" + st.GetLeaderApiAddress() + ")"

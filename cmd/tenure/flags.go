@@ -438,7 +438,16 @@ type remote struct {
 // yet, a cluster may be electing its leader. The error is parsed into the
 // Go client's typed errors, so its message starts with the reason.
 func firstAnswer[C any](clients []C, fn func(C) error) error {
-	var err error
+	var err, answer error
+	// The error to report when every member failed: a member's own answer
+	// (NOT_LEADER: no leader known, when a quorum is lost) says more than
+	// the transport's error of another that is down.
+	last := func() error {
+		if answer != nil {
+			return answer
+		}
+		return err
+	}
 	deadline := time.Now().Add(retryFor)
 	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
 		for _, c := range clients {
@@ -447,9 +456,12 @@ func firstAnswer[C any](clients []C, fn func(C) error) error {
 			if err = tenure.ParseError(raw); err == nil || !tryNext(err) && !errors.As(raw, &rr) {
 				return err
 			}
+			if tenure.ReasonOf(err) != "" {
+				answer = err
+			}
 		}
 		if time.Now().Add(pause).After(deadline) {
-			return err
+			return last()
 		}
 		time.Sleep(pause)
 	}

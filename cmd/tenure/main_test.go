@@ -207,6 +207,19 @@ func TestFirstAnswerRetriesWhileNothingListens(t *testing.T) {
 	if !errors.As(err, new(*net.OpError)) || calls < 2 {
 		t.Fatalf("got %v after %d calls, want the dial error after a few tries", err, calls)
 	}
+
+	// One member answers NOT_LEADER (no leader: a lost quorum), the next
+	// is down: the member's answer is the one reported.
+	noLeader := withInfo(connect.NewError(connect.CodeUnavailable, errors.New("NOT_LEADER: no leader is known")), "NOT_LEADER")
+	err = firstAnswer([]int{1, 2}, func(i int) error {
+		if i == 1 {
+			return noLeader
+		}
+		return refused
+	})
+	if tenure.ReasonOf(err) != tenure.ReasonNotLeader {
+		t.Fatalf("got %v, want the member's NOT_LEADER over the other's dial error", err)
+	}
 }
 
 // TestHint: transport errors that do not name their usual cause get a

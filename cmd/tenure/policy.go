@@ -105,8 +105,8 @@ type policyFlags struct {
 // source names where setting name's value came from: its flag, or (not
 // given on the command line) its TENURE_* variable.
 func (pf *policyFlags) source(name string) string {
-	if pf.withEnv && !given(pf.fs, name) {
-		return envName(name) + " (for --" + name + ")"
+	if pf.withEnv {
+		return flagSource(pf.fs, name)
 	}
 	return "--" + name
 }

@@ -33,6 +33,15 @@ func env(flagName, def string) string {
 	return def
 }
 
+// flagSource names where server flag name's value came from: the flag,
+// or (not given on the command line) its TENURE_* variable.
+func flagSource(fs *flag.FlagSet, name string) string {
+	if _, set := os.LookupEnv(envName(name)); set && !given(fs, name) {
+		return envName(name) + " (for --" + name + ")"
+	}
+	return "--" + name
+}
+
 // runServer is `tenure server`: it runs a node until ctx ends (SIGINT or
 // SIGTERM), then shuts down cleanly.
 func runServer(ctx context.Context, args []string, stderr io.Writer) error {
@@ -132,7 +141,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usagef("--log-level: %v", err)
+		return usagef("%s: %v", flagSource(fs, "log-level"), err)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	tuneGC(log)
@@ -164,12 +173,12 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	}{{"raft-heartbeat-timeout", *heartbeat, &cfg.Cluster.HeartbeatTimeout}, {"raft-election-timeout", *election, &cfg.Cluster.ElectionTimeout}} {
 		d, err := time.ParseDuration(t.value)
 		if err != nil || d < 100*time.Millisecond || d > time.Minute {
-			return usagef("--%s: %q is not a duration from 100ms to 1m", t.flag, t.value)
+			return usagef("%s: %q is not a duration from 100ms to 1m", flagSource(fs, t.flag), t.value)
 		}
 		*t.to = d
 	}
 	if cfg.Cluster.LedgerMaxBytes, err = parseSize(*ledgerMax); err != nil {
-		return usagef("--ledger-max-size: %v", err)
+		return usagef("%s: %v", flagSource(fs, "ledger-max-size"), err)
 	}
 	if cfg.Cluster.PolicyDefaults, err = policy.overlay(*policyFile, true); err != nil {
 		return err
@@ -177,10 +186,10 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	cfg.MemberToken = *memberToken
 	var limits auth.Limits
 	if limits.Rate, err = strconv.ParseFloat(*rateLimit, 64); err != nil {
-		return usagef("--rate-limit: %q is not a number", *rateLimit)
+		return usagef("%s: %q is not a number", flagSource(fs, "rate-limit"), *rateLimit)
 	}
 	if limits.Burst, err = strconv.Atoi(*rateBurst); err != nil {
-		return usagef("--rate-burst: %q is not a whole number", *rateBurst)
+		return usagef("%s: %q is not a whole number", flagSource(fs, "rate-burst"), *rateBurst)
 	}
 	if err := limits.Validate(); err != nil {
 		return usagef("--%v", err)

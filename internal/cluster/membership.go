@@ -36,10 +36,16 @@ import (
 // still answers at its old address: then INVALID_ARGUMENT (field id).
 // INVALID_ARGUMENT (field raft_address), with nothing changed: id is the
 // leader itself with another address, another member has raftAddr, or
-// raftAddr is a member's API address. The address is not dialled (the new
-// member may not listen yet), except for the certificate check under Raft
-// TLS.
-func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string) error {
+// raftAddr is a member's API address.
+//
+// A new voter is dialled first (under Raft TLS its certificate is checked
+// too, and one that cannot be reached is refused). Without TLS one that
+// does not answer may not listen yet, and is added unless it would count
+// in a quorum this leader cannot gather: with the voters that answer its
+// heartbeats it must still make a majority of the new configuration
+// (adding a second voter to a lone one that way stops the cluster until
+// the new one starts). force skips that check.
+func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string, force bool) error {
 	if !n.IsLeader() {
 		return n.notLeader()
 	}
@@ -79,6 +85,15 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string) error
 			if err := n.stream.probe(raft.ServerAddress(raftAddr), 5*time.Second); err != nil {
 				return err
 			}
+		} else if id != n.id && !force {
+			conn, err := net.DialTimeout("tcp", raftAddr, 2*time.Second)
+			if err == nil {
+				conn.Close()
+			} else if up, all := n.votersUp(servers, ""); up < (all+1)/2+1 {
+				return invalidArg("raft_address", "nothing answers at %s (%v), and with %s as a voter the cluster's %d voters would have %d that answer: "+
+					"not a majority, so it would stop taking writes until %s starts. Start it first (tenure server --join adds it once it listens), "+
+					"or add it anyway with force (tenure cluster join --force)", raftAddr, err, id, all+1, up, id)
+			}
 		}
 		if err := n.membership(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout)); err != nil {
 			return err
@@ -104,24 +119,17 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string) error
 // An id that is not in the configuration is already removed: it succeeds
 // without a Raft change (so a caller may retry after an unknown outcome),
 // finishing the unpublishing if a removal left the member published.
-// Removing the only voter is INVALID_ARGUMENT (field id), nothing changed.
-func (n *Node) RemoveServer(ctx context.Context, id string) error {
+// Removing the only voter is INVALID_ARGUMENT (field id), nothing changed;
+// so is removing a voter when the voters left that answer this leader's
+// heartbeats would not be a majority of them (the cluster would stop
+// taking writes until the others are back), unless force.
+func (n *Node) RemoveServer(ctx context.Context, id string, force bool) error {
 	if !n.IsLeader() {
 		return n.notLeader()
 	}
-	servers, err := n.configuration()
+	found, err := n.checkRemoval(id, force)
 	if err != nil {
 		return err
-	}
-	found := false
-	for _, s := range servers {
-		if string(s.ID) != id {
-			continue
-		}
-		found = true
-		if s.Suffrage == raft.Voter && !otherVoter(servers, id) {
-			return invalidArg("id", "%s is the only voter and a cluster needs one; add another voter before removing it", id)
-		}
 	}
 	if found {
 		if err := n.membership(n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
@@ -142,10 +150,71 @@ func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	return nil
 }
 
+// CheckRemoval is RemoveServer's refusals, changing nothing: a leader
+// removing itself asks before it hands its leadership over.
+func (n *Node) CheckRemoval(id string, force bool) error {
+	_, err := n.checkRemoval(id, force)
+	return err
+}
+
+// checkRemoval reports whether id is in the configuration, or why it
+// may not be removed.
+func (n *Node) checkRemoval(id string, force bool) (found bool, err error) {
+	servers, err := n.configuration()
+	if err != nil {
+		return false, err
+	}
+	for _, s := range servers {
+		if string(s.ID) != id {
+			continue
+		}
+		found = true
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		if !otherVoter(servers, id) {
+			return true, invalidArg("id", "%s is the only voter and a cluster needs one; add another voter before removing it", id)
+		}
+		if up, all := n.votersUp(servers, id); !force && up < all/2+1 {
+			return true, invalidArg("id", "removing %s leaves %d voters, of which %d answer this leader (%s cannot be reached): not a majority, "+
+				"so the cluster would stop taking writes until they are back. Bring them back, or remove them first, "+
+				"or remove %s anyway with force (tenure cluster remove --force)", id, all, up, strings.Join(n.unreachableVoters(servers), ", "), id)
+		}
+	}
+	return found, nil
+}
+
 // unreachable reports whether this leader's heartbeats to member id fail.
 func (n *Node) unreachable(id string) bool {
 	_, ok := n.reach.unreachableSince(id)
 	return ok
+}
+
+// votersUp counts the voters of servers but without, and of them those
+// this leader hears from: itself and the voters whose heartbeats answer.
+func (n *Node) votersUp(servers []raft.Server, without string) (up, all int) {
+	for _, s := range servers {
+		if s.Suffrage != raft.Voter || string(s.ID) == without {
+			continue
+		}
+		all++
+		if string(s.ID) == n.id || !n.unreachable(string(s.ID)) {
+			up++
+		}
+	}
+	return up, all
+}
+
+// unreachableVoters names the voters of servers this leader's heartbeats
+// do not reach.
+func (n *Node) unreachableVoters(servers []raft.Server) []string {
+	var out []string
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != n.id && n.unreachable(string(s.ID)) {
+			out = append(out, string(s.ID))
+		}
+	}
+	return out
 }
 
 // otherVoter reports whether a voter other than id is in servers.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
+	"github.com/tenurehq/tenure/internal/testport"
 )
 
 func TestCheckAddress(t *testing.T) {
@@ -180,23 +181,25 @@ func TestMembershipNoOps(t *testing.T) {
 		return cf.Index()
 	}
 	before := index()
-	if err := n.AddVoter(ctx, n.id, n.RaftAddr(), ""); err != nil {
+	if err := n.AddVoter(ctx, n.id, n.RaftAddr(), "", false); err != nil {
 		t.Fatalf("AddVoter of itself: %v", err)
 	}
-	if err := n.AddVoter(ctx, n.id, n.RaftAddr(), n.APIAddr()); err != nil {
+	if err := n.AddVoter(ctx, n.id, n.RaftAddr(), n.APIAddr(), false); err != nil {
 		t.Fatalf("AddVoter of itself with its API address: %v", err)
 	}
-	if err := n.RemoveServer(ctx, "nosuch"); err != nil {
+	if err := n.RemoveServer(ctx, "nosuch", false); err != nil {
 		t.Fatalf("RemoveServer of a non-member: %v", err)
 	}
 	if err := n.TransferLeadership(n.id); err != nil {
 		t.Fatalf("TransferLeadership to the leader: %v", err)
 	}
 	for name, err := range map[string]error{
-		"AddVoter with another address":  n.AddVoter(ctx, n.id, "127.0.0.1:1", ""),
-		"AddVoter of a taken address":    n.AddVoter(ctx, "n2", n.RaftAddr(), ""),
-		"AddVoter of an API address":     n.AddVoter(ctx, "n2", n.APIAddr(), ""),
-		"RemoveServer of the last voter": n.RemoveServer(ctx, n.id),
+		"AddVoter with another address": n.AddVoter(ctx, n.id, "127.0.0.1:1", "", false),
+		"AddVoter of a taken address":   n.AddVoter(ctx, "n2", n.RaftAddr(), "", false),
+		"AddVoter of an API address":    n.AddVoter(ctx, "n2", n.APIAddr(), "", false),
+		// A second voter nothing answers for: the cluster would stop.
+		"AddVoter of a member not up":    n.AddVoter(ctx, "n2", freeAddr(t), "", false),
+		"RemoveServer of the last voter": n.RemoveServer(ctx, n.id, false),
 		"TransferLeadership to anyone":   n.TransferLeadership(""),
 		"TransferLeadership to a nobody": n.TransferLeadership("nosuch"),
 	} {
@@ -238,7 +241,7 @@ func TestForeignHistoryStopsTheNode(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = a.AddVoter(ctx, "b", b.RaftAddr(), "")
+		_ = a.AddVoter(ctx, "b", b.RaftAddr(), "", false)
 	}()
 	var failed, other *Node
 	deadline := time.After(20 * time.Second)
@@ -273,4 +276,13 @@ func TestForeignHistoryStopsTheNode(t *testing.T) {
 	if failed.Ready(context.Background()) {
 		t.Fatal("a stopped node reports ready")
 	}
+}
+
+// freeAddr is a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	addr, err := testport.Free()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

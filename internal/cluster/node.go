@@ -53,6 +53,12 @@ type Node struct {
 	// knewLeader is set once this node has known a leader, itself included
 	// (AwaitLeader).
 	knewLeader atomic.Bool
+	// noLeaderSince is, while this node knows no leader, since when (unix
+	// ns; 0 while one is known).
+	noLeaderSince atomic.Int64
+	// policyApplied is set once this process has applied the policy
+	// defaults given at its start (applyPolicyDefaults).
+	policyApplied atomic.Bool
 	// lastLeader is the id of the last leader this node knew (itself
 	// included).
 	lastLeader atomic.Pointer[string]
@@ -177,10 +183,12 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	raftOut := cfg.RaftLogOutput
+	var raftErrs *raftErrors
 	if raftOut == nil {
 		// Raft's own chatter is left out, its errors are not: a follower
 		// whose disk is full only ever said so there.
-		raftOut = newRaftErrors(log.With("node", id))
+		raftErrs = newRaftErrors(log.With("node", id))
+		raftOut = raftErrs
 	}
 
 	n := &Node{
@@ -196,6 +204,10 @@ func Open(cfg Config) (*Node, error) {
 		failed:   make(chan struct{}),
 	}
 	n.leaderSeen.Store(newLeaderEpoch())
+	n.noLeaderSince.Store(time.Now().UnixNano())
+	if raftErrs != nil {
+		raftErrs.knewLeader = n.knewLeader.Load
+	}
 	n.fsm = newFSM(cfg.Machine, n.feed)
 	n.metrics = newMetrics(cfg.Registerer, n)
 	n.fsm.observe = n.metrics.observe
@@ -237,6 +249,10 @@ func Open(cfg Config) (*Node, error) {
 	}
 	if err != nil {
 		hint := ""
+		if errors.Is(err, syscall.ENOSPC) {
+			hint = fmt.Sprintf(" (the Raft log preallocates segments of %d MiB: a member needs at least %d MiB free for it, "+
+				"besides its snapshots and ledger)", wal.DefaultSegmentSize>>20, 2*wal.DefaultSegmentSize>>20)
+		}
 		if len(segs) > 0 && (!hadMeta || strings.Contains(err.Error(), "file exists")) {
 			hint = " (the log's index, wal-meta.db, is missing or out of step with its segments: restore the data dir from a " +
 				"backup, or in a cluster remove this member, wipe its data dir and --join it again)"
@@ -394,6 +410,11 @@ func Open(cfg Config) (*Node, error) {
 	n.reach.since = map[string]time.Time{}
 	n.reach.onLeader = func(id string) {
 		n.leaderSeen.Swap(newLeaderEpoch()).cancel()
+		if id == "" {
+			n.noLeaderSince.CompareAndSwap(0, time.Now().UnixNano())
+		} else {
+			n.noLeaderSince.Store(0)
+		}
 		if id != "" {
 			// Also when this node led and nobody asked it who leads: a
 			// partitioned former leader must not wait for an election.
@@ -574,6 +595,9 @@ func (n *Node) closeStores() error {
 type raftErrors struct {
 	log *slog.Logger
 	now func() time.Time // time.Now unless a test sets it
+	// knewLeader, once set, reports whether the node has known a leader:
+	// before that, the election every member starts with is routine.
+	knewLeader func() bool
 
 	mu   sync.Mutex
 	seen map[string]*repeated
@@ -652,6 +676,8 @@ func (r *raftErrors) error(msg string) {
 	switch {
 	case routineRaftError(msg):
 		level = slog.LevelInfo
+	case strings.Contains(msg, "heartbeat timeout reached, starting election") && r.knewLeader != nil && !r.knewLeader():
+		level = slog.LevelInfo // the first election after a start
 	case leadershipWarning(msg):
 		level = slog.LevelWarn
 	}
@@ -795,9 +821,12 @@ func (n *Node) lead() {
 
 // applyPolicyDefaults proposes the server-wide policy defaults given at
 // start where the replicated ones differ (a member restarted with other
-// flags, then elected).
+// flags, then elected), once per start: the first time this process
+// leads. Later terms leave the replicated policy as it is, so that a
+// change of leader never undoes a `tenure policy set '*'` made since (nor
+// flips it between members started with different flags).
 func (n *Node) applyPolicyDefaults(ctx context.Context) {
-	if n.cfg.PolicyDefaults == nil {
+	if n.cfg.PolicyDefaults == nil || n.policyApplied.Load() {
 		return
 	}
 	n.fsm.mu.RLock()
@@ -805,6 +834,7 @@ func (n *Node) applyPolicyDefaults(ctx context.Context) {
 	n.fsm.mu.RUnlock()
 	want := n.cfg.PolicyDefaults(cur)
 	if want == cur {
+		n.policyApplied.Store(true)
 		return
 	}
 	res, err := n.Propose(ctx, &logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{
@@ -816,6 +846,7 @@ func (n *Node) applyPolicyDefaults(ctx context.Context) {
 		n.log.Warn("applying the policy defaults given at start", "err", err)
 		return
 	}
+	n.policyApplied.Store(true)
 	n.fsm.mu.RLock()
 	now := n.fsm.m.Registrar().Defaults()
 	n.fsm.mu.RUnlock()

@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
@@ -826,6 +829,25 @@ func TestRaftErrorsReachTheLog(t *testing.T) {
 	}
 }
 
+// TestFirstElectionIsNotAWarning: the election every member starts with
+// is logged at info (it tripped alerting on warnings at every start); one
+// after a leader was known stays a warning.
+func TestFirstElectionIsNotAWarning(t *testing.T) {
+	var buf testlog.Buffer
+	w := newRaftErrors(slog.New(slog.NewTextHandler(&buf, nil)))
+	knew := false
+	w.knewLeader = func() bool { return knew }
+	const line = "2026-11-26T00:00:00.000Z [WARN]  raft: heartbeat timeout reached, starting election: last-leader-addr= last-leader-id=\n"
+	w.Write([]byte(line))
+	knew = true
+	w.now = func() time.Time { return time.Now().Add(time.Hour) } // past the repeat window
+	w.Write([]byte(line))
+	out := buf.String()
+	if !strings.Contains(out, `level=INFO msg="raft: heartbeat timeout reached`) || !strings.Contains(out, `level=WARN msg="raft: heartbeat timeout reached`) {
+		t.Fatalf("want the first election at info and a later one a warning:\n%s", out)
+	}
+}
+
 // TestRaftErrorsRepeatedAreLoggedOnce: an error line Raft repeats (a
 // member cut off asks each other member for its vote twice a second) is
 // logged once per window, then with how often it came meanwhile.
@@ -908,6 +930,10 @@ func TestStatusWithoutALeader(t *testing.T) {
 	if st.LeaderID != "" || len(st.Members) != 3 {
 		t.Fatalf("status %+v; want no leader and three members", st)
 	}
+	// How long without one: since the start.
+	if st.NoLeaderSince.IsZero() || time.Since(st.NoLeaderSince) > time.Minute {
+		t.Errorf("no leader since %v; want the start", st.NoLeaderSince)
+	}
 	// Nothing is committed without a leader, but the log holds the
 	// bootstrap configuration.
 	if st.LastLogIndex != 1 || st.LastLogTerm != 1 || st.AppliedIndex != 0 {
@@ -972,5 +998,36 @@ func TestPolicyDiff(t *testing.T) {
 	b.MaxTTL, b.MaxRenewals = 6*60_000, 20
 	if got, want := policyDiff(a, b), "MaxTTL 5m0s→6m0s, MaxRenewals 0→20"; got != want {
 		t.Fatalf("policyDiff = %q, want %q", got, want)
+	}
+}
+
+// TestPolicyDefaultsOncePerStart: the policy defaults given at start are
+// applied the first time the process leads, and not again at its later
+// terms: a change of leader left a `tenure policy set '*'` made since
+// undone (found from outside).
+func TestPolicyDefaultsOncePerStart(t *testing.T) {
+	n := openWith(t, t.TempDir(), func(c *Config) {
+		c.PolicyDefaults = func(p registrar.Policy) registrar.Policy {
+			p.MaxTTL = registrar.Ms(9 * time.Minute)
+			return p
+		}
+	})
+	defer n.Close()
+	defaults := func() registrar.Policy {
+		n.fsm.mu.RLock()
+		defer n.fsm.mu.RUnlock()
+		return n.fsm.m.Registrar().Defaults()
+	}
+	waitUntil(t, "the defaults given at start applied", func() bool { return defaults().MaxTTL == registrar.Ms(9*time.Minute) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := n.Propose(ctx, &logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{
+		Namespace: registrar.DefaultsNamespace, Policy: &tenurev1.NamespacePolicy{MaxTtl: durationpb.New(6 * time.Minute)}}}})
+	if err != nil || res.Outcome.Err != nil {
+		t.Fatalf("policy set '*': %v %v", err, res.Outcome.Err)
+	}
+	n.applyPolicyDefaults(ctx) // as at the next term this process leads
+	if got := defaults().MaxTTL; got != registrar.Ms(6*time.Minute) {
+		t.Fatalf("max ttl %v after a later term, want the 6m set since", got)
 	}
 }

@@ -237,6 +237,9 @@ type Status struct {
 	LedgerIndex               uint64
 	Tick                      registrar.Tick
 	Members                   []Member
+	// NoLeaderSince is, while no leader is known, since when (zero
+	// otherwise).
+	NoLeaderSince time.Time
 }
 
 // Status reports the node's view of the cluster (a local, stale read).
@@ -259,6 +262,8 @@ func (n *Node) Status() (Status, error) {
 		s.LeaderAPIAddr = n.cfg.APIAddr
 	} else if id != "" {
 		s.LeaderAPIAddr = n.memberAPI(string(id))
+	} else if since := n.noLeaderSince.Load(); since != 0 {
+		s.NoLeaderSince = time.Unix(0, since)
 	}
 	_ = n.Read(context.Background(), true, func(m *statemachine.Machine, t registrar.Tick) error {
 		s.Tick = t

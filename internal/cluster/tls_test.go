@@ -221,7 +221,7 @@ func TestRaftTLSRefusesForeignMembers(t *testing.T) {
 			defer n4.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			err = leader.AddVoter(ctx, "n4", n4.RaftAddr(), "api-n4")
+			err = leader.AddVoter(ctx, "n4", n4.RaftAddr(), "api-n4", false)
 			if registrar.ReasonOf(err) != registrar.ReasonPermissionDenied {
 				t.Fatalf("AddVoter of a member with %s: got %v, want PERMISSION_DENIED", tc.name, err)
 			}
@@ -241,7 +241,7 @@ func TestRaftTLSRefusesForeignMembers(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := leader.AddVoter(ctx, "n5", gone, ""); registrar.ReasonOf(err) != registrar.ReasonUnavailable {
+	if err := leader.AddVoter(ctx, "n5", gone, "", false); registrar.ReasonOf(err) != registrar.ReasonUnavailable {
 		t.Fatalf("AddVoter of an unreachable member: got %v, want UNAVAILABLE", err)
 	}
 

@@ -39,6 +39,9 @@ func (h *clusterService) Status(_ context.Context, _ *connect.Request[tenurev1.S
 		NodeId: st.NodeID, Version: h.s.cfg.Version, LedgerIndex: st.LedgerIndex,
 		LastLogIndex: st.LastLogIndex, LastLogTerm: st.LastLogTerm,
 	}
+	if !st.NoLeaderSince.IsZero() {
+		resp.NoLeaderSince = timestamppb.New(st.NoLeaderSince)
+	}
 	for _, m := range st.Members {
 		pm := &tenurev1.Member{Id: m.ID, ApiAddress: m.APIAddress, RaftAddress: m.RaftAddress, Role: roles[m.Role]}
 		if !m.UnreachableSince.IsZero() {
@@ -77,7 +80,7 @@ func (h *clusterService) AddVoter(ctx context.Context, req *connect.Request[tenu
 			Message: fmt.Sprintf("INVALID_ARGUMENT: member %s was left out by --force-new-cluster: it comes back only from an "+
 				"empty data dir, started with tenure server --join (with its old data it would bring the old cluster's history)", m.Id)})
 	}
-	if err := h.s.node.AddVoter(ctx, m.Id, m.RaftAddress, m.ApiAddress); err != nil {
+	if err := h.s.node.AddVoter(ctx, m.Id, m.RaftAddress, m.ApiAddress, m.Force); err != nil {
 		return nil, h.s.toConnect(err)
 	}
 	return connect.NewResponse(&tenurev1.AddVoterResponse{}), nil
@@ -89,6 +92,9 @@ func (h *clusterService) RemoveServer(ctx context.Context, req *connect.Request[
 	}
 	s := h.s
 	if req.Msg.Id == s.node.ID() && s.node.IsLeader() {
+		if err := s.node.CheckRemoval(req.Msg.Id, req.Msg.Force); err != nil {
+			return nil, s.toConnect(err) // before handing leadership over for nothing
+		}
 		// The leader removing itself hands leadership over first, and the
 		// new leader removes it: a leader that removed itself stepped down
 		// only once the change committed, and nothing was written until an
@@ -101,7 +107,7 @@ func (h *clusterService) RemoveServer(ctx context.Context, req *connect.Request[
 		}
 		// No other voter: RemoveServer below says why it cannot.
 	}
-	if err := s.node.RemoveServer(ctx, req.Msg.Id); err != nil {
+	if err := s.node.RemoveServer(ctx, req.Msg.Id, req.Msg.Force); err != nil {
 		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&tenurev1.RemoveServerResponse{}), nil
@@ -176,6 +182,11 @@ func (h *clusterService) SaveSnapshot(ctx context.Context, req *connect.Request[
 	// namespace) is checked here, as Watch checks its namespace.
 	if err := h.s.authorize(ctx, v1c.ClusterServiceSaveSnapshotProcedure, req.Msg); err != nil {
 		return h.s.toConnect(err)
+	}
+	if !req.Msg.AllowStale && !h.s.node.IsLeader() {
+		id, addr := h.s.node.Leader()
+		return h.s.toConnect(notLeader(id, addr, "a backup is taken from the leader, which holds everything committed "+
+			"(allow_stale, tenure backup save --stale: this member's applied state)"))
 	}
 	info, data, err := h.s.node.Backup(ctx)
 	if err != nil {

@@ -783,7 +783,10 @@ func TestRestartedFollowerReadyOnlyOnceCaughtUp(t *testing.T) {
 
 // TestTransferToADownMemberIsRefused: the leader knows a member it cannot
 // reach and refuses to hand leadership to it at once, instead of refusing
-// writes for an election timeout and then answering OUTCOME_UNKNOWN.
+// writes for an election timeout and then answering OUTCOME_UNKNOWN; and
+// it refuses to remove a member that is up while that one is down (the
+// voters left, one up of two, would not be a majority: etcd's strict
+// reconfiguration check), itself included, but removes the down one.
 func TestTransferToADownMemberIsRefused(t *testing.T) {
 	ms := startCluster(t, 3)
 	l := leaderOf(t, ms, 10*time.Second)
@@ -809,6 +812,26 @@ func TestTransferToADownMemberIsRefused(t *testing.T) {
 		t.Fatal("the leader stepped down")
 	}
 	acquireVia(t, l, "after/refused/transfer", 30*time.Second)
+
+	var up *member
+	for _, m := range ms {
+		if m != l && m != f {
+			up = m
+		}
+	}
+	for _, id := range []string{up.id, l.id} {
+		_, err = l.cluster.RemoveServer(context.Background(), connect.NewRequest(&tenurev1.RemoveServerRequest{Id: id}))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "not a majority") || !strings.Contains(err.Error(), f.id) {
+			t.Fatalf("removing %s while %s is down: %v, want INVALID_ARGUMENT naming the member down", id, f.id, err)
+		}
+	}
+	if st, err := statusOf(l); err != nil || len(st.Members) != 3 || !l.srv.Node().IsLeader() {
+		t.Fatalf("after the refused removals: %v, %v", st, err)
+	}
+	if _, err := l.cluster.RemoveServer(context.Background(), connect.NewRequest(&tenurev1.RemoveServerRequest{Id: f.id})); err != nil {
+		t.Fatalf("removing the member that is down: %v", err)
+	}
+	acquireVia(t, l, "after/removal", 30*time.Second)
 }
 
 // TestJoinViaSomethingElseFailsFast: --join naming an address where
@@ -1267,4 +1290,37 @@ func TestLastLeader(t *testing.T) {
 		id, _ := f.srv.Node().LastLeader()
 		return id == nl.id
 	})
+}
+
+// TestBackupFromTheLeader: a member that does not lead answers a backup
+// with NOT_LEADER naming the leader (a removed or lagging member's backup
+// missed acknowledged leases, found from outside), unless allow_stale
+// asks for its applied state.
+func TestBackupFromTheLeader(t *testing.T) {
+	ms := startCluster(t, 3)
+	l := leaderOf(t, ms, 10*time.Second)
+	f := followerOf(ms, l)
+	acquireVia(t, l, "backup/one", time.Minute)
+	ctx := context.Background()
+	err := drainBackup(f.cluster.SaveSnapshot(ctx, connect.NewRequest(&tenurev1.SaveSnapshotRequest{})))
+	wantReason(t, err, connect.CodeUnavailable, "NOT_LEADER")
+	if !strings.Contains(err.Error(), "allow_stale") {
+		t.Errorf("the refusal does not say how to back up a follower: %v", err)
+	}
+	var info *tenurev1.SnapshotInfo
+	stream, err := f.cluster.SaveSnapshot(ctx, connect.NewRequest(&tenurev1.SaveSnapshotRequest{AllowStale: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for stream.Receive() {
+		if stream.Msg().GetInfo() != nil {
+			info = stream.Msg().GetInfo()
+		}
+	}
+	if err := stream.Err(); err != nil || info.GetNodeId() != f.id || info.GetLeader() {
+		t.Fatalf("a follower's backup with allow_stale: %v, %v", info, err)
+	}
+	if err := drainBackup(l.cluster.SaveSnapshot(ctx, connect.NewRequest(&tenurev1.SaveSnapshotRequest{}))); err != nil {
+		t.Fatalf("the leader's backup: %v", err)
+	}
 }

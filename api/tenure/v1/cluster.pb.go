@@ -217,8 +217,13 @@ type StatusResponse struct {
 	// (applied_index can read 0), but this says how far its log goes (the
 	// member to recover with --force-new-cluster has the highest, and then
 	// the highest term).
-	LastLogIndex  uint64 `protobuf:"varint,11,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
-	LastLogTerm   uint64 `protobuf:"varint,12,opt,name=last_log_term,json=lastLogTerm,proto3" json:"last_log_term,omitempty"`
+	LastLogIndex uint64 `protobuf:"varint,11,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
+	LastLogTerm  uint64 `protobuf:"varint,12,opt,name=last_log_term,json=lastLogTerm,proto3" json:"last_log_term,omitempty"`
+	// Addition: while the answering member knows no leader, since when (its
+	// start, or when it lost the last one). Minutes of it mean an election
+	// that cannot succeed: the voters this member reaches are not a
+	// majority (a lost quorum), or it is not a voter.
+	NoLeaderSince *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=no_leader_since,json=noLeaderSince,proto3" json:"no_leader_since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -337,6 +342,13 @@ func (x *StatusResponse) GetLastLogTerm() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetNoLeaderSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NoLeaderSince
+	}
+	return nil
+}
+
 type AddVoterRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -345,7 +357,11 @@ type AddVoterRequest struct {
 	// Set by a member joining from an empty data dir (tenure server
 	// --join). A member left out by --force-new-cluster is added back only
 	// so: with its old data it would bring the old cluster's history.
-	Fresh         bool `protobuf:"varint,4,opt,name=fresh,proto3" json:"fresh,omitempty"`
+	Fresh bool `protobuf:"varint,4,opt,name=fresh,proto3" json:"fresh,omitempty"`
+	// Addition: add the voter even when it does not answer and the voters
+	// that do would not be a majority with it (the cluster then stops
+	// taking writes until it starts).
+	Force         bool `protobuf:"varint,5,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -408,6 +424,13 @@ func (x *AddVoterRequest) GetFresh() bool {
 	return false
 }
 
+func (x *AddVoterRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type AddVoterResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -445,8 +468,12 @@ func (*AddVoterResponse) Descriptor() ([]byte, []int) {
 }
 
 type RemoveServerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Addition: remove the voter even when the voters left that answer the
+	// leader would not be a majority of them (the cluster then stops taking
+	// writes until enough of them are back).
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -486,6 +513,13 @@ func (x *RemoveServerRequest) GetId() string {
 		return x.Id
 	}
 	return ""
+}
+
+func (x *RemoveServerRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type RemoveServerResponse struct {
@@ -711,7 +745,13 @@ func (x *SnapshotResponse) GetNodeId() string {
 }
 
 type SaveSnapshotRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Addition: by default only the leader answers (a member that does not
+	// lead answers NOT_LEADER naming it), so that a backup holds everything
+	// committed. Set, the member asked answers with the state it has applied
+	// (a follower's may lag; a removed member's is as of its removal): for a
+	// cluster without a leader.
+	AllowStale    bool `protobuf:"varint,1,opt,name=allow_stale,json=allowStale,proto3" json:"allow_stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -744,6 +784,13 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
 	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SaveSnapshotRequest) GetAllowStale() bool {
+	if x != nil {
+		return x.AllowStale
+	}
+	return false
 }
 
 // SnapshotInfo describes a backup: where and when it was taken, and what
@@ -1346,7 +1393,7 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12#\n" +
 	"\x04role\x18\x04 \x01(\x0e2\x0f.tenure.v1.RoleR\x04role\x12G\n" +
 	"\x11unreachable_since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10unreachableSince\"\x0f\n" +
-	"\rStatusRequest\"\x98\x03\n" +
+	"\rStatusRequest\"\xdc\x03\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12,\n" +
 	"\x12leader_api_address\x18\x02 \x01(\tR\x10leaderApiAddress\x12\x12\n" +
@@ -1360,16 +1407,19 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\fledger_index\x18\n" +
 	" \x01(\x04R\vledgerIndex\x12$\n" +
 	"\x0elast_log_index\x18\v \x01(\x04R\flastLogIndex\x12\"\n" +
-	"\rlast_log_term\x18\f \x01(\x04R\vlastLogTerm\"{\n" +
+	"\rlast_log_term\x18\f \x01(\x04R\vlastLogTerm\x12B\n" +
+	"\x0fno_leader_since\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rnoLeaderSince\"\x91\x01\n" +
 	"\x0fAddVoterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
 	"\vapi_address\x18\x03 \x01(\tR\n" +
 	"apiAddress\x12\x14\n" +
-	"\x05fresh\x18\x04 \x01(\bR\x05fresh\"\x12\n" +
-	"\x10AddVoterResponse\"%\n" +
+	"\x05fresh\x18\x04 \x01(\bR\x05fresh\x12\x14\n" +
+	"\x05force\x18\x05 \x01(\bR\x05force\"\x12\n" +
+	"\x10AddVoterResponse\";\n" +
 	"\x13RemoveServerRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\x16\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x16\n" +
 	"\x14RemoveServerResponse\"+\n" +
 	"\x19TransferLeadershipRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
@@ -1379,8 +1429,10 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\x10SnapshotResponse\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x17\n" +
-	"\anode_id\x18\x03 \x01(\tR\x06nodeId\"\x15\n" +
-	"\x13SaveSnapshotRequest\"\x9f\x03\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\"6\n" +
+	"\x13SaveSnapshotRequest\x12\x1f\n" +
+	"\vallow_stale\x18\x01 \x01(\bR\n" +
+	"allowStale\"\x9f\x03\n" +
 	"\fSnapshotInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\bR\x06leader\x12\x1d\n" +
@@ -1487,37 +1539,38 @@ var file_tenure_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: tenure.v1.Member.role:type_name -> tenure.v1.Role
 	23, // 1: tenure.v1.Member.unreachable_since:type_name -> google.protobuf.Timestamp
 	1,  // 2: tenure.v1.StatusResponse.members:type_name -> tenure.v1.Member
-	23, // 3: tenure.v1.SnapshotInfo.registrar_time:type_name -> google.protobuf.Timestamp
-	23, // 4: tenure.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
-	13, // 5: tenure.v1.SaveSnapshotResponse.info:type_name -> tenure.v1.SnapshotInfo
-	24, // 6: tenure.v1.GetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
-	24, // 7: tenure.v1.SetPolicyRequest.policy:type_name -> tenure.v1.NamespacePolicy
-	24, // 8: tenure.v1.SetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
-	2,  // 9: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
-	4,  // 10: tenure.v1.ClusterService.AddVoter:input_type -> tenure.v1.AddVoterRequest
-	6,  // 11: tenure.v1.ClusterService.RemoveServer:input_type -> tenure.v1.RemoveServerRequest
-	8,  // 12: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
-	10, // 13: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
-	12, // 14: tenure.v1.ClusterService.SaveSnapshot:input_type -> tenure.v1.SaveSnapshotRequest
-	15, // 15: tenure.v1.ClusterService.PublicKey:input_type -> tenure.v1.PublicKeyRequest
-	17, // 16: tenure.v1.ClusterService.GetPolicy:input_type -> tenure.v1.GetPolicyRequest
-	19, // 17: tenure.v1.ClusterService.SetPolicy:input_type -> tenure.v1.SetPolicyRequest
-	21, // 18: tenure.v1.ClusterService.WhoAmI:input_type -> tenure.v1.WhoAmIRequest
-	3,  // 19: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
-	5,  // 20: tenure.v1.ClusterService.AddVoter:output_type -> tenure.v1.AddVoterResponse
-	7,  // 21: tenure.v1.ClusterService.RemoveServer:output_type -> tenure.v1.RemoveServerResponse
-	9,  // 22: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
-	11, // 23: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotResponse
-	14, // 24: tenure.v1.ClusterService.SaveSnapshot:output_type -> tenure.v1.SaveSnapshotResponse
-	16, // 25: tenure.v1.ClusterService.PublicKey:output_type -> tenure.v1.PublicKeyResponse
-	18, // 26: tenure.v1.ClusterService.GetPolicy:output_type -> tenure.v1.GetPolicyResponse
-	20, // 27: tenure.v1.ClusterService.SetPolicy:output_type -> tenure.v1.SetPolicyResponse
-	22, // 28: tenure.v1.ClusterService.WhoAmI:output_type -> tenure.v1.WhoAmIResponse
-	19, // [19:29] is the sub-list for method output_type
-	9,  // [9:19] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	23, // 3: tenure.v1.StatusResponse.no_leader_since:type_name -> google.protobuf.Timestamp
+	23, // 4: tenure.v1.SnapshotInfo.registrar_time:type_name -> google.protobuf.Timestamp
+	23, // 5: tenure.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	13, // 6: tenure.v1.SaveSnapshotResponse.info:type_name -> tenure.v1.SnapshotInfo
+	24, // 7: tenure.v1.GetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
+	24, // 8: tenure.v1.SetPolicyRequest.policy:type_name -> tenure.v1.NamespacePolicy
+	24, // 9: tenure.v1.SetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
+	2,  // 10: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
+	4,  // 11: tenure.v1.ClusterService.AddVoter:input_type -> tenure.v1.AddVoterRequest
+	6,  // 12: tenure.v1.ClusterService.RemoveServer:input_type -> tenure.v1.RemoveServerRequest
+	8,  // 13: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
+	10, // 14: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
+	12, // 15: tenure.v1.ClusterService.SaveSnapshot:input_type -> tenure.v1.SaveSnapshotRequest
+	15, // 16: tenure.v1.ClusterService.PublicKey:input_type -> tenure.v1.PublicKeyRequest
+	17, // 17: tenure.v1.ClusterService.GetPolicy:input_type -> tenure.v1.GetPolicyRequest
+	19, // 18: tenure.v1.ClusterService.SetPolicy:input_type -> tenure.v1.SetPolicyRequest
+	21, // 19: tenure.v1.ClusterService.WhoAmI:input_type -> tenure.v1.WhoAmIRequest
+	3,  // 20: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
+	5,  // 21: tenure.v1.ClusterService.AddVoter:output_type -> tenure.v1.AddVoterResponse
+	7,  // 22: tenure.v1.ClusterService.RemoveServer:output_type -> tenure.v1.RemoveServerResponse
+	9,  // 23: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
+	11, // 24: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotResponse
+	14, // 25: tenure.v1.ClusterService.SaveSnapshot:output_type -> tenure.v1.SaveSnapshotResponse
+	16, // 26: tenure.v1.ClusterService.PublicKey:output_type -> tenure.v1.PublicKeyResponse
+	18, // 27: tenure.v1.ClusterService.GetPolicy:output_type -> tenure.v1.GetPolicyResponse
+	20, // 28: tenure.v1.ClusterService.SetPolicy:output_type -> tenure.v1.SetPolicyResponse
+	22, // 29: tenure.v1.ClusterService.WhoAmI:output_type -> tenure.v1.WhoAmIResponse
+	20, // [20:30] is the sub-list for method output_type
+	10, // [10:20] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_cluster_proto_init() }
