@@ -117,7 +117,9 @@ func backupSave(ctx context.Context, c *cliCommand, file string, stale bool) err
 		return err
 	}
 	for _, cl := range r.clusters {
-		st, err := cl.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second) // a hung member
+		st, err := cl.Status(sctx, connect.NewRequest(&tenurev1.StatusRequest{}))
+		cancel()
 		if err != nil {
 			continue
 		}
