@@ -229,6 +229,10 @@ func auditVerify(ctx context.Context, c *cliCommand, dir, keyFlag string, comple
 		}
 		fmt.Fprintf(w, "gap: records %d..%d are not in this ledger (the node caught up from a snapshot); check them on another member\n", g.From, g.To)
 	}
+	for _, u := range rep.UnsignedBeforeGaps {
+		fmt.Fprintf(w, "unsigned: records %d..%d are chained but no checkpoint signs them (a gap follows them, and a start marker is not signed): "+
+			"they could have been rewritten; compare them with another member's ledger\n", u.From, u.To)
+	}
 	if rep.Torn != nil {
 		fmt.Fprintf(w, "torn tail: a partial last line of %d bytes in %s (a crash between writes), ignored\n", rep.Torn.Bytes, rep.Torn.Segment)
 	}

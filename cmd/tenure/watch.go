@@ -29,7 +29,7 @@ var errWatchDone = errors.New("watch done")
 func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure watch", "[flags]", watchHelp, watchExamples, stdout, stderr)
 	prefix := c.fs.String("prefix", "", "only resources starting with this")
-	after := c.fs.Uint64("after", 0, "start after this ledger index (default: from now)")
+	after := c.fs.Uint64("after", 0, "start after this ledger index (0, the default: from now; index 1, the first record, is the registrar's initialization, so --after 1 reads from the first event after it)")
 	count := c.fs.Int("count", 0, "exit after this many events (default: follow until interrupted)")
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err

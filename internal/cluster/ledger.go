@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -357,10 +358,16 @@ func (d *durableLedger) tail(last uint64, head ledger.Hash, max, maxBytes int) [
 		return nil
 	}
 	start := time.Now()
-	recs, err := ledger.Tail(d.dir, last, head, max, maxBytes, recordCost)
+	recs, damaged, err := ledger.Tail(d.dir, last, head, max, maxBytes, recordCost)
 	if err != nil {
 		d.log.Warn("ledger: reading back the recent history for History and Watch", "err", err)
 		return nil
+	}
+	if damaged != 0 {
+		d.log.Error("ledger: the files do not hold an intact chain at record "+strconv.FormatUint(damaged, 10)+
+			" (altered or damaged): History and Watch on this member reach back only past it; "+
+			"run tenure audit verify --data-dir on this member's data dir, and compare with another member's ledger",
+			"record", damaged)
 	}
 	out := make([]statemachine.Sealed, len(recs))
 	for i, r := range recs {

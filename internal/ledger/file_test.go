@@ -321,6 +321,18 @@ func TestLedgerRestartAndSnapshotGap(t *testing.T) {
 	if rep.SignedThrough < 100 {
 		t.Fatalf("checkpoints after the gap were not verified: signed through %d", rep.SignedThrough)
 	}
+	// The records between the last checkpoint before the gap and the gap
+	// are signed by nothing (the marker's previous hash is not signed):
+	// they are named, not counted as signed by the checkpoints after.
+	var lastCP uint64
+	for _, r := range recs[:60] {
+		if r.Record.GetCheckpoint() != nil {
+			lastCP = r.Record.Index
+		}
+	}
+	if lastCP == 60 || len(rep.UnsignedBeforeGaps) != 1 || rep.UnsignedBeforeGaps[0] != (ledger.Gap{From: lastCP + 1, To: 60}) {
+		t.Fatalf("unsigned before the gap: %+v; want records %d..60", rep.UnsignedBeforeGaps, lastCP+1)
+	}
 	// A ledger that starts after a snapshot starts with a marker.
 	dir = t.TempDir()
 	write(t, dir, 0, recs[50:])

@@ -33,10 +33,14 @@ type Sealed struct {
 // as many bytes of files as the budget allows. When the files do not end
 // that run at last with that head (pruned, cut by a crash, or written by
 // another history) it returns the part of the run it can vouch for, or
-// nothing; an error is only for files it cannot read.
-func Tail(dir string, last uint64, head Hash, max, maxBytes int, cost func(int) int) ([]Sealed, error) {
+// nothing; damaged is then the index of the last record within the run it
+// read that does not decode or whose successor does not chain to it (an
+// altered or damaged file, which an honest ledger never has: it breaks
+// its chain only at start markers), 0 when none. An error is only for
+// files it cannot read.
+func Tail(dir string, last uint64, head Hash, max, maxBytes int, cost func(int) int) (recs []Sealed, damaged uint64, err error) {
 	if last == 0 || max <= 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	from := uint64(1)
 	if last > uint64(max) {
@@ -44,7 +48,7 @@ func Tail(dir string, last uint64, head Hash, max, maxBytes int, cost func(int) 
 	}
 	segs, err := Segments(dir)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// The segments that may hold records from..last, then from the end
 	// back only as many as hold about maxBytes of records (a line holds
@@ -73,20 +77,23 @@ func Tail(dir string, last uint64, head Hash, max, maxBytes int, cost func(int) 
 	t := tail{from: from, last: last, maxBytes: maxBytes, cost: cost}
 	for _, seg := range segs[start:end] {
 		if err := t.read(seg); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	run := decodeRun(t.run)
+	run, damaged := decodeRun(t.run)
+	if damaged == 0 {
+		damaged = t.damaged // a garbled line comes before the run kept
+	}
 	if len(run) == 0 || run[len(run)-1].Record.Index != last || run[len(run)-1].Hash != head {
-		return nil, nil
+		return nil, damaged, nil
 	}
 	// Keep the longest suffix whose links hold.
 	for i := len(run) - 1; i > 0; i-- {
 		if !bytes.Equal(run[i].Record.PrevHash, run[i-1].Hash[:]) {
-			return run[i:], nil
+			return run[i:], run[i-1].Record.Index, nil // later than any record that failed to decode
 		}
 	}
-	return run, nil
+	return run, damaged, nil
 }
 
 // line is a record of the run Tail collects, not yet decoded.
@@ -102,6 +109,8 @@ type tail struct {
 	cost       func(int) int
 	run        []line
 	bytes      int
+	// damaged is the index of the last garbled line read (0: none).
+	damaged uint64
 }
 
 // reset starts the run over.
@@ -149,8 +158,17 @@ func (t *tail) read(path string) error {
 			continue // before the run: not worth decoding
 		}
 		var e Entry
+		if parseLine(b, &e) != nil { // garbled: altered or damaged; what follows is another run
+			if i, ok := lineIndex(b); ok && i >= t.from && i <= t.last {
+				t.damaged = i
+			} else if n := len(t.run); n > 0 {
+				t.damaged = t.run[n-1].index + 1
+			}
+			t.reset()
+			continue
+		}
 		switch {
-		case parseLine(b, &e) != nil, e.Index == 0: // garbled, or a start marker: what follows is another run
+		case e.Index == 0: // a start marker: what follows is another run
 			t.reset()
 			continue
 		case e.Index < t.from:
@@ -182,8 +200,9 @@ func lineIndex(b []byte) (uint64, bool) {
 // decodeRun decodes and hashes the run's records, on every core (a
 // restart reads back 100,000 of them before it serves), and keeps what
 // follows the last record that does not decode as its line's index says,
-// as reading them one by one and starting over there would.
-func decodeRun(run []line) []Sealed {
+// as reading them one by one and starting over there would, and the
+// index of that record (0 when every record decodes).
+func decodeRun(run []line) ([]Sealed, uint64) {
 	out := make([]Sealed, len(run))
 	bad := make([]int, runtime.GOMAXPROCS(0))
 	chunk := (len(run) + len(bad) - 1) / len(bad)
@@ -204,7 +223,7 @@ func decodeRun(run []line) []Sealed {
 	}
 	wg.Wait()
 	if last := slices.Max(bad); last >= 0 {
-		return out[last+1:]
+		return out[last+1:], run[last].index
 	}
-	return out
+	return out, 0
 }

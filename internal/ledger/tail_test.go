@@ -37,26 +37,26 @@ func TestTail(t *testing.T) {
 	if segs, _ := ledger.Segments(dir); len(segs) < 3 {
 		t.Fatalf("%d segments; the test wants several", len(segs))
 	}
-	got, err := ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, 1<<30, cost)
+	got, _, err := ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, 1<<30, cost)
 	if err != nil {
 		t.Fatal(err)
 	}
 	same(t, got, recs)
-	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 7, 1<<30, cost) // the last 7 only
+	got, _, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 7, 1<<30, cost) // the last 7 only
 	same(t, got, recs[len(recs)-7:])
-	got, _ = ledger.Tail(dir, 40, recs[39].Hash, 10, 1<<30, cost) // ending before the files do
+	got, _, _ = ledger.Tail(dir, 40, recs[39].Hash, 10, 1<<30, cost) // ending before the files do
 	same(t, got, recs[30:40])
 	// A byte budget: the latest records whose costs fit.
 	budget := 0
 	for _, r := range recs[len(recs)-5:] {
 		budget += len(r.Bytes)
 	}
-	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, budget, cost)
+	got, _, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, budget, cost)
 	same(t, got, recs[len(recs)-5:])
-	if got, _ := ledger.Tail(dir, last, recs[0].Hash, 1000, 1<<30, cost); got != nil {
+	if got, _, _ := ledger.Tail(dir, last, recs[0].Hash, 1000, 1<<30, cost); got != nil {
 		t.Fatalf("another head: read back %d records; want none", len(got))
 	}
-	if got, _ := ledger.Tail(dir, last+5, recs[len(recs)-1].Hash, 1000, 1<<30, cost); got != nil {
+	if got, _, _ := ledger.Tail(dir, last+5, recs[len(recs)-1].Hash, 1000, 1<<30, cost); got != nil {
 		t.Fatalf("past the files: read back %d records; want none", len(got))
 	}
 
@@ -74,8 +74,11 @@ func TestTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, dir, 0, recs[30:])
-	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, 1<<30, cost)
+	got, damaged, _ := ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, 1<<30, cost)
 	same(t, got, recs[30:])
+	if damaged != 0 {
+		t.Errorf("a start marker reported as damage at %d", damaged)
+	}
 
 	// A record altered in place: only the run after it is vouched for.
 	dir = t.TempDir()
@@ -89,8 +92,11 @@ func TestTail(t *testing.T) {
 	if err := os.WriteFile(seg, b.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, 1<<30, cost)
+	got, damaged, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, 1<<30, cost)
 	same(t, got, recs[10:])
+	if damaged != 10 {
+		t.Errorf("damaged at %d, want the altered record 10", damaged)
+	}
 	// Another one later (the records are decoded in parallel chunks):
 	// the run after the later one.
 	ls[47] = string(bytes.Replace([]byte(ls[47]), []byte(`"record":"`), []byte(`"record":"AA`), 1))
@@ -101,8 +107,11 @@ func TestTail(t *testing.T) {
 	if err := os.WriteFile(seg, b.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, 1<<30, cost)
+	got, damaged, _ = ledger.Tail(dir, last, recs[len(recs)-1].Hash, 1000, 1<<30, cost)
 	same(t, got, recs[48:])
+	if damaged != 48 {
+		t.Errorf("damaged at %d, want the later altered record 48", damaged)
+	}
 }
 
 // TestTailLongRecord: a record whose line is longer than the reader's
@@ -125,7 +134,7 @@ func TestTailLongRecord(t *testing.T) {
 	}
 	dir := t.TempDir()
 	write(t, dir, 0, recs)
-	got, err := ledger.Tail(dir, 3, recs[2].Hash, 10, 1<<30, func(n int) int { return n })
+	got, _, err := ledger.Tail(dir, 3, recs[2].Hash, 10, 1<<30, func(n int) int { return n })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,6 +134,11 @@ type Report struct {
 	Unsigned uint64 `json:"unsigned"`
 	// Gaps are the ranges not held (start markers).
 	Gaps []Gap `json:"gaps,omitempty"`
+	// UnsignedBeforeGaps are the chained records that no checkpoint
+	// signs because a gap follows them: a start marker's previous hash is
+	// not signed, so the checkpoints after the gap vouch only for the
+	// records after it. Compare these with another member's ledger.
+	UnsignedBeforeGaps []Gap `json:"unsignedBeforeGaps,omitempty"`
 	// Torn is a partial last line, ignored.
 	Torn     *Torn `json:"torn,omitempty"`
 	Segments int   `json:"segments"`
@@ -192,6 +197,9 @@ func Verify(dir string, opt VerifyOptions) (Report, error) {
 	pub := opt.PublicKey
 	chain := NewChain()
 	var held bool // a record or marker was seen
+	// The records since the last checkpoint of the run being read: from
+	// runFrom, runUnsigned of them.
+	var runFrom, runUnsigned uint64
 	anchor := opt.Anchor
 	// checkAnchor compares what the ledger says the hash of record
 	// anchor.Next-1 is.
@@ -225,6 +233,12 @@ func Verify(dir string, opt VerifyOptions) (Report, error) {
 				return bad("start marker's previous hash differs from the chain's head")
 			case l.Start > chain.Next || !held && l.Start > 1:
 				rep.Gaps = append(rep.Gaps, Gap{From: chain.Next, To: l.Start - 1, Pruned: l.Pruned})
+				if runUnsigned > 0 {
+					// No checkpoint after the gap signs them: the marker's
+					// previous hash, which would link them, is not signed.
+					rep.UnsignedBeforeGaps = append(rep.UnsignedBeforeGaps, Gap{From: runFrom, To: chain.Next - 1})
+					runUnsigned = 0
+				}
 			}
 			chain.Next = l.Start
 			copy(chain.Head[:], prev)
@@ -267,8 +281,13 @@ func Verify(dir string, opt VerifyOptions) (Report, error) {
 			rep.Checkpoints++
 			rep.SignedThrough = cp.CoversIndex
 			rep.Unsigned = 0
+			runUnsigned = 0
 		} else {
 			rep.Unsigned++
+			if runUnsigned == 0 {
+				runFrom = rec.Index
+			}
+			runUnsigned++
 		}
 		if rep.Records == 0 {
 			rep.First = rec.Index
