@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tenurehq/tenure/fencing"
 	"github.com/tenurehq/tenure/internal/ledger"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
@@ -382,6 +383,16 @@ func (d *durableLedger) tail(last uint64, head ledger.Hash, max, maxBytes int) [
 
 func (d *durableLedger) savePublicKey(pub ed25519.PublicKey) {
 	if d.keySaved || pub == nil {
+		return
+	}
+	if old, err := ledger.ReadPublicKey(d.dir); err == nil && !old.Equal(pub) {
+		// The registrar's key never changes: these files were written
+		// by another registrar (another cluster's ledger put here).
+		d.keySaved = true
+		d.log.Error("ledger: the ledger files were written under another registrar key ("+fencing.KeyID(old)+", this registrar's is "+
+			fencing.KeyID(pub)+"): another cluster's ledger was put in this data dir; its records and this member's are not one history. "+
+			"Move the ledger directory away (the member writes a new one from its state and Raft log) and run tenure audit verify on it",
+			"dir", d.dir)
 		return
 	}
 	if err := ledger.SavePublicKey(d.dir, pub); err != nil {

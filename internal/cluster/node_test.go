@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 
+	"github.com/tenurehq/tenure/internal/ledger"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
@@ -1029,5 +1031,30 @@ func TestPolicyDefaultsOncePerStart(t *testing.T) {
 	n.applyPolicyDefaults(ctx) // as at the next term this process leads
 	if got := defaults().MaxTTL; got != registrar.Ms(6*time.Minute) {
 		t.Fatalf("max ttl %v after a later term, want the 6m set since", got)
+	}
+}
+
+// TestForeignLedgerKeyIsReported: ledger files written under another
+// registrar key (another cluster's ledger put in this data dir) are
+// reported as such at once, and their key file is not overwritten.
+func TestForeignLedgerKeyIsReported(t *testing.T) {
+	dir := t.TempDir()
+	other, _, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, ledger.DirName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.SavePublicKey(filepath.Join(dir, ledger.DirName), other); err != nil {
+		t.Fatal(err)
+	}
+	var buf testlog.Buffer
+	n := openWith(t, dir, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&buf, nil)) })
+	acquire(t, n, "r", "h", 10*time.Second, 0)
+	waitUntil(t, "the foreign key reported", func() bool { return strings.Contains(buf.String(), "written under another registrar key") })
+	n.Close()
+	if got, err := ledger.ReadPublicKey(filepath.Join(dir, ledger.DirName)); err != nil || !got.Equal(other) {
+		t.Fatalf("the key file now holds %x (%v), want the other registrar's, kept", got, err)
 	}
 }
