@@ -105,23 +105,30 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // acquireWaiting is an Acquire that waits (req.Wait, wait long) and goes on
 // waiting through a change of leader. Queued acquires end when the leader
 // changes, their callers told OUTCOME_UNKNOWN (or left without an answer
-// by a leader that died): the acquire may have been granted just before.
-// It then looks for that grant (lostGrant) and otherwise queues again for
-// what is left of the wait; once the wait is spent, one Acquire without
-// wait has the last word.
+// by a leader that died), and it then queues again for what is left of
+// the wait; once the wait is spent, one Acquire without wait has the last
+// word. It never takes a lease of its holder it finds as its own: the
+// default holder (user@host) is every invocation's on the host, so such a
+// lease may be another's. If the broken call was granted after all, that
+// lease ends at its ttl (nothing renews it) and this one queues behind it.
 func acquireWaiting(ctx context.Context, r *remote, req *tenurev1.AcquireRequest, wait time.Duration) (*tenurev1.Lease, error) {
 	start := time.Now()
+	// No call outlives the wait by more than a moment: a member that hangs
+	// (stopped, cut off) would hold it until HTTP/2 gives up on it.
+	ctx, cancel := context.WithDeadline(ctx, start.Add(wait+waitSlack))
+	defer cancel()
 	backoff := 50 * time.Millisecond
 	for {
 		resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.Acquire, req)
 		if err == nil {
 			return resp.GetLease(), nil
 		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("OUTCOME_UNKNOWN: no answer within the wait of %v (and %v): a member may hang; "+
+				"an acquire granted meanwhile is given back or ends at its ttl: %w", wait, waitSlack, err)
+		}
 		if ctx.Err() != nil || req.Wait == nil || !waitBroken(err) {
 			return nil, err
-		}
-		if l := lostGrant(ctx, r, req, time.Since(start)); l != nil {
-			return l, nil
 		}
 		pause(ctx, backoff)
 		backoff = min(2*backoff, time.Second)
@@ -131,6 +138,10 @@ func acquireWaiting(ctx context.Context, r *remote, req *tenurev1.AcquireRequest
 		}
 	}
 }
+
+// waitSlack is how long past its wait a waiting acquire's last call may
+// take to answer.
+const waitSlack = 5 * time.Second
 
 // waitBroken reports whether a waiting Acquire's error leaves its outcome
 // open: its call ended without an answer, or with OUTCOME_UNKNOWN, or no
@@ -146,34 +157,6 @@ func waitBroken(err error) bool {
 		}
 	}
 	return false
-}
-
-// lostGrant finds the lease a broken waiting Acquire may have been granted:
-// an active lease of its holder on its resource and mode, granted within
-// the last elapsed (registrar time runs no faster than the caller's clock,
-// so a lease granted before the first request went out is older) and
-// never renewed. Nil when there is none or it cannot tell now.
-func lostGrant(ctx context.Context, r *remote, req *tenurev1.AcquireRequest, elapsed time.Duration) *tenurev1.Lease {
-	resp, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.List, &tenurev1.ListRequest{
-		Namespace: req.Namespace, Resource: req.Resource, Holder: req.Holder, States: []tenurev1.State{tenurev1.State_STATE_ACTIVE}})
-	if err != nil {
-		return nil
-	}
-	for _, l := range resp.GetLeases() {
-		age := l.GetTtl().AsDuration() - l.GetTimeRemaining().AsDuration()
-		if l.GetMode() != req.Mode || l.GetRenewalCount() != 0 || age > elapsed {
-			continue
-		}
-		if !req.Certificate {
-			return l
-		}
-		got, err := leaseCall(ctx, r, tenurev1connect.LeaseServiceClient.Get, &tenurev1.GetRequest{LeaseId: l.GetLeaseId(), Certificate: true})
-		if err != nil {
-			return nil
-		}
-		return got.GetLease()
-	}
-	return nil
 }
 
 // holdLease is `tenure acquire --hold`: acquire through the Go client, print

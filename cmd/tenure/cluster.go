@@ -87,7 +87,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			_, err := cl.RemoveServer(ctx, connect.NewRequest(&tenurev1.RemoveServerRequest{Id: rest[0], Force: *force}))
 			return err
 		})
-		return done(c, err, &tenurev1.RemoveServerResponse{}, "%s is not a member of the cluster now (removed, or it never was)", rest[0])
+		return done(c, err, &tenurev1.RemoveServerResponse{}, "removed %s (it is not a member of the cluster now; if it never was one, nothing changed)", rest[0])
 	case "transfer-leader":
 		req := &tenurev1.TransferLeadershipRequest{}
 		if len(rest) == 1 {

@@ -210,7 +210,15 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.fsm = newFSM(cfg.Machine, n.feed)
 	n.metrics = newMetrics(cfg.Registerer, n)
-	n.fsm.observe = n.metrics.observe
+	n.fsm.observe = func(m *statemachine.Machine, cmd *logpb.Command, res statemachine.Result) {
+		n.metrics.observe(m, cmd, res)
+		if sp := cmd.GetSetPolicy(); sp != nil && sp.Namespace == registrar.DefaultsNamespace && res.Outcome.Err == nil {
+			// The server-wide policy was set since this process started
+			// (by an operator, or by this node's own defaults): the
+			// defaults given at start are older, and never applied over it.
+			n.policyApplied.Store(true)
+		}
+	}
 	n.fsm.applying = n.slots.written
 	n.fsm.onDiverged = n.diverged
 
@@ -822,9 +830,10 @@ func (n *Node) lead() {
 // applyPolicyDefaults proposes the server-wide policy defaults given at
 // start where the replicated ones differ (a member restarted with other
 // flags, then elected), once per start: the first time this process
-// leads. Later terms leave the replicated policy as it is, so that a
-// change of leader never undoes a `tenure policy set '*'` made since (nor
-// flips it between members started with different flags).
+// leads, unless the server-wide policy was set since it started. Later
+// terms leave the replicated policy as it is, so that a change of leader
+// never undoes a `tenure policy set '*'` made since (nor flips it between
+// members started with different flags).
 func (n *Node) applyPolicyDefaults(ctx context.Context) {
 	if n.cfg.PolicyDefaults == nil || n.policyApplied.Load() {
 		return

@@ -1005,8 +1005,9 @@ func TestPolicyDiff(t *testing.T) {
 
 // TestPolicyDefaultsOncePerStart: the policy defaults given at start are
 // applied the first time the process leads, and not again at its later
-// terms: a change of leader left a `tenure policy set '*'` made since
-// undone (found from outside).
+// terms, nor at its first when the policy was set since it started: a
+// change of leader left a `tenure policy set '*'` made since undone
+// (found from outside).
 func TestPolicyDefaultsOncePerStart(t *testing.T) {
 	n := openWith(t, t.TempDir(), func(c *Config) {
 		c.PolicyDefaults = func(p registrar.Policy) registrar.Policy {
@@ -1031,6 +1032,18 @@ func TestPolicyDefaultsOncePerStart(t *testing.T) {
 	n.applyPolicyDefaults(ctx) // as at the next term this process leads
 	if got := defaults().MaxTTL; got != registrar.Ms(6*time.Minute) {
 		t.Fatalf("max ttl %v after a later term, want the 6m set since", got)
+	}
+	// A member that had not led yet when the policy was set (a follower
+	// restarted with its flags, then elected) leaves the newer setting.
+	n.policyApplied.Store(false)
+	res, err = n.Propose(ctx, &logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{
+		Namespace: registrar.DefaultsNamespace, Policy: &tenurev1.NamespacePolicy{MaxTtl: durationpb.New(7 * time.Minute)}}}})
+	if err != nil || res.Outcome.Err != nil {
+		t.Fatalf("policy set '*': %v %v", err, res.Outcome.Err)
+	}
+	n.applyPolicyDefaults(ctx) // its first term
+	if got := defaults().MaxTTL; got != registrar.Ms(7*time.Minute) {
+		t.Fatalf("max ttl %v at the first term after a policy set since the start, want the 7m set", got)
 	}
 }
 

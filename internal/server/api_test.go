@@ -624,13 +624,14 @@ func TestAcquireWaitGrantedOnRelease(t *testing.T) {
 		return err == nil && l.Msg.Counts.Waiters == 1
 	})
 	// List of the resource names its queue (the dashboard's waiters);
-	// a list of no one resource, or of another, names none.
+	// a list of no one resource, or of another, names none, and a holder
+	// filter narrows the queue too.
 	l, err := b.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{Resource: "line/head"}))
 	if err != nil || len(l.Msg.Waiters) != 1 || l.Msg.Waiters[0].Holder != "w2" || l.Msg.Waiters[0].WaiterId == "" ||
 		l.Msg.Waiters[0].WaitRemaining.AsDuration() <= 0 || l.Msg.Waiters[0].WaitRemaining.AsDuration() > 30*time.Second {
 		t.Fatalf("List of the resource: %v, %v", l, err)
 	}
-	for _, q := range []*tenurev1.ListRequest{{}, {Resource: "line/other"}} {
+	for _, q := range []*tenurev1.ListRequest{{}, {Resource: "line/other"}, {Resource: "line/head", Holder: "w1"}} {
 		if l, err := b.leases.List(ctx, connect.NewRequest(q)); err != nil || len(l.Msg.Waiters) != 0 {
 			t.Fatalf("List %v: %v, %v", q, l, err)
 		}

@@ -312,10 +312,16 @@ func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Hea
 
 // outcomeMeta is the metadata of an OUTCOME_UNKNOWN for a write this
 // member forwarded to the leader forwardedTo: what broke off (cause) and
-// the leader as known now (leader_id, leader: its API address), where to
-// ask what became of the write.
+// the leader as known now (leader_id, leader: its API address; empty when
+// that is still the one the forward broke off from), where to ask what
+// became of the write.
 func (s *Server) outcomeMeta(cause, forwardedTo string) map[string]string {
 	id, addr := s.node.Leader()
+	if id == forwardedTo && cause != "member_shutdown" {
+		// The leader that broke off, still named until an election ends
+		// (it may have died): no leader to point to yet.
+		id, addr = "", ""
+	}
 	return map[string]string{"cause": cause, "forwarded_to": forwardedTo, "leader_id": id, "leader": addr}
 }
 
@@ -450,9 +456,11 @@ func (s *Server) forwardError(ctx context.Context, err error, write bool, id, ad
 }
 
 func notLeader(id, addr, why string) error {
-	return &registrar.Error{Reason: registrar.ReasonNotLeader,
-		Message:  fmt.Sprintf("%s: this node is not the leader and cannot forward to leader %q: %s", registrar.ReasonNotLeader, id, why),
-		Metadata: map[string]string{"leader": addr, "leader_id": id}}
+	msg := fmt.Sprintf("%s: this node is not the leader and cannot forward to leader %q: %s", registrar.ReasonNotLeader, id, why)
+	if id == "" {
+		msg = fmt.Sprintf("%s: this node is not the leader and knows no leader: %s", registrar.ReasonNotLeader, why)
+	}
+	return &registrar.Error{Reason: registrar.ReasonNotLeader, Message: msg, Metadata: map[string]string{"leader": addr, "leader_id": id}}
 }
 
 // callOp runs one operation of a stream: forwarded to the leader like its

@@ -625,6 +625,9 @@ func (h *leaseService) List(ctx context.Context, req *connect.Request[tenurev1.L
 		c.Active, c.Released, c.Expired, c.Revoked, c.Waiters = r.Counts(orDefault(m.Namespace))
 		if m.Resource != "" {
 			for _, w := range r.Waiters(orDefault(m.Namespace), m.Resource) {
+				if m.Holder != "" && w.Holder != m.Holder {
+					continue // the holder filter narrows the queue too
+				}
 				resp.Waiters = append(resp.Waiters, &tenurev1.Waiter{WaiterId: strconv.FormatUint(w.ID, 10), Holder: w.Holder,
 					Mode: tenurev1.Mode(w.Mode), WaitRemaining: durationpb.New(time.Duration(max(int64(w.Deadline-t), 0)) * time.Millisecond)})
 			}
