@@ -86,13 +86,13 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string, force
 				return err
 			}
 		} else if id != n.id && !force {
-			conn, err := net.DialTimeout("tcp", raftAddr, 2*time.Second)
-			if err == nil {
-				conn.Close()
-			} else if up, all := n.votersUp(servers, id); up < (all+1)/2+1 { // id, at a new address, counted once
-				return invalidArg("raft_address", "nothing answers at %s (%v), and with %s as a voter the cluster's %d voters would have %d that answer: "+
-					"not a majority, so it would stop taking writes until %s starts. Start it first (tenure server --join adds it once it listens), "+
-					"or add it anyway with force (tenure cluster join --force)", raftAddr, err, id, all+1, up, id)
+			if err := n.stream.probe(raft.ServerAddress(raftAddr), 2*time.Second); err != nil {
+				if up, all := n.votersUp(servers, id); up < (all+1)/2+1 { // id, at a new address, counted once
+					return invalidArg("raft_address", "no member's Raft port answers at %s (%v), and with %s as a voter the cluster's %d voters would have %d that answer: "+
+						"not a majority, so it would stop taking writes until %s answers there. Start it first (tenure server --join adds it once it listens), "+
+						"check that %s is its --raft-listen (not its API address), or add it anyway with force (tenure cluster join --force)",
+						raftAddr, registrar.ToError(err).Message, id, all+1, up, id, raftAddr)
+				}
 			}
 		}
 		if err := n.membership(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, n.cfg.ApplyTimeout)); err != nil {

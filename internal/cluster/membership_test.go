@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -198,7 +200,10 @@ func TestMembershipNoOps(t *testing.T) {
 		"AddVoter of a taken address":   n.AddVoter(ctx, "n2", n.RaftAddr(), "", false),
 		"AddVoter of an API address":    n.AddVoter(ctx, "n2", n.APIAddr(), "", false),
 		// A second voter nothing answers for: the cluster would stop.
-		"AddVoter of a member not up":    n.AddVoter(ctx, "n2", freeAddr(t), "", false),
+		"AddVoter of a member not up": n.AddVoter(ctx, "n2", freeAddr(t), "", false),
+		// Nor does a listener that is not a member's Raft port (an API
+		// address given by mistake).
+		"AddVoter of an HTTP server":     n.AddVoter(ctx, "n2", httpAddr(t), "", false),
 		"RemoveServer of the last voter": n.RemoveServer(ctx, n.id, false),
 		"TransferLeadership to anyone":   n.TransferLeadership(""),
 		"TransferLeadership to a nobody": n.TransferLeadership("nosuch"),
@@ -285,4 +290,12 @@ func freeAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return addr
+}
+
+// httpAddr is the address of an HTTP server that lives as long as the
+// test.
+func httpAddr(t *testing.T) string {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
 }

@@ -1265,7 +1265,35 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 	if s.accept != nil {
 		return s.acceptTLS()
 	}
-	return s.Listener.Accept()
+	c, err := s.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &probedConn{Conn: c}, nil
+}
+
+// probedConn answers the probe byte (streamLayer.probe: "is this a
+// member's Raft port?", asked before a voter is added) when a connection
+// starts with it, and is Raft's connection otherwise. The first byte is
+// read on Raft's own goroutine for the connection, so a silent peer holds
+// up nothing else.
+type probedConn struct {
+	net.Conn
+	started bool
+}
+
+func (c *probedConn) Read(p []byte) (int, error) {
+	if c.started || len(p) == 0 {
+		return c.Conn.Read(p)
+	}
+	c.started = true
+	n, err := c.Conn.Read(p[:1])
+	if n == 1 && p[0] == probeByte {
+		_, _ = c.Conn.Write([]byte{probeOK})
+		_ = c.Conn.Close()
+		return 0, io.EOF
+	}
+	return n, err
 }
 
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {

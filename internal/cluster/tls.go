@@ -201,16 +201,21 @@ func (e *handshakeError) Unwrap() error { return e.err }
 // a certificate of the cluster CA and accepts this node's: a handshake
 // followed by the probe byte, which the member answers only once it has
 // verified this node's certificate (TLS 1.3 checks the client's
-// certificate after the client's handshake is done).
+// certificate after the client's handshake is done). Without TLS, that
+// a member's Raft port answers there (probedConn), not something else.
 func (s *streamLayer) probe(addr raft.ServerAddress, timeout time.Duration) error {
+	check := "Raft TLS check"
+	if s.tls == nil {
+		check = "Raft check (it does not answer as a Tenure member's Raft port)"
+	}
 	refused := func(err error) error {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
 			// Slow or gone: the caller may retry (a join does).
-			return unavailable(fmt.Sprintf("the member at raft address %s did not complete the Raft TLS check in %s: %v", addr, timeout, err))
+			return unavailable(fmt.Sprintf("the member at raft address %s did not complete the %s in %s: %v", addr, check, timeout, err))
 		}
 		return &registrar.Error{Reason: registrar.ReasonPermissionDenied,
-			Message:  fmt.Sprintf("%s: the member at raft address %s failed the Raft TLS check: %v", registrar.ReasonPermissionDenied, addr, err),
+			Message:  fmt.Sprintf("%s: the member at raft address %s failed the %s: %v", registrar.ReasonPermissionDenied, addr, check, err),
 			Metadata: map[string]string{"raft_address": string(addr)}}
 	}
 	conn, err := s.Dial(addr, timeout)
