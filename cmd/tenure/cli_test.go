@@ -693,6 +693,18 @@ func startTenure(t *testing.T, args ...string) (*exec.Cmd, <-chan string, *bytes
 	return cmd, lines, &stderr
 }
 
+// guardRuns reports whether the exec guard of process group pgid runs.
+func guardRuns(pgid int) bool {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	want := []byte(guardCommand + "\x00" + strconv.Itoa(pgid) + "\x00")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, want) {
+			return true
+		}
+	}
+	return false
+}
+
 // waitDead reports whether process pid ended (or is a zombie, killed and
 // not reaped) before deadline.
 func waitDead(pid int, deadline time.Time) bool {
@@ -899,6 +911,9 @@ func TestCLIExec(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The command runs before tenure starts its guard: stop tenure
+		// once the guard is there (a stall in that moment is not covered).
+		waitFor(t, 10*time.Second, "the guard to start", func() bool { return guardRuns(pid) })
 		stopped := time.Now()
 		if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)

@@ -137,7 +137,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return &exitStatus{code: 127, msg: fmt.Sprintf("tenure exec: %v", err)}
 	}
 	pgid := cmd.Process.Pid
-	g, err := startGuard(pgid, *grace)
+	g, err := startGuard(pgid, *grace, l.TrustedUntil())
 	if err != nil {
 		fmt.Fprintf(stderr, "tenure exec: no guard for the command's process group (%v): if tenure is killed or stalls, what the command started may run on\n", err)
 	}
@@ -153,7 +153,6 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// that it never runs out while tenure runs.
 	var refresh <-chan time.Time
 	if g != nil {
-		g.trusted(l.TrustedUntil())
 		tick := time.NewTicker(min(max(l.SafetyMargin()/4, 50*time.Millisecond), 250*time.Millisecond))
 		defer tick.Stop()
 		refresh = tick.C

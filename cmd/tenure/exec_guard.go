@@ -13,7 +13,8 @@ import (
 )
 
 // guardCommand is the hidden command line of the exec guard: tenure
-// __exec-guard PGID GRACE_MS.
+// __exec-guard PGID GRACE_MS TRUSTED_MS (the lease's trust left as it
+// starts: a tenure that stalls before its first message is covered too).
 const guardCommand = "__exec-guard"
 
 // What tenure exec writes to its guard, one byte each, guardTrusted
@@ -43,8 +44,9 @@ type guard struct {
 }
 
 // startGuard starts the guard of process group pgid, whose command is
-// given grace between SIGTERM and SIGKILL.
-func startGuard(pgid int, grace time.Duration) (*guard, error) {
+// given grace between SIGTERM and SIGKILL, for a lease trusted until
+// trustedUntil.
+func startGuard(pgid int, grace time.Duration, trustedUntil time.Time) (*guard, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -53,7 +55,8 @@ func startGuard(pgid int, grace time.Duration) (*guard, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := exec.Command(self, guardCommand, strconv.Itoa(pgid), strconv.FormatInt(grace.Milliseconds(), 10))
+	g := exec.Command(self, guardCommand, strconv.Itoa(pgid), strconv.FormatInt(grace.Milliseconds(), 10),
+		strconv.FormatInt(trustedMs(trustedUntil), 10))
 	g.Stdin, g.Stderr = r, os.Stderr
 	// Its own process group: a Ctrl-C to tenure's group does not end
 	// the guard before tenure has passed the signal on.
@@ -71,9 +74,12 @@ func startGuard(pgid int, grace time.Duration) (*guard, error) {
 func (g *guard) trusted(until time.Time) {
 	var b [9]byte
 	b[0] = guardTrusted
-	binary.BigEndian.PutUint64(b[1:], uint64(max(time.Until(until).Milliseconds(), 0)))
+	binary.BigEndian.PutUint64(b[1:], uint64(trustedMs(until)))
 	_, _ = g.w.Write(b[:])
 }
+
+// trustedMs is the time left until until, in whole ms (0 once passed).
+func trustedMs(until time.Time) int64 { return max(time.Until(until).Milliseconds(), 0) }
 
 // lost tells the guard that tenure stops the command itself.
 func (g *guard) lost() { _, _ = g.w.Write([]byte{guardLost}) }
@@ -90,7 +96,7 @@ func (g *guard) done() {
 // process group; and it stops the group when the trust tenure last told
 // it of passes without a word.
 func runGuard(args []string) int {
-	if len(args) != 2 {
+	if len(args) != 3 {
 		return 2
 	}
 	pgid, err := strconv.Atoi(args[0])
@@ -101,17 +107,22 @@ func runGuard(args []string) int {
 	if err != nil || graceMs < 0 {
 		return 2
 	}
+	trustedFor, err := strconv.ParseInt(args[2], 10, 64)
+	if err != nil || trustedFor < 0 {
+		return 2
+	}
 	grace := time.Duration(graceMs) * time.Millisecond
+	// A moment past the trust: tenure, alive, stops the command itself at
+	// the trust's end (guardLost).
+	slack := min(grace/2, 250*time.Millisecond)
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 
 	msgs := make(chan guardMsg)
 	go readGuardMsgs(os.Stdin, msgs)
-	var deadline <-chan time.Time
-	var timer *time.Timer
+	timer := time.NewTimer(time.Duration(trustedFor)*time.Millisecond + slack)
+	deadline := timer.C
 	stopTimer := func() {
-		if timer != nil {
-			timer.Stop()
-		}
+		timer.Stop()
 		deadline = nil
 	}
 	termed := false
@@ -127,9 +138,7 @@ func runGuard(args []string) int {
 				stopTimer()
 			case m.kind == guardTrusted && !termed:
 				stopTimer()
-				// A moment past the trust: tenure, alive, stops the
-				// command itself at the trust's end (guardLost).
-				timer = time.NewTimer(m.trusted + min(grace/2, 250*time.Millisecond))
+				timer = time.NewTimer(m.trusted + slack)
 				deadline = timer.C
 			}
 		case <-deadline:
@@ -140,7 +149,7 @@ func runGuard(args []string) int {
 				if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && err != syscall.ESRCH {
 					fmt.Fprintf(os.Stderr, "tenure exec: stopping the command's process group %d: %v\n", pgid, err)
 				}
-				timer = time.NewTimer(grace - min(grace/2, 250*time.Millisecond))
+				timer = time.NewTimer(grace - slack)
 				deadline = timer.C
 				continue
 			}
