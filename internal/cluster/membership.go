@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -87,7 +89,7 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string, force
 			}
 		} else if id != n.id && !force {
 			if err := n.stream.probe(raft.ServerAddress(raftAddr), 2*time.Second); err != nil {
-				if up, all := n.votersUp(servers, id); up < (all+1)/2+1 { // id, at a new address, counted once
+				if up, all, _ := n.votersUp(servers, id); up < (all+1)/2+1 { // id, at a new address, counted once
 					return invalidArg("raft_address", "no member's Raft port answers at %s (%v), and with %s as a voter the cluster's %d voters would have %d that answer: "+
 						"not a majority, so it would stop taking writes until %s answers there. Start it first (tenure server --join adds it once it listens), "+
 						"check that %s is its --raft-listen (not its API address), or add it anyway with force (tenure cluster join --force)",
@@ -175,10 +177,13 @@ func (n *Node) checkRemoval(id string, force bool) (found bool, err error) {
 		if !otherVoter(servers, id) {
 			return true, invalidArg("id", "%s is the only voter and a cluster needs one; add another voter before removing it", id)
 		}
-		if up, all := n.votersUp(servers, id); !force && up < all/2+1 {
+		if force {
+			continue
+		}
+		if up, all, down := n.votersUp(servers, id); up < all/2+1 {
 			return true, invalidArg("id", "removing %s leaves %d voters, of which %d answer this leader (%s cannot be reached): not a majority, "+
 				"so the cluster would stop taking writes until they are back. Bring them back, or remove them first, "+
-				"or remove %s anyway with force (tenure cluster remove --force)", id, all, up, strings.Join(n.unreachableVoters(servers), ", "), id)
+				"or remove %s anyway with force (tenure cluster remove --force)", id, all, up, strings.Join(down, ", "), id)
 		}
 	}
 	return found, nil
@@ -191,31 +196,46 @@ func (n *Node) unreachable(id string) bool {
 }
 
 // votersUp counts the voters of servers but without, and of them those
-// this leader hears from: itself and the voters whose heartbeats answer.
-func (n *Node) votersUp(servers []raft.Server, without string) (up, all int) {
+// this leader hears from: itself and the voters whose heartbeats answer
+// and whose Raft port answers a probe now (a member that hangs, stopped
+// or cut off by dropped packets, fails its heartbeats only when they time
+// out, ~10 s). down names the others.
+func (n *Node) votersUp(servers []raft.Server, without string) (up, all int, down []string) {
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
 	for _, s := range servers {
 		if s.Suffrage != raft.Voter || string(s.ID) == without {
 			continue
 		}
 		all++
-		if string(s.ID) == n.id || !n.unreachable(string(s.ID)) {
+		switch {
+		case string(s.ID) == n.id:
 			up++
+		case n.unreachable(string(s.ID)):
+			down = append(down, string(s.ID))
+		default:
+			wg.Go(func() {
+				err := n.stream.probe(s.Address, voterProbeTimeout)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					down = append(down, string(s.ID))
+				} else {
+					up++
+				}
+			})
 		}
 	}
-	return up, all
+	wg.Wait()
+	slices.Sort(down)
+	return up, all, down
 }
 
-// unreachableVoters names the voters of servers this leader's heartbeats
-// do not reach.
-func (n *Node) unreachableVoters(servers []raft.Server) []string {
-	var out []string
-	for _, s := range servers {
-		if s.Suffrage == raft.Voter && string(s.ID) != n.id && n.unreachable(string(s.ID)) {
-			out = append(out, string(s.ID))
-		}
-	}
-	return out
-}
+// voterProbeTimeout bounds the probe of a voter's Raft port before a
+// membership change.
+const voterProbeTimeout = time.Second
 
 // otherVoter reports whether a voter other than id is in servers.
 func otherVoter(servers []raft.Server, id string) bool {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -298,4 +299,56 @@ func httpAddr(t *testing.T) string {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(srv.Close)
 	return srv.Listener.Addr().String()
+}
+
+// TestRemovalCountsAHungMemberDown: a voter that hangs (its Raft port
+// accepts connections and answers nothing: a stopped process, dropped
+// packets) counts as down for the quorum check at once, not only once
+// the leader's heartbeats to it time out (~10 s): removing the other
+// voter that is up is refused (found from outside with SIGSTOP).
+func TestRemovalCountsAHungMemberDown(t *testing.T) {
+	a := openWith(t, t.TempDir(), func(c *Config) { c.NodeID = "a" })
+	defer a.Close()
+	b := openNoWaitWith(t, t.TempDir(), func(c *Config) { c.NodeID, c.NoBootstrap = "b", true })
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := a.AddVoter(ctx, "b", b.RaftAddr(), "", false); err != nil {
+		t.Fatalf("adding b: %v", err)
+	}
+	// c accepts connections and never answers (until the test ends:
+	// then its connections close, so that a's shutdown need not wait
+	// for its Raft calls to time out).
+	hung := listen(t)
+	var mu sync.Mutex
+	var conns []net.Conn
+	defer func() {
+		hung.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	go func() {
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	if err := a.AddVoter(ctx, "c", hung.Addr().String(), "", true); err != nil {
+		t.Fatalf("adding c with force: %v", err)
+	}
+	err := a.RemoveServer(ctx, "b", false)
+	if registrar.ReasonOf(err) != registrar.ReasonInvalidArgument || !strings.Contains(err.Error(), "c cannot be reached") {
+		t.Fatalf("removing b while c hangs: %v, want INVALID_ARGUMENT naming c", err)
+	}
+	if !a.IsLeader() {
+		t.Fatal("a no longer leads")
+	}
 }
