@@ -22,6 +22,7 @@ func TestCLILeaseTree(t *testing.T) {
 	}
 	leaf := parse(t, ok(t, "derive", mid.GetLeaseId(), job+"/a/1", "--holder", "sub", "--new-holder", "subsub",
 		"--budget", "tokens=10", "-o", "json"), &tenurev1.Lease{})
+	ok(t, "derive", root.GetLeaseId(), job+"/b", "--holder", "agent", "--new-holder", "other")
 	fails(t, "SCOPE_VIOLATION", "derive", mid.GetLeaseId(), job+"/a/2", "--holder", "sub", "--scope-action", "write")
 	fails(t, "BUDGET_EXHAUSTED", "derive", mid.GetLeaseId(), job+"/a/2", "--holder", "sub", "--budget", "tokens=31")
 	fails(t, "NOT_HOLDER", "derive", mid.GetLeaseId(), job+"/a/2", "--holder", "agent")
@@ -43,8 +44,8 @@ func TestCLILeaseTree(t *testing.T) {
 
 	out := ok(t, "tree", root.GetLeaseId())
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[1], job+" ") || !strings.HasPrefix(lines[2], "└─ "+job+"/a ") ||
-		!strings.HasPrefix(lines[3], "  └─ "+job+"/a/1 ") {
+	if len(lines) != 5 || !strings.HasPrefix(lines[1], job+" ") || !strings.HasPrefix(lines[2], "├─ "+job+"/a ") ||
+		!strings.HasPrefix(lines[3], "│  └─ "+job+"/a/1 ") || !strings.HasPrefix(lines[4], "└─ "+job+"/b ") {
 		t.Fatalf("tree:\n%s", out)
 	}
 	if !strings.Contains(lines[1], "tokens 0/100 (+40 reserved)") || !strings.Contains(lines[2], "tokens 5/40 (+10 reserved)") ||
@@ -52,7 +53,7 @@ func TestCLILeaseTree(t *testing.T) {
 		t.Fatalf("tree budgets:\n%s", out)
 	}
 	js := strings.Split(strings.TrimSpace(ok(t, "tree", root.GetLeaseId(), "-o", "json")), "\n")
-	if len(js) != 3 || parse(t, js[2], &tenurev1.Lease{}).GetUsed()["tokens"] != 7 {
+	if len(js) != 4 || parse(t, js[2], &tenurev1.Lease{}).GetUsed()["tokens"] != 7 {
 		t.Fatalf("tree json:\n%s", strings.Join(js, "\n"))
 	}
 

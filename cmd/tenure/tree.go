@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -44,23 +43,46 @@ func runTree(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return writeTree(stdout, resp.GetLeases())
 }
 
-// writeTree prints leases (parents before children) indented by depth.
+// writeTree prints leases (parents before children) as a tree: each
+// child under its parent, joined by ├─ and └─ (the last child), with │
+// carrying a branch down past a child's own subtree.
 func writeTree(w io.Writer, leases []*tenurev1.Lease) error {
-	depth := map[string]int{}
+	present := make(map[string]bool, len(leases))
+	for _, l := range leases {
+		present[l.GetLeaseId()] = true
+	}
+	children := map[string][]*tenurev1.Lease{}
+	var roots []*tenurev1.Lease
+	for _, l := range leases {
+		if p := l.GetParentLeaseId(); p != "" && present[p] {
+			children[p] = append(children[p], l)
+		} else {
+			roots = append(roots, l)
+		}
+	}
 	tw := newTable(w)
 	fmt.Fprintln(tw, "LEASE\tHOLDER\tSTATE\tLEFT\tBUDGET (used/limit)")
-	for _, l := range leases {
-		d := 0
-		if pd, ok := depth[l.GetParentLeaseId()]; ok {
-			d = pd + 1
+	var walk func(l *tenurev1.Lease, lead, branch string)
+	walk = func(l *tenurev1.Lease, lead, branch string) {
+		fmt.Fprintf(tw, "%s%s%s %s\t%s\t%s\t%s\t%s\n", lead, branch, l.GetResource(), l.GetLeaseId(),
+			l.GetHolder(), leaseState(l), timeLeft(l), budgetText(l))
+		switch branch {
+		case "├─ ":
+			lead += "│  "
+		case "└─ ":
+			lead += "   "
 		}
-		depth[l.GetLeaseId()] = d
-		name := strings.Repeat("  ", d)
-		if d > 0 {
-			name = strings.Repeat("  ", d-1) + "└─ "
+		cs := children[l.GetLeaseId()]
+		for i, c := range cs {
+			b := "├─ "
+			if i == len(cs)-1 {
+				b = "└─ "
+			}
+			walk(c, lead, b)
 		}
-		name += l.GetResource() + " " + l.GetLeaseId()
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, l.GetHolder(), leaseState(l), timeLeft(l), budgetText(l))
+	}
+	for _, l := range roots {
+		walk(l, "", "")
 	}
 	return tw.Flush()
 }

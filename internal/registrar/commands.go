@@ -505,8 +505,10 @@ func (r *Registrar) renewOne(tx *Tx, id string, l *lease, holder string, ttlReq 
 	}
 	want := tx.Tick + Tick(ttl)
 	var capWall int64
-	if p := l.parent(); p != nil && want >= p.deadline() {
-		want, capWall = p.deadline(), p.deadlineWall() // a child never outlives its parent
+	if p := l.parent(); p != nil {
+		if capTick, w := p.expiryCap(tx.Rules); want >= capTick {
+			want, capWall = capTick, w // a child never outlives its parent
+		}
 	}
 	if want == l.expiresTick {
 		// A retry within the same tick: a successful no-op that does not
@@ -544,10 +546,19 @@ func (r *Registrar) renewOne(tx *Tx, id string, l *lease, holder string, ttlReq 
 			id, l.res.name, Dur(lived), Dur(l.maxLifetime))
 	}
 	exp := min(want, limit) // never extended past max_lifetime
-	if exp < l.expiresTick {
+	cur := l.expiresTick
+	if tx.Rules >= 2 && l.parent() != nil {
+		// A derived lease expires with its ancestors: an ancestor whose
+		// deadline moved earlier than this lease's own expiry (renewed out
+		// of its restart grace) set the expiry the renewal must not move
+		// earlier. The renewal then brings the lease's own expiry down to
+		// the cap.
+		cur = min(cur, l.chainDeadline())
+	}
+	if exp < cur {
 		return Lease{}, newError(ReasonRenewalDoesNotExtend, map[string]string{
-			"lease_id": id, "expires_tick": strconv.FormatInt(int64(l.expiresTick), 10), "requested_tick": strconv.FormatInt(int64(exp), 10),
-		}, "renewing lease %s would move its expiry earlier (%s left, asked for %s)", id, Dur(int64(l.expiresTick-tx.Tick)), Dur(int64(exp-tx.Tick)))
+			"lease_id": id, "expires_tick": strconv.FormatInt(int64(cur), 10), "requested_tick": strconv.FormatInt(int64(exp), 10),
+		}, "renewing lease %s would move its expiry earlier (%s left, asked for %s)", id, Dur(int64(cur-tx.Tick)), Dur(int64(exp-tx.Tick)))
 	}
 	expWall := tx.Wall + int64(exp-tx.Tick)
 	if capWall != 0 && exp == want {
@@ -676,7 +687,7 @@ func (r *Registrar) Transfer(tx *Tx, c *logpb.Transfer) Outcome {
 	r.endDescendants(tx, l, ended, l.seq)
 	ended.TransferredTo = r.nextSeq
 	r.end(tx, l, ended, false)
-	deriv, capTick, capWall := r.carryOver(l)
+	deriv, capTick, capWall := r.carryOver(l, tx.Rules)
 	a := issueArgs{
 		ns: ns.name, resource: l.res.name, holder: c.NewHolder, mode: l.mode, ttl: ttl,
 		maxRenewals: ns.policy.MaxRenewals, maxLifetime: ns.policy.MaxLifetime, transferredFrom: l.seq,
@@ -760,8 +771,10 @@ func (r *Registrar) DeclareRestart(tx *Tx, c *logpb.DeclareRestart) Outcome {
 				until = cp
 			}
 			untilWall := l.expiresWall + int64(until-l.expiresTick)
-			if p := l.parent(); p != nil && until >= p.deadline() {
-				until, untilWall = p.deadline(), p.deadlineWall() // a child never outlives its parent
+			if p := l.parent(); p != nil {
+				if capTick, w := p.expiryCap(tx.Rules); until >= capTick {
+					until, untilWall = capTick, w // a child never outlives its parent
+				}
 			}
 			if until <= l.expiresTick {
 				return

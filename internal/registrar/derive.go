@@ -211,9 +211,10 @@ func (r *Registrar) Derive(tx *Tx, c *logpb.Derive) Outcome {
 		Namespaces: scope.Namespaces, ResourcePrefixes: scope.ResourcePrefixes, Actions: scope.Actions,
 		Limits: req.Limits,
 	}
+	capTick, capWall := p.expiryCap(tx.Rules)
 	l, id := r.issue(tx, issueArgs{
 		ns: nsName, resource: c.Resource, holder: holder, mode: mode, ttl: ttl,
-		maxRenewals: pol.MaxRenewals, maxLifetime: pol.MaxLifetime, deriv: d, capTick: p.deadline(), capWall: p.deadlineWall(),
+		maxRenewals: pol.MaxRenewals, maxLifetime: pol.MaxLifetime, deriv: d, capTick: capTick, capWall: capWall,
 	})
 	if tx.err != nil {
 		return fail(tx.err)
@@ -247,7 +248,14 @@ func (r *Registrar) Consume(tx *Tx, c *logpb.Consume) Outcome {
 	if l.chainDeadline() <= tx.Tick { // an ancestor's deadline passed (its end is not applied yet)
 		return fail(newError(ReasonLeaseExpired, map[string]string{"lease_id": c.LeaseId}, "lease %s expired with an ancestor", c.LeaseId))
 	}
-	if cc := l.tree.counter(c.Counter); cc != nil && cc.Limited {
+	cc := l.tree.counter(c.Counter)
+	if cc == nil && tx.Rules >= 2 && l.tree != nil && len(l.tree.counters) >= MaxCounters {
+		// Every input is bounded (DESIGN §1.5): a lease tracks at most
+		// MaxCounters counters, as a budget limits at most as many.
+		return fail(quota("max_counters", MaxCounters, map[string]string{"lease_id": c.LeaseId, "counter": c.Counter},
+			"lease %s already tracks %d counters; the limit is %d", c.LeaseId, len(l.tree.counters), MaxCounters))
+	}
+	if cc != nil && cc.Limited {
 		if c.Amount > cc.Remaining() {
 			return fail(budgetExhausted(c.LeaseId, c.Counter, *cc, c.Amount,
 				"lease %s has %d %s left (limit %d, used %d, reserved %d); asked for %d",
@@ -376,7 +384,7 @@ func (r *Registrar) endDescendants(tx *Tx, l *lease, e *logpb.LeaseEnded, top ui
 // place in the tree and scope, and as limits what the old lease had left
 // (its subtree has ended, so nothing is reserved), so a transfer never
 // widens a budget; the parent's accounting is unchanged by the swap.
-func (r *Registrar) carryOver(old *lease) (*logpb.Derivation, Tick, int64) {
+func (r *Registrar) carryOver(old *lease, rules uint32) (*logpb.Derivation, Tick, int64) {
 	d := r.derivationOf(old)
 	if d == nil {
 		return nil, 0, 0
@@ -387,7 +395,8 @@ func (r *Registrar) carryOver(old *lease) (*logpb.Derivation, Tick, int64) {
 		}
 	}
 	if p := old.parent(); p != nil {
-		return d, p.deadline(), p.deadlineWall()
+		capTick, capWall := p.expiryCap(rules)
+		return d, capTick, capWall
 	}
 	return d, 0, 0
 }

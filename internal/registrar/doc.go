@@ -89,7 +89,7 @@
 // SCOPE_VIOLATION. The child is an ordinary lease (own id and fence, on
 // its own resource, renewed like any lease) whose expiry, at grant and at
 // every renewal, is capped at its parent's deadline (a longer ttl is
-// shortened, not refused). Any depth.
+// shortened, not refused). Up to MaxTreeDepth levels below a root.
 //
 // Budgets are carved, never shared. Each counter of a lease has a limit
 // (or none), used and reserved; remaining = limit − used − reserved. A

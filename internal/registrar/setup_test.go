@@ -20,13 +20,16 @@ type env struct {
 	m    *statemachine.Machine
 	tick registrar.Tick
 	seed []byte
+	// rules stamp the commands (statemachine.Rules unless a test sets
+	// earlier ones).
+	rules uint32
 	// log keeps every sealed record, for replay checks.
 	log [][]byte
 }
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, m: statemachine.New(statemachine.DefaultConfig()), tick: 1000}
+	e := &env{t: t, m: statemachine.New(statemachine.DefaultConfig()), tick: 1000, rules: statemachine.Rules}
 	e.seed = make([]byte, 32)
 	for i := range e.seed {
 		e.seed[i] = byte(i + 1)
@@ -42,6 +45,7 @@ func (e *env) do(cmd *logpb.Command) registrar.Outcome {
 	e.t.Helper()
 	cmd.Tick = int64(e.tick)
 	cmd.Wall = wallBase + int64(e.tick)
+	cmd.Rules = e.rules
 	res := e.m.Apply(cmd)
 	for _, s := range res.Records {
 		e.log = append(e.log, s.Bytes)

@@ -113,6 +113,17 @@ func (l *lease) deadlineWall() int64 {
 	return l.expiresWall
 }
 
+// expiryCap is the deadline a child of l may not outlive: l's own deadline
+// or, from rules 2 (statemachine.Rules), the earliest of l's and its
+// ancestors', since an ancestor renewed out of its restart grace moves its
+// deadline earlier than the descendants capped at that grace.
+func (l *lease) expiryCap(rules uint32) (Tick, int64) {
+	if rules >= 2 {
+		return l.chainDeadlineWall()
+	}
+	return l.deadline(), l.deadlineWall()
+}
+
 // chainDeadline is the earliest deadline of the lease and its ancestors:
 // a lease is honoured only while all of them are.
 func (l *lease) chainDeadline() Tick {
@@ -146,7 +157,10 @@ func canonicalList(field string, in []string, check func(string, string) error) 
 	if len(in) > MaxScopeEntries {
 		return nil, invalid(field, "lists %d entries; the limit is %d", len(in), MaxScopeEntries)
 	}
-	for _, v := range in {
+	for i, v := range in {
+		if v == "" {
+			return nil, invalid(field, "entry %d is empty", i)
+		}
 		if err := check(field, v); err != nil {
 			return nil, err
 		}
@@ -181,6 +195,9 @@ func ValidateDerivation(d *logpb.Derivation) (*logpb.Derivation, error) {
 		return nil, invalid("budget.limits", "lists %d counters; the limit is %d", len(d.Limits), MaxCounters)
 	}
 	for _, cl := range d.Limits {
+		if cl.Counter == "" {
+			return nil, invalid("budget.limits", "a counter name is empty")
+		}
 		if err := CheckIdentifier("budget.limits", cl.Counter, true); err != nil {
 			return nil, err
 		}
@@ -268,6 +285,12 @@ func (r *Registrar) settleEnded(l *lease, endedBy uint64) {
 		}
 		if c.Used != 0 {
 			if pc == nil {
+				if len(pt.counters) >= MaxCounters {
+					// A counter no lease of the chain limits (a limited
+					// one is tracked all the way up), used by a child
+					// only: what it used is not tracked past the limit.
+					continue
+				}
 				pc = pt.counterFor(c.Name)
 			}
 			pc.Used = satAdd(pc.Used, c.Used)

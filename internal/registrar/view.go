@@ -104,7 +104,20 @@ func (r *Registrar) viewID(l *lease, t Tick, id string) Lease {
 	}
 	if l.state == Active {
 		// A lease is honoured only while its ancestors are.
-		if d, w := l.chainDeadlineWall(); t < d {
+		d, w := l.chainDeadlineWall()
+		if d < l.deadline() {
+			// An ancestor's deadline is earlier than the lease's own (a
+			// parent renewed out of its restart grace moves its deadline
+			// earlier than a child capped at that grace): the expiry shown,
+			// and signed in a certificate, is the one the lease has.
+			if d < v.ExpiresTick {
+				v.ExpiresTick, v.ExpiresAt = d, WallTime(w)
+			}
+			if v.GraceTick > d {
+				v.GraceTick, v.GraceUntil = d, WallTime(w)
+			}
+		}
+		if t < d {
 			v.Remaining = Dur(int64(d - t))
 		} else {
 			// Expired at its own deadline, or at an ancestor's earlier one.

@@ -39,7 +39,11 @@ import (
 //	1  an Enqueue of a task id whose finished task has passed its
 //	   retention enqueues anew (it answered the old task until the next
 //	   queue record pruned it)
-const Rules = 1
+//	2  a derived lease is capped at its parent's chain deadline (the
+//	   earliest of the parent's and its ancestors'), which a renewal may
+//	   bring below the lease's own expiry; Consume refuses a lease's
+//	   33rd counter (QUOTA_EXCEEDED, quota max_counters)
+const Rules = 2
 
 // SnapshotVersion is the version of the snapshot encoding this code writes.
 // Version 2 added lease trees (derivation, usage, ended_by of a lease); a
