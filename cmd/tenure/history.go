@@ -11,10 +11,12 @@ import (
 
 const historyHelp = `Print the ledger events of one resource (issued, renewed, released,
 expired, revoked, transferred, …), oldest first, as kept by the history
-retention policy (24 h by default) and as far back as the member's in-memory
-history reaches (the last 100,000 events of the registrar): when it does not
-reach back far enough a note on stderr says from which index it holds events;
-the ledger files hold the rest (tenure audit export).`
+retention policy (24 h by default): the member's in-memory history (the last
+100,000 events of the registrar) and, for older events, its ledger files
+(up to 512 MiB of them read per call). When neither reaches back far enough
+(files pruned, a member that joined from a snapshot) a note on stderr says
+from which index it holds events; other members' files may hold the rest
+(tenure audit export).`
 
 const historyExamples = `  tenure history orders/42
   tenure history orders/42 --after 1200 --limit 50 -o json

@@ -75,7 +75,7 @@ var policySettings = []policySetting{
 	countSetting("max-active-per-namespace", "active leases per namespace (default 1000000)", func(p *registrar.Policy) *uint64 { return &p.MaxActivePerNamespace }),
 	countSetting("max-waiters-per-resource", "queued acquires per resource (default 1000)", func(p *registrar.Policy) *uint64 { return &p.MaxWaitersPerResource }),
 	durationSetting("lease-retention", "how long ended leases stay readable (default 1h)", func(p *registrar.Policy) *int64 { return &p.LeaseRetention }),
-	durationSetting("history-retention", "how long a resource's history is kept (default 24h; History reads an in-memory feed of the latest records of all namespaces, so on a busy registrar it reaches back less far: its answer's oldestIndex says how far, tenure audit export reads the rest)", func(p *registrar.Policy) *int64 { return &p.HistoryRetention }),
+	durationSetting("history-retention", "how long a resource's history is kept (default 24h; History reads an in-memory feed of the latest records of all namespaces, then the member's ledger files, up to 512 MiB of them per call: when that does not reach back, its answer's oldestIndex says how far it does)", func(p *registrar.Policy) *int64 { return &p.HistoryRetention }),
 	countSetting("max-retained-leases", "ended leases kept per namespace (default 100000)", func(p *registrar.Policy) *uint64 { return &p.MaxRetainedLeases }),
 	countSetting("max-retained-tasks", "finished queue tasks kept per namespace (default 100000)", func(p *registrar.Policy) *uint64 { return &p.MaxRetainedTasks }),
 	sizeSetting("max-state-bytes", "guarded state a namespace may hold, bytes (or with a unit: 512MiB), each blob plus 256 (default 256MiB)", func(p *registrar.Policy) *uint64 { return &p.MaxStateBytes }),

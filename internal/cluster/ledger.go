@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -75,6 +76,8 @@ type durableLedger struct {
 	healable atomic.Bool
 	stopHeal chan struct{}
 	healWG   sync.WaitGroup
+	// finding admits one search of the files (find) at a time.
+	finding chan struct{}
 }
 
 // ledgerOp is one request to the writer goroutine: the records of an
@@ -101,10 +104,26 @@ func openLedger(dataDir string, segSize, maxBytes int64, log *slog.Logger) (*dur
 			"segment", rec.Segment, "bytes", rec.TornBytes, "last_index", rec.Last)
 	}
 	d := &durableLedger{dir: dir, w: w, log: log, maxBytes: maxBytes, ops: make(chan ledgerOp, ledgerQueue), done: make(chan struct{}),
-		lastAtOpen: rec.Last, segSize: segSize}
+		lastAtOpen: rec.Last, segSize: segSize, finding: make(chan struct{}, 1)}
 	d.keepWithinBudget()
 	go d.run()
 	return d, nil
+}
+
+// find searches the files (ledger.Find), one search at a time: each may
+// read and decode up to its query's byte budget. Records the writer has
+// not written yet are not found (the answer then ends before q.To).
+func (d *durableLedger) find(ctx context.Context, q ledger.Query) (ledger.Found, error) {
+	if d == nil {
+		return ledger.Found{From: q.From, Next: q.From}, nil
+	}
+	select {
+	case d.finding <- struct{}{}:
+	case <-ctx.Done():
+		return ledger.Found{From: q.From, Next: q.From}, ctx.Err()
+	}
+	defer func() { <-d.finding }()
+	return ledger.Find(ctx, d.dir, q)
 }
 
 // write queues the sealed records of an applied batch; pub is the

@@ -25,6 +25,7 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenurehq/tenure/internal/ledger"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
@@ -561,6 +562,12 @@ func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 
 // Feed returns the in-memory ring of recent records.
 func (n *Node) Feed() *Feed { return n.feed }
+
+// FindInLedger searches this member's ledger files for records the feed
+// no longer holds (a resource's history within its retention).
+func (n *Node) FindInLedger(ctx context.Context, q ledger.Query) (ledger.Found, error) {
+	return n.fsm.ledger.find(ctx, q)
+}
 
 // Close shuts the node down: Raft first (pending proposals answer
 // OUTCOME_UNKNOWN), then the goroutines, the transport and the stores.

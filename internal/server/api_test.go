@@ -11,6 +11,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -24,7 +26,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/fencing"
+	"github.com/tenurehq/tenure/internal/queue"
 )
 
 // postJSON sends a Connect JSON unary request the way curl would.
@@ -499,29 +503,81 @@ func TestLeaseLifecycleOverH2C(t *testing.T) {
 	}
 }
 
-// TestHistoryCutShortSaysSo: once the in-memory feed no longer reaches
-// back to a resource's first events, History says from which index (and
-// when) it holds events, and a History from after that index does not.
-func TestHistoryCutShortSaysSo(t *testing.T) {
-	b := setupWith(t, t.TempDir(), func(c *Config) { c.Cluster.FeedSize = 20 })
+// TestHistoryPastTheFeed: once the in-memory feed no longer reaches back
+// to a resource's first events, History finds them in the member's ledger
+// files (within the retention), oldest first, ahead of the feed's, and
+// latest takes the newest across both; when the files cannot bridge the
+// range up to the feed, the answer is the feed's and says from which index
+// (and when) it holds events, and a History from after that index does
+// not.
+func TestHistoryPastTheFeed(t *testing.T) {
+	dir := t.TempDir()
+	b := setupWith(t, dir, func(c *Config) { c.Cluster.FeedSize = 20 })
 	ctx := context.Background()
+	history := func(req *tenurev1.HistoryRequest) *tenurev1.HistoryResponse {
+		t.Helper()
+		resp, err := b.leases.History(ctx, connect.NewRequest(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg
+	}
+	types := func(h *tenurev1.HistoryResponse) string {
+		var out []string
+		for _, e := range h.Events {
+			out = append(out, e.Type)
+		}
+		return strings.Join(out, " ")
+	}
 	first := b.acquire(t, &tenurev1.AcquireRequest{Resource: "early", Holder: "h"})
+	mixed := b.acquire(t, &tenurev1.AcquireRequest{Resource: "mixed", Holder: "h"})
+	qc := tenurev1connect.NewQueueServiceClient(h2cClient(), b.base)
+	if _, err := qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Queue: "q", Tasks: []*tenurev1.NewTask{{TaskId: "t1", Payload: []byte("x")}}})); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 30 {
 		b.acquire(t, &tenurev1.AcquireRequest{Resource: fmt.Sprintf("later/%d", i), Holder: "h"})
 	}
-	hist, err := b.leases.History(ctx, connect.NewRequest(&tenurev1.HistoryRequest{Resource: "early"}))
-	if err != nil {
+	if _, err := b.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{LeaseId: mixed.LeaseId, Holder: "h"})); err != nil {
 		t.Fatal(err)
 	}
-	if len(hist.Msg.Events) != 0 || hist.Msg.OldestIndex <= 1 || hist.Msg.OldestTime == nil {
-		t.Fatalf("history of %s after its events left the feed: %v", first.LeaseId, hist.Msg)
+	h := history(&tenurev1.HistoryRequest{Resource: "early"})
+	if types(h) != "lease.issued" || h.Events[0].LeaseId != first.LeaseId || h.OldestIndex != 0 {
+		t.Fatalf("history of early, whose events left the feed: %v", h)
 	}
-	hist, err = b.leases.History(ctx, connect.NewRequest(&tenurev1.HistoryRequest{Resource: "later/29", AfterIndex: hist.Msg.OldestIndex}))
-	if err != nil {
-		t.Fatal(err)
+	if h := history(&tenurev1.HistoryRequest{Resource: "mixed"}); types(h) != "lease.issued lease.released" || h.OldestIndex != 0 {
+		t.Fatalf("history of mixed, in the files and the feed: %v", h)
 	}
-	if len(hist.Msg.Events) != 1 || hist.Msg.OldestIndex != 0 {
-		t.Fatalf("history from the oldest index held: %v", hist.Msg)
+	if h := history(&tenurev1.HistoryRequest{Resource: "mixed", Limit: 1}); types(h) != "lease.issued" {
+		t.Fatalf("the first event of mixed: %v", h)
+	}
+	if h := history(&tenurev1.HistoryRequest{Resource: "mixed", Limit: 1, Latest: true}); types(h) != "lease.released" {
+		t.Fatalf("the latest event of mixed: %v", h)
+	}
+	if h := history(&tenurev1.HistoryRequest{Resource: "mixed", Limit: 5, Latest: true}); types(h) != "lease.issued lease.released" {
+		t.Fatalf("the latest 5 events of mixed: %v", h)
+	}
+	if h := history(&tenurev1.HistoryRequest{Resource: queue.Resource("q", "t1")}); !strings.HasPrefix(types(h), "task.enqueued") {
+		t.Fatalf("history of task t1: %v", h)
+	}
+
+	// Without the files (here: removed), the feed's alone, saying so.
+	segs, err := filepath.Glob(filepath.Join(dir, "ledger", "*.ndjson"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("ledger segments: %v %v", segs, err)
+	}
+	for _, s := range segs {
+		if err := os.Remove(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h = history(&tenurev1.HistoryRequest{Resource: "early"})
+	if len(h.Events) != 0 || h.OldestIndex <= 1 || h.OldestTime == nil {
+		t.Fatalf("history of early without the files: %v", h)
+	}
+	h = history(&tenurev1.HistoryRequest{Resource: "later/29", AfterIndex: h.OldestIndex})
+	if len(h.Events) != 1 || h.OldestIndex != 0 {
+		t.Fatalf("history from the oldest index held: %v", h)
 	}
 }
 

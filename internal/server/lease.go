@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/internal/ledger"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/pool"
 	"github.com/tenurehq/tenure/internal/queue"
@@ -694,7 +696,9 @@ func (h *leaseService) WriteState(ctx context.Context, req *connect.Request[tenu
 // History answers a resource's events from the in-memory feed (the most
 // recent cluster.DefaultFeedSize records of the whole registrar, read back
 // from the ledger files at a restart), through its index by resource: the
-// resource's own events, not a scan of the feed.
+// resource's own events, not a scan of the feed. Events within the
+// retention that the feed no longer holds are searched for in the
+// member's ledger files (historyFromLedger).
 func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev1.HistoryRequest]) (*connect.Response[tenurev1.HistoryResponse], error) {
 	s, m := h.s, req.Msg
 	if err := registrar.CheckNamespace("namespace", m.Namespace, false); err != nil {
@@ -728,18 +732,114 @@ func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev
 	if m.Latest {
 		last = limit
 	}
+	var events []statemachine.Sealed
 	feed.HistoryLast(ns, m.Resource, m.AfterIndex, last, func(sl statemachine.Sealed) bool {
 		if registrar.Tick(sl.Record.Tick) >= cutoff {
-			resp.Events = append(resp.Events, renderEvent(sl))
+			events = append(events, sl)
 		}
-		return len(resp.Events) < limit
+		return len(events) < limit
 	})
-	// Say so when the feed no longer reaches back as far as asked, within
-	// the retention: the answer may lack older events.
-	if oldest, ok := feed.At(feed.Oldest()); ok && oldest.Record.Index > max(m.AfterIndex+1, 1) &&
-		registrar.Tick(oldest.Record.Tick) > cutoff {
-		resp.OldestIndex = oldest.Record.Index
-		resp.OldestTime = timestamppb.New(time.UnixMilli(oldest.Record.Wall))
+	from := max(m.AfterIndex+1, 1)
+	if oldest, ok := feed.At(feed.Oldest()); ok && oldest.Record.Index > from && registrar.Tick(oldest.Record.Tick) > cutoff {
+		// The feed no longer reaches back as far as asked, within the
+		// retention: the ledger files hold the events before it.
+		var complete uint64
+		events, complete = s.historyFromLedger(ctx, ns, m.Resource, from, oldest, cutoff, limit, m.Latest, events)
+		// Say so when the answer may still lack older events.
+		if complete > from {
+			at := oldest
+			if complete < oldest.Record.Index {
+				at, _ = s.ledgerRecordAt(ctx, complete)
+			}
+			resp.OldestIndex = complete
+			if at.Record != nil {
+				resp.OldestTime = timestamppb.New(time.UnixMilli(at.Record.Wall))
+			}
+		}
+	}
+	for _, sl := range events {
+		resp.Events = append(resp.Events, renderEvent(sl))
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// historyScanBytes bounds the ledger files one History call reads (about
+// a second of one core): a call whose answer lies further back answers
+// what the feed holds and says how far back that reaches.
+const historyScanBytes = 512 << 20
+
+// historyFromLedger completes a History answer whose events (feed, from
+// the feed: oldest is the feed's oldest record) may begin before the
+// feed: it searches this member's ledger files from index from up to the
+// feed, for the resource's events since cutoff. It returns the answer's
+// events and the index from which the answer is complete (from itself
+// when nothing is missing). When the files cannot bridge the range up to
+// the feed (a start marker, damage, the byte budget), it answers the
+// events of the run it could read if they already make a page of the
+// oldest events (after_index paging resumes there), else the feed's
+// alone, complete from the feed's oldest record.
+func (s *Server) historyFromLedger(ctx context.Context, ns, resource string, from uint64, oldest statemachine.Sealed,
+	cutoff registrar.Tick, limit int, latest bool, feed []statemachine.Sealed) ([]statemachine.Sealed, uint64) {
+	to := oldest.Record.Index
+	if latest && len(feed) >= limit {
+		return feed, from // the newest are all in the feed
+	}
+	literal := []byte(literalOf(resource))
+	q := ledger.Query{
+		From: from, To: to, MinTick: int64(cutoff), MaxBytes: historyScanBytes,
+		Match: func(enc []byte) bool { return bytes.Contains(enc, literal) },
+		Keep: func(rec *logpb.Record) bool {
+			n, r := eventScope(rec)
+			return r == resource && orDefault(n) == ns
+		},
+	}
+	if latest {
+		q.Last = limit - len(feed)
+	} else {
+		q.First = limit
+	}
+	found, err := s.node.FindInLedger(ctx, q)
+	if err != nil {
+		s.log.Debug("history: reading the ledger files", "resource", resource, "err", err)
+	}
+	older := make([]statemachine.Sealed, len(found.Records))
+	for i, r := range found.Records {
+		older[i] = statemachine.Sealed{Record: r.Record, Bytes: r.Bytes, Hash: r.Hash}
+	}
+	switch {
+	case err == nil && found.Next == to:
+		out := append(older, feed...)
+		if !latest && len(out) > limit {
+			out = out[:limit]
+		}
+		return out, found.From
+	case err == nil && !latest && len(older) == limit:
+		return older, found.From
+	}
+	return feed, to
+}
+
+// literalOf is a part of a resource name that every record of the
+// resource holds as is: the name itself, but for the resources of task
+// and piece leases, which their records name by their parts (a queue's or
+// pool's name, then the task id or file and piece numbers).
+func literalOf(resource string) string {
+	for _, p := range []string{queue.ResourcePrefix, pool.ResourcePrefix} {
+		if rest, ok := strings.CutPrefix(resource, p); ok {
+			name, _, _ := strings.Cut(rest, "/")
+			return name
+		}
+	}
+	return resource
+}
+
+// ledgerRecordAt reads one record from this member's ledger files.
+func (s *Server) ledgerRecordAt(ctx context.Context, index uint64) (statemachine.Sealed, bool) {
+	found, err := s.node.FindInLedger(ctx, ledger.Query{From: index, To: index + 1, First: 1,
+		Keep: func(*logpb.Record) bool { return true }})
+	if err != nil || len(found.Records) == 0 || found.From != index {
+		return statemachine.Sealed{}, false
+	}
+	r := found.Records[0]
+	return statemachine.Sealed{Record: r.Record, Bytes: r.Bytes, Hash: r.Hash}, true
 }

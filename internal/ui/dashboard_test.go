@@ -297,6 +297,11 @@ func TestDashboard(t *testing.T) {
 		e.open(t, "/resource/busy%2F1")
 		e.waitJS(t, "the latest events", `document.querySelector("#resource-history h2")?.textContent === "History (the latest 1000 events)" &&
 			document.querySelector("#history li")?.dataset.type === "lease.revoked" && document.querySelector('#history li[data-type="lease.issued"]') === null`)
+		// A refresh adds what happened since (it asks for the events after
+		// the ones shown).
+		e.acquire(t, "busy/1", "w9", time.Minute, tenurev1.Mode_MODE_EXCLUSIVE)
+		e.waitJS(t, "the new lease", `document.querySelector("#resource-history h2")?.textContent === "History (the latest 1000 events)" &&
+			document.querySelector("#history li")?.dataset.type === "lease.issued" && document.querySelectorAll('#history li[data-type="lease.revoked"]').length === 1`)
 	})
 
 	t.Run("revoke", func(t *testing.T) {

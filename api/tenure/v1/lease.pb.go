@@ -2738,11 +2738,14 @@ func (x *HistoryRequest) GetLatest() bool {
 type HistoryResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Events []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
-	// Set when the answering member's in-memory history no longer reaches
-	// back to after_index: the oldest event index it holds, and when that
-	// event happened. Older events of the resource (within the history
-	// retention) are not in this answer; the ledger files hold them
-	// (`tenure audit export`).
+	// Set when the answering member's history no longer reaches back to
+	// after_index: the index from which this answer is complete, and when
+	// that event happened. A member answers from its in-memory feed of
+	// recent events and, for older events within the history retention,
+	// from its ledger files (reading up to 512 MiB of them per call); this
+	// is set when neither reaches back (files pruned by --ledger-max-size,
+	// a member that joined from a snapshot, a longer search). Older events
+	// may then be in another member's files (`tenure audit export`).
 	OldestIndex   uint64                 `protobuf:"varint,2,opt,name=oldest_index,json=oldestIndex,proto3" json:"oldest_index,omitempty"`
 	OldestTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=oldest_time,json=oldestTime,proto3" json:"oldest_time,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -6,10 +6,33 @@ import { leaseTable, adminNote } from './leases.js';
 const HISTORY_MAX = 1000;
 const LEASE_ROWS = 200;
 
-// history reads the resource's latest HISTORY_MAX events, oldest first.
-async function history(ns, resource) {
-  const r = await api.call('LeaseService', 'History', { namespace: ns, resource, limit: HISTORY_MAX, latest: true });
-  return r.events || [];
+// historyOf keeps a resource's latest HISTORY_MAX events (oldest first)
+// across the page's refreshes. The first load asks for the latest, which
+// for a resource quiet on a busy registrar the member reads from its
+// ledger files (up to hundreds of MB); each refresh asks only for the
+// events after the registrar's index at that load, which its in-memory
+// history holds, and starts over when the answer says it lacks some.
+function historyOf(ns, resource) {
+  let evs = null;
+  let after = 0;
+  return async () => {
+    if (evs !== null) {
+      const r = await api.call('LeaseService', 'History', { namespace: ns, resource, afterIndex: String(after), limit: HISTORY_MAX });
+      if (!r.oldestIndex || r.oldestIndex === '0') {
+        const more = r.events || [];
+        if (more.length) after = Number(more[more.length - 1].index);
+        if (more.length < HISTORY_MAX) {
+          evs = evs.concat(more).slice(-HISTORY_MAX);
+          return evs;
+        }
+      }
+    }
+    const st = await api.call('ClusterService', 'Status');
+    const r = await api.call('LeaseService', 'History', { namespace: ns, resource, limit: HISTORY_MAX, latest: true });
+    evs = r.events || [];
+    after = Math.max(Number(st.ledgerIndex || 0), evs.length ? Number(evs[evs.length - 1].index) : 0);
+    return evs;
+  };
 }
 
 // resourceLeases lists the resource's active leases: List by prefix, which
@@ -77,6 +100,7 @@ export default function resource(root, ctx) {
     h('h1', { class: 'mono' }, name), msg,
     leasesBox, h('div', { class: 'grid' }, waitBox, stateBox), histBox);
 
+  const history = historyOf(ctx.ns, name);
   const load = single(async () => {
     const leases = resourceLeases(ctx.ns, name);
     await Promise.all([
@@ -95,7 +119,7 @@ export default function resource(root, ctx) {
           h('dt', {}, 'epoch'), h('dd', { id: 'state-epoch', class: 'mono' }, r.epoch || '0'),
           h('dt', {}, 'data'), h('dd', {}, data ? h('pre', {}, data) : h('span', { class: 'muted' }, 'none written'))));
       }).catch((e) => replace(stateBox, h('h2', {}, 'Guarded state'), errorBox(e))),
-      Promise.all([leases, history(ctx.ns, name)]).then(([ls, evs]) => {
+      Promise.all([leases, history()]).then(([ls, evs]) => {
         const ws = ls.waiters;
         const since = queuedSince(evs);
         replace(waitBox, h('h2', {}, 'Waiters'), ws.length === 0 ? empty('Nobody is waiting.') :

@@ -1,0 +1,134 @@
+package ledger_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tenurehq/tenure/internal/ledger"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// TestFind: Find answers the records of a range that a filter keeps,
+// across segments, with the range it is complete for: all of it; up to
+// where First or the byte budget stopped it; from a start marker or a
+// damaged line on; past segments wholly before MinTick without reading
+// them.
+func TestFind(t *testing.T) {
+	recs, _ := history(t, 60, 0)
+	last := recs[len(recs)-1].Record.Index
+	wanted := []string{"r/3", "r/33", "r/50"}
+	keep := func(r *logpb.Record) bool { return slices.Contains(wanted, r.GetIssued().GetResource()) }
+	match := func(enc []byte) bool { return bytes.Contains(enc, []byte("r/")) }
+	indexes := func(f ledger.Found) []uint64 {
+		var out []uint64
+		for _, s := range f.Records {
+			out = append(out, s.Record.Index)
+		}
+		return out
+	}
+	var all []uint64 // the indexes of the wanted records
+	var want []statemachine.Sealed
+	for _, s := range recs {
+		if keep(s.Record) {
+			all = append(all, s.Record.Index)
+			want = append(want, s)
+		}
+	}
+	if len(all) != 3 {
+		t.Fatalf("history holds %d wanted records", len(all))
+	}
+	find := func(t *testing.T, dir string, q ledger.Query) ledger.Found {
+		t.Helper()
+		if q.Keep == nil {
+			q.Keep = keep
+		}
+		f, err := ledger.Find(context.Background(), dir, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+
+	dir := t.TempDir()
+	write(t, dir, 2048, recs)
+	if segs, _ := ledger.Segments(dir); len(segs) < 3 {
+		t.Fatalf("%d segments; the test wants several", len(segs))
+	}
+	f := find(t, dir, ledger.Query{From: 1, To: last + 1, Match: match})
+	if !slices.Equal(indexes(f), all) || f.From != 1 || f.Next != last+1 {
+		t.Fatalf("all: %v from %d next %d; want %v from 1 next %d", indexes(f), f.From, f.Next, all, last+1)
+	}
+	for i, s := range f.Records {
+		if s.Hash != want[i].Hash || !bytes.Equal(s.Bytes, want[i].Bytes) {
+			t.Fatalf("record %d read back differs", s.Record.Index)
+		}
+	}
+	if f := find(t, dir, ledger.Query{From: 1, To: last + 1, First: 2}); !slices.Equal(indexes(f), all[:2]) || f.Next != all[1]+1 {
+		t.Fatalf("first 2: %v next %d", indexes(f), f.Next)
+	}
+	if f := find(t, dir, ledger.Query{From: 1, To: last + 1, Last: 2}); !slices.Equal(indexes(f), all[1:]) || f.Next != last+1 {
+		t.Fatalf("last 2: %v next %d", indexes(f), f.Next)
+	}
+	if f := find(t, dir, ledger.Query{From: all[0] + 1, To: all[2]}); !slices.Equal(indexes(f), all[1:2]) || f.From != all[0]+1 || f.Next != all[2] {
+		t.Fatalf("between: %v from %d next %d", indexes(f), f.From, f.Next)
+	}
+	// Records before MinTick are left out, and the segments wholly before
+	// it not read: a garbled first segment does not show.
+	minTick := want[1].Record.Tick
+	seg0 := mustSegments(t, dir)[0]
+	b, _ := os.ReadFile(seg0)
+	if err := os.WriteFile(seg0, append([]byte("garbage\n"), b[8:]...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if f := find(t, dir, ledger.Query{From: 1, To: last + 1, MinTick: minTick}); !slices.Equal(indexes(f), all[1:]) || f.From != 1 || f.Next != last+1 {
+		t.Fatalf("from tick %d: %v from %d next %d", minTick, indexes(f), f.From, f.Next)
+	}
+	// The byte budget stops it early: complete up to Next only.
+	if f := find(t, dir, ledger.Query{From: 1, To: last + 1, MaxBytes: 4096}); f.Next >= last || f.Next < 2 {
+		t.Fatalf("a budget of 4 KiB: next %d", f.Next)
+	}
+
+	// A start marker: complete from where the chain resumes.
+	dir = t.TempDir()
+	write(t, dir, 0, recs[:20])
+	w, _, err := ledger.OpenWriter(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Resume(recs[40].Record.Index, recs[39].Hash); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	write(t, dir, 0, recs[40:])
+	if f := find(t, dir, ledger.Query{From: 1, To: last + 1}); !slices.Equal(indexes(f), all[2:]) || f.From != recs[40].Record.Index || f.Next != last+1 {
+		t.Fatalf("after a start marker: %v from %d next %d", indexes(f), f.From, f.Next)
+	}
+
+	// A damaged line: complete from the record after it.
+	dir = t.TempDir()
+	write(t, dir, 0, recs)
+	seg, ls := lines(t, dir)
+	ls[45] = "{\"index\":garbled\n"
+	if err := os.WriteFile(seg, []byte(strings.Join(ls, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if f := find(t, dir, ledger.Query{From: 1, To: last + 1}); !slices.Equal(indexes(f), all[2:]) || f.From != recs[45].Record.Index+1 || f.Next != last+1 {
+		t.Fatalf("after a damaged line: %v from %d next %d", indexes(f), f.From, f.Next)
+	}
+}
+
+func mustSegments(t *testing.T, dir string) []string {
+	t.Helper()
+	segs, err := ledger.Segments(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return segs
+}
