@@ -94,7 +94,7 @@ func BenchmarkApplyBatch(b *testing.B) {
 	f := newFSM(statemachine.DefaultConfig(), NewFeed(0, nil))
 	f.observe = newMetrics(nil, nil).observe
 	var err error
-	if f.ledger, err = openLedger(b.TempDir(), 0, 0, slog.New(slog.DiscardHandler)); err != nil {
+	if f.ledger, err = openLedger(b.TempDir(), 0, 0, nil, slog.New(slog.DiscardHandler)); err != nil {
 		b.Fatal(err)
 	}
 	defer f.ledger.close()

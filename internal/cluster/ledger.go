@@ -14,6 +14,7 @@ import (
 
 	"github.com/tenurehq/tenure/fencing"
 	"github.com/tenurehq/tenure/internal/ledger"
+	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
@@ -76,8 +77,10 @@ type durableLedger struct {
 	healable atomic.Bool
 	stopHeal chan struct{}
 	healWG   sync.WaitGroup
-	// finding admits one search of the files (find) at a time.
+	// finding admits one search of the files (find) at a time, which
+	// filters spares the segments without the resource searched for.
 	finding chan struct{}
+	filters *segFilters
 }
 
 // ledgerOp is one request to the writer goroutine: the records of an
@@ -93,7 +96,7 @@ type ledgerOp struct {
 	heal   chan error
 }
 
-func openLedger(dataDir string, segSize, maxBytes int64, log *slog.Logger) (*durableLedger, error) {
+func openLedger(dataDir string, segSize, maxBytes int64, scope func(*logpb.Record) (ns, resource string), log *slog.Logger) (*durableLedger, error) {
 	dir := filepath.Join(dataDir, ledger.DirName)
 	w, rec, err := ledger.OpenWriter(dir, segSize)
 	if err != nil {
@@ -105,15 +108,21 @@ func openLedger(dataDir string, segSize, maxBytes int64, log *slog.Logger) (*dur
 	}
 	d := &durableLedger{dir: dir, w: w, log: log, maxBytes: maxBytes, ops: make(chan ledgerOp, ledgerQueue), done: make(chan struct{}),
 		lastAtOpen: rec.Last, segSize: segSize, finding: make(chan struct{}, 1)}
+	if scope != nil {
+		d.filters = newSegFilters(scope, segSize)
+	}
 	d.keepWithinBudget()
 	go d.run()
 	return d, nil
 }
 
-// find searches the files (ledger.Find), one search at a time: each may
-// read and decode up to its query's byte budget. Records the writer has
-// not written yet are not found (the answer then ends before q.To).
-func (d *durableLedger) find(ctx context.Context, q ledger.Query) (ledger.Found, error) {
+// find searches the files (ledger.Find) for the records of resource ns,
+// res, one search at a time: each may read and decode up to its query's
+// byte budget, but not the segments whose filter says they hold none (res
+// empty: every segment).
+// Records the writer has not written yet are not found (the answer then
+// ends before q.To).
+func (d *durableLedger) find(ctx context.Context, ns, res string, q ledger.Query) (ledger.Found, error) {
 	if d == nil {
 		return ledger.Found{From: q.From, Next: q.From}, nil
 	}
@@ -123,6 +132,12 @@ func (d *durableLedger) find(ctx context.Context, q ledger.Query) (ledger.Found,
 		return ledger.Found{From: q.From, Next: q.From}, ctx.Err()
 	}
 	defer func() { <-d.finding }()
+	if d.filters != nil && res != "" {
+		if segs, err := ledger.Segments(d.dir); err == nil {
+			d.filters.keep(segs)
+		}
+		q.Skip = func(seg string) bool { return d.filters.absent(seg, ns, res) }
+	}
 	return ledger.Find(ctx, d.dir, q)
 }
 
@@ -196,6 +211,10 @@ func (d *durableLedger) writeNow(sealed []statemachine.Sealed, pub ed25519.Publi
 		if err := d.w.Append(s.Record.Index, s.Record.PrevHash, s.Hash, s.Bytes); err != nil {
 			d.fail(err)
 			return
+		}
+		if d.filters != nil {
+			seg := d.w.Segment()
+			d.filters.note(seg, ledger.FirstIndex(seg), s.Record)
 		}
 	}
 	if err := d.w.Flush(); err != nil {
@@ -308,6 +327,7 @@ func (d *durableLedger) healNow() error {
 		return err // still stopped, the old writer closed
 	}
 	d.w = w
+	d.filters.spoil(w.Segment()) // refilled below without its filter
 	if oldest := d.feed.Oldest(); oldest == 0 || oldest > rec.Last+1 {
 		if d.feed.Head() > rec.Last {
 			d.healable.Store(false)
@@ -363,9 +383,12 @@ func (d *durableLedger) resumeNow(next uint64, head ledger.Hash) {
 	if d.failed.Load() {
 		return
 	}
+	// The chain breaks here: the segments around the break are read.
+	d.filters.spoil(d.w.Segment())
 	if err := d.w.Resume(next, head); err != nil {
 		d.fail(err)
 	}
+	d.filters.spoil(d.w.Segment())
 }
 
 // tail reads back from the files up to max records (and maxBytes of

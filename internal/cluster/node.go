@@ -233,7 +233,7 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	// The ledger opens before Raft, which re-applies into it at start.
-	if n.fsm.ledger, err = openLedger(cfg.DataDir, cfg.LedgerSegmentSize, cfg.LedgerMaxBytes, n.log); err != nil {
+	if n.fsm.ledger, err = openLedger(cfg.DataDir, cfg.LedgerSegmentSize, cfg.LedgerMaxBytes, cfg.EventScope, n.log); err != nil {
 		return nil, err
 	}
 	n.fsm.ledger.diverged = n.diverged
@@ -563,10 +563,11 @@ func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 // Feed returns the in-memory ring of recent records.
 func (n *Node) Feed() *Feed { return n.feed }
 
-// FindInLedger searches this member's ledger files for records the feed
-// no longer holds (a resource's history within its retention).
-func (n *Node) FindInLedger(ctx context.Context, q ledger.Query) (ledger.Found, error) {
-	return n.fsm.ledger.find(ctx, q)
+// FindInLedger searches this member's ledger files for records of
+// resource (ns, res, as Config.EventScope names them) that the feed no
+// longer holds: a resource's history within its retention.
+func (n *Node) FindInLedger(ctx context.Context, ns, res string, q ledger.Query) (ledger.Found, error) {
+	return n.fsm.ledger.find(ctx, ns, res, q)
 }
 
 // Close shuts the node down: Raft first (pending proposals answer

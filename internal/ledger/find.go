@@ -33,6 +33,9 @@ type Query struct {
 	// First stops the scan once it has kept that many; Last keeps only
 	// the newest that many. 0: no limit.
 	First, Last int
+	// Skip, when set, names segments known to hold no record Keep would
+	// keep, and without a break in the chain: they are not read.
+	Skip func(segment string) bool
 }
 
 // Found is what Find read.
@@ -91,6 +94,13 @@ func Find(ctx context.Context, dir string, q Query) (Found, error) {
 		}
 		if firstIndexOf(segs[i]) >= q.To {
 			break
+		}
+		// A segment the run has reached (nothing missing before it) that
+		// holds nothing wanted: the run goes on past it. Never the last
+		// one, which the writer may still be adding to.
+		if i+1 < len(segs) && q.Skip != nil && !s.broken && firstIndexOf(segs[i]) <= out.Next && q.Skip(segs[i]) {
+			out.Next = max(out.Next, min(firstIndexOf(segs[i+1]), q.To))
+			continue
 		}
 		if err := s.read(ctx, segs[i]); err != nil {
 			return out, err

@@ -88,6 +88,40 @@ func TestFind(t *testing.T) {
 	if f := find(t, dir, ledger.Query{From: 1, To: last + 1, MinTick: minTick}); !slices.Equal(indexes(f), all[1:]) || f.From != 1 || f.Next != last+1 {
 		t.Fatalf("from tick %d: %v from %d next %d", minTick, indexes(f), f.From, f.Next)
 	}
+	// Segments skipped (said to hold nothing wanted) are not read, and the
+	// answer is complete past them: here all but the one holding the
+	// second wanted record and the last (the garbled first segment is not
+	// read either).
+	segs := mustSegments(t, dir)
+	holding := func(i uint64) string {
+		s := segs[0]
+		for _, seg := range segs {
+			if ledger.FirstIndex(seg) <= i {
+				s = seg
+			}
+		}
+		return s
+	}
+	lastSeg, second := segs[len(segs)-1], holding(all[1])
+	if second == lastSeg || holding(all[2]) == lastSeg || holding(all[2]) == second {
+		t.Fatalf("the wanted records %v are not in segments apart: %v", all, segs)
+	}
+	skip := func(seg string) bool { return seg != second }
+	if f := find(t, dir, ledger.Query{From: 1, To: last + 1, Skip: skip}); !slices.Equal(indexes(f), all[1:2]) || f.From != 1 || f.Next != last+1 {
+		t.Fatalf("skipping all but one segment: %v from %d next %d; want %v", indexes(f), f.From, f.Next, all[1:2])
+	}
+	// Skipping up to a segment past the range: complete up to its end.
+	if f := find(t, dir, ledger.Query{From: 1, To: all[1] + 1, Skip: skip}); !slices.Equal(indexes(f), all[1:2]) || f.Next != all[1]+1 {
+		t.Fatalf("a range ending in the segment kept: %v next %d", indexes(f), f.Next)
+	}
+	if f := find(t, dir, ledger.Query{From: 1, To: ledger.FirstIndex(second), Skip: skip}); len(f.Records) != 0 || f.From != 1 || f.Next != ledger.FirstIndex(second) {
+		t.Fatalf("a range ending in skipped segments: %v from %d next %d", indexes(f), f.From, f.Next)
+	}
+	// The last segment is read even when Skip says otherwise (the writer
+	// may be adding to it).
+	if f := find(t, dir, ledger.Query{From: 1, To: last + 1, Skip: func(string) bool { return true }}); len(f.Records) != 0 || f.Next != last+1 {
+		t.Fatalf("skipping every segment: %v next %d", indexes(f), f.Next)
+	}
 	// The byte budget stops it early: complete up to Next only.
 	if f := find(t, dir, ledger.Query{From: 1, To: last + 1, MaxBytes: 4096}); f.Next >= last || f.Next < 2 {
 		t.Fatalf("a budget of 4 KiB: next %d", f.Next)

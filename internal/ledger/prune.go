@@ -128,6 +128,9 @@ func PruneToSize(dir string, maxBytes int64) (Pruned, error) {
 }
 
 // firstIndexOf is the index a segment or marker file is named after.
+// FirstIndex is the index a segment file begins at, from its name.
+func FirstIndex(path string) uint64 { return firstIndexOf(path) }
+
 func firstIndexOf(path string) uint64 {
 	name, _, _ := strings.Cut(filepath.Base(path), ".")
 	n, _ := strconv.ParseUint(name, 10, 64)

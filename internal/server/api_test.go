@@ -512,7 +512,9 @@ func TestLeaseLifecycleOverH2C(t *testing.T) {
 // not.
 func TestHistoryPastTheFeed(t *testing.T) {
 	dir := t.TempDir()
-	b := setupWith(t, dir, func(c *Config) { c.Cluster.FeedSize = 20 })
+	// Small ledger segments: History reads those that may hold the
+	// resource (their filters), past the others.
+	b := setupWith(t, dir, func(c *Config) { c.Cluster.FeedSize, c.Cluster.LedgerSegmentSize = 20, 2048 })
 	ctx := context.Background()
 	history := func(req *tenurev1.HistoryRequest) *tenurev1.HistoryResponse {
 		t.Helper()

@@ -798,7 +798,7 @@ func (s *Server) historyFromLedger(ctx context.Context, ns, resource string, fro
 	} else {
 		q.First = limit
 	}
-	found, err := s.node.FindInLedger(ctx, q)
+	found, err := s.node.FindInLedger(ctx, ns, resource, q)
 	if err != nil {
 		s.log.Debug("history: reading the ledger files", "resource", resource, "err", err)
 	}
@@ -835,7 +835,7 @@ func literalOf(resource string) string {
 
 // ledgerRecordAt reads one record from this member's ledger files.
 func (s *Server) ledgerRecordAt(ctx context.Context, index uint64) (statemachine.Sealed, bool) {
-	found, err := s.node.FindInLedger(ctx, ledger.Query{From: index, To: index + 1, First: 1,
+	found, err := s.node.FindInLedger(ctx, "", "", ledger.Query{From: index, To: index + 1, First: 1,
 		Keep: func(*logpb.Record) bool { return true }})
 	if err != nil || len(found.Records) == 0 || found.From != index {
 		return statemachine.Sealed{}, false

@@ -1,0 +1,141 @@
+package cluster
+
+import (
+	"hash/maphash"
+	"math/bits"
+	"sync"
+
+	"github.com/tenurehq/tenure/internal/ledger"
+	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
+)
+
+// segFilters remembers, for each ledger segment this process wrote from
+// its first line, which resources its records concern (a Bloom filter of
+// the records' (namespace, resource), as Config.EventScope names them), so
+// that a History search for a resource's events older than the feed reads
+// only the segments that may hold them. A segment without a filter is
+// always read: one begun before this process started, or one the writer
+// went on with after a restore or a refill from the feed (records it did
+// not see, or a break in the chain, a filter must not hide).
+type segFilters struct {
+	scope func(*logpb.Record) (ns, resource string)
+	seed  maphash.Seed
+	// bits is the size of each filter, from the segment size.
+	bits uint64
+	mu   sync.RWMutex
+	by   map[string][]uint64
+}
+
+// segFilterHashes is the number of bits a key sets.
+const segFilterHashes = 4
+
+func newSegFilters(scope func(*logpb.Record) (ns, resource string), segSize int64) *segFilters {
+	if segSize <= 0 {
+		segSize = ledger.DefaultSegmentSize
+	}
+	// About a bit per 32 bytes of segment, ten per record of ~300 bytes
+	// (a 64 MiB segment: 256 KiB of filter, ~1% false positives).
+	x := max(uint64(segSize)/32, 1024)
+	n := uint64(1) << (bits.Len64(x) - 1) // a power of two, at most x
+	return &segFilters{scope: scope, seed: maphash.MakeSeed(), bits: n, by: map[string][]uint64{}}
+}
+
+func (f *segFilters) hash(ns, resource string) (uint64, uint64) {
+	var h maphash.Hash
+	h.SetSeed(f.seed)
+	h.WriteString(ns)
+	h.WriteByte(0)
+	h.WriteString(resource)
+	x := h.Sum64()
+	return x, x>>32 | 1
+}
+
+// note records that the record at index was appended to segment seg,
+// which begins at first: it starts the segment's filter at its first
+// record and adds to it after.
+func (f *segFilters) note(seg string, first uint64, rec *logpb.Record) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.by[seg]
+	if b == nil {
+		if rec.Index != first {
+			return
+		}
+		b = make([]uint64, f.bits/64)
+		f.by[seg] = b
+	}
+	ns, res := f.scope(rec)
+	if res == "" {
+		return
+	}
+	h1, h2 := f.hash(orDefault(ns), res)
+	for i := range uint64(segFilterHashes) {
+		x := (h1 + i*h2) % f.bits
+		b[x/64] |= 1 << (x % 64)
+	}
+}
+
+// spoil drops the filter of segment seg: the writer went on with it in a
+// way the filter did not see.
+func (f *segFilters) spoil(seg string) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	delete(f.by, seg)
+	f.mu.Unlock()
+}
+
+// absent reports whether segment seg surely holds no record of the
+// resource: it has a filter, and the filter does not have it.
+func (f *segFilters) absent(seg, ns, resource string) bool {
+	if f == nil {
+		return false
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	b := f.by[seg]
+	if b == nil {
+		return false
+	}
+	h1, h2 := f.hash(ns, resource)
+	for i := range uint64(segFilterHashes) {
+		x := (h1 + i*h2) % f.bits
+		if b[x/64]&(1<<(x%64)) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// keep drops the filters of segments no longer among segs (pruned).
+func (f *segFilters) keep(segs []string) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.by) == 0 {
+		return
+	}
+	live := make(map[string]bool, len(segs))
+	for _, s := range segs {
+		live[s] = true
+	}
+	for s := range f.by {
+		if !live[s] {
+			delete(f.by, s)
+		}
+	}
+}
+
+func orDefault(ns string) string {
+	if ns == "" {
+		return registrar.DefaultNamespace
+	}
+	return ns
+}
