@@ -13,7 +13,7 @@ const historyHelp = `Print the ledger events of one resource (issued, renewed, r
 expired, revoked, transferred, …), oldest first, as kept by the history
 retention policy (24 h by default): the member's in-memory history (the last
 100,000 events of the registrar) and, for older events, its ledger files
-(up to 512 MiB of them read per call). When neither reaches back far enough
+(those that may hold the resource, up to 256 MiB of them per call). When neither reaches back far enough
 (files pruned, a member that joined from a snapshot) a note on stderr says
 from which index it holds events; other members' files may hold the rest
 (tenure audit export).`

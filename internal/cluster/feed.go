@@ -206,6 +206,16 @@ func (f *Feed) At(index uint64) (statemachine.Sealed, bool) {
 	return f.ring[(f.start+int(index-oldest))%len(f.ring)], true
 }
 
+// OldestRecord returns the oldest record held, if any.
+func (f *Feed) OldestRecord() (statemachine.Sealed, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.n == 0 {
+		return statemachine.Sealed{}, false
+	}
+	return f.ring[f.start], true
+}
+
 // Oldest returns the index of the oldest record held (0 if none).
 func (f *Feed) Oldest() uint64 {
 	f.mu.RLock()

@@ -137,6 +137,7 @@ func (d *durableLedger) find(ctx context.Context, ns, res string, q ledger.Query
 			d.filters.keep(segs)
 		}
 		q.Skip = func(seg string) bool { return d.filters.absent(seg, ns, res) }
+		q.Learn = d.filters.learn
 	}
 	return ledger.Find(ctx, d.dir, q)
 }

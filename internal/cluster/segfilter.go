@@ -10,14 +10,16 @@ import (
 	"github.com/tenurehq/tenure/internal/registrar"
 )
 
-// segFilters remembers, for each ledger segment this process wrote from
-// its first line, which resources its records concern (a Bloom filter of
-// the records' (namespace, resource), as Config.EventScope names them), so
-// that a History search for a resource's events older than the feed reads
-// only the segments that may hold them. A segment without a filter is
-// always read: one begun before this process started, or one the writer
-// went on with after a restore or a refill from the feed (records it did
-// not see, or a break in the chain, a filter must not hide).
+// segFilters remembers, for ledger segments, which resources their
+// records concern (a Bloom filter of the records' (namespace, resource),
+// as Config.EventScope names them), so that a History search for a
+// resource's events older than the feed reads only the segments that may
+// hold them. A filter is built as the writer appends a segment from its
+// first line, or when a search first reads a whole segment (one written
+// before this process started). A segment without a filter is always
+// read: the writer went on with it after a restore or a refill from the
+// feed (records it did not see, or a break in the chain, a filter must
+// not hide).
 type segFilters struct {
 	scope func(*logpb.Record) (ns, resource string)
 	seed  maphash.Seed
@@ -68,6 +70,11 @@ func (f *segFilters) note(seg string, first uint64, rec *logpb.Record) {
 		b = make([]uint64, f.bits/64)
 		f.by[seg] = b
 	}
+	f.set(b, rec)
+}
+
+// set adds rec's resource to filter b.
+func (f *segFilters) set(b []uint64, rec *logpb.Record) {
 	ns, res := f.scope(rec)
 	if res == "" {
 		return
@@ -76,6 +83,28 @@ func (f *segFilters) note(seg string, first uint64, rec *logpb.Record) {
 	for i := range uint64(segFilterHashes) {
 		x := (h1 + i*h2) % f.bits
 		b[x/64] |= 1 << (x % 64)
+	}
+}
+
+// learn builds a filter for segment seg from the records a search reads
+// (ledger.Query.Learn): keep installs it, unless the segment has one.
+func (f *segFilters) learn(seg string) (add func(*logpb.Record), keep func()) {
+	if f == nil {
+		return nil, nil
+	}
+	f.mu.RLock()
+	has := f.by[seg] != nil
+	f.mu.RUnlock()
+	if has {
+		return nil, nil
+	}
+	b := make([]uint64, f.bits/64)
+	return func(rec *logpb.Record) { f.set(b, rec) }, func() {
+		f.mu.Lock()
+		if f.by[seg] == nil {
+			f.by[seg] = b
+		}
+		f.mu.Unlock()
 	}
 }
 

@@ -36,6 +36,12 @@ type Query struct {
 	// Skip, when set, names segments known to hold no record Keep would
 	// keep, and without a break in the chain: they are not read.
 	Skip func(segment string) bool
+	// Learn, when set, is offered every segment Find reads from its first
+	// line (but the last, which the writer may be adding to): a non-nil
+	// add is called with each of its records, decoded, and keep once the
+	// whole segment was read as one unbroken run (so that a filter built
+	// from the records may stand for the segment, for Skip).
+	Learn func(segment string) (add func(*logpb.Record), keep func())
 }
 
 // Found is what Find read.
@@ -71,6 +77,12 @@ func Find(ctx context.Context, dir string, q Query) (Found, error) {
 	for i+1 < len(segs) && firstIndexOf(segs[i+1]) <= q.From {
 		i++
 	}
+	if len(segs) > 0 && firstIndexOf(segs[i]) > out.Next {
+		// The files begin after From (pruned, or the member began from a
+		// snapshot): the answer is complete from where they begin.
+		out.From, out.Next = firstIndexOf(segs[i]), firstIndexOf(segs[i])
+	}
+	skipped := false
 	for i+1 < len(segs) && firstIndexOf(segs[i+1]) < q.To {
 		e, err := firstEntry(segs[i+1])
 		if err != nil || e.Index == 0 {
@@ -80,11 +92,12 @@ func Find(ctx context.Context, dir string, q Query) (Found, error) {
 		if proto.Unmarshal(e.Record, rec) != nil || rec.Tick >= q.MinTick {
 			break
 		}
-		i++
+		i, skipped = i+1, true
 	}
-	if len(segs) > 0 {
-		// The segments skipped hold only records before MinTick, which
-		// the answer leaves out anyway: it is complete past them.
+	if skipped {
+		// The segments skipped hold only records before MinTick (and any
+		// missing between them would be as old), which the answer leaves
+		// out anyway: it is complete past them.
 		out.Next = max(out.Next, firstIndexOf(segs[i]))
 	}
 	s := scanner{q: q, out: &out}
@@ -101,6 +114,10 @@ func Find(ctx context.Context, dir string, q Query) (Found, error) {
 		if i+1 < len(segs) && q.Skip != nil && !s.broken && firstIndexOf(segs[i]) <= out.Next && q.Skip(segs[i]) {
 			out.Next = max(out.Next, min(firstIndexOf(segs[i+1]), q.To))
 			continue
+		}
+		s.add, s.keep = nil, nil
+		if q.Learn != nil && i+1 < len(segs) && firstIndexOf(segs[i]) >= out.Next {
+			s.add, s.keep = q.Learn(segs[i])
 		}
 		if err := s.read(ctx, segs[i]); err != nil {
 			return out, err
@@ -121,6 +138,11 @@ type scanner struct {
 	// broken: a garbled line was read; the run starts over at the next
 	// record that reads.
 	broken bool
+	// add and keep learn the segment being read (Query.Learn); whole
+	// turns false when its run breaks or the read stops before its end.
+	add   func(*logpb.Record)
+	keep  func()
+	whole bool
 }
 
 // restart starts the unbroken run over at index i: what was kept before
@@ -129,6 +151,7 @@ func (s *scanner) restart(i uint64) {
 	clear(s.out.Records)
 	s.out.Records = s.out.Records[:0]
 	s.out.From, s.out.Next, s.broken = i, i, false
+	s.whole = false
 }
 
 func (s *scanner) read(ctx context.Context, path string) error {
@@ -140,6 +163,7 @@ func (s *scanner) read(ctx context.Context, path string) error {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	defer f.Close()
+	s.whole = s.add != nil
 	r := bufio.NewReaderSize(f, 1<<20)
 	var long []byte
 	for n := 0; ; n++ {
@@ -155,7 +179,11 @@ func (s *scanner) read(ctx context.Context, path string) error {
 			b, long = append(long, b...), nil
 		}
 		if err == io.EOF {
-			return nil // a torn last line is not read: the range ends here
+			// A torn last line is not read: the range ends here.
+			if s.whole && len(b) == 0 && s.keep != nil {
+				s.keep()
+			}
+			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("ledger: %w", err)
@@ -166,13 +194,14 @@ func (s *scanner) read(ctx context.Context, path string) error {
 			return nil
 		}
 		if i, ok := lineIndex(b); ok && i != 0 && i < s.out.Next && !s.broken {
+			s.whole = false
 			continue // before the range
 		}
 		var e Entry
 		if parseLine(b, &e) != nil {
 			// Garbled: the run is broken here; it resumes at the next
 			// line that reads.
-			s.broken = true
+			s.broken, s.whole = true, false
 			continue
 		}
 		switch {
@@ -181,9 +210,18 @@ func (s *scanner) read(ctx context.Context, path string) error {
 				s.restart(e.Start)
 			}
 			continue
-		case e.Index >= s.q.To:
+		case e.Index >= s.q.To && !s.whole:
 			s.done = true
 			return nil
+		case e.Index >= s.q.To:
+			// Learning: read the segment to its end, keeping nothing.
+			s.done = true
+			if rec := s.decode(e); rec != nil {
+				s.add(rec)
+			} else {
+				s.whole = false
+			}
+			continue
 		case s.broken || e.Index > s.out.Next:
 			s.restart(e.Index) // records missing before it
 		case e.Index < s.out.Next:
@@ -199,15 +237,32 @@ func (s *scanner) read(ctx context.Context, path string) error {
 	}
 }
 
+// decode decodes a line's record, nil if it does not decode as its index.
+func (s *scanner) decode(e Entry) *logpb.Record {
+	rec := &logpb.Record{}
+	if err := proto.Unmarshal(e.Record, rec); err != nil || rec.Index != e.Index {
+		return nil
+	}
+	return rec
+}
+
 // take reads one record of the run.
 func (s *scanner) take(e Entry) error {
+	var rec *logpb.Record
+	if s.whole {
+		if rec = s.decode(e); rec == nil {
+			return fmt.Errorf("ledger: record %d does not decode", e.Index)
+		}
+		s.add(rec)
+	}
 	if s.q.Match != nil && !s.q.Match(e.Record) {
 		s.out.Next = e.Index + 1
 		return nil
 	}
-	rec := &logpb.Record{}
-	if err := proto.Unmarshal(e.Record, rec); err != nil || rec.Index != e.Index {
-		return fmt.Errorf("ledger: record %d does not decode", e.Index)
+	if rec == nil {
+		if rec = s.decode(e); rec == nil {
+			return fmt.Errorf("ledger: record %d does not decode", e.Index)
+		}
 	}
 	s.out.Next = e.Index + 1
 	if rec.Tick < s.q.MinTick || !s.q.Keep(rec) {

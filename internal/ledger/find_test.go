@@ -77,6 +77,29 @@ func TestFind(t *testing.T) {
 	if f := find(t, dir, ledger.Query{From: all[0] + 1, To: all[2]}); !slices.Equal(indexes(f), all[1:2]) || f.From != all[0]+1 || f.Next != all[2] {
 		t.Fatalf("between: %v from %d next %d", indexes(f), f.From, f.Next)
 	}
+	// Learn is offered the segments read from their first line, but the
+	// last, and keeps those read whole: all of them from index 1; none
+	// but those after the first from inside the first.
+	learned := func(from uint64) (offered, kept []string) {
+		find(t, dir, ledger.Query{From: from, To: last + 1, Learn: func(seg string) (func(*logpb.Record), func()) {
+			offered = append(offered, seg)
+			n := 0
+			return func(*logpb.Record) { n++ }, func() {
+				if n > 0 {
+					kept = append(kept, seg)
+				}
+			}
+		}})
+		return offered, kept
+	}
+	all3 := mustSegments(t, dir)
+	if offered, kept := learned(1); !slices.Equal(offered, all3[:len(all3)-1]) || !slices.Equal(kept, offered) {
+		t.Fatalf("learning from 1: offered %v, kept %v; segments %v", offered, kept, all3)
+	}
+	if offered, kept := learned(ledger.FirstIndex(all3[1]) + 1); !slices.Equal(offered, all3[2:len(all3)-1]) || !slices.Equal(kept, offered) {
+		t.Fatalf("learning from inside the second segment: offered %v, kept %v; segments %v", offered, kept, all3)
+	}
+
 	// Records before MinTick are left out, and the segments wholly before
 	// it not read: a garbled first segment does not show.
 	minTick := want[1].Record.Tick
@@ -125,6 +148,27 @@ func TestFind(t *testing.T) {
 	// The byte budget stops it early: complete up to Next only.
 	if f := find(t, dir, ledger.Query{From: 1, To: last + 1, MaxBytes: 4096}); f.Next >= last || f.Next < 2 {
 		t.Fatalf("a budget of 4 KiB: next %d", f.Next)
+	}
+
+	// Files pruned (here: the first two segments removed, and by Prune,
+	// which leaves a marker): complete from where they begin.
+	dir = t.TempDir()
+	write(t, dir, 2048, recs)
+	segs = mustSegments(t, dir)
+	for _, s := range segs[:2] {
+		if err := os.Remove(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	begin := ledger.FirstIndex(segs[2])
+	if f := find(t, dir, ledger.Query{From: 1, To: last + 1}); f.From != begin || f.Next != last+1 || slices.Contains(indexes(f), all[0]) {
+		t.Fatalf("segments removed: %v from %d next %d; want from %d", indexes(f), f.From, f.Next, begin)
+	}
+	if _, err := ledger.Prune(dir, ledger.FirstIndex(segs[3])); err != nil {
+		t.Fatal(err)
+	}
+	if f := find(t, dir, ledger.Query{From: 1, To: last + 1}); f.From != ledger.FirstIndex(segs[3]) || f.Next != last+1 {
+		t.Fatalf("pruned: from %d next %d; want from %d", f.From, f.Next, ledger.FirstIndex(segs[3]))
 	}
 
 	// A start marker: complete from where the chain resumes.

@@ -28,6 +28,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/fencing"
+	"github.com/tenurehq/tenure/internal/ledger"
 	"github.com/tenurehq/tenure/internal/queue"
 )
 
@@ -563,12 +564,22 @@ func TestHistoryPastTheFeed(t *testing.T) {
 		t.Fatalf("history of task t1: %v", h)
 	}
 
-	// Without the files (here: removed), the feed's alone, saying so.
-	segs, err := filepath.Glob(filepath.Join(dir, "ledger", "*.ndjson"))
-	if err != nil || len(segs) == 0 {
+	// With the first file gone (pruned), the answer says from which index
+	// it is complete.
+	segs, err := ledger.Segments(filepath.Join(dir, "ledger"))
+	if err != nil || len(segs) < 3 {
 		t.Fatalf("ledger segments: %v %v", segs, err)
 	}
-	for _, s := range segs {
+	if err := os.Remove(segs[0]); err != nil {
+		t.Fatal(err)
+	}
+	h = history(&tenurev1.HistoryRequest{Resource: "early"})
+	if len(h.Events) != 0 || h.OldestIndex != ledger.FirstIndex(segs[1]) || h.OldestTime == nil {
+		t.Fatalf("history of early with the first file pruned: %v; want complete from %d", h, ledger.FirstIndex(segs[1]))
+	}
+
+	// Without the files (here: removed), the feed's alone, saying so.
+	for _, s := range segs[1:] {
 		if err := os.Remove(s); err != nil {
 			t.Fatal(err)
 		}

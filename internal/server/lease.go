@@ -740,7 +740,14 @@ func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev
 		return len(events) < limit
 	})
 	from := max(m.AfterIndex+1, 1)
-	if oldest, ok := feed.At(feed.Oldest()); ok && oldest.Record.Index > from && registrar.Tick(oldest.Record.Tick) > cutoff {
+	oldest, ok := feed.OldestRecord()
+	if ok {
+		// Records may have left the feed since it was read: the events
+		// before its oldest now are the files' to answer (as the ones
+		// that left before it was read), so that none is answered twice.
+		events = slices.DeleteFunc(events, func(sl statemachine.Sealed) bool { return sl.Record.Index < oldest.Record.Index })
+	}
+	if ok && oldest.Record.Index > from && registrar.Tick(oldest.Record.Tick) >= cutoff {
 		// The feed no longer reaches back as far as asked, within the
 		// retention: the ledger files hold the events before it.
 		var complete uint64
@@ -766,7 +773,7 @@ func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev
 // historyScanBytes bounds the ledger files one History call reads (about
 // a second of one core): a call whose answer lies further back answers
 // what the feed holds and says how far back that reaches.
-const historyScanBytes = 512 << 20
+const historyScanBytes = 256 << 20
 
 // historyFromLedger completes a History answer whose events (feed, from
 // the feed: oldest is the feed's oldest record) may begin before the

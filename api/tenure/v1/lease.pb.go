@@ -2742,10 +2742,13 @@ type HistoryResponse struct {
 	// after_index: the index from which this answer is complete, and when
 	// that event happened. A member answers from its in-memory feed of
 	// recent events and, for older events within the history retention,
-	// from its ledger files (reading up to 512 MiB of them per call); this
-	// is set when neither reaches back (files pruned by --ledger-max-size,
-	// a member that joined from a snapshot, a longer search). Older events
-	// may then be in another member's files (`tenure audit export`).
+	// from its ledger files: those segments that may hold the resource
+	// (it keeps a filter per segment), up to 256 MiB of them per call.
+	// This is set when neither reaches back (files pruned by
+	// --ledger-max-size, a member that joined from a snapshot, a longer
+	// search: a call reads whole segments it has no filter for, and a
+	// later one skips them). Older events may then be in another member's
+	// files (`tenure audit export`).
 	OldestIndex   uint64                 `protobuf:"varint,2,opt,name=oldest_index,json=oldestIndex,proto3" json:"oldest_index,omitempty"`
 	OldestTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=oldest_time,json=oldestTime,proto3" json:"oldest_time,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -8,29 +8,30 @@ const LEASE_ROWS = 200;
 
 // historyOf keeps a resource's latest HISTORY_MAX events (oldest first)
 // across the page's refreshes. The first load asks for the latest, which
-// for a resource quiet on a busy registrar the member reads from its
-// ledger files (up to hundreds of MB); each refresh asks only for the
-// events after the registrar's index at that load, which its in-memory
-// history holds, and starts over when the answer says it lacks some.
+// for a resource quiet on a busy registrar the member may read from its
+// ledger files; each refresh asks only for the events after the
+// registrar's last record when the previous answer was asked for (which
+// its in-memory history holds), and starts over when the answer says it
+// lacks some.
 function historyOf(ns, resource) {
   let evs = null;
   let after = 0;
+  const last = (list) => (list.length ? Number(list[list.length - 1].index) : 0);
   return async () => {
+    const st = await api.call('ClusterService', 'Status');
+    const head = Number(st.ledgerIndex || 0);
     if (evs !== null) {
       const r = await api.call('LeaseService', 'History', { namespace: ns, resource, afterIndex: String(after), limit: HISTORY_MAX });
-      if (!r.oldestIndex || r.oldestIndex === '0') {
-        const more = r.events || [];
-        if (more.length) after = Number(more[more.length - 1].index);
-        if (more.length < HISTORY_MAX) {
-          evs = evs.concat(more).slice(-HISTORY_MAX);
-          return evs;
-        }
+      const more = r.events || [];
+      if ((!r.oldestIndex || r.oldestIndex === '0') && more.length < HISTORY_MAX) {
+        evs = evs.concat(more).slice(-HISTORY_MAX);
+        after = Math.max(after, head, last(more));
+        return evs;
       }
     }
-    const st = await api.call('ClusterService', 'Status');
     const r = await api.call('LeaseService', 'History', { namespace: ns, resource, limit: HISTORY_MAX, latest: true });
     evs = r.events || [];
-    after = Math.max(Number(st.ledgerIndex || 0), evs.length ? Number(evs[evs.length - 1].index) : 0);
+    after = Math.max(head, last(evs));
     return evs;
   };
 }
