@@ -42,7 +42,9 @@ import (
 //	2  a derived lease is capped at its parent's chain deadline (the
 //	   earliest of the parent's and its ancestors'), which a renewal may
 //	   bring below the lease's own expiry; Consume refuses a lease's
-//	   33rd counter (QUOTA_EXCEEDED, quota max_counters)
+//	   33rd counter (QUOTA_EXCEEDED, quota max_counters); the records of
+//	   what falls due at a command's tick carry the registrar as their
+//	   actor, not the command's
 const Rules = 2
 
 // SnapshotVersion is the version of the snapshot encoding this code writes.
@@ -207,7 +209,14 @@ func (m *Machine) Apply(cmd *logpb.Command) Result {
 	if b, ok := cmd.Op.(*logpb.Command_Bootstrap); ok {
 		out = m.bootstrap(tx, b.Bootstrap)
 	} else {
+		if cmd.Rules >= 2 {
+			// What falls due at the command's tick (expiries, the hand-offs
+			// to waiters they cause) is the registrar's doing, not the
+			// command's sender's.
+			tx.Actor = SystemActor
+		}
 		m.reg.Advance(tx)
+		tx.Actor = actor
 		out = m.dispatch(tx, cmd)
 	}
 	unsigned := m.chain.Next - 1 - m.lastCheckpoint

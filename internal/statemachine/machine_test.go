@@ -891,3 +891,45 @@ func TestCaptureLazyBesideApplies(t *testing.T) {
 		t.Fatalf("the snapshot holds %d leases (%d distinct), want 207", len(s.Leases), len(seqs))
 	}
 }
+
+// TestDueRecordsActor: the records of what falls due at a command's tick
+// (an expiry, the waiter handed the resource) carry the registrar as their
+// actor from rules 2, the command's own records its sender; commands of
+// earlier rules derive what they derived (the sender for all).
+func TestDueRecordsActor(t *testing.T) {
+	for _, rules := range []uint32{statemachine.Rules, 1} {
+		m := statemachine.New(statemachine.DefaultConfig())
+		tick := int64(1000)
+		apply := func(actor string, op *logpb.Command) statemachine.Result {
+			op.Tick, op.Wall, op.Actor, op.Rules = tick, wallBase+tick, actor, rules
+			res := m.Apply(op)
+			if res.Outcome.Err != nil {
+				t.Fatal(res.Outcome.Err)
+			}
+			return res
+		}
+		apply("", &logpb.Command{Op: &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: keySeed(3)}}})
+		ttl, wait := int64(1000), int64(60_000)
+		apply("a", &logpb.Command{Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{Resource: "r", Holder: "a", TtlMs: &ttl}}})
+		apply("w", &logpb.Command{Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{Resource: "r", Holder: "w", TtlMs: &ttl, WaitMs: wait}}})
+		tick += 5000
+		res := apply("other", &logpb.Command{Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{Resource: "s", Holder: "other", TtlMs: &ttl}}})
+		var got []string
+		for _, s := range res.Records {
+			got = append(got, fmt.Sprintf("%T %s", s.Record.Body, s.Record.Actor))
+		}
+		due := "registrar"
+		if rules < 2 {
+			due = "other"
+		}
+		// r's lease expires, its waiter w is granted r, and then w's lease
+		// (ttl 1s, granted at the same tick) stands; the command's own
+		// record is s's issue.
+		want := []string{
+			"*logpb.Record_Ended " + due, "*logpb.Record_Issued " + due, "*logpb.Record_Issued other",
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("rules %d: records %q; want %q", rules, got, want)
+		}
+	}
+}
