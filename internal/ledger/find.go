@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -164,20 +163,12 @@ func (s *scanner) read(ctx context.Context, path string) error {
 	}
 	defer f.Close()
 	s.whole = s.add != nil
-	r := bufio.NewReaderSize(f, 1<<20)
-	var long []byte
+	r := newLines(f)
 	for n := 0; ; n++ {
 		if n%4096 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		b, err := r.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
-			long = append(long, b...)
-			continue
-		}
-		if long != nil {
-			b, long = append(long, b...), nil
-		}
+		b, err := r.next()
 		if err == io.EOF {
 			// A torn last line is not read: the range ends here.
 			if s.whole && len(b) == 0 && s.keep != nil {

@@ -137,17 +137,9 @@ func (t *tail) read(path string) error {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	defer f.Close()
-	r := bufio.NewReaderSize(f, 1<<20)
-	var long []byte // a line longer than r's buffer
+	r := newLines(f)
 	for {
-		b, err := r.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
-			long = append(long, b...)
-			continue
-		}
-		if long != nil {
-			b, long = append(long, b...), nil
-		}
+		b, err := r.next()
 		if err == io.EOF {
 			return nil
 		}
@@ -180,6 +172,32 @@ func (t *tail) read(path string) error {
 			t.reset()
 		}
 		t.add(line{index: e.Index, bytes: e.Record})
+	}
+}
+
+// lines reads a segment's lines, each whole however long (a record line
+// may be longer than the buffer: a pool's have-map of a large file).
+type lines struct {
+	r    *bufio.Reader
+	long []byte
+}
+
+func newLines(f *os.File) *lines { return &lines{r: bufio.NewReaderSize(f, 1<<20)} }
+
+// next returns the next line with its newline, valid until the next
+// call; at the end, io.EOF with what follows the last newline (a torn
+// line, or nothing).
+func (l *lines) next() ([]byte, error) {
+	for {
+		b, err := l.r.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			l.long = append(l.long, b...)
+			continue
+		}
+		if l.long != nil {
+			b, l.long = append(l.long, b...), nil
+		}
+		return b, err
 	}
 }
 
