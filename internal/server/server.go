@@ -13,6 +13,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -92,7 +93,20 @@ type Config struct {
 	// an admin token of the auth file. Requests forwarded for a caller
 	// carry the caller's own Authorization header instead.
 	MemberToken string
+	// PingAfter and PingTimeout check an HTTP/2 connection that has been
+	// silent for PingAfter with a PING, and close it when the answer
+	// takes longer than PingTimeout (0: DefaultPingAfter,
+	// DefaultPingTimeout): a client that is gone without closing its
+	// connections (a stopped process, a machine cut off) no longer holds
+	// its streams (KeepAlive, Watch, waiting acquires) open for good.
+	PingAfter, PingTimeout time.Duration
 }
+
+// Defaults of Config.PingAfter and Config.PingTimeout.
+const (
+	DefaultPingAfter   = 30 * time.Second
+	DefaultPingTimeout = 15 * time.Second
+)
 
 // DefaultConfig returns the defaults of API.md's command line contract.
 func DefaultConfig() Config {
@@ -269,6 +283,10 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: cmp.Or(cfg.PingAfter, DefaultPingAfter),
+			PingTimeout:     cmp.Or(cfg.PingTimeout, DefaultPingTimeout),
+		},
 	}
 	if cfg.TLS != nil {
 		s.http.TLSConfig = cfg.TLS.Clone()
