@@ -173,10 +173,11 @@ var (
 	// ErrNoLeader is returned by Election.Leader when no leader is elected.
 	ErrNoLeader = errors.New("tenure: no leader elected")
 	// ErrCompacted matches (errors.Is) a Watch refused because the events
-	// after its index have left the member's in-memory feed (etcd's
-	// ErrCompacted): read the state again and watch from the present. The
-	// *Error's Metadata["oldest_index"] is the oldest event the member
-	// still holds.
+	// after its index are no longer held by the member: neither in its
+	// in-memory feed nor in its ledger files (pruned, or a member that
+	// began from a snapshot; etcd's ErrCompacted): read the state again
+	// and watch from the present. The *Error's Metadata["oldest_index"] is
+	// the oldest event the member still holds.
 	ErrCompacted = errors.New("tenure: the events after the watch's index were compacted")
 )
 

@@ -229,7 +229,7 @@ func (f *Feed) Oldest() uint64 {
 // Compacted is the error for an afterIndex older than the feed keeps.
 func Compacted(after, oldest uint64) error {
 	return &registrar.Error{Reason: registrar.ReasonInvalidArgument,
-		Message: fmt.Sprintf("%s: after_index %d was compacted; the oldest event kept in memory is %d",
+		Message: fmt.Sprintf("%s: after_index %d was compacted; the oldest event this member holds (in memory or in its ledger files) is %d",
 			registrar.ReasonInvalidArgument, after, oldest),
 		Metadata: map[string]string{"field": "after_index", "oldest_index": fmt.Sprint(oldest)}}
 }

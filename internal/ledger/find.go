@@ -21,7 +21,8 @@ type Query struct {
 	// MinTick: records of earlier ticks are read but not kept, and a
 	// segment whose successor starts before it is not read at all.
 	MinTick int64
-	// MaxBytes bounds the bytes of files read (0: no bound).
+	// MaxBytes bounds the bytes of the lines read from From on (0: no
+	// bound).
 	MaxBytes int64
 	// Match filters a record by its encoding before it is decoded (a
 	// cheap test that may let through records Keep refuses); nil lets all
@@ -179,14 +180,14 @@ func (s *scanner) read(ctx context.Context, path string) error {
 		if err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
+		if i, ok := lineIndex(b); ok && i != 0 && i < s.out.Next && !s.broken {
+			s.whole = false
+			continue // before the range (not counted: nothing is decoded)
+		}
 		s.bytes += int64(len(b))
 		if s.q.MaxBytes > 0 && s.bytes > s.q.MaxBytes {
 			s.done = true
 			return nil
-		}
-		if i, ok := lineIndex(b); ok && i != 0 && i < s.out.Next && !s.broken {
-			s.whole = false
-			continue // before the range
 		}
 		var e Entry
 		if parseLine(b, &e) != nil {

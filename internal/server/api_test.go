@@ -723,6 +723,67 @@ func TestAcquireWaitGrantedOnRelease(t *testing.T) {
 	wantReason(t, err, connect.CodeFailedPrecondition, "LEASE_HELD")
 }
 
+// TestWatchResumesFromTheLedger: a Watch resumed from an index whose
+// records have left the in-memory feed gets them from the member's ledger
+// files, in order, then goes on live; when the files no longer hold them
+// either, it is refused as compacted, naming the oldest index held.
+func TestWatchResumesFromTheLedger(t *testing.T) {
+	dir := t.TempDir()
+	b := setupWith(t, dir, func(c *Config) { c.Cluster.FeedSize, c.Cluster.LedgerSegmentSize = 20, 2048 })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	from := b.status(t).LedgerIndex
+	early := b.acquire(t, &tenurev1.AcquireRequest{Resource: "w/early", Holder: "h"})
+	for i := range 40 {
+		b.acquire(t, &tenurev1.AcquireRequest{Resource: fmt.Sprintf("other/%d", i), Holder: "h"})
+	}
+	mid := b.acquire(t, &tenurev1.AcquireRequest{Resource: "w/mid", Holder: "h"})
+	for i := range 40 {
+		b.acquire(t, &tenurev1.AcquireRequest{Resource: fmt.Sprintf("more/%d", i), Holder: "h"})
+	}
+	stream, err := b.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Prefix: "w/", AfterIndex: from}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	late := b.acquire(t, &tenurev1.AcquireRequest{Resource: "w/late", Holder: "h"})
+	var got []string
+	var last uint64
+	for _, want := range []string{early.LeaseId, mid.LeaseId, late.LeaseId} {
+		if !stream.Receive() {
+			t.Fatalf("stream ended after %q: %v", got, stream.Err())
+		}
+		ev := stream.Msg().Event
+		got = append(got, ev.Resource)
+		if ev.LeaseId != want || ev.Type != "lease.issued" || ev.Index <= last {
+			t.Fatalf("events %q: %v; want lease %s next", got, ev, want)
+		}
+		last = ev.Index
+	}
+
+	// The first file gone (pruned): a resume from before it is refused,
+	// naming where the files begin.
+	segs, err := ledger.Segments(filepath.Join(dir, "ledger"))
+	if err != nil || len(segs) < 3 {
+		t.Fatalf("ledger segments: %v %v", segs, err)
+	}
+	if err := os.Remove(segs[0]); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := b.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Prefix: "w/", AfterIndex: from}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gone.Close()
+	if gone.Receive() {
+		t.Fatalf("a watch from before the files received %v", gone.Msg())
+	}
+	wantReason(t, gone.Err(), connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+	if m := metadataOf(gone.Err()); m["oldest_index"] != fmt.Sprint(ledger.FirstIndex(segs[1])) {
+		t.Fatalf("compacted watch: metadata %v; want oldest_index %d", m, ledger.FirstIndex(segs[1]))
+	}
+}
+
 func TestWatchReceivesEvents(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

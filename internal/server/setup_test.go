@@ -114,6 +114,22 @@ func (b *bundle) status(t testing.TB) *tenurev1.StatusResponse {
 	return resp.Msg
 }
 
+// metadataOf returns a Connect error's ErrorInfo metadata (nil: none).
+func metadataOf(err error) map[string]string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if info, ok := v.(*errdetails.ErrorInfo); ok {
+				return info.Metadata
+			}
+		}
+	}
+	return nil
+}
+
 // wantReason checks a Connect error's code, ErrorInfo reason and message.
 func wantReason(t testing.TB, err error, code connect.Code, reason string) {
 	t.Helper()

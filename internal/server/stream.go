@@ -13,6 +13,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/internal/ledger"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
@@ -45,8 +46,6 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	after := m.AfterIndex
 	if after == 0 {
 		after = feed.Head()
-	} else if _, _, err := feed.Read(after, 0); err != nil {
-		return s.toConnect(err)
 	}
 	if err := stream.Send(nil); err != nil { // flush headers
 		return err
@@ -97,8 +96,13 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 		if inOrder {
 			recs, _, err := feed.Read(after, watchBatch)
 			if err != nil {
-				// The watcher fell behind the ring: it must resume from a newer index.
-				return s.toConnect(cluster.FellBehind(after, feed.Oldest()))
+				// The records after it have left the feed (a resume from an
+				// older index, or a watcher that fell behind): the ledger
+				// files hold them.
+				if after, err = s.watchFromLedger(ctx, after, w, visible, send); err != nil {
+					return s.toConnect(err)
+				}
+				continue
 			}
 			for _, sl := range recs {
 				if err := send(sl); err != nil {
@@ -121,7 +125,8 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 			}
 			sl, ok := feed.At(i)
 			if !ok {
-				return s.toConnect(cluster.FellBehind(after, feed.Oldest()))
+				inOrder = true // left the feed meanwhile: read in order, from the files
+				break
 			}
 			if err := send(sl); err != nil {
 				return err
@@ -147,6 +152,48 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 				return err
 			}
 		}
+	}
+}
+
+// watchLedgerChunk bounds the bytes of ledger files one read of a Watch
+// behind the feed takes (between them, the stream sends what it found).
+const watchLedgerChunk = 64 << 20
+
+// watchFromLedger sends a watch the records after index after that have
+// left the feed, from this member's ledger files, a chunk at a time until
+// the feed holds the rest, and returns the index it got to. When the
+// files do not hold them either (pruned, a member begun from a snapshot)
+// the watch ends as one that fell behind: the caller resumes from a newer
+// index, from another member, or reads the state again.
+func (s *Server) watchFromLedger(ctx context.Context, after uint64, w *watcher, visible func(string) bool,
+	send func(statemachine.Sealed) error) (uint64, error) {
+	feed := s.node.Feed()
+	for {
+		oldest := feed.Oldest()
+		if oldest == 0 || after+1 >= oldest {
+			return after, nil
+		}
+		found, err := s.node.FindInLedger(ctx, "", "", ledger.Query{From: after + 1, To: oldest, MaxBytes: watchLedgerChunk,
+			Keep: func(rec *logpb.Record) bool {
+				ns, res := eventScope(rec)
+				return w.matches(ns, res) && visible(ns)
+			}})
+		if err != nil {
+			return after, err
+		}
+		if found.From != after+1 || found.Next <= after+1 {
+			from := oldest // the files begin where they do: resume from there
+			if found.From > after+1 && found.From < oldest {
+				from = found.From
+			}
+			return after, cluster.Compacted(after, from)
+		}
+		for _, r := range found.Records {
+			if err := send(statemachine.Sealed{Record: r.Record, Bytes: r.Bytes, Hash: r.Hash}); err != nil {
+				return after, err
+			}
+		}
+		after = found.Next - 1
 	}
 }
 
@@ -180,7 +227,7 @@ func (s *Server) awaitHead(ctx context.Context, feed *cluster.Feed, after uint64
 	for {
 		_, changed, err := feed.Read(after, 0)
 		if err != nil {
-			return err
+			return nil // before the feed: the ledger files' to send
 		}
 		head := feed.Head()
 		if head >= after {

@@ -2812,7 +2812,9 @@ type WatchRequest struct {
 	// the caller may read); unlike other requests, not only "default".
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	Prefix    string `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	// Exclusive; 0 starts live.
+	// Exclusive; 0 starts live. Records that have left the member's
+	// in-memory feed are read from its ledger files; an index older than
+	// those hold is INVALID_ARGUMENT (metadata oldest_index).
 	AfterIndex    uint64 `protobuf:"varint,3,opt,name=after_index,json=afterIndex,proto3" json:"after_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
