@@ -234,17 +234,6 @@ func Compacted(after, oldest uint64) error {
 		Metadata: map[string]string{"field": "after_index", "oldest_index": fmt.Sprint(oldest)}}
 }
 
-// FellBehind is the error that ends a watch whose next events left the
-// feed before it could send them (it read too slowly for the rate of
-// writes): last is the index of the last event it sent or passed over.
-func FellBehind(last, oldest uint64) error {
-	return &registrar.Error{Reason: registrar.ReasonInvalidArgument,
-		Message: fmt.Sprintf("%s: the watch fell behind: the events after index %d left the in-memory feed before it could send them "+
-			"(the oldest kept is %d); resume from a newer index (reading the state again with List), or watch a narrower prefix",
-			registrar.ReasonInvalidArgument, last, oldest),
-		Metadata: map[string]string{"field": "after_index", "oldest_index": fmt.Sprint(oldest), "last_index": fmt.Sprint(last), "fell_behind": "true"}}
-}
-
 // Head returns the index of the last record appended (0 if none).
 func (f *Feed) Head() uint64 {
 	f.mu.RLock()
