@@ -354,6 +354,12 @@ func (s *stream[Req, Res, Op, Result]) send(ctx context.Context) {
 				_ = s.stream.CloseRequest()
 				return
 			case <-s.dead:
+				// Half-close here too: Close cancels ctx and marks the
+				// stream dead at once, and a sender that sees dead first
+				// must not leave the request open. The HTTP/2 transport
+				// notices ctx only once the request body ends, so the
+				// receiver would wait for the server's answer for good.
+				_ = s.stream.CloseRequest()
 				return
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -353,5 +354,31 @@ func TestLargeOperationsSpreadOverMessages(t *testing.T) {
 	wg.Wait()
 	if set.Broken() {
 		t.Error("stream broken")
+	}
+}
+
+// TestCloseReturns: Close returns however its sender sees the end (the
+// set's context, or the stream marked dead, whichever its select takes
+// first): the request is half-closed either way, so the server ends the
+// stream and the receiver stops. (A sender that returned on dead alone
+// left the request body open, and Close waited for good.)
+func TestCloseReturns(t *testing.T) {
+	// One P: Close's cancel and dead are both ready before the sender
+	// runs again, so its select takes either (on a busy machine it does
+	// with more Ps too).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	client := serve(t, &scripted{})
+	for i := range 100 {
+		set := opstream.OpenLease(t.Context(), client, 1)
+		if _, err := set.Do(t.Context(), acquire(fmt.Sprint("r", i))); err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan struct{})
+		go func() { set.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Close of set %d did not return", i)
+		}
 	}
 }
