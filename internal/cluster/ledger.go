@@ -136,7 +136,7 @@ func (d *durableLedger) find(ctx context.Context, ns, res string, q ledger.Query
 		if segs, err := ledger.Segments(d.dir); err == nil {
 			d.filters.keep(segs)
 		}
-		q.Skip = func(seg string) bool { return d.filters.absent(seg, ns, res) }
+		q.Skip = func(seg string) (uint64, bool) { return d.filters.absent(seg, ns, res) }
 		q.Learn = d.filters.learn
 	}
 	return ledger.Find(ctx, d.dir, q)

@@ -26,7 +26,15 @@ type segFilters struct {
 	// bits is the size of each filter, from the segment size.
 	bits uint64
 	mu   sync.RWMutex
-	by   map[string][]uint64
+	by   map[string]*segFilter
+}
+
+// segFilter is one segment's filter, and the index of the last record
+// it has seen: the segment's records run unbroken from its first index
+// up to it.
+type segFilter struct {
+	bits []uint64
+	last uint64
 }
 
 // segFilterHashes is the number of bits a key sets.
@@ -40,7 +48,7 @@ func newSegFilters(scope func(*logpb.Record) (ns, resource string), segSize int6
 	// (a 64 MiB segment: 256 KiB of filter, ~1% false positives).
 	x := max(uint64(segSize)/32, 1024)
 	n := uint64(1) << (bits.Len64(x) - 1) // a power of two, at most x
-	return &segFilters{scope: scope, seed: maphash.MakeSeed(), bits: n, by: map[string][]uint64{}}
+	return &segFilters{scope: scope, seed: maphash.MakeSeed(), bits: n, by: map[string]*segFilter{}}
 }
 
 func (f *segFilters) hash(ns, resource string) (uint64, uint64) {
@@ -67,14 +75,18 @@ func (f *segFilters) note(seg string, first uint64, rec *logpb.Record) {
 		if rec.Index != first {
 			return
 		}
-		b = make([]uint64, f.bits/64)
+		b = &segFilter{bits: make([]uint64, f.bits/64)}
 		f.by[seg] = b
+	} else if rec.Index != b.last+1 {
+		delete(f.by, seg) // not a run: no filter stands for it
+		return
 	}
 	f.set(b, rec)
 }
 
-// set adds rec's resource to filter b.
-func (f *segFilters) set(b []uint64, rec *logpb.Record) {
+// set adds rec to filter b: its resource, and its index as the last.
+func (f *segFilters) set(b *segFilter, rec *logpb.Record) {
+	b.last = rec.Index
 	ns, res := f.scope(rec)
 	if res == "" {
 		return
@@ -82,7 +94,7 @@ func (f *segFilters) set(b []uint64, rec *logpb.Record) {
 	h1, h2 := f.hash(orDefault(ns), res)
 	for i := range uint64(segFilterHashes) {
 		x := (h1 + i*h2) % f.bits
-		b[x/64] |= 1 << (x % 64)
+		b.bits[x/64] |= 1 << (x % 64)
 	}
 }
 
@@ -98,7 +110,7 @@ func (f *segFilters) learn(seg string) (add func(*logpb.Record), keep func()) {
 	if has {
 		return nil, nil
 	}
-	b := make([]uint64, f.bits/64)
+	b := &segFilter{bits: make([]uint64, f.bits/64)}
 	return func(rec *logpb.Record) { f.set(b, rec) }, func() {
 		f.mu.Lock()
 		if f.by[seg] == nil {
@@ -120,25 +132,26 @@ func (f *segFilters) spoil(seg string) {
 }
 
 // absent reports whether segment seg surely holds no record of the
-// resource: it has a filter, and the filter does not have it.
-func (f *segFilters) absent(seg, ns, resource string) bool {
+// resource (it has a filter, and the filter does not have it), and the
+// index of the segment's last record.
+func (f *segFilters) absent(seg, ns, resource string) (last uint64, ok bool) {
 	if f == nil {
-		return false
+		return 0, false
 	}
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	b := f.by[seg]
 	if b == nil {
-		return false
+		return 0, false
 	}
 	h1, h2 := f.hash(ns, resource)
 	for i := range uint64(segFilterHashes) {
 		x := (h1 + i*h2) % f.bits
-		if b[x/64]&(1<<(x%64)) == 0 {
-			return true
+		if b.bits[x/64]&(1<<(x%64)) == 0 {
+			return b.last, true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // keep drops the filters of segments no longer among segs (pruned).

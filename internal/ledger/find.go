@@ -34,8 +34,9 @@ type Query struct {
 	// the newest that many. 0: no limit.
 	First, Last int
 	// Skip, when set, names segments known to hold no record Keep would
-	// keep, and without a break in the chain: they are not read.
-	Skip func(segment string) bool
+	// keep, as an unbroken run of records from the segment's first index
+	// up to last: they are not read.
+	Skip func(segment string) (last uint64, ok bool)
 	// Learn, when set, is offered every segment Find reads from its first
 	// line (but the last, which the writer may be adding to): a non-nil
 	// add is called with each of its records, decoded, and keep once the
@@ -109,11 +110,14 @@ func Find(ctx context.Context, dir string, q Query) (Found, error) {
 			break
 		}
 		// A segment the run has reached (nothing missing before it) that
-		// holds nothing wanted: the run goes on past it. Never the last
-		// one, which the writer may still be adding to.
-		if i+1 < len(segs) && q.Skip != nil && !s.broken && firstIndexOf(segs[i]) <= out.Next && q.Skip(segs[i]) {
-			out.Next = max(out.Next, min(firstIndexOf(segs[i+1]), q.To))
-			continue
+		// holds nothing wanted: the run goes on past its last record (and
+		// the next segment read says whether anything is missing after
+		// it). Never the last one, which the writer may still be adding to.
+		if i+1 < len(segs) && q.Skip != nil && !s.broken && firstIndexOf(segs[i]) <= out.Next {
+			if last, ok := q.Skip(segs[i]); ok {
+				out.Next = max(out.Next, min(last+1, q.To))
+				continue
+			}
 		}
 		s.add, s.keep = nil, nil
 		if q.Learn != nil && i+1 < len(segs) && firstIndexOf(segs[i]) >= out.Next {

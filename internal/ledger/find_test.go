@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -129,7 +130,15 @@ func TestFind(t *testing.T) {
 	if second == lastSeg || holding(all[2]) == lastSeg || holding(all[2]) == second {
 		t.Fatalf("the wanted records %v are not in segments apart: %v", all, segs)
 	}
-	skip := func(seg string) bool { return seg != second }
+	lastOf := func(seg string) uint64 { // the files hold an unbroken run
+		i := slices.Index(segs, seg)
+		if i+1 == len(segs) {
+			return last
+		}
+		return ledger.FirstIndex(segs[i+1]) - 1
+	}
+	skipAll := func(seg string) (uint64, bool) { return lastOf(seg), true }
+	skip := func(seg string) (uint64, bool) { return lastOf(seg), seg != second }
 	if f := find(t, dir, ledger.Query{From: 1, To: last + 1, Skip: skip}); !slices.Equal(indexes(f), all[1:2]) || f.From != 1 || f.Next != last+1 {
 		t.Fatalf("skipping all but one segment: %v from %d next %d; want %v", indexes(f), f.From, f.Next, all[1:2])
 	}
@@ -142,8 +151,30 @@ func TestFind(t *testing.T) {
 	}
 	// The last segment is read even when Skip says otherwise (the writer
 	// may be adding to it).
-	if f := find(t, dir, ledger.Query{From: 1, To: last + 1, Skip: func(string) bool { return true }}); len(f.Records) != 0 || f.Next != last+1 {
+	if f := find(t, dir, ledger.Query{From: 1, To: last + 1, Skip: skipAll}); len(f.Records) != 0 || f.Next != last+1 {
 		t.Fatalf("skipping every segment: %v next %d", indexes(f), f.Next)
+	}
+	// A segment missing after a skipped one: the skip ends at the skipped
+	// one's last record, and the next file read shows the gap.
+	if len(segs) < 5 {
+		t.Fatalf("%d segments; the test wants five", len(segs))
+	}
+	gapDir := t.TempDir()
+	for i, seg := range segs {
+		if i == 3 {
+			continue
+		}
+		b, err := os.ReadFile(seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(gapDir, filepath.Base(seg)), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	skipGap := func(seg string) (uint64, bool) { return lastOf(filepath.Join(dir, filepath.Base(seg))), true }
+	if f := find(t, gapDir, ledger.Query{From: 1, To: last + 1, Skip: skipGap}); f.From != ledger.FirstIndex(segs[4]) || f.Next != last+1 {
+		t.Fatalf("a segment missing after skipped ones: from %d next %d; want complete from %d", f.From, f.Next, ledger.FirstIndex(segs[4]))
 	}
 	// The byte budget stops it early: complete up to Next only.
 	if f := find(t, dir, ledger.Query{From: 1, To: last + 1, MaxBytes: 4096}); f.Next >= last || f.Next < 2 {
