@@ -342,6 +342,13 @@ const (
 )
 
 func (s *stream[Req, Res, Op, Result]) send(ctx context.Context) {
+	// However the sender ends (the set's context, the stream dead, a Send
+	// that failed: one after the context ended fails with its error), it
+	// half-closes the request. A server shutting down gracefully waits for
+	// streams whose requests are still open; and Go's HTTP/2 transport
+	// notices a cancelled context only once the request body ends, so a
+	// request left open kept the receiver, and Close, waiting for good.
+	defer func() { _ = s.stream.CloseRequest() }()
 	var op *Op
 	var carried bool // op is the one the last message had no room for
 	for {
@@ -349,17 +356,8 @@ func (s *stream[Req, Res, Op, Result]) send(ctx context.Context) {
 			select {
 			case op = <-s.ops:
 			case <-ctx.Done():
-				// Half-close: a server shutting down gracefully waits for
-				// streams whose requests are still open.
-				_ = s.stream.CloseRequest()
 				return
 			case <-s.dead:
-				// Half-close here too: Close cancels ctx and marks the
-				// stream dead at once, and a sender that sees dead first
-				// must not leave the request open. The HTTP/2 transport
-				// notices ctx only once the request body ends, so the
-				// receiver would wait for the server's answer for good.
-				_ = s.stream.CloseRequest()
 				return
 			}
 		}
