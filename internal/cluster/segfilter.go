@@ -91,7 +91,7 @@ func (f *segFilters) set(b *segFilter, rec *logpb.Record) {
 	if res == "" {
 		return
 	}
-	h1, h2 := f.hash(orDefault(ns), res)
+	h1, h2 := f.hash(registrar.OrDefault(ns), res)
 	for i := range uint64(segFilterHashes) {
 		x := (h1 + i*h2) % f.bits
 		b.bits[x/64] |= 1 << (x % 64)
@@ -173,11 +173,4 @@ func (f *segFilters) keep(segs []string) {
 			delete(f.by, s)
 		}
 	}
-}
-
-func orDefault(ns string) string {
-	if ns == "" {
-		return registrar.DefaultNamespace
-	}
-	return ns
 }

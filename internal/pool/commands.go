@@ -93,7 +93,7 @@ func (ps *Pools) Do(tx *registrar.Tx, c *logpb.PoolCommand) Outcome {
 	if err := ValidateCommand(c); err != nil {
 		return fail(err)
 	}
-	k := key{orDefault(c.Namespace), c.Pool}
+	k := key{registrar.OrDefault(c.Namespace), c.Pool}
 	switch op := c.Op.(type) {
 	case *logpb.PoolCommand_Create:
 		return ps.create(tx, k, op.Create)

@@ -109,13 +109,6 @@ func New(reg *registrar.Registrar) *Pools {
 	return ps
 }
 
-func orDefault(ns string) string {
-	if ns == "" {
-		return registrar.DefaultNamespace
-	}
-	return ns
-}
-
 func newPool(k key, cfg Config) *pool {
 	return &pool{key: k, cfg: cfg, files: map[uint32]*file{}, peers: map[string]*peer{},
 		held: map[pieceKey]*pieceLease{}, levelN: map[uint32]int{}}

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/RoaringBitmap/roaring/v2"
+
+	"github.com/tenurehq/tenure/internal/registrar"
 )
 
 // Status is a pool's state at a glance.
@@ -20,7 +22,7 @@ type Status struct {
 
 // Status describes a pool.
 func (ps *Pools) Status(ns, name string) (Status, error) {
-	k := key{orDefault(ns), name}
+	k := key{registrar.OrDefault(ns), name}
 	p := ps.pools[k]
 	if p == nil {
 		return Status{}, notFound(k)
@@ -37,7 +39,7 @@ func (ps *Pools) Status(ns, name string) (Status, error) {
 
 // Rankings lists a pool's peers, highest score first (equal scores by name).
 func (ps *Pools) Rankings(ns, name string) ([]Ranking, error) {
-	k := key{orDefault(ns), name}
+	k := key{registrar.OrDefault(ns), name}
 	p := ps.pools[k]
 	if p == nil {
 		return nil, notFound(k)
@@ -57,7 +59,7 @@ func (ps *Pools) Rankings(ns, name string) ([]Ranking, error) {
 
 // Holder returns the peer holding a piece's lease and the lease's fence.
 func (ps *Pools) Holder(ns, name string, file, piece uint32) (string, uint64, bool) {
-	p := ps.pools[key{orDefault(ns), name}]
+	p := ps.pools[key{registrar.OrDefault(ns), name}]
 	if p == nil {
 		return "", 0, false
 	}
@@ -163,7 +165,7 @@ func (ps *Pools) Check() error {
 
 // HeldBy lists the pieces (file, piece) a peer holds leases on, sorted.
 func (ps *Pools) HeldBy(ns, name, peer string) [][2]uint32 {
-	p := ps.pools[key{orDefault(ns), name}]
+	p := ps.pools[key{registrar.OrDefault(ns), name}]
 	if p == nil {
 		return nil
 	}
@@ -184,7 +186,7 @@ func (ps *Pools) HeldBy(ns, name, peer string) [][2]uint32 {
 
 // Names lists the namespace's pools ("" = default) by name.
 func (ps *Pools) Names(ns string) []string {
-	ns = orDefault(ns)
+	ns = registrar.OrDefault(ns)
 	var out []string
 	for k := range ps.pools {
 		if k.ns == ns {
@@ -238,7 +240,7 @@ type Stats struct {
 
 // Stats counts a pool's pieces (PoolService.Stats).
 func (ps *Pools) Stats(ns, name string) (Stats, error) {
-	k := key{orDefault(ns), name}
+	k := key{registrar.OrDefault(ns), name}
 	p := ps.pools[k]
 	if p == nil {
 		return Stats{}, notFound(k)

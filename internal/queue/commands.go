@@ -137,7 +137,7 @@ func (qs *Queues) Enqueue(tx *registrar.Tx, c *logpb.Enqueue) Outcome {
 	if err := ValidateEnqueue(c); err != nil {
 		return fail(err)
 	}
-	ns := orDefault(c.Namespace)
+	ns := registrar.OrDefault(c.Namespace)
 	if err := qs.checkPending(tx, ns, c); err != nil {
 		return fail(err)
 	}
@@ -244,7 +244,7 @@ func (qs *Queues) Configure(tx *registrar.Tx, c *logpb.ConfigureQueue) Outcome {
 	if err := ValidateConfigure(c); err != nil {
 		return fail(err)
 	}
-	ns := orDefault(c.Namespace)
+	ns := registrar.OrDefault(c.Namespace)
 	if qs.configs[qkey{ns, c.Queue}] != c.MaxAttempts {
 		tx.Emit(&logpb.Record{Body: &logpb.Record_QueueConfigured{QueueConfigured: &logpb.QueueConfigured{
 			Namespace: ns, Queue: c.Queue, MaxAttempts: c.MaxAttempts}}})
@@ -258,7 +258,7 @@ func (qs *Queues) Configure(tx *registrar.Tx, c *logpb.ConfigureQueue) Outcome {
 // MaxAttemptsOf is the max_attempts of a task enqueued into the queue
 // without one.
 func (qs *Queues) MaxAttemptsOf(ns, queue string) uint32 {
-	if m := qs.configs[qkey{orDefault(ns), queue}]; m != 0 {
+	if m := qs.configs[qkey{registrar.OrDefault(ns), queue}]; m != 0 {
 		return m
 	}
 	return DefaultMaxAttempts
@@ -286,7 +286,7 @@ func (qs *Queues) Claim(tx *registrar.Tx, c *logpb.Claim) Outcome {
 	if err := ValidateClaim(c); err != nil {
 		return fail(err)
 	}
-	ns := orDefault(c.Namespace)
+	ns := registrar.OrDefault(c.Namespace)
 	ttl, err := qs.reg.TTLFor(ns, "lease_ttl", c.LeaseTtlMs)
 	if err != nil {
 		return fail(err)
@@ -362,7 +362,7 @@ func (qs *Queues) find(ns, queue, id string) (*task, error) {
 
 func taskNotFound(ns, queue, id string) error {
 	return registrar.NewError(registrar.ReasonTaskNotFound,
-		map[string]string{"namespace": orDefault(ns), "queue": queue, "task_id": id},
+		map[string]string{"namespace": registrar.OrDefault(ns), "queue": queue, "task_id": id},
 		"no task %s in queue %s", id, queue)
 }
 
@@ -386,7 +386,7 @@ func present(tx *registrar.Tx, q *queue, id string) *task {
 }
 
 func (qs *Queues) notLeased(t *task, leaseID string) error {
-	meta := map[string]string{"namespace": orDefault(t.q.ns), "task_id": t.id, "queue": t.q.name, "lease_id": leaseID, "state": t.state.String()}
+	meta := map[string]string{"namespace": registrar.OrDefault(t.q.ns), "task_id": t.id, "queue": t.q.name, "lease_id": leaseID, "state": t.state.String()}
 	// current_lease_id is empty when the task is not leased.
 	cur, said := "", "none"
 	if t.state == Leased {

@@ -186,7 +186,7 @@ func (qs *Queues) queue(ns, name string, create bool) *queue {
 }
 
 func (qs *Queues) lookup(ns, name, id string) *task {
-	if q := qs.queues[qkey{orDefault(ns), name}]; q != nil {
+	if q := qs.queues[qkey{registrar.OrDefault(ns), name}]; q != nil {
 		return q.tasks[id]
 	}
 	return nil
@@ -630,13 +630,6 @@ func (qs *Queues) drop(t *task) {
 	if len(q.tasks) == 0 {
 		delete(qs.queues, qkey{q.ns, q.name})
 	}
-}
-
-func orDefault(ns string) string {
-	if ns == "" {
-		return registrar.DefaultNamespace
-	}
-	return ns
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }

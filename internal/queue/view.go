@@ -76,7 +76,7 @@ func (qs *Queues) GetAt(ns, queue, id string, now registrar.Tick) (Task, error) 
 // sequence to resume after (0 when done). As GetAt, it leaves out the
 // finished tasks whose retention has passed by registrar time now.
 func (qs *Queues) List(ns, queue string, states []State, after uint64, limit int, now registrar.Tick) ([]Task, uint64) {
-	q := qs.queues[qkey{orDefault(ns), queue}]
+	q := qs.queues[qkey{registrar.OrDefault(ns), queue}]
 	if q == nil || limit <= 0 {
 		return nil, 0
 	}
@@ -111,7 +111,7 @@ type Counts struct {
 // finished tasks whose retention has passed are not counted, though the
 // state drops them only at the next queue record.
 func (qs *Queues) Stats(ns, queue string, now registrar.Tick) Counts {
-	q := qs.queues[qkey{orDefault(ns), queue}]
+	q := qs.queues[qkey{registrar.OrDefault(ns), queue}]
 	if q == nil {
 		return Counts{}
 	}
@@ -138,7 +138,7 @@ func (qs *Queues) EachStats(fn func(ns, queue string, c Counts) bool) {
 // queue is claimable: at or before wall when one is claimable now. ok is
 // false when the queue has nothing to claim, ever, without a change.
 func (qs *Queues) NextReady(ns, queue string, wall int64) (at int64, ok bool) {
-	q := qs.queues[qkey{orDefault(ns), queue}]
+	q := qs.queues[qkey{registrar.OrDefault(ns), queue}]
 	if q == nil {
 		return 0, false
 	}
@@ -179,7 +179,7 @@ const pageTokenVersion = 1
 
 func filterSum(ns, queue string, states []State) uint32 {
 	h := fnv.New32a()
-	h.Write([]byte(orDefault(ns)))
+	h.Write([]byte(registrar.OrDefault(ns)))
 	h.Write([]byte{0})
 	h.Write([]byte(queue))
 	var set, all byte // a set: the order and repeats of states do not matter
@@ -231,7 +231,7 @@ func badPageToken(why string) error {
 // Names lists the namespace's queues ("" = default) by name: every queue
 // that holds tasks or has held them.
 func (qs *Queues) Names(ns string) []string {
-	ns = orDefault(ns)
+	ns = registrar.OrDefault(ns)
 	var out []string
 	for k := range qs.queues {
 		if k.ns == ns {

@@ -287,7 +287,7 @@ func (r *Registrar) Acquire(tx *Tx, c *logpb.Acquire) Outcome {
 	if err := ValidateAcquire(c); err != nil {
 		return fail(err)
 	}
-	nsName := orDefault(c.Namespace)
+	nsName := OrDefault(c.Namespace)
 	p := r.Policy(nsName)
 	ttl, err := ttlFor(p, "ttl", c.TtlMs)
 	if err != nil {
@@ -819,7 +819,7 @@ func (r *Registrar) WriteState(tx *Tx, c *logpb.WriteState) Outcome {
 	if len(c.Data) > MaxStateBytes {
 		return fail(invalid("data", "is %d bytes; the limit is %d", len(c.Data), MaxStateBytes))
 	}
-	nsName := orDefault(c.Namespace)
+	nsName := OrDefault(c.Namespace)
 	var res *resource
 	if ns := r.namespaces[nsName]; ns != nil {
 		res = ns.resources[c.Resource]

@@ -77,7 +77,7 @@ func (r *Registrar) Active(ns, resource string, t Tick) []Lease {
 }
 
 func (r *Registrar) res(ns, resource string) *resource {
-	if n := r.namespaces[orDefault(ns)]; n != nil {
+	if n := r.namespaces[OrDefault(ns)]; n != nil {
 		return n.resources[resource]
 	}
 	return nil
@@ -201,7 +201,7 @@ func (r *Registrar) Retained() int {
 // Counts returns a namespace's leases by state and its waiters (as of the
 // last applied record).
 func (r *Registrar) Counts(ns string) (active, released, expired, revoked, waiters uint64) {
-	n := r.namespaces[orDefault(ns)]
+	n := r.namespaces[OrDefault(ns)]
 	if n == nil {
 		return
 	}
@@ -233,7 +233,7 @@ func (r *Registrar) Waiters(ns, resource string) []Waiter {
 // HolderLoad returns a holder's active leases and queued acquires in a
 // namespace: what its quota counts.
 func (r *Registrar) HolderLoad(holder, ns string) (active, waiting uint64) {
-	if n := r.namespaces[orDefault(ns)]; n != nil {
+	if n := r.namespaces[OrDefault(ns)]; n != nil {
 		if h := n.holders[holder]; h != nil {
 			return h.active, h.waiting
 		}
@@ -300,7 +300,7 @@ func (r *Registrar) List(q ListQuery, t Tick) (leases []Lease, next string, err 
 	if err != nil {
 		return nil, "", err
 	}
-	ns := r.namespaces[orDefault(q.Namespace)]
+	ns := r.namespaces[OrDefault(q.Namespace)]
 	if ns == nil {
 		return nil, "", nil
 	}
@@ -391,7 +391,7 @@ const pageTokenVersion = 1
 
 func (q ListQuery) filterSum() uint32 {
 	h := fnv.New32a()
-	for _, f := range []string{orDefault(q.Namespace), q.Prefix, q.Holder} {
+	for _, f := range []string{OrDefault(q.Namespace), q.Prefix, q.Holder} {
 		h.Write([]byte(f))
 		h.Write([]byte{0})
 	}

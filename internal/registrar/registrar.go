@@ -92,7 +92,7 @@ func (r *Registrar) SetDefaults(p Policy) {
 
 // Policy returns the policy in force for a namespace.
 func (r *Registrar) Policy(ns string) Policy {
-	if n := r.namespaces[orDefault(ns)]; n != nil {
+	if n := r.namespaces[OrDefault(ns)]; n != nil {
 		return n.policy
 	}
 	return r.defaults

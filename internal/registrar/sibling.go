@@ -29,7 +29,7 @@ func (r *Registrar) IssueFor(tx *Tx, g Grant) (Lease, error) {
 	if err := CheckIdentifier("holder", g.Holder, true); err != nil {
 		return Lease{}, err
 	}
-	nsName := orDefault(g.Namespace)
+	nsName := OrDefault(g.Namespace)
 	ns := r.namespaces[nsName]
 	if ns != nil {
 		if res := ns.resources[g.Resource]; res != nil && (len(res.waiters()) > 0 || !compatible(res, Exclusive)) {

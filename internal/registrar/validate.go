@@ -147,8 +147,8 @@ func checkBatch(field string, n int) error {
 	return nil
 }
 
-// orDefault returns the default namespace for an empty one.
-func orDefault(ns string) string {
+// OrDefault returns the default namespace for an empty one.
+func OrDefault(ns string) string {
 	if ns == "" {
 		return DefaultNamespace
 	}

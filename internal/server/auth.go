@@ -198,8 +198,8 @@ func (s *Server) authorize(ctx context.Context, proc string, msg any) error {
 		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "namespace": registrar.DefaultsNamespace, "procedure": proc},
 			`principal %s may not %s: that needs admin on namespace "*"`, p.Name, t.whole)
 	case t.hasNamespace && !(t.anyNamespace && t.namespace == "") && !p.InNamespace(t.namespace):
-		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "namespace": orDefault(t.namespace)},
-			"principal %s may not use namespace %s", p.Name, orDefault(t.namespace))
+		return authError(registrar.ReasonPermissionDenied, map[string]string{"principal": p.Name, "namespace": registrar.OrDefault(t.namespace)},
+			"principal %s may not use namespace %s", p.Name, registrar.OrDefault(t.namespace))
 	case t.holderWide && t.namespace == "" && !p.AllNamespaces():
 		// Without a namespace it would reach the holder's leases in every
 		// namespace, the caller's or not (found from outside: an admin of

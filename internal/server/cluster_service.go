@@ -234,7 +234,7 @@ func (h *clusterService) GetPolicy(ctx context.Context, req *connect.Request[ten
 		if ns == registrar.DefaultsNamespace {
 			p = r.Defaults()
 		} else {
-			p = r.Policy(orDefault(ns))
+			p = r.Policy(registrar.OrDefault(ns))
 		}
 		return nil
 	})

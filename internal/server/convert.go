@@ -300,10 +300,3 @@ func eventScope(rec *logpb.Record) (ns, resource string) {
 	}
 	return "", ""
 }
-
-func orDefault(ns string) string {
-	if ns == "" {
-		return registrar.DefaultNamespace
-	}
-	return ns
-}

@@ -89,7 +89,7 @@ func (s *Server) checkTTL(ns, field string, ttl *int64) error {
 	if ttl == nil {
 		return nil
 	}
-	p := s.policy(orDefault(ns))
+	p := s.policy(registrar.OrDefault(ns))
 	if *ttl >= p.MinTTL && *ttl <= p.MaxTTL {
 		return nil
 	}
@@ -624,9 +624,9 @@ func (h *leaseService) List(ctx context.Context, req *connect.Request[tenurev1.L
 			resp.Leases = append(resp.Leases, l.Proto())
 		}
 		c := resp.Counts
-		c.Active, c.Released, c.Expired, c.Revoked, c.Waiters = r.Counts(orDefault(m.Namespace))
+		c.Active, c.Released, c.Expired, c.Revoked, c.Waiters = r.Counts(registrar.OrDefault(m.Namespace))
 		if m.Resource != "" {
-			for _, w := range r.Waiters(orDefault(m.Namespace), m.Resource) {
+			for _, w := range r.Waiters(registrar.OrDefault(m.Namespace), m.Resource) {
 				if m.Holder != "" && w.Holder != m.Holder {
 					continue // the holder filter narrows the queue too
 				}
@@ -714,7 +714,7 @@ func (h *leaseService) History(ctx context.Context, req *connect.Request[tenurev
 	case limit == 0:
 		limit = registrar.DefaultPageSize
 	}
-	ns := orDefault(m.Namespace)
+	ns := registrar.OrDefault(m.Namespace)
 	// History older than the namespace's history retention is not shown.
 	// The read is linearizable unless the caller asked for a stale one:
 	// once it returns, the feed holds every event acknowledged before the
@@ -797,7 +797,7 @@ func (s *Server) historyFromLedger(ctx context.Context, ns, resource string, fro
 		Match: func(enc []byte) bool { return bytes.Contains(enc, literal) },
 		Keep: func(rec *logpb.Record) bool {
 			n, r := eventScope(rec)
-			return r == resource && orDefault(n) == ns
+			return r == resource && registrar.OrDefault(n) == ns
 		},
 	}
 	if latest {

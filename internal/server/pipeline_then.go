@@ -8,6 +8,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
@@ -84,7 +85,7 @@ func (h *leaseService) startOp(ctx context.Context, _ http.Header, op *tenurev1.
 	switch x := op.Op.(type) {
 	case *tenurev1.PipelineOp_Acquire:
 		m := x.Acquire
-		if m.Wait != nil || m.Certificate || s.policy(orDefault(m.Namespace)).AlwaysCertify {
+		if m.Wait != nil || m.Certificate || s.policy(registrar.OrDefault(m.Namespace)).AlwaysCertify {
 			return false
 		}
 		o.proc, o.msg = v1c.LeaseServiceAcquireProcedure, m
@@ -210,7 +211,7 @@ func (h *queueService) startOp(ctx context.Context, _ http.Header, op *tenurev1.
 		}
 	case *tenurev1.QueueOp_Claim:
 		m := x.Claim
-		if m.Wait != nil || s.policy(orDefault(m.Namespace)).AlwaysCertify {
+		if m.Wait != nil || s.policy(registrar.OrDefault(m.Namespace)).AlwaysCertify {
 			return false
 		}
 		o.proc, o.msg = v1c.QueueServiceClaimProcedure, m

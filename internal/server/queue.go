@@ -218,7 +218,7 @@ func (s *Server) claim(ctx context.Context, c *logpb.Claim, wait time.Duration) 
 	if wait > 0 {
 		// Registered before the first look, so that no change after it
 		// goes unnoticed.
-		w = s.watchers.add(orDefault(c.Namespace), queue.Resource(c.Queue, ""))
+		w = s.watchers.add(registrar.OrDefault(c.Namespace), queue.Resource(c.Queue, ""))
 		defer s.watchers.remove(w)
 		changed = w.wake
 	}

@@ -163,8 +163,9 @@ const watchLedgerChunk = 64 << 20
 // left the feed, from this member's ledger files, a chunk at a time until
 // the feed holds the rest, and returns the index it got to. When the
 // files do not hold them either (pruned, a member begun from a snapshot)
-// the watch ends as one that fell behind: the caller resumes from a newer
-// index, from another member, or reads the state again.
+// the watch ends with the compacted error, which names the index the
+// member can resume from: the caller resumes there, from another member,
+// or reads the state again.
 func (s *Server) watchFromLedger(ctx context.Context, after uint64, w *watcher, visible func(string) bool,
 	send func(statemachine.Sealed) error) (uint64, error) {
 	feed := s.node.Feed()
