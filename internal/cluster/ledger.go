@@ -78,8 +78,11 @@ type durableLedger struct {
 	stopHeal chan struct{}
 	healWG   sync.WaitGroup
 	// finding admits one search of the files (find) at a time, which
-	// filters spares the segments without the resource searched for.
-	finding chan struct{}
+	// filters spares the segments without the resource searched for;
+	// reading admits one read of them in order (read, for watches), apart,
+	// so that watchers reading the files cannot hold History's searches
+	// up.
+	finding, reading chan struct{}
 	filters *segFilters
 }
 
@@ -107,7 +110,7 @@ func openLedger(dataDir string, segSize, maxBytes int64, scope func(*logpb.Recor
 			"segment", rec.Segment, "bytes", rec.TornBytes, "last_index", rec.Last)
 	}
 	d := &durableLedger{dir: dir, w: w, log: log, maxBytes: maxBytes, ops: make(chan ledgerOp, ledgerQueue), done: make(chan struct{}),
-		lastAtOpen: rec.Last, segSize: segSize, finding: make(chan struct{}, 1)}
+		lastAtOpen: rec.Last, segSize: segSize, finding: make(chan struct{}, 1), reading: make(chan struct{}, 1)}
 	if scope != nil {
 		d.filters = newSegFilters(scope, segSize)
 	}
@@ -126,10 +129,8 @@ func (d *durableLedger) find(ctx context.Context, ns, res string, q ledger.Query
 	if d == nil {
 		return ledger.Found{From: q.From, Next: q.From}, nil
 	}
-	select {
-	case d.finding <- struct{}{}:
-	case <-ctx.Done():
-		return ledger.Found{From: q.From, Next: q.From}, ctx.Err()
+	if err := take(ctx, d.finding); err != nil {
+		return ledger.Found{From: q.From, Next: q.From}, err
 	}
 	defer func() { <-d.finding }()
 	if d.filters != nil && res != "" {
@@ -140,6 +141,29 @@ func (d *durableLedger) find(ctx context.Context, ns, res string, q ledger.Query
 		q.Learn = d.filters.learn
 	}
 	return ledger.Find(ctx, d.dir, q)
+}
+
+// read reads the files in order (ledger.Find, every segment), one read
+// at a time, beside find's searches.
+func (d *durableLedger) read(ctx context.Context, q ledger.Query) (ledger.Found, error) {
+	if d == nil {
+		return ledger.Found{From: q.From, Next: q.From}, nil
+	}
+	if err := take(ctx, d.reading); err != nil {
+		return ledger.Found{From: q.From, Next: q.From}, err
+	}
+	defer func() { <-d.reading }()
+	return ledger.Find(ctx, d.dir, q)
+}
+
+// take takes slot, or answers ctx's error.
+func take(ctx context.Context, slot chan struct{}) error {
+	select {
+	case slot <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // write queues the sealed records of an applied batch; pub is the

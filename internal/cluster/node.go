@@ -570,6 +570,13 @@ func (n *Node) FindInLedger(ctx context.Context, ns, res string, q ledger.Query)
 	return n.fsm.ledger.find(ctx, ns, res, q)
 }
 
+// ReadLedger reads this member's ledger files in order (every segment),
+// for a watch resumed from records the feed no longer holds. Reads take
+// turns among themselves, not with FindInLedger's searches.
+func (n *Node) ReadLedger(ctx context.Context, q ledger.Query) (ledger.Found, error) {
+	return n.fsm.ledger.read(ctx, q)
+}
+
 // Close shuts the node down: Raft first (pending proposals answer
 // OUTCOME_UNKNOWN), then the goroutines, the transport and the stores.
 func (n *Node) Close() error {

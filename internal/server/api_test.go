@@ -725,7 +725,8 @@ func TestAcquireWaitGrantedOnRelease(t *testing.T) {
 
 // TestWatchResumesFromTheLedger: a Watch resumed from an index whose
 // records have left the in-memory feed gets them from the member's ledger
-// files, in order, then goes on live; when the files no longer hold them
+// files, in order, then goes on live, without the events past their
+// namespace's history retention; when the files no longer hold them
 // either, it is refused as compacted, naming the oldest index held.
 func TestWatchResumesFromTheLedger(t *testing.T) {
 	dir := t.TempDir()
@@ -759,6 +760,30 @@ func TestWatchResumesFromTheLedger(t *testing.T) {
 			t.Fatalf("events %q: %v; want lease %s next", got, ev, want)
 		}
 		last = ev.Index
+	}
+
+	// Events older than their namespace's history retention are not sent,
+	// from the files or the feed (as History does not answer them).
+	if _, err := b.cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "default",
+		Policy: &tenurev1.NamespacePolicy{HistoryRetention: durationpb.New(time.Second)}})); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "w/late's events to pass the retention", 5*time.Second, func() bool {
+		h, err := b.leases.History(ctx, connect.NewRequest(&tenurev1.HistoryRequest{Resource: "w/late"}))
+		return err == nil && len(h.Msg.Events) == 0
+	})
+	recent := b.acquire(t, &tenurev1.AcquireRequest{Resource: "w/recent", Holder: "h"})
+	kept, err := b.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Prefix: "w/", AfterIndex: from}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Close()
+	if !kept.Receive() || kept.Msg().Event.LeaseId != recent.LeaseId {
+		t.Fatalf("a watch resumed past the retention: %v %v; want w/recent's grant first", kept.Msg(), kept.Err())
+	}
+	if _, err := b.cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "default",
+		Policy: &tenurev1.NamespacePolicy{HistoryRetention: durationpb.New(time.Hour)}})); err != nil {
+		t.Fatal(err)
 	}
 
 	// The first file gone (pruned): a resume from before it is refused,

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -461,6 +462,45 @@ func TestRateLimitCountsStreamMessages(t *testing.T) {
 	wantReason(t, err, connect.CodeResourceExhausted, "QUOTA_EXCEEDED")
 	_ = ka.CloseRequest()
 	_ = ka.CloseResponse()
+}
+
+// TestRateLimitCountsWatchReadsOfTheFiles: a Watch resumed from records
+// that only the ledger files hold takes one request of the caller's rate
+// limit per read of the files after the first (a read may send nothing:
+// found from outside, readers of an empty namespace kept the member
+// reading every file for free).
+func TestRateLimitCountsWatchReadsOfTheFiles(t *testing.T) {
+	b := startSecure(t, func(c *Config) {
+		c.Cluster.FeedSize, c.Cluster.LedgerSegmentSize, c.WatchReadBytes = 10, 4096, 1024
+	})
+	root, slow := b.as("tok-root"), b.as("tok-slow") // slow: burst 2, refills in ~17 minutes
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 40 {
+		if _, err := root.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: fmt.Sprintf("r/%d", i), Holder: "h"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Opening the stream takes the first token, the first read of the
+	// files none, the second the last token: the third is refused.
+	stream, err := slow.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Namespace: "nobody-here", AfterIndex: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if stream.Receive() {
+		t.Fatalf("a watch of an empty namespace received %v", stream.Msg())
+	}
+	wantReason(t, stream.Err(), connect.CodeResourceExhausted, "QUOTA_EXCEEDED")
+	// Another principal's budget is its own.
+	all, err := root.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{AfterIndex: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	if !all.Receive() {
+		t.Fatalf("root's watch from the files: %v", all.Err())
+	}
 }
 
 // TestHolderWideCallsStayInTheCallersNamespaces: a Renew of every lease of

@@ -100,12 +100,18 @@ type Config struct {
 	// connections (a stopped process, a machine cut off) no longer holds
 	// its streams (KeepAlive, Watch, waiting acquires) open for good.
 	PingAfter, PingTimeout time.Duration
+	// WatchReadBytes bounds the ledger files a Watch behind the in-memory
+	// feed reads at a time; between reads it sends what it found, and
+	// each read after the first takes one request of the caller's rate
+	// limit (0: DefaultWatchReadBytes).
+	WatchReadBytes int64
 }
 
-// Defaults of Config.PingAfter and Config.PingTimeout.
+// Defaults of Config.PingAfter, Config.PingTimeout and Config.WatchReadBytes.
 const (
-	DefaultPingAfter   = 30 * time.Second
-	DefaultPingTimeout = 15 * time.Second
+	DefaultPingAfter      = 30 * time.Second
+	DefaultPingTimeout    = 15 * time.Second
+	DefaultWatchReadBytes = 64 << 20
 )
 
 // DefaultConfig returns the defaults of API.md's command line contract.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -53,9 +54,10 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	if err := s.awaitHead(ctx, feed, after); err != nil {
 		return s.toConnect(err)
 	}
+	retained := s.retainedSince(ctx)
 	send := func(sl statemachine.Sealed) error {
 		after = sl.Record.Index
-		if ns, res := eventScope(sl.Record); !w.matches(ns, res) || !visible(ns) {
+		if ns, res := eventScope(sl.Record); !w.matches(ns, res) || !visible(ns) || !retained(ns, sl.Record) {
 			return nil
 		}
 		m, err := s.events.response(sl)
@@ -99,7 +101,7 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 				// The records after it have left the feed (a resume from an
 				// older index, or a watcher that fell behind): the ledger
 				// files hold them.
-				if after, err = s.watchFromLedger(ctx, after, w, visible, send); err != nil {
+				if after, err = s.watchFromLedger(ctx, after, w, visible, retained, send); err != nil {
 					return s.toConnect(err)
 				}
 				continue
@@ -155,29 +157,34 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 	}
 }
 
-// watchLedgerChunk bounds the bytes of ledger files one read of a Watch
-// behind the feed takes (between them, the stream sends what it found).
-const watchLedgerChunk = 64 << 20
-
 // watchFromLedger sends a watch the records after index after that have
 // left the feed, from this member's ledger files, a chunk at a time until
-// the feed holds the rest, and returns the index it got to. When the
-// files do not hold them either (pruned, a member begun from a snapshot)
-// the watch ends with the compacted error, which names the index the
-// member can resume from: the caller resumes there, from another member,
-// or reads the state again.
+// the feed holds the rest, and returns the index it got to. Events not
+// retained (older than their namespace's history retention, which History
+// does not answer either) are not sent, and each chunk after the first
+// costs the caller one request of its rate limit (a chunk may be read
+// whole and send the caller nothing). When the files do not hold the
+// records either (pruned, a member begun from a snapshot) the watch ends
+// with the compacted error, which names the index the member can resume
+// from: the caller resumes there, from another member, or reads the
+// state again.
 func (s *Server) watchFromLedger(ctx context.Context, after uint64, w *watcher, visible func(string) bool,
-	send func(statemachine.Sealed) error) (uint64, error) {
+	retained func(string, *logpb.Record) bool, send func(statemachine.Sealed) error) (uint64, error) {
 	feed := s.node.Feed()
-	for {
+	for chunk := 0; ; chunk++ {
 		oldest := feed.Oldest()
 		if oldest == 0 || after+1 >= oldest {
 			return after, nil
 		}
-		found, err := s.node.FindInLedger(ctx, "", "", ledger.Query{From: after + 1, To: oldest, MaxBytes: watchLedgerChunk,
+		if p := principalOf(ctx); p != nil && chunk > 0 {
+			if err := s.charge(p, 1); err != nil {
+				return after, err
+			}
+		}
+		found, err := s.node.ReadLedger(ctx, ledger.Query{From: after + 1, To: oldest, MaxBytes: cmp.Or(s.cfg.WatchReadBytes, DefaultWatchReadBytes),
 			Keep: func(rec *logpb.Record) bool {
 				ns, res := eventScope(rec)
-				return w.matches(ns, res) && visible(ns)
+				return w.matches(ns, res) && visible(ns) && retained(ns, rec)
 			}})
 		if err != nil {
 			return after, err
@@ -195,6 +202,32 @@ func (s *Server) watchFromLedger(ctx context.Context, after uint64, w *watcher, 
 			}
 		}
 		after = found.Next - 1
+	}
+}
+
+// retainedSince returns whether a record of namespace ns is within that
+// namespace's history retention, measured from this member's registrar
+// time when the namespace is first asked about (a watch's live events
+// are; a resumed one's older events may not be). Records of no
+// namespace are.
+func (s *Server) retainedSince(ctx context.Context) func(ns string, rec *logpb.Record) bool {
+	cutoffs := map[string]registrar.Tick{}
+	return func(ns string, rec *logpb.Record) bool {
+		if ns == "" {
+			return true
+		}
+		cutoff, ok := cutoffs[ns]
+		if !ok {
+			err := s.node.Read(ctx, true, func(mc *statemachine.Machine, t registrar.Tick) error {
+				cutoff = t - registrar.Tick(mc.Registrar().Policy(ns).HistoryRetention)
+				return nil
+			})
+			if err != nil {
+				return true // the read ends with ctx: what is sent no longer matters
+			}
+			cutoffs[ns] = cutoff
+		}
+		return registrar.Tick(rec.Tick) >= cutoff
 	}
 }
 

@@ -2814,7 +2814,8 @@ type WatchRequest struct {
 	Prefix    string `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// Exclusive; 0 starts live. Records that have left the member's
 	// in-memory feed are read from its ledger files; an index older than
-	// those hold is INVALID_ARGUMENT (metadata oldest_index).
+	// those hold is INVALID_ARGUMENT (metadata oldest_index). Events older
+	// than their namespace's history_retention are not sent.
 	AfterIndex    uint64 `protobuf:"varint,3,opt,name=after_index,json=afterIndex,proto3" json:"after_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
