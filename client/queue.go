@@ -155,8 +155,12 @@ func (c *Client) enqueue(ctx context.Context, queue string, tasks []NewTask, opt
 // Claim claims up to o.Max tasks of queue for this client's holder. Each
 // comes with its lease, kept alive by the client's heartbeats (see Task).
 // Nothing claimable (after o.Wait) is an empty answer, not an error. Claim
-// is not retried after an unknown outcome: a task claimed by a lost answer
-// returns to the queue when its lease expires.
+// is not retried after an unknown outcome (ErrOutcomeUnknown): before it
+// returns that error, it gives back the tasks of the queue claimed for
+// this holder that this client does not hold (a lost answer's: their
+// attempts are not counted), unless another Claim of the queue is in
+// flight here or the holder is shared (WithSharedHolder), in which case
+// such a task returns to the queue when its lease expires.
 func (c *Client) Claim(ctx context.Context, queue string, o ClaimOptions, opts ...CallOption) ([]*Task, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
@@ -187,11 +191,17 @@ func (c *Client) Claim(ctx context.Context, queue string, o ClaimOptions, opts .
 		return err
 	})
 	if err != nil {
-		if ctx.Err() != nil && !sent.IsZero() && !c.cfg.sharedHolder {
+		switch {
+		case sent.IsZero() || c.cfg.sharedHolder:
+		case ctx.Err() != nil:
 			// The answer may have been on its way when the call gave up:
 			// give back what it may have claimed (a task left leased to no
 			// one would use its attempt up).
-			go c.releaseStrayClaims(cc.namespace, queue, qkey)
+			go c.releaseStrayClaims(cc.namespace, queue, qkey, 0)
+		case outcomeUnknown(err):
+			// The answer was lost (a member killed, a connection reset):
+			// the same, before the caller claims again.
+			c.releaseStrayClaims(cc.namespace, queue, qkey, 1)
 		}
 		return nil, err
 	}
@@ -219,10 +229,11 @@ func (c *Client) Claim(ctx context.Context, queue string, o ClaimOptions, opts .
 }
 
 // releaseStrayClaims releases the leases of tasks of the queue claimed for
-// this client's holder that it does not hold, while no other Claim of the
-// queue is in flight here: claimed for a call that gave up (its answer
-// crossed its cancellation).
-func (c *Client) releaseStrayClaims(namespace, queue, qkey string) {
+// this client's holder that it does not hold, while no Claim of the queue
+// is in flight here but the caller's own (own: 1 for a Claim that has not
+// returned yet): claimed for a call that gave up (its answer crossed its
+// cancellation) or whose answer was lost.
+func (c *Client) releaseStrayClaims(namespace, queue, qkey string, own int) {
 	ctx, cancel := context.WithTimeout(context.Background(), orphanTimeout)
 	defer cancel()
 	var token string
@@ -234,7 +245,7 @@ func (c *Client) releaseStrayClaims(namespace, queue, qkey string) {
 		}
 		for _, t := range page {
 			c.mu.Lock()
-			stray := t.GetWorker() == c.cfg.holder && c.leases[t.GetLeaseId()] == nil && c.claiming[qkey] == 0
+			stray := t.GetWorker() == c.cfg.holder && c.leases[t.GetLeaseId()] == nil && c.claiming[qkey] <= own
 			c.mu.Unlock()
 			if stray {
 				c.releaseOrphanID(t.GetLeaseId(), t.GetWorker())

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -603,10 +605,61 @@ func TestStrayGrantsGivenBack(t *testing.T) {
 	if got, err := other.Claim(ctx, "stray", ClaimOptions{}); err != nil || len(got) != 1 {
 		t.Fatalf("claim: %v %v", got, err)
 	}
-	c.releaseStrayClaims(DefaultNamespace, "stray", DefaultNamespace+"\x00stray")
+	c.releaseStrayClaims(DefaultNamespace, "stray", DefaultNamespace+"\x00stray", 0)
 	task, err := c.GetTask(ctx, "stray", "t1")
 	if err != nil || task.GetState() != tenurev1.TaskState_TASK_STATE_QUEUED || task.GetAttempts() != 0 {
 		t.Fatalf("the stray claim was not given back: %v %v", task, err)
+	}
+}
+
+// loseClaimAnswer is a transport that reads the answer of the first
+// unary Claim and reports a reset connection instead, as a member killed
+// with the answer on its way would.
+type loseClaimAnswer struct {
+	base http.RoundTripper
+	lost atomic.Bool
+}
+
+func (l *loseClaimAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := l.base.RoundTrip(r)
+	if err != nil || !strings.HasSuffix(r.URL.Path, ".QueueService/Claim") || l.lost.Load() {
+		return resp, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	l.lost.Store(true)
+	return nil, syscall.ECONNRESET
+}
+
+// TestClaimWithALostAnswerGivesItsTasksBack: a Claim whose answer was lost
+// after the registrar applied it (OUTCOME_UNKNOWN) gives back the tasks it
+// claimed before it returns, so that their attempts are not counted (found
+// from outside: a task of one attempt went to the dead letters when its
+// claim's answer was lost in a failover, its handler never run).
+func TestClaimWithALostAnswerGivesItsTasksBack(t *testing.T) {
+	s := startRealServer(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	lose := &loseClaimAnswer{base: &http.Transport{Protocols: &p}}
+	c := s.client(t, WithHolder("w-lost"), WithoutPipeline(), WithHTTPClient(&http.Client{Transport: lose}))
+	if _, err := c.Enqueue(ctx, "lost", []NewTask{{ID: "once", MaxAttempts: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Claim(ctx, "lost", ClaimOptions{LeaseTTL: time.Minute})
+	if !lose.lost.Load() || !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("claim with its answer lost: %v %v (lost: %v)", got, err, lose.lost.Load())
+	}
+	task, err := c.GetTask(ctx, "lost", "once")
+	if err != nil || task.GetState() != tenurev1.TaskState_TASK_STATE_QUEUED || task.GetAttempts() != 0 {
+		t.Fatalf("the lost claim's task: %v %v; want it queued, no attempt counted", task, err)
+	}
+	again, err := c.Claim(ctx, "lost", ClaimOptions{LeaseTTL: time.Minute})
+	if err != nil || len(again) != 1 || again[0].ID != "once" {
+		t.Fatalf("claim again: %v %v", again, err)
 	}
 }
 

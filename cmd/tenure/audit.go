@@ -52,7 +52,7 @@ files in DATA-DIR/ledger, which every node writes as it applies records
            never caught up from a snapshot; otherwise check a gap's range on a
            member that holds it.
   export   prints the records as NDJSON events, in the form of
-           "tenure watch -o json", plus start markers {"start":N,"prevHash":…}.
+           "tenure watch -o json", plus start markers {"start":"N","prevHash":…}.
   prune    removes the oldest whole ledger files whose records all come
            before --before, after verifying the whole ledger (it refuses to
            prune one that does not verify). The ledger then starts with a
@@ -77,6 +77,11 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	switch pos[0] {
+	case "verify", "export", "prune":
+	default:
+		return c.usageError("unknown subcommand %q (want verify, export or prune)", pos[0])
+	}
 	dir := ledgerDir(*dataDir)
 	if _, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("INVALID_ARGUMENT: no ledger at %s: %v", dir, err)
@@ -86,13 +91,12 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return auditVerify(ctx, c, dir, *pubFlag, *complete)
 	case "export":
 		return auditExport(dir, *after, *limit, stdout, stderr)
-	case "prune":
+	default: // prune
 		if *before == 0 {
 			return c.usageError("prune needs --before INDEX")
 		}
 		return auditPrune(ctx, c, dir, *pubFlag, *before)
 	}
-	return c.usageError("unknown subcommand %q (want verify, export or prune)", pos[0])
 }
 
 // ledgerDir accepts a data dir or the ledger dir inside it.
@@ -127,9 +131,9 @@ func auditKey(ctx context.Context, c *cliCommand, dir, flag string) (ed25519.Pub
 		})
 		return k, "the cluster at " + c.endpoints, err
 	}
-	k, err := parsePublicKey(flag)
+	k, err := c.publicKeyArg(flag)
 	if err != nil {
-		return nil, "", c.usageError("--public-key: %v", err)
+		return nil, "", err
 	}
 	return k, "--public-key", nil
 }

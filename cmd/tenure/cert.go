@@ -67,12 +67,8 @@ func runCert(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	var pub ed25519.PublicKey
 	if *pubFlag != "" {
-		if pub, err = parsePublicKey(*pubFlag); err != nil {
-			var pe *fs.PathError
-			if errors.As(err, &pe) { // a file that could not be read: not a usage error
-				return fmt.Errorf("--public-key: %w", err)
-			}
-			return c.usageError("--public-key: %v", err)
+		if pub, err = c.publicKeyArg(*pubFlag); err != nil {
+			return err
 		}
 	} else {
 		r, err := c.remote()
@@ -134,6 +130,21 @@ func parseLeaseJSON(in []byte) (*tenurev1.Lease, error) {
 }
 
 // parsePublicKey reads hex, or @FILE holding hex or the raw key.
+// publicKeyArg parses a --public-key argument (parsePublicKey): a file
+// that could not be read fails the command (exit 1), anything else is a
+// usage error.
+func (c *cliCommand) publicKeyArg(s string) (ed25519.PublicKey, error) {
+	k, err := parsePublicKey(s)
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &pe):
+		return nil, fmt.Errorf("--public-key: %w", err)
+	case err != nil:
+		return nil, c.usageError("--public-key: %v", err)
+	}
+	return k, nil
+}
+
 func parsePublicKey(s string) (ed25519.PublicKey, error) {
 	b := []byte(s)
 	if name, ok := strings.CutPrefix(s, "@"); ok {

@@ -355,6 +355,13 @@ func TestCLIErrorsAsJSON(t *testing.T) {
 		t.Fatalf("renew of several ids: exit %d, stdout %q", r.code, r.stdout)
 	}
 	parse(t, r.stdout, &tenurev1.RenewResponse{})
+	// As a table: the refusals on stderr in the order of the ids, and no
+	// table of no lease.
+	r = runTenure(t, "renew", "no-such-1", "no-such-2", "--holder", "w1")
+	if lines := strings.Split(strings.TrimSpace(r.stderr), "\n"); r.code != 1 || r.stdout != "" || len(lines) != 2 ||
+		!strings.Contains(lines[0], "no-such-1") || !strings.Contains(lines[1], "no-such-2") || !strings.Contains(lines[1], "2 of 2 renewals refused") {
+		t.Fatalf("renew of two unknown ids: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
 	// Without -o json, stdout stays empty.
 	if r := runTenure(t, "get", "no-such-lease"); r.stdout != "" {
 		t.Errorf("table output's error went to stdout: %q", r.stdout)

@@ -8,6 +8,9 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	"github.com/tenurehq/tenure/internal/registrar"
+	"github.com/tenurehq/tenure/internal/server"
 )
 
 // countingWriter counts the bytes written through it.
@@ -79,6 +82,7 @@ func writeErrorJSON(w io.Writer, err error) {
 		}
 	case reasonFirst.MatchString(b.Message):
 		b.Reason, _, _ = strings.Cut(b.Message, ":")
+		b.Code = server.CodeOf(registrar.Reason(b.Reason)).String()
 	}
 	line, _ := json.Marshal(errorJSON{Error: b})
 	_, _ = w.Write(append(line, '\n'))

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"regexp"
@@ -155,7 +156,7 @@ func main() {
 // run executes one command line and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	out := &countingWriter{w: stdout}
-	err := dispatch(ctx, args, out, stderr)
+	err := fileReason(dispatch(ctx, args, out, stderr))
 	var ue *usageError
 	var es *exitStatus
 	if err != nil && !errors.Is(err, flag.ErrHelp) && !errors.As(err, &es) && out.n == 0 && wantsJSON(args) {
@@ -194,6 +195,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 1
 	}
+}
+
+// fileReason gives the error of a local file a command could not read or
+// write the reason INVALID_ARGUMENT (a file named on the command line),
+// so that stderr and -o json start with a reason as for any failure.
+func fileReason(err error) error {
+	var pe *fs.PathError
+	var ue *usageError
+	var es *exitStatus
+	var ce *connect.Error
+	if err == nil || reasonFirst.MatchString(err.Error()) || !errors.As(err, &pe) ||
+		errors.As(err, &ue) || errors.As(err, &es) || errors.As(err, &ce) {
+		return err
+	}
+	return fmt.Errorf("INVALID_ARGUMENT: %w", err)
 }
 
 // clientFlags are the flags every client command takes: true for those

@@ -39,6 +39,15 @@ func TestExitCodes(t *testing.T) {
 		{"malformed join", []string{"server", "--join", "nowhere"}, 2, "--join"},
 		{"public listen without insecure", []string{"server", "--listen", "0.0.0.0:7070"}, 2, "--insecure"},
 		{"unusable data dir", []string{"server", "--data-dir", "", "--listen", "127.0.0.1:0"}, 1, "DataDir"},
+		// A file named on the command line that cannot be read fails with
+		// a reason, as text and in -o json (with its code).
+		{"unreadable file", []string{"queue", "push", "q", "--file", "/nonexistent/task"}, 1, "INVALID_ARGUMENT: open /nonexistent/task"},
+		{"unreadable file, json", []string{"cert", "verify", "--file", "/nonexistent/lease.json", "-o", "json"}, 1,
+			`{"error":{"reason":"INVALID_ARGUMENT","code":"invalid_argument","message":"INVALID_ARGUMENT: open /nonexistent/lease.json`},
+		{"unreadable key file", []string{"audit", "verify", "--data-dir", ".", "--public-key", "@/nonexistent/key"}, 1, "INVALID_ARGUMENT: --public-key: open"},
+		{"bad key", []string{"audit", "verify", "--data-dir", ".", "--public-key", "zz"}, 2, "--public-key: not hex"},
+		{"unknown audit subcommand", []string{"audit", "bogus", "--data-dir", "/nonexistent"}, 2, `unknown subcommand "bogus"`},
+		{"reason's code in json", []string{"backup", "inspect", "/nonexistent/x.backup", "-o", "json"}, 1, `"reason":"INVALID_ARGUMENT","code":"invalid_argument"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -46,9 +46,10 @@ func runRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if c.json() {
+	switch {
+	case c.json():
 		err = writeJSON(stdout, resp)
-	} else {
+	case len(resp.GetLeases()) > 0: // no table of none
 		err = writeLeases(stdout, resp.GetLeases()...)
 	}
 	if err != nil {
@@ -58,8 +59,12 @@ func runRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(fs) == 0 {
 		return nil
 	}
-	for _, f := range fs[1:] { // each message starts with its reason and names the lease
+	// In the order of the ids; each message starts with its reason and
+	// names the lease. The last stands first on its line as the
+	// command's error.
+	last := fs[len(fs)-1]
+	for _, f := range fs[:len(fs)-1] {
 		fmt.Fprintln(stderr, f.GetMessage())
 	}
-	return fmt.Errorf("%s (%d of %d renewals refused)", fs[0].GetMessage(), len(fs), len(fs)+len(resp.GetLeases()))
+	return fmt.Errorf("%s (%d of %d renewals refused)", last.GetMessage(), len(fs), len(fs)+len(resp.GetLeases()))
 }

@@ -462,6 +462,43 @@ func TestReplicatedClockKeepsUpWhileLeasesAreDue(t *testing.T) {
 	}
 }
 
+// TestStaleReadsAreNeverAhead: a stale read answers at the tick the
+// member applied last, never at its term's clock, which runs ahead of it
+// between entries (found from outside: a leader paused past an election
+// and resumed answered a stale Get at a time the cluster had not reached,
+// calling a live lease expired).
+func TestStaleReadsAreNeverAhead(t *testing.T) {
+	n := openWith(t, t.TempDir(), func(c *Config) { c.ClockHeartbeat = time.Hour })
+	defer n.Close()
+	if out := acquire(t, n, "stale/a", "h", time.Minute, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	readAt := func(stale bool) registrar.Tick {
+		var at registrar.Tick
+		if err := n.Read(context.Background(), stale, func(_ *statemachine.Machine, tk registrar.Tick) error {
+			at = tk
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	applied := n.fsm.maxTick.load()
+	deadline := time.Now().Add(10 * time.Second)
+	for readAt(false) < applied+5 { // the term's clock moves on with no entry
+		if time.Now().After(deadline) {
+			t.Fatal("the leader's clock did not move")
+		}
+		select {
+		case <-n.fsm.changes():
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if got, now := readAt(true), n.fsm.maxTick.load(); got > now {
+		t.Fatalf("stale read at tick %d, ahead of the applied tick %d", got, now)
+	}
+}
+
 // Closing a node right after Raft elected it, while its leadership
 // barrier is in flight, returns: the barrier may never be answered once
 // Raft shuts down, and Close used to wait for it forever.

@@ -15,7 +15,11 @@ import (
 // Read runs fn against the state machine under its read lock, at the
 // registrar's current tick. Unless stale, the read is linearizable: this
 // node confirms it leads and waits until it has applied everything
-// committed when the read began (else NOT_LEADER). fn must not keep m.
+// committed when the read began (else NOT_LEADER), and reads at its
+// term's clock. A stale read is at the tick this member last applied:
+// possibly behind the cluster, never ahead of it (a leader deposed
+// while it was paused still has its term, whose clock ran on through
+// the pause while the cluster's stood still). fn must not keep m.
 func (n *Node) Read(ctx context.Context, stale bool, fn func(m *statemachine.Machine, t registrar.Tick) error) error {
 	t := n.leader.Load()
 	if !stale {
@@ -34,7 +38,7 @@ func (n *Node) Read(ctx context.Context, stale bool, fn func(m *statemachine.Mac
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	tick := max(f.maxTick.load(), f.m.Registrar().Tick())
-	if t != nil {
+	if t != nil && !stale {
 		tick = max(tick, t.now())
 	}
 	return fn(f.m, tick)

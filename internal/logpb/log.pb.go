@@ -4729,8 +4729,11 @@ type TaskRequeued struct {
 	// The lease was given back (released, revoked, transferred), not lost
 	// to expiry: the attempt it was claimed for does not count.
 	AttemptReturned bool `protobuf:"varint,4,opt,name=attempt_returned,json=attemptReturned,proto3" json:"attempt_returned,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The task's last error stays as it was: reason says why the task was
+	// requeued, but no attempt failed (from rules 3, with attempt_returned).
+	KeepLastError bool `protobuf:"varint,5,opt,name=keep_last_error,json=keepLastError,proto3" json:"keep_last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskRequeued) Reset() {
@@ -4787,6 +4790,13 @@ func (x *TaskRequeued) GetReadyAt() int64 {
 func (x *TaskRequeued) GetAttemptReturned() bool {
 	if x != nil {
 		return x.AttemptReturned
+	}
+	return false
+}
+
+func (x *TaskRequeued) GetKeepLastError() bool {
+	if x != nil {
+		return x.KeepLastError
 	}
 	return false
 }
@@ -5592,12 +5602,13 @@ const file_log_proto_rawDesc = "" +
 	"TaskFailed\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x19\n" +
-	"\bready_at\x18\x03 \x01(\x03R\areadyAt\"\x98\x01\n" +
+	"\bready_at\x18\x03 \x01(\x03R\areadyAt\"\xc0\x01\n" +
 	"\fTaskRequeued\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x19\n" +
 	"\bready_at\x18\x03 \x01(\x03R\areadyAt\x12)\n" +
-	"\x10attempt_returned\x18\x04 \x01(\bR\x0fattemptReturned\"\x84\x01\n" +
+	"\x10attempt_returned\x18\x04 \x01(\bR\x0fattemptReturned\x12&\n" +
+	"\x0fkeep_last_error\x18\x05 \x01(\bR\rkeepLastError\"\x84\x01\n" +
 	"\bTaskDead\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.tenure.log.v1.TaskRefR\x04task\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1d\n" +

@@ -595,6 +595,7 @@ func (qs *Queues) leaseEnded(tx *registrar.Tx, l registrar.Lease) {
 	if l.State != registrar.Expired {
 		tx.Emit(&logpb.Record{Body: &logpb.Record_TaskRequeued{TaskRequeued: &logpb.TaskRequeued{
 			Task: qs.ref(t), Reason: why + " (the attempt is not counted)", ReadyAt: tx.Wall, AttemptReturned: true,
+			KeepLastError: tx.Rules >= 3,
 		}}})
 		return
 	}

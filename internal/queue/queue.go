@@ -466,7 +466,9 @@ func (qs *Queues) Apply(rec *logpb.Record) error {
 		if b.TaskRequeued.AttemptReturned && t.attempts > 0 {
 			t.attempts--
 		}
-		t.lastError = b.TaskRequeued.Reason
+		if !b.TaskRequeued.KeepLastError {
+			t.lastError = b.TaskRequeued.Reason
+		}
 		t.readyAt = b.TaskRequeued.ReadyAt
 		t.q.makeReady(t, rec.Wall)
 	case *logpb.Record_TaskDead:

@@ -135,10 +135,19 @@ func TestExpiryRequeuesAndZombieRejected(t *testing.T) {
 }
 
 // A lease given back (a draining worker's release, an admin's revoke)
-// returns its attempt: the task is queued again even on its last attempt.
-// Only an expiry (a worker that died or stalled) uses it up.
+// returns its attempt: the task is queued again even on its last attempt,
+// keeping its last error (from rules 3: before, the requeue's reason
+// became it, so that a task that never failed showed an error). Only an
+// expiry (a worker that died or stalled) uses it up.
 func TestGivenBackLeaseReturnsItsAttempt(t *testing.T) {
+	for _, rules := range []uint32{statemachine.Rules, 2} {
+		t.Run(fmt.Sprint("rules ", rules), func(t *testing.T) { givenBackLeaseReturnsItsAttempt(t, rules) })
+	}
+}
+
+func givenBackLeaseReturnsItsAttempt(t *testing.T, rules uint32) {
 	e := setup(t)
+	e.rules = rules
 	e.mustEnqueue("q", &logpb.NewTask{TaskId: "t", MaxAttempts: 1})
 	for _, how := range []string{"release", "revoke"} {
 		c := e.claim("q", "w", 1, 2000)
@@ -155,7 +164,8 @@ func TestGivenBackLeaseReturnsItsAttempt(t *testing.T) {
 			t.Fatal(out.Outcome.Err)
 		}
 		got := e.get("q", "t")
-		if got.State != queue.Queued || got.Attempts != 0 || !strings.Contains(got.LastError, "not counted") {
+		if got.State != queue.Queued || got.Attempts != 0 || (got.LastError == "") != (rules >= 3) ||
+			rules < 3 && !strings.Contains(got.LastError, "not counted") {
 			t.Fatalf("after %s: %+v", how, got)
 		}
 	}

@@ -392,6 +392,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 			}
 			if msg, _ := out["message"].(string); !strings.HasPrefix(msg, tc.reason) {
 				t.Errorf("message %q does not start with the reason", msg)
+			} else if strings.Contains(msg, "unmarshal into") || strings.Contains(msg, "proto:") {
+				t.Errorf("message %q carries the decoder's own prefixes", msg)
 			}
 		})
 	}

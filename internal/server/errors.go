@@ -54,6 +54,15 @@ var codes = map[registrar.Reason]connect.Code{
 	registrar.ReasonUnimplemented:        connect.CodeUnimplemented,
 }
 
+// CodeOf returns the Connect code the API answers reason with (Unknown for
+// a reason it does not know).
+func CodeOf(reason registrar.Reason) connect.Code {
+	if c, ok := codes[reason]; ok {
+		return c
+	}
+	return connect.CodeUnknown
+}
+
 var unmappedLogged sync.Map // registrar.Reason → struct{}
 
 // toConnect turns any error into a Connect error with an ErrorInfo detail

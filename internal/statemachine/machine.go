@@ -45,7 +45,9 @@ import (
 //	   33rd counter (QUOTA_EXCEEDED, quota max_counters); the records of
 //	   what falls due at a command's tick carry the registrar as their
 //	   actor, not the command's
-const Rules = 2
+//	3  a task requeued because its lease was given back (its attempt not
+//	   counted) keeps its last error: the requeue's reason is no error
+const Rules = 3
 
 // SnapshotVersion is the version of the snapshot encoding this code writes.
 // Version 2 added lease trees (derivation, usage, ended_by of a lease); a
