@@ -83,7 +83,7 @@ type durableLedger struct {
 	// so that watchers reading the files cannot hold History's searches
 	// up.
 	finding, reading chan struct{}
-	filters *segFilters
+	filters          *segFilters
 }
 
 // ledgerOp is one request to the writer goroutine: the records of an
