@@ -290,6 +290,17 @@ func (n *Node) TransferLeadership(id string) error {
 		if r := raftRefusal(err); r != nil {
 			return r
 		}
+		if strings.Contains(err.Error(), "leadership transfer timeout") {
+			if id == "" {
+				id = "the most up-to-date other voter"
+			}
+			meta := n.leaderMeta()
+			meta["cause"] = "transfer_timeout"
+			return &registrar.Error{Reason: registrar.ReasonOutcomeUnknown, Metadata: meta,
+				Message: string(registrar.ReasonOutcomeUnknown) + ": " + id + " did not take leadership over within an election timeout " +
+					"(paused, overloaded or cut off?); this member leads on, but the target may still start an election when it " +
+					"gets to the request: see tenure cluster status"}
+		}
 		return n.raftError(err)
 	}
 	if id == "" {
