@@ -129,7 +129,8 @@ func (c Config) Validate() error {
 		// bounds refuse it in create).
 		return registrar.NewError(registrar.ReasonTTLOutOfRange, map[string]string{"field": "config.lease_duration",
 			"ttl_ms": strconv.FormatInt(c.LeaseMs, 10), "min_ttl_ms": "1000", "max_ttl_ms": strconv.FormatInt(MaxLeaseMs, 10)},
-			"config.lease_duration %s is outside [1s, 24h]", registrar.Dur(c.LeaseMs))
+			"config.lease_duration %s is outside [1s, 24h], the limits of any pool (the namespace's ttl bounds, "+
+				"checked next, may be narrower)", registrar.Dur(c.LeaseMs))
 	case c.MaxLeasesPerPeer < 1 || c.MaxLeasesPerPeer > MaxLeasesCap:
 		return invalid("config.max_leases_per_peer", "must be within [1, %d], got %d", MaxLeasesCap, c.MaxLeasesPerPeer)
 	case !finite(c.Decay) || c.Decay <= 0 || c.Decay > 1:

@@ -612,7 +612,9 @@ func TestActorIsThePrincipal(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := resp.Msg.Lease.LeaseId
-	if _, err := w1.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{id}})); err != nil {
+	// A longer ttl, so that the renewal extends the lease even in the
+	// acquire's tick (a renewal to the same expiry records nothing).
+	if _, err := w1.leases.Renew(ctx, connect.NewRequest(&tenurev1.RenewRequest{LeaseIds: []string{id}, Ttl: ttl(2 * time.Minute)})); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := root.leases.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{LeaseId: id, Reason: "drill"})); err != nil {

@@ -338,7 +338,11 @@ func (x *PieceRange) GetEnd() uint32 {
 }
 
 // HaveMap is the pieces of one file a peer can serve. Bits are plain
-// bytes: piece i is bit (i mod 8) of byte (i div 8).
+// bytes: piece i is bit (i mod 8) of byte (i div 8). Bits shorter than
+// the file are read as if padded with zero bits (the pieces past them are
+// not had); longer than the file needs is INVALID_REQUEST, as is a bit
+// set past the last piece. No have-map at all has no piece to offer
+// (NO_AVAILABLE_PIECES).
 type HaveMap struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	FileIndex     uint32                 `protobuf:"varint,1,opt,name=file_index,json=fileIndex,proto3" json:"file_index,omitempty"`
@@ -509,7 +513,9 @@ func (x *CreatePoolResponse) GetConfig() *PoolConfig {
 // not exist yet is created with the default configuration. piece_count is
 // required the first time a file is named and must not change afterwards
 // (0 then means "as before"). Pieces already done stay done; pieces
-// leased stay leased.
+// leased stay leased. bits are read as HaveMap's (shorter than the file:
+// padded with zero bits); with ranges, both add. A Want naming no piece
+// adds none and answers the file's counts.
 type WantRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
