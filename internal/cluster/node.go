@@ -302,7 +302,18 @@ func Open(cfg Config) (*Node, error) {
 		// Members reach this node at the address the peer list gives.
 		stream.advertise = peerAddr(self.RaftAddr)
 	}
-	n.trans = raft.NewNetworkTransport(stream, 3, 10*time.Second, raftOut)
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: 3, Timeout: 10 * time.Second,
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "raft-net", Output: raftOut, Level: hclog.DefaultLevel}),
+		// No pipelined replication: hashicorp/raft 1.8's pipeline can
+		// deadlock after a follower refuses an entry (its decoder stops
+		// while the sender has one more to hand it), which stops
+		// replication to that follower for good, heartbeats going on,
+		// and hangs Raft's shutdown (found from outside: a member never
+		// exited after SIGTERM, following partitions). Raft's own
+		// measurements find pipelining of little use with batching.
+		MaxRPCsInFlight: 1,
+	})
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(id)
@@ -585,12 +596,41 @@ func (n *Node) Close() error {
 		if t := n.leader.Swap(nil); t != nil {
 			t.cancel()
 		}
-		err := n.raft.Shutdown().Error()
+		err := n.shutdownRaft()
 		close(n.raftDown)
 		n.wg.Wait()
 		n.closeErr = errors.Join(err, n.closeStores())
 	})
 	return n.closeErr
+}
+
+// raftShutdownGrace bounds each wait for Raft's shutdown in Close.
+const raftShutdownGrace = 10 * time.Second
+
+// shutdownRaft shuts Raft down and waits for it; when that takes longer
+// than raftShutdownGrace (a replication goroutine stuck on a peer that
+// does not answer), it closes the transport, which fails the transfers
+// in progress, and waits once more before it gives up on Raft.
+func (n *Node) shutdownRaft() error {
+	done := make(chan error, 1)
+	f := n.raft.Shutdown()
+	go func() { done <- f.Error() }()
+	wait := time.NewTimer(raftShutdownGrace)
+	defer wait.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-wait.C:
+	}
+	n.log.Warn("raft has not shut down after " + raftShutdownGrace.String() + "; closing its transport")
+	_ = n.trans.Close()
+	wait.Reset(raftShutdownGrace)
+	select {
+	case err := <-done:
+		return err
+	case <-wait.C:
+		return errors.New("cluster: raft did not shut down within " + (2 * raftShutdownGrace).String() + "; giving up on it")
+	}
 }
 
 func (n *Node) closeStores() error {

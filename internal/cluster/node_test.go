@@ -462,6 +462,21 @@ func TestReplicatedClockKeepsUpWhileLeasesAreDue(t *testing.T) {
 	}
 }
 
+// TestReplicationIsNotPipelined: the Raft transport replicates one
+// request at a time (hashicorp/raft's pipeline can deadlock after a
+// follower refuses an entry: replication to it stops for good and Raft
+// cannot shut down).
+func TestReplicationIsNotPipelined(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	if p, err := n.trans.AppendEntriesPipeline("other", "127.0.0.1:1"); !errors.Is(err, raft.ErrPipelineReplicationNotSupported) {
+		if p != nil {
+			_ = p.Close()
+		}
+		t.Fatalf("AppendEntriesPipeline: %v; want pipelining off", err)
+	}
+}
+
 // TestStaleReadsAreNeverAhead: a stale read answers at the tick the
 // member applied last, never at its term's clock, which runs ahead of it
 // between entries (found from outside: a leader paused past an election
