@@ -131,3 +131,57 @@ func TestDashboardAccess(t *testing.T) {
 		e.screenshot(t, "signed-in")
 	})
 }
+
+// TestDashboardOneNamespace: a principal confined to one namespace sees
+// that one when the address names none; a page of a namespace it may not
+// use says so once, and does not ask again until Apply.
+func TestDashboardOneNamespace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "auth.json")
+	if err := os.WriteFile(path, []byte(`{"tokens":[
+ {"token":"tok-team","principal":"teamer","roles":["reader"],"namespaces":["team-a"]},
+ {"token":"tok-ops","principal":"ops","roles":["admin"],"namespaces":["*"]}
+]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store, err := auth.Open(path, auth.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startServerWith(t, func(c *server.Config) { c.Auth = store })
+	e.token = "tok-ops" // the test's reads of /metrics
+	e.startBrowser(t)
+	t.Cleanup(func() { e.pageErrors(t) })
+
+	e.open(t, "/leases")
+	e.applyToken(t, "tok-team")
+	e.waitJS(t, "team-a from the principal", `location.hash === "#/leases?ns=team-a" && document.querySelector("h1")?.textContent === "Leases in team-a" &&
+		document.querySelector("#namespace").value === "team-a" && document.querySelector("#lease-body .empty") !== null`)
+	e.open(t, "/")
+	e.waitJS(t, "team-a on another page", `location.hash === "#/?ns=team-a" && document.querySelector("#counts h2")?.textContent === "Leases in team-a"`)
+
+	// Default, which the token may not use: refused once, not polled.
+	list := func() float64 {
+		return e.metric(t, "tenure_rpc_requests_total", "procedure", "/tenure.v1.LeaseService/List", "code", "permission_denied")
+	}
+	watch := func() float64 {
+		return e.metric(t, "tenure_rpc_requests_total", "procedure", "/tenure.v1.LeaseService/Watch", "code", "permission_denied")
+	}
+	status := func() float64 {
+		return e.metric(t, "tenure_rpc_requests_total", "procedure", "/tenure.v1.ClusterService/Status", "code", "ok")
+	}
+	e.open(t, "/leases?ns=default")
+	e.waitJS(t, "the refusal", `document.querySelector("#lease-body .error")?.textContent.startsWith("permission_denied:") &&
+		document.querySelector("#live").textContent === "feed: not allowed"`)
+	refusedList, refusedWatch := list(), watch()
+	// The page keeps asking for the cluster's status every 3 s (the
+	// leader banner); three more such calls span more than the table's
+	// 3 s refresh and the feed's first retry.
+	since := status()
+	waitUntil(t, "three more Status calls", func() bool { return status() >= since+3 })
+	if n, w := list(), watch(); n != refusedList || w != refusedWatch {
+		t.Errorf("refused List %v → %v, Watch %v → %v times while the page stayed: it keeps asking", refusedList, n, refusedWatch, w)
+	}
+	// Apply asks again.
+	e.step(t, "apply", chromedp.Click(chromedp.CSS(`#settings button[type=submit]`)))
+	waitUntil(t, "the List asked again", func() bool { return list() > refusedList })
+}

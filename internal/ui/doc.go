@@ -15,6 +15,17 @@
 //     still holds it; an index that has left the feed restarts live and the
 //     feed says so.
 //
+// Connections: each visible dashboard page holds one connection to the
+// server open, its Watch stream, and over plain HTTP (HTTP/1.1) browsers
+// allow six connections per server, across all tabs; a seventh page's
+// calls would wait for one to free. So a page closes its stream while it
+// is hidden (another tab in front, a minimised window: visibilitychange)
+// or kept in the back/forward cache (pagehide), and resumes it when shown
+// again from the last event it received, keeping the events it has (a
+// resume the server's feed can no longer serve starts live, as above).
+// Over HTTPS browsers speak HTTP/2, which carries every stream of a server
+// on one connection.
+//
 // Two list RPCs exist for the dashboard's sake (and anyone else's):
 // QueueService.ListQueues (a namespace's queues with their counts) and
 // PoolService.ListPools (a namespace's pools).
@@ -28,6 +39,17 @@
 // browser samples the counters every two seconds and shows the differences.
 // They are the answering member's figures across every namespace; the
 // lease counts, queues and pools are the selected namespace's, from the API.
+//
+// Namespaces: the address is the truth. A view's namespace is the ?ns= of
+// its URL fragment (#/leases?ns=team-a), default without one; every
+// dashboard link a page builds carries it, so a link opened in another tab
+// or sent to someone shows the same page, and each tab has its own
+// namespace. The namespace field and Apply change the address. A principal
+// allowed exactly one namespace (no wildcard) is shown that one when the
+// address names none. A view stops polling once the server refuses it a
+// read (PERMISSION_DENIED: the token may not use the namespace), as it
+// does without an accepted token: asking again would get the same answer
+// and count another rejection; Apply, or another page, asks again.
 //
 // Authentication: when the server requires tokens, the token typed into the
 // header is kept in the browser's localStorage and sent as

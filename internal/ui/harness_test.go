@@ -3,10 +3,12 @@ package ui_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +43,8 @@ type env struct {
 	pools  tenurev1connect.PoolServiceClient
 	tab    context.Context
 	shots  string
+	// token is what metric sends when the server requires tokens.
+	token string
 
 	mu     sync.Mutex
 	errors []string // uncaught exceptions in the page
@@ -133,8 +137,22 @@ func (e *env) startBrowser(t *testing.T) {
 		t.Fatalf("starting chromium: %v", err)
 	}
 	e.tab = tab
+	e.recordExceptions()
+	e.shots = os.Getenv("TENURE_ARTIFACTS")
+	if e.shots == "" {
+		e.shots = filepath.Join(os.TempDir(), "tenure-ui-artifacts")
+	}
+	if err := os.MkdirAll(e.shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots in %s", e.shots)
+}
+
+// recordExceptions records the uncaught exceptions of e's tab (see
+// pageErrors).
+func (e *env) recordExceptions() {
 	go func() {
-		for m, err := range chromedp.Console(tab) {
+		for m, err := range chromedp.Console(e.tab) {
 			if err != nil {
 				return
 			}
@@ -145,14 +163,81 @@ func (e *env) startBrowser(t *testing.T) {
 			}
 		}
 	}()
-	e.shots = os.Getenv("TENURE_ARTIFACTS")
-	if e.shots == "" {
-		e.shots = filepath.Join(os.TempDir(), "tenure-ui-artifacts")
+}
+
+// newTab opens another tab of e's browser, as a user opens one (the same
+// profile: localStorage is shared), for e's server; it closes when the
+// test ends.
+func (e *env) newTab(t *testing.T) *env {
+	t.Helper()
+	tab, cancel := chromedp.NewContext(e.tab)
+	if err := chromedp.Do(tab, chromedp.EmulateViewport(1366, 768)); err != nil {
+		t.Fatalf("opening a tab: %v", err)
 	}
-	if err := os.MkdirAll(e.shots, 0o755); err != nil {
+	o := &env{cfg: e.cfg, srv: e.srv, base: e.base, leases: e.leases, queues: e.queues, pools: e.pools, tab: tab, shots: e.shots, token: e.token}
+	o.recordExceptions()
+	t.Cleanup(func() { o.pageErrors(t); cancel() })
+	return o
+}
+
+// setHidden makes the page's document hidden (another tab in front, a
+// minimised window) or visible again, as the browser tells a page:
+// visibilityState and a visibilitychange event. (A headless browser's
+// pages are always visible.)
+func (e *env) setHidden(t *testing.T, hidden bool) {
+	t.Helper()
+	state := "visible"
+	if hidden {
+		state = "hidden"
+	}
+	e.step(t, "make the page "+state, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => {
+		Object.defineProperty(document, "visibilityState", { configurable: true, get: () => %q });
+		Object.defineProperty(document, "hidden", { configurable: true, get: () => %t });
+		document.dispatchEvent(new Event("visibilitychange"));
+	})()`, state, hidden)))
+}
+
+// metric sums the samples of the server's /metrics series name whose
+// labels include every one of labels ("k", "v", …); 0 when there is none.
+func (e *env) metric(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, e.base+"/metrics", nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("screenshots in %s", e.shots)
+	if e.token != "" {
+		req.Header.Set("Authorization", "Bearer "+e.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s %v", resp.Status, err)
+	}
+	var sum float64
+	for line := range strings.Lines(string(body)) {
+		series, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || (series != name && !strings.HasPrefix(series, name+"{")) {
+			continue
+		}
+		match := true
+		for i := 0; i+1 < len(labels); i += 2 {
+			match = match && strings.Contains(series, fmt.Sprintf("%s=%q", labels[i], labels[i+1]))
+		}
+		if v, err := strconv.ParseFloat(value, 64); match && err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// openWatches is how many Watch streams the server has open.
+func (e *env) openWatches(t *testing.T) int {
+	t.Helper()
+	return int(e.metric(t, "tenure_rpc_streams_open", "procedure", "/tenure.v1.LeaseService/Watch"))
 }
 
 // pageErrors fails the test when the page threw.

@@ -2,7 +2,9 @@
 // stream over the Connect streaming protocol, and /metrics.
 
 const TOKEN_KEY = 'tenure.token';
-const NS_KEY = 'tenure.namespace';
+// The namespace is not kept here: the address says it (?ns=), per tab.
+// Dashboards before that kept it under this key; it is let go.
+localStorage.removeItem('tenure.namespace');
 
 export function token() { return localStorage.getItem(TOKEN_KEY) || ''; }
 export function setToken(t) {
@@ -12,7 +14,14 @@ export function setToken(t) {
 
 // refused.admin holds the server's refusal of an admin action (revoke,
 // cancel) for the current token; the views then stop offering them.
-export const refused = { admin: '' };
+// refused.reads counts PERMISSION_DENIED answers to every other call (a
+// view's reads): asking again gets the same answer, so a view stops
+// polling once it grows (see ctx.every in app.js).
+export const refused = { admin: '', reads: 0 };
+
+// ACTIONS are the calls an operator makes with a click; their refusals are
+// shown where they were asked for, and do not stop a view's polling.
+const ACTIONS = new Set(['LeaseService/Revoke', 'QueueService/Cancel', 'QueueService/Retry']);
 
 // noteRefusal records err when it refuses the caller rather than the input.
 export function noteRefusal(err) {
@@ -73,8 +82,13 @@ export function whyNot(action, ns) {
   const roles = me.roles.length ? me.roles.join(', ') : 'no role';
   return `${me.principal} (${roles}; namespaces ${me.namespaces.join(', ') || 'none'}) may not ${action} in ${ns}`;
 }
-export function namespace() { return localStorage.getItem(NS_KEY) || 'default'; }
-export function setNamespace(ns) { ns && ns !== 'default' ? localStorage.setItem(NS_KEY, ns) : localStorage.removeItem(NS_KEY); }
+
+// onlyNamespace is the one namespace the signed-in principal may use, when
+// it has exactly one and no wildcard; '' otherwise.
+export function onlyNamespace() {
+  const ns = me.state === 'authenticated' && me.namespaces.length === 1 ? me.namespaces[0] : '';
+  return ns.includes('*') ? '' : ns;
+}
 
 // ApiError is a Connect error: code (e.g. "permission_denied"), reason
 // (Tenure's machine-readable reason, e.g. "LEASE_HELD") and message.
@@ -132,7 +146,11 @@ export async function call(service, method, body = {}, signal) {
   if (text) {
     try { data = JSON.parse(text); } catch { throw new ApiError('unknown', `HTTP ${res.status}: ${text.slice(0, 200)}`); }
   }
-  if (!res.ok) throw errorFrom(data, res.status);
+  if (!res.ok) {
+    const err = errorFrom(data, res.status);
+    if (err.reason === 'PERMISSION_DENIED' && !ACTIONS.has(`${service}/${method}`)) refused.reads++;
+    throw err;
+  }
   return data;
 }
 
@@ -148,10 +166,11 @@ function envelope(obj) {
   return out;
 }
 
-// watch follows LeaseService.Watch for req ({namespace, prefix}) and calls
-// onEvent for each event and onState({state, detail}) as the stream opens,
-// drops and reconnects. A dropped stream resumes after the last index seen.
-// Returns a function that stops it.
+// watch follows LeaseService.Watch for req ({namespace, prefix, afterIndex})
+// and calls onEvent for each event and onState({state, detail}) as the
+// stream opens, drops and reconnects. A dropped stream resumes after the
+// last index seen. Returns a function that stops it (and closes the
+// stream's connection).
 export function watch(req, onEvent, onState) {
   let stopped = false;
   let ctrl = null;
@@ -179,9 +198,10 @@ export function watch(req, onEvent, onState) {
         after = '0';
       } else {
         onState({ state: 'down', detail: err instanceof ApiError ? err.describe() : String(err) });
-        // Refused for want of a token: asking again gets the same answer
-        // (Apply with a token starts a new watch).
-        if (err instanceof ApiError && err.code === 'unauthenticated') return;
+        // Refused for want of a token, or of access to the namespace:
+        // asking again gets the same answer (Apply, or another namespace,
+        // starts a new watch).
+        if (err instanceof ApiError && (err.code === 'unauthenticated' || err.reason === 'PERMISSION_DENIED')) return;
       }
       await new Promise((r) => setTimeout(r, delay));
       delay = Math.min(delay * 2, 8000);
@@ -243,7 +263,13 @@ export async function metrics(signal) {
   const h = {};
   const t = token();
   if (t) h.Authorization = `Bearer ${t}`;
-  const res = await fetch('/metrics', { headers: h, signal });
+  let res;
+  try {
+    res = await fetch('/metrics', { headers: h, signal });
+  } catch (e) {
+    if (e.name === 'AbortError') throw e;
+    throw new ApiError('unavailable', `cannot reach the server: ${e.message}`);
+  }
   if (!res.ok) throw new ApiError('unavailable', `/metrics answered HTTP ${res.status}`);
   return parseMetrics(await res.text());
 }

@@ -1,12 +1,15 @@
 // Small DOM and formatting helpers shared by the views.
 
 // h builds an element: h('td', {class: 'num'}, 'text', childNode, ...).
-// Attributes starting with "on" are listeners; null/false children are skipped.
+// Attributes starting with "on" are listeners; null/false children are
+// skipped. A dashboard link (href "#/…") gets the page's namespace when it
+// names none (see inNamespace).
 export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === null || v === undefined || v === false) continue;
-    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    if (k === 'href' && typeof v === 'string' && v.startsWith('#/')) el.setAttribute(k, inNamespace(v));
+    else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
     else if (k === 'dataset') Object.assign(el.dataset, v);
     // Through the CSSOM: the Content-Security-Policy refuses style attributes.
     else if (k === 'style') setStyle(el, v);
@@ -195,10 +198,39 @@ export function confirmDialog(title, text, withReason) {
   });
 }
 
-// href makes a dashboard link from a route and its query.
+// The address is the truth about the namespace: ?ns= in the fragment,
+// default without it. Each tab has its own address, so its own namespace;
+// nothing the browser keeps (localStorage) changes what a link opens.
+export function pageNamespace() { return addressNamespace() || 'default'; }
+
+// addressNamespace is the namespace the address names, '' when it names
+// none.
+function addressNamespace() {
+  return new URLSearchParams(location.hash.split('?')[1] || '').get('ns') || '';
+}
+
+// inNamespace adds the page's ?ns= to a dashboard link (#/…) that names no
+// namespace: opened in a new tab or shared, the link shows the same page.
+// (An address names default only where leaving it out would mean another
+// namespace: see route in app.js.)
+export function inNamespace(link) {
+  const ns = addressNamespace();
+  const [path, qs] = link.split('?');
+  const q = new URLSearchParams(qs || '');
+  if (q.has('ns') || !ns) return link;
+  q.set('ns', ns);
+  return `${path}?${q}`;
+}
+
+// href makes a dashboard link from a route and its query; query.ns names
+// a namespace other than the page's (a lease's own, on its page).
 export function href(path, query = {}) {
-  const q = new URLSearchParams(Object.entries(query).filter(([, v]) => v)).toString();
-  return `#${path}${q ? `?${q}` : ''}`;
+  const { ns, ...rest } = query;
+  const q = new URLSearchParams(Object.entries(rest).filter(([, v]) => v));
+  // An explicit default is written out on a page whose address names a
+  // namespace: without ?ns= the link would be given the page's.
+  if (ns && (ns !== 'default' || addressNamespace())) q.set('ns', ns);
+  return inNamespace(`#${path}${q.size ? `?${q}` : ''}`);
 }
 
 // seg encodes a path segment of a route (resources contain slashes).

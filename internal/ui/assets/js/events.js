@@ -9,9 +9,9 @@ function row(e, fresh) {
     h('td', { class: 'num mono' }, e.index),
     h('td', { class: 'muted', title: e.time || '' }, fmtClock(e.time)),
     h('td', {}, h('span', { class: `badge ${eventClass(e.type)}` }, e.type)),
-    h('td', { class: 'mono' }, e.resource ? h('a', { href: `#/resource/${seg(e.resource)}` }, e.resource) : ''),
-    h('td', {}, e.holder || ''),
-    h('td', { class: 'actor' }, e.actor || ''),
+    h('td', { class: 'mono name' }, e.resource ? h('a', { href: `#/resource/${seg(e.resource)}` }, e.resource) : ''),
+    h('td', { class: 'name' }, e.holder || ''),
+    h('td', { class: 'actor name' }, e.actor || ''),
     h('td', { class: 'num mono' }, e.fence && e.fence !== '0' ? e.fence : ''),
     h('td', { class: 'mono' }, e.leaseId ? h('a', { href: `#/lease/${seg(e.leaseId)}`, title: e.leaseId }, short(e.leaseId)) : ''),
     h('td', { class: 'muted' }, d));

@@ -1,7 +1,7 @@
 // Lease: one lease's details (parent, scope, budget) and the lease tree it
 // belongs to, each node with its time left and per-counter budget bars.
 import * as api from './api.js';
-import { h, replace, errorBox, empty, durMs, countdown, stateBadge, enumName, fmtNum, fmtTime, short, seg, throttle } from './dom.js';
+import { h, replace, errorBox, empty, durMs, countdown, stateBadge, enumName, fmtNum, fmtTime, short, seg, href, throttle } from './dom.js';
 import { revoke, adminNote } from './leases.js';
 
 // MAX_DEPTH bounds the walk up to the root (the registrar bounds depth
@@ -22,6 +22,10 @@ async function rootOf(lease) {
   }
   return top;
 }
+
+// resourceLink links to a lease's resource in the lease's namespace (a
+// lease's page is found by id alone, whatever namespace the address names).
+const resourceLink = (l, cls) => h('a', { class: cls, href: href(`/resource/${seg(l.resource)}`, { ns: l.namespace || 'default' }) }, l.resource);
 
 const link = (id) => h('a', { class: 'lease-link mono', href: `#/lease/${seg(id)}`, title: id }, short(id));
 
@@ -78,7 +82,7 @@ function treeNode(l, kids, current, onRevoke, depth = 0) {
     dataset: { lease: l.leaseId, state, depth: String(depth), holder: l.holder, resource: l.resource } },
   h('div', { class: 'node' },
     h('div', { class: 'who' },
-      h('a', { class: 'mono res', href: `#/resource/${seg(l.resource)}` }, l.resource),
+      resourceLink(l, 'mono res'),
       h('span', { class: 'holder' }, l.holder),
       stateBadge(state),
       link(l.leaseId)),
@@ -112,7 +116,7 @@ function details(l) {
   const limits = (l.budget && l.budget.limits) || {};
   const kv = [
     ['lease', h('span', { class: 'mono', id: 'lease-id' }, l.leaseId)],
-    ['resource', h('a', { class: 'mono', href: `#/resource/${seg(l.resource)}` }, l.resource)],
+    ['resource', resourceLink(l, 'mono')],
     ['namespace', l.namespace || 'default'],
     ['holder', l.holder],
     ['mode', enumName(l.mode, 'MODE_')],
@@ -137,8 +141,9 @@ export default function lease(root, ctx) {
   const msg = h('div', { id: 'lease-message' });
   const detailBox = h('div', { class: 'card', id: 'lease-card' }, h('h2', {}, 'Lease'), empty('Loading…'));
   const treeBox = h('div', { class: 'card', id: 'lease-tree' }, h('h2', {}, 'Lease tree'), empty('Loading…'));
-  replace(root, h('div', { class: 'crumbs' }, h('a', { href: '#/leases' }, 'Leases'), ' / lease /'),
-    h('h1', { class: 'mono' }, id), msg, detailBox, treeBox);
+  const crumbs = (ns) => [h('a', { href: href('/leases', { ns }) }, 'Leases'), ` / ${ns} / lease /`];
+  const crumbsBox = h('div', { class: 'crumbs', id: 'lease-crumbs' }, crumbs(ctx.ns));
+  replace(root, crumbsBox, h('h1', { class: 'mono' }, id), msg, detailBox, treeBox);
 
   let ids = new Set([id]);
   const onRevoke = async (l) => {
@@ -155,6 +160,8 @@ export default function lease(root, ctx) {
       replace(treeBox, h('h2', {}, 'Lease tree'));
       return;
     }
+    // The lease's own namespace, which the address need not name.
+    replace(crumbsBox, crumbs(l.namespace || 'default'));
     replace(detailBox, h('h2', {}, `Lease of ${l.resource}`), details(l));
     try {
       const top = await rootOf(l);

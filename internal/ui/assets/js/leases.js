@@ -38,6 +38,17 @@ export function adminNote(ns) {
   return why && h('p', { class: 'muted', id: 'admin-refused' }, `Revoke is not offered: ${why}.`);
 }
 
+// loadMore is a "Load more" button: off while its page loads, so that
+// clicks meanwhile do not each add a page.
+export function loadMore(more) {
+  const btn = h('button', { type: 'button', class: 'load-more' }, 'Load more');
+  btn.addEventListener('click', async () => {
+    btn.disabled = true;
+    try { await more(); } finally { btn.disabled = false; }
+  });
+  return btn;
+}
+
 // inTree says whether a lease belongs to a lease tree: derived from a
 // parent, or with budget carved to children (or a budget to carve).
 export const inTree = (l) => Boolean(l.parentLeaseId || Object.keys(l.reserved || {}).length || Object.keys((l.budget && l.budget.limits) || {}).length);
@@ -57,8 +68,8 @@ export function leaseTable(leases, { onAction, showResource = true } = {}) {
     h('tbody', {}, leases.map((l) => {
       const state = enumName(l.state, 'STATE_');
       return h('tr', { dataset: { lease: l.leaseId, resource: l.resource, holder: l.holder, state } },
-        showResource && h('td', { class: 'mono' }, h('a', { href: `#/resource/${seg(l.resource)}` }, l.resource)),
-        h('td', {}, l.holder),
+        showResource && h('td', { class: 'mono name' }, h('a', { href: `#/resource/${seg(l.resource)}` }, l.resource)),
+        h('td', { class: 'name' }, l.holder),
         h('td', {}, enumName(l.mode, 'MODE_')),
         h('td', {}, stateBadge(state)),
         h('td', { class: 'num mono' }, l.fence),
@@ -113,7 +124,7 @@ export default function leases(root, ctx) {
       replace(body, all.length === 0
         ? empty(req.prefix || req.holder || req.states ? 'No lease matches these filters.' : 'No leases in this namespace yet.')
         : [adminNote(ctx.ns), leaseTable(all, { onAction: (note) => { if (note) replace(msg, note); load(); } }),
-          next && h('div', { class: 'more' }, h('button', { onclick: () => { pages++; load(); } }, 'Load more'))]);
+          next && h('div', { class: 'more' }, loadMore(() => { pages++; return load(); }))]);
     } catch (e) {
       summary.textContent = '';
       replace(body, errorBox(e));

@@ -50,7 +50,14 @@ function stat(k, v, id, extra) {
   return h('div', { class: 'stat', id }, h('div', { class: 'v' }, v), h('div', { class: 'k' }, k), extra);
 }
 
+// NO_ADDRESS is a member's health while Status does not name its API
+// address (a member that has just restarted has not published it yet).
+const NO_ADDRESS = 'address not known yet';
+
 async function probe(member, self) {
+  // Without an address there is nothing to ask (the URL would be
+  // http:///healthz, which the browser reads as http://healthz/).
+  if (!member.apiAddress) return NO_ADDRESS;
   // Another member's /healthz is cross-origin: a no-cors fetch cannot read
   // the answer, but it resolves only when the member answered at all.
   const url = member.apiAddress === self ? '/healthz' : `${location.protocol}//${member.apiAddress}/healthz`;
@@ -64,6 +71,18 @@ async function probe(member, self) {
   } finally {
     clearTimeout(timer);
   }
+}
+
+// breakable lets a narrow card break an address before its port rather
+// than inside the host.
+function breakable(addr) {
+  const i = addr.lastIndexOf(':');
+  return i > 0 ? [addr.slice(0, i), h('wbr'), addr.slice(i)] : addr;
+}
+
+function healthClass(health, m) {
+  if (health === 'checking' || health === NO_ADDRESS) return '';
+  return health === 'reachable' && !m.unreachableSince ? 'ok' : 'bad';
 }
 
 export default function overview(root, ctx) {
@@ -90,12 +109,12 @@ export default function overview(root, ctx) {
       h('table', { id: 'members' }, h('thead', {}, h('tr', {}, h('th', {}, 'member'), h('th', {}, 'API address'), h('th', {}, 'role'), h('th', {}, 'health'))),
         h('tbody', {}, (st.members || []).map((m, i) => h('tr', {},
           h('td', {}, m.id, m.id === st.nodeId ? h('span', { class: 'muted' }, ' (answering)') : ''),
-          h('td', { class: 'mono' }, m.apiAddress || '—'),
+          h('td', { class: 'mono addr' }, m.apiAddress ? breakable(m.apiAddress) : h('span', { class: 'muted', title: 'Status does not name it yet' }, '—')),
           // Without a leader a member knows only its own role.
           h('td', {}, !st.leaderId && m.id !== st.nodeId ? h('span', { class: 'muted' }, 'unknown') :
             h('span', { class: `badge ${m.role === 'ROLE_LEADER' ? 'ok' : m.role === 'ROLE_CANDIDATE' ? 'warn' : ''}` }, enumName(m.role, 'ROLE_'))),
-          h('td', {}, h('span', { class: `badge ${health[i] === 'checking' ? '' : health[i] === 'reachable' && !m.unreachableSince ? 'ok' : 'bad'}` }, health[i]),
-            m.unreachableSince ? h('span', { class: 'muted', title: 'The leader\'s heartbeats to it fail' }, ` leader lost it at ${fmtClock(m.unreachableSince)}`) : ''))))),
+          h('td', { class: 'health', dataset: { health: health[i] } }, h('span', { class: `badge ${healthClass(health[i], m)}` }, health[i]),
+            m.unreachableSince ? h('span', { class: 'muted note', title: 'The leader\'s heartbeats to it fail' }, `leader lost it at ${fmtClock(m.unreachableSince)}`) : ''))))),
       h('p', { class: 'muted' }, `version ${st.version || '?'} · answered by ${st.nodeId || '?'}`));
   };
   let probing = false;
@@ -156,7 +175,7 @@ export default function overview(root, ctx) {
               h('tbody', {}, reasons.map((r) => h('tr', {}, h('td', { class: 'mono' }, r),
                 h('td', { class: 'num' }, fmtNum(last.rejections[r] - (base.rejections[r] || 0))),
                 h('td', { class: 'num' }, fmtNum(last.rejections[r])))))));
-      }).catch((e) => { replace(rate, h('h2', {}, 'Throughput (this member)'), errorBox(e)); replace(errors, h('h2', {}, 'Errors by reason'), errorBox(e)); }),
+      }).catch((e) => { replace(rate, h('h2', {}, 'Throughput (this member)'), errorBox(e)); replace(errors, h('h2', {}, 'Errors by reason (this member)'), errorBox(e)); }),
     ]);
   });
 

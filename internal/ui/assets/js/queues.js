@@ -1,6 +1,6 @@
 // Queues: every queue's counts, a queue's tasks, a task's detail.
 import * as api from './api.js';
-import { leaseLink } from './leases.js';
+import { leaseLink, loadMore } from './leases.js';
 import { h, replace, errorBox, empty, fmtNum, fmtTime, stateBadge, enumName, b64text, confirmDialog, seg, href, throttle, short } from './dom.js';
 
 const TASK_STATES = ['', 'TASK_STATE_QUEUED', 'TASK_STATE_LEASED', 'TASK_STATE_SUCCEEDED', 'TASK_STATE_FAILED', 'TASK_STATE_DEAD', 'TASK_STATE_CANCELLED'];
@@ -21,7 +21,7 @@ export function queues(root, ctx) {
         h('div', { class: 'card' }, h('table', { id: 'queue-table' },
           h('thead', {}, h('tr', {}, h('th', {}, 'queue'), COUNT_KEYS.map((k) => h('th', { class: 'num' }, k)))),
           h('tbody', {}, qs.map((q) => h('tr', { dataset: { queue: q.queue } },
-            h('td', {}, h('a', { href: `#/queues/${seg(q.queue)}` }, q.queue)), countCells(q.stats)))))));
+            h('td', { class: 'name' }, h('a', { href: `#/queues/${seg(q.queue)}` }, q.queue)), countCells(q.stats)))))));
     } catch (e) {
       replace(body, errorBox(e));
     }
@@ -101,7 +101,7 @@ export function queuePage(root, ctx) {
               h('td', {}, stateBadge(s)),
               h('td', { class: 'num' }, `${t.attempts || 0} / ${t.maxAttempts || 0}`),
               h('td', { class: 'num' }, t.priority || 0),
-              h('td', {}, t.worker || ''),
+              h('td', { class: 'name' }, t.worker || ''),
               h('td', {}, fmtTime(t.createdAt)),
               h('td', {}, notBefore(t)),
               h('td', { class: 'muted', title: t.lastError || '' }, clip(t.lastError || '', 80)),
@@ -113,7 +113,7 @@ export function queuePage(root, ctx) {
                 if (note) { replace(msg, note); load(); }
               } }, 'Retry')));
           }))),
-          next && h('div', { class: 'more' }, h('button', { onclick: () => { pages++; load(); } }, 'Load more'))]);
+          next && h('div', { class: 'more' }, loadMore(() => { pages++; return load(); }))]);
       })().catch((e) => replace(body, errorBox(e))),
     ]);
   };
@@ -126,7 +126,7 @@ export function taskPage(root, ctx) {
   const [queue, id] = ctx.params;
   const body = h('div', { id: 'task-detail' }, empty('Loading…'));
   const msg = h('div', { id: 'task-message' });
-  replace(root, h('div', { class: 'crumbs' }, h('a', { href: '#/queues' }, 'Queues'), ' / ', h('a', { href: `#/queues/${seg(queue)}` }, queue), ' /'),
+  replace(root, h('div', { class: 'crumbs' }, h('a', { href: '#/queues' }, 'Queues'), ` / ${ctx.ns} / `, h('a', { href: `#/queues/${seg(queue)}` }, queue), ' /'),
     h('h1', { class: 'mono' }, id), msg, body);
   const load = async () => {
     try {

@@ -125,11 +125,11 @@ export default function resource(root, ctx) {
         const since = queuedSince(evs);
         replace(waitBox, h('h2', {}, 'Waiters'), ws.length === 0 ? empty('Nobody is waiting.') :
           h('table', { id: 'waiter-table' }, h('thead', {}, h('tr', {}, h('th', {}, '#'), h('th', {}, 'holder'), h('th', {}, 'mode'), h('th', {}, 'since'), h('th', {}, 'waits up to'))),
-            h('tbody', {}, ws.map((w, i) => h('tr', {}, h('td', {}, i + 1), h('td', {}, w.holder),
+            h('tbody', {}, ws.map((w, i) => h('tr', {}, h('td', {}, i + 1), h('td', { class: 'name' }, w.holder),
               h('td', {}, (w.mode || 'MODE_EXCLUSIVE').replace('MODE_', '').toLowerCase()),
               h('td', {}, since.has(w.waiterId) ? fmtTime(since.get(w.waiterId)) : h('span', { class: 'muted' }, 'before the history shown')),
               h('td', {}, fmtDur(durMs(w.waitRemaining))))))));
-        replace(histBox, h('h2', {}, evs.length === HISTORY_MAX ? `History (the latest ${HISTORY_MAX} events)` : `History (${evs.length} events)`),
+        replace(histBox, h('h2', {}, evs.length === HISTORY_MAX ? `History (the latest ${HISTORY_MAX} events)` : `History (${evs.length} ${evs.length === 1 ? 'event' : 'events'})`),
           evs.length === 0 ? empty('No history retained for this resource.') :
           h('ul', { class: 'timeline', id: 'history' }, timeline(evs)));
       }).catch((e) => { replace(histBox, h('h2', {}, 'History'), errorBox(e)); replace(waitBox, h('h2', {}, 'Waiters'), errorBox(e)); }),
