@@ -193,6 +193,8 @@ func (c *Client) Claim(ctx context.Context, queue string, o ClaimOptions, opts .
 	if err != nil {
 		switch {
 		case sent.IsZero() || c.cfg.sharedHolder:
+			// Nothing was sent, or the holder's other clients may hold
+			// what this one does not: nothing to give back.
 		case ctx.Err() != nil:
 			// The answer may have been on its way when the call gave up:
 			// give back what it may have claimed (a task left leased to no
