@@ -421,6 +421,23 @@ func TestDashboard(t *testing.T) {
 		e.waitJS(t, "short resources on one line", fmt.Sprintf(`[...document.querySelectorAll("#lease-table tbody tr")].filter((r) => r.dataset.resource.length < 20)
 			.every((r) => %[1]s(r.cells[0].querySelector("a")) === 1) && %[1]s(document.querySelector('#lease-table tr[data-resource="reports/weekly"]').cells[1]) > 1`, lines))
 		e.screenshot(t, "leases-long-names")
+		// A long queue name wraps on the overview's queue card and in a
+		// task page's crumbs (found by a re-check: both ran off).
+		queue := "q" + strings.Repeat("u", 120)
+		if _, err := e.queues.Enqueue(context.Background(), connect.NewRequest(&tenurev1.EnqueueRequest{Queue: queue,
+			Tasks: []*tenurev1.NewTask{{TaskId: "long-1"}}})); err != nil {
+			t.Fatal(err)
+		}
+		within := func(sel string) string {
+			return fmt.Sprintf(`(() => { const c = document.querySelector(%q); return c !== null && c.scrollWidth <= c.clientWidth })()`, sel)
+		}
+		e.open(t, "/")
+		e.waitJS(t, "the long queue on the overview", fmt.Sprintf(`document.querySelector('#queue-depth a[href^="#/queues/%s"]') !== null`, queue))
+		e.waitJS(t, "the queue card within its width", within("#queue-depth"))
+		e.open(t, "/queues/"+queue+"/long-1")
+		e.waitJS(t, "the task page", `document.querySelector(".crumbs a + a") !== null`)
+		e.waitJS(t, "the crumbs within the page", `document.documentElement.scrollWidth <= document.documentElement.clientWidth &&
+			document.querySelector(".crumbs").scrollWidth <= document.querySelector(".crumbs").clientWidth`)
 	})
 
 	t.Run("hidden", func(t *testing.T) {

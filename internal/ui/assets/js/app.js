@@ -203,12 +203,12 @@ function route() {
       // refuses the token a read (PERMISSION_DENIED: not its namespace),
       // it stops (each refusal is counted as a rejection, and asking again
       // gets the same answer). Apply, or another page, shows the view
-      // again.
+      // again. A hidden page skips its ticks (as its feed pauses).
       every(ms, fn) {
         let busy = false;
         let id = 0;
         const tick = async () => {
-          if (busy) return;
+          if (busy || (id && document.visibilityState === 'hidden')) return;
           busy = true;
           try { await fn(); } finally { busy = false; }
           if (api.refused.reads !== denied) clearInterval(id);

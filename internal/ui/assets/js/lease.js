@@ -157,7 +157,7 @@ export default function lease(root, ctx) {
       l = (await api.call('LeaseService', 'Get', { leaseId: id })).lease;
     } catch (e) {
       replace(detailBox, h('h2', {}, 'Lease'), errorBox(e));
-      replace(treeBox, h('h2', {}, 'Lease tree'));
+      replace(treeBox, h('h2', {}, 'Lease tree'), empty('Shown once the lease can be read (above).'));
       return;
     }
     // The lease's own namespace, which the address need not name.

@@ -150,7 +150,7 @@ export default function overview(root, ctx) {
             h('div', { class: 'stats' }, stat('queue depth', fmtNum(tot('queued')), 'queue-depth-total'),
               stat('leased', fmtNum(tot('leased'))), stat('dead', fmtNum(tot('dead')))),
             h('table', {}, h('tbody', {}, qs.slice(0, 6).map((q) => h('tr', {},
-              h('td', {}, h('a', { href: `#/queues/${seg(q.queue)}` }, q.queue)),
+              h('td', { class: 'name' }, h('a', { href: `#/queues/${seg(q.queue)}` }, q.queue)),
               h('td', { class: 'num' }, `${fmtNum(q.stats.queued)} queued`),
               h('td', { class: 'num' }, `${fmtNum(q.stats.leased)} leased`))))),
           ]);
@@ -181,7 +181,10 @@ export default function overview(root, ctx) {
 
   const drawRecent = () => {
     const evs = ctx.feed.events.slice(-8).reverse();
-    replace(recent, h('h2', {}, 'Latest events'), evs.length === 0 ? empty('No events since the page opened.') :
+    // With no event to show, a feed that is down says why (not "no events").
+    const none = ctx.feed.state === 'down' ? errorBox(`The event feed is not connected: ${ctx.feed.detail}`) :
+      empty('No events since the page opened.');
+    replace(recent, h('h2', {}, 'Latest events'), evs.length === 0 ? none :
       h('ul', { class: 'timeline compact' }, evs.map((e) => h('li', { class: eventClass(e.type) },
         h('span', { class: 'muted' }, fmtClock(e.time)), h('span', {}, e.type),
         h('span', { class: 'mono' }, e.resource ? h('a', { href: `#/resource/${seg(e.resource)}` }, e.resource) : '', e.holder ? ` · ${e.holder}` : '')))),
@@ -189,4 +192,6 @@ export default function overview(root, ctx) {
   };
   drawRecent();
   ctx.onEvent(throttle(drawRecent, 250));
+  ctx.feed.stateListeners.add(drawRecent);
+  ctx.onCleanup(() => ctx.feed.stateListeners.delete(drawRecent));
 }
