@@ -78,7 +78,11 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	switch pos[0] {
-	case "verify", "export", "prune":
+	case "verify", "prune":
+	case "export":
+		if *pubFlag != "" {
+			return c.usageError("--public-key is for verify and prune: export does not check signatures")
+		}
 	default:
 		return c.usageError("unknown subcommand %q (want verify, export or prune)", pos[0])
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	tenure "github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/fencing"
+	"github.com/tenurehq/tenure/internal/wire"
 )
 
 const certHelp = `Verify a lease certificate offline, as a downstream service would: the
@@ -52,6 +53,14 @@ func runCert(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if *skew < 0 {
 		return c.usageError("--skew must not be negative, got %v", *skew)
 	}
+	// The key named first: a bad one is reported without reading the
+	// lease (from stdin, a terminal would wait for it).
+	var pub ed25519.PublicKey
+	if *pubFlag != "" {
+		if pub, err = c.publicKeyArg(*pubFlag); err != nil {
+			return err
+		}
+	}
 	var in []byte
 	if *file == "-" {
 		in, err = io.ReadAll(stdin)
@@ -65,12 +74,7 @@ func runCert(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return err
 	}
-	var pub ed25519.PublicKey
-	if *pubFlag != "" {
-		if pub, err = c.publicKeyArg(*pubFlag); err != nil {
-			return err
-		}
-	} else {
+	if pub == nil {
 		r, err := c.remote()
 		if err != nil {
 			return err
@@ -121,7 +125,7 @@ func parseLeaseJSON(in []byte) (*tenurev1.Lease, error) {
 	}
 	var l tenurev1.Lease
 	if err := opts.Unmarshal(in, &l); err != nil {
-		return nil, fmt.Errorf("%s: the input is not a lease in JSON: %v", fencing.ReasonInvalidArgument, err)
+		return nil, fmt.Errorf("%s: the input is not a lease in JSON: %s", fencing.ReasonInvalidArgument, wire.DecodeError(err))
 	}
 	if l.GetLeaseId() == "" {
 		return nil, fmt.Errorf("%s: the input JSON has no leaseId", fencing.ReasonInvalidArgument)

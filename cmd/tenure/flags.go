@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"net"
 	"os"
@@ -400,8 +401,8 @@ func (c *cliCommand) tlsConfig() (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if c.tlsCA != "" {
 		pem, err := os.ReadFile(c.tlsCA)
-		if err != nil {
-			return nil, c.usageError("--tls-ca: %v", err)
+		if err != nil { // a file that could not be read: not a usage error
+			return nil, fmt.Errorf("--tls-ca: %w", err)
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
@@ -413,7 +414,11 @@ func (c *cliCommand) tlsConfig() (*tls.Config, error) {
 	}
 	if c.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
-		if err != nil {
+		var pe *fs.PathError
+		switch {
+		case errors.As(err, &pe):
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		case err != nil:
 			return nil, c.usageError("--tls-cert/--tls-key: %v", err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}

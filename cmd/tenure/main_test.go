@@ -47,6 +47,10 @@ func TestExitCodes(t *testing.T) {
 		{"unreadable key file", []string{"audit", "verify", "--data-dir", ".", "--public-key", "@/nonexistent/key"}, 1, "INVALID_ARGUMENT: --public-key: open"},
 		{"bad key", []string{"audit", "verify", "--data-dir", ".", "--public-key", "zz"}, 2, "--public-key: not hex"},
 		{"unknown audit subcommand", []string{"audit", "bogus", "--data-dir", "/nonexistent"}, 2, `unknown subcommand "bogus"`},
+		{"export with a key", []string{"audit", "export", "--data-dir", ".", "--public-key", "@k"}, 2, "--public-key is for verify and prune"},
+		{"unreadable CA", []string{"get", "x", "--tls-ca", "/nonexistent/ca.pem"}, 1, "INVALID_ARGUMENT: --tls-ca: open /nonexistent/ca.pem"},
+		// The key before the lease: stdin is not read for a key that fails.
+		{"cert with an unreadable key", []string{"cert", "verify", "--public-key", "@/nonexistent/key"}, 1, "INVALID_ARGUMENT: --public-key: open"},
 		{"reason's code in json", []string{"backup", "inspect", "/nonexistent/x.backup", "-o", "json"}, 1, `"reason":"INVALID_ARGUMENT","code":"invalid_argument"`},
 	}
 	for _, tc := range cases {

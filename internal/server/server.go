@@ -514,13 +514,7 @@ func checkBody(next http.Handler, max int64) http.Handler {
 			return
 		}
 		if err := decode(body, mt.New().Interface()); err != nil {
-			why := err.Error()
-			if _, after, ok := strings.Cut(why, "proto:"); ok {
-				// protobuf-go follows "proto:" with a space or, in some
-				// builds, a no-break space (so that nobody matches its
-				// messages; this only trims them).
-				why = strings.TrimLeft(after, " \u00a0")
-			}
+			why := wire.DecodeError(err)
 			field, msg := "body", fmt.Sprintf("INVALID_ARGUMENT: the request body does not decode as %s: %s", md.Name(), why)
 			if strings.Contains(why, "UTF-8") {
 				if f, ok := badUTF8(body); ok {

@@ -4,6 +4,7 @@ package wire
 
 import (
 	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -83,4 +84,17 @@ func grow(b []byte, n int) []byte {
 	nb := make([]byte, len(b), len(b)+n)
 	copy(nb, b)
 	return nb
+}
+
+// DecodeError is a protobuf decoder's error message without what the
+// decoder puts before the problem: "unmarshal into *T: " (the Connect
+// JSON codec) and "proto:", which protobuf-go follows with a space or, in
+// some builds, a no-break space (so that nobody matches its messages;
+// this only trims them).
+func DecodeError(err error) string {
+	msg := err.Error()
+	if _, after, ok := strings.Cut(msg, "proto:"); ok {
+		msg = strings.TrimLeft(after, " \u00a0")
+	}
+	return msg
 }
