@@ -605,7 +605,7 @@ func (n *Node) Close() error {
 }
 
 // raftShutdownGrace bounds each wait for Raft's shutdown in Close.
-const raftShutdownGrace = 10 * time.Second
+const raftShutdownGrace = 5 * time.Second
 
 // shutdownRaft shuts Raft down and waits for it; when that takes longer
 // than raftShutdownGrace (a replication goroutine stuck on a peer that
