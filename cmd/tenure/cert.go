@@ -5,10 +5,8 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -133,22 +131,16 @@ func parseLeaseJSON(in []byte) (*tenurev1.Lease, error) {
 	return &l, nil
 }
 
-// parsePublicKey reads hex, or @FILE holding hex or the raw key.
-// publicKeyArg parses a --public-key argument (parsePublicKey): a file
-// that could not be read fails the command (exit 1), anything else is a
-// usage error.
+// publicKeyArg parses a --public-key argument (parsePublicKey).
 func (c *cliCommand) publicKeyArg(s string) (ed25519.PublicKey, error) {
 	k, err := parsePublicKey(s)
-	var pe *fs.PathError
-	switch {
-	case errors.As(err, &pe):
-		return nil, fmt.Errorf("--public-key: %w", err)
-	case err != nil:
-		return nil, c.usageError("--public-key: %v", err)
+	if err != nil {
+		return nil, c.fileArgError("--public-key", err)
 	}
 	return k, nil
 }
 
+// parsePublicKey reads hex, or @FILE holding hex or the raw key.
 func parsePublicKey(s string) (ed25519.PublicKey, error) {
 	b := []byte(s)
 	if name, ok := strings.CutPrefix(s, "@"); ok {

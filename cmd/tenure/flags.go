@@ -387,6 +387,17 @@ func (c *cliCommand) remote() (*remote, error) {
 	return r, nil
 }
 
+// fileArgError is the error of flag's argument, which names a file: one
+// that could not be read fails the command (exit 1, with a reason: see
+// fileReason), anything else about it is a usage error.
+func (c *cliCommand) fileArgError(flag string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	return c.usageError("%s: %v", flag, err)
+}
+
 // tlsConfig builds the client TLS configuration from --tls-ca,
 // --tls-cert and --tls-key: nil (h2c) when none is given and no endpoint
 // is an https:// URL; an https:// endpoint alone trusts the system's CAs.
@@ -401,8 +412,8 @@ func (c *cliCommand) tlsConfig() (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if c.tlsCA != "" {
 		pem, err := os.ReadFile(c.tlsCA)
-		if err != nil { // a file that could not be read: not a usage error
-			return nil, fmt.Errorf("--tls-ca: %w", err)
+		if err != nil {
+			return nil, c.fileArgError("--tls-ca", err)
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
@@ -414,12 +425,8 @@ func (c *cliCommand) tlsConfig() (*tls.Config, error) {
 	}
 	if c.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
-		var pe *fs.PathError
-		switch {
-		case errors.As(err, &pe):
-			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
-		case err != nil:
-			return nil, c.usageError("--tls-cert/--tls-key: %v", err)
+		if err != nil {
+			return nil, c.fileArgError("--tls-cert/--tls-key", err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
