@@ -212,9 +212,13 @@ func (n *Node) votersUp(servers []raft.Server, without string) (up, all int, dow
 		all++
 		switch {
 		case string(s.ID) == n.id:
+			mu.Lock() // the probes below count under it as they finish
 			up++
+			mu.Unlock()
 		case n.unreachable(string(s.ID)):
+			mu.Lock()
 			down = append(down, string(s.ID))
+			mu.Unlock()
 		default:
 			wg.Go(func() {
 				err := n.stream.probe(s.Address, voterProbeTimeout)
