@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,12 +61,17 @@ func leftOutError(dir string, rec leftOutRecord) error {
 }
 
 // leftOutWatch wraps a member's Raft transport: its own calls go through,
-// and a refusal by a forced member ends the member (onLeftOut).
+// and a refusal by a forced member ends the member (onLeftOut). It also
+// notes, for a leader, the last log index each member acknowledged
+// holding (acked).
 type leftOutWatch struct {
 	raft.Transport
 	dir       string
 	onLeftOut func(error)
 	seen      atomic.Bool
+
+	mu    sync.Mutex
+	acked map[raft.ServerID]uint64
 }
 
 func newLeftOutWatch(trans raft.Transport, dir string, onLeftOut func(error)) *leftOutWatch {
@@ -90,7 +96,25 @@ func (w *leftOutWatch) check(id raft.ServerID, err error) error {
 }
 
 func (w *leftOutWatch) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	return w.check(id, w.Transport.AppendEntries(id, target, args, resp))
+	err := w.check(id, w.Transport.AppendEntries(id, target, args, resp))
+	if err == nil && resp.Success && len(args.Entries) > 0 {
+		last := args.Entries[len(args.Entries)-1].Index
+		w.mu.Lock()
+		if w.acked == nil {
+			w.acked = map[raft.ServerID]uint64{}
+		}
+		w.acked[id] = max(w.acked[id], last)
+		w.mu.Unlock()
+	}
+	return err
+}
+
+// ackedBy is the last log index member id acknowledged holding, as far as
+// this member's own calls to it tell (0: none seen).
+func (w *leftOutWatch) ackedBy(id raft.ServerID) uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.acked[id]
 }
 
 func (w *leftOutWatch) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {

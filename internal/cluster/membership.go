@@ -129,11 +129,26 @@ func (n *Node) RemoveServer(ctx context.Context, id string, force bool) error {
 	if !n.IsLeader() {
 		return n.notLeader()
 	}
-	found, err := n.checkRemoval(id, force)
+	found, voter, err := n.checkRemoval(id, force)
 	if err != nil {
 		return err
 	}
 	if found {
+		if voter && id != n.id {
+			// A voter is demoted first, and removed once that is
+			// committed. Raft stops replicating to a member as it removes
+			// it, with one last try that it skips while a call to the
+			// member is under way; the demotion is replicated to it as
+			// ever, so the member hears at least that it no longer votes
+			// (without it, a member removed under writes often never
+			// learnt it was out: it kept calling elections nobody
+			// answered and said an election was under way).
+			demoted := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout)
+			if err := n.membership(demoted); err != nil {
+				return err
+			}
+			n.awaitAck(ctx, id, demoted.Index())
+		}
 		if err := n.membership(n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
 			return err
 		}
@@ -152,19 +167,41 @@ func (n *Node) RemoveServer(ctx context.Context, id string, force bool) error {
 	return nil
 }
 
+// ackWait bounds how long RemoveServer waits for a demoted member to
+// acknowledge its demotion before removing it.
+const ackWait = 2 * time.Second
+
+// awaitAck waits, within ackWait, until member id has acknowledged
+// holding the log up to index; not for a member this leader cannot reach.
+// The demotion commits without the member when the other voters have it,
+// and a call to the member under way as it commits may carry older
+// entries only.
+func (n *Node) awaitAck(ctx context.Context, id string, index uint64) {
+	deadline := time.Now().Add(ackWait)
+	for n.calls.ackedBy(raft.ServerID(id)) < index && !n.unreachable(id) && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.stop:
+			return
+		case <-time.After(2 * time.Millisecond): // acknowledgements are not broadcast
+		}
+	}
+}
+
 // CheckRemoval is RemoveServer's refusals, changing nothing: a leader
 // removing itself asks before it hands its leadership over.
 func (n *Node) CheckRemoval(id string, force bool) error {
-	_, err := n.checkRemoval(id, force)
+	_, _, err := n.checkRemoval(id, force)
 	return err
 }
 
-// checkRemoval reports whether id is in the configuration, or why it
-// may not be removed.
-func (n *Node) checkRemoval(id string, force bool) (found bool, err error) {
+// checkRemoval reports whether id is in the configuration and whether it
+// votes, or why it may not be removed.
+func (n *Node) checkRemoval(id string, force bool) (found, voter bool, err error) {
 	servers, err := n.configuration()
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	for _, s := range servers {
 		if string(s.ID) != id {
@@ -174,19 +211,20 @@ func (n *Node) checkRemoval(id string, force bool) (found bool, err error) {
 		if s.Suffrage != raft.Voter {
 			continue
 		}
+		voter = true
 		if !otherVoter(servers, id) {
-			return true, invalidArg("id", "%s is the only voter and a cluster needs one; add another voter before removing it", id)
+			return true, true, invalidArg("id", "%s is the only voter and a cluster needs one; add another voter before removing it", id)
 		}
 		if force {
 			continue
 		}
 		if up, all, down := n.votersUp(servers, id); up < all/2+1 {
-			return true, invalidArg("id", "removing %s leaves %d voters, of which %d answer this leader (%s cannot be reached): not a majority, "+
+			return true, true, invalidArg("id", "removing %s leaves %d voters, of which %d answer this leader (%s cannot be reached): not a majority, "+
 				"so the cluster would stop taking writes until they are back. Bring them back, or remove them first, "+
 				"or remove %s anyway with force (tenure cluster remove --force)", id, all, up, strings.Join(down, ", "), id)
 		}
 	}
-	return found, nil
+	return found, voter, nil
 }
 
 // unreachable reports whether this leader's heartbeats to member id fail.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
 	"github.com/tenurehq/tenure/internal/testport"
@@ -350,5 +351,49 @@ func TestRemovalCountsAHungMemberDown(t *testing.T) {
 	}
 	if !a.IsLeader() {
 		t.Fatal("a no longer leads")
+	}
+}
+
+// TestRemovedUnderWritesLearnsItIsOut: a member removed while the leader
+// replicates writes to it hears that it no longer votes. Raft's last
+// replication to a member it removes is skipped while a call to the
+// member is under way, as it often is under writes: removed outright, the
+// member kept believing it voted (and calling elections nobody answered).
+func TestRemovedUnderWritesLearnsItIsOut(t *testing.T) {
+	a := openWith(t, t.TempDir(), func(c *Config) { c.NodeID = "a" })
+	defer a.Close()
+	b := openNoWaitWith(t, t.TempDir(), func(c *Config) { c.NodeID, c.NoBootstrap = "b", true })
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	for w := range 4 { // writes, so that a call to b is under way at most times
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+				_, _ = a.Propose(wctx, &logpb.Command{Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{
+					Resource: fmt.Sprintf("load/%d/%d", w, i), Holder: "h", TtlMs: ms(time.Minute)}}})
+				wcancel()
+			}
+		}()
+	}
+	for round := range 5 {
+		if err := a.AddVoter(ctx, "b", b.RaftAddr(), "", false); err != nil {
+			t.Fatalf("round %d: adding b: %v", round, err)
+		}
+		waitUntil(t, fmt.Sprintf("round %d: b to vote", round), b.IsVoter)
+		if err := a.RemoveServer(ctx, "b", false); err != nil {
+			t.Fatalf("round %d: removing b: %v", round, err)
+		}
+		waitUntil(t, fmt.Sprintf("round %d: b to know it no longer votes", round), func() bool { return !b.IsVoter() })
 	}
 }

@@ -71,6 +71,8 @@ type Node struct {
 	existing bool
 	// reach tracks, while this node leads, the members it cannot reach.
 	reach reach
+	// calls is the transport Raft calls through.
+	calls *leftOutWatch
 
 	in       chan *proposal
 	inflight chan *inflight
@@ -385,8 +387,8 @@ func Open(cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	trans = newLeftOutWatch(trans, cfg.DataDir, n.diverged)
-	n.raft, err = raft.NewRaft(rc, n.fsm, n.logs, n.logs, snaps, trans)
+	n.calls = newLeftOutWatch(trans, cfg.DataDir, n.diverged)
+	n.raft, err = raft.NewRaft(rc, n.fsm, n.logs, n.logs, snaps, n.calls)
 	if err != nil {
 		if strings.Contains(err.Error(), "failed to load any existing snapshots") {
 			return nil, fmt.Errorf("cluster: starting raft: %w: no snapshot in %s could be read (damaged or truncated; "+

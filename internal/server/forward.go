@@ -203,11 +203,15 @@ func (s *Server) forwardInterceptor() connect.UnaryInterceptorFunc {
 // leader is known — then the local path answers NOT_LEADER).
 func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Header) (resp connect.AnyResponse, ok bool, err error) {
 	r, found := routes[proc]
-	if !found || hdr.Get(HeaderForwardedBy) != "" || (!r.write && staleRead(ctx)) {
+	if !found || (!r.write && staleRead(ctx)) {
 		return nil, false, nil
 	}
-	s.node.AwaitLeader(ctx) // right after a start, while the first leader is elected
-	if s.node.IsLeader() {
+	// Right after a start, while the first leader is elected; and on a
+	// member just elected, until its term has begun: a call forwarded to
+	// it then (a leader that removes itself asks the member it handed
+	// over to at once) would be answered NOT_LEADER naming this member.
+	s.node.AwaitLeader(ctx)
+	if hdr.Get(HeaderForwardedBy) != "" || s.node.IsLeader() {
 		return nil, false, nil
 	}
 	changed := s.node.LeaderChange() // before Leader: a change after the read ends it
