@@ -442,6 +442,20 @@ func limitBody(next http.Handler, max int64) http.Handler {
 	})
 }
 
+// looksLikeProcedure reports a POST to a path of an RPC's shape,
+// /package.Service/Method or /Service/Method, outside tenure.v1 (a
+// mistyped package or version, the package left out): answered, as an
+// unknown RPC under tenure.v1 is, with UNIMPLEMENTED and its reason, not
+// with the mux's plain-text 404. Nothing else is served by POST.
+func looksLikeProcedure(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	svc, method, ok := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	return ok && svc != "" && method != "" && !strings.Contains(method, "/") &&
+		(strings.Contains(svc, ".") || strings.HasSuffix(svc, "Service"))
+}
+
 // checkBody decodes the body of a unary call before Connect does, to
 // answer a body that does not decode as every other bad input:
 // INVALID_ARGUMENT with its ErrorInfo and a message that starts with the
@@ -458,7 +472,7 @@ func checkBody(next http.Handler, max int64) http.Handler {
 		mt, unary := unaryInputs[r.URL.Path]
 		ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
 		ct = strings.ToLower(strings.TrimSpace(ct))
-		if strings.HasPrefix(r.URL.Path, "/tenure.v1.") {
+		if strings.HasPrefix(r.URL.Path, "/tenure.v1.") || looksLikeProcedure(r) {
 			// What Connect would answer with a bare status (404, 415)
 			// and no body: a Connect error, with the reason.
 			if _, known := rules[r.URL.Path]; !known {
