@@ -885,6 +885,11 @@ func TestWatchReceivesEvents(t *testing.T) {
 	if err != nil || !bytes.Contains(body, []byte(`"code":"deadline_exceeded"`)) {
 		t.Fatalf("watch past its deadline ended with %q, %v; want deadline_exceeded", body, err)
 	}
+	// With its reason, as every error has (API.md), and where to resume.
+	if !bytes.Contains(body, []byte(`"message":"DEADLINE_EXCEEDED: `)) || !bytes.Contains(body, []byte(`"reason":"DEADLINE_EXCEEDED"`)) ||
+		!bytes.Contains(body, []byte(`"last_index":`)) {
+		t.Fatalf("watch past its deadline ended with %q; want reason DEADLINE_EXCEEDED, a message starting with it and last_index", body)
+	}
 }
 
 // connectEnvelope frames one Connect streaming message.

@@ -144,7 +144,9 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				// The caller's deadline: say so, so that it is not taken
 				// for the end of the feed.
-				return connect.NewError(connect.CodeDeadlineExceeded, errors.New("the watch reached the caller's deadline"))
+				// With its reason and where to resume, as every error.
+				return wireError(connect.CodeDeadlineExceeded, registrar.ReasonDeadlineExceeded, map[string]string{"last_index": utoa(after)},
+					"DEADLINE_EXCEEDED: the watch reached the caller's deadline; resume after index "+utoa(after))
 			}
 			return nil // the caller went away
 		case <-s.closing:
