@@ -228,8 +228,15 @@ func WithClock(clk Clock) Option { return func(c *config) { c.clock = clk } }
 func WithGRPC() Option { return func(c *config) { c.grpc = true } }
 
 // WithLogger receives debug records of heartbeats, failovers and lost
-// leases. The default discards them.
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+// leases. The default (and a nil logger) discards them.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			l = slog.New(slog.DiscardHandler) // nil: no logging, as by default
+		}
+		c.logger = l
+	}
+}
 
 // WithRetryBudget bounds how long one unary call keeps retrying on other
 // endpoints (during a leader election, for instance) before returning the
