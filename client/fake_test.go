@@ -276,6 +276,25 @@ type fakeMember struct {
 	// index), unless watchErr is set: then Watch answers it.
 	watchEvents []*tenurev1.Event
 	watchErr    error
+	// members, when set, is the member list ClusterService.Status answers
+	// (unset: Status is unimplemented, and the client learns no member).
+	members []*tenurev1.Member
+}
+
+// fakeClusterService is the ClusterService of a fake member: Status only.
+type fakeClusterService struct {
+	tenurev1connect.UnimplementedClusterServiceHandler
+	m *fakeMember
+}
+
+func (f fakeClusterService) Status(ctx context.Context, req *connect.Request[tenurev1.StatusRequest]) (*connect.Response[tenurev1.StatusResponse], error) {
+	f.m.mu.Lock()
+	members := f.m.members
+	f.m.mu.Unlock()
+	if members == nil {
+		return f.UnimplementedClusterServiceHandler.Status(ctx, req)
+	}
+	return connect.NewResponse(&tenurev1.StatusResponse{Members: members}), nil
 }
 
 func (m *fakeMember) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchRequest], stream *connect.ServerStream[tenurev1.WatchResponse]) error {
@@ -510,6 +529,7 @@ func (fc *fakeCluster) start(addr string) *fakeMember {
 	m := &fakeMember{addr: addr, reg: fc.reg, fail: make(map[string]Reason)}
 	mux := http.NewServeMux()
 	mux.Handle(tenurev1connect.NewLeaseServiceHandler(m))
+	mux.Handle(tenurev1connect.NewClusterServiceHandler(fakeClusterService{m: m}))
 	var p http.Protocols
 	p.SetUnencryptedHTTP2(true)
 	srv := &http.Server{Handler: mux, Protocols: &p}

@@ -662,6 +662,36 @@ func TestWatchResumesOnAnotherMember(t *testing.T) {
 	})
 }
 
+// TestWatchLearnsMembers: a watch given one member's address learns the
+// members it lists, as a unary call would, and resumes on another member
+// when that one goes away, instead of retrying the dead member forever.
+func TestWatchLearnsMembers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		members := []*tenurev1.Member{{Id: "a", ApiAddress: "a:1"}, {Id: "b", ApiAddress: "b:1"}}
+		events := []*tenurev1.Event{{Index: 100, Type: "lease.issued"}, {Index: 101, Type: "lease.released"}}
+		for _, a := range []string{"a:1", "b:1"} {
+			fc.members[a].set(func(m *fakeMember) { m.members, m.watchEvents = members, events })
+		}
+		fc.members["a:1"].set(func(m *fakeMember) { m.watchEvents = events[:1] })
+		c := fc.client([]string{"a:1"})
+		stop := errors.New("seen")
+		var got []uint64
+		err := c.Watch(ctxTimeout(t, time.Minute), "", 99, func(ev *tenurev1.Event) error {
+			got = append(got, ev.GetIndex())
+			if ev.GetIndex() == 100 {
+				waitFor(t, "the watch to learn the members", 10*time.Second, func() bool { return len(c.Endpoints()) == 2 })
+				fc.stop("a:1")
+				return nil
+			}
+			return stop
+		})
+		if !errors.Is(err, stop) || !slices.Equal(got, []uint64{100, 101}) {
+			t.Fatalf("Watch: %v, events %v; want 100 from a:1, then 101 from b:1 after a:1 stopped", err, got)
+		}
+	})
+}
+
 // A lease is followed on the stream (follow_lease_ids) followAfter after
 // its grant, so that its end is told before its first renewal; the follow
 // pulls no renewal forward, and a lease released before then is never

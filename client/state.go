@@ -204,9 +204,15 @@ func (c *Client) Watch(ctx context.Context, prefix string, afterIndex uint64, fn
 		ep, idx := c.pick()
 		stream, err := ep.lease.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Namespace: cc.namespace, Prefix: prefix, AfterIndex: last}))
 		if err == nil {
-			for stream.Receive() {
+			for first := true; stream.Receive(); first = false {
 				backoff = 50 * time.Millisecond
 				refused = nil
+				if first {
+					// ep answers: learn the members it lists, as a unary
+					// call does, so that a watch given one member's
+					// address can resume elsewhere when that member goes.
+					c.syncMembers(ep)
+				}
 				ev := stream.Msg().GetEvent()
 				if ev == nil {
 					continue
@@ -267,6 +273,7 @@ func (c *Client) LedgerIndex(ctx context.Context) (uint64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type answer struct {
+		ep  *endpoint
 		st  *tenurev1.StatusResponse
 		err error
 	}
@@ -278,7 +285,7 @@ func (c *Client) LedgerIndex(ctx context.Context) (uint64, error) {
 				answers <- answer{err: fromConnect(err)}
 				return
 			}
-			answers <- answer{st: resp.Msg}
+			answers <- answer{ep: ep, st: resp.Msg}
 		}()
 	}
 	var idx uint64
@@ -295,6 +302,7 @@ func (c *Client) LedgerIndex(ctx context.Context) (uint64, error) {
 			}
 			idx = max(idx, a.st.GetLedgerIndex())
 			if grace == nil {
+				c.syncMembers(a.ep) // as a unary call that succeeded does
 				t := c.clock.NewTimer(100 * time.Millisecond)
 				defer t.Stop()
 				grace = t.C()
