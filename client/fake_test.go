@@ -276,6 +276,9 @@ type fakeMember struct {
 	// index), unless watchErr is set: then Watch answers it.
 	watchEvents []*tenurev1.Event
 	watchErr    error
+	// renewFail: each unary Renew takes the first reason off this list
+	// and answers it for every lease instead of renewing.
+	renewFail []Reason
 	// members, when set, is the member list ClusterService.Status answers
 	// (unset: Status is unimplemented, and the client learns no member).
 	members []*tenurev1.Member
@@ -345,7 +348,14 @@ func (m *fakeMember) Acquire(ctx context.Context, req *connect.Request[tenurev1.
 func (m *fakeMember) Renew(ctx context.Context, req *connect.Request[tenurev1.RenewRequest]) (*connect.Response[tenurev1.RenewResponse], error) {
 	m.mu.Lock()
 	m.renews++
+	var fail Reason
+	if len(m.renewFail) > 0 {
+		fail, m.renewFail = m.renewFail[0], m.renewFail[1:]
+	}
 	m.mu.Unlock()
+	if fail != "" {
+		return nil, tenureError(connect.CodeFailedPrecondition, fail, nil, string(fail)+": refused by the test")
+	}
 	resp := &tenurev1.RenewResponse{}
 	for _, id := range req.Msg.GetLeaseIds() {
 		pb, f := m.reg.renew(id, time.Now())

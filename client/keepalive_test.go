@@ -502,6 +502,38 @@ func TestGrantAfterTrustWindowIsRenewedFirst(t *testing.T) {
 	})
 }
 
+// TestLockQueuesAgainAfterALateGrantIsLost: a Lock whose grant came after
+// its trust window (the process paused while it waited: found from outside
+// with SIGSTOP) and whose proving renewal is refused (the lease expired
+// meanwhile) queues again and gets the lock, rather than returning an
+// error that is neither its ctx's nor a reason to give up.
+func TestLockQueuesAgainAfterALateGrantIsLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		var acquires atomic.Int32
+		fc.members["a:1"].set(func(m *fakeMember) {
+			m.acquireHook = func(*tenurev1.AcquireRequest) (bool, error) {
+				if acquires.Add(1) == 1 {
+					time.Sleep(4 * time.Second) // granted past request + ttl − margin
+				}
+				return false, nil
+			}
+			m.renewFail = []Reason{ReasonLeaseExpired}
+		})
+		c := fc.client([]string{"a:1"})
+		m := NewMutex(c, "locks/late", TTL(3*time.Second))
+		if err := m.Lock(t.Context()); err != nil {
+			t.Fatalf("Lock: %v; want it to queue again after the late grant was lost", err)
+		}
+		if l := m.Lease(); l == nil || !l.Valid() {
+			t.Fatalf("Lock returned without a valid lease: %v", l)
+		}
+		if n := acquires.Load(); n < 2 {
+			t.Fatalf("%d acquires, want the late grant given up and a second one", n)
+		}
+	})
+}
+
 // TestGrantLateInTrustWindowIsRenewedFirst: a grant that leaves less than
 // a third of the ttl of trust (a wait that ended late: trust counts from
 // the request) is renewed before Acquire returns, not handed over with

@@ -383,7 +383,7 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 			l.update(pb, time.Time{})
 		case left <= 0 || ReasonOf(err) != "":
 			c.abandon(l)
-			return nil, fmt.Errorf("tenure: lease %s on %q was granted too late to be trusted and could not be renewed: %w", l.id, resource, err)
+			return nil, &lateGrantError{fmt.Errorf("tenure: lease %s on %q was granted too late to be trusted and could not be renewed: %w", l.id, resource, err)}
 		}
 		// Otherwise (no answer) it keeps what trust it has; the
 		// heartbeat goes on.
@@ -472,6 +472,15 @@ func (c *Client) adoptable(ctx context.Context, ep *endpoint, key string, req *t
 	}
 	return pb
 }
+
+// lateGrantError is Acquire's error when the grant came after its own trust
+// window (a wait, or a process paused while it waited) and the renewal that
+// would have proven it failed: the lease was given back, and asking again
+// is safe, so Lock and Campaign queue again rather than fail.
+type lateGrantError struct{ err error }
+
+func (e *lateGrantError) Error() string { return e.err.Error() }
+func (e *lateGrantError) Unwrap() error { return e.err }
 
 // abandon releases, best effort and briefly, a lease Acquire will not return.
 func (c *Client) abandon(l *Lease) {

@@ -296,10 +296,13 @@ func acquireWaiting(ctx context.Context, c *Client, resource string, opts []Acqu
 			return nil, ctx.Err()
 		}
 		var held *HeldError
+		var late *lateGrantError
 		switch {
-		case errors.As(err, &held) && held.WaitEnded:
+		case errors.As(err, &held) && held.WaitEnded, errors.As(err, &late):
+			// The wait ran out, or its grant came too late to be
+			// trusted and was given back: queue again.
 			backoff = 50 * time.Millisecond
-			continue // queue again
+			continue
 		case errors.Is(err, ErrLeaseHeld), errors.Is(err, ErrQuotaExceeded):
 			// Refused without waiting (queue full, rate limit): back off.
 			if sleep(ctx, c.clock, backoff) != nil {
