@@ -428,6 +428,28 @@ func TestDeadlineWhileRetrying(t *testing.T) {
 	})
 }
 
+// TestNoMemberReachedIsUnavailable: a call that reached no member for its
+// whole retry budget is UNAVAILABLE (errors.Is(err, ErrUnavailable),
+// ReasonOf), with the dial's error as its cause; a write is not called
+// OUTCOME_UNKNOWN, as nothing was sent.
+func TestNoMemberReachedIsUnavailable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1", "b:1")
+		fc.stop("a:1")
+		fc.stop("b:1")
+		c := fc.client([]string{"a:1", "b:1"})
+		_, rerr := c.Get(t.Context(), "L1")
+		_, werr := c.Acquire(t.Context(), "r", TTL(time.Minute))
+		for name, err := range map[string]error{"Get": rerr, "Acquire": werr} {
+			var op *net.OpError
+			if !errors.Is(err, ErrUnavailable) || ReasonOf(err) != ReasonUnavailable || !errors.As(err, &op) ||
+				errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "connection refused") {
+				t.Errorf("%s with no member up: %v; want UNAVAILABLE caused by the refused dial", name, err)
+			}
+		}
+	})
+}
+
 // TestAcquireRefusesNegativeOptions: a negative ttl or wait is refused
 // before anything is sent, as the registrar would refuse it.
 func TestAcquireRefusesNegativeOptions(t *testing.T) {

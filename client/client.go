@@ -437,7 +437,7 @@ func (c *Client) call(ctx context.Context, kind callKind, fn func(context.Contex
 		}
 		followed := c.failover(idx, leaderHint(err))
 		if c.clock.Now().Sub(failing) >= c.cfg.retryBudget {
-			return sentWrite(kind, err)
+			return unreached(sentWrite(kind, err))
 		}
 		c.mu.Lock()
 		n := len(c.endpoints)
@@ -579,6 +579,18 @@ func sentWrite(kind callKind, err error) error {
 		return err
 	}
 	return unknownOutcome(err)
+}
+
+// unreached is err as an UNAVAILABLE when no member could be reached at
+// all (the request was never sent: errors.Is(err, ErrUnavailable), and
+// ReasonOf says so), with the transport's error as its cause; any other
+// error is returned as it is.
+func unreached(err error) error {
+	if ReasonOf(err) != "" || !notSent(err) {
+		return err
+	}
+	return newError(ReasonUnavailable, string(ReasonUnavailable)+": no member could be reached ("+err.Error()+
+		"); nothing was sent", nil, connect.CodeUnavailable, err)
 }
 
 // unknownOutcome is err as an OUTCOME_UNKNOWN: the request was sent and

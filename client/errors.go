@@ -37,7 +37,9 @@ const (
 	ReasonOutcomeUnknown       Reason = "OUTCOME_UNKNOWN"
 	// ReasonUnavailable: the member could not take the call at all (it is
 	// shutting down, or stopped) and nothing was proposed; the client
-	// moves on to another member.
+	// moves on to another member. A call that reached no member within its
+	// retry budget (every dial refused) ends with it too, the dial's error
+	// as its cause.
 	ReasonUnavailable     Reason = "UNAVAILABLE"
 	ReasonBudgetExhausted Reason = "BUDGET_EXHAUSTED"
 	ReasonScopeViolation  Reason = "SCOPE_VIOLATION"
