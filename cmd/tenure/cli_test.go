@@ -820,8 +820,21 @@ func TestCLIExec(t *testing.T) {
 		if r.code != 1 || !strings.HasPrefix(r.stderr, "LEASE_HELD: ") {
 			t.Fatalf("%+v; want exit 1 with LEASE_HELD", r)
 		}
+		// flock's -E: a busy resource told apart from the command's own
+		// exit status 1, also when a wait ran out.
+		r = runTenure(t, "exec", res, "--conflict-exit-code", "75", "--", "touch", marker)
+		if r.code != 75 || !strings.HasPrefix(r.stderr, "LEASE_HELD: ") {
+			t.Fatalf("%+v; want exit 75 with LEASE_HELD", r)
+		}
+		r = runTenure(t, "exec", res, "--conflict-exit-code", "75", "--wait", "100ms", "--", "touch", marker)
+		if r.code != 75 || !strings.HasPrefix(r.stderr, "LEASE_HELD: ") {
+			t.Fatalf("%+v; want exit 75 with LEASE_HELD after the wait", r)
+		}
 		if _, err := os.Stat(marker); err == nil {
 			t.Fatal("the command ran without the lease")
+		}
+		if r := runTenure(t, "exec", res, "--conflict-exit-code", "256", "--", "true"); r.code != 2 {
+			t.Fatalf("--conflict-exit-code 256: %+v; want a usage error", r)
 		}
 	})
 	t.Run("waits for the lease", func(t *testing.T) {

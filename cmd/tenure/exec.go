@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -46,7 +47,9 @@ fences.
 
 Exit status: the command's (128+N if it was killed by signal N); 1 if the
 lease could not be acquired, or if it was lost and the command still exited 0;
-127 if the command could not be started.`
+127 if the command could not be started. --conflict-exit-code sets another
+status for a resource held by someone else (LEASE_HELD, also when --wait ran
+out), as flock's -E does, to tell "busy" from the command's own failure.`
 
 const execExamples = `  tenure exec backups/nightly --ttl 30s -- ./backup.sh --full
   tenure exec reports/daily --wait 10m --grace 30s -- make report`
@@ -73,6 +76,7 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	wait := c.fs.Duration("wait", 0, "queue for up to this long when the resource is held (0: fail at once with LEASE_HELD)")
 	grace := c.fs.Duration("grace", 0, "after SIGTERM on a lost lease, wait this long before SIGKILL (default: the lease's safety margin, ttl/10, at least 0.5s)")
 	mode := c.fs.String("mode", "exclusive", "exclusive or shared")
+	conflict := c.fs.Int("conflict-exit-code", 1, "exit status when the resource is held by someone else (LEASE_HELD), 0-255")
 	c.holderFlag("", "user@host:pid")
 	pos, err := c.parse(args, 1, -1)
 	if err != nil {
@@ -96,6 +100,9 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := c.notNegative("grace", *grace); err != nil {
 		return err
 	}
+	if *conflict < 0 || *conflict > 255 {
+		return c.usageError("--conflict-exit-code must be between 0 and 255, got %d", *conflict)
+	}
 	cl, err := c.client()
 	if err != nil {
 		return err
@@ -107,6 +114,9 @@ func runExec(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	// SIGINT/SIGTERM cancel ctx (main), which abandons a wait in the queue.
 	l, err := cl.Acquire(ctx, pos[0], opts...)
+	if errors.Is(err, tenure.ErrLeaseHeld) && *conflict != 1 {
+		return &exitStatus{code: *conflict, msg: err.Error()}
+	}
 	if err != nil {
 		return err
 	}
