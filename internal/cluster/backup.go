@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -36,6 +37,9 @@ import (
 
 // backupMagic starts every backup file.
 const backupMagic = "TENURE-BACKUP 1\n"
+
+// backupMagicPrefix starts the magic line of every format of backup.
+const backupMagicPrefix = "TENURE-BACKUP "
 
 // DefaultFenceBump is how far RestoreDataDir raises the next fence by
 // default: far more leases than any cluster issues between a backup and
@@ -131,6 +135,12 @@ func ReadBackup(r io.Reader) (*tenurev1.SnapshotInfo, []byte, error) {
 	br := bufio.NewReader(r)
 	magic := make([]byte, len(backupMagic))
 	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != backupMagic {
+		// A backup of another format (a newer tenure's) is named as such,
+		// not as something else: what to do about it differs.
+		if line, _, _ := bytes.Cut(magic, []byte("\n")); bytes.HasPrefix(line, []byte(backupMagicPrefix)) {
+			return nil, nil, fmt.Errorf("a Tenure backup of format %q, which this tenure (format %q) cannot read: use the tenure version that wrote it, or a newer one",
+				bytes.TrimPrefix(line, []byte(backupMagicPrefix)), strings.TrimSpace(strings.TrimPrefix(backupMagic, backupMagicPrefix)))
+		}
 		return nil, nil, errors.New("not a Tenure backup (tenure backup save writes them)")
 	}
 	n, err := binary.ReadUvarint(br)

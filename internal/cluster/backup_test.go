@@ -153,3 +153,19 @@ func restoredState(t *testing.T, dir string) (*logpb.Snapshot, error) {
 }
 
 func restoreErr(_ uint64, err error) error { return err }
+
+// A backup of another format is named as one, not as "not a Tenure backup":
+// the operator needs the tenure that wrote it, not another file.
+func TestReadBackupOtherFormat(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"TENURE-BACKUP 2\n\x05hello", `format "2"`},
+		{"TENURE-BACKUP 10\n\x05hello", `format "10"`},
+		{"hello", "not a Tenure backup"},
+		{"", "not a Tenure backup"},
+	} {
+		_, _, err := ReadBackup(strings.NewReader(tc.file))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ReadBackup(%q) = %v, want an error saying %s", tc.file, err, tc.want)
+		}
+	}
+}
