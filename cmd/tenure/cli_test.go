@@ -1243,3 +1243,46 @@ func TestCLIRoutes(t *testing.T) {
 		}
 	}
 }
+
+// resetter listens on loopback and resets every connection once a request
+// has come in, as a member killed mid-call (kill -9) does.
+func resetter(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				// The HTTP/2 preface, settings and a request's headers.
+				_, _ = io.ReadFull(c, make([]byte, 100))
+				_ = c.(*net.TCPConn).SetLinger(0) // close with RST
+				c.Close()
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A member whose connection is reset mid-call (a member killed while a
+// call is in flight) is one that did not answer: a read, or a write that
+// may be sent again, moves on to the next endpoint, and a write that may
+// not fails as OUTCOME_UNKNOWN, as with a hung member, not as a plain
+// UNAVAILABLE that reads as "nothing was done".
+func TestCLIResetMember(t *testing.T) {
+	t.Parallel()
+	reset := resetter(t)
+	l := acquire(t, "reset/"+uniq(t))
+	got := parse(t, ok(t, "get", l.GetLeaseId(), "--endpoints", reset+","+apiAddr, "-o", "json"), &tenurev1.Lease{})
+	if got.GetLeaseId() != l.GetLeaseId() {
+		t.Fatalf("get through a resetting member first: %v", got)
+	}
+	ok(t, "release", l.GetLeaseId(), "--endpoints", reset+","+apiAddr)
+	fails(t, "OUTCOME_UNKNOWN", "acquire", "reset/"+uniq(t)+"/2", "--endpoints", reset+","+apiAddr)
+}

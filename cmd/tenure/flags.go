@@ -576,7 +576,9 @@ func (markReadRetry) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return resp, err // answered, abandoned, or never sent
 		}
 		proc := req.Spec().Procedure
-		switch code := connect.CodeOf(err); {
+		// ParseError: connect-go reports a connection the member reset (a
+		// member killed mid-call) as canceled; it is one that did not answer.
+		switch code := connect.CodeOf(tenure.ParseError(err)); {
 		case (readOnly[proc] || resendable[proc]) && code == connect.CodeUnavailable:
 			err = readRetry{err}
 		case !readOnly[proc] && (code == connect.CodeUnavailable || code == connect.CodeUnknown || code == connect.CodeInternal):
