@@ -533,6 +533,12 @@ func nodeID(dir, want string) (string, error) {
 		return "", fmt.Errorf("cluster: reading node id: %w", err)
 	}
 	if want == "" {
+		if hasRaftFiles(dir) {
+			// Taking the default id would make this member another one
+			// (node1) with the Raft state of the one it was.
+			return "", fmt.Errorf("cluster: data dir %s holds a member's Raft state but no %s file (deleted?): "+
+				"start it with --node-id set to the id that member had (tenure cluster status lists the members)", dir, nodeIDFile)
+		}
 		want = DefaultNodeID
 	}
 	if err := registrar.CheckIdentifier("node_id", want, true); err != nil {

@@ -1123,3 +1123,32 @@ func TestForeignLedgerKeyIsReported(t *testing.T) {
 		t.Fatalf("the key file now holds %x (%v), want the other registrar's, kept", got, err)
 	}
 }
+
+// A data dir whose node-id file is gone but whose Raft state is there is
+// not taken as the default member's: that would make member n4 "node1",
+// with n4's log, silently out of the voters. A new or empty data dir still
+// takes the default, and --node-id names the member it was.
+func TestNodeIDMissingWithRaftState(t *testing.T) {
+	dir := t.TempDir()
+	if id, err := nodeID(dir, ""); err != nil || id != DefaultNodeID {
+		t.Fatalf("empty data dir: %q, %v; want %q", id, err, DefaultNodeID)
+	}
+	if err := os.Remove(filepath.Join(dir, nodeIDFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "wal"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "wal", "00000000000000000001-0000000000000000.wal"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := nodeID(dir, ""); err == nil || !strings.Contains(err.Error(), "--node-id") {
+		t.Fatalf("data dir with Raft state and no node-id: %q, %v; want an error asking for --node-id", id, err)
+	}
+	if id, err := nodeID(dir, "n4"); err != nil || id != "n4" {
+		t.Fatalf("with --node-id n4: %q, %v", id, err)
+	}
+	if id, err := nodeID(dir, ""); err != nil || id != "n4" {
+		t.Fatalf("after --node-id n4 once: %q, %v", id, err)
+	}
+}
