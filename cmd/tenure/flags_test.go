@@ -1,8 +1,10 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -260,4 +262,21 @@ func TestCLIQueueConfig(t *testing.T) {
 		t.Fatalf("a task pushed without --max-attempts:\n%s", out)
 	}
 	fails(t, "INVALID_ARGUMENT", "queue", "config", q, "--max-attempts", "1001")
+}
+
+// TestUnknownServerEnv: tenure server names the TENURE_* variables nothing
+// reads (a misspelt one left its setting at the default, unnoticed), and
+// not those of its flags, of the CLI's client commands or of tenure exec.
+func TestUnknownServerEnv(t *testing.T) {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.String("max-ttl", "", "")
+	fs.String("data-dir", "", "")
+	got := unknownEnv(fs, []string{"TENURE_MAXTTL=3m", "TENURE_MAX_TTL=3m", "TENURE_DATA_DIR=/d", "TENURE_ENDPOINTS=x",
+		"TENURE_LEASE_FENCE=4", "HOME=/root", "TENURE_DATADIR=/d"})
+	if !slices.Equal(got, []string{"TENURE_MAXTTL", "TENURE_DATADIR"}) {
+		t.Fatalf("unknownEnv: %v", got)
+	}
+	if s := suggestion("TENURE_MAXTTL", serverEnvNames(fs)); s != "TENURE_MAX_TTL" {
+		t.Fatalf("suggestion for TENURE_MAXTTL: %q", s)
+	}
 }

@@ -33,6 +33,40 @@ func env(flagName, def string) string {
 	return def
 }
 
+// otherEnv are the TENURE_* variables read elsewhere than by a server
+// flag: by the CLI's client commands (which a server's environment often
+// shares), by a command tenure exec runs, and by fault-injection tests.
+var otherEnv = map[string]bool{
+	"TENURE_ENDPOINTS": true, "TENURE_ROUTES": true, "TENURE_NAMESPACE": true, "TENURE_TOKEN": true,
+	"TENURE_HOLDER": true, "TENURE_LEASE_ID": true, "TENURE_LEASE_FENCE": true, "TENURE_LEASE_RESOURCE": true,
+	"TENURE_LEASE_HOLDER": true, "TENURE_TEST_WALL_OFFSET": true,
+}
+
+// unknownEnv lists the TENURE_* variables of environ that neither a
+// flag of fs nor anything else of tenure reads (etcd warns of its own
+// likewise): TENURE_MAXTTL=3m, meant for --max-ttl, was silently ignored.
+func unknownEnv(fs *flag.FlagSet, environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "TENURE_") || otherEnv[name] {
+			continue
+		}
+		flagName := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, "TENURE_"), "_", "-"))
+		if fs.Lookup(flagName) == nil {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// serverEnvNames are the TENURE_* variables of fs's flags.
+func serverEnvNames(fs *flag.FlagSet) []string {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, envName(f.Name)) })
+	return names
+}
+
 // flagSource names where server flag name's value came from: the flag,
 // or (not given on the command line) its TENURE_* variable.
 func flagSource(fs *flag.FlagSet, name string) string {
@@ -145,6 +179,14 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	tuneGC(log)
+	for _, name := range unknownEnv(fs, os.Environ()) {
+		msg := "ignoring an environment variable no setting of tenure server reads: a misspelt one leaves its setting at the default"
+		if s := suggestion(name, serverEnvNames(fs)); s != "" {
+			log.Warn(msg, "variable", name, "did_you_mean", s)
+		} else {
+			log.Warn(msg, "variable", name)
+		}
+	}
 	for _, p := range peerList {
 		if p.ID == *nodeID && !sameTCPAddr(p.RaftAddr, *raftListen) {
 			// Right behind a proxy or NAT; otherwise the others cannot
