@@ -119,6 +119,50 @@ func (t *term) now() registrar.Tick {
 	return t.base + registrar.Tick(registrar.Ms(time.Since(t.start)))
 }
 
+// passed is the last tick the term's clock has fully reached: now rounded
+// down. A read at it calls a lease expired only once its deadline has
+// truly passed.
+func (t *term) passed() registrar.Tick {
+	return t.base + registrar.Tick(time.Since(t.start)/time.Millisecond)
+}
+
+// maxSettle bounds settle's wait: ticks are stamped at most a millisecond
+// ahead of the term's clock (now rounds up); one further ahead is not
+// this term's to wait for.
+const maxSettle = 5 * time.Millisecond
+
+// settle waits until the term's clock has reached tick, or ctx ends.
+//
+// Commands are stamped with now, rounded up: the stamp of an Advance, or
+// of an Acquire that finds a lease expired, is up to a millisecond ahead
+// of the clock, and applying it calls a lease expired whose deadline is
+// that stamp. Strict expiry (never before the deadline) holds only once
+// the clock has reached the stamp, so what such a command did is shown to
+// nobody before that: its answer, a waiter's grant, a read, a watched
+// event (found from outside: a read spinning at a lease's end called it
+// expired 0.15 ms before its ttl, measured from the client's send, had run).
+func (t *term) settle(ctx context.Context, tick registrar.Tick) {
+	d := time.Duration(tick-t.base)*time.Millisecond - time.Since(t.start)
+	if d <= 0 || d > maxSettle {
+		return
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+}
+
+// Settle waits, on the leader, until its clock has reached the latest tick
+// applied (see term.settle): call it before showing what was applied to
+// a caller by another path than Read or Propose (a watched event).
+func (n *Node) Settle(ctx context.Context) {
+	if t := n.leader.Load(); t != nil {
+		t.settle(ctx, n.fsm.maxTick.load())
+	}
+}
+
 // wall is the wall time (unix ms) to stamp on the next entry. It follows
 // the leader's wall clock, but never runs backwards: when the clock is
 // behind what was stamped before (stepped back, or this leader's clock is

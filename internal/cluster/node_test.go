@@ -1152,3 +1152,39 @@ func TestNodeIDMissingWithRaftState(t *testing.T) {
 		t.Fatalf("after --node-id n4 once: %q, %v", id, err)
 	}
 }
+
+// TestNothingShownAheadOfTheClock: reads, and the answers to commands, are
+// at ticks the leader's clock has reached. Commands are stamped with the
+// clock rounded up, so a read at the clock rounded up, or an answer right
+// after the apply, showed a lease expired up to a millisecond before its
+// deadline (found from outside: a read spinning at a lease's end called it
+// expired 0.15 ms before its ttl, counted from the client's send, had run).
+func TestNothingShownAheadOfTheClock(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	term := n.leader.Load()
+	if term == nil {
+		t.Fatal("no term")
+	}
+	// The clock's exact reading, in ticks (fractions of a millisecond).
+	clock := func() float64 {
+		return float64(term.base) + float64(time.Since(term.start))/float64(time.Millisecond)
+	}
+	for i := range 200 {
+		out := acquire(t, n, fmt.Sprintf("clock/%d", i), "h", time.Second, 0)
+		if out.Err != nil {
+			t.Fatal(out.Err)
+		}
+		if now := clock(); now < float64(out.Lease.IssuedTick) {
+			t.Fatalf("acquire answered at clock %.3f, before its stamp %d", now, out.Lease.IssuedTick)
+		}
+		if err := n.Read(context.Background(), false, func(_ *statemachine.Machine, tk registrar.Tick) error {
+			if now := clock(); now < float64(tk) {
+				return fmt.Errorf("read at tick %d while the clock read %.3f", tk, now)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -35,13 +35,26 @@ func (n *Node) Read(ctx context.Context, stale bool, fn func(m *statemachine.Mac
 		}
 	}
 	f := n.fsm
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	tick := max(f.maxTick.load(), f.m.Registrar().Tick())
-	if t != nil && !stale {
-		tick = max(tick, t.now())
+	if t == nil || stale {
+		f.mu.RLock()
+		defer f.mu.RUnlock()
+		return fn(f.m, max(f.maxTick.load(), f.m.Registrar().Tick()))
 	}
-	return fn(f.m, tick)
+	// At the term's clock rounded down, and not before the clock has
+	// reached the last tick applied (term.settle): never at a tick the
+	// clock has not reached, where a lease would read as expired before
+	// its deadline.
+	for try := 0; ; try++ {
+		t.settle(ctx, f.maxTick.load())
+		f.mu.RLock()
+		tick := max(f.maxTick.load(), f.m.Registrar().Tick())
+		if tick > t.passed() && try < 3 && ctx.Err() == nil {
+			f.mu.RUnlock() // applied meanwhile, ahead of the clock
+			continue
+		}
+		defer f.mu.RUnlock()
+		return fn(f.m, max(tick, t.passed()))
+	}
 }
 
 // WaitApplied blocks until this node has applied the log up to idx, or
@@ -88,6 +101,7 @@ func (n *Node) AwaitWaiter(ctx context.Context, id uint64) (WaitResult, error) {
 	defer cancel()
 	select {
 	case r := <-ch:
+		n.Settle(ctx) // its grant was stamped up to a millisecond ahead
 		return r, nil
 	case <-term:
 		cancel() // first: a resolution from now on is kept for a later await

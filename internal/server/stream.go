@@ -106,6 +106,7 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 				}
 				continue
 			}
+			s.node.Settle(ctx) // no expiry shown before its deadline
 			for _, sl := range recs {
 				if err := send(sl); err != nil {
 					return err
@@ -120,6 +121,9 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 		if overflow {
 			inOrder = true
 			continue
+		}
+		if len(idxs) > 0 {
+			s.node.Settle(ctx)
 		}
 		for _, i := range idxs {
 			if i <= after {
