@@ -310,7 +310,9 @@ func (r *Registrar) Acquire(tx *Tx, c *logpb.Acquire) Outcome {
 	if !free && c.WaitMs <= 0 {
 		// LEASE_HELD before the quota: a holder at its quota retrying an
 		// acquire whose outcome it did not learn must still find its lease.
-		return fail(r.held(res, tx.Tick, false))
+		e := r.held(res, tx.Tick, false)
+		e.QueuedAhead = compatible(res, mode)
+		return fail(e)
 	}
 	if err := r.checkQuota(ns, c.Holder); err != nil {
 		return fail(err)

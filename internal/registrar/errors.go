@@ -117,11 +117,18 @@ type HeldError struct {
 	Waiters int
 	// WaitEnded is true when the request waited in the queue and its wait ran out.
 	WaitEnded bool
+	// QueuedAhead is true when the holders alone would have admitted the
+	// request (shared beside shared), but requests queued before it come
+	// first.
+	QueuedAhead bool
 }
 
 func (e *HeldError) Error() string {
 	msg := fmt.Sprintf("%s: %s is held by lease %s (holder %s, fence %d, %.1fs left)",
 		ReasonLeaseHeld, e.Resource, e.LeaseID, e.Holder, e.Fence, e.Remaining.Seconds())
+	if e.QueuedAhead {
+		msg += fmt.Sprintf("; %d queued request(s) ahead of this one come first (an exclusive one blocks shared leases behind it)", e.Waiters)
+	}
 	if e.WaitEnded {
 		msg += "; the wait ran out"
 	}
@@ -144,6 +151,7 @@ func (e *HeldError) AsError() *Error {
 		"time_remaining": e.Remaining.String(),
 		"waiters":        strconv.Itoa(e.Waiters),
 		"wait_ended":     strconv.FormatBool(e.WaitEnded),
+		"queued_ahead":   strconv.FormatBool(e.QueuedAhead),
 	}}
 }
 

@@ -220,6 +220,27 @@ func TestWaiters_ExclusiveHeadLeavingGrantsSharedBehind(t *testing.T) {
 	}
 }
 
+// A shared request refused for an exclusive one queued ahead says so: the
+// shared holder alone would have admitted it.
+func TestWaiters_SharedRefusedForAQueuedExclusiveSaysSo(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.mustAcquire("doc/1", "r1", shared, ttl(60_000))
+	e.acquire("doc/1", "w1", wait(10_000))
+	out := e.acquire("doc/1", "r2", shared)
+	wantReason(t, out.Err, registrar.ReasonLeaseHeld)
+	wantMeta(t, out.Err, "queued_ahead", "true", "waiters", "1")
+	if !strings.Contains(out.Err.Error(), "1 queued request(s) ahead of this one come first") {
+		t.Fatalf("message %q does not say a queued request comes first", out.Err)
+	}
+	// An exclusive request is refused by the holder itself.
+	out = e.acquire("doc/1", "x2")
+	wantMeta(t, out.Err, "queued_ahead", "false")
+	if strings.Contains(out.Err.Error(), "queued request") {
+		t.Fatalf("message %q blames the queue", out.Err)
+	}
+}
+
 // max_waiters_per_resource bounds the queue → QUOTA_EXCEEDED, nothing queued.
 func TestWaiters_MaxWaitersQuota(t *testing.T) {
 	t.Parallel()
