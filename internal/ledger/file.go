@@ -100,6 +100,7 @@ func OpenWriter(dir string, segSize int64) (*Writer, Recovered, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, rec, fmt.Errorf("ledger: %w", err)
 	}
+	KeepReserve(dir)
 	segs, err := Segments(dir)
 	if err != nil {
 		return nil, rec, err

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -538,6 +539,42 @@ func TestLedgerPrune(t *testing.T) {
 // PruneToSize removes the oldest whole segments until the files fit the
 // budget, never the newest one, and leaves a ledger that verifies with
 // the pruned range reported.
+// TestLedgerPruneOnAFullDisk: Prune writes its marker before it removes
+// anything, so on a full disk it could free nothing (found from outside:
+// neither the server nor tenure audit prune could prune a full disk). A
+// ledger dir keeps a reserve file that Prune deletes to make room for the
+// marker, and makes again once the pruned segments are gone.
+func TestLedgerPruneOnAFullDisk(t *testing.T) {
+	// Not parallel: it replaces how Prune writes its marker.
+	recs, pub := history(t, 300, 32)
+	dir := t.TempDir()
+	write(t, dir, 4096, recs[:250])
+	reserve := filepath.Join(dir, ledger.ReserveName)
+	if _, err := os.Stat(reserve); err != nil {
+		t.Fatalf("no reserve file after the writer opened the dir: %v", err)
+	}
+	// The disk is full while the reserve is there.
+	defer ledger.SetWriteMarker(func(path string, b []byte) error {
+		if _, err := os.Stat(reserve); err == nil {
+			return &os.PathError{Op: "write", Path: path, Err: syscall.ENOSPC}
+		}
+		return ledger.WriteFileAtomic(path, b)
+	})()
+	p, err := ledger.Prune(dir, 100)
+	if err != nil || p.Removed == 0 {
+		t.Fatalf("prune on a full disk: %+v, %v", p, err)
+	}
+	if rep, err := verify(t, dir, pub); err != nil || len(rep.Gaps) != 1 || !rep.Gaps[0].Pruned {
+		t.Fatalf("after pruning: %+v, %v", rep, err)
+	}
+	if _, err := os.Stat(reserve); err != nil {
+		t.Fatalf("the reserve was not made again once the segments were gone: %v", err)
+	}
+	if tmps, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmps) > 0 {
+		t.Fatalf("left behind: %v", tmps)
+	}
+}
+
 func TestLedgerPruneToSize(t *testing.T) {
 	t.Parallel()
 	recs, pub := history(t, 300, 32)

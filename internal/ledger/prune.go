@@ -3,11 +3,13 @@ package ledger
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Prune leaves a marker file, <index>.pruned.ndjson, holding one start
@@ -70,9 +72,17 @@ func Prune(dir string, before uint64) (Pruned, error) {
 		return out, err
 	}
 	name := filepath.Join(dir, fmt.Sprintf("%020d%s%s", out.Start, prunedInfix, segmentExt))
-	if err := WriteFileAtomic(name, append(line, '\n')); err != nil {
+	err = writeMarker(name, append(line, '\n'))
+	if errors.Is(err, syscall.ENOSPC) && dropReserve(dir) {
+		// The disk is full, and pruning is how the ledger frees it: the
+		// reserve makes room for the marker (found from outside: neither
+		// the server nor tenure audit prune could prune a full disk).
+		err = writeMarker(name, append(line, '\n'))
+	}
+	if err != nil {
 		return out, err
 	}
+	defer KeepReserve(dir)
 	// The marker is in place: a crash from here on leaves old files that
 	// still chain into it.
 	for _, m := range markers {
@@ -90,6 +100,34 @@ func Prune(dir string, before uint64) (Pruned, error) {
 		out.Removed++
 	}
 	return out, syncDir(dir)
+}
+
+// writeMarker writes a pruned marker (a variable for tests).
+var writeMarker = WriteFileAtomic
+
+// reserveName is a file of reserveSize bytes a ledger dir keeps, and Prune
+// deletes when the disk is too full to write its marker: the marker must
+// be in place before the segments it stands for are removed.
+const (
+	reserveName = "space.reserve"
+	reserveSize = 256 << 10
+)
+
+// KeepReserve creates dir's reserve file when it is missing and there is
+// room for it (best effort: without room it is made by a later call).
+func KeepReserve(dir string) {
+	path := filepath.Join(dir, reserveName)
+	if _, err := os.Stat(path); err == nil {
+		return
+	}
+	if err := writeSynced(path, make([]byte, reserveSize)); err != nil {
+		os.Remove(path)
+	}
+}
+
+// dropReserve deletes dir's reserve file, reporting whether there was one.
+func dropReserve(dir string) bool {
+	return os.Remove(filepath.Join(dir, reserveName)) == nil
 }
 
 // PruneToSize prunes, as Prune does, the oldest whole segments until the
@@ -176,13 +214,16 @@ func writeSynced(path string, b []byte) error {
 	}
 	if _, err := f.Write(b); err != nil {
 		f.Close()
+		os.Remove(path) // not left behind, empty, by a full disk
 		return fmt.Errorf("ledger: %w", err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
+		os.Remove(path)
 		return fmt.Errorf("ledger: %w", err)
 	}
 	if err := f.Close(); err != nil {
+		os.Remove(path)
 		return fmt.Errorf("ledger: %w", err)
 	}
 	return nil
