@@ -276,6 +276,11 @@ type fakeMember struct {
 	// index), unless watchErr is set: then Watch answers it.
 	watchEvents []*tenurev1.Event
 	watchErr    error
+	// watchProgress, when set, is sent as a progress notification to a
+	// Watch that asks for them, after its events; the stream then ends
+	// (unavailable). watchReqs are the Watch requests received.
+	watchProgress uint64
+	watchReqs     []*tenurev1.WatchRequest
 	// renewFail: each unary Renew takes the first reason off this list
 	// and answers it for every lease instead of renewing.
 	renewFail []Reason
@@ -302,7 +307,8 @@ func (f fakeClusterService) Status(ctx context.Context, req *connect.Request[ten
 
 func (m *fakeMember) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchRequest], stream *connect.ServerStream[tenurev1.WatchResponse]) error {
 	m.mu.Lock()
-	evs, werr := m.watchEvents, m.watchErr
+	evs, werr, progress := m.watchEvents, m.watchErr, m.watchProgress
+	m.watchReqs = append(m.watchReqs, req.Msg)
 	m.mu.Unlock()
 	if werr != nil {
 		return werr
@@ -313,6 +319,12 @@ func (m *fakeMember) Watch(ctx context.Context, req *connect.Request[tenurev1.Wa
 				return err
 			}
 		}
+	}
+	if progress != 0 && req.Msg.GetProgressInterval() != nil {
+		if err := stream.Send(&tenurev1.WatchResponse{ProgressIndex: proto.Uint64(progress)}); err != nil {
+			return err
+		}
+		return connect.NewError(connect.CodeUnavailable, errors.New("the stream broke"))
 	}
 	<-ctx.Done()
 	return nil

@@ -724,6 +724,43 @@ func TestWatchLearnsMembers(t *testing.T) {
 	})
 }
 
+// TestWatchProgress: WatchProgress asks for progress notifications, hands
+// their index to its function, and a broken stream resumes from there.
+func TestWatchProgress(t *testing.T) {
+	fc := setup(t, "a:1")
+	fc.members["a:1"].set(func(m *fakeMember) {
+		m.watchEvents = []*tenurev1.Event{{Index: 101, Type: "lease.issued"}}
+		m.watchProgress = 150
+	})
+	c := fc.client([]string{"a:1"})
+	stop := errors.New("seen")
+	var events, progress []uint64
+	err := c.Watch(ctxTimeout(t, 10*time.Second), "", 100, func(ev *tenurev1.Event) error {
+		events = append(events, ev.GetIndex())
+		return nil
+	}, WatchProgress(250*time.Millisecond, func(index uint64) error {
+		if progress = append(progress, index); len(progress) == 2 {
+			return stop
+		}
+		return nil
+	}))
+	if !errors.Is(err, stop) || !slices.Equal(events, []uint64{101}) || !slices.Equal(progress, []uint64{150, 150}) {
+		t.Fatalf("Watch: %v, events %v, progress %v; want event 101, then progress 150 twice", err, events, progress)
+	}
+	var afters []uint64
+	fc.members["a:1"].set(func(m *fakeMember) {
+		for _, r := range m.watchReqs {
+			afters = append(afters, r.GetAfterIndex())
+			if r.GetProgressInterval().AsDuration() != 250*time.Millisecond {
+				t.Errorf("progress_interval %v, want 250ms", r.GetProgressInterval())
+			}
+		}
+	})
+	if !slices.Equal(afters, []uint64{100, 150}) {
+		t.Fatalf("watched after %v; want 100, then resumed after the progress index, 150", afters)
+	}
+}
+
 // A lease is followed on the stream (follow_lease_ids) followAfter after
 // its grant, so that its end is told before its first renewal; the follow
 // pulls no renewal forward, and a lease released before then is never

@@ -310,10 +310,32 @@ type acquireConfig struct {
 // WithScope, WithBudget, or a Mode (Exclusive, Shared).
 type AcquireOption interface{ applyAcquire(*acquireConfig) }
 
-// A CallOption configures a call that names a resource: Namespace.
+// A CallOption configures a call that names a resource: Namespace, and
+// for Watch, WatchProgress.
 type CallOption interface{ applyCall(*callConfig) }
 
-type callConfig struct{ namespace string }
+type callConfig struct {
+	namespace string
+	// Watch's progress notifications (WatchProgress).
+	progressInterval time.Duration
+	onProgress       func(index uint64) error
+}
+
+type callFunc func(*callConfig)
+
+func (f callFunc) applyCall(c *callConfig) { f(c) }
+
+// WatchProgress asks a Watch for progress notifications: when the server
+// has sent nothing for interval (between 100 ms and 1 h; others are
+// ErrInvalidArgument), it says how far the watch has got, and fn is
+// called with that ledger index, every event up to which has been given
+// to Watch's fn. A watch resumed from there misses nothing; Watch itself
+// resumes a broken stream from there. An error from fn ends the Watch with
+// it. fn may be nil, to keep an idle stream alive through proxies. Other
+// calls ignore it.
+func WatchProgress(interval time.Duration, fn func(index uint64) error) CallOption {
+	return callFunc(func(c *callConfig) { c.progressInterval, c.onProgress = interval, fn })
+}
 
 type acquireFunc func(*acquireConfig)
 

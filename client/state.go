@@ -179,7 +179,8 @@ func (c *Client) VerifyAll(ctx context.Context, ids []string, opts ...VerifyOpti
 
 // Watch calls fn with every ledger event of the namespace whose resource
 // starts with prefix, from afterIndex (exclusive; 0 means from now). It
-// resumes from the last event after a broken stream, on any endpoint, and
+// resumes from the last event (or the last progress notification, with
+// WatchProgress) after a broken stream, on any endpoint, and
 // returns when ctx ends (ctx.Err()), when fn returns an error (that error),
 // or on an error that retrying cannot fix (authentication, permission,
 // invalid argument).
@@ -202,7 +203,11 @@ func (c *Client) Watch(ctx context.Context, prefix string, afterIndex uint64, fn
 	var refused map[int]bool
 	for {
 		ep, idx := c.pick()
-		stream, err := ep.lease.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Namespace: cc.namespace, Prefix: prefix, AfterIndex: last}))
+		req := &tenurev1.WatchRequest{Namespace: cc.namespace, Prefix: prefix, AfterIndex: last}
+		if cc.progressInterval != 0 {
+			req.ProgressInterval = durationpb.New(cc.progressInterval)
+		}
+		stream, err := ep.lease.Watch(ctx, connect.NewRequest(req))
 		if err == nil {
 			for first := true; stream.Receive(); first = false {
 				backoff = 50 * time.Millisecond
@@ -215,6 +220,19 @@ func (c *Client) Watch(ctx context.Context, prefix string, afterIndex uint64, fn
 				}
 				ev := stream.Msg().GetEvent()
 				if ev == nil {
+					// A progress notification (only when asked for): the
+					// watch has got that far, and resumes from there.
+					p := stream.Msg().GetProgressIndex()
+					if p == 0 {
+						continue
+					}
+					last = max(last, p)
+					if cc.onProgress != nil {
+						if ferr := cc.onProgress(p); ferr != nil {
+							_ = stream.Close()
+							return ferr
+						}
+					}
 					continue
 				}
 				if ev.GetIndex() > last {

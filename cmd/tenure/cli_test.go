@@ -668,6 +668,17 @@ func TestCLIWatch(t *testing.T) {
 		}
 	}
 	fails(t, "INVALID_ARGUMENT", "watch", "--namespace", strings.Repeat("n", 200))
+	// --progress: a quiet watch prints, with -o json, how far it has got
+	// (from now: past the release above).
+	w, wout, werr := startTenure(t, "watch", "--prefix", res, "--progress", "200ms", "-o", "json")
+	if p := parse(t, nextLine(t, wout), &tenurev1.WatchResponse{}); p.GetEvent() != nil || p.GetProgressIndex() <= st.GetLedgerIndex() {
+		t.Fatalf("watch --progress printed %v, want a progress index past %d (%s)", p, st.GetLedgerIndex(), werr)
+	}
+	_ = w.Process.Kill()
+	_ = w.Wait()
+	if r := runTenure(t, "watch", "--progress", "10ms"); r.code != 2 || !strings.Contains(r.stderr, "--progress") {
+		t.Fatalf("watch --progress 10ms: %+v", r)
+	}
 	// No server at all: an error, not a silent wait.
 	if r := runTenure(t, "watch", "--endpoints", freePort()); r.code != 1 || !strings.HasPrefix(r.stderr, "UNAVAILABLE: ") {
 		t.Fatalf("watch with no server: %+v", r)

@@ -8,8 +8,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
+
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	tenure "github.com/tenurehq/tenure/client"
 )
 
 const watchHelp = `Follow the ledger: print every event of the namespace (optionally only of
@@ -17,10 +20,15 @@ resources starting with --prefix) as it happens, one line each (NDJSON with
 -o json), until Ctrl-C or --count events. --after INDEX starts after that
 ledger index instead of now, so nothing is missed between a history and a
 watch. A broken stream is resumed, on any endpoint, from the last event;
-no endpoint answering at the start is an error (exit 1).`
+no endpoint answering at the start is an error (exit 1). --progress INTERVAL
+asks the server, when it has sent nothing for that long (100ms to 1h), how
+far the watch has got: it keeps a quiet stream open through proxies, moves
+the point a broken stream resumes from, and with -o json prints
+{"progressIndex":"N"} (every event up to index N has been printed).`
 
 const watchExamples = `  tenure watch --prefix orders/
-  tenure watch --after 1200 -o json | jq .type`
+  tenure watch --after 1200 -o json | jq .type
+  tenure watch --progress 30s -o json`
 
 // errWatchDone ends a watch after --count events.
 var errWatchDone = errors.New("watch done")
@@ -31,6 +39,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	prefix := c.fs.String("prefix", "", "only resources starting with this")
 	after := c.fs.Uint64("after", 0, "start after this ledger index (0, the default: from now; index 1, the first record, is the registrar's initialization, so --after 1 reads from the first event after it)")
 	count := c.fs.Int("count", 0, "exit after this many events (default: follow until interrupted)")
+	progress := c.fs.Duration("progress", 0, "ask for a progress notification after this long without events, 100ms to 1h (default: none)")
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
 	}
@@ -39,6 +48,17 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.usageError("--count must not be negative, got %d", *count)
 	case !utf8.ValidString(*prefix):
 		return c.usageError("--prefix %q is not UTF-8", *prefix)
+	case *progress != 0 && (*progress < 100*time.Millisecond || *progress > time.Hour):
+		return c.usageError("--progress must be between 100ms and 1h, got %s", *progress)
+	}
+	var opts []tenure.CallOption
+	if *progress != 0 {
+		opts = append(opts, tenure.WatchProgress(*progress, func(index uint64) error {
+			if !c.json() {
+				return nil // the table is of events only
+			}
+			return writeJSON(stdout, &tenurev1.WatchResponse{ProgressIndex: proto.Uint64(index)})
+		}))
 	}
 	// A watch resumes a broken stream for as long as it runs; but a first
 	// contact that fails is an error, as for every other command, not a
@@ -88,7 +108,7 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return errWatchDone
 		}
 		return nil
-	})
+	}, opts...)
 	if errors.Is(err, errWatchDone) || (ctx.Err() != nil && errors.Is(err, ctx.Err())) {
 		return nil // interrupted: a normal end of a watch
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	v1c "github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -26,13 +28,19 @@ const watchBatch = 512
 // Watch streams events matching the namespace ("" = every namespace) and
 // resource prefix. With after_index it resumes after that index (from the
 // in-memory feed; an index that has left it is INVALID_ARGUMENT); without,
-// it starts live. Headers are flushed as soon as the stream is open.
+// it starts live. Headers are flushed as soon as the stream is open. With
+// progress_interval, a stream quiet for that long is sent how far it has
+// got (a response without an event).
 func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchRequest], stream *connect.ServerStream[tenurev1.WatchResponse]) error {
 	s, m := h.s, req.Msg
 	if err := registrar.CheckNamespace("namespace", m.Namespace, false); err != nil {
 		return s.toConnect(err)
 	}
 	if err := registrar.CheckPrefix("prefix", m.Prefix); err != nil {
+		return s.toConnect(err)
+	}
+	interval, err := progressInterval(m.ProgressInterval)
+	if err != nil {
 		return s.toConnect(err)
 	}
 	if err := s.authorize(ctx, v1c.LeaseServiceWatchProcedure, m); err != nil {
@@ -55,6 +63,28 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 		return s.toConnect(err)
 	}
 	retained := s.retainedSince(ctx)
+	// Progress notifications, when asked for: progress fires once the
+	// stream has sent nothing for the interval (nil, never, without them).
+	// sent says an event went out since the timer was last set; the timer
+	// is set again lazily, not on every event, which a busy stream sends
+	// by the thousand.
+	var progress <-chan time.Time
+	var progressTimer *time.Timer
+	sent := false
+	if interval > 0 {
+		progressTimer = time.NewTimer(interval)
+		defer progressTimer.Stop()
+		progress = progressTimer.C
+	}
+	notify := func() error {
+		if sent { // the stream was not quiet: the interval starts again
+			sent = false
+		} else if err := stream.Send(&tenurev1.WatchResponse{ProgressIndex: proto.Uint64(after)}); err != nil {
+			return err
+		}
+		progressTimer.Reset(interval)
+		return nil
+	}
 	send := func(sl statemachine.Sealed) error {
 		after = sl.Record.Index
 		if ns, res := eventScope(sl.Record); !w.matches(ns, res) || !visible(ns) || !retained(ns, sl.Record) {
@@ -64,6 +94,7 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 		if err != nil {
 			return err
 		}
+		sent = true
 		return stream.Conn().Send(m)
 	}
 	// A resume reads the feed in order up to its head, as does a watcher
@@ -92,6 +123,10 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 			if err := stillWanted(); err != nil {
 				return err
 			}
+		case <-progress: // a watch reading records that match nothing too
+			if err := notify(); err != nil {
+				return err
+			}
 		default:
 		}
 		hw.hold()
@@ -117,6 +152,10 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 			}
 			inOrder = false
 		}
+		// Read before take: a record is offered to w under the same lock
+		// as it is appended, so every matching record up to head is among
+		// the indexes taken, now or before.
+		head := feed.Head()
 		idxs, overflow := w.take()
 		if overflow {
 			inOrder = true
@@ -141,8 +180,21 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 		if len(idxs) > 0 {
 			continue
 		}
+		// Nothing pending: every matching record up to head has been sent,
+		// so the watch has got to head, not only to the last record it
+		// sent, and a progress notification (or an error naming where to
+		// resume) says so.
+		after = max(after, head)
+		if sent && progressTimer != nil {
+			sent = false
+			progressTimer.Reset(interval)
+		}
 		hw.release()
 		select {
+		case <-progress:
+			if err := notify(); err != nil {
+				return err
+			}
 		case <-w.wake:
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -243,6 +295,32 @@ func notVoter(after uint64) error {
 		Metadata: map[string]string{"last_index": utoa(after)},
 		Message: string(registrar.ReasonUnavailable) + ": this member is not a voter of the cluster's configuration " +
 			"(removed, or not yet added) and hears of no new events: watch from another member, after index " + utoa(after)}
+}
+
+// Bounds of WatchRequest.progress_interval: more often than 100 ms would
+// be a busy loop over the network, and an hour is more than any proxy
+// keeps an idle stream open.
+const (
+	minProgressInterval = 100 * time.Millisecond
+	maxProgressInterval = time.Hour
+)
+
+// progressInterval returns a Watch's progress interval, 0 for none.
+func progressInterval(d *durationpb.Duration) (time.Duration, error) {
+	if _, err := durationMs("progress_interval", d); err != nil || d == nil {
+		return 0, err
+	}
+	// AsDuration saturates at ±292 years, which is out of range all the
+	// same; compared as it is, not rounded to the millisecond, so that
+	// 99.9 ms is below the floor.
+	iv := d.AsDuration()
+	if iv == 0 {
+		return 0, nil
+	}
+	if iv < minProgressInterval || iv > maxProgressInterval {
+		return 0, invalidArg("progress_interval", "must be 0 (none) or between "+minProgressInterval.String()+" and "+maxProgressInterval.String())
+	}
+	return iv, nil
 }
 
 // watchRecheck is how often a quiet Watch checks that its member is

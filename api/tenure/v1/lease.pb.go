@@ -2816,9 +2816,17 @@ type WatchRequest struct {
 	// in-memory feed are read from its ledger files; an index older than
 	// those hold is INVALID_ARGUMENT (metadata oldest_index). Events older
 	// than their namespace's history_retention are not sent.
-	AfterIndex    uint64 `protobuf:"varint,3,opt,name=after_index,json=afterIndex,proto3" json:"after_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AfterIndex uint64 `protobuf:"varint,3,opt,name=after_index,json=afterIndex,proto3" json:"after_index,omitempty"`
+	// Progress notifications (etcd's progress_notify), opt-in: when the
+	// stream has sent nothing for this long, the server sends a
+	// WatchResponse without an event whose progress_index says how far the
+	// watch has got, so that an idle stream is not cut by a proxy, a client
+	// can tell a quiet feed from a dead connection, and it learns where to
+	// resume from. Unset or 0: none, as before. Otherwise between 100 ms
+	// and 1 h (INVALID_ARGUMENT, field progress_interval).
+	ProgressInterval *durationpb.Duration `protobuf:"bytes,4,opt,name=progress_interval,json=progressInterval,proto3" json:"progress_interval,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WatchRequest) Reset() {
@@ -2872,9 +2880,24 @@ func (x *WatchRequest) GetAfterIndex() uint64 {
 	return 0
 }
 
+func (x *WatchRequest) GetProgressInterval() *durationpb.Duration {
+	if x != nil {
+		return x.ProgressInterval
+	}
+	return nil
+}
+
 type WatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Event         *Event                 `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset in a progress notification (WatchRequest.progress_interval).
+	Event *Event `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// Set only in a progress notification, without an event: the last
+	// ledger index the watch has considered. Every matching event up to it
+	// has been sent, so a watch resumed with after_index = progress_index
+	// misses nothing. Optional so that an event's JSON leaves it out
+	// (Connect JSON answers carry zero values, and "progressIndex": "0"
+	// would read as a place to resume from).
+	ProgressIndex *uint64 `protobuf:"varint,2,opt,name=progress_index,json=progressIndex,proto3,oneof" json:"progress_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2914,6 +2937,13 @@ func (x *WatchResponse) GetEvent() *Event {
 		return x.Event
 	}
 	return nil
+}
+
+func (x *WatchResponse) GetProgressIndex() uint64 {
+	if x != nil && x.ProgressIndex != nil {
+		return *x.ProgressIndex
+	}
+	return 0
 }
 
 type KeepAliveRequest struct {
@@ -4408,14 +4438,17 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x06events\x18\x01 \x03(\v2\x10.tenure.v1.EventR\x06events\x12!\n" +
 	"\foldest_index\x18\x02 \x01(\x04R\voldestIndex\x12;\n" +
 	"\voldest_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"oldestTime\"e\n" +
+	"oldestTime\"\xad\x01\n" +
 	"\fWatchRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x1f\n" +
 	"\vafter_index\x18\x03 \x01(\x04R\n" +
-	"afterIndex\"7\n" +
+	"afterIndex\x12F\n" +
+	"\x11progress_interval\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x10progressInterval\"v\n" +
 	"\rWatchResponse\x12&\n" +
-	"\x05event\x18\x01 \x01(\v2\x10.tenure.v1.EventR\x05event\"\xc8\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x10.tenure.v1.EventR\x05event\x12*\n" +
+	"\x0eprogress_index\x18\x02 \x01(\x04H\x00R\rprogressIndex\x88\x01\x01B\x11\n" +
+	"\x0f_progress_index\"\xc8\x01\n" +
 	"\x10KeepAliveRequest\x12\x1b\n" +
 	"\tlease_ids\x18\x01 \x03(\tR\bleaseIds\x12\x1d\n" +
 	"\n" +
@@ -4688,87 +4721,88 @@ var file_tenure_v1_lease_proto_depIdxs = []int32{
 	61,  // 52: tenure.v1.Waiter.wait_remaining:type_name -> google.protobuf.Duration
 	6,   // 53: tenure.v1.HistoryResponse.events:type_name -> tenure.v1.Event
 	62,  // 54: tenure.v1.HistoryResponse.oldest_time:type_name -> google.protobuf.Timestamp
-	6,   // 55: tenure.v1.WatchResponse.event:type_name -> tenure.v1.Event
-	61,  // 56: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	5,   // 57: tenure.v1.KeepAliveResponse.leases:type_name -> tenure.v1.Lease
-	11,  // 58: tenure.v1.KeepAliveResponse.failures:type_name -> tenure.v1.RenewFailure
-	8,   // 59: tenure.v1.PipelineOp.acquire:type_name -> tenure.v1.AcquireRequest
-	10,  // 60: tenure.v1.PipelineOp.renew:type_name -> tenure.v1.RenewRequest
-	13,  // 61: tenure.v1.PipelineOp.release:type_name -> tenure.v1.ReleaseRequest
-	17,  // 62: tenure.v1.PipelineOp.transfer:type_name -> tenure.v1.TransferRequest
-	34,  // 63: tenure.v1.PipelineOp.write_state:type_name -> tenure.v1.WriteStateRequest
-	24,  // 64: tenure.v1.PipelineOp.get:type_name -> tenure.v1.GetRequest
-	19,  // 65: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
-	30,  // 66: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
-	15,  // 67: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
-	49,  // 68: tenure.v1.PipelineOp.consume:type_name -> tenure.v1.ConsumeRequest
-	59,  // 69: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
-	9,   // 70: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
-	12,  // 71: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
-	14,  // 72: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
-	18,  // 73: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
-	35,  // 74: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
-	25,  // 75: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
-	21,  // 76: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
-	31,  // 77: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
-	16,  // 78: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
-	50,  // 79: tenure.v1.PipelineResult.consume:type_name -> tenure.v1.ConsumeResponse
-	43,  // 80: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
-	42,  // 81: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
-	44,  // 82: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
-	61,  // 83: tenure.v1.DeriveRequest.ttl:type_name -> google.protobuf.Duration
-	3,   // 84: tenure.v1.DeriveRequest.scope:type_name -> tenure.v1.Scope
-	4,   // 85: tenure.v1.DeriveRequest.budget:type_name -> tenure.v1.Budget
-	0,   // 86: tenure.v1.DeriveRequest.mode:type_name -> tenure.v1.Mode
-	5,   // 87: tenure.v1.DeriveResponse.lease:type_name -> tenure.v1.Lease
-	60,  // 88: tenure.v1.ConsumeResponse.remaining:type_name -> tenure.v1.ConsumeResponse.RemainingEntry
-	5,   // 89: tenure.v1.ConsumeResponse.lease:type_name -> tenure.v1.Lease
-	5,   // 90: tenure.v1.TreeResponse.leases:type_name -> tenure.v1.Lease
-	8,   // 91: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	10,  // 92: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	13,  // 93: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	15,  // 94: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	17,  // 95: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
-	19,  // 96: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
-	22,  // 97: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
-	24,  // 98: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
-	26,  // 99: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
-	30,  // 100: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
-	32,  // 101: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
-	34,  // 102: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
-	36,  // 103: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
-	38,  // 104: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
-	40,  // 105: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	45,  // 106: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
-	47,  // 107: tenure.v1.LeaseService.Derive:input_type -> tenure.v1.DeriveRequest
-	49,  // 108: tenure.v1.LeaseService.Consume:input_type -> tenure.v1.ConsumeRequest
-	51,  // 109: tenure.v1.LeaseService.Authorize:input_type -> tenure.v1.AuthorizeRequest
-	53,  // 110: tenure.v1.LeaseService.Tree:input_type -> tenure.v1.TreeRequest
-	9,   // 111: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	12,  // 112: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	14,  // 113: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	16,  // 114: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	18,  // 115: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
-	21,  // 116: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
-	23,  // 117: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
-	25,  // 118: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
-	28,  // 119: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
-	31,  // 120: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
-	33,  // 121: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
-	35,  // 122: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
-	37,  // 123: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
-	39,  // 124: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
-	41,  // 125: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	46,  // 126: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
-	48,  // 127: tenure.v1.LeaseService.Derive:output_type -> tenure.v1.DeriveResponse
-	50,  // 128: tenure.v1.LeaseService.Consume:output_type -> tenure.v1.ConsumeResponse
-	52,  // 129: tenure.v1.LeaseService.Authorize:output_type -> tenure.v1.AuthorizeResponse
-	54,  // 130: tenure.v1.LeaseService.Tree:output_type -> tenure.v1.TreeResponse
-	111, // [111:131] is the sub-list for method output_type
-	91,  // [91:111] is the sub-list for method input_type
-	91,  // [91:91] is the sub-list for extension type_name
-	91,  // [91:91] is the sub-list for extension extendee
-	0,   // [0:91] is the sub-list for field type_name
+	61,  // 55: tenure.v1.WatchRequest.progress_interval:type_name -> google.protobuf.Duration
+	6,   // 56: tenure.v1.WatchResponse.event:type_name -> tenure.v1.Event
+	61,  // 57: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	5,   // 58: tenure.v1.KeepAliveResponse.leases:type_name -> tenure.v1.Lease
+	11,  // 59: tenure.v1.KeepAliveResponse.failures:type_name -> tenure.v1.RenewFailure
+	8,   // 60: tenure.v1.PipelineOp.acquire:type_name -> tenure.v1.AcquireRequest
+	10,  // 61: tenure.v1.PipelineOp.renew:type_name -> tenure.v1.RenewRequest
+	13,  // 62: tenure.v1.PipelineOp.release:type_name -> tenure.v1.ReleaseRequest
+	17,  // 63: tenure.v1.PipelineOp.transfer:type_name -> tenure.v1.TransferRequest
+	34,  // 64: tenure.v1.PipelineOp.write_state:type_name -> tenure.v1.WriteStateRequest
+	24,  // 65: tenure.v1.PipelineOp.get:type_name -> tenure.v1.GetRequest
+	19,  // 66: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
+	30,  // 67: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
+	15,  // 68: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
+	49,  // 69: tenure.v1.PipelineOp.consume:type_name -> tenure.v1.ConsumeRequest
+	59,  // 70: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
+	9,   // 71: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
+	12,  // 72: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
+	14,  // 73: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
+	18,  // 74: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
+	35,  // 75: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
+	25,  // 76: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
+	21,  // 77: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
+	31,  // 78: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
+	16,  // 79: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
+	50,  // 80: tenure.v1.PipelineResult.consume:type_name -> tenure.v1.ConsumeResponse
+	43,  // 81: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
+	42,  // 82: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
+	44,  // 83: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
+	61,  // 84: tenure.v1.DeriveRequest.ttl:type_name -> google.protobuf.Duration
+	3,   // 85: tenure.v1.DeriveRequest.scope:type_name -> tenure.v1.Scope
+	4,   // 86: tenure.v1.DeriveRequest.budget:type_name -> tenure.v1.Budget
+	0,   // 87: tenure.v1.DeriveRequest.mode:type_name -> tenure.v1.Mode
+	5,   // 88: tenure.v1.DeriveResponse.lease:type_name -> tenure.v1.Lease
+	60,  // 89: tenure.v1.ConsumeResponse.remaining:type_name -> tenure.v1.ConsumeResponse.RemainingEntry
+	5,   // 90: tenure.v1.ConsumeResponse.lease:type_name -> tenure.v1.Lease
+	5,   // 91: tenure.v1.TreeResponse.leases:type_name -> tenure.v1.Lease
+	8,   // 92: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	10,  // 93: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	13,  // 94: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	15,  // 95: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	17,  // 96: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
+	19,  // 97: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
+	22,  // 98: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
+	24,  // 99: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
+	26,  // 100: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
+	30,  // 101: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
+	32,  // 102: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
+	34,  // 103: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
+	36,  // 104: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
+	38,  // 105: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
+	40,  // 106: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	45,  // 107: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
+	47,  // 108: tenure.v1.LeaseService.Derive:input_type -> tenure.v1.DeriveRequest
+	49,  // 109: tenure.v1.LeaseService.Consume:input_type -> tenure.v1.ConsumeRequest
+	51,  // 110: tenure.v1.LeaseService.Authorize:input_type -> tenure.v1.AuthorizeRequest
+	53,  // 111: tenure.v1.LeaseService.Tree:input_type -> tenure.v1.TreeRequest
+	9,   // 112: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	12,  // 113: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	14,  // 114: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	16,  // 115: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	18,  // 116: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
+	21,  // 117: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
+	23,  // 118: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
+	25,  // 119: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
+	28,  // 120: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
+	31,  // 121: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
+	33,  // 122: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
+	35,  // 123: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
+	37,  // 124: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
+	39,  // 125: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
+	41,  // 126: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	46,  // 127: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
+	48,  // 128: tenure.v1.LeaseService.Derive:output_type -> tenure.v1.DeriveResponse
+	50,  // 129: tenure.v1.LeaseService.Consume:output_type -> tenure.v1.ConsumeResponse
+	52,  // 130: tenure.v1.LeaseService.Authorize:output_type -> tenure.v1.AuthorizeResponse
+	54,  // 131: tenure.v1.LeaseService.Tree:output_type -> tenure.v1.TreeResponse
+	112, // [112:132] is the sub-list for method output_type
+	92,  // [92:112] is the sub-list for method input_type
+	92,  // [92:92] is the sub-list for extension type_name
+	92,  // [92:92] is the sub-list for extension extendee
+	0,   // [0:92] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }
@@ -4777,6 +4811,7 @@ func file_tenure_v1_lease_proto_init() {
 		return
 	}
 	file_tenure_v1_lease_proto_msgTypes[4].OneofWrappers = []any{}
+	file_tenure_v1_lease_proto_msgTypes[36].OneofWrappers = []any{}
 	file_tenure_v1_lease_proto_msgTypes[39].OneofWrappers = []any{
 		(*PipelineOp_Acquire)(nil),
 		(*PipelineOp_Renew)(nil),
