@@ -20,14 +20,16 @@ import (
 // What a curl user meets at the edge of the protocol gets a Connect error
 // with its reason, as every other bad input does, not a bare HTTP status:
 // an unknown RPC, a content type the RPC does not take, plain JSON posted
-// to a streaming RPC, a deadline that passes while the call waits.
+// to a streaming RPC, a deadline that passes while the call waits, a GET,
+// a compression or a Connect protocol version the server does not have.
 func TestProtocolEdgesAnswerWithAReason(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	post := func(path, ct string, header http.Header, body []byte) (int, string, map[string]any) {
+	var lastHeader http.Header // of the last answer
+	send := func(method, path, ct string, header http.Header, body []byte) (int, string, map[string]any) {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, b.base+path, bytes.NewReader(body))
+		req, _ := http.NewRequestWithContext(ctx, method, b.base+path, bytes.NewReader(body))
 		if ct != "" {
 			req.Header.Set("Content-Type", ct)
 		}
@@ -39,6 +41,7 @@ func TestProtocolEdgesAnswerWithAReason(t *testing.T) {
 			t.Fatalf("POST %s: %v", path, err)
 		}
 		defer resp.Body.Close()
+		lastHeader = resp.Header
 		raw, _ := io.ReadAll(resp.Body)
 		var out map[string]any
 		if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
@@ -47,6 +50,10 @@ func TestProtocolEdgesAnswerWithAReason(t *testing.T) {
 			}
 		}
 		return resp.StatusCode, string(raw), out
+	}
+	post := func(path, ct string, header http.Header, body []byte) (int, string, map[string]any) {
+		t.Helper()
+		return send(http.MethodPost, path, ct, header, body)
 	}
 	acquire := []byte(`{"resource":"edge/1","holder":"w1"}`)
 
@@ -82,6 +89,67 @@ func TestProtocolEdgesAnswerWithAReason(t *testing.T) {
 			}
 		})
 	}
+	// What Connect answers with a bare 405, or without ErrorInfo: a
+	// method other than POST (Allow kept), a compression it does not
+	// have, a Connect protocol version other than 1.
+	get := []byte(`{"leaseId":"x"}`)
+	for _, tt := range []struct {
+		name, method, path, ct string
+		header                 http.Header
+		body                   []byte
+		status                 int
+		code, reason, text     string
+		wantHeader, want       string
+	}{
+		{name: "GET", method: http.MethodGet, path: "/tenure.v1.LeaseService/Get", status: http.StatusMethodNotAllowed,
+			code: "unimplemented", reason: "UNIMPLEMENTED", text: "UNIMPLEMENTED: /tenure.v1.LeaseService/Get is called with POST, not GET",
+			wantHeader: "Allow", want: "POST"},
+		{name: "PUT to a stream", method: http.MethodPut, path: "/tenure.v1.LeaseService/Watch", ct: "application/connect+json", body: connectEnvelope([]byte(`{}`)),
+			status: http.StatusMethodNotAllowed, code: "unimplemented", reason: "UNIMPLEMENTED", text: "UNIMPLEMENTED: /tenure.v1.LeaseService/Watch is called with POST, not PUT", wantHeader: "Allow", want: "POST"},
+		{name: "unsupported compression", method: http.MethodPost, path: "/tenure.v1.LeaseService/Get", ct: "application/json",
+			header: http.Header{"Content-Encoding": {"br"}}, body: get, status: http.StatusNotImplemented,
+			code: "unimplemented", reason: "UNIMPLEMENTED", text: `UNIMPLEMENTED: compression "br" (Content-Encoding) is not supported`,
+			wantHeader: "Accept-Encoding", want: "gzip"},
+		{name: "Connect protocol version 2", method: http.MethodPost, path: "/tenure.v1.LeaseService/Get", ct: "application/json",
+			header: http.Header{"Connect-Protocol-Version": {"2"}}, body: get, status: http.StatusBadRequest,
+			code: "invalid_argument", reason: "INVALID_ARGUMENT", text: `INVALID_ARGUMENT: Connect-Protocol-Version "2"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			status, raw, out := send(tt.method, tt.path, tt.ct, tt.header, tt.body)
+			if msg, _ := out["message"].(string); status != tt.status || out["code"] != tt.code || !strings.HasPrefix(msg, tt.text) {
+				t.Fatalf("HTTP %d %s, want %d, code %s, %q", status, raw, tt.status, tt.code, tt.text)
+			}
+			if got := errorReason(t, out); got != tt.reason {
+				t.Fatalf("reason %s, want %s", got, tt.reason)
+			}
+			if tt.wantHeader != "" && lastHeader.Get(tt.wantHeader) != tt.want {
+				t.Fatalf("%s: %q, want %q", tt.wantHeader, lastHeader.Get(tt.wantHeader), tt.want)
+			}
+		})
+	}
+	// In a Connect stream, the same errors end the stream with a reason.
+	for _, h := range []http.Header{{"Connect-Content-Encoding": {"br"}}, {"Connect-Protocol-Version": {"2"}}} {
+		status, raw, _ := post("/tenure.v1.LeaseService/Watch", "application/connect+json", h, connectEnvelope([]byte(`{}`)))
+		if status != http.StatusOK || !strings.Contains(raw, `"error":{"code":"`) || !strings.Contains(raw, "ErrorInfo") ||
+			!(strings.Contains(raw, `"message":"UNIMPLEMENTED: compression`) || strings.Contains(raw, `"message":"INVALID_ARGUMENT: Connect-Protocol-Version`)) {
+			t.Fatalf("watch with %v: HTTP %d %q", h, status, raw)
+		}
+	}
+	// gRPC: a compression it does not have is refused with the reason;
+	// gzip is served, over gRPC and Connect alike.
+	for _, opt := range []connect.ClientOption{connect.WithGRPC(), connect.WithGRPCWeb()} {
+		br := tenurev1connect.NewLeaseServiceClient(h2cClient(), b.base, opt,
+			connect.WithAcceptCompression("br", func() connect.Decompressor { return &nopDecompressor{} }, func() connect.Compressor { return &nopCompressor{} }),
+			connect.WithSendCompression("br"))
+		_, err := br.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: "x"}))
+		wantReason(t, err, connect.CodeUnimplemented, "UNIMPLEMENTED")
+	}
+	for _, opt := range []connect.ClientOption{connect.WithGRPC(), connect.WithGRPCWeb(), connect.WithProtoJSON()} {
+		gz := tenurev1connect.NewLeaseServiceClient(h2cClient(), b.base, opt, connect.WithSendGzip())
+		_, err := gz.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{LeaseId: "x"}))
+		wantReason(t, err, connect.CodeNotFound, "LEASE_NOT_FOUND")
+	}
+
 	// Timeouts Connect or gRPC cannot parse, and a Watch of no or two
 	// messages, are refused with a reason too.
 	for _, bad := range []struct{ header, value string }{{"Connect-Timeout-Ms", "abc"}, {"Connect-Timeout-Ms", "-5"},
@@ -177,3 +245,16 @@ func TestNamespaceNamesRefusedAtTheAPI(t *testing.T) {
 		t.Fatalf("leases after the refusals: %v %v", l, err)
 	}
 }
+
+// nopDecompressor and nopCompressor are a compression that changes
+// nothing: enough to send a body labelled with a compression the server
+// does not have.
+type nopDecompressor struct{ io.Reader }
+
+func (*nopDecompressor) Close() error              { return nil }
+func (d *nopDecompressor) Reset(r io.Reader) error { d.Reader = r; return nil }
+
+type nopCompressor struct{ io.Writer }
+
+func (*nopCompressor) Close() error        { return nil }
+func (c *nopCompressor) Reset(w io.Writer) { c.Writer = w }

@@ -480,6 +480,10 @@ func checkBody(next http.Handler, max int64) http.Handler {
 					fmt.Sprintf("UNIMPLEMENTED: no RPC %s (API.md lists them; names are case-sensitive)", r.URL.Path)))
 				return
 			}
+			if r.Method != http.MethodPost {
+				refuseMethod(w, r, ew)
+				return
+			}
 			if h, v, ok := badTimeout(r.Header); ok {
 				_ = ew.Write(w, r, wireError(connect.CodeInvalidArgument, registrar.ReasonInvalidArgument, map[string]string{"field": h},
 					fmt.Sprintf("INVALID_ARGUMENT: %s %q is not a timeout: Connect-Timeout-Ms takes 1 to 10 digits "+
@@ -495,6 +499,24 @@ func checkBody(next http.Handler, max int64) http.Handler {
 				_ = ew.Write(w, r, wireError(connect.CodeInvalidArgument, registrar.ReasonInvalidArgument,
 					map[string]string{"field": "content_type", "content_type": ct},
 					fmt.Sprintf("INVALID_ARGUMENT: content type %q is not one %s takes: %s", ct, r.URL.Path, want)))
+				return
+			}
+			if v, ok := r.Header["Connect-Protocol-Version"]; ok && connectContentType(ct) && strings.Join(v, ",") != "1" {
+				// Written as the content type says (a stream's error in an
+				// end-of-stream message): with the header as it came, the
+				// error writer would not know the protocol.
+				r2 := r.Clone(r.Context())
+				r2.Header.Del("Connect-Protocol-Version")
+				_ = ew.Write(w, r2, wireError(connect.CodeInvalidArgument, registrar.ReasonInvalidArgument,
+					map[string]string{"field": "Connect-Protocol-Version", "value": strings.Join(v, ",")},
+					fmt.Sprintf("INVALID_ARGUMENT: Connect-Protocol-Version %q is not one this server speaks: 1 (or leave the header out)", strings.Join(v, ","))))
+				return
+			}
+			if h, enc, ok := unknownCompression(r.Header, ct); ok {
+				w.Header().Set(acceptEncodingHeader[h], "gzip")
+				_ = ew.Write(w, r, wireError(connect.CodeUnimplemented, registrar.ReasonUnimplemented,
+					map[string]string{"field": h, "encoding": enc, "supported": "gzip"},
+					fmt.Sprintf("UNIMPLEMENTED: compression %q (%s) is not supported: send gzip, or the body uncompressed", enc, h)))
 				return
 			}
 		}
@@ -541,6 +563,70 @@ func checkBody(next http.Handler, max int64) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// refuseMethod answers a call to an RPC by another method than POST (a
+// browser's or curl's GET) with 405 and the Allow header, as Connect does,
+// but with a Connect error body and its reason where Connect sends none.
+// The code is unimplemented: Connect serves GET only for procedures marked
+// free of side effects, which none of Tenure's are, so the call asks for
+// something the procedure does not offer (gRPC's UNIMPLEMENTED: "not
+// supported or enabled"), as an unknown compression is answered; its
+// arguments, which invalid_argument is about, were never looked at. Neither
+// Connect's nor gRPC's table maps 405 to a code (a client reading only the
+// status would make it unknown), so the body is what says which.
+func refuseMethod(w http.ResponseWriter, r *http.Request, ew *connect.ErrorWriter) {
+	w.Header().Set("Allow", http.MethodPost)
+	_ = ew.Write(statusWriter{w, http.StatusMethodNotAllowed}, r, wireError(connect.CodeUnimplemented, registrar.ReasonUnimplemented,
+		map[string]string{"procedure": r.URL.Path, "method": r.Method},
+		fmt.Sprintf("UNIMPLEMENTED: %s is called with POST, not %s (Connect, gRPC and gRPC-Web calls all are)", r.URL.Path, r.Method)))
+}
+
+// statusWriter writes status in place of the one it is asked to.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s statusWriter) WriteHeader(int) { s.ResponseWriter.WriteHeader(s.status) }
+
+// connectContentType reports whether ct (lower case, without parameters)
+// is one of the Connect protocol's own, unary or streaming, whose calls
+// carry Connect-Protocol-Version.
+func connectContentType(ct string) bool {
+	return ct == "application/json" || ct == "application/proto" || strings.HasPrefix(ct, "application/connect+")
+}
+
+// acceptEncodingHeader gives, for each protocol's compression header, the
+// header that lists what the server accepts (gRPC's compression.md and
+// Connect's spec ask for it with an unknown compression).
+var acceptEncodingHeader = map[string]string{
+	"Content-Encoding":         "Accept-Encoding",
+	"Connect-Content-Encoding": "Connect-Accept-Encoding",
+	"Grpc-Encoding":            "Grpc-Accept-Encoding",
+}
+
+// unknownCompression names the compression header of the request's
+// protocol (content type ct) and its value when the body is compressed
+// with something other than gzip, the one Connect is given here: Connect
+// would answer it without a reason.
+func unknownCompression(h http.Header, ct string) (header, encoding string, unknown bool) {
+	switch {
+	case ct == "application/json" || ct == "application/proto":
+		header = "Content-Encoding"
+	case strings.HasPrefix(ct, "application/connect+"):
+		header = "Connect-Content-Encoding"
+	case strings.HasPrefix(ct, "application/grpc"): // and gRPC-Web
+		header = "Grpc-Encoding"
+	default:
+		return "", "", false
+	}
+	switch enc := h.Get(header); enc {
+	case "", "identity", "gzip":
+		return "", "", false
+	default:
+		return header, enc, true
+	}
 }
 
 // badTimeout names a request's timeout header whose value Connect or gRPC
