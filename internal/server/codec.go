@@ -33,6 +33,9 @@ func (jsonUTF8Codec) Name() string { return "json; charset=utf-8" }
 // the exception: a zero enum is left out as before, since API.md has
 // responses carry only explicit, non-zero enum values (a granted
 // RequestLeases has no rejectedReason, an active lease no releaseReason).
+// So are message fields (timestamps, durations) and optional fields that
+// are not set: they have presence, and protojson writes zeros only of the
+// fields that have none.
 func (jsonCodec) Marshal(m any) ([]byte, error) {
 	pm, ok := m.(proto.Message)
 	if !ok {
@@ -42,8 +45,8 @@ func (jsonCodec) Marshal(m any) ([]byte, error) {
 }
 
 // MarshalJSON is the JSON form the API answers with (and the CLI's -o
-// json prints): every field, zeros included, except enums at zero, on
-// one line without spaces.
+// json prints): every field, zeros included, except enums at zero and
+// message and optional fields not set, on one line without spaces.
 func MarshalJSON(pm proto.Message) ([]byte, error) {
 	b, err := protojson.MarshalOptions{EmitDefaultValues: true}.Marshal(pm)
 	if err != nil {
