@@ -572,9 +572,9 @@ func TestCLIClusterAndVersion(t *testing.T) {
 	}
 }
 
-// blackHole listens on loopback and accepts connections that it never
-// answers, as a stopped or stalled member does.
-func blackHole(t *testing.T) string {
+// fakeMember listens on loopback, as a member that misbehaves, and hands
+// each connection to serve (on its own goroutine) until the test ends.
+func fakeMember(t *testing.T, serve func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -587,13 +587,19 @@ func blackHole(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(io.Discard, c) // ends when the client gives up
-			}()
+			go serve(c)
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// blackHole accepts connections that it never answers, as a stopped or
+// stalled member does.
+func blackHole(t *testing.T) string {
+	return fakeMember(t, func(c net.Conn) {
+		defer c.Close()
+		_, _ = io.Copy(io.Discard, c) // ends when the client gives up
+	})
 }
 
 // A member that accepts connections and never answers does not hold a
@@ -1255,30 +1261,15 @@ func TestCLIRoutes(t *testing.T) {
 	}
 }
 
-// resetter listens on loopback and resets every connection once a request
-// has come in, as a member killed mid-call (kill -9) does.
+// resetter resets every connection once a request has come in, as a
+// member killed mid-call (kill -9) does.
 func resetter(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				// The HTTP/2 preface, settings and a request's headers.
-				_, _ = io.ReadFull(c, make([]byte, 100))
-				_ = c.(*net.TCPConn).SetLinger(0) // close with RST
-				c.Close()
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return fakeMember(t, func(c net.Conn) {
+		// The HTTP/2 preface, settings and a request's headers.
+		_, _ = io.ReadFull(c, make([]byte, 100))
+		_ = c.(*net.TCPConn).SetLinger(0) // close with RST
+		c.Close()
+	})
 }
 
 // A member whose connection is reset mid-call (a member killed while a
