@@ -41,10 +41,6 @@ type inflight struct {
 	data   []byte
 	batch  []*proposal
 	start  time.Time
-	// term and tick are the entry's stamp: its callers are answered once
-	// the term's clock has reached it (term.settle).
-	term *term
-	tick registrar.Tick
 }
 
 // Propose replicates one command and returns what applying it produced.
@@ -165,7 +161,7 @@ func (n *Node) propose() {
 		n.metrics.batchSize.Observe(float64(len(batch)))
 		n.slots.hold(data)
 		f := n.raft.Apply(data, n.cfg.ApplyTimeout)
-		n.inflight <- &inflight{future: f, data: data, batch: append([]*proposal(nil), batch...), start: time.Now(), term: t, tick: tick}
+		n.inflight <- &inflight{future: f, data: data, batch: append([]*proposal(nil), batch...), start: time.Now()}
 	}
 }
 
@@ -204,8 +200,6 @@ func (n *Node) complete() {
 		}
 		if err != nil {
 			err = n.raftError(err)
-		} else {
-			in.term.settle(in.term.ctx, in.tick)
 		}
 		for i, p := range in.batch {
 			if err != nil {

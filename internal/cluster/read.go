@@ -101,7 +101,6 @@ func (n *Node) AwaitWaiter(ctx context.Context, id uint64) (WaitResult, error) {
 	defer cancel()
 	select {
 	case r := <-ch:
-		n.Settle(ctx) // its grant was stamped up to a millisecond ahead
 		return r, nil
 	case <-term:
 		cancel() // first: a resolution from now on is kept for a later await
@@ -177,7 +176,12 @@ func (n *Node) expire(t *term) {
 			next, ok = pruneAt, true
 		}
 		if ok {
-			now := t.now()
+			// Due once the clock has fully reached next (rounded down): the
+			// Advance's stamp (rounded up) is then the deadline or later,
+			// and it is proposed no earlier than the deadline, so that no
+			// expiry, hand-off to a waiter or lease.expired event comes
+			// before it.
+			now := t.passed()
 			if next <= now {
 				forPrune := pruning && pruneAt <= now
 				if forPrune {
