@@ -1184,3 +1184,47 @@ func TestNothingShownAheadOfTheClock(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeoverAnsweredOnceTheClockIsThere: an Acquire that finds a lease
+// expired is answered only once the leader's clock has reached the expiry
+// (its stamp, the clock rounded up, may be ahead of it), and a waiter
+// handed the resource by an expiry likewise.
+func TestTakeoverAnsweredOnceTheClockIsThere(t *testing.T) {
+	n := open(t, t.TempDir())
+	defer n.Close()
+	term := n.leader.Load()
+	clock := func() float64 {
+		return float64(term.base) + float64(time.Since(term.start))/float64(time.Millisecond)
+	}
+	for round := range 2 {
+		res := fmt.Sprintf("takeover/%d", round)
+		a := acquire(t, n, res, "a", time.Second, 0)
+		if a.Err != nil {
+			t.Fatal(a.Err)
+		}
+		w := acquire(t, n, res, "w", time.Second, 10*time.Second)
+		if w.Err != nil || w.WaiterID == 0 {
+			t.Fatalf("queueing w: %+v", w)
+		}
+		r, err := n.AwaitWaiter(context.Background(), w.WaiterID)
+		if err != nil || r.Err != nil {
+			t.Fatalf("w's wait: %v, %v", err, r.Err)
+		}
+		if now := clock(); now < float64(a.Lease.ExpiresTick) {
+			t.Fatalf("w handed the resource at clock %.3f, before a's expiry %d", now, a.Lease.ExpiresTick)
+		}
+		// b asks for w's lease, without waiting, until it is granted.
+		for {
+			b := acquire(t, n, res, "b", time.Second, 0)
+			if b.Err == nil {
+				if now := clock(); now < float64(r.Lease.ExpiresTick) {
+					t.Fatalf("b granted at clock %.3f, before w's expiry %d", now, r.Lease.ExpiresTick)
+				}
+				break
+			}
+			if !errors.Is(b.Err, registrar.ErrLeaseHeld) {
+				t.Fatal(b.Err)
+			}
+		}
+	}
+}

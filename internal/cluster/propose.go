@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/logpb"
 	"github.com/tenurehq/tenure/internal/registrar"
 	"github.com/tenurehq/tenure/internal/statemachine"
@@ -41,6 +42,9 @@ type inflight struct {
 	data   []byte
 	batch  []*proposal
 	start  time.Time
+	// term and tick are the entry's stamp (see expiresAny).
+	term *term
+	tick registrar.Tick
 }
 
 // Propose replicates one command and returns what applying it produced.
@@ -161,7 +165,7 @@ func (n *Node) propose() {
 		n.metrics.batchSize.Observe(float64(len(batch)))
 		n.slots.hold(data)
 		f := n.raft.Apply(data, n.cfg.ApplyTimeout)
-		n.inflight <- &inflight{future: f, data: data, batch: append([]*proposal(nil), batch...), start: time.Now()}
+		n.inflight <- &inflight{future: f, data: data, batch: append([]*proposal(nil), batch...), start: time.Now(), term: t, tick: tick}
 	}
 }
 
@@ -200,6 +204,13 @@ func (n *Node) complete() {
 		}
 		if err != nil {
 			err = n.raftError(err)
+		} else if expiresAny(results) {
+			// Stamped with the clock rounded up, the entry ended a lease
+			// whose deadline the clock may not have reached yet: its
+			// callers (one granted the resource, say) hear of it once it
+			// has (term.settle). Entries that expire nothing, nearly all,
+			// are answered at once.
+			in.term.settle(in.term.ctx, in.tick)
 		}
 		for i, p := range in.batch {
 			if err != nil {
@@ -209,6 +220,18 @@ func (n *Node) complete() {
 			}
 		}
 	}
+}
+
+// expiresAny reports whether results hold a lease's expiry.
+func expiresAny(results []statemachine.Result) bool {
+	for _, r := range results {
+		for _, sl := range r.Records {
+			if e := sl.Record.GetEnded(); e != nil && e.State == tenurev1.State_STATE_EXPIRED {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // raftError classifies a failed apply: refused before appending (nothing

@@ -101,6 +101,9 @@ func (n *Node) AwaitWaiter(ctx context.Context, id uint64) (WaitResult, error) {
 	defer cancel()
 	select {
 	case r := <-ch:
+		// A grant handed over by an expiry: not before the clock has
+		// reached it (term.settle).
+		n.Settle(ctx)
 		return r, nil
 	case <-term:
 		cancel() // first: a resolution from now on is kept for a later await
