@@ -1125,6 +1125,10 @@ func TestStatusTable(t *testing.T) {
 			"none known for 2s (an election may be under way"},
 		{"lost quorum", &tenurev1.StatusResponse{NodeId: "n2", Members: members, NoLeaderSince: timestamppb.New(time.Now().Add(-5 * time.Minute))},
 			"none known for 5m0s: elections do not succeed"},
+		// A member removed while it was down still believes it votes:
+		// the advice must not be --force-new-cluster alone.
+		{"lost quorum, or removed while down", &tenurev1.StatusResponse{NodeId: "n2", Members: members, NoLeaderSince: timestamppb.New(time.Now().Add(-5 * time.Minute))},
+			"or this member was removed while it was down"},
 		{"follower", &tenurev1.StatusResponse{NodeId: "n2", LeaderId: "n3", LeaderApiAddress: "127.0.0.1:7072", Members: members},
 			"ask it with --endpoints 127.0.0.1:7072"},
 	}

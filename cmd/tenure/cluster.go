@@ -161,7 +161,9 @@ func printStatus(stdout io.Writer, st *tenurev1.StatusResponse) error {
 			leader = fmt.Sprintf("none known for %v (an election may be under way; ask again shortly)", d)
 		default:
 			leader = fmt.Sprintf("none known for %v: elections do not succeed, so the voters this member reaches are likely "+
-				"not a majority (a lost quorum: bring members back; if they are gone for good, see --force-new-cluster in tenure server --help)", d)
+				"not a majority (a lost quorum: bring members back; if they are gone for good, see --force-new-cluster in tenure server --help), "+
+				"or this member was removed while it was down and has not heard of it (ask another member: if this one is not in its status, "+
+				"stop it, or add it back with tenure cluster join)", d)
 		}
 	}
 	switch {
