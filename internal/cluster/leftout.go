@@ -63,15 +63,18 @@ func leftOutError(dir string, rec leftOutRecord) error {
 // leftOutWatch wraps a member's Raft transport: its own calls go through,
 // and a refusal by a forced member ends the member (onLeftOut). It also
 // notes, for a leader, the last log index each member acknowledged
-// holding (acked).
+// holding (acked), when each member last answered a call (answered) and
+// whether a heartbeat to it has gone unanswered for long (silentSince).
 type leftOutWatch struct {
 	raft.Transport
 	dir       string
 	onLeftOut func(error)
 	seen      atomic.Bool
 
-	mu    sync.Mutex
-	acked map[raft.ServerID]uint64
+	mu       sync.Mutex
+	acked    map[raft.ServerID]uint64
+	answered map[raft.ServerID]time.Time
+	beating  map[raft.ServerID]time.Time // heartbeats under way, since
 }
 
 func newLeftOutWatch(trans raft.Transport, dir string, onLeftOut func(error)) *leftOutWatch {
@@ -96,17 +99,60 @@ func (w *leftOutWatch) check(id raft.ServerID, err error) error {
 }
 
 func (w *leftOutWatch) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	err := w.check(id, w.Transport.AppendEntries(id, target, args, resp))
-	if err == nil && resp.Success && len(args.Entries) > 0 {
-		last := args.Entries[len(args.Entries)-1].Index
+	heartbeat := isHeartbeat(args)
+	if heartbeat {
 		w.mu.Lock()
-		if w.acked == nil {
-			w.acked = map[raft.ServerID]uint64{}
+		if w.beating == nil {
+			w.beating = map[raft.ServerID]time.Time{}
 		}
-		w.acked[id] = max(w.acked[id], last)
+		w.beating[id] = time.Now()
 		w.mu.Unlock()
 	}
-	return err
+	err := w.check(id, w.Transport.AppendEntries(id, target, args, resp))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if heartbeat {
+		delete(w.beating, id)
+	}
+	if err != nil {
+		return err
+	}
+	// Any answer, a refusal too, says the member is there.
+	if w.answered == nil {
+		w.answered = map[raft.ServerID]time.Time{}
+		w.acked = map[raft.ServerID]uint64{}
+	}
+	w.answered[id] = time.Now()
+	if resp.Success && len(args.Entries) > 0 {
+		w.acked[id] = max(w.acked[id], args.Entries[len(args.Entries)-1].Index)
+	}
+	return nil
+}
+
+// isHeartbeat is the test Raft's transport applies to pass a call to the
+// member's heartbeat handler, which answers at once (not after the
+// member's Raft loop).
+func isHeartbeat(a *raft.AppendEntriesRequest) bool {
+	return a.Term != 0 && a.PrevLogEntry == 0 && a.PrevLogTerm == 0 && len(a.Entries) == 0 && a.LeaderCommitIndex == 0
+}
+
+// silentSince reports, if a heartbeat to member id has gone unanswered
+// for longer than after, when the member last answered a call (or, if it
+// never did, when that heartbeat was sent). A member that hangs (stopped,
+// or cut off by dropped packets) fails its heartbeats only when they time
+// out, after the transport's 10 s; a member that answers takes a
+// millisecond.
+func (w *leftOutWatch) silentSince(id raft.ServerID, after time.Duration) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sent, ok := w.beating[id]
+	if !ok || time.Since(sent) <= after {
+		return time.Time{}, false
+	}
+	if last := w.answered[id]; !last.IsZero() {
+		return last, true
+	}
+	return sent, true
 }
 
 // ackedBy is the last log index member id acknowledged holding, as far as

@@ -227,17 +227,18 @@ func (n *Node) checkRemoval(id string, force bool) (found, voter bool, err error
 	return found, voter, nil
 }
 
-// unreachable reports whether this leader's heartbeats to member id fail.
+// unreachable reports whether this leader cannot reach member id: its
+// heartbeats fail, or the member has answered none for a while.
 func (n *Node) unreachable(id string) bool {
-	_, ok := n.reach.unreachableSince(id)
+	_, ok := n.unreachableSince(id)
 	return ok
 }
 
 // votersUp counts the voters of servers but without, and of them those
-// this leader hears from: itself and the voters whose heartbeats answer
-// and whose Raft port answers a probe now (a member that hangs, stopped
-// or cut off by dropped packets, fails its heartbeats only when they time
-// out, ~10 s). down names the others.
+// this leader hears from: itself and the voters it can reach whose Raft
+// port answers a probe now (a member that just hung, stopped or cut off
+// by dropped packets, is called unreachable only after silentAfter).
+// down names the others.
 func (n *Node) votersUp(servers []raft.Server, without string) (up, all int, down []string) {
 	var (
 		mu sync.Mutex
@@ -323,7 +324,7 @@ func (n *Node) TransferLeadership(id string) error {
 	case n.unreachable(id):
 		// Raft would try for an election timeout, refusing writes
 		// meanwhile, and then give up.
-		since, _ := n.reach.unreachableSince(id)
+		since, _ := n.unreachableSince(id)
 		return invalidArg("id", "%s cannot be reached (no heartbeat answered since %s): hand leadership to a member that is up", id, since.UTC().Format(time.RFC3339))
 	default:
 		f = n.raft.LeadershipTransferToServer(target.ID, target.Address)

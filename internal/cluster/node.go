@@ -74,6 +74,9 @@ type Node struct {
 	reach reach
 	// calls is the transport Raft calls through.
 	calls *leftOutWatch
+	// silentAfter is how long a member may leave the leader's calls
+	// unanswered before the leader calls it unreachable.
+	silentAfter time.Duration
 
 	in       chan *proposal
 	inflight chan *inflight
@@ -377,6 +380,7 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.ElectionTimeout > 0 {
 		rc.ElectionTimeout = cfg.ElectionTimeout
 	}
+	n.silentAfter = silentAfter(rc.HeartbeatTimeout)
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
 	}

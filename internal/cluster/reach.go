@@ -99,3 +99,23 @@ func (rc *reach) unreachableSince(id string) (time.Time, bool) {
 	t, ok := rc.since[id]
 	return t, ok
 }
+
+// silentAfter is how long a heartbeat (sent every tenth of the heartbeat
+// timeout) may go unanswered before the leader calls the member
+// unreachable.
+func silentAfter(heartbeat time.Duration) time.Duration {
+	return max(2*heartbeat, 2*time.Second)
+}
+
+// unreachableSince returns, on the leader, when it last heard from member
+// id if it cannot reach it now: its heartbeats fail, or one has gone
+// unanswered for silentAfter.
+func (n *Node) unreachableSince(id string) (time.Time, bool) {
+	if id == n.id || !n.IsLeader() {
+		return time.Time{}, false
+	}
+	if t, ok := n.reach.unreachableSince(id); ok {
+		return t, true
+	}
+	return n.calls.silentSince(raft.ServerID(id), n.silentAfter)
+}

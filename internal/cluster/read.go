@@ -319,7 +319,7 @@ func (n *Node) Status() (Status, error) {
 			m.APIAddress = n.cfg.APIAddr
 		} else {
 			m.APIAddress = published[string(srv.ID)]
-			if since, ok := n.reach.unreachableSince(string(srv.ID)); ok && n.IsLeader() {
+			if since, ok := n.unreachableSince(string(srv.ID)); ok {
 				m.UnreachableSince = since
 			}
 		}

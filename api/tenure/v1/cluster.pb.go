@@ -91,8 +91,9 @@ type Member struct {
 	// leader: it cannot tell whether that one campaigns or is down.
 	Role Role `protobuf:"varint,4,opt,name=role,proto3,enum=tenure.v1.Role" json:"role,omitempty"`
 	// Addition: set in the leader's answer for a member its heartbeats fail
-	// to reach (down, partitioned or paused): when the leader last heard
-	// from it. Unset for a reachable member, and in a follower's answer.
+	// to reach (down, partitioned or paused), or that has left one
+	// unanswered for twice the heartbeat timeout (at least 2 s): when the
+	// leader last heard from it. Unset for a reachable member, and in a follower's answer.
 	UnreachableSince *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=unreachable_since,json=unreachableSince,proto3" json:"unreachable_since,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
