@@ -21,6 +21,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	tenure "github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/internal/wire"
@@ -559,6 +560,25 @@ var resendable = map[string]bool{
 	tenurev1connect.QueueServiceCompleteProcedure: true,
 }
 
+// resend says whether req may be sent again, to the next member, after its
+// answer was lost (or a member answered OUTCOME_UNKNOWN): a resendable
+// write, or an Enqueue whose every task names its id (an id that exists is
+// answered as it is, so a repeat enqueues nothing more).
+func resend(req connect.AnyRequest) bool {
+	if resendable[req.Spec().Procedure] {
+		return true
+	}
+	if e, ok := req.Any().(*tenurev1.EnqueueRequest); ok && len(e.GetTasks()) > 0 {
+		for _, t := range e.GetTasks() {
+			if t.GetTaskId() == "" {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
 // readRetry marks the failure of a call that the next member may answer
 // (firstAnswer): a read-only or resendable one whose member did not.
 type readRetry struct{ error }
@@ -572,6 +592,11 @@ type markReadRetry struct{}
 func (markReadRetry) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		resp, err := next(ctx, req)
+		if err != nil && ctx.Err() == nil && tenure.ReasonOf(tenure.ParseError(err)) == tenure.ReasonOutcomeUnknown && resend(req) {
+			// A member's forward to the leader broke off (a leader lost
+			// mid-call): the next member may answer it.
+			return resp, readRetry{err}
+		}
 		if err == nil || ctx.Err() != nil || tenure.ReasonOf(tenure.ParseError(err)) != "" || tryNext(err) {
 			return resp, err // answered, abandoned, or never sent
 		}
@@ -579,7 +604,7 @@ func (markReadRetry) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		// ParseError: connect-go reports a connection the member reset (a
 		// member killed mid-call) as canceled; it is one that did not answer.
 		switch code := connect.CodeOf(tenure.ParseError(err)); {
-		case (readOnly[proc] || resendable[proc]) && code == connect.CodeUnavailable:
+		case (readOnly[proc] || resend(req)) && code == connect.CodeUnavailable:
 			err = readRetry{err}
 		case !readOnly[proc] && (code == connect.CodeUnavailable || code == connect.CodeUnknown || code == connect.CodeInternal):
 			err = &tenure.Error{Reason: tenure.ReasonOutcomeUnknown, Code: code, Message: fmt.Sprintf(
