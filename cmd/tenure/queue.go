@@ -209,6 +209,9 @@ func queueClaim(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(resp.GetTasks()) == 0 {
 		fmt.Fprintln(stderr, "no claimable task")
 	}
+	if m := resp.GetMessage(); m != "" {
+		fmt.Fprintln(stderr, m)
+	}
 	return nil
 }
 

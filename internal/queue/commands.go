@@ -24,6 +24,9 @@ type Outcome struct {
 	Task *Task
 	// MaxAttempts answers ConfigureQueue: the queue's default now.
 	MaxAttempts uint32
+	// Message says why a Claim claimed fewer tasks than it could have (a
+	// quota), when one did.
+	Message string
 }
 
 func fail(err error) Outcome { return Outcome{Err: err} }
@@ -329,6 +332,10 @@ func (qs *Queues) Claim(tx *registrar.Tx, c *logpb.Claim) Outcome {
 			if err != nil {
 				if len(out.Tasks) == 0 {
 					return fail(err)
+				}
+				out.Message = "claimed " + strconv.Itoa(len(out.Tasks)) + " of the " + strconv.Itoa(want) + " asked for: " + err.Error()
+				if q := registrar.ToError(err).Metadata["quota"]; q != "" {
+					out.Message += " (" + q + ")"
 				}
 				return out
 			}

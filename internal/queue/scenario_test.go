@@ -715,3 +715,29 @@ func TestEnqueueAfterRetention(t *testing.T) {
 		e.checkReplay()
 	}
 }
+
+// TestClaimCutShortByAQuotaSaysSo: a claim that a holder's quota stops
+// after some tasks answers those with a message naming the quota; the
+// next claim answers the error.
+func TestClaimCutShortByAQuotaSaysSo(t *testing.T) {
+	e := setup(t)
+	e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
+		Policy: registrar.Policy{DefaultTTL: 60_000, MinTTL: 1000, MaxTTL: 300_000, MaxGrace: 15_000,
+			MaxActivePerHolder: 3, MaxActivePerNamespace: 1000, MaxWaitersPerResource: 10,
+			LeaseRetention: 3_600_000, HistoryRetention: 3_600_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000}.Proto()}}})
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		e.mustEnqueue("q", task(id, 0))
+	}
+	c := e.claim("q", "w", 5)
+	if c.Err != nil || len(c.Tasks) != 3 {
+		t.Fatalf("claim: %d tasks, %v", len(c.Tasks), c.Err)
+	}
+	if want := "claimed 3 of the 5 asked for: QUOTA_EXCEEDED: "; !strings.HasPrefix(c.Message, want) || !strings.Contains(c.Message, "max_active_per_holder") {
+		t.Fatalf("message %q, want it to start %q and name the quota", c.Message, want)
+	}
+	wantReason(t, e.claim("q", "w", 5).Err, registrar.ReasonQuotaExceeded)
+	if full := e.claim("q", "w2", 2); full.Err != nil || len(full.Tasks) != 2 || full.Message != "" {
+		t.Fatalf("a claim that got all it asked for: %d tasks, message %q, %v", len(full.Tasks), full.Message, full.Err)
+	}
+	e.checkReplay()
+}

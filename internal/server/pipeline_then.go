@@ -224,7 +224,7 @@ func (h *queueService) startOp(ctx context.Context, _ http.Header, op *tenurev1.
 			if err != nil {
 				return nil, err
 			}
-			resp := &tenurev1.ClaimResponse{Tasks: make([]*tenurev1.Task, len(out.Tasks))}
+			resp := &tenurev1.ClaimResponse{Tasks: make([]*tenurev1.Task, len(out.Tasks)), Message: out.Message}
 			for i, t := range out.Tasks {
 				resp.Tasks[i] = taskPB(t)
 				resp.Tasks[i].Lease = out.Leases[i].Proto()

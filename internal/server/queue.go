@@ -152,7 +152,7 @@ func (h *queueService) Claim(ctx context.Context, req *connect.Request[tenurev1.
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
-	resp := &tenurev1.ClaimResponse{Tasks: make([]*tenurev1.Task, len(out.Tasks))}
+	resp := &tenurev1.ClaimResponse{Tasks: make([]*tenurev1.Task, len(out.Tasks)), Message: out.Message}
 	for i, t := range out.Tasks {
 		if resp.Tasks[i], err = s.taskProto(t, &out.Leases[i]); err != nil {
 			return nil, s.toConnect(err)

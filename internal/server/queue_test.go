@@ -486,3 +486,27 @@ func TestClaimForAGoneCallerGivesTheTasksBack(t *testing.T) {
 		t.Fatalf("claim by a live caller: %v %v", res, err)
 	}
 }
+
+// TestClaimCutShortByAQuotaSaysWhy: a Claim that the holder's quota stops
+// part way answers the tasks it claimed with a message naming the quota.
+func TestClaimCutShortByAQuotaSaysWhy(t *testing.T) {
+	b := setup(t)
+	qc := b.queueClient()
+	ctx := context.Background()
+	if _, err := b.cluster.SetPolicy(ctx, connect.NewRequest(&tenurev1.SetPolicyRequest{Namespace: "capped",
+		Policy: &tenurev1.NamespacePolicy{MaxActivePerHolder: 2}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qc.Enqueue(ctx, connect.NewRequest(&tenurev1.EnqueueRequest{Namespace: "capped", Queue: "q",
+		Tasks: []*tenurev1.NewTask{{Payload: []byte("1")}, {Payload: []byte("2")}, {Payload: []byte("3")}}})); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := qc.Claim(ctx, connect.NewRequest(&tenurev1.ClaimRequest{Namespace: "capped", Queue: "q", Worker: "w", Max: 3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := resp.Msg; len(m.Tasks) != 2 || !strings.HasPrefix(m.Message, "claimed 2 of the 3 asked for: QUOTA_EXCEEDED: ") ||
+		!strings.HasSuffix(m.Message, "(max_active_per_holder)") {
+		t.Fatalf("claimed %d tasks, message %q", len(m.Tasks), m.Message)
+	}
+}

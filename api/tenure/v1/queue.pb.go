@@ -559,7 +559,11 @@ func (x *ClaimRequest) GetWait() *durationpb.Duration {
 type ClaimResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Each with its lease. Empty when nothing was claimable (after the wait).
-	Tasks         []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Tasks []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Addition: set when fewer tasks were claimed than were claimable
+	// because a quota stopped the claim ("claimed 3 of the 5 asked for:
+	// QUOTA_EXCEEDED: …"); the next claim answers that error. Empty otherwise.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -599,6 +603,13 @@ func (x *ClaimResponse) GetTasks() []*Task {
 		return x.Tasks
 	}
 	return nil
+}
+
+func (x *ClaimResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 type CompleteRequest struct {
@@ -2207,9 +2218,10 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\x06worker\x18\x03 \x01(\tR\x06worker\x12\x10\n" +
 	"\x03max\x18\x04 \x01(\rR\x03max\x126\n" +
 	"\tlease_ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12-\n" +
-	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"6\n" +
+	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"P\n" +
 	"\rClaimResponse\x12%\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x0f.tenure.v1.TaskR\x05tasks\"\x91\x01\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x0f.tenure.v1.TaskR\x05tasks\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x91\x01\n" +
 	"\x0fCompleteRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x17\n" +
