@@ -404,8 +404,20 @@ func (qs *Queues) notLeased(t *task, leaseID string) error {
 		"lease %s is not the current lease of task %s (task is %s, current lease: %s)", leaseID, t.id, t.state, said)
 }
 
+// retention is the prune tick of a task that succeeds or is cancelled at
+// tick.
 func (qs *Queues) retention(ns string, tick registrar.Tick) int64 {
 	return int64(tick) + qs.reg.Policy(ns).LeaseRetention
+}
+
+// deadRetention is the prune tick of a task that dies now: the
+// namespace's dead task retention later (rules 4; before, its lease
+// retention, as for the other finished tasks).
+func (qs *Queues) deadRetention(tx *registrar.Tx, ns string) int64 {
+	if tx.Rules < 4 {
+		return qs.retention(ns, tx.Tick)
+	}
+	return int64(tx.Tick) + qs.reg.Policy(ns).DeadTaskRetention
 }
 
 func checkText(field, v string, limit int) error {
@@ -508,7 +520,7 @@ func (qs *Queues) Fail(tx *registrar.Tx, c *logpb.FailTask) Outcome {
 	worker := t.worker
 	if t.attempts >= t.maxAttempts {
 		tx.Emit(&logpb.Record{Body: &logpb.Record_TaskDead{TaskDead: &logpb.TaskDead{
-			Task: qs.ref(t), Error: c.Error, PruneTick: qs.retention(t.q.ns, tx.Tick), ByFail: true,
+			Task: qs.ref(t), Error: c.Error, PruneTick: qs.deadRetention(tx, t.q.ns), ByFail: true,
 		}}})
 	} else {
 		delay := Backoff(t.id, t.attempts)
@@ -608,7 +620,7 @@ func (qs *Queues) leaseEnded(tx *registrar.Tx, l registrar.Lease) {
 	}
 	if t.attempts >= t.maxAttempts {
 		tx.Emit(&logpb.Record{Body: &logpb.Record_TaskDead{TaskDead: &logpb.TaskDead{
-			Task: qs.ref(t), Error: why + "; attempts used up", PruneTick: qs.retention(t.q.ns, tx.Tick),
+			Task: qs.ref(t), Error: why + "; attempts used up", PruneTick: qs.deadRetention(tx, t.q.ns),
 		}}})
 		return
 	}

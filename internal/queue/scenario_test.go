@@ -348,7 +348,7 @@ func TestTaskLeaseLifetime(t *testing.T) {
 	e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
 		Policy: registrar.Policy{DefaultTTL: 60_000, MinTTL: 1000, MaxTTL: 3_600_000, MaxGrace: 15_000,
 			MaxActivePerHolder: 100, MaxActivePerNamespace: 1000, MaxWaitersPerResource: 10,
-			LeaseRetention: 3_600_000, HistoryRetention: 3_600_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000}.Proto()}}})
+			LeaseRetention: 3_600_000, HistoryRetention: 3_600_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000, DeadTaskRetention: 86_400_000}.Proto()}}})
 	e.mustEnqueue("q", task("t", 0))
 	c := e.claim("q", "w", 1, 3_600_000)
 	id := c.Leases[0].ID
@@ -724,7 +724,7 @@ func TestClaimCutShortByAQuotaSaysSo(t *testing.T) {
 	e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
 		Policy: registrar.Policy{DefaultTTL: 60_000, MinTTL: 1000, MaxTTL: 300_000, MaxGrace: 15_000,
 			MaxActivePerHolder: 3, MaxActivePerNamespace: 1000, MaxWaitersPerResource: 10,
-			LeaseRetention: 3_600_000, HistoryRetention: 3_600_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000}.Proto()}}})
+			LeaseRetention: 3_600_000, HistoryRetention: 3_600_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000, DeadTaskRetention: 86_400_000}.Proto()}}})
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
 		e.mustEnqueue("q", task(id, 0))
 	}
@@ -739,5 +739,102 @@ func TestClaimCutShortByAQuotaSaysSo(t *testing.T) {
 	if full := e.claim("q", "w2", 2); full.Err != nil || len(full.Tasks) != 2 || full.Message != "" {
 		t.Fatalf("a claim that got all it asked for: %d tasks, message %q, %v", len(full.Tasks), full.Message, full.Err)
 	}
+	e.checkReplay()
+}
+
+// TestDeadTasksOutliveOtherFinishedTasks: a dead task (by Fail or by an
+// expiry on its last attempt) is kept for the namespace's dead task
+// retention (24 h by default), a succeeded or cancelled one for its lease
+// retention (1 h); commands of rules before 4 kept dead tasks 1 h too.
+func TestDeadTasksOutliveOtherFinishedTasks(t *testing.T) {
+	for _, rules := range []uint32{statemachine.Rules, 3} {
+		t.Run(fmt.Sprint("rules ", rules), func(t *testing.T) {
+			e := setup(t)
+			e.rules = rules
+			e.mustEnqueue("q", &logpb.NewTask{TaskId: "failed", MaxAttempts: 1}, &logpb.NewTask{TaskId: "expired", MaxAttempts: 1},
+				task("done", 0), task("cancelled", 0))
+			c := e.claim("q", "w", 3, 2000)
+			for i, tk := range c.Tasks {
+				switch tk.ID {
+				case "failed":
+					if out := e.fail("q", tk.ID, c.Leases[i].ID, "boom", nil); out.Err != nil || out.Task.State != queue.Dead {
+						t.Fatalf("fail: %+v", out)
+					}
+				case "done":
+					if out := e.complete("q", tk.ID, c.Leases[i].ID, nil); out.Err != nil {
+						t.Fatal(out.Err)
+					}
+				}
+			}
+			if out := e.cancel("q", "cancelled"); out.Err != nil {
+				t.Fatal(out.Err)
+			}
+			e.after(2000)
+			e.advance()
+			if got := e.get("q", "expired"); got.State != queue.Dead {
+				t.Fatalf("expired on its last attempt: %+v", got)
+			}
+			kept := func() map[string]bool {
+				out := map[string]bool{}
+				for _, id := range []string{"failed", "expired", "done", "cancelled"} {
+					_, err := e.m.Queues().GetAt("", "q", id, e.tick)
+					out[id] = err == nil
+				}
+				return out
+			}
+			e.after(3_600_000)
+			e.advance()
+			got := kept()
+			if got["done"] || got["cancelled"] {
+				t.Fatalf("an hour on, succeeded and cancelled tasks are still kept: %v", got)
+			}
+			if dead := got["failed"] && got["expired"]; dead != (rules >= 4) {
+				t.Fatalf("rules %d, an hour on: dead tasks kept %v, want %v (%v)", rules, dead, rules >= 4, got)
+			}
+			if rules >= 4 {
+				if s := e.m.Queues().Stats("", "q", e.applied); s.Dead != 2 {
+					t.Fatalf("stats %+v, want 2 dead", s)
+				}
+				e.after(86_400_000 - 3_600_000)
+				e.advance()
+				if got := kept(); got["failed"] || got["expired"] {
+					t.Fatalf("a day on, dead tasks still kept: %v", got)
+				}
+			}
+			e.checkReplay()
+		})
+	}
+}
+
+// TestDeadTaskRetentionPolicy: a namespace's policy sets how long its
+// dead tasks are kept.
+func TestDeadTaskRetentionPolicy(t *testing.T) {
+	e := setup(t)
+	p := registrar.DefaultPolicy()
+	p.DeadTaskRetention = 10_000
+	if res := e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: p.Proto()}}}); res.Outcome.Err != nil {
+		t.Fatal(res.Outcome.Err)
+	}
+	if e.m.Registrar().Policy("default").DeadTaskRetention != 10_000 {
+		t.Fatalf("policy %+v", e.m.Registrar().Policy("default"))
+	}
+	e.mustEnqueue("q", &logpb.NewTask{TaskId: "t", MaxAttempts: 1})
+	c := e.claim("q", "w", 1)
+	if out := e.fail("q", "t", c.Leases[0].ID, "boom", nil); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	e.after(9_999)
+	e.advance()
+	if got := e.get("q", "t"); got.State != queue.Dead {
+		t.Fatalf("%+v", got)
+	}
+	e.after(1)
+	e.advance()
+	if _, err := e.m.Queues().GetAt("", "q", "t", e.tick); registrar.ReasonOf(err) != registrar.ReasonTaskNotFound {
+		t.Fatalf("10 s on: %v", err)
+	}
+	p.DeadTaskRetention = 0
+	res := e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: p.Proto()}}})
+	wantReason(t, res.Outcome.Err, registrar.ReasonInvalidArgument)
 	e.checkReplay()
 }

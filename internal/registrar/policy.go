@@ -48,6 +48,9 @@ type Policy struct {
 	// queue tasks and their payload bytes; MaxPoolPieces the pieces of its
 	// pools' files. Each is QUOTA_EXCEEDED past it.
 	MaxPendingTasks, MaxPendingTaskBytes, MaxPoolPieces uint64
+	// DeadTaskRetention is how long a dead queue task is kept (succeeded
+	// and cancelled ones are kept LeaseRetention).
+	DeadTaskRetention int64
 }
 
 // DefaultPolicy returns the defaults of API.md "Conventions settled".
@@ -70,6 +73,7 @@ func DefaultPolicy() Policy {
 		MaxPendingTasks:       1_000_000,
 		MaxPendingTaskBytes:   1 << 30,
 		MaxPoolPieces:         1 << 24,
+		DeadTaskRetention:     86_400_000,
 	}
 }
 
@@ -119,6 +123,8 @@ func (p Policy) Validate() error {
 		return bad("max_pool_pieces", "must be positive")
 	case p.TaskMaxLifetime < 0 || p.TaskMaxLifetime > maxDurationMs:
 		return bad("task_max_lifetime", "must be between 0 (unlimited) and 10 years")
+	case p.DeadTaskRetention <= 0 || p.DeadTaskRetention > maxDurationMs:
+		return bad("dead_task_retention", "must be positive")
 	}
 	return nil
 }
@@ -162,6 +168,7 @@ func PolicyFromProto(base Policy, pb *tenurev1.NamespacePolicy) Policy {
 		base.TaskMaxRenewals = *pb.TaskMaxRenewals
 	}
 	ms(pb.TaskMaxLifetime, &base.TaskMaxLifetime)
+	ms(pb.DeadTaskRetention, &base.DeadTaskRetention)
 	return base
 }
 
@@ -200,6 +207,7 @@ func (p Policy) Proto() *tenurev1.NamespacePolicy {
 		MaxPendingTasks:       p.MaxPendingTasks,
 		MaxPendingTaskBytes:   p.MaxPendingTaskBytes,
 		MaxPoolPieces:         p.MaxPoolPieces,
+		DeadTaskRetention:     d(p.DeadTaskRetention),
 	}
 }
 
@@ -247,6 +255,9 @@ func (p Policy) ProtoOver(base Policy) *tenurev1.NamespacePolicy {
 	}
 	if p.MaxPoolPieces == base.MaxPoolPieces {
 		pb.MaxPoolPieces = 0
+	}
+	if p.DeadTaskRetention == base.DeadTaskRetention {
+		pb.DeadTaskRetention = nil
 	}
 	return pb
 }

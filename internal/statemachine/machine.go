@@ -47,7 +47,9 @@ import (
 //	   actor, not the command's
 //	3  a task requeued because its lease was given back (its attempt not
 //	   counted) keeps its last error: the requeue's reason is no error
-const Rules = 3
+//	4  a task that dies is kept for its namespace's dead task retention
+//	   (24 h by default), not its lease retention (1 h)
+const Rules = 4
 
 // SnapshotVersion is the version of the snapshot encoding this code writes.
 // Version 2 added lease trees (derivation, usage, ended_by of a lease); a

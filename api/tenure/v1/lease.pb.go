@@ -784,8 +784,14 @@ type NamespacePolicy struct {
 	// a Want that would name a file past it is QUOTA_EXCEEDED. 0 = the
 	// default, 16,777,216.
 	MaxPoolPieces uint64 `protobuf:"varint,20,opt,name=max_pool_pieces,json=maxPoolPieces,proto3" json:"max_pool_pieces,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Addition: how long a dead task (its attempts used up) is kept after
+	// it died, for GetTask, ListTasks, Stats' dead count and Retry: unset =
+	// the default, 24 h (succeeded and cancelled tasks are kept
+	// lease_retention). max_retained_tasks still bounds them, and prunes the
+	// tasks nearest their prune time first, so dead tasks go last.
+	DeadTaskRetention *durationpb.Duration `protobuf:"bytes,21,opt,name=dead_task_retention,json=deadTaskRetention,proto3" json:"dead_task_retention,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *NamespacePolicy) Reset() {
@@ -956,6 +962,13 @@ func (x *NamespacePolicy) GetMaxPoolPieces() uint64 {
 		return x.MaxPoolPieces
 	}
 	return 0
+}
+
+func (x *NamespacePolicy) GetDeadTaskRetention() *durationpb.Duration {
+	if x != nil {
+		return x.DeadTaskRetention
+	}
+	return nil
 }
 
 type AcquireRequest struct {
@@ -4286,7 +4299,7 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x04hash\x18\f \x01(\fR\x04hash\x1a:\n" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd9\b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\t\n" +
 	"\x0fNamespacePolicy\x12:\n" +
 	"\vdefault_ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"defaultTtl\x122\n" +
@@ -4309,7 +4322,8 @@ const file_tenure_v1_lease_proto_rawDesc = "" +
 	"\x0fmax_state_bytes\x18\x11 \x01(\x04R\rmaxStateBytes\x12*\n" +
 	"\x11max_pending_tasks\x18\x12 \x01(\x04R\x0fmaxPendingTasks\x123\n" +
 	"\x16max_pending_task_bytes\x18\x13 \x01(\x04R\x13maxPendingTaskBytes\x12&\n" +
-	"\x0fmax_pool_pieces\x18\x14 \x01(\x04R\rmaxPoolPiecesB\x0f\n" +
+	"\x0fmax_pool_pieces\x18\x14 \x01(\x04R\rmaxPoolPieces\x12I\n" +
+	"\x13dead_task_retention\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\x11deadTaskRetentionB\x0f\n" +
 	"\r_max_renewalsB\x14\n" +
 	"\x12_task_max_renewals\"\xd8\x02\n" +
 	"\x0eAcquireRequest\x12\x1c\n" +
@@ -4693,116 +4707,117 @@ var file_tenure_v1_lease_proto_depIdxs = []int32{
 	61,  // 24: tenure.v1.NamespacePolicy.lease_retention:type_name -> google.protobuf.Duration
 	61,  // 25: tenure.v1.NamespacePolicy.history_retention:type_name -> google.protobuf.Duration
 	61,  // 26: tenure.v1.NamespacePolicy.task_max_lifetime:type_name -> google.protobuf.Duration
-	61,  // 27: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	0,   // 28: tenure.v1.AcquireRequest.mode:type_name -> tenure.v1.Mode
-	61,  // 29: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	3,   // 30: tenure.v1.AcquireRequest.scope:type_name -> tenure.v1.Scope
-	4,   // 31: tenure.v1.AcquireRequest.budget:type_name -> tenure.v1.Budget
-	5,   // 32: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	61,  // 33: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	5,   // 34: tenure.v1.RenewResponse.leases:type_name -> tenure.v1.Lease
-	11,  // 35: tenure.v1.RenewResponse.failures:type_name -> tenure.v1.RenewFailure
-	2,   // 36: tenure.v1.ReleaseRequest.reason:type_name -> tenure.v1.ReleaseReason
-	5,   // 37: tenure.v1.ReleaseResponse.lease:type_name -> tenure.v1.Lease
-	5,   // 38: tenure.v1.RevokeResponse.lease:type_name -> tenure.v1.Lease
-	61,  // 39: tenure.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
-	5,   // 40: tenure.v1.TransferResponse.released:type_name -> tenure.v1.Lease
-	5,   // 41: tenure.v1.TransferResponse.lease:type_name -> tenure.v1.Lease
-	5,   // 42: tenure.v1.VerifyResult.lease:type_name -> tenure.v1.Lease
-	20,  // 43: tenure.v1.VerifyResponse.results:type_name -> tenure.v1.VerifyResult
-	61,  // 44: tenure.v1.DeclareRestartRequest.grace:type_name -> google.protobuf.Duration
-	5,   // 45: tenure.v1.DeclareRestartResponse.leases:type_name -> tenure.v1.Lease
-	5,   // 46: tenure.v1.GetResponse.lease:type_name -> tenure.v1.Lease
-	1,   // 47: tenure.v1.ListRequest.states:type_name -> tenure.v1.State
-	5,   // 48: tenure.v1.ListResponse.leases:type_name -> tenure.v1.Lease
-	27,  // 49: tenure.v1.ListResponse.counts:type_name -> tenure.v1.LeaseCounts
-	29,  // 50: tenure.v1.ListResponse.waiters:type_name -> tenure.v1.Waiter
-	0,   // 51: tenure.v1.Waiter.mode:type_name -> tenure.v1.Mode
-	61,  // 52: tenure.v1.Waiter.wait_remaining:type_name -> google.protobuf.Duration
-	6,   // 53: tenure.v1.HistoryResponse.events:type_name -> tenure.v1.Event
-	62,  // 54: tenure.v1.HistoryResponse.oldest_time:type_name -> google.protobuf.Timestamp
-	61,  // 55: tenure.v1.WatchRequest.progress_interval:type_name -> google.protobuf.Duration
-	6,   // 56: tenure.v1.WatchResponse.event:type_name -> tenure.v1.Event
-	61,  // 57: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	5,   // 58: tenure.v1.KeepAliveResponse.leases:type_name -> tenure.v1.Lease
-	11,  // 59: tenure.v1.KeepAliveResponse.failures:type_name -> tenure.v1.RenewFailure
-	8,   // 60: tenure.v1.PipelineOp.acquire:type_name -> tenure.v1.AcquireRequest
-	10,  // 61: tenure.v1.PipelineOp.renew:type_name -> tenure.v1.RenewRequest
-	13,  // 62: tenure.v1.PipelineOp.release:type_name -> tenure.v1.ReleaseRequest
-	17,  // 63: tenure.v1.PipelineOp.transfer:type_name -> tenure.v1.TransferRequest
-	34,  // 64: tenure.v1.PipelineOp.write_state:type_name -> tenure.v1.WriteStateRequest
-	24,  // 65: tenure.v1.PipelineOp.get:type_name -> tenure.v1.GetRequest
-	19,  // 66: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
-	30,  // 67: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
-	15,  // 68: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
-	49,  // 69: tenure.v1.PipelineOp.consume:type_name -> tenure.v1.ConsumeRequest
-	59,  // 70: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
-	9,   // 71: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
-	12,  // 72: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
-	14,  // 73: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
-	18,  // 74: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
-	35,  // 75: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
-	25,  // 76: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
-	21,  // 77: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
-	31,  // 78: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
-	16,  // 79: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
-	50,  // 80: tenure.v1.PipelineResult.consume:type_name -> tenure.v1.ConsumeResponse
-	43,  // 81: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
-	42,  // 82: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
-	44,  // 83: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
-	61,  // 84: tenure.v1.DeriveRequest.ttl:type_name -> google.protobuf.Duration
-	3,   // 85: tenure.v1.DeriveRequest.scope:type_name -> tenure.v1.Scope
-	4,   // 86: tenure.v1.DeriveRequest.budget:type_name -> tenure.v1.Budget
-	0,   // 87: tenure.v1.DeriveRequest.mode:type_name -> tenure.v1.Mode
-	5,   // 88: tenure.v1.DeriveResponse.lease:type_name -> tenure.v1.Lease
-	60,  // 89: tenure.v1.ConsumeResponse.remaining:type_name -> tenure.v1.ConsumeResponse.RemainingEntry
-	5,   // 90: tenure.v1.ConsumeResponse.lease:type_name -> tenure.v1.Lease
-	5,   // 91: tenure.v1.TreeResponse.leases:type_name -> tenure.v1.Lease
-	8,   // 92: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	10,  // 93: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
-	13,  // 94: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	15,  // 95: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	17,  // 96: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
-	19,  // 97: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
-	22,  // 98: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
-	24,  // 99: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
-	26,  // 100: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
-	30,  // 101: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
-	32,  // 102: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
-	34,  // 103: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
-	36,  // 104: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
-	38,  // 105: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
-	40,  // 106: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	45,  // 107: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
-	47,  // 108: tenure.v1.LeaseService.Derive:input_type -> tenure.v1.DeriveRequest
-	49,  // 109: tenure.v1.LeaseService.Consume:input_type -> tenure.v1.ConsumeRequest
-	51,  // 110: tenure.v1.LeaseService.Authorize:input_type -> tenure.v1.AuthorizeRequest
-	53,  // 111: tenure.v1.LeaseService.Tree:input_type -> tenure.v1.TreeRequest
-	9,   // 112: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	12,  // 113: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
-	14,  // 114: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	16,  // 115: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	18,  // 116: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
-	21,  // 117: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
-	23,  // 118: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
-	25,  // 119: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
-	28,  // 120: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
-	31,  // 121: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
-	33,  // 122: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
-	35,  // 123: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
-	37,  // 124: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
-	39,  // 125: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
-	41,  // 126: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	46,  // 127: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
-	48,  // 128: tenure.v1.LeaseService.Derive:output_type -> tenure.v1.DeriveResponse
-	50,  // 129: tenure.v1.LeaseService.Consume:output_type -> tenure.v1.ConsumeResponse
-	52,  // 130: tenure.v1.LeaseService.Authorize:output_type -> tenure.v1.AuthorizeResponse
-	54,  // 131: tenure.v1.LeaseService.Tree:output_type -> tenure.v1.TreeResponse
-	112, // [112:132] is the sub-list for method output_type
-	92,  // [92:112] is the sub-list for method input_type
-	92,  // [92:92] is the sub-list for extension type_name
-	92,  // [92:92] is the sub-list for extension extendee
-	0,   // [0:92] is the sub-list for field type_name
+	61,  // 27: tenure.v1.NamespacePolicy.dead_task_retention:type_name -> google.protobuf.Duration
+	61,  // 28: tenure.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	0,   // 29: tenure.v1.AcquireRequest.mode:type_name -> tenure.v1.Mode
+	61,  // 30: tenure.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	3,   // 31: tenure.v1.AcquireRequest.scope:type_name -> tenure.v1.Scope
+	4,   // 32: tenure.v1.AcquireRequest.budget:type_name -> tenure.v1.Budget
+	5,   // 33: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
+	61,  // 34: tenure.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	5,   // 35: tenure.v1.RenewResponse.leases:type_name -> tenure.v1.Lease
+	11,  // 36: tenure.v1.RenewResponse.failures:type_name -> tenure.v1.RenewFailure
+	2,   // 37: tenure.v1.ReleaseRequest.reason:type_name -> tenure.v1.ReleaseReason
+	5,   // 38: tenure.v1.ReleaseResponse.lease:type_name -> tenure.v1.Lease
+	5,   // 39: tenure.v1.RevokeResponse.lease:type_name -> tenure.v1.Lease
+	61,  // 40: tenure.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
+	5,   // 41: tenure.v1.TransferResponse.released:type_name -> tenure.v1.Lease
+	5,   // 42: tenure.v1.TransferResponse.lease:type_name -> tenure.v1.Lease
+	5,   // 43: tenure.v1.VerifyResult.lease:type_name -> tenure.v1.Lease
+	20,  // 44: tenure.v1.VerifyResponse.results:type_name -> tenure.v1.VerifyResult
+	61,  // 45: tenure.v1.DeclareRestartRequest.grace:type_name -> google.protobuf.Duration
+	5,   // 46: tenure.v1.DeclareRestartResponse.leases:type_name -> tenure.v1.Lease
+	5,   // 47: tenure.v1.GetResponse.lease:type_name -> tenure.v1.Lease
+	1,   // 48: tenure.v1.ListRequest.states:type_name -> tenure.v1.State
+	5,   // 49: tenure.v1.ListResponse.leases:type_name -> tenure.v1.Lease
+	27,  // 50: tenure.v1.ListResponse.counts:type_name -> tenure.v1.LeaseCounts
+	29,  // 51: tenure.v1.ListResponse.waiters:type_name -> tenure.v1.Waiter
+	0,   // 52: tenure.v1.Waiter.mode:type_name -> tenure.v1.Mode
+	61,  // 53: tenure.v1.Waiter.wait_remaining:type_name -> google.protobuf.Duration
+	6,   // 54: tenure.v1.HistoryResponse.events:type_name -> tenure.v1.Event
+	62,  // 55: tenure.v1.HistoryResponse.oldest_time:type_name -> google.protobuf.Timestamp
+	61,  // 56: tenure.v1.WatchRequest.progress_interval:type_name -> google.protobuf.Duration
+	6,   // 57: tenure.v1.WatchResponse.event:type_name -> tenure.v1.Event
+	61,  // 58: tenure.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	5,   // 59: tenure.v1.KeepAliveResponse.leases:type_name -> tenure.v1.Lease
+	11,  // 60: tenure.v1.KeepAliveResponse.failures:type_name -> tenure.v1.RenewFailure
+	8,   // 61: tenure.v1.PipelineOp.acquire:type_name -> tenure.v1.AcquireRequest
+	10,  // 62: tenure.v1.PipelineOp.renew:type_name -> tenure.v1.RenewRequest
+	13,  // 63: tenure.v1.PipelineOp.release:type_name -> tenure.v1.ReleaseRequest
+	17,  // 64: tenure.v1.PipelineOp.transfer:type_name -> tenure.v1.TransferRequest
+	34,  // 65: tenure.v1.PipelineOp.write_state:type_name -> tenure.v1.WriteStateRequest
+	24,  // 66: tenure.v1.PipelineOp.get:type_name -> tenure.v1.GetRequest
+	19,  // 67: tenure.v1.PipelineOp.verify:type_name -> tenure.v1.VerifyRequest
+	30,  // 68: tenure.v1.PipelineOp.check_fence:type_name -> tenure.v1.CheckFenceRequest
+	15,  // 69: tenure.v1.PipelineOp.revoke:type_name -> tenure.v1.RevokeRequest
+	49,  // 70: tenure.v1.PipelineOp.consume:type_name -> tenure.v1.ConsumeRequest
+	59,  // 71: tenure.v1.PipelineError.metadata:type_name -> tenure.v1.PipelineError.MetadataEntry
+	9,   // 72: tenure.v1.PipelineResult.acquire:type_name -> tenure.v1.AcquireResponse
+	12,  // 73: tenure.v1.PipelineResult.renew:type_name -> tenure.v1.RenewResponse
+	14,  // 74: tenure.v1.PipelineResult.release:type_name -> tenure.v1.ReleaseResponse
+	18,  // 75: tenure.v1.PipelineResult.transfer:type_name -> tenure.v1.TransferResponse
+	35,  // 76: tenure.v1.PipelineResult.write_state:type_name -> tenure.v1.WriteStateResponse
+	25,  // 77: tenure.v1.PipelineResult.get:type_name -> tenure.v1.GetResponse
+	21,  // 78: tenure.v1.PipelineResult.verify:type_name -> tenure.v1.VerifyResponse
+	31,  // 79: tenure.v1.PipelineResult.check_fence:type_name -> tenure.v1.CheckFenceResponse
+	16,  // 80: tenure.v1.PipelineResult.revoke:type_name -> tenure.v1.RevokeResponse
+	50,  // 81: tenure.v1.PipelineResult.consume:type_name -> tenure.v1.ConsumeResponse
+	43,  // 82: tenure.v1.PipelineResult.error:type_name -> tenure.v1.PipelineError
+	42,  // 83: tenure.v1.PipelineRequest.ops:type_name -> tenure.v1.PipelineOp
+	44,  // 84: tenure.v1.PipelineResponse.results:type_name -> tenure.v1.PipelineResult
+	61,  // 85: tenure.v1.DeriveRequest.ttl:type_name -> google.protobuf.Duration
+	3,   // 86: tenure.v1.DeriveRequest.scope:type_name -> tenure.v1.Scope
+	4,   // 87: tenure.v1.DeriveRequest.budget:type_name -> tenure.v1.Budget
+	0,   // 88: tenure.v1.DeriveRequest.mode:type_name -> tenure.v1.Mode
+	5,   // 89: tenure.v1.DeriveResponse.lease:type_name -> tenure.v1.Lease
+	60,  // 90: tenure.v1.ConsumeResponse.remaining:type_name -> tenure.v1.ConsumeResponse.RemainingEntry
+	5,   // 91: tenure.v1.ConsumeResponse.lease:type_name -> tenure.v1.Lease
+	5,   // 92: tenure.v1.TreeResponse.leases:type_name -> tenure.v1.Lease
+	8,   // 93: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	10,  // 94: tenure.v1.LeaseService.Renew:input_type -> tenure.v1.RenewRequest
+	13,  // 95: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	15,  // 96: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	17,  // 97: tenure.v1.LeaseService.Transfer:input_type -> tenure.v1.TransferRequest
+	19,  // 98: tenure.v1.LeaseService.Verify:input_type -> tenure.v1.VerifyRequest
+	22,  // 99: tenure.v1.LeaseService.DeclareRestart:input_type -> tenure.v1.DeclareRestartRequest
+	24,  // 100: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetRequest
+	26,  // 101: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListRequest
+	30,  // 102: tenure.v1.LeaseService.CheckFence:input_type -> tenure.v1.CheckFenceRequest
+	32,  // 103: tenure.v1.LeaseService.ReadState:input_type -> tenure.v1.ReadStateRequest
+	34,  // 104: tenure.v1.LeaseService.WriteState:input_type -> tenure.v1.WriteStateRequest
+	36,  // 105: tenure.v1.LeaseService.History:input_type -> tenure.v1.HistoryRequest
+	38,  // 106: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchRequest
+	40,  // 107: tenure.v1.LeaseService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	45,  // 108: tenure.v1.LeaseService.Pipeline:input_type -> tenure.v1.PipelineRequest
+	47,  // 109: tenure.v1.LeaseService.Derive:input_type -> tenure.v1.DeriveRequest
+	49,  // 110: tenure.v1.LeaseService.Consume:input_type -> tenure.v1.ConsumeRequest
+	51,  // 111: tenure.v1.LeaseService.Authorize:input_type -> tenure.v1.AuthorizeRequest
+	53,  // 112: tenure.v1.LeaseService.Tree:input_type -> tenure.v1.TreeRequest
+	9,   // 113: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	12,  // 114: tenure.v1.LeaseService.Renew:output_type -> tenure.v1.RenewResponse
+	14,  // 115: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	16,  // 116: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	18,  // 117: tenure.v1.LeaseService.Transfer:output_type -> tenure.v1.TransferResponse
+	21,  // 118: tenure.v1.LeaseService.Verify:output_type -> tenure.v1.VerifyResponse
+	23,  // 119: tenure.v1.LeaseService.DeclareRestart:output_type -> tenure.v1.DeclareRestartResponse
+	25,  // 120: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetResponse
+	28,  // 121: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListResponse
+	31,  // 122: tenure.v1.LeaseService.CheckFence:output_type -> tenure.v1.CheckFenceResponse
+	33,  // 123: tenure.v1.LeaseService.ReadState:output_type -> tenure.v1.ReadStateResponse
+	35,  // 124: tenure.v1.LeaseService.WriteState:output_type -> tenure.v1.WriteStateResponse
+	37,  // 125: tenure.v1.LeaseService.History:output_type -> tenure.v1.HistoryResponse
+	39,  // 126: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.WatchResponse
+	41,  // 127: tenure.v1.LeaseService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	46,  // 128: tenure.v1.LeaseService.Pipeline:output_type -> tenure.v1.PipelineResponse
+	48,  // 129: tenure.v1.LeaseService.Derive:output_type -> tenure.v1.DeriveResponse
+	50,  // 130: tenure.v1.LeaseService.Consume:output_type -> tenure.v1.ConsumeResponse
+	52,  // 131: tenure.v1.LeaseService.Authorize:output_type -> tenure.v1.AuthorizeResponse
+	54,  // 132: tenure.v1.LeaseService.Tree:output_type -> tenure.v1.TreeResponse
+	113, // [113:133] is the sub-list for method output_type
+	93,  // [93:113] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_lease_proto_init() }

@@ -606,6 +606,18 @@ func (m *NamespacePolicy) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.DeadTaskRetention != nil {
+		size, err := (*durationpb.Duration)(m.DeadTaskRetention).MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0xaa
+	}
 	if m.MaxPoolPieces != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxPoolPieces))
 		i--
@@ -4202,6 +4214,10 @@ func (m *NamespacePolicy) SizeVT() (n int) {
 	}
 	if m.MaxPoolPieces != 0 {
 		n += 2 + protohelpers.SizeOfVarint(uint64(m.MaxPoolPieces))
+	}
+	if m.DeadTaskRetention != nil {
+		l = (*durationpb.Duration)(m.DeadTaskRetention).SizeVT()
+		n += 2 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -8052,6 +8068,42 @@ func (m *NamespacePolicy) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 21:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DeadTaskRetention", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.DeadTaskRetention == nil {
+				m.DeadTaskRetention = &durationpb1.Duration{}
+			}
+			if err := (*durationpb.Duration)(m.DeadTaskRetention).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
