@@ -73,3 +73,56 @@ func reasonOf(ce *connect.Error) string {
 	}
 	return ""
 }
+
+// A read forwarded by a follower to a leader that is then paused, where
+// that follower is elected in its place, is answered by it (it leads now,
+// and nothing was proposed) rather than NOT_LEADER naming itself (found
+// from outside: "this node is not the leader and cannot forward to leader
+// "n3"" answered by n3, the leader).
+func TestForwardedReadAnsweredByFollowerElectedInPlace(t *testing.T) {
+	c := StartCluster(t, tenureBin, 3)
+	l := c.WaitLeader(30 * time.Second)
+	var fs []*Member
+	for _, m := range c.Members {
+		if m != l {
+			fs = append(fs, m)
+		}
+	}
+	check := func(ctx context.Context, m *Member) (*connect.Response[tenurev1.CheckFenceResponse], error) {
+		lc := tenurev1connect.NewLeaseServiceClient(h2c(), "http://"+m.API, connect.WithGRPC())
+		return lc.CheckFence(ctx, connect.NewRequest(&tenurev1.CheckFenceRequest{Resource: "fwd/read", Fence: 1}))
+	}
+	for _, f := range fs { // open each follower's connection to the leader
+		if _, err := Retry(t, 20*time.Second, func(ctx context.Context) (*connect.Response[tenurev1.CheckFenceResponse], error) {
+			return check(ctx, f)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const pause = 20 * time.Second
+	l.Pause()
+	resumed := time.AfterFunc(pause, l.Resume)
+	defer func() {
+		if resumed.Stop() {
+			l.Resume()
+		}
+	}()
+	errs := make([]chan error, len(fs))
+	for i, f := range fs {
+		errs[i] = make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*pause)
+			defer cancel()
+			_, err := check(ctx, f)
+			errs[i] <- err
+		}()
+	}
+	n := c.WaitLeader(pause, l)
+	for i, f := range fs {
+		err := <-errs[i]
+		t.Logf("read through %s (new leader %s): %v", f.ID, n.ID, err)
+		if f == n && err != nil {
+			t.Fatalf("the read through %s, elected meanwhile, was refused: %v", f.ID, err)
+		}
+	}
+}

@@ -307,6 +307,11 @@ func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Hea
 		case cutOff.Load():
 			return nil, true, s.shutdownForwardError(r.write, id)
 		case moved.Load():
+			if !r.write && s.node.IsLeader() {
+				// This member is the leader now: the read the old one never
+				// answered is answered here (nothing was proposed).
+				return nil, false, nil
+			}
 			return nil, true, s.movedForwardError(r.write, id)
 		}
 		return nil, true, s.forwardError(ctx, err, r.write, id, addr)
