@@ -331,11 +331,11 @@ func queueList(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return writeJSON(stdout, resp)
 	}
 	tw := newTable(stdout)
-	fmt.Fprintln(tw, "QUEUE\tQUEUED\tLEASED\tSUCCEEDED\tFAILED\tDEAD\tCANCELLED")
+	fmt.Fprintln(tw, "QUEUE\tQUEUED\tLEASED\tSUCCEEDED\tFAILED\tDEAD\tCANCELLED\tOLDEST READY")
 	for _, q := range resp.GetQueues() {
 		st := q.GetStats()
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", q.GetQueue(), st.GetQueued(), st.GetLeased(), st.GetSucceeded(),
-			st.GetFailed(), st.GetDead(), st.GetCancelled())
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", q.GetQueue(), st.GetQueued(), st.GetLeased(), st.GetSucceeded(),
+			st.GetFailed(), st.GetDead(), st.GetCancelled(), oldestReady(st))
 	}
 	return tw.Flush()
 }
@@ -412,7 +412,9 @@ func queueLs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return nil
 }
 
-const queueStatsHelp = `Count the tasks of QUEUE by state.`
+const queueStatsHelp = `Count the tasks of QUEUE by state, and say how long the task claimable
+longest has waited since it became claimable (OLDEST READY: the queue's
+latency; - when none is claimable).`
 
 const queueStatsExamples = `  tenure queue stats emails
   tenure queue stats emails -o json`
@@ -432,10 +434,19 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return writeJSON(stdout, resp)
 	}
 	tw := newTable(stdout)
-	fmt.Fprintln(tw, "QUEUED\tLEASED\tSUCCEEDED\tFAILED\tDEAD\tCANCELLED")
-	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\n", resp.GetQueued(), resp.GetLeased(), resp.GetSucceeded(),
-		resp.GetFailed(), resp.GetDead(), resp.GetCancelled())
+	fmt.Fprintln(tw, "QUEUED\tLEASED\tSUCCEEDED\tFAILED\tDEAD\tCANCELLED\tOLDEST READY")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%s\n", resp.GetQueued(), resp.GetLeased(), resp.GetSucceeded(),
+		resp.GetFailed(), resp.GetDead(), resp.GetCancelled(), oldestReady(resp))
 	return tw.Flush()
+}
+
+// oldestReady is how long a queue's task claimable longest has waited,
+// or "-" when none is claimable.
+func oldestReady(st *tenurev1.QueueStatsResponse) string {
+	if st.GetOldestReadyAge() == nil {
+		return "-"
+	}
+	return fmtDuration(st.GetOldestReadyAge().AsDuration().Round(time.Millisecond))
 }
 
 const queueConfigHelp = `Print QUEUE's defaults, or set them: --max-attempts N is how many attempts a

@@ -169,6 +169,10 @@ var queueTasksDesc = prometheus.NewDesc("tenure_queue_tasks",
 	"Tasks of each queue by state, as of the last applied record (at most 1,000 queues; tenure_queue_tasks_unreported counts the rest).",
 	[]string{"namespace", "queue", "state"}, nil)
 
+var queueOldestReadyDesc = prometheus.NewDesc("tenure_queue_oldest_ready_seconds",
+	"How long each queue's task claimable longest has waited since it became claimable (0 when none is): the queue's latency (same queues as tenure_queue_tasks).",
+	[]string{"namespace", "queue"}, nil)
+
 var queueUnreportedDesc = prometheus.NewDesc("tenure_queue_tasks_unreported",
 	"Queues left out of tenure_queue_tasks past its limit of 1,000.", nil, nil)
 
@@ -179,6 +183,7 @@ type queueCollector struct{ f *fsm }
 
 func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueTasksDesc
+	ch <- queueOldestReadyDesc
 	ch <- queueUnreportedDesc
 }
 
@@ -186,11 +191,18 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	type row struct {
 		ns, queue string
 		c         queue.Counts
+		waited    float64 // seconds
 	}
 	var rows []row
+	wall := c.f.wall()
 	c.f.count(func(m *statemachine.Machine) int {
-		m.Queues().EachStats(func(ns, q string, cs queue.Counts) bool {
-			rows = append(rows, row{ns, q, cs})
+		qs := m.Queues()
+		qs.EachStats(func(ns, q string, cs queue.Counts) bool {
+			r := row{ns: ns, queue: q, c: cs}
+			if at, ok := qs.OldestReady(ns, q, wall); ok {
+				r.waited = float64(max(wall-at, 0)) / 1000
+			}
+			rows = append(rows, r)
 			return true
 		})
 		return 0
@@ -207,6 +219,7 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 			{"failed", r.c.Failed}, {"dead", r.c.Dead}, {"cancelled", r.c.Cancelled}} {
 			ch <- prometheus.MustNewConstMetric(queueTasksDesc, prometheus.GaugeValue, float64(s.n), r.ns, r.queue, s.state)
 		}
+		ch <- prometheus.MustNewConstMetric(queueOldestReadyDesc, prometheus.GaugeValue, r.waited, r.ns, r.queue)
 	}
 	ch <- prometheus.MustNewConstMetric(queueUnreportedDesc, prometheus.GaugeValue, float64(unreported))
 }

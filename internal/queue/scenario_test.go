@@ -838,3 +838,36 @@ func TestDeadTaskRetentionPolicy(t *testing.T) {
 	wantReason(t, res.Outcome.Err, registrar.ReasonInvalidArgument)
 	e.checkReplay()
 }
+
+// TestOldestReady: a queue's latency is the earliest ready time among the
+// tasks claimable now, whatever their priority; tasks not yet due, leased
+// or finished do not count.
+func TestOldestReady(t *testing.T) {
+	e := setup(t)
+	qs := e.m.Queues()
+	if _, ok := qs.OldestReady("", "q", e.wall()); ok {
+		t.Fatal("a queue that does not exist has a claimable task")
+	}
+	start := e.wall()
+	e.mustEnqueue("q", task("low-old", -5))
+	e.after(1000)
+	e.mustEnqueue("q", task("high", 7), task("mid", 0))
+	e.mustEnqueue("q", &logpb.NewTask{TaskId: "later", NotBefore: e.wall() + 60_000})
+	e.after(1000)
+	if at, ok := qs.OldestReady("", "q", e.wall()); !ok || at != start {
+		t.Fatalf("oldest ready at %d (%v), want %d: the low-priority task enqueued first", at, ok, start)
+	}
+	// Claimed, the oldest no longer waits: the next oldest does.
+	c := e.claim("q", "w", 3)
+	if len(c.Tasks) != 3 {
+		t.Fatalf("claimed %+v", c.Tasks)
+	}
+	if at, ok := qs.OldestReady("", "q", e.wall()); ok {
+		t.Fatalf("nothing is claimable, but oldest ready at %d", at)
+	}
+	// A task whose not_before has come is claimable from then, before any
+	// command moves it into the claim order.
+	if at, ok := qs.OldestReady("", "q", start+61_000+500); !ok || at != start+61_000 {
+		t.Fatalf("oldest ready at %d (%v), want the delayed task's not_before %d", at, ok, start+61_000)
+	}
+}

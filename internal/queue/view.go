@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"hash/fnv"
+	"math"
 	"slices"
 
 	"github.com/tenurehq/tenure/internal/registrar"
@@ -153,6 +154,44 @@ func (qs *Queues) NextReady(ns, queue string, wall int64) (at int64, ok bool) {
 		at, found = q.delayed[0].readyAt, true
 	}
 	return at, found
+}
+
+// maxPriorityLevels bounds the priorities OldestReady looks at: the
+// oldest task of each of the highest this many.
+const maxPriorityLevels = 256
+
+// OldestReady reports the earliest ready time (wall ms: enqueue time,
+// not_before or retry time) of the queue's tasks claimable at wall, and
+// whether one is: wall − it is how long the task that has been claimable
+// longest has waited (the queue's latency). It looks at the first task
+// of each priority (the claim order puts the oldest first within one),
+// of the highest maxPriorityLevels priorities.
+func (qs *Queues) OldestReady(ns, queue string, wall int64) (at int64, ok bool) {
+	q := qs.queues[qkey{registrar.OrDefault(ns), queue}]
+	if q == nil {
+		return 0, false
+	}
+	pivot := &task{priority: math.MaxInt32, readyAt: math.MinInt64}
+	for range maxPriorityLevels {
+		var first *task
+		q.ready.AscendGreaterOrEqual(pivot, func(t *task) bool { first = t; return false })
+		if first == nil {
+			break
+		}
+		if first.readyAt <= wall && (!ok || first.readyAt < at) {
+			at, ok = first.readyAt, true
+		}
+		if first.priority == math.MinInt32 {
+			break
+		}
+		pivot = &task{priority: first.priority - 1, readyAt: math.MinInt64}
+	}
+	// Delayed tasks whose time has come are claimable too (the next
+	// command moves them into the claim order).
+	if q.delayed.Len() > 0 && q.delayed[0].readyAt <= wall && (!ok || q.delayed[0].readyAt < at) {
+		at, ok = q.delayed[0].readyAt, true
+	}
+	return at, ok
 }
 
 // TaskOfLease returns the task a lease (by fence) currently holds.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -468,18 +469,28 @@ func (h *queueService) Stats(ctx context.Context, req *connect.Request[tenurev1.
 	if err := queue.ValidateQueue(m.Namespace, m.Queue); err != nil {
 		return nil, s.toConnect(err)
 	}
-	var c queue.Counts
-	var maxAttempts uint32
+	var resp *tenurev1.QueueStatsResponse
 	err := s.readQueues(ctx, func(mc *statemachine.Machine, tick registrar.Tick) error {
-		c = mc.Queues().Stats(m.Namespace, m.Queue, tick)
-		maxAttempts = mc.Queues().MaxAttemptsOf(m.Namespace, m.Queue)
+		resp = queueStatsPB(mc.Queues(), m.Namespace, m.Queue, tick, s.node.Wall())
+		resp.Config = &tenurev1.QueueConfig{MaxAttempts: mc.Queues().MaxAttemptsOf(m.Namespace, m.Queue)}
 		return nil
 	})
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
-	return connect.NewResponse(&tenurev1.QueueStatsResponse{Queued: c.Queued, Leased: c.Leased, Succeeded: c.Succeeded,
-		Failed: c.Failed, Dead: c.Dead, Cancelled: c.Cancelled, Config: &tenurev1.QueueConfig{MaxAttempts: maxAttempts}}), nil
+	return connect.NewResponse(resp), nil
+}
+
+// queueStatsPB is a queue's counts as of tick, and its oldest claimable
+// task's wait at wall.
+func queueStatsPB(qs *queue.Queues, ns, name string, tick registrar.Tick, wall int64) *tenurev1.QueueStatsResponse {
+	c := qs.Stats(ns, name, tick)
+	resp := &tenurev1.QueueStatsResponse{Queued: c.Queued, Leased: c.Leased, Succeeded: c.Succeeded,
+		Failed: c.Failed, Dead: c.Dead, Cancelled: c.Cancelled}
+	if at, ok := qs.OldestReady(ns, name, wall); ok {
+		resp.OldestReadyAge = durationpb.New(time.Duration(max(wall-at, 0)) * time.Millisecond)
+	}
+	return resp
 }
 
 // SetQueueConfig sets a queue's defaults (ConfigureQueue).
@@ -504,11 +515,9 @@ func (h *queueService) ListQueues(ctx context.Context, req *connect.Request[tenu
 	}
 	resp := &tenurev1.ListQueuesResponse{}
 	err := s.readQueues(ctx, func(mc *statemachine.Machine, tick registrar.Tick) error {
-		qs := mc.Queues()
+		qs, wall := mc.Queues(), s.node.Wall()
 		for _, name := range qs.Names(m.Namespace) {
-			c := qs.Stats(m.Namespace, name, tick)
-			resp.Queues = append(resp.Queues, &tenurev1.QueueSummary{Queue: name, Stats: &tenurev1.QueueStatsResponse{
-				Queued: c.Queued, Leased: c.Leased, Succeeded: c.Succeeded, Failed: c.Failed, Dead: c.Dead, Cancelled: c.Cancelled}})
+			resp.Queues = append(resp.Queues, &tenurev1.QueueSummary{Queue: name, Stats: queueStatsPB(qs, m.Namespace, name, tick, wall)})
 		}
 		return nil
 	})

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"io"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +202,27 @@ func TestQueueMetrics(t *testing.T) {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("/metrics lacks %q", m)
 		}
+	}
+	// Task b has waited since it was enqueued: the queue's latency.
+	m := regexp.MustCompile(`tenure_queue_oldest_ready_seconds\{namespace="default",queue="mq"\} (\S+)`).FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("/metrics lacks tenure_queue_oldest_ready_seconds of mq")
+	}
+	if v, err := strconv.ParseFloat(string(m[1]), 64); err != nil || v <= 0 || v > 60 {
+		t.Errorf("tenure_queue_oldest_ready_seconds of mq is %s", m[1])
+	}
+	st, err := qc.Stats(ctx, connect.NewRequest(&tenurev1.QueueStatsRequest{Queue: "mq"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if age := st.Msg.GetOldestReadyAge(); age == nil || age.AsDuration() <= 0 || age.AsDuration() > time.Minute {
+		t.Errorf("Stats' oldest ready age %v with task b waiting", age)
+	}
+	p.send(&tenurev1.QueueOp{Id: 4, Op: &tenurev1.QueueOp_Claim{Claim: &tenurev1.ClaimRequest{Queue: "mq", Worker: "w", Max: 1}}})
+	if len(p.result(4).GetClaim().GetTasks()) != 1 {
+		t.Fatalf("claim: %v", p.result(4))
+	}
+	if st, err = qc.Stats(ctx, connect.NewRequest(&tenurev1.QueueStatsRequest{Queue: "mq"})); err != nil || st.Msg.OldestReadyAge != nil {
+		t.Errorf("nothing claimable, yet Stats' oldest ready age is %v (%v)", st.Msg.GetOldestReadyAge(), err)
 	}
 }

@@ -1368,9 +1368,15 @@ type QueueStatsResponse struct {
 	Dead      uint64                 `protobuf:"varint,5,opt,name=dead,proto3" json:"dead,omitempty"`
 	Cancelled uint64                 `protobuf:"varint,6,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	// The queue's defaults (SetQueueConfig).
-	Config        *QueueConfig `protobuf:"bytes,7,opt,name=config,proto3" json:"config,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Config *QueueConfig `protobuf:"bytes,7,opt,name=config,proto3" json:"config,omitempty"`
+	// Addition: how long the task claimable longest has waited since it
+	// became claimable (enqueued, its not_before or its retry time come):
+	// the queue's latency, what an alert on a backlog watches (Sidekiq's
+	// latency; now() − min(run_at) of the ready rows in a Postgres queue).
+	// Unset when no task is claimable now.
+	OldestReadyAge *durationpb.Duration `protobuf:"bytes,8,opt,name=oldest_ready_age,json=oldestReadyAge,proto3" json:"oldest_ready_age,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *QueueStatsResponse) Reset() {
@@ -1448,6 +1454,13 @@ func (x *QueueStatsResponse) GetCancelled() uint64 {
 func (x *QueueStatsResponse) GetConfig() *QueueConfig {
 	if x != nil {
 		return x.Config
+	}
+	return nil
+}
+
+func (x *QueueStatsResponse) GetOldestReadyAge() *durationpb.Duration {
+	if x != nil {
+		return x.OldestReadyAge
 	}
 	return nil
 }
@@ -2270,7 +2283,7 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
 	"\x11QueueStatsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
-	"\x05queue\x18\x02 \x01(\tR\x05queue\"\xdc\x01\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\"\xa1\x02\n" +
 	"\x12QueueStatsResponse\x12\x16\n" +
 	"\x06queued\x18\x01 \x01(\x04R\x06queued\x12\x16\n" +
 	"\x06leased\x18\x02 \x01(\x04R\x06leased\x12\x1c\n" +
@@ -2278,7 +2291,8 @@ const file_tenure_v1_queue_proto_rawDesc = "" +
 	"\x06failed\x18\x04 \x01(\x04R\x06failed\x12\x12\n" +
 	"\x04dead\x18\x05 \x01(\x04R\x04dead\x12\x1c\n" +
 	"\tcancelled\x18\x06 \x01(\x04R\tcancelled\x12.\n" +
-	"\x06config\x18\a \x01(\v2\x16.tenure.v1.QueueConfigR\x06config\"0\n" +
+	"\x06config\x18\a \x01(\v2\x16.tenure.v1.QueueConfigR\x06config\x12C\n" +
+	"\x10oldest_ready_age\x18\b \x01(\v2\x19.google.protobuf.DurationR\x0eoldestReadyAge\"0\n" +
 	"\vQueueConfig\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\rR\vmaxAttempts\"n\n" +
 	"\x15SetQueueConfigRequest\x12\x1c\n" +
@@ -2415,53 +2429,54 @@ var file_tenure_v1_queue_proto_depIdxs = []int32{
 	0,  // 18: tenure.v1.ListTasksRequest.states:type_name -> tenure.v1.TaskState
 	1,  // 19: tenure.v1.ListTasksResponse.tasks:type_name -> tenure.v1.Task
 	21, // 20: tenure.v1.QueueStatsResponse.config:type_name -> tenure.v1.QueueConfig
-	21, // 21: tenure.v1.SetQueueConfigResponse.config:type_name -> tenure.v1.QueueConfig
-	20, // 22: tenure.v1.QueueSummary.stats:type_name -> tenure.v1.QueueStatsResponse
-	25, // 23: tenure.v1.ListQueuesResponse.queues:type_name -> tenure.v1.QueueSummary
-	3,  // 24: tenure.v1.QueueOp.enqueue:type_name -> tenure.v1.EnqueueRequest
-	5,  // 25: tenure.v1.QueueOp.claim:type_name -> tenure.v1.ClaimRequest
-	7,  // 26: tenure.v1.QueueOp.complete:type_name -> tenure.v1.CompleteRequest
-	9,  // 27: tenure.v1.QueueOp.fail:type_name -> tenure.v1.FailRequest
-	11, // 28: tenure.v1.QueueOp.cancel:type_name -> tenure.v1.CancelRequest
-	15, // 29: tenure.v1.QueueOp.get_task:type_name -> tenure.v1.GetTaskRequest
-	4,  // 30: tenure.v1.QueueResult.enqueue:type_name -> tenure.v1.EnqueueResponse
-	6,  // 31: tenure.v1.QueueResult.claim:type_name -> tenure.v1.ClaimResponse
-	8,  // 32: tenure.v1.QueueResult.complete:type_name -> tenure.v1.CompleteResponse
-	10, // 33: tenure.v1.QueueResult.fail:type_name -> tenure.v1.FailResponse
-	12, // 34: tenure.v1.QueueResult.cancel:type_name -> tenure.v1.CancelResponse
-	16, // 35: tenure.v1.QueueResult.get_task:type_name -> tenure.v1.GetTaskResponse
-	34, // 36: tenure.v1.QueueResult.error:type_name -> tenure.v1.PipelineError
-	27, // 37: tenure.v1.QueuePipelineRequest.ops:type_name -> tenure.v1.QueueOp
-	28, // 38: tenure.v1.QueuePipelineResponse.results:type_name -> tenure.v1.QueueResult
-	3,  // 39: tenure.v1.QueueService.Enqueue:input_type -> tenure.v1.EnqueueRequest
-	5,  // 40: tenure.v1.QueueService.Claim:input_type -> tenure.v1.ClaimRequest
-	7,  // 41: tenure.v1.QueueService.Complete:input_type -> tenure.v1.CompleteRequest
-	9,  // 42: tenure.v1.QueueService.Fail:input_type -> tenure.v1.FailRequest
-	11, // 43: tenure.v1.QueueService.Cancel:input_type -> tenure.v1.CancelRequest
-	15, // 44: tenure.v1.QueueService.GetTask:input_type -> tenure.v1.GetTaskRequest
-	17, // 45: tenure.v1.QueueService.ListTasks:input_type -> tenure.v1.ListTasksRequest
-	19, // 46: tenure.v1.QueueService.Stats:input_type -> tenure.v1.QueueStatsRequest
-	24, // 47: tenure.v1.QueueService.ListQueues:input_type -> tenure.v1.ListQueuesRequest
-	29, // 48: tenure.v1.QueueService.Pipeline:input_type -> tenure.v1.QueuePipelineRequest
-	13, // 49: tenure.v1.QueueService.Retry:input_type -> tenure.v1.RetryRequest
-	22, // 50: tenure.v1.QueueService.SetQueueConfig:input_type -> tenure.v1.SetQueueConfigRequest
-	4,  // 51: tenure.v1.QueueService.Enqueue:output_type -> tenure.v1.EnqueueResponse
-	6,  // 52: tenure.v1.QueueService.Claim:output_type -> tenure.v1.ClaimResponse
-	8,  // 53: tenure.v1.QueueService.Complete:output_type -> tenure.v1.CompleteResponse
-	10, // 54: tenure.v1.QueueService.Fail:output_type -> tenure.v1.FailResponse
-	12, // 55: tenure.v1.QueueService.Cancel:output_type -> tenure.v1.CancelResponse
-	16, // 56: tenure.v1.QueueService.GetTask:output_type -> tenure.v1.GetTaskResponse
-	18, // 57: tenure.v1.QueueService.ListTasks:output_type -> tenure.v1.ListTasksResponse
-	20, // 58: tenure.v1.QueueService.Stats:output_type -> tenure.v1.QueueStatsResponse
-	26, // 59: tenure.v1.QueueService.ListQueues:output_type -> tenure.v1.ListQueuesResponse
-	30, // 60: tenure.v1.QueueService.Pipeline:output_type -> tenure.v1.QueuePipelineResponse
-	14, // 61: tenure.v1.QueueService.Retry:output_type -> tenure.v1.RetryResponse
-	23, // 62: tenure.v1.QueueService.SetQueueConfig:output_type -> tenure.v1.SetQueueConfigResponse
-	51, // [51:63] is the sub-list for method output_type
-	39, // [39:51] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	33, // 21: tenure.v1.QueueStatsResponse.oldest_ready_age:type_name -> google.protobuf.Duration
+	21, // 22: tenure.v1.SetQueueConfigResponse.config:type_name -> tenure.v1.QueueConfig
+	20, // 23: tenure.v1.QueueSummary.stats:type_name -> tenure.v1.QueueStatsResponse
+	25, // 24: tenure.v1.ListQueuesResponse.queues:type_name -> tenure.v1.QueueSummary
+	3,  // 25: tenure.v1.QueueOp.enqueue:type_name -> tenure.v1.EnqueueRequest
+	5,  // 26: tenure.v1.QueueOp.claim:type_name -> tenure.v1.ClaimRequest
+	7,  // 27: tenure.v1.QueueOp.complete:type_name -> tenure.v1.CompleteRequest
+	9,  // 28: tenure.v1.QueueOp.fail:type_name -> tenure.v1.FailRequest
+	11, // 29: tenure.v1.QueueOp.cancel:type_name -> tenure.v1.CancelRequest
+	15, // 30: tenure.v1.QueueOp.get_task:type_name -> tenure.v1.GetTaskRequest
+	4,  // 31: tenure.v1.QueueResult.enqueue:type_name -> tenure.v1.EnqueueResponse
+	6,  // 32: tenure.v1.QueueResult.claim:type_name -> tenure.v1.ClaimResponse
+	8,  // 33: tenure.v1.QueueResult.complete:type_name -> tenure.v1.CompleteResponse
+	10, // 34: tenure.v1.QueueResult.fail:type_name -> tenure.v1.FailResponse
+	12, // 35: tenure.v1.QueueResult.cancel:type_name -> tenure.v1.CancelResponse
+	16, // 36: tenure.v1.QueueResult.get_task:type_name -> tenure.v1.GetTaskResponse
+	34, // 37: tenure.v1.QueueResult.error:type_name -> tenure.v1.PipelineError
+	27, // 38: tenure.v1.QueuePipelineRequest.ops:type_name -> tenure.v1.QueueOp
+	28, // 39: tenure.v1.QueuePipelineResponse.results:type_name -> tenure.v1.QueueResult
+	3,  // 40: tenure.v1.QueueService.Enqueue:input_type -> tenure.v1.EnqueueRequest
+	5,  // 41: tenure.v1.QueueService.Claim:input_type -> tenure.v1.ClaimRequest
+	7,  // 42: tenure.v1.QueueService.Complete:input_type -> tenure.v1.CompleteRequest
+	9,  // 43: tenure.v1.QueueService.Fail:input_type -> tenure.v1.FailRequest
+	11, // 44: tenure.v1.QueueService.Cancel:input_type -> tenure.v1.CancelRequest
+	15, // 45: tenure.v1.QueueService.GetTask:input_type -> tenure.v1.GetTaskRequest
+	17, // 46: tenure.v1.QueueService.ListTasks:input_type -> tenure.v1.ListTasksRequest
+	19, // 47: tenure.v1.QueueService.Stats:input_type -> tenure.v1.QueueStatsRequest
+	24, // 48: tenure.v1.QueueService.ListQueues:input_type -> tenure.v1.ListQueuesRequest
+	29, // 49: tenure.v1.QueueService.Pipeline:input_type -> tenure.v1.QueuePipelineRequest
+	13, // 50: tenure.v1.QueueService.Retry:input_type -> tenure.v1.RetryRequest
+	22, // 51: tenure.v1.QueueService.SetQueueConfig:input_type -> tenure.v1.SetQueueConfigRequest
+	4,  // 52: tenure.v1.QueueService.Enqueue:output_type -> tenure.v1.EnqueueResponse
+	6,  // 53: tenure.v1.QueueService.Claim:output_type -> tenure.v1.ClaimResponse
+	8,  // 54: tenure.v1.QueueService.Complete:output_type -> tenure.v1.CompleteResponse
+	10, // 55: tenure.v1.QueueService.Fail:output_type -> tenure.v1.FailResponse
+	12, // 56: tenure.v1.QueueService.Cancel:output_type -> tenure.v1.CancelResponse
+	16, // 57: tenure.v1.QueueService.GetTask:output_type -> tenure.v1.GetTaskResponse
+	18, // 58: tenure.v1.QueueService.ListTasks:output_type -> tenure.v1.ListTasksResponse
+	20, // 59: tenure.v1.QueueService.Stats:output_type -> tenure.v1.QueueStatsResponse
+	26, // 60: tenure.v1.QueueService.ListQueues:output_type -> tenure.v1.ListQueuesResponse
+	30, // 61: tenure.v1.QueueService.Pipeline:output_type -> tenure.v1.QueuePipelineResponse
+	14, // 62: tenure.v1.QueueService.Retry:output_type -> tenure.v1.RetryResponse
+	23, // 63: tenure.v1.QueueService.SetQueueConfig:output_type -> tenure.v1.SetQueueConfigResponse
+	52, // [52:64] is the sub-list for method output_type
+	40, // [40:52] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_queue_proto_init() }
