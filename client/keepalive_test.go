@@ -534,6 +534,38 @@ func TestLockQueuesAgainAfterALateGrantIsLost(t *testing.T) {
 	})
 }
 
+// TestAcquireAsksAgainAfterALateGrantIsFoundGone: a grant that came too
+// late to be trusted, whose renewal finds it gone (given back: found from
+// outside, LEASE_TERMINAL for a lease the caller never saw), is no lease:
+// a plain Acquire asks once more rather than fail with the renewal's
+// reason.
+func TestAcquireAsksAgainAfterALateGrantIsFoundGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fc := setup(t, "a:1")
+		var acquires atomic.Int32
+		fc.members["a:1"].set(func(m *fakeMember) {
+			m.acquireHook = func(*tenurev1.AcquireRequest) (bool, error) {
+				if acquires.Add(1) == 1 {
+					time.Sleep(4 * time.Second) // granted past request + ttl − margin
+				}
+				return false, nil
+			}
+			m.renewFail = []Reason{ReasonLeaseTerminal}
+		})
+		c := fc.client([]string{"a:1"})
+		l, err := c.Acquire(t.Context(), "orders/late", TTL(3*time.Second), Wait(10*time.Second))
+		if err != nil {
+			t.Fatalf("Acquire: %v; want it to ask again after the late grant was found gone", err)
+		}
+		if !l.Valid() {
+			t.Fatal("Acquire returned a lease that is not valid")
+		}
+		if n := acquires.Load(); n != 2 {
+			t.Fatalf("%d acquires, want 2", n)
+		}
+	})
+}
+
 // TestGrantLateInTrustWindowIsRenewedFirst: a grant that leaves less than
 // a third of the ttl of trust (a wait that ended late: trust counts from
 // the request) is renewed before Acquire returns, not handed over with

@@ -261,6 +261,10 @@ func ClaimOf(pb *tenurev1.Lease) fencing.Claim {
 // Client, no other Acquire of it in flight) releases it and asks again
 // (unless the holder may be shared, as above: the lease then expires), as
 // it does for a lease this Client gave up when its trust window passed.
+//
+// A grant that came too late to be trusted and that the renewal meant to
+// prove it found gone (given back, expired) is no lease: Acquire asks
+// once more, with what is left of the wait.
 func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lease, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
@@ -271,6 +275,22 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts ...AcquireOp
 			o.applyAcquire(&ac)
 		}
 	}
+	start := c.clock.Now()
+	l, err := c.acquire(ctx, resource, ac)
+	var late *lateGrantError
+	if !errors.As(err, &late) || ctx.Err() != nil {
+		return l, err
+	}
+	c.cfg.logger.Debug("tenure: asking again after a late grant was found gone", "resource", resource, "error", err)
+	if ac.wait > 0 {
+		// What is left of the wait, or none (asked once, not queued).
+		ac.wait = max(ac.wait-c.clock.Now().Sub(start), 0)
+	}
+	return c.acquire(ctx, resource, ac)
+}
+
+// acquire is Acquire's one request (with its retries) of a lease.
+func (c *Client) acquire(ctx context.Context, resource string, ac acquireConfig) (*Lease, error) {
 	switch {
 	case ac.ttl < 0:
 		return nil, invalidArgument("ttl", fmt.Sprintf("must be positive, got %v", ac.ttl))
