@@ -557,6 +557,10 @@ func TestCLIClusterAndVersion(t *testing.T) {
 	if out := ok(t, "cluster", "snapshot"); !strings.HasPrefix(out, snap.GetNodeId()+" took a snapshot at index ") {
 		t.Fatalf("cluster snapshot: %q", out)
 	}
+	// Removing an id that is not a member changes nothing, and says so.
+	if out := ok(t, "cluster", "remove", "nosuch"); out != "nosuch is not a member of the cluster (nothing to remove: removed already, or never one)\n" {
+		t.Fatalf("cluster remove of a non-member: %q", out)
+	}
 	// transfer-leadership (the RPC's name) is transfer-leader: on a single
 	// node there is no voter to hand over to.
 	if r := runTenure(t, "cluster", "transfer-leadership"); r.code != 1 || !strings.Contains(r.stderr, "INVALID_ARGUMENT") {

@@ -83,11 +83,18 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		})
 		return done(c, err, &tenurev1.AddVoterResponse{}, "added %s as a voter", rest[0])
 	case "remove":
+		resp := &tenurev1.RemoveServerResponse{}
 		err = r.cluster(func(cl tenurev1connect.ClusterServiceClient) error {
-			_, err := cl.RemoveServer(ctx, connect.NewRequest(&tenurev1.RemoveServerRequest{Id: rest[0], Force: *force}))
+			out, err := cl.RemoveServer(ctx, connect.NewRequest(&tenurev1.RemoveServerRequest{Id: rest[0], Force: *force}))
+			if err == nil {
+				resp = out.Msg
+			}
 			return err
 		})
-		return done(c, err, &tenurev1.RemoveServerResponse{}, "removed %s (it is not a member of the cluster now; if it never was one, nothing changed)", rest[0])
+		if !resp.GetWasMember() {
+			return done(c, err, resp, "%s is not a member of the cluster (nothing to remove: removed already, or never one)", rest[0])
+		}
+		return done(c, err, resp, "removed %s", rest[0])
 	case "transfer-leader":
 		req := &tenurev1.TransferLeadershipRequest{}
 		if len(rest) == 1 {

@@ -124,14 +124,15 @@ func (n *Node) AddVoter(ctx context.Context, id, raftAddr, apiAddr string, force
 // Removing the only voter is INVALID_ARGUMENT (field id), nothing changed;
 // so is removing a voter when the voters left that answer this leader's
 // heartbeats would not be a majority of them (the cluster would stop
-// taking writes until the others are back), unless force.
-func (n *Node) RemoveServer(ctx context.Context, id string, force bool) error {
+// taking writes until the others are back), unless force. wasMember says
+// whether id was in the configuration, or still published, when called.
+func (n *Node) RemoveServer(ctx context.Context, id string, force bool) (wasMember bool, err error) {
 	if !n.IsLeader() {
-		return n.notLeader()
+		return false, n.notLeader()
 	}
 	found, voter, err := n.checkRemoval(id, force)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if found {
 		if voter && id != n.id {
@@ -145,12 +146,12 @@ func (n *Node) RemoveServer(ctx context.Context, id string, force bool) error {
 			// answered and said an election was under way).
 			demoted := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout)
 			if err := n.membership(demoted); err != nil {
-				return err
+				return false, err
 			}
 			n.awaitAck(ctx, id, demoted.Index())
 		}
 		if err := n.membership(n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
-			return err
+			return false, err
 		}
 		n.log.Info("removed a member", "member", id)
 	} else {
@@ -158,13 +159,13 @@ func (n *Node) RemoveServer(ctx context.Context, id string, force bool) error {
 		_, published := n.fsm.m.Member(id)
 		n.fsm.mu.RUnlock()
 		if !published {
-			return nil
+			return false, nil
 		}
 	}
 	if err := n.proposeMember(ctx, &logpb.SetMember{Id: id, Removed: true}); err != nil {
 		n.log.Warn("removed member not yet unpublished; the next leader will", "member", id, "err", err)
 	}
-	return nil
+	return true, nil
 }
 
 // ackWait bounds how long RemoveServer waits for a demoted member to

@@ -107,10 +107,11 @@ func (h *clusterService) RemoveServer(ctx context.Context, req *connect.Request[
 		}
 		// No other voter: RemoveServer below says why it cannot.
 	}
-	if err := s.node.RemoveServer(ctx, req.Msg.Id, req.Msg.Force); err != nil {
+	was, err := s.node.RemoveServer(ctx, req.Msg.Id, req.Msg.Force)
+	if err != nil {
 		return nil, s.toConnect(err)
 	}
-	return connect.NewResponse(&tenurev1.RemoveServerResponse{}), nil
+	return connect.NewResponse(&tenurev1.RemoveServerResponse{WasMember: was}), nil
 }
 
 // handOverWait bounds how long a leader that removes itself waits to know

@@ -837,8 +837,13 @@ func TestTransferToADownMemberIsRefused(t *testing.T) {
 	if st, err := statusOf(l); err != nil || len(st.Members) != 3 || !l.srv.Node().IsLeader() {
 		t.Fatalf("after the refused removals: %v, %v", st, err)
 	}
-	if _, err := l.cluster.RemoveServer(context.Background(), connect.NewRequest(&tenurev1.RemoveServerRequest{Id: f.id})); err != nil {
-		t.Fatalf("removing the member that is down: %v", err)
+	resp, err := l.cluster.RemoveServer(context.Background(), connect.NewRequest(&tenurev1.RemoveServerRequest{Id: f.id}))
+	if err != nil || !resp.Msg.WasMember {
+		t.Fatalf("removing the member that is down: %v, %v", resp, err)
+	}
+	// Again: it succeeds, and says it was no member any more.
+	if resp, err = l.cluster.RemoveServer(context.Background(), connect.NewRequest(&tenurev1.RemoveServerRequest{Id: f.id})); err != nil || resp.Msg.WasMember {
+		t.Fatalf("removing the member again: %v, %v", resp, err)
 	}
 	acquireVia(t, l, "after/removal", 30*time.Second)
 }

@@ -524,7 +524,12 @@ func (x *RemoveServerRequest) GetForce() bool {
 }
 
 type RemoveServerResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Addition: whether the id was a member (in the Raft configuration, or
+	// still published) when the call came. False for a removal retried
+	// after it took effect, or an id that never was a member: the call
+	// succeeds, nothing changed.
+	WasMember     bool `protobuf:"varint,1,opt,name=was_member,json=wasMember,proto3" json:"was_member,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -557,6 +562,13 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
 	return file_tenure_v1_cluster_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RemoveServerResponse) GetWasMember() bool {
+	if x != nil {
+		return x.WasMember
+	}
+	return false
 }
 
 type TransferLeadershipRequest struct {
@@ -1420,8 +1432,10 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\x10AddVoterResponse\";\n" +
 	"\x13RemoveServerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"\x16\n" +
-	"\x14RemoveServerResponse\"+\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"5\n" +
+	"\x14RemoveServerResponse\x12\x1d\n" +
+	"\n" +
+	"was_member\x18\x01 \x01(\bR\twasMember\"+\n" +
 	"\x19TransferLeadershipRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
 	"\x1aTransferLeadershipResponse\x12\x1b\n" +

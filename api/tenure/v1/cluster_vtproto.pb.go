@@ -428,6 +428,16 @@ func (m *RemoveServerResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) 
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.WasMember {
+		i--
+		if m.WasMember {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x8
+	}
 	return len(dAtA) - i, nil
 }
 
@@ -1322,6 +1332,9 @@ func (m *RemoveServerResponse) SizeVT() (n int) {
 	}
 	var l int
 	_ = l
+	if m.WasMember {
+		n += 2
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2635,6 +2648,26 @@ func (m *RemoveServerResponse) UnmarshalVT(dAtA []byte) error {
 			return fmt.Errorf("proto: RemoveServerResponse: illegal tag %d (wire type %d)", fieldNum, wire)
 		}
 		switch fieldNum {
+		case 1:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field WasMember", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.WasMember = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
