@@ -169,9 +169,11 @@ func pipelined[Req, Res, Op, Result, Out any](ctx context.Context, c *Client, ep
 		p.disable()
 		return unary()
 	}
-	if !se.Sent {
-		// Never handed to the stream: nothing ran, so the call may go
-		// out again (the next call opens a new stream).
+	if !se.Sent || notSent(se.Err) {
+		// Never handed to the stream, or handed to one whose connection
+		// was never made (no dial, a TLS handshake the client broke
+		// off): nothing ran, so the call may go out again (the next call
+		// opens a new stream).
 		return unary()
 	}
 	if e := fromConnect(se.Err); ReasonOf(e) != "" && ReasonOf(e) != ReasonUnavailable {
