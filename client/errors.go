@@ -2,8 +2,6 @@ package tenure
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"net"
 	"strconv"
@@ -12,6 +10,8 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	"github.com/tenurehq/tenure/internal/wire"
 )
 
 // Reason is the machine-readable code of a Tenure error (API.md, "Errors").
@@ -326,23 +326,7 @@ func notSent(err error) bool {
 		return true
 	}
 	var dns *net.DNSError
-	return errors.As(err, &dns) || tlsRefused(err)
-}
-
-// tlsRefused reports whether err is a TLS handshake the client itself
-// broke off before sending anything: it did not trust the server's
-// certificate (unknown CA, wrong name, invalid), or the endpoint does not
-// speak TLS. (A server that refuses the client's certificate is not
-// among them: in TLS 1.3 the client may have written its request by
-// then, and sees its alert, or a broken pipe, only afterwards.)
-func tlsRefused(err error) bool {
-	var verify *tls.CertificateVerificationError
-	var unknownCA x509.UnknownAuthorityError
-	var host x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	var header tls.RecordHeaderError
-	return errors.As(err, &verify) || errors.As(err, &unknownCA) || errors.As(err, &host) ||
-		errors.As(err, &invalid) || errors.As(err, &header)
+	return errors.As(err, &dns) || wire.TLSRefused(err)
 }
 
 // leaderHint returns the leader API address named by a NOT_LEADER or an

@@ -530,23 +530,7 @@ func tryNext(err error) bool {
 		return true
 	}
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" || tlsRefused(err)
-}
-
-// tlsRefused reports whether err is a TLS handshake the client itself
-// broke off before sending anything: it did not trust the server's
-// certificate (unknown CA, wrong name, invalid), or the endpoint does not
-// speak TLS. (A server that refuses the client's certificate is not
-// among them: in TLS 1.3 the client may have written its request by
-// then, and sees its alert, or a broken pipe, only afterwards.)
-func tlsRefused(err error) bool {
-	var verify *tls.CertificateVerificationError
-	var unknownCA x509.UnknownAuthorityError
-	var host x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	var header tls.RecordHeaderError
-	return errors.As(err, &verify) || errors.As(err, &unknownCA) || errors.As(err, &host) ||
-		errors.As(err, &invalid) || errors.As(err, &header)
+	return errors.As(err, &op) && op.Op == "dial" || wire.TLSRefused(err)
 }
 
 // readOnly lists the calls that change nothing: one that fails for
