@@ -263,3 +263,37 @@ func BenchmarkToken(b *testing.B) {
 		}
 	}
 }
+
+// TestWarnings: a file other users may read, and tokens short enough to
+// guess, are warned of (naming the principal, never the token); a file
+// made private and strong tokens are not.
+func TestWarnings(t *testing.T) {
+	t.Parallel()
+	strong := strings.Repeat("k", MinTokenBytes)
+	path := writeFile(t, `{"tokens":[{"token":"abc","principal":"weak","roles":["admin"],"namespaces":["*"]},
+ {"token":"`+strong+`","principal":"fine","roles":["reader"],"namespaces":["*"]}]}`)
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := strings.Join(s.Warnings(), "\n")
+	if !strings.Contains(w, "open to other users (mode 0644)") || !strings.Contains(w, `principal "weak"`) ||
+		strings.Contains(w, `"fine"`) || strings.Contains(w, "abc") || len(s.Warnings()) != 2 {
+		t.Fatalf("warnings:\n%s", w)
+	}
+	if err := os.WriteFile(path, []byte(`{"tokens":[{"token":"`+strong+`","principal":"fine","roles":["reader"],"namespaces":["*"]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if w := s.Warnings(); len(w) != 0 {
+		t.Fatalf("warnings of a private file of strong tokens: %q", w)
+	}
+}

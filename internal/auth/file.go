@@ -238,3 +238,20 @@ func (f *File) table(limiter func(name string, rate float64, burst int) *Limiter
 	}
 	return t
 }
+
+// MinTokenBytes is the shortest token the server takes without a warning:
+// 16 random bytes, as base64 (openssl rand -base64 16) are 24 characters.
+const MinTokenBytes = 16
+
+// weakTokens names the principals whose tokens are shorter than
+// MinTokenBytes (never the tokens).
+func (f *File) weakTokens() []string {
+	var out []string
+	for i, e := range f.Tokens {
+		if e.Token != "" && len(e.Token) < MinTokenBytes {
+			out = append(out, fmt.Sprintf("auth file: tokens[%d] (principal %q): the token is %d characters, short enough to guess; "+
+				"use at least %d random bytes (openssl rand -base64 32)", i, e.Principal, len(e.Token), MinTokenBytes))
+		}
+	}
+	return out
+}

@@ -43,6 +43,7 @@ type Store struct {
 	cur      atomic.Pointer[Table]
 
 	mu       sync.Mutex // serializes reloads
+	warnings []string   // of the file last read (Warnings)
 	limiters map[string]*Limiter
 	// strangers are the request budgets of certificate principals no
 	// entry names (the default rate), by name; at most maxStrangers.
@@ -98,8 +99,25 @@ func (s *Store) Reload() error {
 	if err != nil {
 		return err
 	}
+	var warn []string
+	if fi, err := os.Stat(s.path); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		warn = append(warn, fmt.Sprintf("auth file %s is open to other users (mode %#o) and holds every token: chmod 600 it", s.path, fi.Mode().Perm()))
+	}
+	warn = append(warn, f.weakTokens()...)
 	s.install(f)
+	s.mu.Lock()
+	s.warnings = warn
+	s.mu.Unlock()
 	return nil
+}
+
+// Warnings are what is unsafe about the auth file last read, in words an
+// operator acts on: a file other users may read, tokens short enough to
+// guess. They do not stop the server.
+func (s *Store) Warnings() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.warnings
 }
 
 func (s *Store) install(f *File) {

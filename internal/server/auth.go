@@ -51,7 +51,15 @@ func (s *Server) ReloadAuth() error {
 		return err
 	}
 	s.log.Info("auth file reloaded", "path", s.cfg.Auth.Path())
+	s.warnAuth()
 	return nil
+}
+
+// warnAuth logs what is unsafe about the auth file in force.
+func (s *Server) warnAuth() {
+	for _, w := range s.cfg.Auth.Warnings() {
+		s.log.Warn(w)
+	}
 }
 
 // open reports the paths served without credentials: health checks, and

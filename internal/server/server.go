@@ -173,6 +173,9 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, ln: ln, reg: prometheus.NewRegistry(), served: make(chan error, 1),
 		closing: make(chan struct{}), fwd: newForwardClients(cfg.PeerTLS, cfg.MemberToken), watchers: newWatchHub(), ends: newEndHub()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if cfg.Auth != nil {
+		s.warnAuth()
+	}
 	s.metrics = &metrics{rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tenure_rejections_total", Help: "Requests answered with an error, by reason.",
 	}, []string{"reason"}), forwardErrors: prometheus.NewCounter(prometheus.CounterOpts{
