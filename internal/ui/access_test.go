@@ -130,6 +130,21 @@ func TestDashboardAccess(t *testing.T) {
 		e.waitJS(t, "the revoked row", fmt.Sprintf(`document.querySelector(%s)?.dataset.state === "revoked"`, q(row)))
 		e.screenshot(t, "signed-in")
 	})
+
+	t.Run("token revoked", func(t *testing.T) {
+		// The admin's token leaves the auth file: once the server reloads
+		// it, the header stops naming the admin (found from outside: the
+		// feed said it needed a token, the header still said root).
+		if err := os.WriteFile(path, []byte(`{"tokens":[{"token":"tok-reader","principal":"auditor","roles":["reader"],"namespaces":["*"]}]}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		e.waitJS(t, "UNAUTHENTICATED in the header", `(() => { const w = document.querySelector("#whoami");
+			return w.dataset.state === "unauthenticated" && w.textContent === "UNAUTHENTICATED" &&
+				document.querySelector("#auth-prompt").textContent.includes("refuses this token") })()`)
+	})
 }
 
 // TestDashboardOneNamespace: a principal confined to one namespace sees

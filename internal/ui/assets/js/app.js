@@ -98,7 +98,12 @@ function showState(state, detail) {
   live.textContent = STATE_TEXT[state];
   // A refusal is not an outage: say what it needs (Apply restarts the
   // feed with the new token).
-  if (state === 'down' && feed.detail.startsWith('unauthenticated:')) live.textContent = 'feed: needs a token';
+  if (state === 'down' && feed.detail.startsWith('unauthenticated:')) {
+    live.textContent = 'feed: needs a token';
+    // The token was revoked (an auth file reload) while signed in: the
+    // header must not go on naming its principal.
+    if (api.me.state === 'authenticated') api.whoAmI().then(showMe);
+  }
   if (state === 'down' && feed.detail.startsWith('permission_denied:')) live.textContent = 'feed: not allowed';
   live.className = `live ${state === 'live' ? 'ok' : state === 'down' ? 'bad' : ''}`;
   live.title = detail || (state === 'paused' ? 'The page is hidden: its event feed resumes when it is shown.' : 'Live event feed (LeaseService.Watch)');
