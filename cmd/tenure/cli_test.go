@@ -678,6 +678,20 @@ func TestCLIWatch(t *testing.T) {
 		}
 	}
 	fails(t, "INVALID_ARGUMENT", "watch", "--namespace", strings.Repeat("n", 200))
+	// --all-namespaces follows every namespace; --namespace '' is the
+	// default one, as for every other command.
+	l2 := parse(t, ok(t, "acquire", res, "--namespace", "other-ns", "-o", "json"), &tenurev1.Lease{})
+	out = ok(t, "watch", "--all-namespaces", "--prefix", res, "--after", fmt.Sprint(st.GetLedgerIndex()), "--count", "3", "-o", "json")
+	if lines = strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || parse(t, lines[2], &tenurev1.Event{}).GetLeaseId() != l2.GetLeaseId() {
+		t.Fatalf("watch --all-namespaces: want default's two events and other-ns's grant, got:\n%s", out)
+	}
+	out = ok(t, "watch", "--namespace", "", "--prefix", res, "--after", fmt.Sprint(st.GetLedgerIndex()), "--count", "2", "-o", "json")
+	if lines = strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || parse(t, lines[0], &tenurev1.Event{}).GetLeaseId() != l.GetLeaseId() {
+		t.Fatalf("watch --namespace '': want default's events, got:\n%s", out)
+	}
+	if r := runTenure(t, "watch", "--all-namespaces", "--namespace", "x"); r.code != 2 {
+		t.Fatalf("watch --all-namespaces --namespace x: %+v", r)
+	}
 	// --progress: a quiet watch prints, with -o json, how far it has got
 	// (from now: past the release above).
 	w, wout, werr := startTenure(t, "watch", "--prefix", res, "--progress", "200ms", "-o", "json")

@@ -314,7 +314,9 @@ func (c *cliCommand) client(opts ...tenure.Option) (*tenure.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts = append([]tenure.Option{tenure.WithNamespace(c.namespace)}, opts...)
+	if c.namespace != "" { // --namespace '': the default, as the other commands' requests
+		opts = append([]tenure.Option{tenure.WithNamespace(c.namespace)}, opts...)
+	}
 	if c.token != "" {
 		opts = append(opts, tenure.WithToken(c.token))
 	}

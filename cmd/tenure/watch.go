@@ -24,11 +24,14 @@ no endpoint answering at the start is an error (exit 1). --progress INTERVAL
 asks the server, when it has sent nothing for that long (100ms to 1h), how
 far the watch has got: it keeps a quiet stream open through proxies, moves
 the point a broken stream resumes from, and with -o json prints
-{"progressIndex":"N"} (every event up to index N has been printed).`
+{"progressIndex":"N"} (every event up to index N has been printed).
+--all-namespaces follows every namespace (with authentication, every one
+the caller may read) instead of --namespace's.`
 
 const watchExamples = `  tenure watch --prefix orders/
   tenure watch --after 1200 -o json | jq .type
-  tenure watch --progress 30s -o json`
+  tenure watch --progress 30s -o json
+  tenure watch --all-namespaces`
 
 // errWatchDone ends a watch after --count events.
 var errWatchDone = errors.New("watch done")
@@ -40,10 +43,13 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	after := c.fs.Uint64("after", 0, "start after this ledger index (0, the default: from now; index 1, the first record, is the registrar's initialization, so --after 1 reads from the first event after it)")
 	count := c.fs.Int("count", 0, "exit after this many events (default: follow until interrupted)")
 	progress := c.fs.Duration("progress", 0, "ask for a progress notification after this long without events, 100ms to 1h (default: none)")
+	all := c.fs.Bool("all-namespaces", false, "follow every namespace (that the caller may read), not only --namespace's")
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
 	}
 	switch {
+	case *all && c.given("namespace"):
+		return c.usageError("--all-namespaces and --namespace exclude each other")
 	case *count < 0:
 		return c.usageError("--count must not be negative, got %d", *count)
 	case !utf8.ValidString(*prefix):
@@ -52,6 +58,9 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return c.usageError("--progress must be between 100ms and 1h, got %s", *progress)
 	}
 	var opts []tenure.CallOption
+	if *all {
+		opts = append(opts, tenure.Namespace("")) // a WatchRequest without a namespace
+	}
 	if *progress != 0 {
 		opts = append(opts, tenure.WatchProgress(*progress, func(index uint64) error {
 			if !c.json() {
