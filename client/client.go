@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -40,6 +41,9 @@ type Client struct {
 	claiming  map[string]int       // Claim calls in flight per namespace + queue
 	givenUp   map[string]time.Time // leases given up for lost (gaveUp), until when to remember them
 	strays    map[string]time.Time // namespace + resource of Acquires that ended after sending, until when
+	// sharedWarned is set once the client has warned that another Client
+	// uses its holder (foreignGrant).
+	sharedWarned atomic.Bool
 	releasing map[string]int       // leases being released (Release), not yet confirmed: never adopted
 	calls     int                  // calls and streams running under untilClose
 	callsDone chan struct{}        // closed when calls reaches 0, if Close waits for it

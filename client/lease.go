@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/fencing"
@@ -382,7 +383,7 @@ func (c *Client) acquire(ctx context.Context, resource string, ac acquireConfig)
 			// resource for nobody until its ttl (and if it comes later,
 			// this Client's next Acquire of the resource releases it).
 			c.mayHaveStray(key, req.GetTtl().AsDuration())
-			go c.releaseStrayLease(ac.namespace, resource, key)
+			go c.releaseStrayLease(ac.namespace, resource, key, firstSent)
 		}
 		return nil, err
 	}
@@ -433,8 +434,10 @@ func (c *Client) inFlight(m map[string]int, key string) func() {
 
 // releaseStrayLease releases the active leases of resource held by this
 // client's holder that it does not hold, while no other Acquire of the
-// resource is in flight here: granted to an Acquire that had returned.
-func (c *Client) releaseStrayLease(namespace, resource, key string) {
+// resource is in flight here: granted to an Acquire that had returned,
+// first sent at since. A lease granted well before since is another
+// Client's (foreignGrant): kept.
+func (c *Client) releaseStrayLease(namespace, resource, key string, since time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), orphanTimeout)
 	defer cancel()
 	var resp *connect.Response[tenurev1.ListResponse]
@@ -450,14 +453,37 @@ func (c *Client) releaseStrayLease(namespace, resource, key string) {
 	for _, l := range resp.Msg.GetLeases() {
 		c.mu.Lock()
 		stray := l.GetHolder() == c.cfg.holder && c.leases[l.GetLeaseId()] == nil && c.acquiring[key] == 0
-		if stray {
-			delete(c.strays, key)
-		}
 		c.mu.Unlock()
-		if stray {
-			c.releaseOrphan(l)
+		if !stray || c.foreignGrant(l.GetAcquiredAt(), since, "lease "+l.GetLeaseId()+" on "+resource) {
+			continue
 		}
+		c.mu.Lock()
+		delete(c.strays, key)
+		c.mu.Unlock()
+		c.releaseOrphan(l)
 	}
+}
+
+// grantSkew is how far the registrar's clock may be behind this Client's
+// for foreignGrant.
+const grantSkew = time.Second
+
+// foreignGrant reports whether a grant to this Client's holder that this
+// Client does not hold, made at granted (the registrar's time), came well
+// before since, when this Client sent the request whose answer it lost:
+// not that request's, but another Client's that uses the same holder.
+// It is left alone, and the client warns once: Clients sharing a holder
+// need WithSharedHolder, or each may give back the others' grants.
+func (c *Client) foreignGrant(granted *timestamppb.Timestamp, since time.Time, what string) bool {
+	if granted == nil || since.IsZero() || !granted.AsTime().Before(since.Add(-grantSkew)) {
+		return false
+	}
+	if c.sharedWarned.CompareAndSwap(false, true) {
+		c.cfg.logger.Warn("tenure: another client uses this Client's holder: give each its own holder, or every one WithSharedHolder "+
+			"(without it, a Client that lost an answer may give back the others' leases and tasks)",
+			"holder", c.cfg.holder, "found", what, "granted", granted.AsTime(), "lost_request_sent", since)
+	}
+	return true
 }
 
 // adoptable returns the lease named by held when it must be the one granted

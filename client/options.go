@@ -188,7 +188,9 @@ func WithToken(token string) Option { return func(c *config) { c.token = token }
 // The holder should be unique to this Client: Acquire recognises its own
 // lease by the holder after an unknown outcome (see Client.Acquire). If
 // other Clients may use the same holder (replicas started with one name),
-// add WithSharedHolder.
+// add WithSharedHolder. A Client that meets a grant to its holder made
+// well before a request whose answer it lost (another Client's) leaves
+// it alone and logs a warning once.
 func WithHolder(holder string) Option {
 	return func(c *config) { c.holder, c.holderGiven = holder, true }
 }

@@ -199,11 +199,11 @@ func (c *Client) Claim(ctx context.Context, queue string, o ClaimOptions, opts .
 			// The answer may have been on its way when the call gave up:
 			// give back what it may have claimed (a task left leased to no
 			// one would use its attempt up).
-			go c.releaseStrayClaims(cc.namespace, queue, qkey, 0)
+			go c.releaseStrayClaims(cc.namespace, queue, qkey, 0, sent)
 		case outcomeUnknown(err):
 			// The answer was lost (a member killed, a connection reset):
 			// the same, before the caller claims again.
-			c.releaseStrayClaims(cc.namespace, queue, qkey, 1)
+			c.releaseStrayClaims(cc.namespace, queue, qkey, 1, sent)
 		}
 		return nil, err
 	}
@@ -234,8 +234,9 @@ func (c *Client) Claim(ctx context.Context, queue string, o ClaimOptions, opts .
 // this client's holder that it does not hold, while no Claim of the queue
 // is in flight here but the caller's own (own: 1 for a Claim that has not
 // returned yet): claimed for a call that gave up (its answer crossed its
-// cancellation) or whose answer was lost.
-func (c *Client) releaseStrayClaims(namespace, queue, qkey string, own int) {
+// cancellation) or whose answer was lost, first sent at since. A task
+// claimed well before since is another Client's (foreignGrant): kept.
+func (c *Client) releaseStrayClaims(namespace, queue, qkey string, own int, since time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), orphanTimeout)
 	defer cancel()
 	var token string
@@ -249,6 +250,9 @@ func (c *Client) releaseStrayClaims(namespace, queue, qkey string, own int) {
 			c.mu.Lock()
 			stray := t.GetWorker() == c.cfg.holder && c.leases[t.GetLeaseId()] == nil && c.claiming[qkey] <= own
 			c.mu.Unlock()
+			if stray && c.foreignGrant(t.GetClaimedAt(), since, "task "+t.GetTaskId()+" of queue "+queue) {
+				continue
+			}
 			if stray {
 				c.releaseOrphanID(t.GetLeaseId(), t.GetWorker())
 			}

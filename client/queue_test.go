@@ -588,8 +588,17 @@ func TestStrayGrantsGivenBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.releaseStrayLease(DefaultNamespace, "stray/res", DefaultNamespace+"\x00stray/res")
-	c.releaseStrayLease(DefaultNamespace, "stray/mine", DefaultNamespace+"\x00stray/mine")
+	// A lease granted well before the lost request was sent is another
+	// Client's that shares the holder: kept.
+	c.releaseStrayLease(DefaultNamespace, "stray/res", DefaultNamespace+"\x00stray/res", time.Now().Add(time.Minute))
+	if _, err := c.Acquire(ctx, "stray/res", TTL(time.Minute)); !errors.Is(err, ErrLeaseHeld) {
+		t.Fatalf("a lease granted before the lost request was given back: %v", err)
+	}
+	if !c.sharedWarned.Load() {
+		t.Error("no warning of a holder shared with another client")
+	}
+	c.releaseStrayLease(DefaultNamespace, "stray/res", DefaultNamespace+"\x00stray/res", time.Now())
+	c.releaseStrayLease(DefaultNamespace, "stray/mine", DefaultNamespace+"\x00stray/mine", time.Now())
 	if l, err := c.Acquire(ctx, "stray/res", TTL(time.Minute)); err != nil {
 		t.Fatalf("the stray lease was not given back: %v", err)
 	} else {
@@ -605,7 +614,11 @@ func TestStrayGrantsGivenBack(t *testing.T) {
 	if got, err := other.Claim(ctx, "stray", ClaimOptions{}); err != nil || len(got) != 1 {
 		t.Fatalf("claim: %v %v", got, err)
 	}
-	c.releaseStrayClaims(DefaultNamespace, "stray", DefaultNamespace+"\x00stray", 0)
+	c.releaseStrayClaims(DefaultNamespace, "stray", DefaultNamespace+"\x00stray", 0, time.Now().Add(time.Minute))
+	if task, err := c.GetTask(ctx, "stray", "t1"); err != nil || task.GetState() != tenurev1.TaskState_TASK_STATE_LEASED {
+		t.Fatalf("a task claimed before the lost request was given back: %v %v", task, err)
+	}
+	c.releaseStrayClaims(DefaultNamespace, "stray", DefaultNamespace+"\x00stray", 0, time.Now())
 	task, err := c.GetTask(ctx, "stray", "t1")
 	if err != nil || task.GetState() != tenurev1.TaskState_TASK_STATE_QUEUED || task.GetAttempts() != 0 {
 		t.Fatalf("the stray claim was not given back: %v %v", task, err)
