@@ -1149,6 +1149,12 @@ func TestStatusTable(t *testing.T) {
 			"or this member was removed while it was down"},
 		{"follower", &tenurev1.StatusResponse{NodeId: "n2", LeaderId: "n3", LeaderApiAddress: "127.0.0.1:7072", Members: members},
 			"ask it with --endpoints 127.0.0.1:7072"},
+		// A follower that has not heard from the leader it names for a
+		// while says so (found from outside: followers named a leader
+		// that had stepped down after a stall, for 1.6 s).
+		{"follower of a silent leader", &tenurev1.StatusResponse{NodeId: "n2", LeaderId: "n3", LeaderApiAddress: "127.0.0.1:7072", Members: members,
+			LeaderLastContact: timestamppb.New(time.Now().Add(-1600 * time.Millisecond))},
+			"n3 (127.0.0.1:7072), last heard from 1.6s ago: it may have stopped or stepped down"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1160,6 +1166,12 @@ func TestStatusTable(t *testing.T) {
 				t.Errorf("status table lacks %q:\n%s", tt.want, b.String())
 			}
 		})
+	}
+	// A contact of a moment ago is not remarked on.
+	var b strings.Builder
+	if err := printStatus(&b, &tenurev1.StatusResponse{NodeId: "n2", LeaderId: "n3", LeaderApiAddress: "127.0.0.1:7072", Members: members,
+		LeaderLastContact: timestamppb.New(time.Now().Add(-50 * time.Millisecond))}); err != nil || strings.Contains(b.String(), "last heard") {
+		t.Errorf("a fresh contact remarked on (%v):\n%s", err, b.String())
 	}
 }
 

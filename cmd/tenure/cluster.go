@@ -152,6 +152,10 @@ func done(c *cliCommand, err error, resp proto.Message, format string, args ...a
 	return err
 }
 
+// staleContact is how long a follower may go without hearing from its
+// leader before status says so (heartbeats come every 0.1 s by default).
+const staleContact = 500 * time.Millisecond
+
 // leaderlessLong is how long without a leader status calls more than an
 // election under way (a few election timeouts, at the default 1 s).
 const leaderlessLong = 15 * time.Second
@@ -176,6 +180,11 @@ func printStatus(stdout io.Writer, st *tenurev1.StatusResponse) error {
 	switch {
 	case st.GetLeaderId() != "":
 		leader = st.GetLeaderId() + " (" + st.GetLeaderApiAddress() + ")"
+		if c := st.GetLeaderLastContact(); c != nil {
+			if d := time.Since(c.AsTime()); d >= staleContact {
+				leader += fmt.Sprintf(", last heard from %v ago: it may have stopped or stepped down (an election follows if it stays silent)", d.Round(100*time.Millisecond))
+			}
+		}
 	case !slices.ContainsFunc(st.GetMembers(), func(m *tenurev1.Member) bool { return m.GetId() == st.GetNodeId() }):
 		leader = "none known: " + st.GetNodeId() + ", which answered, is not in the cluster's configuration (removed, or not yet added)"
 	}

@@ -265,6 +265,9 @@ type Status struct {
 	// NoLeaderSince is, while no leader is known, since when (zero
 	// otherwise).
 	NoLeaderSince time.Time
+	// LeaderLastContact is, on a follower that names a leader, when it
+	// last heard from it (zero otherwise).
+	LeaderLastContact time.Time
 }
 
 // Status reports the node's view of the cluster (a local, stale read).
@@ -287,6 +290,7 @@ func (n *Node) Status() (Status, error) {
 		s.LeaderAPIAddr = n.cfg.APIAddr
 	} else if id != "" {
 		s.LeaderAPIAddr = n.memberAPI(string(id))
+		s.LeaderLastContact = n.raft.LastContact()
 	} else if since := n.noLeaderSince.Load(); since != 0 {
 		s.NoLeaderSince = time.Unix(0, since)
 	}

@@ -39,6 +39,9 @@ func (h *clusterService) Status(_ context.Context, _ *connect.Request[tenurev1.S
 		NodeId: st.NodeID, Version: h.s.cfg.Version, LedgerIndex: st.LedgerIndex,
 		LastLogIndex: st.LastLogIndex, LastLogTerm: st.LastLogTerm,
 	}
+	if !st.LeaderLastContact.IsZero() {
+		resp.LeaderLastContact = timestamppb.New(st.LeaderLastContact)
+	}
 	if !st.NoLeaderSince.IsZero() {
 		resp.NoLeaderSince = timestamppb.New(st.NoLeaderSince)
 	}

@@ -251,10 +251,21 @@ func TestCluster(t *testing.T) {
 		}
 	}
 
+	// A follower says when it last heard from its leader (a moment ago:
+	// heartbeats every tenth of a second); the leader says nothing of it.
+	f := followerOf(ms, leader)
+	waitFor(t, "a follower's recent contact with its leader", 10*time.Second, func() bool {
+		st, err := statusOf(f)
+		c := st.GetLeaderLastContact()
+		return err == nil && c != nil && time.Since(c.AsTime()) < 5*time.Second
+	})
+	if st, err := statusOf(leader); err != nil || st.LeaderLastContact != nil {
+		t.Fatalf("the leader's Status: contact %v, %v", st.GetLeaderLastContact(), err)
+	}
+
 	// Writes through a follower are forwarded; the lease is then visible
 	// on every member with a linearizable read, and with a stale read once
 	// the member has applied it.
-	f := followerOf(ms, leader)
 	var all []acked
 	a := acquireVia(t, f, "fwd/1", 30*time.Second)
 	all = append(all, a)

@@ -225,8 +225,13 @@ type StatusResponse struct {
 	// that cannot succeed: the voters this member reaches are not a
 	// majority (a lost quorum), or it is not a voter.
 	NoLeaderSince *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=no_leader_since,json=noLeaderSince,proto3" json:"no_leader_since,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Addition: on a follower that names a leader, when it last heard from
+	// it. A follower goes on naming a leader that stopped (or stepped down
+	// after a stall) until its heartbeat timeout passes: a contact seconds
+	// old says the leader named may be gone.
+	LeaderLastContact *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=leader_last_contact,json=leaderLastContact,proto3" json:"leader_last_contact,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -346,6 +351,13 @@ func (x *StatusResponse) GetLastLogTerm() uint64 {
 func (x *StatusResponse) GetNoLeaderSince() *timestamppb.Timestamp {
 	if x != nil {
 		return x.NoLeaderSince
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetLeaderLastContact() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaderLastContact
 	}
 	return nil
 }
@@ -1406,7 +1418,7 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12#\n" +
 	"\x04role\x18\x04 \x01(\x0e2\x0f.tenure.v1.RoleR\x04role\x12G\n" +
 	"\x11unreachable_since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10unreachableSince\"\x0f\n" +
-	"\rStatusRequest\"\xdc\x03\n" +
+	"\rStatusRequest\"\xa8\x04\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12,\n" +
 	"\x12leader_api_address\x18\x02 \x01(\tR\x10leaderApiAddress\x12\x12\n" +
@@ -1421,7 +1433,8 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	" \x01(\x04R\vledgerIndex\x12$\n" +
 	"\x0elast_log_index\x18\v \x01(\x04R\flastLogIndex\x12\"\n" +
 	"\rlast_log_term\x18\f \x01(\x04R\vlastLogTerm\x12B\n" +
-	"\x0fno_leader_since\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rnoLeaderSince\"\x91\x01\n" +
+	"\x0fno_leader_since\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rnoLeaderSince\x12J\n" +
+	"\x13leader_last_contact\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x11leaderLastContact\"\x91\x01\n" +
 	"\x0fAddVoterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
@@ -1555,37 +1568,38 @@ var file_tenure_v1_cluster_proto_depIdxs = []int32{
 	23, // 1: tenure.v1.Member.unreachable_since:type_name -> google.protobuf.Timestamp
 	1,  // 2: tenure.v1.StatusResponse.members:type_name -> tenure.v1.Member
 	23, // 3: tenure.v1.StatusResponse.no_leader_since:type_name -> google.protobuf.Timestamp
-	23, // 4: tenure.v1.SnapshotInfo.registrar_time:type_name -> google.protobuf.Timestamp
-	23, // 5: tenure.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
-	13, // 6: tenure.v1.SaveSnapshotResponse.info:type_name -> tenure.v1.SnapshotInfo
-	24, // 7: tenure.v1.GetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
-	24, // 8: tenure.v1.SetPolicyRequest.policy:type_name -> tenure.v1.NamespacePolicy
-	24, // 9: tenure.v1.SetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
-	2,  // 10: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
-	4,  // 11: tenure.v1.ClusterService.AddVoter:input_type -> tenure.v1.AddVoterRequest
-	6,  // 12: tenure.v1.ClusterService.RemoveServer:input_type -> tenure.v1.RemoveServerRequest
-	8,  // 13: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
-	10, // 14: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
-	12, // 15: tenure.v1.ClusterService.SaveSnapshot:input_type -> tenure.v1.SaveSnapshotRequest
-	15, // 16: tenure.v1.ClusterService.PublicKey:input_type -> tenure.v1.PublicKeyRequest
-	17, // 17: tenure.v1.ClusterService.GetPolicy:input_type -> tenure.v1.GetPolicyRequest
-	19, // 18: tenure.v1.ClusterService.SetPolicy:input_type -> tenure.v1.SetPolicyRequest
-	21, // 19: tenure.v1.ClusterService.WhoAmI:input_type -> tenure.v1.WhoAmIRequest
-	3,  // 20: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
-	5,  // 21: tenure.v1.ClusterService.AddVoter:output_type -> tenure.v1.AddVoterResponse
-	7,  // 22: tenure.v1.ClusterService.RemoveServer:output_type -> tenure.v1.RemoveServerResponse
-	9,  // 23: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
-	11, // 24: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotResponse
-	14, // 25: tenure.v1.ClusterService.SaveSnapshot:output_type -> tenure.v1.SaveSnapshotResponse
-	16, // 26: tenure.v1.ClusterService.PublicKey:output_type -> tenure.v1.PublicKeyResponse
-	18, // 27: tenure.v1.ClusterService.GetPolicy:output_type -> tenure.v1.GetPolicyResponse
-	20, // 28: tenure.v1.ClusterService.SetPolicy:output_type -> tenure.v1.SetPolicyResponse
-	22, // 29: tenure.v1.ClusterService.WhoAmI:output_type -> tenure.v1.WhoAmIResponse
-	20, // [20:30] is the sub-list for method output_type
-	10, // [10:20] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	23, // 4: tenure.v1.StatusResponse.leader_last_contact:type_name -> google.protobuf.Timestamp
+	23, // 5: tenure.v1.SnapshotInfo.registrar_time:type_name -> google.protobuf.Timestamp
+	23, // 6: tenure.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	13, // 7: tenure.v1.SaveSnapshotResponse.info:type_name -> tenure.v1.SnapshotInfo
+	24, // 8: tenure.v1.GetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
+	24, // 9: tenure.v1.SetPolicyRequest.policy:type_name -> tenure.v1.NamespacePolicy
+	24, // 10: tenure.v1.SetPolicyResponse.policy:type_name -> tenure.v1.NamespacePolicy
+	2,  // 11: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
+	4,  // 12: tenure.v1.ClusterService.AddVoter:input_type -> tenure.v1.AddVoterRequest
+	6,  // 13: tenure.v1.ClusterService.RemoveServer:input_type -> tenure.v1.RemoveServerRequest
+	8,  // 14: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
+	10, // 15: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
+	12, // 16: tenure.v1.ClusterService.SaveSnapshot:input_type -> tenure.v1.SaveSnapshotRequest
+	15, // 17: tenure.v1.ClusterService.PublicKey:input_type -> tenure.v1.PublicKeyRequest
+	17, // 18: tenure.v1.ClusterService.GetPolicy:input_type -> tenure.v1.GetPolicyRequest
+	19, // 19: tenure.v1.ClusterService.SetPolicy:input_type -> tenure.v1.SetPolicyRequest
+	21, // 20: tenure.v1.ClusterService.WhoAmI:input_type -> tenure.v1.WhoAmIRequest
+	3,  // 21: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
+	5,  // 22: tenure.v1.ClusterService.AddVoter:output_type -> tenure.v1.AddVoterResponse
+	7,  // 23: tenure.v1.ClusterService.RemoveServer:output_type -> tenure.v1.RemoveServerResponse
+	9,  // 24: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
+	11, // 25: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotResponse
+	14, // 26: tenure.v1.ClusterService.SaveSnapshot:output_type -> tenure.v1.SaveSnapshotResponse
+	16, // 27: tenure.v1.ClusterService.PublicKey:output_type -> tenure.v1.PublicKeyResponse
+	18, // 28: tenure.v1.ClusterService.GetPolicy:output_type -> tenure.v1.GetPolicyResponse
+	20, // 29: tenure.v1.ClusterService.SetPolicy:output_type -> tenure.v1.SetPolicyResponse
+	22, // 30: tenure.v1.ClusterService.WhoAmI:output_type -> tenure.v1.WhoAmIResponse
+	21, // [21:31] is the sub-list for method output_type
+	11, // [11:21] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_cluster_proto_init() }

@@ -153,6 +153,16 @@ func (m *StatusResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.LeaderLastContact != nil {
+		size, err := (*timestamppb.Timestamp)(m.LeaderLastContact).MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x72
+	}
 	if m.NoLeaderSince != nil {
 		size, err := (*timestamppb.Timestamp)(m.NoLeaderSince).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -1267,6 +1277,10 @@ func (m *StatusResponse) SizeVT() (n int) {
 		l = (*timestamppb.Timestamp)(m.NoLeaderSince).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.LeaderLastContact != nil {
+		l = (*timestamppb.Timestamp)(m.LeaderLastContact).SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2241,6 +2255,42 @@ func (m *StatusResponse) UnmarshalVT(dAtA []byte) error {
 				m.NoLeaderSince = &timestamppb1.Timestamp{}
 			}
 			if err := (*timestamppb.Timestamp)(m.NoLeaderSince).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
+		case 14:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field LeaderLastContact", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.LeaderLastContact == nil {
+				m.LeaderLastContact = &timestamppb1.Timestamp{}
+			}
+			if err := (*timestamppb.Timestamp)(m.LeaderLastContact).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
