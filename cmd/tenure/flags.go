@@ -554,12 +554,15 @@ var readOnly = map[string]bool{
 }
 
 // resendable lists the writes that may be sent again, to the next member,
-// when the first one's answer was lost: a release of a released lease
-// answers as the first did, a renewal extends from the new send time, and
-// a task completed twice by the same lease is answered again.
+// when the first one's answer was lost (the Go client's idempotent calls):
+// a release of a released lease answers as the first did, a renewal
+// extends from the new send time, a task completed or failed twice by the
+// same lease is answered again, and a cancelled task is answered
+// unchanged.
 var resendable = map[string]bool{
 	tenurev1connect.LeaseServiceRenewProcedure: true, tenurev1connect.LeaseServiceReleaseProcedure: true,
-	tenurev1connect.QueueServiceCompleteProcedure: true,
+	tenurev1connect.QueueServiceCompleteProcedure: true, tenurev1connect.QueueServiceFailProcedure: true,
+	tenurev1connect.QueueServiceCancelProcedure: true,
 }
 
 // resend says whether req may be sent again, to the next member, after its

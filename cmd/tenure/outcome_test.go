@@ -43,7 +43,7 @@ func forwardBreaker(t *testing.T) string {
 // A write that is safe to repeat is sent to the next member when a member
 // answers OUTCOME_UNKNOWN (its forward to a lost leader broke off), as
 // when the member itself does not answer: a push with --id and a
-// complete go through during a failover; a push without --id, which
+// complete (a fail, a cancel) go through during a failover; a push without --id, which
 // would enqueue a second task, fails as OUTCOME_UNKNOWN.
 func TestCLIResendsAfterForwardBrokeOff(t *testing.T) {
 	t.Parallel()
@@ -65,5 +65,19 @@ func TestCLIResendsAfterForwardBrokeOff(t *testing.T) {
 	done := parse(t, ok(t, "queue", "complete", q, "a", "--lease", lease, "--result", "r", "-o", "json", "--endpoints", eps), &tenurev1.Task{})
 	if done.GetState() != tenurev1.TaskState_TASK_STATE_SUCCEEDED || !strings.HasPrefix(string(done.GetResult()), "r") {
 		t.Fatalf("complete through a member whose forward broke off: %v", done)
+	}
+	// fail and cancel are safe to repeat too.
+	ok(t, "queue", "push", q, "--id", "b", "--data", "x")
+	claimed = parse(t, ok(t, "queue", "claim", q, "--ttl", "30s", "-o", "json"), &tenurev1.ClaimResponse{})
+	if len(claimed.GetTasks()) != 1 || claimed.GetTasks()[0].GetTaskId() != "b" {
+		t.Fatalf("claim: %v", claimed)
+	}
+	failed := parse(t, ok(t, "queue", "fail", q, "b", "--lease", claimed.GetTasks()[0].GetLeaseId(), "--error", "boom", "-o", "json", "--endpoints", eps), &tenurev1.Task{})
+	if failed.GetState() != tenurev1.TaskState_TASK_STATE_FAILED {
+		t.Fatalf("fail through a member whose forward broke off: %v", failed)
+	}
+	cancelled := parse(t, ok(t, "queue", "cancel", q, "b", "-o", "json", "--endpoints", eps), &tenurev1.Task{})
+	if cancelled.GetState() != tenurev1.TaskState_TASK_STATE_CANCELLED {
+		t.Fatalf("cancel through a member whose forward broke off: %v", cancelled)
 	}
 }
