@@ -1325,7 +1325,13 @@ func TestBackupFromTheLeader(t *testing.T) {
 	ms := startCluster(t, 3)
 	l := leaderOf(t, ms, 10*time.Second)
 	f := followerOf(ms, l)
-	acquireVia(t, l, "backup/one", time.Minute)
+	a := acquireVia(t, l, "backup/one", time.Minute)
+	// The follower's stale backup below is of what it has applied: wait
+	// until that includes the lease (CI found it before its first entry).
+	waitFor(t, "the follower to apply the lease", 10*time.Second, func() bool {
+		got, err := getVia(f, a.lease.LeaseId, true)
+		return err == nil && got.Fence == a.lease.Fence
+	})
 	ctx := context.Background()
 	err := drainBackup(f.cluster.SaveSnapshot(ctx, connect.NewRequest(&tenurev1.SaveSnapshotRequest{})))
 	wantReason(t, err, connect.CodeUnavailable, "NOT_LEADER")
