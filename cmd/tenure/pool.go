@@ -335,7 +335,15 @@ func runPoolRequest(ctx context.Context, args []string, stdout, stderr io.Writer
 	if c.json() {
 		return nil
 	}
-	return writePieceLeases(stdout, resp.GetLeases())
+	if err := writePieceLeases(stdout, resp.GetLeases()); err != nil {
+		return err
+	}
+	// Fewer granted than asked for a reason other than the pieces (a
+	// quota): the registrar says why in the message, as the json has it.
+	if m := resp.GetMessage(); m != "" {
+		fmt.Fprintln(stderr, m)
+	}
+	return nil
 }
 
 const poolCompleteHelp = `Report the outcome of a piece leased to a peer: --success (the piece is done

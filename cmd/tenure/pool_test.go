@@ -207,3 +207,23 @@ func TestCLIPoolHelp(t *testing.T) {
 		}
 	}
 }
+
+// A request cut short by the peer's lease quota says why on stderr, as
+// the json output's message does (the table alone looked like a pool
+// with only that many pieces free).
+func TestCLIPoolRequestPartialSaysWhy(t *testing.T) {
+	t.Parallel()
+	pool, ns := poolName(), fmt.Sprintf("pq%x", time.Now().UnixNano())
+	ok(t, "policy", "set", ns, "--max-active-per-holder", "2")
+	ok(t, "pool", "want", pool, "--namespace", ns, "--file", "0", "--pieces", "8", "--all")
+	r := runTenure(t, "pool", "request", pool, "--namespace", ns, "--peer", "p1", "--have", "0:0-7", "--max", "4")
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 3 ||
+		!strings.Contains(r.stderr, "granted 2 of 4: QUOTA_EXCEEDED") {
+		t.Fatalf("partial grant: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	// A request granted in full prints nothing on stderr.
+	r = runTenure(t, "pool", "request", pool, "--namespace", ns, "--peer", "p2", "--have", "0:0-7", "--max", "1")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("full grant: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+}
