@@ -194,15 +194,9 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 		waited    float64 // seconds
 	}
 	var rows []row
-	wall := c.f.wall()
 	c.f.count(func(m *statemachine.Machine) int {
-		qs := m.Queues()
-		qs.EachStats(func(ns, q string, cs queue.Counts) bool {
-			r := row{ns: ns, queue: q, c: cs}
-			if at, ok := qs.OldestReady(ns, q, wall); ok {
-				r.waited = float64(max(wall-at, 0)) / 1000
-			}
-			rows = append(rows, r)
+		m.Queues().EachStats(func(ns, q string, cs queue.Counts) bool {
+			rows = append(rows, row{ns: ns, queue: q, c: cs})
 			return true
 		})
 		return 0
@@ -211,7 +205,22 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	// namespace and name (EachStats visits them in map order).
 	slices.SortFunc(rows, func(a, b row) int { return cmp.Or(strings.Compare(a.ns, b.ns), strings.Compare(a.queue, b.queue)) })
 	unreported := max(0, len(rows)-maxQueueSeries)
-	for _, r := range rows[:min(len(rows), maxQueueSeries)] {
+	rows = rows[:min(len(rows), maxQueueSeries)]
+	// The latency of the queues reported that may have a task to claim
+	// (queued, or failed and waiting for its retry), under the lock again:
+	// the applies wait for this, not for every queue's.
+	wall := c.f.wall()
+	c.f.count(func(m *statemachine.Machine) int {
+		for i := range rows {
+			if r := &rows[i]; r.c.Queued+r.c.Failed > 0 {
+				if at, ok := m.Queues().OldestReady(r.ns, r.queue, wall); ok {
+					r.waited = float64(max(wall-at, 0)) / 1000
+				}
+			}
+		}
+		return 0
+	})
+	for _, r := range rows {
 		for _, s := range []struct {
 			state string
 			n     uint64
