@@ -44,9 +44,9 @@ type Client struct {
 	// sharedWarned is set once the client has warned that another Client
 	// uses its holder (foreignGrant).
 	sharedWarned atomic.Bool
-	releasing map[string]int       // leases being released (Release), not yet confirmed: never adopted
-	calls     int                  // calls and streams running under untilClose
-	callsDone chan struct{}        // closed when calls reaches 0, if Close waits for it
+	releasing    map[string]int // leases being released (Release), not yet confirmed: never adopted
+	calls        int            // calls and streams running under untilClose
+	callsDone    chan struct{}  // closed when calls reaches 0, if Close waits for it
 
 	hb *heartbeat
 
