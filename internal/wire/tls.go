@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"strings"
 )
 
 // TLSRefused reports whether err is a TLS handshake the client itself
@@ -19,5 +20,11 @@ func TLSRefused(err error) bool {
 	var invalid x509.CertificateInvalidError
 	var header tls.RecordHeaderError
 	return errors.As(err, &verify) || errors.As(err, &unknownCA) || errors.As(err, &host) ||
-		errors.As(err, &invalid) || errors.As(err, &header)
+		errors.As(err, &invalid) || errors.As(err, &header) ||
+		err != nil && strings.Contains(err.Error(), httpToHTTPS)
 }
+
+// httpToHTTPS is the error net/http makes of the tls.RecordHeaderError of
+// an endpoint that answered the handshake in plain HTTP (a server without
+// TLS): the record header is not kept, only this text.
+const httpToHTTPS = "http: server gave HTTP response to HTTPS client"
