@@ -464,6 +464,7 @@ func firstAnswer[C any](clients []C, fn func(C) error) error {
 		return err
 	}
 	deadline := time.Now().Add(retryFor)
+	extended := false
 	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
 		for _, c := range clients {
 			raw := fn(c)
@@ -473,6 +474,14 @@ func firstAnswer[C any](clients []C, fn func(C) error) error {
 			}
 			if tenure.ReasonOf(err) != "" {
 				answer = err
+			}
+			if !extended && tenure.ReasonOf(err) == tenure.ReasonOutcomeUnknown {
+				// A member answered OUTCOME_UNKNOWN for a write safe to
+				// repeat: its forward went to a leader that was lost, which
+				// it says once it sees the next one elected, often after
+				// the budget is spent (a hung leader is noticed in 2-3 s).
+				// The cluster has a leader again: give it a full budget, once.
+				deadline, extended = time.Now().Add(retryFor), true
 			}
 		}
 		if time.Now().Add(pause).After(deadline) {

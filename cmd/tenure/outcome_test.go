@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,5 +82,86 @@ func TestCLIResendsAfterForwardBrokeOff(t *testing.T) {
 	cancelled := parse(t, ok(t, "queue", "cancel", q, "b", "-o", "json", "--endpoints", eps), &tenurev1.Task{})
 	if cancelled.GetState() != tenurev1.TaskState_TASK_STATE_CANCELLED {
 		t.Fatalf("cancel through a member whose forward broke off: %v", cancelled)
+	}
+}
+
+// lateBreaker is a follower whose leader hung: its first call is answered
+// OUTCOME_UNKNOWN only after hang (once it sees another leader elected: it
+// became the leader itself); the calls after it go through, to the test
+// server.
+func lateBreaker(t *testing.T, hang time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", freePort())
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := url.Parse("http://" + apiAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var first sync.Once
+	ew := connect.NewErrorWriter()
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		broke := false
+		first.Do(func() { broke = true })
+		if !broke {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		select { // the leader the forward went to hangs
+		case <-time.After(hang):
+		case <-r.Context().Done():
+			return
+		}
+		e := connect.NewError(connect.CodeUnavailable, errors.New("OUTCOME_UNKNOWN: the write was forwarded to the leader n2, which lost the leadership before answering"))
+		if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "OUTCOME_UNKNOWN", Domain: "tenure"}); err == nil {
+			e.AddDetail(d)
+		}
+		_ = ew.Write(w, r, e)
+	})}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// notLeader is a member that knows no leader yet (an election under way).
+func notLeader(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", freePort())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ew := connect.NewErrorWriter()
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e := connect.NewError(connect.CodeUnavailable, errors.New("NOT_LEADER: no leader known: an election is under way"))
+		if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "NOT_LEADER", Domain: "tenure"}); err == nil {
+			e.AddDetail(d)
+		}
+		_ = ew.Write(w, r, e)
+	})}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// A member that answers OUTCOME_UNKNOWN only once the CLI's retry budget
+// is spent (its forward went to a leader that hung, and it answered when
+// it saw the next one elected) leaves a push --id another round: the
+// cluster has a leader again by then (found from outside: 2 of 90 pushes
+// with --id exited 1 OUTCOME_UNKNOWN, unenqueued, with the leader paused).
+func TestCLIResendsAfterLateOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	eps := lateBreaker(t, retryFor+300*time.Millisecond) + "," + notLeader(t)
+	q := fmt.Sprintf("cli-late-%d", time.Now().UnixNano())
+	task := parse(t, ok(t, "queue", "push", q, "--id", "a", "--data", "x", "-o", "json", "--endpoints", eps), &tenurev1.Task{})
+	if task.GetTaskId() != "a" || task.GetState() != tenurev1.TaskState_TASK_STATE_QUEUED {
+		t.Fatalf("push --id after a late OUTCOME_UNKNOWN: %v", task)
 	}
 }
