@@ -689,6 +689,10 @@ func TestCLIWatch(t *testing.T) {
 	if lines = strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || parse(t, lines[0], &tenurev1.Event{}).GetLeaseId() != l.GetLeaseId() {
 		t.Fatalf("watch --namespace '': want default's events, got:\n%s", out)
 	}
+	out = ok(t, "watch", "--all-namespaces", "--prefix", res, "--after", fmt.Sprint(st.GetLedgerIndex()), "--count", "3")
+	if lines = strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 || !strings.HasPrefix(lines[0], "NAMESPACE") || !strings.HasPrefix(lines[3], "other-ns ") {
+		t.Fatalf("watch --all-namespaces as a table: want a NAMESPACE column, got:\n%s", out)
+	}
 	if r := runTenure(t, "watch", "--all-namespaces", "--namespace", "x"); r.code != 2 {
 		t.Fatalf("watch --all-namespaces --namespace x: %+v", r)
 	}

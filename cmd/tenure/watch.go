@@ -109,7 +109,13 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		} else {
 			if n == 0 { // with the first event: a refused watch prints only its error
+				if *all {
+					fmt.Fprintf(stdout, "%-16s ", "NAMESPACE")
+				}
 				fmt.Fprintf(stdout, "%-8s %-20s %-18s %-24s %-28s %-20s %-8s %s\n", "INDEX", "TIME", "TYPE", "RESOURCE", "LEASE ID", "HOLDER", "FENCE", "ACTOR")
+			}
+			if *all {
+				fmt.Fprintf(stdout, "%-16s ", e.GetNamespace())
 			}
 			fmt.Fprintf(stdout, "%-8d %-20s %-18s %-24s %-28s %-20s %-8d %s\n", e.GetIndex(), fmtTime(e.GetTime()), e.GetType(), e.GetResource(), e.GetLeaseId(), e.GetHolder(), e.GetFence(), e.GetActor())
 		}

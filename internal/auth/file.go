@@ -250,7 +250,7 @@ func (f *File) weakTokens() []string {
 	for i, e := range f.Tokens {
 		if e.Token != "" && len(e.Token) < MinTokenBytes {
 			out = append(out, fmt.Sprintf("auth file: tokens[%d] (principal %q): the token is %d characters, short enough to guess; "+
-				"use at least %d random bytes (openssl rand -base64 32)", i, e.Principal, len(e.Token), MinTokenBytes))
+				"use at least %d characters, of 32 random bytes (openssl rand -base64 32)", i, e.Principal, len(e.Token), MinTokenBytes))
 		}
 	}
 	return out

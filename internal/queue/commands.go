@@ -411,13 +411,13 @@ func (qs *Queues) retention(ns string, tick registrar.Tick) int64 {
 }
 
 // deadRetention is the prune tick of a task that dies now: the
-// namespace's dead task retention later (rules 4; before, its lease
-// retention, as for the other finished tasks).
+// namespace's dead task retention later, when its policy sets one;
+// otherwise its lease retention, as for the other finished tasks.
 func (qs *Queues) deadRetention(tx *registrar.Tx, ns string) int64 {
-	if tx.Rules < 4 {
-		return qs.retention(ns, tx.Tick)
+	if d := qs.reg.Policy(ns).DeadTaskRetention; d > 0 {
+		return int64(tx.Tick) + d
 	}
-	return int64(tx.Tick) + qs.reg.Policy(ns).DeadTaskRetention
+	return qs.retention(ns, tx.Tick)
 }
 
 func checkText(field, v string, limit int) error {

@@ -348,7 +348,7 @@ func TestTaskLeaseLifetime(t *testing.T) {
 	e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
 		Policy: registrar.Policy{DefaultTTL: 60_000, MinTTL: 1000, MaxTTL: 3_600_000, MaxGrace: 15_000,
 			MaxActivePerHolder: 100, MaxActivePerNamespace: 1000, MaxWaitersPerResource: 10,
-			LeaseRetention: 3_600_000, HistoryRetention: 3_600_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000, DeadTaskRetention: 86_400_000}.Proto()}}})
+			LeaseRetention: 3_600_000, HistoryRetention: 3_600_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000}.Proto()}}})
 	e.mustEnqueue("q", task("t", 0))
 	c := e.claim("q", "w", 1, 3_600_000)
 	id := c.Leases[0].ID
@@ -724,7 +724,7 @@ func TestClaimCutShortByAQuotaSaysSo(t *testing.T) {
 	e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
 		Policy: registrar.Policy{DefaultTTL: 60_000, MinTTL: 1000, MaxTTL: 300_000, MaxGrace: 15_000,
 			MaxActivePerHolder: 3, MaxActivePerNamespace: 1000, MaxWaitersPerResource: 10,
-			LeaseRetention: 3_600_000, HistoryRetention: 3_600_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000, DeadTaskRetention: 86_400_000}.Proto()}}})
+			LeaseRetention: 3_600_000, HistoryRetention: 3_600_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000}.Proto()}}})
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
 		e.mustEnqueue("q", task(id, 0))
 	}
@@ -742,15 +742,21 @@ func TestClaimCutShortByAQuotaSaysSo(t *testing.T) {
 	e.checkReplay()
 }
 
-// TestDeadTasksOutliveOtherFinishedTasks: a dead task (by Fail or by an
-// expiry on its last attempt) is kept for the namespace's dead task
-// retention (24 h by default), a succeeded or cancelled one for its lease
-// retention (1 h); commands of rules before 4 kept dead tasks 1 h too.
+// TestDeadTasksOutliveOtherFinishedTasks: with a dead task retention in
+// its namespace's policy, a dead task (by Fail or by an expiry on its last
+// attempt) is kept that long; succeeded and cancelled ones for the lease
+// retention (1 h). Without one (the default), dead tasks go with them.
 func TestDeadTasksOutliveOtherFinishedTasks(t *testing.T) {
-	for _, rules := range []uint32{statemachine.Rules, 3} {
-		t.Run(fmt.Sprint("rules ", rules), func(t *testing.T) {
+	for _, keep := range []int64{0, 86_400_000} {
+		t.Run(fmt.Sprint("dead task retention ", keep), func(t *testing.T) {
 			e := setup(t)
-			e.rules = rules
+			if keep != 0 {
+				p := registrar.DefaultPolicy()
+				p.DeadTaskRetention = keep
+				if res := e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: p.Proto()}}}); res.Outcome.Err != nil {
+					t.Fatal(res.Outcome.Err)
+				}
+			}
 			e.mustEnqueue("q", &logpb.NewTask{TaskId: "failed", MaxAttempts: 1}, &logpb.NewTask{TaskId: "expired", MaxAttempts: 1},
 				task("done", 0), task("cancelled", 0))
 			c := e.claim("q", "w", 3, 2000)
@@ -788,14 +794,14 @@ func TestDeadTasksOutliveOtherFinishedTasks(t *testing.T) {
 			if got["done"] || got["cancelled"] {
 				t.Fatalf("an hour on, succeeded and cancelled tasks are still kept: %v", got)
 			}
-			if dead := got["failed"] && got["expired"]; dead != (rules >= 4) {
-				t.Fatalf("rules %d, an hour on: dead tasks kept %v, want %v (%v)", rules, dead, rules >= 4, got)
+			if dead := got["failed"] && got["expired"]; dead != (keep != 0) {
+				t.Fatalf("dead task retention %d, an hour on: dead tasks kept %v (%v)", keep, dead, got)
 			}
-			if rules >= 4 {
+			if keep != 0 {
 				if s := e.m.Queues().Stats("", "q", e.applied); s.Dead != 2 {
 					t.Fatalf("stats %+v, want 2 dead", s)
 				}
-				e.after(86_400_000 - 3_600_000)
+				e.after(keep - 3_600_000)
 				e.advance()
 				if got := kept(); got["failed"] || got["expired"] {
 					t.Fatalf("a day on, dead tasks still kept: %v", got)
@@ -833,7 +839,7 @@ func TestDeadTaskRetentionPolicy(t *testing.T) {
 	if _, err := e.m.Queues().GetAt("", "q", "t", e.tick); registrar.ReasonOf(err) != registrar.ReasonTaskNotFound {
 		t.Fatalf("10 s on: %v", err)
 	}
-	p.DeadTaskRetention = 0
+	p.DeadTaskRetention = -1
 	res := e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: p.Proto()}}})
 	wantReason(t, res.Outcome.Err, registrar.ReasonInvalidArgument)
 	e.checkReplay()

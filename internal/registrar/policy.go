@@ -48,8 +48,8 @@ type Policy struct {
 	// queue tasks and their payload bytes; MaxPoolPieces the pieces of its
 	// pools' files. Each is QUOTA_EXCEEDED past it.
 	MaxPendingTasks, MaxPendingTaskBytes, MaxPoolPieces uint64
-	// DeadTaskRetention is how long a dead queue task is kept (succeeded
-	// and cancelled ones are kept LeaseRetention).
+	// DeadTaskRetention is how long a dead queue task is kept; 0 (the
+	// default): LeaseRetention, as succeeded and cancelled ones.
 	DeadTaskRetention int64
 }
 
@@ -73,7 +73,6 @@ func DefaultPolicy() Policy {
 		MaxPendingTasks:       1_000_000,
 		MaxPendingTaskBytes:   1 << 30,
 		MaxPoolPieces:         1 << 24,
-		DeadTaskRetention:     86_400_000,
 	}
 }
 
@@ -106,9 +105,9 @@ func (p Policy) Validate() error {
 	case p.MaxWaitersPerResource == 0:
 		return bad("max_waiters_per_resource", "must be positive")
 	case p.LeaseRetention <= 0 || p.LeaseRetention > maxDurationMs:
-		return bad("lease_retention", "must be positive")
+		return bad("lease_retention", "must be positive and at most 10 years")
 	case p.HistoryRetention <= 0 || p.HistoryRetention > maxDurationMs:
-		return bad("history_retention", "must be positive")
+		return bad("history_retention", "must be positive and at most 10 years")
 	case p.MaxRetainedLeases == 0:
 		return bad("max_retained_leases", "must be positive")
 	case p.MaxRetainedTasks == 0:
@@ -123,8 +122,8 @@ func (p Policy) Validate() error {
 		return bad("max_pool_pieces", "must be positive")
 	case p.TaskMaxLifetime < 0 || p.TaskMaxLifetime > maxDurationMs:
 		return bad("task_max_lifetime", "must be between 0 (unlimited) and 10 years")
-	case p.DeadTaskRetention <= 0 || p.DeadTaskRetention > maxDurationMs:
-		return bad("dead_task_retention", "must be positive")
+	case p.DeadTaskRetention < 0 || p.DeadTaskRetention > maxDurationMs:
+		return bad("dead_task_retention", "must be between 0 (as lease_retention) and 10 years")
 	}
 	return nil
 }
@@ -172,6 +171,16 @@ func PolicyFromProto(base Policy, pb *tenurev1.NamespacePolicy) Policy {
 	return base
 }
 
+// optionalDuration is ms as a duration, or nil (unset) for 0: a field
+// added after the first release, left out at its default so that records
+// and snapshots keep their bytes.
+func optionalDuration(ms int64) *durationpb.Duration {
+	if ms == 0 {
+		return nil
+	}
+	return durationpb.New(time.Duration(ms) * time.Millisecond)
+}
+
 // nonZero is v, or nil (unset) for 0.
 func nonZero(v uint32) *uint32 {
 	if v == 0 {
@@ -207,7 +216,7 @@ func (p Policy) Proto() *tenurev1.NamespacePolicy {
 		MaxPendingTasks:       p.MaxPendingTasks,
 		MaxPendingTaskBytes:   p.MaxPendingTaskBytes,
 		MaxPoolPieces:         p.MaxPoolPieces,
-		DeadTaskRetention:     d(p.DeadTaskRetention),
+		DeadTaskRetention:     optionalDuration(p.DeadTaskRetention),
 	}
 }
 

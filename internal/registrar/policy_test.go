@@ -22,7 +22,6 @@ func TestPolicy_Defaults(t *testing.T) {
 		LeaseRetention: 3_600_000, HistoryRetention: 86_400_000, MaxRetainedLeases: 100_000,
 		MaxRetainedTasks: 100_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000, // API.md: task leases 10 renewals, 2 h
 		MaxStateBytes: 256 << 20, MaxPendingTasks: 1_000_000, MaxPendingTaskBytes: 1 << 30, MaxPoolPieces: 1 << 24,
-		DeadTaskRetention: 86_400_000, // dead tasks: a day (River keeps discarded jobs a week)
 	}
 	if p != want {
 		t.Fatalf("defaults %+v\nwant     %+v", p, want)

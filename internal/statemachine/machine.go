@@ -47,9 +47,13 @@ import (
 //	   actor, not the command's
 //	3  a task requeued because its lease was given back (its attempt not
 //	   counted) keeps its last error: the requeue's reason is no error
-//	4  a task that dies is kept for its namespace's dead task retention
-//	   (24 h by default), not its lease retention (1 h)
-const Rules = 4
+//
+// A member of an older build applies commands stamped with newer rules by
+// its own, older ones (found from outside: a rolling upgrade to rules 4
+// left members with ledgers that disagree); until the leader stamps the
+// rules every member supports, a change of what a command derives by
+// default must not come with a new number.
+const Rules = 3
 
 // SnapshotVersion is the version of the snapshot encoding this code writes.
 // Version 2 added lease trees (derivation, usage, ended_by of a lease); a
