@@ -18,29 +18,40 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 )
 
-// forwardBreaker is a member whose forwards to the leader break off: it
-// answers every call OUTCOME_UNKNOWN (unavailable), as a follower does
-// when the leader is killed while it forwards a write.
-func forwardBreaker(t *testing.T) string {
+// httpMember serves handler as a member's API (HTTP/1.1 and h2c) on a
+// free port, until the test ends, and returns its address.
+func httpMember(t *testing.T, handler http.HandlerFunc) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", freePort())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ew := connect.NewErrorWriter()
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		e := connect.NewError(connect.CodeUnavailable, errors.New("OUTCOME_UNKNOWN: the write forwarded to the leader broke off"))
-		if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "OUTCOME_UNKNOWN", Domain: "tenure"}); err == nil {
-			e.AddDetail(d)
-		}
-		_ = ew.Write(w, r, e)
-	})}
+	srv := &http.Server{Handler: handler}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
+}
+
+// answerError answers a call with a Tenure error of reason (UNAVAILABLE,
+// its ErrorInfo naming reason), message starting with it.
+func answerError(w http.ResponseWriter, r *http.Request, reason, message string) {
+	e := connect.NewError(connect.CodeUnavailable, errors.New(reason+": "+message))
+	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: reason, Domain: "tenure"}); err == nil {
+		e.AddDetail(d)
+	}
+	_ = connect.NewErrorWriter().Write(w, r, e)
+}
+
+// forwardBreaker is a member whose forwards to the leader break off: it
+// answers every call OUTCOME_UNKNOWN (unavailable), as a follower does
+// when the leader is killed while it forwards a write.
+func forwardBreaker(t *testing.T) string {
+	return httpMember(t, func(w http.ResponseWriter, r *http.Request) {
+		answerError(w, r, "OUTCOME_UNKNOWN", "the write forwarded to the leader broke off")
+	})
 }
 
 // A write that is safe to repeat is sent to the next member when a member
@@ -91,18 +102,13 @@ func TestCLIResendsAfterForwardBrokeOff(t *testing.T) {
 // server.
 func lateBreaker(t *testing.T, hang time.Duration) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", freePort())
-	if err != nil {
-		t.Fatal(err)
-	}
 	target, err := url.Parse("http://" + apiAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	var first sync.Once
-	ew := connect.NewErrorWriter()
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return httpMember(t, func(w http.ResponseWriter, r *http.Request) {
 		broke := false
 		first.Do(func() { broke = true })
 		if !broke {
@@ -114,41 +120,15 @@ func lateBreaker(t *testing.T, hang time.Duration) string {
 		case <-r.Context().Done():
 			return
 		}
-		e := connect.NewError(connect.CodeUnavailable, errors.New("OUTCOME_UNKNOWN: the write was forwarded to the leader n2, which lost the leadership before answering"))
-		if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "OUTCOME_UNKNOWN", Domain: "tenure"}); err == nil {
-			e.AddDetail(d)
-		}
-		_ = ew.Write(w, r, e)
-	})}
-	srv.Protocols = new(http.Protocols)
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String()
+		answerError(w, r, "OUTCOME_UNKNOWN", "the write was forwarded to the leader n2, which lost the leadership before answering")
+	})
 }
 
 // notLeader is a member that knows no leader yet (an election under way).
 func notLeader(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", freePort())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ew := connect.NewErrorWriter()
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		e := connect.NewError(connect.CodeUnavailable, errors.New("NOT_LEADER: no leader known: an election is under way"))
-		if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "NOT_LEADER", Domain: "tenure"}); err == nil {
-			e.AddDetail(d)
-		}
-		_ = ew.Write(w, r, e)
-	})}
-	srv.Protocols = new(http.Protocols)
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String()
+	return httpMember(t, func(w http.ResponseWriter, r *http.Request) {
+		answerError(w, r, "NOT_LEADER", "no leader known: an election is under way")
+	})
 }
 
 // A member that answers OUTCOME_UNKNOWN only once the CLI's retry budget
