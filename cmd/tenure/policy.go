@@ -78,7 +78,7 @@ var policySettings = []policySetting{
 	durationSetting("history-retention", "how long a resource's history is kept (default 24h; History reads an in-memory feed of the latest records of all namespaces, then the member's ledger files, up to 256 MiB of them per call: when that does not reach back, its answer's oldestIndex says how far it does)", func(p *registrar.Policy) *int64 { return &p.HistoryRetention }),
 	countSetting("max-retained-leases", "ended leases kept per namespace (default 100000)", func(p *registrar.Policy) *uint64 { return &p.MaxRetainedLeases }),
 	countSetting("max-retained-tasks", "finished queue tasks kept per namespace (default 100000)", func(p *registrar.Policy) *uint64 { return &p.MaxRetainedTasks }),
-	durationSetting("dead-task-retention", "how long a dead queue task (attempts used up) stays readable and retryable, e.g. 24h (default 0: as --lease-retention)", func(p *registrar.Policy) *int64 { return &p.DeadTaskRetention }),
+	durationSetting("dead-task-retention", "how long a dead queue task (attempts used up) stays readable and retryable (default 24h; other finished tasks: --lease-retention)", func(p *registrar.Policy) *int64 { return &p.DeadTaskRetention }),
 	sizeSetting("max-state-bytes", "guarded state a namespace may hold, bytes (or with a unit: 512MiB), each blob plus 256 (default 256MiB)", func(p *registrar.Policy) *uint64 { return &p.MaxStateBytes }),
 	countSetting("max-pending-tasks", "unfinished queue tasks per namespace (default 1000000)", func(p *registrar.Policy) *uint64 { return &p.MaxPendingTasks }),
 	sizeSetting("max-pending-task-bytes", "payload bytes of a namespace's unfinished queue tasks (or with a unit: 2GiB) (default 1GiB)", func(p *registrar.Policy) *uint64 { return &p.MaxPendingTaskBytes }),
@@ -269,9 +269,9 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func writePolicy(w io.Writer, pb *tenurev1.NamespacePolicy) error {
 	p := registrar.PolicyFromProto(registrar.Policy{}, pb)
 	d := func(ms int64) string { return fmtDuration(time.Duration(ms) * time.Millisecond) }
-	asLeaseRetention := func(s string, zero bool) string {
+	orDefault := func(s string, zero bool, def string) string {
 		if zero {
-			return "as lease-retention"
+			return def
 		}
 		return s
 	}
@@ -293,7 +293,7 @@ func writePolicy(w io.Writer, pb *tenurev1.NamespacePolicy) error {
 		{"lease-retention", d(p.LeaseRetention)}, {"history-retention", d(p.HistoryRetention)},
 		{"max-retained-leases", strconv.FormatUint(p.MaxRetainedLeases, 10)},
 		{"max-retained-tasks", strconv.FormatUint(p.MaxRetainedTasks, 10)},
-		{"dead-task-retention", asLeaseRetention(d(p.DeadTaskRetention), p.DeadTaskRetention == 0)},
+		{"dead-task-retention", orDefault(d(p.DeadTaskRetention), p.DeadTaskRetention == 0, "24h (default)")},
 		{"always-certify", strconv.FormatBool(p.AlwaysCertify)},
 		{"max-state-bytes", strconv.FormatUint(p.MaxStateBytes, 10)},
 		{"max-pending-tasks", strconv.FormatUint(p.MaxPendingTasks, 10)},

@@ -337,11 +337,10 @@ func (f *fsm) noteTag() {
 }
 
 // batchOf is the log entry of cmds, stamped with the cluster's tag, each
-// command with the rules this build applies (statemachine.Rules). Safe
-// for concurrent use.
-func (f *fsm) batchOf(cmds []*logpb.Command) *logpb.Batch {
+// command with rules (Node.stampRules). Safe for concurrent use.
+func (f *fsm) batchOf(cmds []*logpb.Command, rules uint32) *logpb.Batch {
 	for _, c := range cmds {
-		c.Rules = statemachine.Rules
+		c.Rules = rules
 	}
 	b := &logpb.Batch{Commands: cmds}
 	if tag := f.tag.Load(); tag != nil {

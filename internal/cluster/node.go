@@ -74,6 +74,9 @@ type Node struct {
 	reach reach
 	// calls is the transport Raft calls through.
 	calls *leftOutWatch
+	// rules is what this node stamps on commands while it leads in the
+	// term it was set for (SetRules).
+	rules atomic.Pointer[termRules]
 	// silentAfter is how long a member may leave the leader's calls
 	// unanswered before the leader calls it unreachable.
 	silentAfter time.Duration
@@ -1110,7 +1113,7 @@ func (n *Node) applyBeforeTerm(t *term, cmds []*logpb.Command) ([]statemachine.R
 	for _, c := range cmds {
 		c.Tick, c.Wall = int64(t.base), wall
 	}
-	data, err := proto.Marshal(n.fsm.batchOf(cmds))
+	data, err := proto.Marshal(n.fsm.batchOf(cmds, n.stampRules()))
 	if err != nil {
 		return nil, err
 	}

@@ -153,7 +153,7 @@ func (n *Node) propose() {
 			p.cmd.Tick, p.cmd.Wall = int64(tick), wall
 			cmds[i] = p.cmd
 		}
-		b := n.fsm.batchOf(cmds)
+		b := n.fsm.batchOf(cmds, n.stampRules())
 		data, err := proto.Marshal(b)
 		if err != nil {
 			for _, p := range batch {

@@ -410,12 +410,21 @@ func (qs *Queues) retention(ns string, tick registrar.Tick) int64 {
 	return int64(tick) + qs.reg.Policy(ns).LeaseRetention
 }
 
+// DeadRetention is how long a dead task is kept when its namespace's
+// policy sets no dead task retention (commands of rules 4 on): a day, for
+// someone to look at it and Retry it (River keeps discarded jobs a week).
+const DeadRetention = 24 * 3_600_000
+
 // deadRetention is the prune tick of a task that dies now: the
 // namespace's dead task retention later, when its policy sets one;
-// otherwise its lease retention, as for the other finished tasks.
+// otherwise DeadRetention (rules 4 on), or its lease retention, as for
+// the other finished tasks (before).
 func (qs *Queues) deadRetention(tx *registrar.Tx, ns string) int64 {
-	if d := qs.reg.Policy(ns).DeadTaskRetention; d > 0 {
+	switch d := qs.reg.Policy(ns).DeadTaskRetention; {
+	case d > 0:
 		return int64(tx.Tick) + d
+	case tx.Rules >= 4:
+		return int64(tx.Tick) + DeadRetention
 	}
 	return qs.retention(ns, tx.Tick)
 }

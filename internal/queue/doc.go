@@ -31,8 +31,9 @@
 // backoff after a failure is attempt⁴ seconds (capped at 1 h) with jitter
 // derived from the task id and attempt, so every replica computes the same. Finished tasks
 // (SUCCEEDED, DEAD, CANCELLED) are pruned at a tick fixed when they finish
-// (the namespace's lease retention later; its dead task retention, when
-// its policy sets one, for a DEAD task), or earlier when the namespace
+// (the namespace's lease retention later; for a DEAD task its dead task
+// retention, when its policy sets one, else a day, commands of rules 4
+// on), or earlier when the namespace
 // keeps more than its policy's MaxRetainedTasks (the oldest of the queue
 // keeping the most first); an id may be reused after that.
 package queue

@@ -742,17 +742,27 @@ func TestClaimCutShortByAQuotaSaysSo(t *testing.T) {
 	e.checkReplay()
 }
 
-// TestDeadTasksOutliveOtherFinishedTasks: with a dead task retention in
-// its namespace's policy, a dead task (by Fail or by an expiry on its last
-// attempt) is kept that long; succeeded and cancelled ones for the lease
-// retention (1 h). Without one (the default), dead tasks go with them.
+// TestDeadTasksOutliveOtherFinishedTasks: a dead task (by Fail or by an
+// expiry on its last attempt) is kept a day (rules 4 on), or its
+// namespace's dead task retention when the policy sets one; succeeded and
+// cancelled ones for the lease retention (1 h). Commands of rules before
+// 4 kept dead tasks the lease retention too, unless the policy said.
 func TestDeadTasksOutliveOtherFinishedTasks(t *testing.T) {
-	for _, keep := range []int64{0, 86_400_000} {
-		t.Run(fmt.Sprint("dead task retention ", keep), func(t *testing.T) {
+	for _, tc := range []struct {
+		rules      uint32
+		keep, kept int64 // the policy's dead task retention; how long dead tasks are kept (0: 1 h)
+	}{
+		{statemachine.Rules, 0, queue.DeadRetention},
+		{statemachine.Rules, 2 * 3_600_000, 2 * 3_600_000},
+		{3, 0, 0},
+		{3, 2 * 3_600_000, 2 * 3_600_000},
+	} {
+		t.Run(fmt.Sprint("rules ", tc.rules, ", policy ", tc.keep), func(t *testing.T) {
 			e := setup(t)
-			if keep != 0 {
+			e.rules = tc.rules
+			if tc.keep != 0 {
 				p := registrar.DefaultPolicy()
-				p.DeadTaskRetention = keep
+				p.DeadTaskRetention = tc.keep
 				if res := e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: p.Proto()}}}); res.Outcome.Err != nil {
 					t.Fatal(res.Outcome.Err)
 				}
@@ -794,17 +804,17 @@ func TestDeadTasksOutliveOtherFinishedTasks(t *testing.T) {
 			if got["done"] || got["cancelled"] {
 				t.Fatalf("an hour on, succeeded and cancelled tasks are still kept: %v", got)
 			}
-			if dead := got["failed"] && got["expired"]; dead != (keep != 0) {
-				t.Fatalf("dead task retention %d, an hour on: dead tasks kept %v (%v)", keep, dead, got)
+			if dead := got["failed"] && got["expired"]; dead != (tc.kept != 0) {
+				t.Fatalf("an hour on: dead tasks kept %v, want %v (%v)", dead, tc.kept != 0, got)
 			}
-			if keep != 0 {
+			if tc.kept != 0 {
 				if s := e.m.Queues().Stats("", "q", e.applied); s.Dead != 2 {
 					t.Fatalf("stats %+v, want 2 dead", s)
 				}
-				e.after(keep - 3_600_000)
+				e.after(tc.kept - 3_600_000)
 				e.advance()
 				if got := kept(); got["failed"] || got["expired"] {
-					t.Fatalf("a day on, dead tasks still kept: %v", got)
+					t.Fatalf("%d ms on, dead tasks still kept: %v", tc.kept, got)
 				}
 			}
 			e.checkReplay()

@@ -49,7 +49,8 @@ type Policy struct {
 	// pools' files. Each is QUOTA_EXCEEDED past it.
 	MaxPendingTasks, MaxPendingTaskBytes, MaxPoolPieces uint64
 	// DeadTaskRetention is how long a dead queue task is kept; 0 (the
-	// default): LeaseRetention, as succeeded and cancelled ones.
+	// default): a day (queue.DeadRetention; LeaseRetention for commands
+	// of rules before 4).
 	DeadTaskRetention int64
 }
 
@@ -123,7 +124,7 @@ func (p Policy) Validate() error {
 	case p.TaskMaxLifetime < 0 || p.TaskMaxLifetime > maxDurationMs:
 		return bad("task_max_lifetime", "must be between 0 (unlimited) and 10 years")
 	case p.DeadTaskRetention < 0 || p.DeadTaskRetention > maxDurationMs:
-		return bad("dead_task_retention", "must be between 0 (as lease_retention) and 10 years")
+		return bad("dead_task_retention", "must be between 0 (the default, a day) and 10 years")
 	}
 	return nil
 }

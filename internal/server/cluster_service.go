@@ -37,7 +37,7 @@ func (h *clusterService) Status(_ context.Context, _ *connect.Request[tenurev1.S
 		LeaderId: st.LeaderID, LeaderApiAddress: st.LeaderAPIAddr, Term: st.Term,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Tick: int64(st.Tick),
 		NodeId: st.NodeID, Version: h.s.cfg.Version, LedgerIndex: st.LedgerIndex,
-		LastLogIndex: st.LastLogIndex, LastLogTerm: st.LastLogTerm,
+		LastLogIndex: st.LastLogIndex, LastLogTerm: st.LastLogTerm, Rules: h.s.ownRules(),
 	}
 	if !st.LeaderLastContact.IsZero() {
 		resp.LeaderLastContact = timestamppb.New(st.LeaderLastContact)

@@ -21,6 +21,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
 // member is one in-process member of a test cluster.
@@ -1354,4 +1355,27 @@ func TestBackupFromTheLeader(t *testing.T) {
 	if err := drainBackup(l.cluster.SaveSnapshot(ctx, connect.NewRequest(&tenurev1.SaveSnapshotRequest{}))); err != nil {
 		t.Fatalf("the leader's backup: %v", err)
 	}
+}
+
+// TestLeaderStampsTheLowestRules: the leader stamps on commands the
+// lowest rules its members say they apply (a member of an older build in
+// a rolling upgrade applies newer rules by its own, older ones: found
+// from outside, two signed ledgers that disagree), and this build's own
+// once every member says them.
+func TestLeaderStampsTheLowestRules(t *testing.T) {
+	ms := startCluster(t, 3)
+	l := leaderOf(t, ms, 10*time.Second)
+	f := followerOf(ms, l)
+	stamps := func(want uint32) func() bool {
+		return func() bool { return l.srv.node.StampRules() == want }
+	}
+	waitFor(t, "the leader to stamp its own rules", 10*time.Second, stamps(statemachine.Rules))
+	if st, err := statusOf(f); err != nil || st.GetRules() != statemachine.Rules {
+		t.Fatalf("a member's Status says rules %d (%v), want %d", st.GetRules(), err, statemachine.Rules)
+	}
+	f.srv.reportRules.Store(statemachine.Rules - 1) // an older build
+	waitFor(t, "the leader to stamp the older member's rules", 10*time.Second, stamps(statemachine.Rules-1))
+	acquireVia(t, l, "rules/older", 30*time.Second) // commands go on
+	f.srv.reportRules.Store(0)                      // upgraded
+	waitFor(t, "the leader to stamp its own rules again", 10*time.Second, stamps(statemachine.Rules))
 }

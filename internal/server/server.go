@@ -146,6 +146,10 @@ type Server struct {
 	// events renders each record once for all the Watch streams that
 	// send it.
 	events eventCache
+
+	// reportRules, when set (tests), is the rules this member says it
+	// applies, in place of statemachine.Rules.
+	reportRules atomic.Uint32
 }
 
 type metrics struct {
@@ -329,8 +333,9 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, errors.Join(err, s.Close(cctx))
 		}
 	}
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.publishSelf()
+	go s.rulesWatch()
 	return s, nil
 }
 

@@ -47,13 +47,21 @@ import (
 //	   actor, not the command's
 //	3  a task requeued because its lease was given back (its attempt not
 //	   counted) keeps its last error: the requeue's reason is no error
+//	4  a task that dies is kept a day (queue.DeadRetention) unless its
+//	   namespace's policy sets a dead task retention, not its lease
+//	   retention
 //
 // A member of an older build applies commands stamped with newer rules by
 // its own, older ones (found from outside: a rolling upgrade to rules 4
-// left members with ledgers that disagree); until the leader stamps the
-// rules every member supports, a change of what a command derives by
-// default must not come with a new number.
-const Rules = 3
+// left members with ledgers that disagree), so the leader stamps the
+// lowest rules of its cluster's members (each says its own in Status;
+// see cluster.Node.SetRules), not this build's own.
+const Rules = 4
+
+// UnreportedRules is what the leader stamps for a member that does not say
+// its rules: builds before members reported them applied at most these,
+// and a member not heard from yet in a term counts likewise.
+const UnreportedRules = 3
 
 // SnapshotVersion is the version of the snapshot encoding this code writes.
 // Version 2 added lease trees (derivation, usage, ended_by of a lease); a

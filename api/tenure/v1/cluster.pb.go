@@ -230,8 +230,13 @@ type StatusResponse struct {
 	// after a stall) until its heartbeat timeout passes: a contact seconds
 	// old says the leader named may be gone.
 	LeaderLastContact *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=leader_last_contact,json=leaderLastContact,proto3" json:"leader_last_contact,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Addition: the rules the answering member's build applies commands by
+	// (statemachine.Rules). A leader stamps on commands the lowest its
+	// members say (one that says none counts as 3), so that members of an
+	// older build, in a rolling upgrade, derive the same records.
+	Rules         uint32 `protobuf:"varint,15,opt,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -360,6 +365,13 @@ func (x *StatusResponse) GetLeaderLastContact() *timestamppb.Timestamp {
 		return x.LeaderLastContact
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetRules() uint32 {
+	if x != nil {
+		return x.Rules
+	}
+	return 0
 }
 
 type AddVoterRequest struct {
@@ -1418,7 +1430,7 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12#\n" +
 	"\x04role\x18\x04 \x01(\x0e2\x0f.tenure.v1.RoleR\x04role\x12G\n" +
 	"\x11unreachable_since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10unreachableSince\"\x0f\n" +
-	"\rStatusRequest\"\xa8\x04\n" +
+	"\rStatusRequest\"\xbe\x04\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12,\n" +
 	"\x12leader_api_address\x18\x02 \x01(\tR\x10leaderApiAddress\x12\x12\n" +
@@ -1434,7 +1446,8 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\x0elast_log_index\x18\v \x01(\x04R\flastLogIndex\x12\"\n" +
 	"\rlast_log_term\x18\f \x01(\x04R\vlastLogTerm\x12B\n" +
 	"\x0fno_leader_since\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rnoLeaderSince\x12J\n" +
-	"\x13leader_last_contact\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x11leaderLastContact\"\x91\x01\n" +
+	"\x13leader_last_contact\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x11leaderLastContact\x12\x14\n" +
+	"\x05rules\x18\x0f \x01(\rR\x05rules\"\x91\x01\n" +
 	"\x0fAddVoterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +

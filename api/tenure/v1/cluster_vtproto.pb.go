@@ -153,6 +153,11 @@ func (m *StatusResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Rules != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Rules))
+		i--
+		dAtA[i] = 0x78
+	}
 	if m.LeaderLastContact != nil {
 		size, err := (*timestamppb.Timestamp)(m.LeaderLastContact).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -1281,6 +1286,9 @@ func (m *StatusResponse) SizeVT() (n int) {
 		l = (*timestamppb.Timestamp)(m.LeaderLastContact).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.Rules != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Rules))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2294,6 +2302,25 @@ func (m *StatusResponse) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 15:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Rules", wireType)
+			}
+			m.Rules = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Rules |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

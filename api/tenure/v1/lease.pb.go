@@ -785,12 +785,12 @@ type NamespacePolicy struct {
 	// default, 16,777,216.
 	MaxPoolPieces uint64 `protobuf:"varint,20,opt,name=max_pool_pieces,json=maxPoolPieces,proto3" json:"max_pool_pieces,omitempty"`
 	// Addition: how long a dead task (its attempts used up) is kept after
-	// it died, for GetTask, ListTasks, Stats' dead count and Retry (e.g.
-	// 24 h, where succeeded tasks go after lease_retention): unset or 0 =
-	// lease_retention, as for succeeded and cancelled tasks.
+	// it died, for GetTask, ListTasks, Stats' dead count and Retry: unset or
+	// 0 = the default, 24 h, once every member runs a build that knows it
+	// (until then lease_retention, as for succeeded and cancelled tasks).
 	// max_retained_tasks still bounds them, and prunes the tasks nearest
-	// their prune time first, so longer-kept dead tasks go last. Set it once
-	// every member runs a build that knows it.
+	// their prune time first, so dead tasks go last. Set it once every
+	// member runs a build that knows it.
 	DeadTaskRetention *durationpb.Duration `protobuf:"bytes,21,opt,name=dead_task_retention,json=deadTaskRetention,proto3" json:"dead_task_retention,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache

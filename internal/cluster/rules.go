@@ -1,0 +1,34 @@
+package cluster
+
+import "github.com/tenurehq/tenure/internal/statemachine"
+
+// termRules is the rules a leader stamps in one term.
+type termRules struct {
+	term  uint64
+	rules uint32
+}
+
+// SetRules sets the rules this node stamps on the commands it proposes
+// while it leads in term: the lowest its cluster's members apply (a
+// member of an older build applies commands stamped with newer rules by
+// its own, and derives other records), found by asking them
+// (server.rulesWatch). Never above this build's own.
+func (n *Node) SetRules(term uint64, rules uint32) {
+	n.rules.Store(&termRules{term: term, rules: min(rules, statemachine.Rules)})
+}
+
+// stampRules is the rules for the next entry: those set for the current
+// term, or statemachine.UnreportedRules until they are (a new leader has
+// not asked the members yet).
+func (n *Node) stampRules() uint32 {
+	if r := n.rules.Load(); r != nil && r.term == n.raft.CurrentTerm() {
+		return r.rules
+	}
+	return min(statemachine.UnreportedRules, statemachine.Rules)
+}
+
+// StampRules is the rules this node would stamp on a command now.
+func (n *Node) StampRules() uint32 { return n.stampRules() }
+
+// Term is the current Raft term of this node.
+func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }

@@ -1,0 +1,129 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
+
+// rulesEvery is how often the leader asks the members for their rules; a
+// new term is noticed within rulesLook.
+const (
+	rulesEvery = time.Second
+	rulesLook  = 50 * time.Millisecond
+)
+
+// rulesWatch keeps, while this member leads, the rules it stamps on
+// commands at the lowest its members apply (cluster.Node.SetRules): a
+// member of an older build applies commands stamped with newer rules by
+// its own, older ones, and would write other records than the rest
+// (found from outside: a rolling upgrade left two signed ledgers that
+// disagree). Each member says its rules in Status; one that says none (a
+// build from before they were reported), or that has not answered in
+// this term, counts as statemachine.UnreportedRules.
+func (s *Server) rulesWatch() {
+	defer s.bg.Done()
+	tick := time.NewTicker(rulesLook)
+	defer tick.Stop()
+	clients := map[string]tenurev1connect.ClusterServiceClient{}
+	var (
+		term  uint64
+		asked time.Time
+		heard = map[string]uint32{} // member id → rules, this term
+	)
+	for {
+		if t := s.node.Term(); s.node.IsLeader() && (t != term || time.Since(asked) >= rulesEvery) {
+			if t != term {
+				term = t
+				clear(heard)
+			}
+			asked = time.Now()
+			s.askRules(clients, heard)
+			if s.node.Term() == term && s.node.IsLeader() {
+				s.node.SetRules(term, s.lowestRules(heard))
+			}
+		}
+		select {
+		case <-s.closing:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// askRules asks every other member, at once, for its rules, noting each
+// answer in heard.
+func (s *Server) askRules(clients map[string]tenurev1connect.ClusterServiceClient, heard map[string]uint32) {
+	st, err := s.node.Status()
+	if err != nil {
+		return
+	}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, m := range st.Members {
+		if m.ID == s.node.ID() || m.APIAddress == "" {
+			continue
+		}
+		cl, ok := clients[m.APIAddress]
+		if !ok {
+			cl = tenurev1connect.NewClusterServiceClient(s.fwd.http, s.fwd.scheme+m.APIAddress)
+			clients[m.APIAddress] = cl
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(s.ctx, rulesEvery)
+			defer cancel()
+			req := connect.NewRequest(&tenurev1.StatusRequest{})
+			s.fwd.own(req.Header())
+			resp, err := cl.Status(ctx, req)
+			if err != nil || resp.Msg.GetNodeId() != m.ID {
+				return // not heard: what it said before in this term stands
+			}
+			r := resp.Msg.GetRules()
+			if r == 0 {
+				r = statemachine.UnreportedRules
+			}
+			mu.Lock()
+			heard[m.ID] = r
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+}
+
+// lowestRules is the lowest rules of the members of the configuration:
+// this build's own, what each other member said in this term, and
+// statemachine.UnreportedRules for one not heard from.
+func (s *Server) lowestRules(heard map[string]uint32) uint32 {
+	low := s.ownRules()
+	st, err := s.node.Status()
+	if err != nil {
+		return min(low, statemachine.UnreportedRules)
+	}
+	for _, m := range st.Members {
+		if m.ID == s.node.ID() {
+			continue
+		}
+		r, ok := heard[m.ID]
+		if !ok {
+			r = statemachine.UnreportedRules
+		}
+		low = min(low, r)
+	}
+	return low
+}
+
+// ownRules is the rules this member says it applies (Status).
+func (s *Server) ownRules() uint32 {
+	if r := s.reportRules.Load(); r != 0 {
+		return r
+	}
+	return statemachine.Rules
+}
