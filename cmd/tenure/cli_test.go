@@ -1156,6 +1156,10 @@ func TestStatusTable(t *testing.T) {
 		// A follower that has not heard from the leader it names for a
 		// while says so (found from outside: followers named a leader
 		// that had stepped down after a stall, for 1.6 s).
+		// During a rolling upgrade the leader says the cluster applies an
+		// older member's rules.
+		{"upgrade under way", &tenurev1.StatusResponse{NodeId: "n3", LeaderId: "n3", Version: "v2", Rules: 4, StampedRules: 3, Members: members},
+			"n3 (version v2, rules 4); the cluster applies rules 3: a member runs an older build (upgrade it)"},
 		{"follower of a silent leader", &tenurev1.StatusResponse{NodeId: "n2", LeaderId: "n3", LeaderApiAddress: "127.0.0.1:7072", Members: members,
 			LeaderLastContact: timestamppb.New(time.Now().Add(-1600 * time.Millisecond))},
 			"n3 (127.0.0.1:7072), last heard from 1.6s ago: it may have stopped or stepped down"},

@@ -188,8 +188,16 @@ func printStatus(stdout io.Writer, st *tenurev1.StatusResponse) error {
 	case !slices.ContainsFunc(st.GetMembers(), func(m *tenurev1.Member) bool { return m.GetId() == st.GetNodeId() }):
 		leader = "none known: " + st.GetNodeId() + ", which answered, is not in the cluster's configuration (removed, or not yet added)"
 	}
-	fmt.Fprintf(tw, "leader\t%s\nterm\t%d\ncommit index\t%d\napplied index\t%d\nlast log index\t%d (term %d)\nledger index\t%d\nanswered by\t%s (version %s)\n\n",
-		leader, st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLastLogIndex(), st.GetLastLogTerm(), st.GetLedgerIndex(), st.GetNodeId(), st.GetVersion())
+	answered := fmt.Sprintf("%s (version %s", st.GetNodeId(), st.GetVersion())
+	if r := st.GetRules(); r != 0 {
+		answered += fmt.Sprintf(", rules %d", r)
+	}
+	answered += ")"
+	if s := st.GetStampedRules(); s != 0 && s < st.GetRules() {
+		answered += fmt.Sprintf("; the cluster applies rules %d: a member runs an older build (upgrade it)", s)
+	}
+	fmt.Fprintf(tw, "leader\t%s\nterm\t%d\ncommit index\t%d\napplied index\t%d\nlast log index\t%d (term %d)\nledger index\t%d\nanswered by\t%s\n\n",
+		leader, st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLastLogIndex(), st.GetLastLogTerm(), st.GetLedgerIndex(), answered)
 	fmt.Fprintln(tw, "ID\tROLE\tAPI ADDRESS\tRAFT ADDRESS")
 	for _, m := range st.GetMembers() {
 		role := enumName(m.GetRole().String(), "ROLE_")

@@ -39,6 +39,9 @@ func (h *clusterService) Status(_ context.Context, _ *connect.Request[tenurev1.S
 		NodeId: st.NodeID, Version: h.s.cfg.Version, LedgerIndex: st.LedgerIndex,
 		LastLogIndex: st.LastLogIndex, LastLogTerm: st.LastLogTerm, Rules: h.s.ownRules(),
 	}
+	if st.LeaderID == st.NodeID {
+		resp.StampedRules = h.s.node.StampRules()
+	}
 	if !st.LeaderLastContact.IsZero() {
 		resp.LeaderLastContact = timestamppb.New(st.LeaderLastContact)
 	}

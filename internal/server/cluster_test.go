@@ -1370,11 +1370,14 @@ func TestLeaderStampsTheLowestRules(t *testing.T) {
 		return func() bool { return l.srv.node.StampRules() == want }
 	}
 	waitFor(t, "the leader to stamp its own rules", 10*time.Second, stamps(statemachine.Rules))
-	if st, err := statusOf(f); err != nil || st.GetRules() != statemachine.Rules {
-		t.Fatalf("a member's Status says rules %d (%v), want %d", st.GetRules(), err, statemachine.Rules)
+	if st, err := statusOf(f); err != nil || st.GetRules() != statemachine.Rules || st.GetStampedRules() != 0 {
+		t.Fatalf("a follower's Status says rules %d, stamped %d (%v), want %d and none", st.GetRules(), st.GetStampedRules(), err, statemachine.Rules)
 	}
 	f.srv.reportRules.Store(statemachine.Rules - 1) // an older build
 	waitFor(t, "the leader to stamp the older member's rules", 10*time.Second, stamps(statemachine.Rules-1))
+	if st, err := statusOf(l); err != nil || st.GetRules() != statemachine.Rules || st.GetStampedRules() != statemachine.Rules-1 {
+		t.Fatalf("the leader's Status says rules %d, stamped %d (%v)", st.GetRules(), st.GetStampedRules(), err)
+	}
 	acquireVia(t, l, "rules/older", 30*time.Second) // commands go on
 	f.srv.reportRules.Store(0)                      // upgraded
 	waitFor(t, "the leader to stamp its own rules again", 10*time.Second, stamps(statemachine.Rules))

@@ -234,7 +234,11 @@ type StatusResponse struct {
 	// (statemachine.Rules). A leader stamps on commands the lowest its
 	// members say (one that says none counts as 3), so that members of an
 	// older build, in a rolling upgrade, derive the same records.
-	Rules         uint32 `protobuf:"varint,15,opt,name=rules,proto3" json:"rules,omitempty"`
+	Rules uint32 `protobuf:"varint,15,opt,name=rules,proto3" json:"rules,omitempty"`
+	// Addition: in the leader's answer, the rules it stamps on commands
+	// now: the lowest its members apply. Below rules during a rolling
+	// upgrade (a member still runs an older build).
+	StampedRules  uint32 `protobuf:"varint,16,opt,name=stamped_rules,json=stampedRules,proto3" json:"stamped_rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -370,6 +374,13 @@ func (x *StatusResponse) GetLeaderLastContact() *timestamppb.Timestamp {
 func (x *StatusResponse) GetRules() uint32 {
 	if x != nil {
 		return x.Rules
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetStampedRules() uint32 {
+	if x != nil {
+		return x.StampedRules
 	}
 	return 0
 }
@@ -1430,7 +1441,7 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12#\n" +
 	"\x04role\x18\x04 \x01(\x0e2\x0f.tenure.v1.RoleR\x04role\x12G\n" +
 	"\x11unreachable_since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10unreachableSince\"\x0f\n" +
-	"\rStatusRequest\"\xbe\x04\n" +
+	"\rStatusRequest\"\xe3\x04\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12,\n" +
 	"\x12leader_api_address\x18\x02 \x01(\tR\x10leaderApiAddress\x12\x12\n" +
@@ -1447,7 +1458,8 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\rlast_log_term\x18\f \x01(\x04R\vlastLogTerm\x12B\n" +
 	"\x0fno_leader_since\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rnoLeaderSince\x12J\n" +
 	"\x13leader_last_contact\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x11leaderLastContact\x12\x14\n" +
-	"\x05rules\x18\x0f \x01(\rR\x05rules\"\x91\x01\n" +
+	"\x05rules\x18\x0f \x01(\rR\x05rules\x12#\n" +
+	"\rstamped_rules\x18\x10 \x01(\rR\fstampedRules\"\x91\x01\n" +
 	"\x0fAddVoterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +

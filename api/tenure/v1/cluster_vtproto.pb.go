@@ -153,6 +153,13 @@ func (m *StatusResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.StampedRules != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.StampedRules))
+		i--
+		dAtA[i] = 0x1
+		i--
+		dAtA[i] = 0x80
+	}
 	if m.Rules != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Rules))
 		i--
@@ -1289,6 +1296,9 @@ func (m *StatusResponse) SizeVT() (n int) {
 	if m.Rules != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Rules))
 	}
+	if m.StampedRules != 0 {
+		n += 2 + protohelpers.SizeOfVarint(uint64(m.StampedRules))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -2317,6 +2327,25 @@ func (m *StatusResponse) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.Rules |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 16:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field StampedRules", wireType)
+			}
+			m.StampedRules = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.StampedRules |= uint32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
