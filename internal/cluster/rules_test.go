@@ -11,6 +11,7 @@ import (
 // earlier leadership) give way to the floor until set again.
 func TestStampRulesOfTheTerm(t *testing.T) {
 	n := open(t, t.TempDir())
+	defer n.Close()
 	if got := n.StampRules(); got != min(statemachine.UnreportedRules, statemachine.Rules) {
 		t.Fatalf("before any SetRules: %d", got)
 	}
