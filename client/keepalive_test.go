@@ -502,6 +502,25 @@ func TestGrantAfterTrustWindowIsRenewedFirst(t *testing.T) {
 	})
 }
 
+// lateGrant is a Client of a fake member that grants its first acquire 4 s
+// late (past a 3 s lease's request + ttl − margin: a grant too late to be
+// trusted) and refuses the first renewal with renewal; acquires counts
+// the acquires it answered. Inside a synctest bubble.
+func lateGrant(t *testing.T, renewal Reason) (*Client, *atomic.Int32) {
+	fc := setup(t, "a:1")
+	acquires := new(atomic.Int32)
+	fc.members["a:1"].set(func(m *fakeMember) {
+		m.acquireHook = func(*tenurev1.AcquireRequest) (bool, error) {
+			if acquires.Add(1) == 1 {
+				time.Sleep(4 * time.Second) // fake time: granted past request + ttl − margin
+			}
+			return false, nil
+		}
+		m.renewFail = []Reason{renewal}
+	})
+	return fc.client([]string{"a:1"}), acquires
+}
+
 // TestLockQueuesAgainAfterALateGrantIsLost: a Lock whose grant came after
 // its trust window (the process paused while it waited: found from outside
 // with SIGSTOP) and whose proving renewal is refused (the lease expired
@@ -509,18 +528,7 @@ func TestGrantAfterTrustWindowIsRenewedFirst(t *testing.T) {
 // error that is neither its ctx's nor a reason to give up.
 func TestLockQueuesAgainAfterALateGrantIsLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fc := setup(t, "a:1")
-		var acquires atomic.Int32
-		fc.members["a:1"].set(func(m *fakeMember) {
-			m.acquireHook = func(*tenurev1.AcquireRequest) (bool, error) {
-				if acquires.Add(1) == 1 {
-					time.Sleep(4 * time.Second) // granted past request + ttl − margin
-				}
-				return false, nil
-			}
-			m.renewFail = []Reason{ReasonLeaseExpired}
-		})
-		c := fc.client([]string{"a:1"})
+		c, acquires := lateGrant(t, ReasonLeaseExpired)
 		m := NewMutex(c, "locks/late", TTL(3*time.Second))
 		if err := m.Lock(t.Context()); err != nil {
 			t.Fatalf("Lock: %v; want it to queue again after the late grant was lost", err)
@@ -541,18 +549,7 @@ func TestLockQueuesAgainAfterALateGrantIsLost(t *testing.T) {
 // reason.
 func TestAcquireAsksAgainAfterALateGrantIsFoundGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fc := setup(t, "a:1")
-		var acquires atomic.Int32
-		fc.members["a:1"].set(func(m *fakeMember) {
-			m.acquireHook = func(*tenurev1.AcquireRequest) (bool, error) {
-				if acquires.Add(1) == 1 {
-					time.Sleep(4 * time.Second) // granted past request + ttl − margin
-				}
-				return false, nil
-			}
-			m.renewFail = []Reason{ReasonLeaseTerminal}
-		})
-		c := fc.client([]string{"a:1"})
+		c, acquires := lateGrant(t, ReasonLeaseTerminal)
 		l, err := c.Acquire(t.Context(), "orders/late", TTL(3*time.Second), Wait(10*time.Second))
 		if err != nil {
 			t.Fatalf("Acquire: %v; want it to ask again after the late grant was found gone", err)

@@ -721,10 +721,9 @@ func TestEnqueueAfterRetention(t *testing.T) {
 // next claim answers the error.
 func TestClaimCutShortByAQuotaSaysSo(t *testing.T) {
 	e := setup(t)
-	e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default",
-		Policy: registrar.Policy{DefaultTTL: 60_000, MinTTL: 1000, MaxTTL: 300_000, MaxGrace: 15_000,
-			MaxActivePerHolder: 3, MaxActivePerNamespace: 1000, MaxWaitersPerResource: 10,
-			LeaseRetention: 3_600_000, HistoryRetention: 3_600_000, TaskMaxRenewals: 10, TaskMaxLifetime: 7_200_000}.Proto()}}})
+	p := registrar.DefaultPolicy()
+	p.MaxActivePerHolder = 3
+	e.setPolicy(p)
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
 		e.mustEnqueue("q", task(id, 0))
 	}
@@ -763,9 +762,7 @@ func TestDeadTasksOutliveOtherFinishedTasks(t *testing.T) {
 			if tc.keep != 0 {
 				p := registrar.DefaultPolicy()
 				p.DeadTaskRetention = tc.keep
-				if res := e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: p.Proto()}}}); res.Outcome.Err != nil {
-					t.Fatal(res.Outcome.Err)
-				}
+				e.setPolicy(p)
 			}
 			e.mustEnqueue("q", &logpb.NewTask{TaskId: "failed", MaxAttempts: 1}, &logpb.NewTask{TaskId: "expired", MaxAttempts: 1},
 				task("done", 0), task("cancelled", 0))
@@ -828,9 +825,7 @@ func TestDeadTaskRetentionPolicy(t *testing.T) {
 	e := setup(t)
 	p := registrar.DefaultPolicy()
 	p.DeadTaskRetention = 10_000
-	if res := e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: p.Proto()}}}); res.Outcome.Err != nil {
-		t.Fatal(res.Outcome.Err)
-	}
+	e.setPolicy(p)
 	if e.m.Registrar().Policy("default").DeadTaskRetention != 10_000 {
 		t.Fatalf("policy %+v", e.m.Registrar().Policy("default"))
 	}

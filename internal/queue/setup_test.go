@@ -52,6 +52,14 @@ func (e *env) apply(cmd *logpb.Command) statemachine.Result {
 	return res
 }
 
+// setPolicy sets the default namespace's policy to p.
+func (e *env) setPolicy(p registrar.Policy) {
+	e.t.Helper()
+	if res := e.apply(&logpb.Command{Op: &logpb.Command_SetPolicy{SetPolicy: &logpb.SetPolicy{Namespace: "default", Policy: p.Proto()}}}); res.Outcome.Err != nil {
+		e.t.Fatalf("set policy: %v", res.Outcome.Err)
+	}
+}
+
 func (e *env) q(cmd *logpb.Command) queue.Outcome {
 	e.t.Helper()
 	res := e.apply(cmd)
