@@ -11,11 +11,13 @@ import (
 	"io/fs"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"os/user"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -382,12 +384,84 @@ func (c *cliCommand) remote() (*remote, error) {
 			e = scheme + e
 		}
 		e = strings.TrimRight(e, "/")
-		r.leases = append(r.leases, tenurev1connect.NewLeaseServiceClient(hc, e, opts...))
-		r.clusters = append(r.clusters, tenurev1connect.NewClusterServiceClient(hc, e, opts...))
-		r.pools = append(r.pools, tenurev1connect.NewPoolServiceClient(hc, e, opts...))
-		r.queues = append(r.queues, tenurev1connect.NewQueueServiceClient(hc, e, opts...))
+		eopts := opts
+		if len(eps) > 1 {
+			// Outermost: its refusal goes to firstAnswer as it is.
+			eopts = append([]connect.ClientOption{connect.WithInterceptors(&probeFirst{hc: hc, base: e})}, opts...)
+		}
+		r.leases = append(r.leases, tenurev1connect.NewLeaseServiceClient(hc, e, eopts...))
+		r.clusters = append(r.clusters, tenurev1connect.NewClusterServiceClient(hc, e, eopts...))
+		r.pools = append(r.pools, tenurev1connect.NewPoolServiceClient(hc, e, eopts...))
+		r.queues = append(r.queues, tenurev1connect.NewQueueServiceClient(hc, e, eopts...))
 	}
 	return r, nil
+}
+
+// probeFirst asks an endpoint's /healthz, before the first call sent to
+// it, when the command has others to try: a member that accepts
+// connections and never answers (paused, its machine stalled) would hold
+// the call until the connection's pings give up, ~4 s, and a write that
+// may not be sent twice would then end with its outcome unknown, where
+// the next member could have taken it (as etcdctl moves on). A probe that
+// has no answer within probeWait sends nothing: the call moves on, its
+// outcome known. Any answer, or a failure of another kind (refused, TLS),
+// lets the call go as it would have.
+type probeFirst struct {
+	hc     *http.Client
+	base   string
+	mu     sync.Mutex
+	proven bool
+}
+
+// probeWait bounds the probe: a few round trips of a slow network.
+var probeWait = 2 * time.Second
+
+// notSent is the error of a call that was not sent: its member did not
+// answer the probe.
+type notSent struct{ error }
+
+func (n notSent) Unwrap() error { return n.error }
+
+func (p *probeFirst) alive(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.proven {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeWait)
+	defer cancel()
+	req, err := http.NewRequestWithContext(pctx, http.MethodGet, p.base+"/healthz", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := p.hc.Do(req)
+	if err == nil {
+		resp.Body.Close()
+		p.proven = true
+		return nil
+	}
+	if ctx.Err() == nil && pctx.Err() != nil {
+		return notSent{connect.NewError(connect.CodeUnavailable, fmt.Errorf(
+			"%s did not answer within %v (hung or overloaded?): nothing was sent to it", strings.TrimPrefix(strings.TrimPrefix(p.base, "http://"), "https://"), probeWait))}
+	}
+	return nil
+}
+
+func (p *probeFirst) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := p.alive(ctx); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (p *probeFirst) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (p *probeFirst) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 // fileArgError is the error of flag's argument, which names a file: one
@@ -541,7 +615,7 @@ func tryNext(err error) bool {
 		return true
 	}
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" || wire.TLSRefused(err)
+	return errors.As(err, &op) && op.Op == "dial" || wire.TLSRefused(err) || errors.As(err, new(notSent))
 }
 
 // readOnly lists the calls that change nothing: one that fails for
