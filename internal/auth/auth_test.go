@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -115,6 +116,8 @@ func TestParseFileRefuses(t *testing.T) {
 		{"negative rate", `{"tokens":[{"token":"abcdefgh","principal":"p","roles":["holder"],"namespaces":["a"],"rate":-1}]}`, "rate"},
 		{"burst without rate", `{"tokens":[{"token":"abcdefgh","principal":"p","roles":["holder"],"namespaces":["a"],"burst":3}]}`, "burst needs a rate"},
 		{"control char", `{"tokens":[{"token":"abcdefgh","principal":"p\u0001","roles":["holder"],"namespaces":["a"]}]}`, "control character"},
+		{"bad expires", `{"tokens":[{"token":"abcdefgh","principal":"p","roles":["holder"],"namespaces":["a"],"expires":"tomorrow"}]}`, "expires: \"tomorrow\" is not an RFC 3339 time"},
+		{"certificate expires", `{"tokens":[{"principal":"p","roles":["holder"],"namespaces":["a"],"expires":"2030-01-01T00:00:00Z"}]}`, "only a token expires"},
 		{"rates disagree", `{"tokens":[{"token":"abcdefgh","principal":"p","roles":["holder"],"namespaces":["a"],"rate":1},{"token":"abcdefgi","principal":"p","roles":["holder"],"namespaces":["a"]}]}`, "rate/burst differ"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -295,5 +298,34 @@ func TestWarnings(t *testing.T) {
 	}
 	if w := s.Warnings(); len(w) != 0 {
 		t.Fatalf("warnings of a private file of strong tokens: %q", w)
+	}
+}
+
+func TestTokenExpires(t *testing.T) {
+	t.Parallel()
+	strong := strings.Repeat("k", MinTokenBytes)
+	path := writeFile(t, `{"tokens":[{"token":"`+strong+`","principal":"temp","roles":["holder"],"namespaces":["*"],"expires":"2030-01-02T03:04:05+01:00"},
+ {"token":"`+strong+`old","principal":"gone","roles":["holder"],"namespaces":["*"],"expires":"2001-01-01T00:00:00Z"}]}`)
+	s, err := Open(path, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2030, 1, 2, 2, 4, 5, 0, time.UTC)
+	if p, err := s.Authenticate(strong, at.Add(-time.Nanosecond)); err != nil || p.Name != "temp" {
+		t.Fatalf("just before expiry: %v, %v", p, err)
+	}
+	for _, now := range []time.Time{at, at.Add(time.Hour)} {
+		var exp *ExpiredError
+		if p, err := s.Authenticate(strong, now); !errors.As(err, &exp) || !exp.At.Equal(at) || p != nil {
+			t.Fatalf("at %v: %v, %v; want expired at %v", now, p, err, at)
+		}
+	}
+	if _, err := s.Authenticate("nope"+strong, at); !errors.Is(err, ErrUnknownToken) {
+		t.Fatalf("unknown token: %v", err)
+	}
+	// A token expired when the file is read is warned of, by principal.
+	w := strings.Join(s.Warnings(), "\n")
+	if len(s.Warnings()) != 1 || !strings.Contains(w, `principal "gone"`) || !strings.Contains(w, "expired at 2001-01-01T00:00:00Z") || strings.Contains(w, strong) {
+		t.Fatalf("warnings: %q", w)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"time"
 )
 
 // MaxFileBytes bounds an auth file.
@@ -36,6 +37,10 @@ type FileEntry struct {
 	// Burst is the token bucket's size (0: the server's default, or
 	// the rate rounded up when Rate is set).
 	Burst int `json:"burst,omitempty"`
+	// Expires is when the token stops authenticating (RFC 3339, e.g.
+	// "2027-01-31T00:00:00Z"); empty: never. Only for tokens: a client
+	// certificate ends with its own validity.
+	Expires string `json:"expires,omitempty"`
 }
 
 // File is the auth file: {"tokens": [...]}.
@@ -47,6 +52,7 @@ type File struct {
 type entry struct {
 	token     []byte
 	principal *Principal
+	expires   time.Time // zero: never
 }
 
 // Table is a parsed, validated auth file: principals by token digest and
@@ -170,6 +176,14 @@ func (e *FileEntry) validate() error {
 			return fmt.Errorf("namespaces: %w", err)
 		}
 	}
+	if e.Expires != "" {
+		if e.Token == "" {
+			return errors.New("expires: only a token expires here (a client certificate ends with its own validity)")
+		}
+		if _, err := e.expiry(); err != nil {
+			return err
+		}
+	}
 	switch {
 	case math.IsNaN(e.Rate) || math.IsInf(e.Rate, 0) || e.Rate < 0:
 		return errors.New("rate must be a non-negative number of requests per second")
@@ -179,6 +193,18 @@ func (e *FileEntry) validate() error {
 		return errors.New("burst needs a rate")
 	}
 	return nil
+}
+
+// expiry parses Expires (zero when empty).
+func (e *FileEntry) expiry() (time.Time, error) {
+	if e.Expires == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339, e.Expires)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("expires: %q is not an RFC 3339 time (e.g. 2027-01-31T00:00:00Z)", e.Expires)
+	}
+	return t, nil
 }
 
 // checkToken allows the characters of RFC 6750's b64token, so that any
@@ -234,7 +260,8 @@ func (f *File) table(limiter func(name string, rate float64, burst int) *Limiter
 			t.byCert[e.Principal] = p
 			continue
 		}
-		t.byDigest[sha256.Sum256([]byte(e.Token))] = entry{token: []byte(e.Token), principal: p}
+		exp, _ := e.expiry() // validated
+		t.byDigest[sha256.Sum256([]byte(e.Token))] = entry{token: []byte(e.Token), principal: p, expires: exp}
 	}
 	return t
 }
@@ -244,13 +271,17 @@ func (f *File) table(limiter func(name string, rate float64, burst int) *Limiter
 const MinTokenBytes = 16
 
 // weakTokens names the principals whose tokens are shorter than
-// MinTokenBytes (never the tokens).
-func (f *File) weakTokens() []string {
+// MinTokenBytes, or expired at now (never the tokens).
+func (f *File) weakTokens(now time.Time) []string {
 	var out []string
 	for i, e := range f.Tokens {
 		if e.Token != "" && len(e.Token) < MinTokenBytes {
 			out = append(out, fmt.Sprintf("auth file: tokens[%d] (principal %q): the token is %d characters, short enough to guess; "+
 				"use at least %d characters, of 32 random bytes (openssl rand -base64 32)", i, e.Principal, len(e.Token), MinTokenBytes))
+		}
+		if exp, _ := e.expiry(); !exp.IsZero() && !now.Before(exp) {
+			out = append(out, fmt.Sprintf("auth file: tokens[%d] (principal %q): the token expired at %s and authenticates no one: remove it",
+				i, e.Principal, exp.UTC().Format(time.RFC3339)))
 		}
 	}
 	return out

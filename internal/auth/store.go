@@ -103,7 +103,7 @@ func (s *Store) Reload() error {
 	if fi, err := os.Stat(s.path); err == nil && fi.Mode().Perm()&0o077 != 0 {
 		warn = append(warn, fmt.Sprintf("auth file %s is open to other users (mode %#o) and holds every token: chmod 600 it", s.path, fi.Mode().Perm()))
 	}
-	warn = append(warn, f.weakTokens()...)
+	warn = append(warn, f.weakTokens(time.Now())...)
 	s.install(f)
 	s.mu.Lock()
 	s.warnings = warn
@@ -145,16 +145,37 @@ func (s *Store) install(f *File) {
 	s.cur.Store(t)
 }
 
-// Token returns the principal a bearer token authenticates, or false.
+// Token returns the principal a bearer token authenticates now, or false.
 func (s *Store) Token(token string) (*Principal, bool) {
+	p, err := s.Authenticate(token, time.Now())
+	return p, err == nil
+}
+
+// ErrUnknownToken is Authenticate's answer for a token the auth file does
+// not hold (never did, or no longer does).
+var ErrUnknownToken = errors.New("unknown token")
+
+// ExpiredError is Authenticate's answer for a token whose entry expired.
+type ExpiredError struct{ At time.Time }
+
+func (e *ExpiredError) Error() string {
+	return "the token expired at " + e.At.UTC().Format(time.RFC3339)
+}
+
+// Authenticate returns the principal the bearer token authenticates at
+// now: ErrUnknownToken, or an *ExpiredError, when none.
+func (s *Store) Authenticate(token string, now time.Time) (*Principal, error) {
 	t := s.cur.Load()
 	e, ok := t.byDigest[sha256.Sum256([]byte(token))]
 	// The digest lookup already tells tokens apart; the comparison makes
 	// the match itself independent of where the bytes differ.
 	if !ok || subtle.ConstantTimeCompare(e.token, []byte(token)) != 1 {
-		return nil, false
+		return nil, ErrUnknownToken
 	}
-	return e.principal, true
+	if !e.expires.IsZero() && !now.Before(e.expires) {
+		return nil, &ExpiredError{At: e.expires}
+	}
+	return e.principal, nil
 }
 
 // Certificate returns the principal of a verified client certificate

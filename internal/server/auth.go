@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -127,8 +128,13 @@ func (s *Server) principal(r *http.Request) (*auth.Principal, error) {
 	token, err := auth.ParseAuthorization(r.Header.Get("Authorization"))
 	switch {
 	case err == nil:
-		p, ok := s.cfg.Auth.Token(token)
-		if !ok {
+		p, err := s.cfg.Auth.Authenticate(token, time.Now())
+		var exp *auth.ExpiredError
+		switch {
+		case errors.As(err, &exp):
+			return nil, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "expired",
+				"expired_at": exp.At.UTC().Format(time.RFC3339)}, "the bearer token expired at %s", exp.At.UTC().Format(time.RFC3339))
+		case err != nil:
 			return nil, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "unknown_token"},
 				"the bearer token is not valid (unknown, or revoked by an auth file reload)")
 		}
@@ -162,8 +168,13 @@ func (s *Server) stillValid(ctx context.Context, h http.Header) error {
 	if err != nil {
 		return nil // a client certificate: its connection's, for its life
 	}
-	if q, ok := s.cfg.Auth.Token(token); ok && q.Name == p.Name {
+	q, err := s.cfg.Auth.Authenticate(token, time.Now())
+	if err == nil && q.Name == p.Name {
 		return nil
+	}
+	if exp := (*auth.ExpiredError)(nil); errors.As(err, &exp) {
+		return s.toConnect(authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "expired",
+			"expired_at": exp.At.UTC().Format(time.RFC3339)}, "the bearer token this stream was opened with expired at %s", exp.At.UTC().Format(time.RFC3339)))
 	}
 	return s.toConnect(authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "revoked"},
 		"the bearer token this stream was opened with was revoked by an auth file reload"))

@@ -600,6 +600,43 @@ func TestRevokedTokenEndsOpenStreams(t *testing.T) {
 	}
 }
 
+// TestExpiredTokenIsRefused: a token whose entry sets "expires" stops
+// working then: new calls are UNAUTHENTICATED (problem "expired", with
+// expired_at), and a Watch open with it ends within a second.
+func TestExpiredTokenIsRefused(t *testing.T) {
+	b := startSecure(t, nil)
+	at := time.Now().Add(1500 * time.Millisecond).UTC()
+	if err := os.WriteFile(b.authPath, []byte(`{"tokens":[{"token":"tok-temp","principal":"temp","roles":["reader"],"namespaces":["*"],"expires":"`+
+		at.Format(time.RFC3339Nano)+`"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.srv.ReloadAuth(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	temp := b.as("tok-temp")
+	if _, err := temp.cluster.WhoAmI(ctx, connect.NewRequest(&tenurev1.WhoAmIRequest{})); err != nil {
+		t.Fatalf("before the token expires: %v", err)
+	}
+	wa, err := temp.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wa.Close()
+	for wa.Receive() {
+	}
+	if time.Now().Before(at) {
+		t.Fatalf("the watch ended before the token expired: %v", wa.Err())
+	}
+	wantReason(t, wa.Err(), connect.CodeUnauthenticated, "UNAUTHENTICATED")
+	_, err = temp.cluster.WhoAmI(ctx, connect.NewRequest(&tenurev1.WhoAmIRequest{}))
+	wantReason(t, err, connect.CodeUnauthenticated, "UNAUTHENTICATED")
+	if md := metadataOf(err); md["problem"] != "expired" || md["expired_at"] != at.Format(time.RFC3339) {
+		t.Fatalf("metadata of an expired token's refusal: %v", md)
+	}
+}
+
 // TestActorIsThePrincipal: the ledger records who acted, the
 // authenticated principal — the holder for its own calls, the admin for a
 // revocation — not the registrar.
