@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"unicode/utf8"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -92,9 +91,17 @@ func stateGet(ctx context.Context, c *cliCommand, resource string, raw bool) err
 	case c.json():
 		return writeJSON(c.stdout, resp)
 	}
-	tw := newTable(c.stdout)
+	return writeState(c.stdout, resp)
+}
+
+// writeState prints a guarded state as a table. The data is whatever the
+// lease's holder wrote: printed as it is when it is text a terminal shows
+// as such, else quoted, as queue payloads are (an escape sequence in it must
+// not drive the reader's terminal; --raw prints the bytes).
+func writeState(w io.Writer, resp *tenurev1.ReadStateResponse) error {
+	tw := newTable(w)
 	fmt.Fprintf(tw, "epoch\t%d\n", resp.GetEpoch())
-	if d := resp.GetData(); utf8.Valid(d) {
+	if d := resp.GetData(); terminalSafe(string(d)) {
 		fmt.Fprintf(tw, "data\t%s\n", d)
 	} else {
 		fmt.Fprintf(tw, "data\t%q\n", d)
