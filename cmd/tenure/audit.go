@@ -84,7 +84,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return c.usageError("--public-key is for verify and prune: export does not check signatures")
 		}
 	default:
-		return c.usageError("unknown subcommand %q (want verify, export or prune)", pos[0])
+		return c.usageError("%s", unknownSubcommand(pos[0], "verify", "export", "prune"))
 	}
 	dir := ledgerDir(*dataDir)
 	if _, err := os.Stat(dir); err != nil {

@@ -97,7 +97,7 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			next, info.GetNextFence(), *bump, *dataDir, *nodeID, *raftListen)
 		return nil
 	}
-	return c.usageError("unknown subcommand %q (want save, inspect or restore)", pos[0])
+	return c.usageError("%s", unknownSubcommand(pos[0], "save", "inspect", "restore"))
 }
 
 // backupSave streams a backup from the leader (any member that answers,

@@ -46,7 +46,7 @@ func runCert(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return err
 	}
 	if pos[0] != "verify" {
-		return c.usageError("unknown subcommand %q (want verify)", pos[0])
+		return c.usageError("%s", unknownSubcommand(pos[0], "verify"))
 	}
 	if *skew < 0 {
 		return c.usageError("--skew must not be negative, got %v", *skew)

@@ -56,7 +56,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	n, ok := nargs[sub]
 	switch {
 	case !ok:
-		return c.usageError("unknown subcommand %q", sub)
+		return c.usageError("%s", unknownSubcommand(sub, "status", "join", "remove", "transfer-leader", "snapshot", "public-key", "whoami"))
 	case len(rest) < n[0]:
 		return c.usageError("cluster %s: missing argument", sub)
 	case len(rest) > n[1]:

@@ -25,7 +25,7 @@ func runFence(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if pos[0] != "check" {
-		return c.usageError("unknown subcommand %q (want check)", pos[0])
+		return c.usageError("%s", unknownSubcommand(pos[0], "check"))
 	}
 	if len(pos) < 3 {
 		return c.usageError("missing argument: fence check takes RESOURCE and FENCE")

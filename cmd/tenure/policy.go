@@ -233,7 +233,7 @@ func runPolicy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	switch {
 	case pos[0] != "get" && pos[0] != "set":
-		return c.usageError("unknown subcommand %q", pos[0])
+		return c.usageError("%s", unknownSubcommand(pos[0], "get", "set"))
 	case pos[0] == "get" && apply != nil:
 		return c.usageError("get takes no settings; did you mean set?")
 	case pos[0] == "set" && len(pos) < 2:

@@ -74,7 +74,7 @@ func runPool(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	return c.usageError("unknown subcommand %q", pos[0])
+	return c.usageError("%s", unknownSubcommand(pos[0], "create", "want", "request", "complete", "leases", "rankings", "status", "stats", "list", "delete"))
 }
 
 // poolCall is leaseCall for the PoolService.

@@ -70,7 +70,7 @@ func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sub, ok := queueSubcommands[args[0]]
 	if !ok {
 		fmt.Fprint(stderr, queueUsage)
-		return usagef("queue: unknown subcommand %q (want push, claim, complete, fail, cancel, retry, get, ls, stats, config or list)", args[0])
+		return usagef("queue: %s", unknownSubcommand(args[0], "push", "claim", "complete", "fail", "cancel", "retry", "get", "ls", "stats", "config", "list"))
 	}
 	return sub(ctx, args[1:], stdout, stderr)
 }

@@ -37,7 +37,7 @@ func runState(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return err
 	}
 	if pos[0] != "get" && pos[0] != "put" {
-		return c.usageError("unknown subcommand %q (want get or put)", pos[0])
+		return c.usageError("%s", unknownSubcommand(pos[0], "get", "put"))
 	}
 	if len(pos) < 2 {
 		return c.usageError("%s: missing argument RESOURCE", pos[0])
@@ -73,7 +73,7 @@ func runState(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		return statePut(ctx, c, pos[1], *lease, n, b)
 	}
-	return c.usageError("unknown subcommand %q (want get or put)", pos[0])
+	return c.usageError("%s", unknownSubcommand(pos[0], "get", "put"))
 }
 
 func stateGet(ctx context.Context, c *cliCommand, resource string, raw bool) error {

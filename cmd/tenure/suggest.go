@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -23,6 +24,21 @@ func suggestion(word string, candidates []string) string {
 		}
 	}
 	return best
+}
+
+// unknownSubcommand is the usage message for a subcommand that does not
+// exist: the ones that do, and the one a typo of it meant ("cluster stauts":
+// did you mean "status"?), as for commands and flags.
+func unknownSubcommand(sub string, subs ...string) string {
+	want := subs[len(subs)-1]
+	if len(subs) > 1 {
+		want = strings.Join(subs[:len(subs)-1], ", ") + " or " + want
+	}
+	msg := fmt.Sprintf("unknown subcommand %q (want %s)", sub, want)
+	if s := suggestion(sub, subs); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	}
+	return msg
 }
 
 // editDistance is the Levenshtein distance between a and b (bytes).
