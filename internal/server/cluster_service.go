@@ -248,7 +248,10 @@ func (h *clusterService) GetPolicy(ctx context.Context, req *connect.Request[ten
 	if err != nil {
 		return nil, h.s.toConnect(err)
 	}
-	return connect.NewResponse(&tenurev1.GetPolicyResponse{Policy: p.Proto()}), nil
+	// Every field explicit, max_renewals too (Proto leaves 0 unset, which
+	// a SetPolicy reads as the server-wide default): the answer sent back
+	// unchanged must set the policy it read.
+	return connect.NewResponse(&tenurev1.GetPolicyResponse{Policy: p.ProtoToSet()}), nil
 }
 
 func (h *clusterService) SetPolicy(ctx context.Context, req *connect.Request[tenurev1.SetPolicyRequest]) (*connect.Response[tenurev1.SetPolicyResponse], error) {
@@ -283,5 +286,5 @@ func (h *clusterService) SetPolicy(ctx context.Context, req *connect.Request[ten
 		}
 		return nil
 	})
-	return connect.NewResponse(&tenurev1.SetPolicyResponse{Policy: p.Proto()}), nil
+	return connect.NewResponse(&tenurev1.SetPolicyResponse{Policy: p.ProtoToSet()}), nil
 }
