@@ -307,6 +307,15 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cmd, ok := commands[args[0]]; ok {
 		return cmd(ctx, args[1:], stdout, stderr)
 	}
+	if strings.HasPrefix(args[0], "-") { // a flag where the command goes
+		fmt.Fprint(stderr, usage)
+		name, _, _ := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		if _, ok := clientFlags[name]; ok { // hoisted: nothing came after them
+			return usagef("no command given (only flags: %s)", strings.Join(args, " "))
+		}
+		return usagef("%s before the command: give the command first, then its flags (tenure <command> [flags]; "+
+			"only the flags every client command takes may also come before it)", args[0])
+	}
 	names := []string{"server", "help"}
 	for name := range commands {
 		names = append(names, name)
