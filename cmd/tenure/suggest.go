@@ -9,7 +9,8 @@ import (
 )
 
 // suggestion returns the candidate closest to word, if one is close enough
-// to be what was meant (a typo: at most two edits, fewer for short words),
+// to be what was meant (a typo: at most two edits, fewer for short words;
+// swapping two neighbouring letters is one, and case does not count),
 // else "".
 func suggestion(word string, candidates []string) string {
 	best, bestD := "", 3
@@ -19,7 +20,7 @@ func suggestion(word string, candidates []string) string {
 	for _, c := range candidates {
 		// d < len(c): a word that shares no letter with c in place is no
 		// typo of it ("to" is not "o").
-		if d := editDistance(word, c); d < bestD && d < len(c) {
+		if d := editDistance(strings.ToLower(word), strings.ToLower(c)); d < bestD && d < len(c) {
 			best, bestD = c, d
 		}
 	}
@@ -41,9 +42,13 @@ func unknownSubcommand(sub string, subs ...string) string {
 	return msg
 }
 
-// editDistance is the Levenshtein distance between a and b (bytes).
+// editDistance is the number of edits between a and b (bytes): insertions,
+// deletions, substitutions and swaps of two neighbouring letters ("wiat"
+// for "wait", "gte" for "get"), each counting one (the optimal string
+// alignment distance).
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
+	prev2 := make([]int, len(b)+1) // row i-2
+	prev := make([]int, len(b)+1)  // row i-1
 	cur := make([]int, len(b)+1)
 	for j := range prev {
 		prev[j] = j
@@ -56,8 +61,11 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(b)]
 }
