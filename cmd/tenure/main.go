@@ -19,6 +19,8 @@ import (
 	"syscall"
 
 	"connectrpc.com/connect"
+
+	tenure "github.com/tenurehq/tenure/client"
 )
 
 // version is set at build time with -ldflags "-X main.version=…";
@@ -179,6 +181,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err) // a Tenure error: its message starts with the reason
 		if h := reasonHint(err); h != "" {
 			fmt.Fprintln(stderr, "hint, if no tenure server ever answered at that address: "+strings.TrimPrefix(h, "hint: "))
+		} else if h := credentialHint(err); h != "" {
+			fmt.Fprintln(stderr, h)
 		}
 		return 1
 	default:
@@ -264,6 +268,15 @@ func reasonHint(err error) string {
 		return ""
 	}
 	return hint(err)
+}
+
+// credentialHint is what a user of the command line does about an
+// UNAUTHENTICATED answer, whose message speaks of HTTP headers.
+func credentialHint(err error) string {
+	if tenure.ReasonOf(tenure.ParseError(err)) != tenure.ReasonUnauthenticated {
+		return ""
+	}
+	return "hint: give a token of the server's auth file with --token or env TENURE_TOKEN (tenure cluster whoami --token … says whose it is)"
 }
 
 func hint(err error) string {
