@@ -30,6 +30,7 @@ type Client struct {
 	clock      Clock
 	httpClient *http.Client
 	ownHTTP    bool
+	conns      *wire.Conns // the connections of an own httpClient
 	connOpts   []connect.ClientOption
 
 	mu        sync.Mutex
@@ -108,7 +109,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	}
 	c.httpClient = cfg.httpClient
 	if c.httpClient == nil {
-		c.httpClient = newHTTPClient(&cfg)
+		c.httpClient, c.conns = wire.NewTrackedHTTPClient(cfg.tlsConfig, cfg.dialTimeout)
 		c.ownHTTP = true
 	}
 	c.connOpts = append(c.connOpts, connect.WithCodec(wire.Codec{}), connect.WithInterceptors(consistency{}))
@@ -297,6 +298,10 @@ func (c *Client) Close() error {
 		// connection open (until it idles out) after a second.
 		c.awaitCalls(time.Second)
 		c.httpClient.CloseIdleConnections()
+		// A connection whose last call was cancelled just now (a
+		// background member sync cut short by Close, say) is not idle
+		// yet: close it too, or it stays open until it idles out.
+		c.conns.CloseAll()
 	}
 	return errors.Join(errs...)
 }

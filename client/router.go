@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/tenurehq/tenure/internal/wire"
 )
 
 // ErrNoRoute is the error of a Router asked for a namespace its routes do
@@ -122,6 +124,7 @@ type Router struct {
 	closed     bool
 	clients    map[string]*Client      // by namespace
 	transports map[string]*http.Client // by endpoint set, when the Router owns them
+	conns      []*wire.Conns           // the connections of transports
 }
 
 // NewRouter returns a Router over routes. Like New, it does not contact
@@ -179,8 +182,10 @@ func (r *Router) Client(ns string) (*Client, error) {
 		key := strings.Join(slices.Sorted(slices.Values(eps)), ",")
 		hc := r.transports[key]
 		if hc == nil {
-			hc = newHTTPClient(&config{tlsConfig: tc, dialTimeout: r.cfg.dialTimeout})
+			var conns *wire.Conns
+			hc, conns = wire.NewTrackedHTTPClient(tc, r.cfg.dialTimeout)
 			r.transports[key] = hc
+			r.conns = append(r.conns, conns)
 		}
 		opts = append(opts, WithHTTPClient(hc))
 		if tc != nil {
@@ -224,6 +229,9 @@ func (r *Router) Close() error {
 	wg.Wait()
 	for _, hc := range r.transports {
 		hc.CloseIdleConnections()
+	}
+	for _, conns := range r.conns {
+		conns.CloseAll() // those not idle yet too (see Client.Close)
 	}
 	return errors.Join(errs...)
 }
