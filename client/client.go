@@ -65,6 +65,15 @@ type Client struct {
 	// queued acquire) end.
 	shut     context.Context
 	shutDown context.CancelCauseFunc
+	// waits ends, with cause ErrClientClosed, when Close begins: the
+	// Acquires queued at the registrar (a Lock, a Campaign) are withdrawn
+	// before Close releases the leases, which would otherwise be handed
+	// to them. waiting counts those Acquires; waitsDone is closed when it
+	// reaches 0, if Close waits for it.
+	waits     context.Context
+	stopWaits context.CancelCauseFunc
+	waiting   int
+	waitsDone chan struct{}
 }
 
 // endpoint is one member's API address and its service clients.
@@ -132,6 +141,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	}
 	c.pipeCtx, c.pipeCancel = context.WithCancel(context.Background())
 	c.shut, c.shutDown = context.WithCancelCause(context.Background())
+	c.waits, c.stopWaits = context.WithCancelCause(context.Background())
 	c.hb = newHeartbeat(c)
 	return c, nil
 }
@@ -250,10 +260,12 @@ func (c *Client) Endpoints() []string {
 	return out
 }
 
-// Close releases every lease the client still holds (their Err becomes
-// ErrReleased; one that cannot be released within the close timeout ends
-// with a LostError whose cause is ErrClientClosed), then ends the calls
-// still running (a queued Acquire, a long-poll Claim) with ErrClientClosed,
+// Close withdraws the Acquires queued at the registrar (a Lock, a
+// Campaign: they return ErrClientClosed), releases every lease the client
+// still holds (their Err becomes ErrReleased; one that cannot be released
+// within the close timeout ends with a LostError whose cause is
+// ErrClientClosed) and any lease granted to a withdrawn Acquire, then ends
+// the calls still running (a long-poll Claim) with ErrClientClosed,
 // stops the heartbeats and closes the connections. Calls made after Close
 // return ErrClientClosed. Close is idempotent; it returns the release
 // errors. A claimed task whose lease Close releases goes back to its queue
@@ -267,13 +279,21 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeoutCause(context.Background(), c.cfg.closeTimeout, closeTimedOut(c.cfg.closeTimeout))
+	// Withdraw the queued Acquires first: releasing a lease hands the
+	// resource to the first waiter, which could be one of this Client's,
+	// whose grant nobody would take up.
+	c.stopWaits(ErrClientClosed)
+	c.awaitWaits(ctx)
+	c.mu.Lock()
 	held := make([]*Lease, 0, len(c.leases))
 	for _, l := range c.leases {
 		held = append(held, l)
 	}
 	c.mu.Unlock()
 
-	ctx, cancel := context.WithTimeoutCause(context.Background(), c.cfg.closeTimeout, closeTimedOut(c.cfg.closeTimeout))
 	errs := make([]error, len(held))
 	var wg sync.WaitGroup
 	for i, l := range held {
@@ -287,6 +307,21 @@ func (c *Client) Close() error {
 		})
 	}
 	wg.Wait()
+	// A withdrawn Acquire may still have been granted (a release crossed
+	// the withdrawal): give such grants back while calls can still be made.
+	if !c.cfg.sharedHolder {
+		c.mu.Lock()
+		strays := make([]string, 0, len(c.strays))
+		for key := range c.strays {
+			strays = append(strays, key)
+		}
+		c.mu.Unlock()
+		for _, key := range strays {
+			if ns, resource, ok := strings.Cut(key, "\x00"); ok && ctx.Err() == nil {
+				c.releaseStrayLease(ns, resource, key, time.Time{})
+			}
+		}
+	}
 	cancel()
 	c.shutDown(ErrClientClosed)
 	c.syncs.Wait()
@@ -527,6 +562,46 @@ func (c *Client) untilClose(ctx context.Context) (context.Context, func(err *err
 		if c.calls--; c.calls == 0 && c.callsDone != nil {
 			close(c.callsDone)
 			c.callsDone = nil
+		}
+		c.mu.Unlock()
+	}
+}
+
+// awaitWaits waits, until ctx ends, for the Acquires queued at the
+// registrar to return (Close has ended their contexts).
+func (c *Client) awaitWaits(ctx context.Context) {
+	c.mu.Lock()
+	var done chan struct{}
+	if c.waiting > 0 {
+		done = make(chan struct{})
+		c.waitsDone = done
+	}
+	c.mu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// untilWaitsStop derives from ctx, for an Acquire that waits in the
+// registrar's queue, a context that also ends, with cause ErrClientClosed,
+// when Close begins.
+func (c *Client) untilWaitsStop(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.waits, func() { cancel(ErrClientClosed) })
+	c.mu.Lock()
+	c.waiting++
+	c.mu.Unlock()
+	return ctx, func() {
+		stop()
+		cancel(nil)
+		c.mu.Lock()
+		if c.waiting--; c.waiting == 0 && c.waitsDone != nil {
+			close(c.waitsDone)
+			c.waitsDone = nil
 		}
 		c.mu.Unlock()
 	}

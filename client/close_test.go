@@ -125,3 +125,55 @@ func TestIntegrationErrorsReachConnectErrorBothWays(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegrationCloseWithdrawsQueuedAcquire: Close of a client that holds
+// a resource and also waits for it (two Mutexes on one key, say) leaves the
+// resource free: it withdraws the queued Acquire before releasing the
+// lease, rather than hand the lease to its own withdrawn Acquire, which
+// would hold the resource for nobody until its ttl.
+func TestIntegrationCloseWithdrawsQueuedAcquire(t *testing.T) {
+	s := startRealServer(t)
+	c, err := New([]string{s.api}, WithHolder("closing-app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := s.client(t, WithHolder("other-app"))
+	ctx := ctxTimeout(t, 30*time.Second)
+	const resource = "closing/queued"
+	if _, err := c.Acquire(ctx, resource, TTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, resource, TTL(time.Minute), Wait(30*time.Second))
+		waiting <- err
+	}()
+	// Wait until the Acquire is queued at the registrar.
+	deadline := time.After(10 * time.Second)
+	for {
+		_, err := other.Acquire(ctx, resource)
+		var held *HeldError
+		if !errors.As(err, &held) {
+			t.Fatalf("Acquire of a held resource: %v, want LEASE_HELD", err)
+		}
+		if held.Waiters == 1 {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("the waiting Acquire never queued: %v", held)
+		case <-time.After(10 * time.Millisecond): // poll the condition
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-waiting; !errors.Is(err, ErrClientClosed) {
+		t.Fatalf("the waiting Acquire ended with %v, want ErrClientClosed", err)
+	}
+	l, err := other.Acquire(ctx, resource)
+	if err != nil {
+		t.Fatalf("Acquire after the holder's Close: %v, want the resource free", err)
+	}
+	l.Release(ctx, ReleaseCompleted)
+}

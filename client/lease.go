@@ -315,6 +315,11 @@ func (c *Client) acquire(ctx context.Context, resource string, ac acquireConfig)
 	}
 	key := ac.namespace + "\x00" + resource
 	defer c.inFlight(c.acquiring, key)()
+	if ac.wait > 0 {
+		var done func()
+		ctx, done = c.untilWaitsStop(ctx)
+		defer done()
+	}
 
 	var (
 		granted   *tenurev1.Lease
