@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
 	"github.com/hashicorp/raft-wal/types"
+
+	"github.com/tenurehq/tenure/internal/registrar"
 )
 
 // A follower that loses an uncommitted suffix of its log (Raft truncates
@@ -181,5 +183,59 @@ func TestLogWritesAgainAfterAFailedRotation(t *testing.T) {
 		if err := s.GetLog(i, &l); err != nil || !bytes.Equal(l.Data, entry(i).Data) {
 			t.Fatalf("entry %d: %v", i, err)
 		}
+	}
+}
+
+// A node whose Raft log ends before its newest snapshot must start and
+// take writes. Raft leaves that state when a follower is killed while it
+// installs the leader's snapshot (the snapshot is on disk, the log it
+// replaces not yet cleared: restoring a large state takes seconds), or
+// when the log's tail was lost. Raft then appends after the snapshot,
+// which raft-wal refused for good ("non-monotonic log entries"): the node
+// ran, answering UNAVAILABLE, and never led or followed again.
+func TestLogEndingBeforeTheSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, dir)
+	var leases []registrar.Lease
+	for i := 0; i < 5; i++ {
+		out := acquire(t, n, "orders/"+string(rune('a'+i)), "w1", time.Minute, 0)
+		if out.Err != nil {
+			t.Fatal(out.Err)
+		}
+		leases = append(leases, *out.Lease)
+	}
+	snapIdx, _, err := n.Snapshot()
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Cut the log back to before the snapshot.
+	meta := &metadb.BoltMetaDB{}
+	w, err := wal.Open(filepath.Join(dir, "wal"), wal.WithMetaStore(meta))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := w.LastIndex()
+	if err := w.DeleteRange(3, last); err != nil {
+		t.Fatal(err)
+	}
+	if last, _ := w.LastIndex(); last >= snapIdx {
+		t.Fatalf("log ends at %d, snapshot at %d", last, snapIdx)
+	}
+	w.Close()
+	meta.Close()
+
+	n = open(t, dir)
+	defer n.Close()
+	for _, want := range leases {
+		if l, err := get(t, n, want.ID); err != nil || l.Fence != want.Fence {
+			t.Fatalf("lease %s after restart: %+v, %v", want.ID, l, err)
+		}
+	}
+	if out := acquire(t, n, "orders/after", "w1", time.Minute, 0); out.Err != nil {
+		t.Fatalf("acquire after restart: %v", out.Err)
 	}
 }

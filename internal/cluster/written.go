@@ -181,6 +181,12 @@ func (s *writtenStore) DeleteRange(min, max uint64) error {
 }
 
 func (s *writtenStore) StoreLogs(logs []*raft.Log) error {
+	if len(logs) > 0 {
+		if err := s.dropBehindSnapshot(logs[0].Index); err != nil {
+			s.failure.Store(&storeFailure{err: err, at: time.Now()})
+			return err
+		}
+	}
 	w, err := s.storeLogs(logs)
 	if errors.Is(err, wal.ErrSealed) || errors.Is(err, errNotOpen) {
 		if s.reopen(w) {
@@ -196,6 +202,38 @@ func (s *writtenStore) StoreLogs(logs []*raft.Log) error {
 	}
 	if s.slots.atWrite.Load() {
 		s.slots.written(logs)
+	}
+	return nil
+}
+
+// dropBehindSnapshot clears the log when Raft appends next after its
+// end: Raft appends after the last entry it has, in the log or in its
+// snapshot, so the snapshot holds every entry up to next. The log then
+// ends before the snapshot, which Raft leaves when the node stops while
+// installing a leader's snapshot (the snapshot is written, the log it
+// replaces not yet cleared) or when the log lost its tail; raft-wal would
+// refuse every append after it for good. Raft clears the log itself after
+// installing a snapshot into a store like this one.
+func (s *writtenStore) dropBehindSnapshot(next uint64) error {
+	w, done, err := s.current()
+	if err != nil {
+		return nil // storeLogs reports it, or reopens the store
+	}
+	defer done()
+	last, err := w.LastIndex()
+	if err != nil || last == 0 || next <= last+1 {
+		return nil
+	}
+	first, err := w.FirstIndex()
+	if err != nil {
+		return err
+	}
+	if s.log != nil {
+		s.log.Warn("the Raft log ends before the snapshot that holds the state (a stop while installing a snapshot, "+
+			"or a lost log tail): clearing the entries the snapshot holds", "first", first, "last", last, "next", next)
+	}
+	if err := w.DeleteRange(first, last); err != nil {
+		return fmt.Errorf("cluster: clearing the Raft log's entries %d..%d, which the snapshot holds: %w", first, last, err)
 	}
 	return nil
 }
