@@ -329,6 +329,7 @@ func Open(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "snapshots"), 0o700); err != nil {
 		return nil, fmt.Errorf("cluster: snapshot dir: %w", err)
 	}
+	removeTempSnapshots(filepath.Join(cfg.DataDir, "snapshots"), n.log)
 	snaps, err := raft.NewFileSnapshotStore(cfg.DataDir, 2, raftOut)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: snapshot store: %w", err)
@@ -1489,4 +1490,21 @@ func freeSpace(dir string, need uint64) error {
 		return fmt.Errorf("%d bytes free in %s, %d needed", free, dir, need)
 	}
 	return nil
+}
+
+// removeTempSnapshots removes the snapshots that were being written when
+// a node stopped (killed, or the disk full: Raft's file store leaves the
+// directory of a snapshot it could not finish when it cannot flush it).
+// Raft skips them and never removes them, and each can be as large as the
+// state, taking the room a full disk was freed for. The data dir is locked:
+// none is being written now.
+func removeTempSnapshots(dir string, log *slog.Logger) {
+	tmps, _ := filepath.Glob(filepath.Join(dir, "*.tmp"))
+	for _, tmp := range tmps {
+		if err := os.RemoveAll(tmp); err != nil {
+			log.Warn("removing an unfinished snapshot", "dir", tmp, "err", err)
+			continue
+		}
+		log.Info("removed an unfinished snapshot", "dir", tmp)
+	}
 }

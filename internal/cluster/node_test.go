@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -1226,5 +1227,40 @@ func TestTakeoverAnsweredOnceTheClockIsThere(t *testing.T) {
 				t.Fatal(b.Err)
 			}
 		}
+	}
+}
+
+// A snapshot left unfinished (a kill while writing it, or a disk that
+// filled: Raft's store leaves its directory when it cannot flush it) is
+// removed at the next start: Raft skips such directories and never
+// removed them, and each can be as large as the state.
+func TestUnfinishedSnapshotsRemovedAtStart(t *testing.T) {
+	dir := t.TempDir()
+	n := open(t, dir)
+	if out := acquire(t, n, "orders/1", "w1", time.Minute, 0); out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	if _, _, err := n.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "snapshots", "2-9-1795877282918.tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "state.bin"), make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n = open(t, dir)
+	defer n.Close()
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("unfinished snapshot still there after a start: %v", err)
+	}
+	if metas, err := raft.NewFileSnapshotStore(dir, 2, io.Discard); err != nil {
+		t.Fatal(err)
+	} else if list, err := metas.List(); err != nil || len(list) != 1 {
+		t.Fatalf("finished snapshots after the start: %v, %v", list, err)
 	}
 }
