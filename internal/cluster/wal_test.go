@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -237,5 +238,58 @@ func TestLogEndingBeforeTheSnapshot(t *testing.T) {
 	}
 	if out := acquire(t, n, "orders/after", "w1", time.Minute, 0); out.Err != nil {
 		t.Fatalf("acquire after restart: %v", out.Err)
+	}
+}
+
+// While a sealed log waits for room for a new segment, its write error
+// says how much it needs: the answer was only "segment is sealed", and
+// an operator who freed some space (less than the new segment's) saw
+// "free space or fix the disk (it recovers by itself)" and no recovery.
+func TestLogSaysWhatRoomItNeeds(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "wal")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ff := &failingFiler{SegmentFiler: segment.NewFiler(dir, fs.New())}
+	s, err := openWritten(func(meta *metadb.BoltMetaDB) (*wal.WAL, error) {
+		return wal.Open(dir, wal.WithMetaStore(meta), wal.WithSegmentFiler(ff), wal.WithSegmentSize(32<<10))
+	}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	s.slots = newEntrySlots(1)
+	var noRoom atomic.Bool
+	s.room = func() error {
+		if noRoom.Load() {
+			return errors.New("1000 bytes free in wal, 2000 needed")
+		}
+		return nil
+	}
+	entry := func(i uint64) *raft.Log {
+		return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: bytes.Repeat([]byte{byte(i)}, 1000)}
+	}
+	ff.fail.Store(true)
+	noRoom.Store(true)
+	next := uint64(1)
+	for ; next < 500; next++ {
+		if err = s.StoreLogs([]*raft.Log{entry(next)}); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		t.Fatal("500 entries of 1 KB written to 32 KB segments without a new segment")
+	}
+	err = s.StoreLogs([]*raft.Log{entry(next)})
+	if err == nil || !strings.Contains(err.Error(), "2000 needed") {
+		t.Fatalf("write while the disk has too little room: %v, want the room it needs", err)
+	}
+	if f := s.recentFailure(time.Minute); f == nil || !strings.Contains(f.Error(), "2000 needed") {
+		t.Fatalf("failure reported: %v, want the room it needs", f)
+	}
+	ff.fail.Store(false)
+	noRoom.Store(false)
+	if err := s.StoreLogs([]*raft.Log{entry(next)}); err != nil {
+		t.Fatalf("after the disk has room again: %v", err)
 	}
 }

@@ -89,19 +89,19 @@ func (s *writtenStore) current() (w *wal.WAL, done func(), err error) {
 
 // reopen closes w (nil: the store is not open) and opens the store
 // again, unless another call already did. It reports whether the store
-// is open.
-func (s *writtenStore) reopen(w *wal.WAL) bool {
+// is open, and if not because the disk has too little room, why.
+func (s *writtenStore) reopen(w *wal.WAL) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.broken == wal.ErrClosed: // closed for good
-		return false
+		return false, nil
 	case s.broken == nil && s.wal != w: // reopened already
-		return true
+		return true, nil
 	case s.broken == nil:
 		if s.room != nil {
 			if err := s.room(); err != nil {
-				return false // still sealed: the next write looks again
+				return false, err // still sealed: the next write looks again
 			}
 		}
 		s.log.Warn("reopening the Raft log: a write found its last segment sealed (a new segment could not be created, full disk?)")
@@ -112,11 +112,11 @@ func (s *writtenStore) reopen(w *wal.WAL) bool {
 	if err != nil {
 		s.log.Warn("the Raft log could not be opened again; the next write tries again", "err", err)
 		s.broken = err
-		return false
+		return false, nil
 	}
 	s.log.Info("reopened the Raft log")
 	s.wal, s.meta, s.broken = nw, meta, nil
-	return true
+	return true, nil
 }
 
 // close closes the store for good.
@@ -189,8 +189,12 @@ func (s *writtenStore) StoreLogs(logs []*raft.Log) error {
 	}
 	w, err := s.storeLogs(logs)
 	if errors.Is(err, wal.ErrSealed) || errors.Is(err, errNotOpen) {
-		if s.reopen(w) {
+		if ok, room := s.reopen(w); ok {
 			_, err = s.storeLogs(logs)
+		} else if room != nil {
+			// Said, or the answer is only "segment is sealed": the
+			// space freed may not be enough for a new segment.
+			err = fmt.Errorf("%w: a new log segment needs more room (%v)", err, room)
 		}
 	}
 	if err != nil {
