@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // System calls are most of what a busy Pipeline stream costs on a small
@@ -145,10 +146,35 @@ type heldWriter struct {
 
 type heldWriterKey struct{}
 
+// watchWriteGrace is how long a Watch stream may go on writing once the
+// server shuts down: a healthy one ends at once (UNAVAILABLE), one whose
+// client has stopped reading (its HTTP/2 window full, the handler blocked
+// in a write) is cut when it passes, rather than holding the drain until
+// Close's context ends (10 s for tenure server).
+const watchWriteGrace = time.Second
+
 // holdFlushes wraps a streaming handler's ResponseWriter in a heldWriter,
-// which the handler finds with heldWriterOf.
-func holdFlushes(h http.Handler) http.Handler {
+// which the handler finds with heldWriterOf. Once shutdown begins
+// (shutdown done), the stream's writes get a deadline of watchWriteGrace.
+func holdFlushes(shutdown context.Context, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The deadline is set only while the handler runs: the
+		// ResponseWriter is not to be used after it returns.
+		var mu sync.Mutex
+		running := true
+		stop := context.AfterFunc(shutdown, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if running {
+				_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(watchWriteGrace))
+			}
+		})
+		defer func() {
+			stop()
+			mu.Lock()
+			running = false
+			mu.Unlock()
+		}()
 		hw := &heldWriter{messageWriter: messageWriter{ResponseWriter: w}}
 		defer hw.write()
 		h.ServeHTTP(hw, r.WithContext(context.WithValue(r.Context(), heldWriterKey{}, hw)))

@@ -230,7 +230,7 @@ func StartContext(ctx context.Context, cfg Config) (*Server, error) {
 	leasePath, leaseHandler := tenurev1connect.NewLeaseServiceHandler(&leaseService{s: s}, opts...)
 	mux.Handle(leasePath, leaseHandler)
 	mux.Handle(tenurev1connect.LeaseServiceKeepAliveProcedure, s.endOnShutdown(bufferMessages(leaseHandler)))
-	mux.Handle(tenurev1connect.LeaseServiceWatchProcedure, holdFlushes(leaseHandler))
+	mux.Handle(tenurev1connect.LeaseServiceWatchProcedure, holdFlushes(s.ctx, leaseHandler))
 	mux.Handle(tenurev1connect.NewClusterServiceHandler(&clusterService{s: s}, opts...))
 	mux.Handle(tenurev1connect.NewQueueServiceHandler(&queueService{s: s}, opts...))
 	mux.Handle(tenurev1connect.NewPoolServiceHandler(&poolService{s: s}, opts...))
