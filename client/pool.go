@@ -622,6 +622,37 @@ func (c *Client) DeletePool(ctx context.Context, pool string, opts ...CallOption
 	return out, err
 }
 
+// PeerReset is what ResetPeer did: whether the pool knew the peer, and
+// its ranking before and after (score 1.0, no outcomes, its current
+// leases).
+type PeerReset struct {
+	Known           bool
+	Before, Ranking PeerRanking
+}
+
+// ResetPeer gives a peer a fresh start in a pool's ranking: score 1.0, no
+// successes or failures counted; its current piece leases stay. A peer
+// whose score fell below the pool's minimum is refused every request
+// (ErrPeerRankingTooLow), and only an outcome changes a score, so an
+// operator who fixed the peer resets it. A peer the pool does not know is
+// no error: Known is false (so a retry is harmless). Needs the admin role
+// of the namespace on a server with authentication, and every member of
+// the cluster on a build that knows it (ReasonUnimplemented otherwise);
+// POOL_NOT_FOUND for an unknown pool.
+func (c *Client) ResetPeer(ctx context.Context, pool, peer string, opts ...CallOption) (PeerReset, error) {
+	cc := c.callConfig(opts)
+	var out PeerReset
+	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.pool.ResetPeer(ctx, connect.NewRequest(&tenurev1.ResetPeerRequest{Pool: pool, Namespace: cc.namespace, Peer: peer}))
+		if err == nil {
+			m := resp.Msg
+			out = PeerReset{Known: m.GetKnown(), Before: rankingFrom(m.GetBefore()), Ranking: rankingFrom(m.GetRanking())}
+		}
+		return err
+	})
+	return out, err
+}
+
 // PoolStatus is a pool's configuration, files and peers.
 type PoolStatus struct {
 	Pool      string

@@ -263,6 +263,18 @@ func TestIntegrationPool(t *testing.T) {
 		t.Fatalf("CompletePiece in an unknown pool: %v", err)
 	}
 
+	// A fresh start for p1: its success forgotten, its lease kept.
+	if r, err := c.ResetPeer(ctx, "swarm", "p1"); err != nil || !r.Known || r.Before.Successes != 1 ||
+		r.Ranking != (PeerRanking{Peer: "p1", Score: 1, CurrentLeases: 1}) {
+		t.Fatalf("ResetPeer: %+v %v", r, err)
+	}
+	if r, err := c.ResetPeer(ctx, "swarm", "ghost"); err != nil || r.Known {
+		t.Fatalf("ResetPeer of an unknown peer: %+v %v", r, err)
+	}
+	if _, err := c.ResetPeer(ctx, "nope", "p1"); !errors.Is(err, ErrPoolNotFound) {
+		t.Fatalf("ResetPeer in an unknown pool: %v", err)
+	}
+
 	// Deleted: the two leases left are revoked, and p1's completion of
 	// its piece fails; a second delete finds nothing.
 	del, err := c.DeletePool(ctx, "swarm")

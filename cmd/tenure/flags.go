@@ -641,11 +641,11 @@ var readOnly = map[string]bool{
 // a release of a released lease answers as the first did, a renewal
 // extends from the new send time, a task completed or failed twice by the
 // same lease is answered again, and a cancelled task is answered
-// unchanged.
+// unchanged, and a peer reset twice is as reset once.
 var resendable = map[string]bool{
 	tenurev1connect.LeaseServiceRenewProcedure: true, tenurev1connect.LeaseServiceReleaseProcedure: true,
 	tenurev1connect.QueueServiceCompleteProcedure: true, tenurev1connect.QueueServiceFailProcedure: true,
-	tenurev1connect.QueueServiceCancelProcedure: true,
+	tenurev1connect.QueueServiceCancelProcedure: true, tenurev1connect.PoolServiceResetPeerProcedure: true,
 }
 
 // resend says whether req may be sent again, to the next member, after its

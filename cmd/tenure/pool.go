@@ -37,6 +37,7 @@ swarm in which every node downloads runs one pool per downloading node.
   pool stats POOL
   pool list
   pool delete POOL
+  pool reset-peer POOL --peer P
 
 Piece ranges are inclusive: 0-99 is pieces 0 to 99.`
 
@@ -46,20 +47,22 @@ const poolExamples = `  tenure pool create swarm --max-leases-per-peer 8
   tenure pool complete swarm --peer p1 --file 0 --piece 0 --lease 01M8… --success   # as the request granted it
   tenure pool leases swarm --peer p1                              # what p1 holds now
   tenure pool rankings swarm
+  tenure pool reset-peer swarm --peer p2                          # p2 was fixed: rank it afresh
   tenure pool delete swarm                                        # when the download is over`
 
 // poolSubcommands are the subcommands of tenure pool.
 var poolSubcommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
-	"create":   runPoolCreate,
-	"want":     runPoolWant,
-	"request":  runPoolRequest,
-	"complete": runPoolComplete,
-	"rankings": runPoolRankings,
-	"status":   runPoolStatus,
-	"stats":    runPoolStats,
-	"leases":   runPoolLeases,
-	"list":     runPoolList,
-	"delete":   runPoolDelete,
+	"create":     runPoolCreate,
+	"want":       runPoolWant,
+	"request":    runPoolRequest,
+	"complete":   runPoolComplete,
+	"rankings":   runPoolRankings,
+	"status":     runPoolStatus,
+	"stats":      runPoolStats,
+	"leases":     runPoolLeases,
+	"list":       runPoolList,
+	"delete":     runPoolDelete,
+	"reset-peer": runPoolResetPeer,
 }
 
 // runPool is `tenure pool …`.
@@ -69,12 +72,12 @@ func runPool(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return sub(ctx, args[1:], stdout, stderr)
 		}
 	}
-	c := newCLICommand("tenure pool", "create|want|request|complete|leases|rankings|status|stats|delete POOL [flags] | list", poolHelp, poolExamples, stdout, stderr)
+	c := newCLICommand("tenure pool", "create|want|request|complete|leases|rankings|status|stats|delete|reset-peer POOL [flags] | list", poolHelp, poolExamples, stdout, stderr)
 	pos, err := c.parse(args, 1, -1)
 	if err != nil {
 		return err
 	}
-	return c.usageError("%s", unknownSubcommand(pos[0], "create", "want", "request", "complete", "leases", "rankings", "status", "stats", "list", "delete"))
+	return c.usageError("%s", unknownSubcommand(pos[0], "create", "want", "request", "complete", "leases", "rankings", "status", "stats", "list", "delete", "reset-peer"))
 }
 
 // poolCall is leaseCall for the PoolService.
@@ -665,4 +668,46 @@ func runPoolDelete(ctx context.Context, args []string, stdout, stderr io.Writer)
 	_, err = fmt.Fprintf(stdout, "deleted pool %s (namespace %s): %d files, %d pieces done, %d piece leases revoked\n",
 		pos[0], ns, resp.GetFiles(), resp.GetPiecesDone(), resp.GetRevokedLeases())
 	return err
+}
+
+const poolResetPeerHelp = `Give a peer a fresh start in a pool's ranking: score 1.0 (a new peer's),
+no successes or failures. A peer whose score fell below the pool's minimum
+is refused every request, and only an outcome changes a score (one failure
+as a new peer is enough to be refused for good), so a peer that was fixed
+needs this. Its current piece leases stay. A peer the pool does not know
+changes nothing and says so (exit 0: a retry is harmless). Needs the admin
+role of the namespace on a server with authentication, and every member
+of the cluster on a build that knows it (UNIMPLEMENTED otherwise).`
+
+func runPoolResetPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := newCLICommand("tenure pool reset-peer", "POOL --peer P [flags]", poolResetPeerHelp, "  tenure pool reset-peer swarm --peer p2", stdout, stderr)
+	peer := c.fs.String("peer", "", "the peer to rank afresh (required)")
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if *peer == "" {
+		return c.usageError("--peer is required")
+	}
+	r, err := c.remote()
+	if err != nil {
+		return err
+	}
+	resp, err := poolCall(ctx, r, tenurev1connect.PoolServiceClient.ResetPeer, &tenurev1.ResetPeerRequest{Pool: pos[0], Namespace: c.namespace, Peer: *peer})
+	if err != nil {
+		return err
+	}
+	if c.json() {
+		return writeJSON(stdout, resp)
+	}
+	if !resp.GetKnown() {
+		_, err = fmt.Fprintf(stdout, "pool %s knows no peer %s: nothing reset\n", pos[0], *peer)
+		return err
+	}
+	b := resp.GetBefore()
+	if _, err := fmt.Fprintf(stdout, "reset peer %s in pool %s (was score %.4f, %d successes, %d failures)\n",
+		*peer, pos[0], b.GetScore(), b.GetSuccesses(), b.GetFailures()); err != nil {
+		return err
+	}
+	return writePoolRankings(stdout, resp.GetRanking())
 }

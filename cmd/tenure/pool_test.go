@@ -149,8 +149,23 @@ func TestCLIPoolLifecycle(t *testing.T) {
 	fails(t, "REJECTED_REASON_INVALID_REQUEST", "pool", "request", pool, "--peer", "p4", "--have", "7:0")
 	fails(t, "REJECTED_REASON_NO_AVAILABLE_PIECES", "pool", "request", pool, "--peer", "p4", "--have", file+":"+piece)
 
+	// p2, refused for its score, is ranked afresh and served again.
+	out = ok(t, "pool", "reset-peer", pool, "--peer", "p2")
+	if !strings.HasPrefix(out, "reset peer p2 in pool "+pool+" (was score 0.1000, 0 successes, 1 failures)\n") ||
+		!regexp.MustCompile(`(?m)^p2\s+1\.0000\s+0\s+0\s+1$`).MatchString(out) {
+		t.Fatalf("reset-peer:\n%s", out)
+	}
+	if rs := parse(t, ok(t, "pool", "reset-peer", pool, "--peer", "p2", "-o", "json"), &tenurev1.ResetPeerResponse{}); !rs.GetKnown() || rs.GetRanking().GetScore() != 1 {
+		t.Fatalf("reset-peer -o json: %v", rs)
+	}
+	if out := ok(t, "pool", "reset-peer", pool, "--peer", "nobody"); out != "pool "+pool+" knows no peer nobody: nothing reset\n" {
+		t.Fatalf("reset-peer of an unknown peer: %q", out)
+	}
+	fails(t, "POOL_NOT_FOUND", "pool", "reset-peer", "no-such-pool", "--peer", "p2")
+	ok(t, "pool", "request", pool, "--peer", "p2", "--have", "0:0-9")
+
 	// Deleted: the three leases left are revoked; then it is gone.
-	if out := ok(t, "pool", "delete", pool); out != "deleted pool "+pool+" (namespace default): 2 files, 1 pieces done, 3 piece leases revoked\n" {
+	if out := ok(t, "pool", "delete", pool); out != "deleted pool "+pool+" (namespace default): 2 files, 1 pieces done, 4 piece leases revoked\n" {
 		t.Fatalf("delete: %q", out)
 	}
 	fails(t, "POOL_NOT_FOUND", "pool", "status", pool)
@@ -165,24 +180,25 @@ func TestCLIPoolLifecycle(t *testing.T) {
 func TestCLIPoolUsageErrors(t *testing.T) {
 	t.Parallel()
 	for name, args := range map[string][]string{
-		"no subcommand":          {"pool"},
-		"unknown subcommand":     {"pool", "explode", "x"},
-		"create without pool":    {"pool", "create"},
-		"create zero leases":     {"pool", "create", "x", "--max-leases-per-peer", "0"},
-		"want without pieces":    {"pool", "want", "x", "--file", "0", "--pieces", "10"},
-		"want range and all":     {"pool", "want", "x", "--file", "0", "--pieces", "10", "--all", "--range", "0-3"},
-		"want without file":      {"pool", "want", "x", "--pieces", "10", "--all"},
-		"want bad range":         {"pool", "want", "x", "--file", "0", "--range", "9-3"},
-		"request without peer":   {"pool", "request", "x", "--have", "0:0"},
-		"request without have":   {"pool", "request", "x", "--peer", "p"},
-		"request bad have":       {"pool", "request", "x", "--peer", "p", "--have", "zero:0-3"},
-		"request max 0":          {"pool", "request", "x", "--peer", "p", "--have", "0:0", "--max", "0"},
-		"complete both results":  {"pool", "complete", "x", "--peer", "p", "--file", "0", "--piece", "0", "--success", "--failure", "timeout"},
-		"complete no result":     {"pool", "complete", "x", "--peer", "p", "--file", "0", "--piece", "0"},
-		"complete bad reason":    {"pool", "complete", "x", "--peer", "p", "--file", "0", "--piece", "0", "--failure", "tired"},
-		"complete without piece": {"pool", "complete", "x", "--peer", "p", "--file", "0", "--success"},
-		"rankings extra arg":     {"pool", "rankings", "x", "y"},
-		"delete without pool":    {"pool", "delete"},
+		"no subcommand":           {"pool"},
+		"unknown subcommand":      {"pool", "explode", "x"},
+		"create without pool":     {"pool", "create"},
+		"create zero leases":      {"pool", "create", "x", "--max-leases-per-peer", "0"},
+		"want without pieces":     {"pool", "want", "x", "--file", "0", "--pieces", "10"},
+		"want range and all":      {"pool", "want", "x", "--file", "0", "--pieces", "10", "--all", "--range", "0-3"},
+		"want without file":       {"pool", "want", "x", "--pieces", "10", "--all"},
+		"want bad range":          {"pool", "want", "x", "--file", "0", "--range", "9-3"},
+		"request without peer":    {"pool", "request", "x", "--have", "0:0"},
+		"request without have":    {"pool", "request", "x", "--peer", "p"},
+		"request bad have":        {"pool", "request", "x", "--peer", "p", "--have", "zero:0-3"},
+		"request max 0":           {"pool", "request", "x", "--peer", "p", "--have", "0:0", "--max", "0"},
+		"complete both results":   {"pool", "complete", "x", "--peer", "p", "--file", "0", "--piece", "0", "--success", "--failure", "timeout"},
+		"complete no result":      {"pool", "complete", "x", "--peer", "p", "--file", "0", "--piece", "0"},
+		"complete bad reason":     {"pool", "complete", "x", "--peer", "p", "--file", "0", "--piece", "0", "--failure", "tired"},
+		"complete without piece":  {"pool", "complete", "x", "--peer", "p", "--file", "0", "--success"},
+		"rankings extra arg":      {"pool", "rankings", "x", "y"},
+		"delete without pool":     {"pool", "delete"},
+		"reset-peer without peer": {"pool", "reset-peer", "x"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -196,7 +212,7 @@ func TestCLIPoolUsageErrors(t *testing.T) {
 
 func TestCLIPoolHelp(t *testing.T) {
 	t.Parallel()
-	for _, sub := range []string{"", "create", "want", "request", "complete", "leases", "rankings", "status", "stats", "list", "delete"} {
+	for _, sub := range []string{"", "create", "want", "request", "complete", "leases", "rankings", "status", "stats", "list", "delete", "reset-peer"} {
 		args := []string{"pool", "--help"}
 		name := "tenure pool"
 		if sub != "" {

@@ -1,6 +1,11 @@
 package cluster
 
-import "github.com/tenurehq/tenure/internal/statemachine"
+import (
+	"context"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/statemachine"
+)
 
 // termRules is the rules a leader stamps in one term.
 type termRules struct {
@@ -32,3 +37,33 @@ func (n *Node) StampRules() uint32 { return n.stampRules() }
 
 // Term is the current Raft term of this node.
 func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
+
+// AwaitRules returns the rules this node stamps once they are set for its
+// current term, waiting at most wait (a new leader asks its members first:
+// milliseconds when they answer); the floor it stamps until then after
+// that. A command only newer rules know is decided on it.
+func (n *Node) AwaitRules(ctx context.Context, wait time.Duration) uint32 {
+	set := func() bool {
+		r := n.rules.Load()
+		return r != nil && r.term == n.raft.CurrentTerm()
+	}
+	if set() {
+		return n.stampRules()
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !set() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return n.stampRules()
+		case <-ctx.Done():
+			return n.stampRules()
+		case <-n.stop:
+			return n.stampRules()
+		}
+	}
+	return n.stampRules()
+}

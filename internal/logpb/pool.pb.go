@@ -131,6 +131,7 @@ type PoolCommand struct {
 	//	*PoolCommand_Request
 	//	*PoolCommand_Complete
 	//	*PoolCommand_Delete
+	//	*PoolCommand_ResetPeer
 	Op            isPoolCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -232,6 +233,15 @@ func (x *PoolCommand) GetDelete() *PoolDelete {
 	return nil
 }
 
+func (x *PoolCommand) GetResetPeer() *PoolResetPeer {
+	if x != nil {
+		if x, ok := x.Op.(*PoolCommand_ResetPeer); ok {
+			return x.ResetPeer
+		}
+	}
+	return nil
+}
+
 type isPoolCommand_Op interface {
 	isPoolCommand_Op()
 }
@@ -256,6 +266,10 @@ type PoolCommand_Delete struct {
 	Delete *PoolDelete `protobuf:"bytes,14,opt,name=delete,proto3,oneof"`
 }
 
+type PoolCommand_ResetPeer struct {
+	ResetPeer *PoolResetPeer `protobuf:"bytes,15,opt,name=reset_peer,json=resetPeer,proto3,oneof"`
+}
+
 func (*PoolCommand_Create) isPoolCommand_Op() {}
 
 func (*PoolCommand_Want) isPoolCommand_Op() {}
@@ -266,6 +280,53 @@ func (*PoolCommand_Complete) isPoolCommand_Op() {}
 
 func (*PoolCommand_Delete) isPoolCommand_Op() {}
 
+func (*PoolCommand_ResetPeer) isPoolCommand_Op() {}
+
+// PoolResetPeer gives a peer a fresh start in the pool's ranking (rules 5).
+type PoolResetPeer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peer          string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolResetPeer) Reset() {
+	*x = PoolResetPeer{}
+	mi := &file_pool_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolResetPeer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolResetPeer) ProtoMessage() {}
+
+func (x *PoolResetPeer) ProtoReflect() protoreflect.Message {
+	mi := &file_pool_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolResetPeer.ProtoReflect.Descriptor instead.
+func (*PoolResetPeer) Descriptor() ([]byte, []int) {
+	return file_pool_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PoolResetPeer) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
 // PoolDelete removes a pool, revoking its piece leases first.
 type PoolDelete struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -275,7 +336,7 @@ type PoolDelete struct {
 
 func (x *PoolDelete) Reset() {
 	*x = PoolDelete{}
-	mi := &file_pool_proto_msgTypes[2]
+	mi := &file_pool_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +348,7 @@ func (x *PoolDelete) String() string {
 func (*PoolDelete) ProtoMessage() {}
 
 func (x *PoolDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[2]
+	mi := &file_pool_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +361,7 @@ func (x *PoolDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolDelete.ProtoReflect.Descriptor instead.
 func (*PoolDelete) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{2}
+	return file_pool_proto_rawDescGZIP(), []int{3}
 }
 
 type PoolCreate struct {
@@ -313,7 +374,7 @@ type PoolCreate struct {
 
 func (x *PoolCreate) Reset() {
 	*x = PoolCreate{}
-	mi := &file_pool_proto_msgTypes[3]
+	mi := &file_pool_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +386,7 @@ func (x *PoolCreate) String() string {
 func (*PoolCreate) ProtoMessage() {}
 
 func (x *PoolCreate) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[3]
+	mi := &file_pool_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +399,7 @@ func (x *PoolCreate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolCreate.ProtoReflect.Descriptor instead.
 func (*PoolCreate) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{3}
+	return file_pool_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PoolCreate) GetConfig() *v1.PoolConfig {
@@ -360,7 +421,7 @@ type PoolWant struct {
 
 func (x *PoolWant) Reset() {
 	*x = PoolWant{}
-	mi := &file_pool_proto_msgTypes[4]
+	mi := &file_pool_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +433,7 @@ func (x *PoolWant) String() string {
 func (*PoolWant) ProtoMessage() {}
 
 func (x *PoolWant) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[4]
+	mi := &file_pool_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +446,7 @@ func (x *PoolWant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolWant.ProtoReflect.Descriptor instead.
 func (*PoolWant) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{4}
+	return file_pool_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PoolWant) GetFileIndex() uint32 {
@@ -426,7 +487,7 @@ type PoolHave struct {
 
 func (x *PoolHave) Reset() {
 	*x = PoolHave{}
-	mi := &file_pool_proto_msgTypes[5]
+	mi := &file_pool_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +499,7 @@ func (x *PoolHave) String() string {
 func (*PoolHave) ProtoMessage() {}
 
 func (x *PoolHave) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[5]
+	mi := &file_pool_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +512,7 @@ func (x *PoolHave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolHave.ProtoReflect.Descriptor instead.
 func (*PoolHave) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{5}
+	return file_pool_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PoolHave) GetFileIndex() uint32 {
@@ -479,7 +540,7 @@ type PoolRequest struct {
 
 func (x *PoolRequest) Reset() {
 	*x = PoolRequest{}
-	mi := &file_pool_proto_msgTypes[6]
+	mi := &file_pool_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +552,7 @@ func (x *PoolRequest) String() string {
 func (*PoolRequest) ProtoMessage() {}
 
 func (x *PoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[6]
+	mi := &file_pool_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +565,7 @@ func (x *PoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
 func (*PoolRequest) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{6}
+	return file_pool_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PoolRequest) GetPeer() string {
@@ -543,7 +604,7 @@ type PoolComplete struct {
 
 func (x *PoolComplete) Reset() {
 	*x = PoolComplete{}
-	mi := &file_pool_proto_msgTypes[7]
+	mi := &file_pool_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +616,7 @@ func (x *PoolComplete) String() string {
 func (*PoolComplete) ProtoMessage() {}
 
 func (x *PoolComplete) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[7]
+	mi := &file_pool_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +629,7 @@ func (x *PoolComplete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolComplete.ProtoReflect.Descriptor instead.
 func (*PoolComplete) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{7}
+	return file_pool_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PoolComplete) GetPeer() string {
@@ -628,6 +689,7 @@ type PoolRecord struct {
 	//	*PoolRecord_Leased
 	//	*PoolRecord_Done
 	//	*PoolRecord_Deleted
+	//	*PoolRecord_PeerReset
 	Event         isPoolRecord_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -635,7 +697,7 @@ type PoolRecord struct {
 
 func (x *PoolRecord) Reset() {
 	*x = PoolRecord{}
-	mi := &file_pool_proto_msgTypes[8]
+	mi := &file_pool_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +709,7 @@ func (x *PoolRecord) String() string {
 func (*PoolRecord) ProtoMessage() {}
 
 func (x *PoolRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[8]
+	mi := &file_pool_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +722,7 @@ func (x *PoolRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolRecord.ProtoReflect.Descriptor instead.
 func (*PoolRecord) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{8}
+	return file_pool_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PoolRecord) GetNamespace() string {
@@ -738,6 +800,15 @@ func (x *PoolRecord) GetDeleted() *PoolDeleted {
 	return nil
 }
 
+func (x *PoolRecord) GetPeerReset() *PeerReset {
+	if x != nil {
+		if x, ok := x.Event.(*PoolRecord_PeerReset); ok {
+			return x.PeerReset
+		}
+	}
+	return nil
+}
+
 type isPoolRecord_Event interface {
 	isPoolRecord_Event()
 }
@@ -766,6 +837,10 @@ type PoolRecord_Deleted struct {
 	Deleted *PoolDeleted `protobuf:"bytes,15,opt,name=deleted,proto3,oneof"`
 }
 
+type PoolRecord_PeerReset struct {
+	PeerReset *PeerReset `protobuf:"bytes,16,opt,name=peer_reset,json=peerReset,proto3,oneof"`
+}
+
 func (*PoolRecord_Created) isPoolRecord_Event() {}
 
 func (*PoolRecord_Wanted) isPoolRecord_Event() {}
@@ -778,6 +853,55 @@ func (*PoolRecord_Done) isPoolRecord_Event() {}
 
 func (*PoolRecord_Deleted) isPoolRecord_Event() {}
 
+func (*PoolRecord_PeerReset) isPoolRecord_Event() {}
+
+// PeerReset sets a known peer's score to the starting score, its
+// successes and failures to 0, and its last ranking update to the
+// record's tick.
+type PeerReset struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Peer          string                 `protobuf:"bytes,1,opt,name=peer,proto3" json:"peer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PeerReset) Reset() {
+	*x = PeerReset{}
+	mi := &file_pool_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PeerReset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PeerReset) ProtoMessage() {}
+
+func (x *PeerReset) ProtoReflect() protoreflect.Message {
+	mi := &file_pool_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PeerReset.ProtoReflect.Descriptor instead.
+func (*PeerReset) Descriptor() ([]byte, []int) {
+	return file_pool_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PeerReset) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
 // PoolDeleted drops a pool that holds no piece lease (the deletion
 // revoked them in the records before this one).
 type PoolDeleted struct {
@@ -788,7 +912,7 @@ type PoolDeleted struct {
 
 func (x *PoolDeleted) Reset() {
 	*x = PoolDeleted{}
-	mi := &file_pool_proto_msgTypes[9]
+	mi := &file_pool_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +924,7 @@ func (x *PoolDeleted) String() string {
 func (*PoolDeleted) ProtoMessage() {}
 
 func (x *PoolDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[9]
+	mi := &file_pool_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +937,7 @@ func (x *PoolDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolDeleted.ProtoReflect.Descriptor instead.
 func (*PoolDeleted) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{9}
+	return file_pool_proto_rawDescGZIP(), []int{11}
 }
 
 type PoolCreated struct {
@@ -825,7 +949,7 @@ type PoolCreated struct {
 
 func (x *PoolCreated) Reset() {
 	*x = PoolCreated{}
-	mi := &file_pool_proto_msgTypes[10]
+	mi := &file_pool_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +961,7 @@ func (x *PoolCreated) String() string {
 func (*PoolCreated) ProtoMessage() {}
 
 func (x *PoolCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[10]
+	mi := &file_pool_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +974,7 @@ func (x *PoolCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolCreated.ProtoReflect.Descriptor instead.
 func (*PoolCreated) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{10}
+	return file_pool_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PoolCreated) GetConfig() *PoolConfig {
@@ -872,7 +996,7 @@ type PoolWanted struct {
 
 func (x *PoolWanted) Reset() {
 	*x = PoolWanted{}
-	mi := &file_pool_proto_msgTypes[11]
+	mi := &file_pool_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1008,7 @@ func (x *PoolWanted) String() string {
 func (*PoolWanted) ProtoMessage() {}
 
 func (x *PoolWanted) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[11]
+	mi := &file_pool_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1021,7 @@ func (x *PoolWanted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolWanted.ProtoReflect.Descriptor instead.
 func (*PoolWanted) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{11}
+	return file_pool_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PoolWanted) GetFileIndex() uint32 {
@@ -936,7 +1060,7 @@ type PeerHave struct {
 
 func (x *PeerHave) Reset() {
 	*x = PeerHave{}
-	mi := &file_pool_proto_msgTypes[12]
+	mi := &file_pool_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1072,7 @@ func (x *PeerHave) String() string {
 func (*PeerHave) ProtoMessage() {}
 
 func (x *PeerHave) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[12]
+	mi := &file_pool_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1085,7 @@ func (x *PeerHave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerHave.ProtoReflect.Descriptor instead.
 func (*PeerHave) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{12}
+	return file_pool_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PeerHave) GetPeer() string {
@@ -1005,7 +1129,7 @@ type PieceLeased struct {
 
 func (x *PieceLeased) Reset() {
 	*x = PieceLeased{}
-	mi := &file_pool_proto_msgTypes[13]
+	mi := &file_pool_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1017,7 +1141,7 @@ func (x *PieceLeased) String() string {
 func (*PieceLeased) ProtoMessage() {}
 
 func (x *PieceLeased) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[13]
+	mi := &file_pool_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1030,7 +1154,7 @@ func (x *PieceLeased) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PieceLeased.ProtoReflect.Descriptor instead.
 func (*PieceLeased) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{13}
+	return file_pool_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PieceLeased) GetPeer() string {
@@ -1093,7 +1217,7 @@ type PieceDone struct {
 
 func (x *PieceDone) Reset() {
 	*x = PieceDone{}
-	mi := &file_pool_proto_msgTypes[14]
+	mi := &file_pool_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1229,7 @@ func (x *PieceDone) String() string {
 func (*PieceDone) ProtoMessage() {}
 
 func (x *PieceDone) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[14]
+	mi := &file_pool_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1242,7 @@ func (x *PieceDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PieceDone.ProtoReflect.Descriptor instead.
 func (*PieceDone) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{14}
+	return file_pool_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PieceDone) GetPeer() string {
@@ -1210,7 +1334,7 @@ type PoolFileSnap struct {
 
 func (x *PoolFileSnap) Reset() {
 	*x = PoolFileSnap{}
-	mi := &file_pool_proto_msgTypes[15]
+	mi := &file_pool_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1346,7 @@ func (x *PoolFileSnap) String() string {
 func (*PoolFileSnap) ProtoMessage() {}
 
 func (x *PoolFileSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[15]
+	mi := &file_pool_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1359,7 @@ func (x *PoolFileSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolFileSnap.ProtoReflect.Descriptor instead.
 func (*PoolFileSnap) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{15}
+	return file_pool_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PoolFileSnap) GetFileIndex() uint32 {
@@ -1276,7 +1400,7 @@ type PoolPeerHaveSnap struct {
 
 func (x *PoolPeerHaveSnap) Reset() {
 	*x = PoolPeerHaveSnap{}
-	mi := &file_pool_proto_msgTypes[16]
+	mi := &file_pool_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1412,7 @@ func (x *PoolPeerHaveSnap) String() string {
 func (*PoolPeerHaveSnap) ProtoMessage() {}
 
 func (x *PoolPeerHaveSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[16]
+	mi := &file_pool_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1425,7 @@ func (x *PoolPeerHaveSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPeerHaveSnap.ProtoReflect.Descriptor instead.
 func (*PoolPeerHaveSnap) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{16}
+	return file_pool_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PoolPeerHaveSnap) GetFileIndex() uint32 {
@@ -1335,7 +1459,7 @@ type PoolPeerSnap struct {
 
 func (x *PoolPeerSnap) Reset() {
 	*x = PoolPeerSnap{}
-	mi := &file_pool_proto_msgTypes[17]
+	mi := &file_pool_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1471,7 @@ func (x *PoolPeerSnap) String() string {
 func (*PoolPeerSnap) ProtoMessage() {}
 
 func (x *PoolPeerSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[17]
+	mi := &file_pool_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1484,7 @@ func (x *PoolPeerSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPeerSnap.ProtoReflect.Descriptor instead.
 func (*PoolPeerSnap) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{17}
+	return file_pool_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PoolPeerSnap) GetPeer() string {
@@ -1424,7 +1548,7 @@ type PoolLeaseSnap struct {
 
 func (x *PoolLeaseSnap) Reset() {
 	*x = PoolLeaseSnap{}
-	mi := &file_pool_proto_msgTypes[18]
+	mi := &file_pool_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1560,7 @@ func (x *PoolLeaseSnap) String() string {
 func (*PoolLeaseSnap) ProtoMessage() {}
 
 func (x *PoolLeaseSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[18]
+	mi := &file_pool_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1573,7 @@ func (x *PoolLeaseSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolLeaseSnap.ProtoReflect.Descriptor instead.
 func (*PoolLeaseSnap) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{18}
+	return file_pool_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PoolLeaseSnap) GetLeaseSeq() uint64 {
@@ -1495,7 +1619,7 @@ type PoolSnap struct {
 
 func (x *PoolSnap) Reset() {
 	*x = PoolSnap{}
-	mi := &file_pool_proto_msgTypes[19]
+	mi := &file_pool_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1631,7 @@ func (x *PoolSnap) String() string {
 func (*PoolSnap) ProtoMessage() {}
 
 func (x *PoolSnap) ProtoReflect() protoreflect.Message {
-	mi := &file_pool_proto_msgTypes[19]
+	mi := &file_pool_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1644,7 @@ func (x *PoolSnap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolSnap.ProtoReflect.Descriptor instead.
 func (*PoolSnap) Descriptor() ([]byte, []int) {
-	return file_pool_proto_rawDescGZIP(), []int{19}
+	return file_pool_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PoolSnap) GetNamespace() string {
@@ -1580,7 +1704,7 @@ const file_pool_proto_rawDesc = "" +
 	"\apenalty\x18\x05 \x01(\x01R\apenalty\x12\x1b\n" +
 	"\tmin_score\x18\x06 \x01(\x01R\bminScore\x12 \n" +
 	"\fpeer_idle_ms\x18\a \x01(\x03R\n" +
-	"peerIdleMs\"\xd1\x02\n" +
+	"peerIdleMs\"\x90\x03\n" +
 	"\vPoolCommand\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x123\n" +
@@ -1589,8 +1713,12 @@ const file_pool_proto_rawDesc = "" +
 	"\x04want\x18\v \x01(\v2\x17.tenure.log.v1.PoolWantH\x00R\x04want\x126\n" +
 	"\arequest\x18\f \x01(\v2\x1a.tenure.log.v1.PoolRequestH\x00R\arequest\x129\n" +
 	"\bcomplete\x18\r \x01(\v2\x1b.tenure.log.v1.PoolCompleteH\x00R\bcomplete\x123\n" +
-	"\x06delete\x18\x0e \x01(\v2\x19.tenure.log.v1.PoolDeleteH\x00R\x06deleteB\x04\n" +
-	"\x02op\"\f\n" +
+	"\x06delete\x18\x0e \x01(\v2\x19.tenure.log.v1.PoolDeleteH\x00R\x06delete\x12=\n" +
+	"\n" +
+	"reset_peer\x18\x0f \x01(\v2\x1c.tenure.log.v1.PoolResetPeerH\x00R\tresetPeerB\x04\n" +
+	"\x02op\"#\n" +
+	"\rPoolResetPeer\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\tR\x04peer\"\f\n" +
 	"\n" +
 	"PoolDelete\";\n" +
 	"\n" +
@@ -1619,7 +1747,7 @@ const file_pool_proto_rawDesc = "" +
 	"pieceIndex\x123\n" +
 	"\x06result\x18\x04 \x01(\x0e2\x1b.tenure.v1.CompletionResultR\x06result\x12?\n" +
 	"\x0efailure_reason\x18\x05 \x01(\x0e2\x18.tenure.v1.FailureReasonR\rfailureReason\x12\x19\n" +
-	"\blease_id\x18\x06 \x01(\tR\aleaseId\"\x81\x03\n" +
+	"\blease_id\x18\x06 \x01(\tR\aleaseId\"\xbc\x03\n" +
 	"\n" +
 	"PoolRecord\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1630,8 +1758,12 @@ const file_pool_proto_rawDesc = "" +
 	"\x04have\x18\f \x01(\v2\x17.tenure.log.v1.PeerHaveH\x00R\x04have\x124\n" +
 	"\x06leased\x18\r \x01(\v2\x1a.tenure.log.v1.PieceLeasedH\x00R\x06leased\x12.\n" +
 	"\x04done\x18\x0e \x01(\v2\x18.tenure.log.v1.PieceDoneH\x00R\x04done\x126\n" +
-	"\adeleted\x18\x0f \x01(\v2\x1a.tenure.log.v1.PoolDeletedH\x00R\adeletedB\a\n" +
-	"\x05event\"\r\n" +
+	"\adeleted\x18\x0f \x01(\v2\x1a.tenure.log.v1.PoolDeletedH\x00R\adeleted\x129\n" +
+	"\n" +
+	"peer_reset\x18\x10 \x01(\v2\x18.tenure.log.v1.PeerResetH\x00R\tpeerResetB\a\n" +
+	"\x05event\"\x1f\n" +
+	"\tPeerReset\x12\x12\n" +
+	"\x04peer\x18\x01 \x01(\tR\x04peer\"\r\n" +
 	"\vPoolDeleted\"@\n" +
 	"\vPoolCreated\x121\n" +
 	"\x06config\x18\x01 \x01(\v2\x19.tenure.log.v1.PoolConfigR\x06config\"d\n" +
@@ -1718,65 +1850,69 @@ func file_pool_proto_rawDescGZIP() []byte {
 	return file_pool_proto_rawDescData
 }
 
-var file_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_pool_proto_goTypes = []any{
 	(*PoolConfig)(nil),       // 0: tenure.log.v1.PoolConfig
 	(*PoolCommand)(nil),      // 1: tenure.log.v1.PoolCommand
-	(*PoolDelete)(nil),       // 2: tenure.log.v1.PoolDelete
-	(*PoolCreate)(nil),       // 3: tenure.log.v1.PoolCreate
-	(*PoolWant)(nil),         // 4: tenure.log.v1.PoolWant
-	(*PoolHave)(nil),         // 5: tenure.log.v1.PoolHave
-	(*PoolRequest)(nil),      // 6: tenure.log.v1.PoolRequest
-	(*PoolComplete)(nil),     // 7: tenure.log.v1.PoolComplete
-	(*PoolRecord)(nil),       // 8: tenure.log.v1.PoolRecord
-	(*PoolDeleted)(nil),      // 9: tenure.log.v1.PoolDeleted
-	(*PoolCreated)(nil),      // 10: tenure.log.v1.PoolCreated
-	(*PoolWanted)(nil),       // 11: tenure.log.v1.PoolWanted
-	(*PeerHave)(nil),         // 12: tenure.log.v1.PeerHave
-	(*PieceLeased)(nil),      // 13: tenure.log.v1.PieceLeased
-	(*PieceDone)(nil),        // 14: tenure.log.v1.PieceDone
-	(*PoolFileSnap)(nil),     // 15: tenure.log.v1.PoolFileSnap
-	(*PoolPeerHaveSnap)(nil), // 16: tenure.log.v1.PoolPeerHaveSnap
-	(*PoolPeerSnap)(nil),     // 17: tenure.log.v1.PoolPeerSnap
-	(*PoolLeaseSnap)(nil),    // 18: tenure.log.v1.PoolLeaseSnap
-	(*PoolSnap)(nil),         // 19: tenure.log.v1.PoolSnap
-	(*v1.PoolConfig)(nil),    // 20: tenure.v1.PoolConfig
-	(*v1.PieceRange)(nil),    // 21: tenure.v1.PieceRange
-	(v1.CompletionResult)(0), // 22: tenure.v1.CompletionResult
-	(v1.FailureReason)(0),    // 23: tenure.v1.FailureReason
-	(v1.State)(0),            // 24: tenure.v1.State
+	(*PoolResetPeer)(nil),    // 2: tenure.log.v1.PoolResetPeer
+	(*PoolDelete)(nil),       // 3: tenure.log.v1.PoolDelete
+	(*PoolCreate)(nil),       // 4: tenure.log.v1.PoolCreate
+	(*PoolWant)(nil),         // 5: tenure.log.v1.PoolWant
+	(*PoolHave)(nil),         // 6: tenure.log.v1.PoolHave
+	(*PoolRequest)(nil),      // 7: tenure.log.v1.PoolRequest
+	(*PoolComplete)(nil),     // 8: tenure.log.v1.PoolComplete
+	(*PoolRecord)(nil),       // 9: tenure.log.v1.PoolRecord
+	(*PeerReset)(nil),        // 10: tenure.log.v1.PeerReset
+	(*PoolDeleted)(nil),      // 11: tenure.log.v1.PoolDeleted
+	(*PoolCreated)(nil),      // 12: tenure.log.v1.PoolCreated
+	(*PoolWanted)(nil),       // 13: tenure.log.v1.PoolWanted
+	(*PeerHave)(nil),         // 14: tenure.log.v1.PeerHave
+	(*PieceLeased)(nil),      // 15: tenure.log.v1.PieceLeased
+	(*PieceDone)(nil),        // 16: tenure.log.v1.PieceDone
+	(*PoolFileSnap)(nil),     // 17: tenure.log.v1.PoolFileSnap
+	(*PoolPeerHaveSnap)(nil), // 18: tenure.log.v1.PoolPeerHaveSnap
+	(*PoolPeerSnap)(nil),     // 19: tenure.log.v1.PoolPeerSnap
+	(*PoolLeaseSnap)(nil),    // 20: tenure.log.v1.PoolLeaseSnap
+	(*PoolSnap)(nil),         // 21: tenure.log.v1.PoolSnap
+	(*v1.PoolConfig)(nil),    // 22: tenure.v1.PoolConfig
+	(*v1.PieceRange)(nil),    // 23: tenure.v1.PieceRange
+	(v1.CompletionResult)(0), // 24: tenure.v1.CompletionResult
+	(v1.FailureReason)(0),    // 25: tenure.v1.FailureReason
+	(v1.State)(0),            // 26: tenure.v1.State
 }
 var file_pool_proto_depIdxs = []int32{
-	3,  // 0: tenure.log.v1.PoolCommand.create:type_name -> tenure.log.v1.PoolCreate
-	4,  // 1: tenure.log.v1.PoolCommand.want:type_name -> tenure.log.v1.PoolWant
-	6,  // 2: tenure.log.v1.PoolCommand.request:type_name -> tenure.log.v1.PoolRequest
-	7,  // 3: tenure.log.v1.PoolCommand.complete:type_name -> tenure.log.v1.PoolComplete
-	2,  // 4: tenure.log.v1.PoolCommand.delete:type_name -> tenure.log.v1.PoolDelete
-	20, // 5: tenure.log.v1.PoolCreate.config:type_name -> tenure.v1.PoolConfig
-	21, // 6: tenure.log.v1.PoolWant.ranges:type_name -> tenure.v1.PieceRange
-	5,  // 7: tenure.log.v1.PoolRequest.have:type_name -> tenure.log.v1.PoolHave
-	22, // 8: tenure.log.v1.PoolComplete.result:type_name -> tenure.v1.CompletionResult
-	23, // 9: tenure.log.v1.PoolComplete.failure_reason:type_name -> tenure.v1.FailureReason
-	10, // 10: tenure.log.v1.PoolRecord.created:type_name -> tenure.log.v1.PoolCreated
-	11, // 11: tenure.log.v1.PoolRecord.wanted:type_name -> tenure.log.v1.PoolWanted
-	12, // 12: tenure.log.v1.PoolRecord.have:type_name -> tenure.log.v1.PeerHave
-	13, // 13: tenure.log.v1.PoolRecord.leased:type_name -> tenure.log.v1.PieceLeased
-	14, // 14: tenure.log.v1.PoolRecord.done:type_name -> tenure.log.v1.PieceDone
-	9,  // 15: tenure.log.v1.PoolRecord.deleted:type_name -> tenure.log.v1.PoolDeleted
-	0,  // 16: tenure.log.v1.PoolCreated.config:type_name -> tenure.log.v1.PoolConfig
-	22, // 17: tenure.log.v1.PieceDone.result:type_name -> tenure.v1.CompletionResult
-	23, // 18: tenure.log.v1.PieceDone.failure_reason:type_name -> tenure.v1.FailureReason
-	24, // 19: tenure.log.v1.PieceDone.lease_state:type_name -> tenure.v1.State
-	16, // 20: tenure.log.v1.PoolPeerSnap.have:type_name -> tenure.log.v1.PoolPeerHaveSnap
-	0,  // 21: tenure.log.v1.PoolSnap.config:type_name -> tenure.log.v1.PoolConfig
-	15, // 22: tenure.log.v1.PoolSnap.files:type_name -> tenure.log.v1.PoolFileSnap
-	17, // 23: tenure.log.v1.PoolSnap.peers:type_name -> tenure.log.v1.PoolPeerSnap
-	18, // 24: tenure.log.v1.PoolSnap.leases:type_name -> tenure.log.v1.PoolLeaseSnap
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	4,  // 0: tenure.log.v1.PoolCommand.create:type_name -> tenure.log.v1.PoolCreate
+	5,  // 1: tenure.log.v1.PoolCommand.want:type_name -> tenure.log.v1.PoolWant
+	7,  // 2: tenure.log.v1.PoolCommand.request:type_name -> tenure.log.v1.PoolRequest
+	8,  // 3: tenure.log.v1.PoolCommand.complete:type_name -> tenure.log.v1.PoolComplete
+	3,  // 4: tenure.log.v1.PoolCommand.delete:type_name -> tenure.log.v1.PoolDelete
+	2,  // 5: tenure.log.v1.PoolCommand.reset_peer:type_name -> tenure.log.v1.PoolResetPeer
+	22, // 6: tenure.log.v1.PoolCreate.config:type_name -> tenure.v1.PoolConfig
+	23, // 7: tenure.log.v1.PoolWant.ranges:type_name -> tenure.v1.PieceRange
+	6,  // 8: tenure.log.v1.PoolRequest.have:type_name -> tenure.log.v1.PoolHave
+	24, // 9: tenure.log.v1.PoolComplete.result:type_name -> tenure.v1.CompletionResult
+	25, // 10: tenure.log.v1.PoolComplete.failure_reason:type_name -> tenure.v1.FailureReason
+	12, // 11: tenure.log.v1.PoolRecord.created:type_name -> tenure.log.v1.PoolCreated
+	13, // 12: tenure.log.v1.PoolRecord.wanted:type_name -> tenure.log.v1.PoolWanted
+	14, // 13: tenure.log.v1.PoolRecord.have:type_name -> tenure.log.v1.PeerHave
+	15, // 14: tenure.log.v1.PoolRecord.leased:type_name -> tenure.log.v1.PieceLeased
+	16, // 15: tenure.log.v1.PoolRecord.done:type_name -> tenure.log.v1.PieceDone
+	11, // 16: tenure.log.v1.PoolRecord.deleted:type_name -> tenure.log.v1.PoolDeleted
+	10, // 17: tenure.log.v1.PoolRecord.peer_reset:type_name -> tenure.log.v1.PeerReset
+	0,  // 18: tenure.log.v1.PoolCreated.config:type_name -> tenure.log.v1.PoolConfig
+	24, // 19: tenure.log.v1.PieceDone.result:type_name -> tenure.v1.CompletionResult
+	25, // 20: tenure.log.v1.PieceDone.failure_reason:type_name -> tenure.v1.FailureReason
+	26, // 21: tenure.log.v1.PieceDone.lease_state:type_name -> tenure.v1.State
+	18, // 22: tenure.log.v1.PoolPeerSnap.have:type_name -> tenure.log.v1.PoolPeerHaveSnap
+	0,  // 23: tenure.log.v1.PoolSnap.config:type_name -> tenure.log.v1.PoolConfig
+	17, // 24: tenure.log.v1.PoolSnap.files:type_name -> tenure.log.v1.PoolFileSnap
+	19, // 25: tenure.log.v1.PoolSnap.peers:type_name -> tenure.log.v1.PoolPeerSnap
+	20, // 26: tenure.log.v1.PoolSnap.leases:type_name -> tenure.log.v1.PoolLeaseSnap
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_pool_proto_init() }
@@ -1790,14 +1926,16 @@ func file_pool_proto_init() {
 		(*PoolCommand_Request)(nil),
 		(*PoolCommand_Complete)(nil),
 		(*PoolCommand_Delete)(nil),
+		(*PoolCommand_ResetPeer)(nil),
 	}
-	file_pool_proto_msgTypes[8].OneofWrappers = []any{
+	file_pool_proto_msgTypes[9].OneofWrappers = []any{
 		(*PoolRecord_Created)(nil),
 		(*PoolRecord_Wanted)(nil),
 		(*PoolRecord_Have)(nil),
 		(*PoolRecord_Leased)(nil),
 		(*PoolRecord_Done)(nil),
 		(*PoolRecord_Deleted)(nil),
+		(*PoolRecord_PeerReset)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1805,7 +1943,7 @@ func file_pool_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pool_proto_rawDesc), len(file_pool_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

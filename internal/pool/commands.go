@@ -55,6 +55,10 @@ type Outcome struct {
 	Message  string
 	// CompletePiece.
 	Ranking Ranking
+	// ResetPeer: whether the pool knew the peer, and its ranking before
+	// (Ranking is the one after).
+	Known  bool
+	Before Ranking
 	// DeletePool: whether there was a pool, the piece leases revoked, and
 	// what the pool held.
 	Deleted    bool
@@ -82,6 +86,8 @@ func ValidateCommand(c *logpb.PoolCommand) error {
 		return registrar.CheckIdentifier("peer", op.Request.GetPeer(), true)
 	case *logpb.PoolCommand_Complete:
 		return registrar.CheckIdentifier("peer", op.Complete.GetPeer(), true)
+	case *logpb.PoolCommand_ResetPeer:
+		return registrar.CheckIdentifier("peer", op.ResetPeer.GetPeer(), true)
 	case nil:
 		return invalid("op", "pool command has no operation")
 	}
@@ -105,6 +111,8 @@ func (ps *Pools) Do(tx *registrar.Tx, c *logpb.PoolCommand) Outcome {
 		return ps.complete(tx, k, op.Complete)
 	case *logpb.PoolCommand_Delete:
 		return ps.deletePool(tx, k)
+	case *logpb.PoolCommand_ResetPeer:
+		return ps.resetPeer(tx, k, op.ResetPeer)
 	}
 	return fail(invalid("op", "unknown pool operation %T", c.Op))
 }
@@ -616,6 +624,36 @@ func (ps *Pools) deletePool(tx *registrar.Tx, k key) Outcome {
 	if err := tx.Err(); err != nil {
 		return fail(err)
 	}
+	return out
+}
+
+// ResetRules is the first rules (statemachine.Rules) under which a
+// ResetPeer command applies: a build before them does not know the
+// command, and refuses it without a record, as resetPeer does for a
+// command stamped with earlier rules.
+const ResetRules = 5
+
+// resetPeer gives a known peer a fresh start in the pool's ranking. An
+// unknown peer changes nothing.
+func (ps *Pools) resetPeer(tx *registrar.Tx, k key, r *logpb.PoolResetPeer) Outcome {
+	if tx.Rules < ResetRules {
+		return fail(registrar.NewError(registrar.ReasonUnimplemented, map[string]string{"rules": strconv.FormatUint(uint64(tx.Rules), 10)},
+			"the cluster applies rules %d: a member runs a build that cannot reset a peer; upgrade every member first", tx.Rules))
+	}
+	p := ps.pools[k]
+	if p == nil {
+		return fail(notFound(k))
+	}
+	pe := p.peers[r.Peer]
+	if pe == nil {
+		return Outcome{Ranking: Ranking{Peer: r.Peer, Score: StartScore}}
+	}
+	out := Outcome{Known: true, Before: pe.ranking()}
+	ps.emit(tx, k, &logpb.PoolRecord{Event: &logpb.PoolRecord_PeerReset{PeerReset: &logpb.PeerReset{Peer: r.Peer}}})
+	if err := tx.Err(); err != nil {
+		return fail(err)
+	}
+	out.Ranking = pe.ranking()
 	return out
 }
 

@@ -217,6 +217,12 @@ func (ps *Pools) Apply(rec *logpb.Record) error {
 			pe := pl.peer
 			pe.score, pe.successes, pe.failures, pe.lastTick = d.Score, d.Successes, d.Failures, rec.Tick
 		}
+	case *logpb.PoolRecord_PeerReset:
+		pe := p.peers[ev.PeerReset.Peer]
+		if pe == nil {
+			return fmt.Errorf("record %d: reset of unknown peer %q", rec.Index, ev.PeerReset.Peer)
+		}
+		pe.score, pe.successes, pe.failures, pe.lastTick = StartScore, 0, 0, rec.Tick
 	case *logpb.PoolRecord_Deleted:
 		if len(p.held) != 0 {
 			return fmt.Errorf("record %d: pool %s/%s deleted with %d pieces leased", rec.Index, k.ns, k.name, len(p.held))

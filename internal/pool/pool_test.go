@@ -529,3 +529,72 @@ func TestPartialGrantAndConflictSayWhy(t *testing.T) {
 	}
 	e.checkReplay()
 }
+
+// A peer refused for its ranking gets a fresh start from ResetPeer (rules
+// 5): score 1.0, no outcomes, and its requests granted again; an unknown
+// peer changes nothing; under rules 4 the command is refused and emits
+// nothing, as a build that does not know it refuses it.
+func TestResetPeer(t *testing.T) {
+	e := setup(t)
+	e.wantRange("p", 0, 16, 0, 16)
+	g := mustGrant(t, e.request("p", "b", 2, have(0, span(0, 16)...)))
+	if out := e.complete("p", "b", g[0].File, g[0].Piece, false, tenurev1.FailureReason_FAILURE_REASON_TIMEOUT); out.Ranking.Score != 0.1 {
+		t.Fatalf("after one failure: %+v", out)
+	}
+	if out := e.request("p", "b", 1, have(0, span(0, 16)...)); out.Rejected != tenurev1.RejectedReason_REJECTED_REASON_PEER_RANKING_TOO_LOW {
+		t.Fatalf("want PEER_RANKING_TOO_LOW, got %+v", out)
+	}
+	reset := func(rules uint32, peer string) pool.Outcome {
+		t.Helper()
+		res := e.apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick, Rules: rules, Op: &logpb.Command_Pool{Pool: &logpb.PoolCommand{
+			Pool: "p", Op: &logpb.PoolCommand_ResetPeer{ResetPeer: &logpb.PoolResetPeer{Peer: peer}}}}})
+		if res.Pool == nil {
+			return pool.Outcome{Err: res.Outcome.Err}
+		}
+		return *res.Pool
+	}
+	if out := reset(pool.ResetRules-1, "b"); registrar.ReasonOf(out.Err) != registrar.ReasonUnimplemented || len(e.last) != 0 {
+		t.Fatalf("reset under rules %d: %+v, %d records", pool.ResetRules-1, out, len(e.last))
+	}
+	if r := e.ranking("p", "b"); r.Score != 0.1 || r.Failures != 1 {
+		t.Fatalf("a refused reset changed the ranking: %+v", r)
+	}
+	e.fork() // a restored replica resets alike
+	e.after(1000)
+	out := reset(pool.ResetRules, "b")
+	if out.Err != nil || !out.Known || out.Before.Score != 0.1 || out.Before.Failures != 1 || out.Before.CurrentLeases != 1 ||
+		out.Ranking.Score != pool.StartScore || out.Ranking.Failures != 0 || out.Ranking.Successes != 0 || out.Ranking.CurrentLeases != 1 {
+		t.Fatalf("reset: %+v", out)
+	}
+	// Granted again; one success from the fresh start, at the reset's
+	// tick, is 1.5.
+	g2 := mustGrant(t, e.request("p", "b", 1, have(0, span(0, 16)...)))
+	if out := e.complete("p", "b", g2[0].File, g2[0].Piece, true, 0); out.Ranking.Score != 1.5 || out.Ranking.Successes != 1 {
+		t.Fatalf("a success after the reset: %+v", out.Ranking)
+	}
+	if out := reset(pool.ResetRules, "nobody"); out.Err != nil || out.Known || out.Ranking.Score != pool.StartScore || len(e.last) != 0 {
+		t.Fatalf("reset of an unknown peer: %+v, %d records", out, len(e.last))
+	}
+	for _, r := range mustRankings(t, e) {
+		if r.Peer == "nobody" {
+			t.Fatalf("an unknown peer's reset added it: %+v", r)
+		}
+	}
+	if out := (func() pool.Outcome {
+		res := e.apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick, Rules: pool.ResetRules, Op: &logpb.Command_Pool{Pool: &logpb.PoolCommand{
+			Pool: "nope", Op: &logpb.PoolCommand_ResetPeer{ResetPeer: &logpb.PoolResetPeer{Peer: "b"}}}}})
+		return pool.Outcome{Err: res.Outcome.Err}
+	})(); registrar.ReasonOf(out.Err) != pool.ReasonPoolNotFound {
+		t.Fatalf("reset in an unknown pool: %+v", out)
+	}
+	e.checkReplay()
+}
+
+func mustRankings(t *testing.T, e *env) []pool.Ranking {
+	t.Helper()
+	rs, err := e.m.Pools().Rankings("", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}

@@ -59,7 +59,7 @@ func TestProperties(t *testing.T) {
 			if step == fork {
 				e.fork()
 			}
-			op := rapid.IntRange(0, 5).Draw(rt, "op")
+			op := rapid.IntRange(0, 6).Draw(rt, "op")
 			var self string // the peer of a request or completion
 			switch op {
 			case 0:
@@ -136,6 +136,17 @@ func TestProperties(t *testing.T) {
 						e.apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick, Op: &logpb.Command_Release{
 							Release: &logpb.Release{LeaseId: l.ID, Holder: holder}}})
 					}
+				}
+			case 6:
+				// An operator's fresh start for a peer.
+				peer := rapid.SampledFrom(peers).Draw(rt, "peer")
+				res := e.apply(&logpb.Command{Tick: e.tick, Wall: wallBase + e.tick, Rules: pool.ResetRules, Op: &logpb.Command_Pool{Pool: &logpb.PoolCommand{
+					Pool: "p", Op: &logpb.PoolCommand_ResetPeer{ResetPeer: &logpb.PoolResetPeer{Peer: peer}}}}})
+				if res.Pool == nil || res.Pool.Err != nil {
+					rt.Fatalf("reset: %v", res.Outcome.Err)
+				}
+				if r := res.Pool.Ranking; r.Score != pool.StartScore || r.Successes != 0 || r.Failures != 0 {
+					rt.Fatalf("after a reset: %+v", r)
 				}
 			}
 			m.check(rt, e, peers, idle, op <= 3, self)

@@ -227,6 +227,7 @@ var rules = map[string]rule{
 	v1c.PoolServiceListPoolsProcedure: {workerRead, func(m any) target { return ns(m.(*tenurev1.ListPoolsRequest).Namespace) }},
 	// Deleting a pool ends every peer's piece leases in it.
 	v1c.PoolServiceDeletePoolProcedure: {adminOnly, func(m any) target { return ns(m.(*tenurev1.DeletePoolRequest).Namespace) }},
+	v1c.PoolServiceResetPeerProcedure:  {adminOnly, func(m any) target { return ns(m.(*tenurev1.ResetPeerRequest).Namespace) }},
 
 	// ClusterService.
 	v1c.ClusterServiceStatusProcedure:    {anyRole, none},

@@ -20,6 +20,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/pool"
 	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
@@ -1373,12 +1374,30 @@ func TestLeaderStampsTheLowestRules(t *testing.T) {
 	if st, err := statusOf(f); err != nil || st.GetRules() != statemachine.Rules || st.GetStampedRules() != 0 {
 		t.Fatalf("a follower's Status says rules %d, stamped %d (%v), want %d and none", st.GetRules(), st.GetStampedRules(), err, statemachine.Rules)
 	}
-	f.srv.reportRules.Store(statemachine.Rules - 1) // an older build
-	waitFor(t, "the leader to stamp the older member's rules", 10*time.Second, stamps(statemachine.Rules-1))
-	if st, err := statusOf(l); err != nil || st.GetRules() != statemachine.Rules || st.GetStampedRules() != statemachine.Rules-1 {
+	pc := tenurev1connect.NewPoolServiceClient(h2cClient(), "http://"+l.srv.Addr(), connect.WithGRPC())
+	reset := func() (*connect.Response[tenurev1.ResetPeerResponse], error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return pc.ResetPeer(ctx, connect.NewRequest(&tenurev1.ResetPeerRequest{Pool: "rules", Peer: "p1"}))
+	}
+	if err := whileNotLeader(func() error {
+		_, err := pc.CreatePool(context.Background(), connect.NewRequest(&tenurev1.CreatePoolRequest{Pool: "rules"}))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.srv.reportRules.Store(pool.ResetRules - 1) // an older build
+	waitFor(t, "the leader to stamp the older member's rules", 10*time.Second, stamps(pool.ResetRules-1))
+	// What the older build does not know is refused, not proposed.
+	_, err := reset()
+	wantReason(t, err, connect.CodeUnimplemented, "UNIMPLEMENTED")
+	if st, err := statusOf(l); err != nil || st.GetRules() != statemachine.Rules || st.GetStampedRules() != pool.ResetRules-1 {
 		t.Fatalf("the leader's Status says rules %d, stamped %d (%v)", st.GetRules(), st.GetStampedRules(), err)
 	}
 	acquireVia(t, l, "rules/older", 30*time.Second) // commands go on
 	f.srv.reportRules.Store(0)                      // upgraded
 	waitFor(t, "the leader to stamp its own rules again", 10*time.Second, stamps(statemachine.Rules))
+	if r, err := reset(); err != nil || r.Msg.GetKnown() {
+		t.Fatalf("ResetPeer once every member is upgraded: %v, %v", r, err)
+	}
 }

@@ -32,6 +32,7 @@ func init() {
 	routes[v1c.PoolServiceStatsProcedure] = route{false, via[tenurev1.PoolStatsRequest, tenurev1.PoolStatsResponse](v1c.PoolServiceStatsProcedure)}
 	routes[v1c.PoolServiceListPoolsProcedure] = route{false, via[tenurev1.ListPoolsRequest, tenurev1.ListPoolsResponse](v1c.PoolServiceListPoolsProcedure)}
 	routes[v1c.PoolServiceDeletePoolProcedure] = route{true, via[tenurev1.DeletePoolRequest, tenurev1.DeletePoolResponse](v1c.PoolServiceDeletePoolProcedure)}
+	routes[v1c.PoolServiceResetPeerProcedure] = route{true, via[tenurev1.ResetPeerRequest, tenurev1.ResetPeerResponse](v1c.PoolServiceResetPeerProcedure)}
 }
 
 // proposePool validates and replicates a pool command and returns its
@@ -224,6 +225,32 @@ func (h *poolService) DeletePool(ctx context.Context, req *connect.Request[tenur
 		Files: out.Files, PiecesDone: out.PiecesDone}), nil
 }
 
+// ResetPeer gives a peer a fresh start in a pool's ranking.
+func (h *poolService) ResetPeer(ctx context.Context, req *connect.Request[tenurev1.ResetPeerRequest]) (*connect.Response[tenurev1.ResetPeerResponse], error) {
+	m := req.Msg
+	if err := checkPoolName(m.Namespace, m.Pool); err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	if h.s.node.IsLeader() {
+		// A leader just elected asks its members for their rules first.
+		if r := h.s.node.AwaitRules(ctx, 2*rulesEvery); r < pool.ResetRules {
+			// Refused before proposing, as the state machine would refuse it.
+			return nil, h.s.toConnect(registrar.NewError(registrar.ReasonUnimplemented, map[string]string{"rules": utoa(uint64(r))},
+				"the cluster applies rules %d: a member runs a build that cannot reset a peer; upgrade every member first", r))
+		}
+	}
+	out, err := h.s.proposePool(ctx, "", &logpb.PoolCommand{Namespace: m.Namespace, Pool: m.Pool,
+		Op: &logpb.PoolCommand_ResetPeer{ResetPeer: &logpb.PoolResetPeer{Peer: m.Peer}}})
+	if err != nil {
+		return nil, h.s.toConnect(err)
+	}
+	resp := &tenurev1.ResetPeerResponse{Known: out.Known, Ranking: rankingProto(out.Ranking)}
+	if out.Known {
+		resp.Before = rankingProto(out.Before)
+	}
+	return connect.NewResponse(resp), nil
+}
+
 func checkPoolName(ns, name string) error {
 	if err := registrar.CheckNamespace("namespace", ns, false); err != nil {
 		return err
@@ -297,6 +324,7 @@ const (
 	EventPoolCreated   = "pool.created"
 	EventPoolWanted    = "pool.wanted"
 	EventPoolDeleted   = "pool.deleted"
+	EventPeerReset     = "pool.peer_reset"
 	EventPeerHave      = "pool.peer_have"
 	EventPieceLeased   = "piece.leased"
 	EventPieceComplete = "piece.completed"
@@ -318,6 +346,9 @@ func renderPoolEvent(ev *tenurev1.Event, d map[string]string, pr *logpb.PoolReco
 		ev.Type = EventPoolCreated
 	case *logpb.PoolRecord_Deleted:
 		ev.Type = EventPoolDeleted
+	case *logpb.PoolRecord_PeerReset:
+		ev.Type = EventPeerReset
+		ev.Holder = e.PeerReset.Peer
 	case *logpb.PoolRecord_Wanted:
 		ev.Type = EventPoolWanted
 		d["file_index"], d["piece_count"] = utoa(uint64(e.Wanted.FileIndex)), utoa(uint64(e.Wanted.PieceCount))

@@ -133,6 +133,30 @@ func TestPoolEndToEnd(t *testing.T) {
 		t.Fatalf("auto pool: %v %v", st, err)
 	}
 
+	// ResetPeer: p1 ranked afresh, its lease kept; the feed says so.
+	rs, err := pc.ResetPeer(ctx, connect.NewRequest(&tenurev1.ResetPeerRequest{Pool: "swarm", Peer: "p1"}))
+	if err != nil || !rs.Msg.Known || rs.Msg.Before.GetSuccesses() != 1 || rs.Msg.Ranking.GetScore() != pool.StartScore ||
+		rs.Msg.Ranking.GetSuccesses() != 0 || rs.Msg.Ranking.GetCurrentLeases() != 1 {
+		t.Fatalf("ResetPeer: %v %v", rs, err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	rw, err := b.leases.Watch(rctx, connect.NewRequest(&tenurev1.WatchRequest{AfterIndex: b.status(t).LedgerIndex - 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rw.Receive() || rw.Msg().Event.Type != "pool.peer_reset" || rw.Msg().Event.Holder != "p1" || rw.Msg().Event.Namespace != "default" {
+		t.Fatalf("the reset's event: %v (%v)", rw.Msg(), rw.Err())
+	}
+	rw.Close()
+	if rs, err := pc.ResetPeer(ctx, connect.NewRequest(&tenurev1.ResetPeerRequest{Pool: "swarm", Peer: "ghost"})); err != nil || rs.Msg.Known {
+		t.Fatalf("ResetPeer of an unknown peer: %v %v", rs, err)
+	}
+	_, err = pc.ResetPeer(ctx, connect.NewRequest(&tenurev1.ResetPeerRequest{Pool: "nope", Peer: "p1"}))
+	wantReason(t, err, connect.CodeNotFound, "POOL_NOT_FOUND")
+	_, err = pc.ResetPeer(ctx, connect.NewRequest(&tenurev1.ResetPeerRequest{Pool: "swarm", Peer: ""}))
+	wantReason(t, err, connect.CodeInvalidArgument, "INVALID_ARGUMENT")
+
 	// Deleting the pool revokes p1's remaining piece lease, and the
 	// feed says so: the piece returned, then the pool deleted.
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)

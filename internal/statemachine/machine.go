@@ -50,13 +50,15 @@ import (
 //	4  a task that dies is kept a day (queue.DeadRetention) unless its
 //	   namespace's policy sets a dead task retention, not its lease
 //	   retention
+//	5  a pool's ResetPeer applies (pool.ResetRules; refused without a
+//	   record before, as builds that do not know the command refuse it)
 //
 // A member of an older build applies commands stamped with newer rules by
 // its own, older ones (found from outside: a rolling upgrade to rules 4
 // left members with ledgers that disagree), so the leader stamps the
 // lowest rules of its cluster's members (each says its own in Status;
 // see cluster.Node.SetRules), not this build's own.
-const Rules = 4
+const Rules = 5
 
 // UnreportedRules is what the leader stamps for a member that does not say
 // its rules: builds before members reported them applied at most these,

@@ -1850,6 +1850,130 @@ func (x *DeletePoolResponse) GetPiecesDone() uint64 {
 	return 0
 }
 
+type ResetPeerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// Empty is "default".
+	Namespace     string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Peer          string `protobuf:"bytes,3,opt,name=peer,proto3" json:"peer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetPeerRequest) Reset() {
+	*x = ResetPeerRequest{}
+	mi := &file_tenure_v1_pool_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetPeerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetPeerRequest) ProtoMessage() {}
+
+func (x *ResetPeerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_pool_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetPeerRequest.ProtoReflect.Descriptor instead.
+func (*ResetPeerRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ResetPeerRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *ResetPeerRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ResetPeerRequest) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+type ResetPeerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the pool knew no such peer (nothing changed).
+	Known bool `protobuf:"varint,1,opt,name=known,proto3" json:"known,omitempty"`
+	// The peer's ranking before the reset and after it (score 1.0, no
+	// outcomes; its current leases stay).
+	Before        *PeerRanking `protobuf:"bytes,2,opt,name=before,proto3" json:"before,omitempty"`
+	Ranking       *PeerRanking `protobuf:"bytes,3,opt,name=ranking,proto3" json:"ranking,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetPeerResponse) Reset() {
+	*x = ResetPeerResponse{}
+	mi := &file_tenure_v1_pool_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetPeerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetPeerResponse) ProtoMessage() {}
+
+func (x *ResetPeerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_pool_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetPeerResponse.ProtoReflect.Descriptor instead.
+func (*ResetPeerResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ResetPeerResponse) GetKnown() bool {
+	if x != nil {
+		return x.Known
+	}
+	return false
+}
+
+func (x *ResetPeerResponse) GetBefore() *PeerRanking {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *ResetPeerResponse) GetRanking() *PeerRanking {
+	if x != nil {
+		return x.Ranking
+	}
+	return nil
+}
+
 // PoolOp is one operation on a PoolService.Pipeline stream: the request of
 // the unary RPC of the same name, with an id chosen by the client to match
 // its result.
@@ -1868,7 +1992,7 @@ type PoolOp struct {
 
 func (x *PoolOp) Reset() {
 	*x = PoolOp{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[25]
+	mi := &file_tenure_v1_pool_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +2004,7 @@ func (x *PoolOp) String() string {
 func (*PoolOp) ProtoMessage() {}
 
 func (x *PoolOp) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[25]
+	mi := &file_tenure_v1_pool_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +2017,7 @@ func (x *PoolOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolOp.ProtoReflect.Descriptor instead.
 func (*PoolOp) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{25}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PoolOp) GetId() uint64 {
@@ -1977,7 +2101,7 @@ type PoolResult struct {
 
 func (x *PoolResult) Reset() {
 	*x = PoolResult{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[26]
+	mi := &file_tenure_v1_pool_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2113,7 @@ func (x *PoolResult) String() string {
 func (*PoolResult) ProtoMessage() {}
 
 func (x *PoolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[26]
+	mi := &file_tenure_v1_pool_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2126,7 @@ func (x *PoolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResult.ProtoReflect.Descriptor instead.
 func (*PoolResult) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{26}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PoolResult) GetId() uint64 {
@@ -2093,7 +2217,7 @@ type PoolPipelineRequest struct {
 
 func (x *PoolPipelineRequest) Reset() {
 	*x = PoolPipelineRequest{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[27]
+	mi := &file_tenure_v1_pool_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2229,7 @@ func (x *PoolPipelineRequest) String() string {
 func (*PoolPipelineRequest) ProtoMessage() {}
 
 func (x *PoolPipelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[27]
+	mi := &file_tenure_v1_pool_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2242,7 @@ func (x *PoolPipelineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPipelineRequest.ProtoReflect.Descriptor instead.
 func (*PoolPipelineRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{27}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PoolPipelineRequest) GetOps() []*PoolOp {
@@ -2138,7 +2262,7 @@ type PoolPipelineResponse struct {
 
 func (x *PoolPipelineResponse) Reset() {
 	*x = PoolPipelineResponse{}
-	mi := &file_tenure_v1_pool_proto_msgTypes[28]
+	mi := &file_tenure_v1_pool_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2274,7 @@ func (x *PoolPipelineResponse) String() string {
 func (*PoolPipelineResponse) ProtoMessage() {}
 
 func (x *PoolPipelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_pool_proto_msgTypes[28]
+	mi := &file_tenure_v1_pool_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2287,7 @@ func (x *PoolPipelineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPipelineResponse.ProtoReflect.Descriptor instead.
 func (*PoolPipelineResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{28}
+	return file_tenure_v1_pool_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PoolPipelineResponse) GetResults() []*PoolResult {
@@ -2309,7 +2433,15 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\x0erevoked_leases\x18\x02 \x01(\rR\rrevokedLeases\x12\x14\n" +
 	"\x05files\x18\x03 \x01(\rR\x05files\x12\x1f\n" +
 	"\vpieces_done\x18\x04 \x01(\x04R\n" +
-	"piecesDone\"\xe0\x01\n" +
+	"piecesDone\"X\n" +
+	"\x10ResetPeerRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04peer\x18\x03 \x01(\tR\x04peer\"\x8b\x01\n" +
+	"\x11ResetPeerResponse\x12\x14\n" +
+	"\x05known\x18\x01 \x01(\bR\x05known\x12.\n" +
+	"\x06before\x18\x02 \x01(\v2\x16.tenure.v1.PeerRankingR\x06before\x120\n" +
+	"\aranking\x18\x03 \x01(\v2\x16.tenure.v1.PeerRankingR\aranking\"\xe0\x01\n" +
 	"\x06PoolOp\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12H\n" +
 	"\x0erequest_leases\x18\n" +
@@ -2345,7 +2477,7 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\"FAILURE_REASON_VERIFICATION_FAILED\x10\x01\x12 \n" +
 	"\x1cFAILURE_REASON_NETWORK_ERROR\x10\x02\x12\x1a\n" +
 	"\x16FAILURE_REASON_TIMEOUT\x10\x03\x12\x1f\n" +
-	"\x1bFAILURE_REASON_INVALID_DATA\x10\x042\xed\x05\n" +
+	"\x1bFAILURE_REASON_INVALID_DATA\x10\x042\xb5\x06\n" +
 	"\vPoolService\x12I\n" +
 	"\n" +
 	"CreatePool\x12\x1c.tenure.v1.CreatePoolRequest\x1a\x1d.tenure.v1.CreatePoolResponse\x127\n" +
@@ -2357,7 +2489,8 @@ const file_tenure_v1_pool_proto_rawDesc = "" +
 	"\x05Stats\x12\x1b.tenure.v1.PoolStatsRequest\x1a\x1c.tenure.v1.PoolStatsResponse\x12F\n" +
 	"\tListPools\x12\x1b.tenure.v1.ListPoolsRequest\x1a\x1c.tenure.v1.ListPoolsResponse\x12I\n" +
 	"\n" +
-	"DeletePool\x12\x1c.tenure.v1.DeletePoolRequest\x1a\x1d.tenure.v1.DeletePoolResponse\x12O\n" +
+	"DeletePool\x12\x1c.tenure.v1.DeletePoolRequest\x1a\x1d.tenure.v1.DeletePoolResponse\x12F\n" +
+	"\tResetPeer\x12\x1b.tenure.v1.ResetPeerRequest\x1a\x1c.tenure.v1.ResetPeerResponse\x12O\n" +
 	"\bPipeline\x12\x1e.tenure.v1.PoolPipelineRequest\x1a\x1f.tenure.v1.PoolPipelineResponse(\x010\x01B3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
 
 var (
@@ -2373,7 +2506,7 @@ func file_tenure_v1_pool_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_pool_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_tenure_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_tenure_v1_pool_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_tenure_v1_pool_proto_goTypes = []any{
 	(RejectedReason)(0),           // 0: tenure.v1.RejectedReason
 	(CompletionResult)(0),         // 1: tenure.v1.CompletionResult
@@ -2403,23 +2536,25 @@ var file_tenure_v1_pool_proto_goTypes = []any{
 	(*ListPoolsResponse)(nil),     // 25: tenure.v1.ListPoolsResponse
 	(*DeletePoolRequest)(nil),     // 26: tenure.v1.DeletePoolRequest
 	(*DeletePoolResponse)(nil),    // 27: tenure.v1.DeletePoolResponse
-	(*PoolOp)(nil),                // 28: tenure.v1.PoolOp
-	(*PoolResult)(nil),            // 29: tenure.v1.PoolResult
-	(*PoolPipelineRequest)(nil),   // 30: tenure.v1.PoolPipelineRequest
-	(*PoolPipelineResponse)(nil),  // 31: tenure.v1.PoolPipelineResponse
-	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
-	(*PipelineError)(nil),         // 34: tenure.v1.PipelineError
+	(*ResetPeerRequest)(nil),      // 28: tenure.v1.ResetPeerRequest
+	(*ResetPeerResponse)(nil),     // 29: tenure.v1.ResetPeerResponse
+	(*PoolOp)(nil),                // 30: tenure.v1.PoolOp
+	(*PoolResult)(nil),            // 31: tenure.v1.PoolResult
+	(*PoolPipelineRequest)(nil),   // 32: tenure.v1.PoolPipelineRequest
+	(*PoolPipelineResponse)(nil),  // 33: tenure.v1.PoolPipelineResponse
+	(*durationpb.Duration)(nil),   // 34: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(*PipelineError)(nil),         // 36: tenure.v1.PipelineError
 }
 var file_tenure_v1_pool_proto_depIdxs = []int32{
-	32, // 0: tenure.v1.PoolConfig.lease_duration:type_name -> google.protobuf.Duration
-	32, // 1: tenure.v1.PoolConfig.peer_idle_timeout:type_name -> google.protobuf.Duration
+	34, // 0: tenure.v1.PoolConfig.lease_duration:type_name -> google.protobuf.Duration
+	34, // 1: tenure.v1.PoolConfig.peer_idle_timeout:type_name -> google.protobuf.Duration
 	3,  // 2: tenure.v1.CreatePoolRequest.config:type_name -> tenure.v1.PoolConfig
 	3,  // 3: tenure.v1.CreatePoolResponse.config:type_name -> tenure.v1.PoolConfig
 	4,  // 4: tenure.v1.WantRequest.ranges:type_name -> tenure.v1.PieceRange
 	18, // 5: tenure.v1.WantResponse.file:type_name -> tenure.v1.PoolFileStatus
 	5,  // 6: tenure.v1.RequestLeasesRequest.have:type_name -> tenure.v1.HaveMap
-	33, // 7: tenure.v1.PieceLease.expires_at:type_name -> google.protobuf.Timestamp
+	35, // 7: tenure.v1.PieceLease.expires_at:type_name -> google.protobuf.Timestamp
 	11, // 8: tenure.v1.RequestLeasesResponse.leases:type_name -> tenure.v1.PieceLease
 	0,  // 9: tenure.v1.RequestLeasesResponse.rejected_reason:type_name -> tenure.v1.RejectedReason
 	1,  // 10: tenure.v1.CompletePieceRequest.result:type_name -> tenure.v1.CompletionResult
@@ -2429,40 +2564,44 @@ var file_tenure_v1_pool_proto_depIdxs = []int32{
 	3,  // 14: tenure.v1.PoolStatusResponse.config:type_name -> tenure.v1.PoolConfig
 	18, // 15: tenure.v1.PoolStatusResponse.files:type_name -> tenure.v1.PoolFileStatus
 	19, // 16: tenure.v1.PoolStatusResponse.peers:type_name -> tenure.v1.PoolPeerStatus
-	10, // 17: tenure.v1.PoolOp.request_leases:type_name -> tenure.v1.RequestLeasesRequest
-	13, // 18: tenure.v1.PoolOp.complete_piece:type_name -> tenure.v1.CompletePieceRequest
-	8,  // 19: tenure.v1.PoolOp.want:type_name -> tenure.v1.WantRequest
-	12, // 20: tenure.v1.PoolResult.request_leases:type_name -> tenure.v1.RequestLeasesResponse
-	14, // 21: tenure.v1.PoolResult.complete_piece:type_name -> tenure.v1.CompletePieceResponse
-	9,  // 22: tenure.v1.PoolResult.want:type_name -> tenure.v1.WantResponse
-	34, // 23: tenure.v1.PoolResult.error:type_name -> tenure.v1.PipelineError
-	28, // 24: tenure.v1.PoolPipelineRequest.ops:type_name -> tenure.v1.PoolOp
-	29, // 25: tenure.v1.PoolPipelineResponse.results:type_name -> tenure.v1.PoolResult
-	6,  // 26: tenure.v1.PoolService.CreatePool:input_type -> tenure.v1.CreatePoolRequest
-	8,  // 27: tenure.v1.PoolService.Want:input_type -> tenure.v1.WantRequest
-	10, // 28: tenure.v1.PoolService.RequestLeases:input_type -> tenure.v1.RequestLeasesRequest
-	13, // 29: tenure.v1.PoolService.CompletePiece:input_type -> tenure.v1.CompletePieceRequest
-	16, // 30: tenure.v1.PoolService.Rankings:input_type -> tenure.v1.RankingsRequest
-	20, // 31: tenure.v1.PoolService.Status:input_type -> tenure.v1.PoolStatusRequest
-	22, // 32: tenure.v1.PoolService.Stats:input_type -> tenure.v1.PoolStatsRequest
-	24, // 33: tenure.v1.PoolService.ListPools:input_type -> tenure.v1.ListPoolsRequest
-	26, // 34: tenure.v1.PoolService.DeletePool:input_type -> tenure.v1.DeletePoolRequest
-	30, // 35: tenure.v1.PoolService.Pipeline:input_type -> tenure.v1.PoolPipelineRequest
-	7,  // 36: tenure.v1.PoolService.CreatePool:output_type -> tenure.v1.CreatePoolResponse
-	9,  // 37: tenure.v1.PoolService.Want:output_type -> tenure.v1.WantResponse
-	12, // 38: tenure.v1.PoolService.RequestLeases:output_type -> tenure.v1.RequestLeasesResponse
-	14, // 39: tenure.v1.PoolService.CompletePiece:output_type -> tenure.v1.CompletePieceResponse
-	17, // 40: tenure.v1.PoolService.Rankings:output_type -> tenure.v1.RankingsResponse
-	21, // 41: tenure.v1.PoolService.Status:output_type -> tenure.v1.PoolStatusResponse
-	23, // 42: tenure.v1.PoolService.Stats:output_type -> tenure.v1.PoolStatsResponse
-	25, // 43: tenure.v1.PoolService.ListPools:output_type -> tenure.v1.ListPoolsResponse
-	27, // 44: tenure.v1.PoolService.DeletePool:output_type -> tenure.v1.DeletePoolResponse
-	31, // 45: tenure.v1.PoolService.Pipeline:output_type -> tenure.v1.PoolPipelineResponse
-	36, // [36:46] is the sub-list for method output_type
-	26, // [26:36] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	15, // 17: tenure.v1.ResetPeerResponse.before:type_name -> tenure.v1.PeerRanking
+	15, // 18: tenure.v1.ResetPeerResponse.ranking:type_name -> tenure.v1.PeerRanking
+	10, // 19: tenure.v1.PoolOp.request_leases:type_name -> tenure.v1.RequestLeasesRequest
+	13, // 20: tenure.v1.PoolOp.complete_piece:type_name -> tenure.v1.CompletePieceRequest
+	8,  // 21: tenure.v1.PoolOp.want:type_name -> tenure.v1.WantRequest
+	12, // 22: tenure.v1.PoolResult.request_leases:type_name -> tenure.v1.RequestLeasesResponse
+	14, // 23: tenure.v1.PoolResult.complete_piece:type_name -> tenure.v1.CompletePieceResponse
+	9,  // 24: tenure.v1.PoolResult.want:type_name -> tenure.v1.WantResponse
+	36, // 25: tenure.v1.PoolResult.error:type_name -> tenure.v1.PipelineError
+	30, // 26: tenure.v1.PoolPipelineRequest.ops:type_name -> tenure.v1.PoolOp
+	31, // 27: tenure.v1.PoolPipelineResponse.results:type_name -> tenure.v1.PoolResult
+	6,  // 28: tenure.v1.PoolService.CreatePool:input_type -> tenure.v1.CreatePoolRequest
+	8,  // 29: tenure.v1.PoolService.Want:input_type -> tenure.v1.WantRequest
+	10, // 30: tenure.v1.PoolService.RequestLeases:input_type -> tenure.v1.RequestLeasesRequest
+	13, // 31: tenure.v1.PoolService.CompletePiece:input_type -> tenure.v1.CompletePieceRequest
+	16, // 32: tenure.v1.PoolService.Rankings:input_type -> tenure.v1.RankingsRequest
+	20, // 33: tenure.v1.PoolService.Status:input_type -> tenure.v1.PoolStatusRequest
+	22, // 34: tenure.v1.PoolService.Stats:input_type -> tenure.v1.PoolStatsRequest
+	24, // 35: tenure.v1.PoolService.ListPools:input_type -> tenure.v1.ListPoolsRequest
+	26, // 36: tenure.v1.PoolService.DeletePool:input_type -> tenure.v1.DeletePoolRequest
+	28, // 37: tenure.v1.PoolService.ResetPeer:input_type -> tenure.v1.ResetPeerRequest
+	32, // 38: tenure.v1.PoolService.Pipeline:input_type -> tenure.v1.PoolPipelineRequest
+	7,  // 39: tenure.v1.PoolService.CreatePool:output_type -> tenure.v1.CreatePoolResponse
+	9,  // 40: tenure.v1.PoolService.Want:output_type -> tenure.v1.WantResponse
+	12, // 41: tenure.v1.PoolService.RequestLeases:output_type -> tenure.v1.RequestLeasesResponse
+	14, // 42: tenure.v1.PoolService.CompletePiece:output_type -> tenure.v1.CompletePieceResponse
+	17, // 43: tenure.v1.PoolService.Rankings:output_type -> tenure.v1.RankingsResponse
+	21, // 44: tenure.v1.PoolService.Status:output_type -> tenure.v1.PoolStatusResponse
+	23, // 45: tenure.v1.PoolService.Stats:output_type -> tenure.v1.PoolStatsResponse
+	25, // 46: tenure.v1.PoolService.ListPools:output_type -> tenure.v1.ListPoolsResponse
+	27, // 47: tenure.v1.PoolService.DeletePool:output_type -> tenure.v1.DeletePoolResponse
+	29, // 48: tenure.v1.PoolService.ResetPeer:output_type -> tenure.v1.ResetPeerResponse
+	33, // 49: tenure.v1.PoolService.Pipeline:output_type -> tenure.v1.PoolPipelineResponse
+	39, // [39:50] is the sub-list for method output_type
+	28, // [28:39] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_pool_proto_init() }
@@ -2472,12 +2611,12 @@ func file_tenure_v1_pool_proto_init() {
 	}
 	file_tenure_v1_lease_proto_init()
 	file_tenure_v1_pool_proto_msgTypes[0].OneofWrappers = []any{}
-	file_tenure_v1_pool_proto_msgTypes[25].OneofWrappers = []any{
+	file_tenure_v1_pool_proto_msgTypes[27].OneofWrappers = []any{
 		(*PoolOp_RequestLeases)(nil),
 		(*PoolOp_CompletePiece)(nil),
 		(*PoolOp_Want)(nil),
 	}
-	file_tenure_v1_pool_proto_msgTypes[26].OneofWrappers = []any{
+	file_tenure_v1_pool_proto_msgTypes[28].OneofWrappers = []any{
 		(*PoolResult_RequestLeases)(nil),
 		(*PoolResult_CompletePiece)(nil),
 		(*PoolResult_Want)(nil),
@@ -2489,7 +2628,7 @@ func file_tenure_v1_pool_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_pool_proto_rawDesc), len(file_tenure_v1_pool_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -53,6 +53,8 @@ const (
 	PoolServiceListPoolsProcedure = "/tenure.v1.PoolService/ListPools"
 	// PoolServiceDeletePoolProcedure is the fully-qualified name of the PoolService's DeletePool RPC.
 	PoolServiceDeletePoolProcedure = "/tenure.v1.PoolService/DeletePool"
+	// PoolServiceResetPeerProcedure is the fully-qualified name of the PoolService's ResetPeer RPC.
+	PoolServiceResetPeerProcedure = "/tenure.v1.PoolService/ResetPeer"
 	// PoolServicePipelineProcedure is the fully-qualified name of the PoolService's Pipeline RPC.
 	PoolServicePipelineProcedure = "/tenure.v1.PoolService/Pipeline"
 )
@@ -78,6 +80,16 @@ type PoolServiceClient interface {
 	// answers deleted false, so a retry is safe. Role admin (of the
 	// namespace).
 	DeletePool(context.Context, *connect.Request[v1.DeletePoolRequest]) (*connect.Response[v1.DeletePoolResponse], error)
+	// ResetPeer gives a peer a fresh start in a pool's ranking: score 1.0
+	// (the starting score), no successes or failures counted. A peer whose
+	// score fell below the pool's minimum is refused every request, and
+	// only an outcome changes a score, so without a reset it stays refused
+	// (by the ranking's formula, one failure as a new peer is enough); an
+	// operator who fixed the peer resets it. Its current piece leases stay.
+	// A peer the pool does not know answers known false and changes
+	// nothing. Role admin (of the namespace). Needs every member at rules 5
+	// (UNIMPLEMENTED while one runs an older build).
+	ResetPeer(context.Context, *connect.Request[v1.ResetPeerRequest]) (*connect.Response[v1.ResetPeerResponse], error)
 	// Pipeline runs many pool operations in flight on one stream, as
 	// LeaseService.Pipeline does for leases: each goes through its unary
 	// RPC's checks and handler; results come back as they complete.
@@ -149,6 +161,12 @@ func NewPoolServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(poolServiceMethods.ByName("DeletePool")),
 			connect.WithClientOptions(opts...),
 		),
+		resetPeer: connect.NewClient[v1.ResetPeerRequest, v1.ResetPeerResponse](
+			httpClient,
+			baseURL+PoolServiceResetPeerProcedure,
+			connect.WithSchema(poolServiceMethods.ByName("ResetPeer")),
+			connect.WithClientOptions(opts...),
+		),
 		pipeline: connect.NewClient[v1.PoolPipelineRequest, v1.PoolPipelineResponse](
 			httpClient,
 			baseURL+PoolServicePipelineProcedure,
@@ -169,6 +187,7 @@ type poolServiceClient struct {
 	stats         *connect.Client[v1.PoolStatsRequest, v1.PoolStatsResponse]
 	listPools     *connect.Client[v1.ListPoolsRequest, v1.ListPoolsResponse]
 	deletePool    *connect.Client[v1.DeletePoolRequest, v1.DeletePoolResponse]
+	resetPeer     *connect.Client[v1.ResetPeerRequest, v1.ResetPeerResponse]
 	pipeline      *connect.Client[v1.PoolPipelineRequest, v1.PoolPipelineResponse]
 }
 
@@ -217,6 +236,11 @@ func (c *poolServiceClient) DeletePool(ctx context.Context, req *connect.Request
 	return c.deletePool.CallUnary(ctx, req)
 }
 
+// ResetPeer calls tenure.v1.PoolService.ResetPeer.
+func (c *poolServiceClient) ResetPeer(ctx context.Context, req *connect.Request[v1.ResetPeerRequest]) (*connect.Response[v1.ResetPeerResponse], error) {
+	return c.resetPeer.CallUnary(ctx, req)
+}
+
 // Pipeline calls tenure.v1.PoolService.Pipeline.
 func (c *poolServiceClient) Pipeline(ctx context.Context) *connect.BidiStreamForClient[v1.PoolPipelineRequest, v1.PoolPipelineResponse] {
 	return c.pipeline.CallBidiStream(ctx)
@@ -243,6 +267,16 @@ type PoolServiceHandler interface {
 	// answers deleted false, so a retry is safe. Role admin (of the
 	// namespace).
 	DeletePool(context.Context, *connect.Request[v1.DeletePoolRequest]) (*connect.Response[v1.DeletePoolResponse], error)
+	// ResetPeer gives a peer a fresh start in a pool's ranking: score 1.0
+	// (the starting score), no successes or failures counted. A peer whose
+	// score fell below the pool's minimum is refused every request, and
+	// only an outcome changes a score, so without a reset it stays refused
+	// (by the ranking's formula, one failure as a new peer is enough); an
+	// operator who fixed the peer resets it. Its current piece leases stay.
+	// A peer the pool does not know answers known false and changes
+	// nothing. Role admin (of the namespace). Needs every member at rules 5
+	// (UNIMPLEMENTED while one runs an older build).
+	ResetPeer(context.Context, *connect.Request[v1.ResetPeerRequest]) (*connect.Response[v1.ResetPeerResponse], error)
 	// Pipeline runs many pool operations in flight on one stream, as
 	// LeaseService.Pipeline does for leases: each goes through its unary
 	// RPC's checks and handler; results come back as they complete.
@@ -310,6 +344,12 @@ func NewPoolServiceHandler(svc PoolServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(poolServiceMethods.ByName("DeletePool")),
 		connect.WithHandlerOptions(opts...),
 	)
+	poolServiceResetPeerHandler := connect.NewUnaryHandler(
+		PoolServiceResetPeerProcedure,
+		svc.ResetPeer,
+		connect.WithSchema(poolServiceMethods.ByName("ResetPeer")),
+		connect.WithHandlerOptions(opts...),
+	)
 	poolServicePipelineHandler := connect.NewBidiStreamHandler(
 		PoolServicePipelineProcedure,
 		svc.Pipeline,
@@ -336,6 +376,8 @@ func NewPoolServiceHandler(svc PoolServiceHandler, opts ...connect.HandlerOption
 			poolServiceListPoolsHandler.ServeHTTP(w, r)
 		case PoolServiceDeletePoolProcedure:
 			poolServiceDeletePoolHandler.ServeHTTP(w, r)
+		case PoolServiceResetPeerProcedure:
+			poolServiceResetPeerHandler.ServeHTTP(w, r)
 		case PoolServicePipelineProcedure:
 			poolServicePipelineHandler.ServeHTTP(w, r)
 		default:
@@ -381,6 +423,10 @@ func (UnimplementedPoolServiceHandler) ListPools(context.Context, *connect.Reque
 
 func (UnimplementedPoolServiceHandler) DeletePool(context.Context, *connect.Request[v1.DeletePoolRequest]) (*connect.Response[v1.DeletePoolResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.PoolService.DeletePool is not implemented"))
+}
+
+func (UnimplementedPoolServiceHandler) ResetPeer(context.Context, *connect.Request[v1.ResetPeerRequest]) (*connect.Response[v1.ResetPeerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.PoolService.ResetPeer is not implemented"))
 }
 
 func (UnimplementedPoolServiceHandler) Pipeline(context.Context, *connect.BidiStream[v1.PoolPipelineRequest, v1.PoolPipelineResponse]) error {
