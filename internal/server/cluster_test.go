@@ -20,8 +20,8 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
-	"github.com/tenurehq/tenure/internal/pool"
 	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/internal/pool"
 	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
