@@ -94,17 +94,25 @@ func (p *pool) removeWanted(f *file, x uint32) {
 // replaceHave installs a peer's new have-map of f, adjusting availability
 // by the difference only. It forgets the bytes seen for the old one.
 func (p *pool) replaceHave(f *file, pe *peer, nw *roaring.Bitmap) {
-	delete(pe.seen, f.index)
+	if delete(pe.seen, f.index); len(pe.seen) == 0 {
+		pe.seen = nil
+	}
 	if old := pe.have[f.index]; old == nil {
 		p.shiftAvail(f, nw, true)
 	} else {
 		p.shiftAvail(f, roaring.AndNot(nw, old), true)
 		p.shiftAvail(f, roaring.AndNot(old, nw), false)
 	}
-	if nw.IsEmpty() {
-		delete(pe.have, f.index)
-	} else {
+	switch {
+	case !nw.IsEmpty():
+		if pe.have == nil {
+			pe.have = map[uint32]*roaring.Bitmap{}
+		}
 		pe.have[f.index] = nw
+	case len(pe.have) == 1 && pe.have[f.index] != nil:
+		pe.have = nil // its last
+	default:
+		delete(pe.have, f.index)
 	}
 }
 

@@ -345,6 +345,9 @@ func (ps *Pools) request(tx *registrar.Tx, k key, r *logpb.PoolRequest) Outcome 
 		h.bm = pe.haveOf(h.f.index)
 		h.empty = h.bm.IsEmpty()
 		if h.bm != emptySet {
+			if pe.seen == nil {
+				pe.seen = map[uint32]seenHave{}
+			}
 			pe.seen[h.f.index] = seenHave{raw: bytes.Clone(h.raw), set: h.bm}
 		}
 	}

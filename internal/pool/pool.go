@@ -89,10 +89,13 @@ type peer struct {
 	successes, failures uint64
 	lastTick            int64
 	current             uint32
-	have                map[uint32]*roaring.Bitmap
+	// have is nil while the peer has no have-map (forgotten peers are
+	// the most of a long-lived pool's: an empty map keeps its buckets).
+	have map[uint32]*roaring.Bitmap
 	// seen caches, per file, the bytes of the peer's last have-map, so an
 	// unchanged have-map is recognised without decoding it. Not
 	// replicated: it only saves work, the answer is the same without it.
+	// Nil when empty, as have.
 	seen map[uint32]seenHave
 	// seenTick is the peer's last activity: a have-map recorded, a lease
 	// taken or ended (idle.go); prev and next link it in its pool's idle
@@ -122,8 +125,7 @@ func newFile(index, count uint32) *file {
 func (p *pool) peer(name string, tick int64) *peer {
 	pe := p.peers[name]
 	if pe == nil {
-		pe = &peer{name: name, score: StartScore, lastTick: tick, have: map[uint32]*roaring.Bitmap{}, seen: map[uint32]seenHave{},
-			seenTick: tick}
+		pe = &peer{name: name, score: StartScore, lastTick: tick, seenTick: tick}
 		p.peers[name] = pe
 		p.idle.pushBack(pe)
 	}
