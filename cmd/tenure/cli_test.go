@@ -1341,3 +1341,31 @@ func TestCLIResetMember(t *testing.T) {
 	ok(t, "release", l.GetLeaseId(), "--endpoints", reset+","+apiAddr)
 	fails(t, "OUTCOME_UNKNOWN", "acquire", "reset/"+uniq(t)+"/2", "--endpoints", reset+","+apiAddr)
 }
+
+// A wait cut short by Ctrl-C exits 130 (128 + SIGINT), as a shell reports
+// a command the signal killed, not 1 as a refusal; the queued acquire is
+// withdrawn.
+func TestCLIInterruptedWaitExits130(t *testing.T) {
+	t.Parallel()
+	res := "interrupted/" + uniq(t)
+	acquire(t, res)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := tenureCmd(ctx, "acquire", res, "--wait", "50s")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waiting := func() int {
+		l := parse(t, ok(t, "ls", "--resource", res, "-o", "json"), &tenurev1.ListResponse{})
+		return len(l.GetWaiters())
+	}
+	waitFor(t, 30*time.Second, "the acquire to queue", func() bool { return waiting() == 1 })
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Fatalf("exit %d (%v), want 130", code, err)
+	}
+	waitFor(t, 30*time.Second, "the queued acquire to be withdrawn", func() bool { return waiting() == 0 })
+}

@@ -1,7 +1,8 @@
 // Command tenure is Tenure's single binary: the server and the client
 // commands, one file each. main only turns errors into exit codes: 0 on
 // success, 1 on a Tenure error (its message, which starts with the reason,
-// goes to stderr), 2 on a usage error; tenure exec passes on its command's.
+// goes to stderr), 2 on a usage error, 128 + the signal's number when a
+// signal cut it short; tenure exec passes on its command's.
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"regexp"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"connectrpc.com/connect"
@@ -103,7 +105,8 @@ exit status: 0 done; 1 the operation failed (the server refused it, or the netwo
 or a file failed: stderr starts with the reason, and with -o json stdout carries
 {"error":{"reason":…,"code":…,"message":…,"metadata":{…}}} unless the command
 printed its result); 2 a usage error (a bad flag or argument: nothing was sent);
-exec exits with its command's status.
+130 (143) interrupted by Ctrl-C (SIGTERM) before it was done (a queued acquire is
+withdrawn); exec exits with its command's status.
 `
 
 // commands are the client subcommands, each in its own file.
@@ -149,10 +152,31 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == guardCommand {
 		os.Exit(runGuard(os.Args[2:]))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	var got atomic.Value // the first signal
+	go func() {
+		s := <-sigs
+		got.Store(s)
+		cancel()
+	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	signal.Stop(sigs)
+	os.Exit(interruptedCode(code, got.Load()))
+}
+
+// interruptedCode is the exit status of a command that a signal (sig, nil
+// for none) cut short: 128 + the signal's number, as a shell reports a
+// command the signal killed (130 for Ctrl-C), so that a script tells an
+// interrupted wait from a refusal (exit 1). A command that ended well on
+// the signal (a watch, a held lease released, a server shut down) keeps
+// its 0.
+func interruptedCode(code int, sig any) int {
+	if s, ok := sig.(syscall.Signal); ok && code == 1 {
+		return 128 + int(s)
+	}
+	return code
 }
 
 // run executes one command line and returns the exit status.
