@@ -17,7 +17,6 @@ import (
 	"regexp"
 	"runtime/debug"
 	"strings"
-	"sync/atomic"
 	"syscall"
 
 	"connectrpc.com/connect"
@@ -152,31 +151,35 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == guardCommand {
 		os.Exit(runGuard(os.Args[2:]))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	var got atomic.Value // the first signal
-	go func() {
-		s := <-sigs
-		got.Store(s)
-		cancel()
-	}()
+	go func() { cancel(signalled{<-sigs}) }()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	signal.Stop(sigs)
-	os.Exit(interruptedCode(code, got.Load()))
+	os.Exit(code)
 }
 
-// interruptedCode is the exit status of a command that a signal (sig, nil
-// for none) cut short: 128 + the signal's number, as a shell reports a
-// command the signal killed (130 for Ctrl-C), so that a script tells an
-// interrupted wait from a refusal (exit 1). A command that ended well on
+// signalled is the cause of the command's context when a signal ended it.
+type signalled struct{ os.Signal }
+
+func (s signalled) Error() string { return "interrupted by " + s.String() }
+
+// interruptedCode is the exit status of a command that failed (exit 1)
+// after a signal cut it short: 128 + the signal's number, as a shell
+// reports a command the signal killed (130 for Ctrl-C), so that a script
+// tells an interrupted wait from a refusal. A command that ended well on
 // the signal (a watch, a held lease released, a server shut down) keeps
-// its 0.
-func interruptedCode(code int, sig any) int {
-	if s, ok := sig.(syscall.Signal); ok && code == 1 {
-		return 128 + int(s)
+// its 0, and exec its command's status.
+func interruptedCode(ctx context.Context) int {
+	var s signalled
+	if !errors.As(context.Cause(ctx), &s) {
+		return 1
 	}
-	return code
+	if n, ok := s.Signal.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 1
 }
 
 // run executes one command line and returns the exit status.
@@ -208,7 +211,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		} else if h := credentialHint(err); h != "" {
 			fmt.Fprintln(stderr, h)
 		}
-		return 1
+		return interruptedCode(ctx)
 	default:
 		var ce *connect.Error
 		if errors.As(err, &ce) && ce.Code() != connect.CodeUnknown {
@@ -221,7 +224,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if h := hint(err); h != "" {
 			fmt.Fprintln(stderr, h)
 		}
-		return 1
+		return interruptedCode(ctx)
 	}
 }
 
