@@ -229,8 +229,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // fileReason gives the error of a local file a command could not read or
-// write the reason INVALID_ARGUMENT (a file named on the command line),
-// so that stderr and -o json start with a reason as for any failure.
+// write a reason, so that stderr and -o json start with one as for any
+// failure: INVALID_ARGUMENT for a file named on the command line that is
+// missing or not one to use, UNAVAILABLE when the disk failed it (full,
+// read-only, an I/O error: found from outside, a server whose disk filled
+// said INVALID_ARGUMENT).
 func fileReason(err error) error {
 	var pe *fs.PathError
 	var ue *usageError
@@ -239,6 +242,11 @@ func fileReason(err error) error {
 	if err == nil || reasonFirst.MatchString(err.Error()) || !errors.As(err, &pe) ||
 		errors.As(err, &ue) || errors.As(err, &es) || errors.As(err, &ce) {
 		return err
+	}
+	for _, e := range []error{syscall.ENOSPC, syscall.EDQUOT, syscall.EROFS, syscall.EIO} {
+		if errors.Is(err, e) {
+			return fmt.Errorf("UNAVAILABLE: %w", err)
+		}
 	}
 	return fmt.Errorf("INVALID_ARGUMENT: %w", err)
 }

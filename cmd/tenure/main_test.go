@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -398,5 +400,25 @@ func TestParseBool(t *testing.T) {
 	}
 	if _, err := parseBool("maybe"); err == nil {
 		t.Error(`parseBool("maybe") is not an error`)
+	}
+}
+
+// A file the disk failed (full, read-only, an I/O error) is UNAVAILABLE;
+// one named wrongly on the command line, INVALID_ARGUMENT.
+func TestFileReason(t *testing.T) {
+	for _, tc := range []struct {
+		errno error
+		want  string
+	}{
+		{syscall.ENOSPC, "UNAVAILABLE: "},
+		{syscall.EROFS, "UNAVAILABLE: "},
+		{syscall.EIO, "UNAVAILABLE: "},
+		{syscall.ENOENT, "INVALID_ARGUMENT: "},
+		{syscall.EACCES, "INVALID_ARGUMENT: "},
+	} {
+		err := fileReason(fmt.Errorf("shutting down: ledger: %w", &fs.PathError{Op: "write", Path: "d/ledger/1.ndjson", Err: tc.errno}))
+		if !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want the reason %q", tc.errno, err, tc.want)
+		}
 	}
 }
