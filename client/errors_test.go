@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -296,5 +297,38 @@ func TestErrCompacted(t *testing.T) {
 		if errors.Is(e, ErrCompacted) {
 			t.Errorf("%+v is ErrCompacted", e)
 		}
+	}
+}
+
+// A Lock whose context ends while no member can be reached says why, not
+// only that the context ended (found from outside: a Lock against a wrong
+// address ended with a bare "context deadline exceeded").
+func TestLockEndedSaysWhy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c, err := New([]string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	err = NewMutex(c, "why/lock").Lock(ctx)
+	t.Logf("Lock ended after %v: %v", time.Since(start), err)
+	// Nothing was sent: no grant can have been left behind for Close to
+	// give back (it spent its whole timeout trying).
+	c.mu.Lock()
+	strays := len(c.strays)
+	c.mu.Unlock()
+	if strays != 0 {
+		t.Fatalf("an Acquire refused at the dial left %d possible strays", strays)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("Lock against a closed port: %v", err)
 	}
 }

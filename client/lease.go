@@ -326,6 +326,9 @@ func (c *Client) acquire(ctx context.Context, resource string, ac acquireConfig)
 		sent      time.Time
 		firstSent time.Time
 		uncertain bool
+		// reached: some attempt may have reached a member (not one
+		// refused at the dial): only then can a grant be left behind.
+		reached bool
 	)
 	err := c.call(ctx, idempotentCall, func(ctx context.Context, ep *endpoint) error {
 		now := c.clock.Now()
@@ -339,11 +342,12 @@ func (c *Client) acquire(ctx context.Context, resource string, ac acquireConfig)
 			}
 		}
 		defer func() {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil && reached {
 				c.mayHaveStray(key, req.GetTtl().AsDuration())
 			}
 		}()
 		resp, err := c.acquireRPC(ctx, ep, req)
+		reached = reached || err == nil || !notSent(err)
 		var held *HeldError
 		if err != nil && errors.As(fromConnect(err), &held) && held.Holder == c.cfg.holder &&
 			(c.takeGivenUp(held.LeaseID) || !c.cfg.sharedHolder && c.takeStray(key, held.LeaseID)) {
@@ -382,7 +386,7 @@ func (c *Client) acquire(ctx context.Context, resource string, ac acquireConfig)
 			// attempt's error.
 			err = unknownOutcome(err)
 		}
-		if (ended || ReasonOf(err) == ReasonOutcomeUnknown) && !firstSent.IsZero() && !c.cfg.sharedHolder {
+		if (ended || ReasonOf(err) == ReasonOutcomeUnknown) && reached && !c.cfg.sharedHolder {
 			// The grant may have crossed the call's end, or come after
 			// the retries gave up: give it back now rather than hold the
 			// resource for nobody until its ttl (and if it comes later,

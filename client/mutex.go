@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"connectrpc.com/connect"
 )
 
 // lockWaitChunk is the longest single wait Lock asks the registrar for; it
@@ -293,7 +295,7 @@ func acquireWaiting(ctx context.Context, c *Client, resource string, opts []Acqu
 			return l, nil
 		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, endedWith(ctx, err)
 		}
 		var held *HeldError
 		var late *lateGrantError
@@ -306,7 +308,7 @@ func acquireWaiting(ctx context.Context, c *Client, resource string, opts []Acqu
 		case errors.Is(err, ErrLeaseHeld), errors.Is(err, ErrQuotaExceeded):
 			// Refused without waiting (queue full, rate limit): back off.
 			if sleep(ctx, c.clock, backoff) != nil {
-				return nil, ctx.Err()
+				return nil, endedWith(ctx, err)
 			}
 			backoff = min(2*backoff, time.Second)
 		default:
@@ -314,3 +316,25 @@ func acquireWaiting(ctx context.Context, c *Client, resource string, opts []Acqu
 		}
 	}
 }
+
+// endedWith is the error of a wait that ctx ended after an attempt failed
+// with last: ctx.Err() (errors.Is matches it, as it matches last), saying
+// why the attempt failed when that was not ctx ending (found from outside:
+// a Lock against a wrong address ended with a bare "context deadline
+// exceeded", where Acquire said "connection refused").
+func endedWith(ctx context.Context, last error) error {
+	switch code := connect.CodeOf(last); {
+	case last == nil, errors.Is(last, ErrDeadlineExceeded), errors.Is(last, ErrCanceled),
+		code == connect.CodeCanceled, code == connect.CodeDeadlineExceeded:
+		return ctx.Err()
+	}
+	return &waitEndedError{ctx: ctx.Err(), last: last}
+}
+
+type waitEndedError struct{ ctx, last error }
+
+func (e *waitEndedError) Error() string {
+	return e.ctx.Error() + " (the last attempt: " + e.last.Error() + ")"
+}
+
+func (e *waitEndedError) Unwrap() []error { return []error{e.ctx, e.last} }
