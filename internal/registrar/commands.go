@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/logpb"
 )
@@ -880,6 +882,19 @@ func (r *Registrar) SetPolicy(tx *Tx, c *logpb.SetPolicy) Outcome {
 	if err := p.Validate(); err != nil {
 		return fail(err)
 	}
-	tx.Emit(&logpb.Record{Body: &logpb.Record_PolicySet{PolicySet: &logpb.PolicySet{Namespace: c.Namespace, Policy: p.ProtoOver(r.defaults)}}})
+	pb := p.ProtoOver(r.defaults)
+	if tx.Rules >= RulesDeadRetentionOutright && p.DeadTaskRetention == 0 && r.defaults.DeadTaskRetention != 0 {
+		// The default (a day) over defaults that set a retention: said
+		// outright, or it reads back as theirs.
+		pb.DeadTaskRetention = durationpb.New(0)
+	}
+	tx.Emit(&logpb.Record{Body: &logpb.Record_PolicySet{PolicySet: &logpb.PolicySet{Namespace: c.Namespace, Policy: pb}}})
 	return Outcome{Err: tx.err}
 }
+
+// RulesDeadRetentionOutright is the first rules (statemachine.Rules) under
+// which a policy's dead_task_retention of 0 (the default) over defaults
+// ("*") that set one is recorded outright; before, it was left out, and
+// the namespace took the defaults' retention instead of the day it was set
+// to (found from outside: a policy read and written back changed).
+const RulesDeadRetentionOutright = 5

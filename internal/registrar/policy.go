@@ -222,10 +222,13 @@ func (p Policy) Proto() *tenurev1.NamespacePolicy {
 }
 
 // ProtoToSet renders the policy for a SetPolicy that sets every field,
-// max_renewals too (0: unlimited).
+// max_renewals (0: unlimited) and dead_task_retention (0s: the default, a
+// day) too: a policy read and written back stays as it was, where an
+// unset field would take the "*" policy's value.
 func (p Policy) ProtoToSet() *tenurev1.NamespacePolicy {
 	pb := p.Proto()
 	pb.MaxRenewals = &p.MaxRenewals
+	pb.DeadTaskRetention = durationpb.New(time.Duration(p.DeadTaskRetention) * time.Millisecond)
 	return pb
 }
 

@@ -415,3 +415,28 @@ func TestPolicy_UnlimitedRenewalsOverALimit(t *testing.T) {
 	}
 	e.wantReplayEqual()
 }
+
+// A namespace's dead task retention of 0 (the default: a day) over
+// defaults that set one is kept (rules 5), where under earlier rules its
+// record left it out and the namespace took the defaults' (kept so for
+// their commands: replay derives the same records).
+func TestPolicy_DeadTaskRetentionZeroOverDefaults(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		rules uint32
+		want  int64
+	}{{registrar.RulesDeadRetentionOutright, 0}, {registrar.RulesDeadRetentionOutright - 1, 3_600_000}} {
+		e := setup(t)
+		e.rules = tc.rules
+		e.setPolicy("*", &tenurev1.NamespacePolicy{DeadTaskRetention: durationpb.New(time.Hour)})
+		mark := e.mark()
+		e.setPolicy("ns", &tenurev1.NamespacePolicy{DeadTaskRetention: durationpb.New(0)})
+		if got := e.m.Registrar().Policy("ns").DeadTaskRetention; got != tc.want {
+			t.Errorf("rules %d: dead task retention %d ms, want %d", tc.rules, got, tc.want)
+		}
+		recs := e.since(mark)
+		if len(recs) != 1 || (recs[0].GetPolicySet().GetPolicy().DeadTaskRetention != nil) != (tc.want == 0) {
+			t.Errorf("rules %d: records %v", tc.rules, recs)
+		}
+	}
+}

@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 )
@@ -53,5 +55,17 @@ func TestGetPolicyRoundTrip(t *testing.T) {
 	}
 	if p := get("*"); p.GetMaxRenewals() != 20 {
 		t.Fatalf("defaults: max_renewals %d, want 20", p.GetMaxRenewals())
+	}
+	// The same for dead_task_retention: 0 (the default, a day) in a
+	// namespace under a "*" policy that sets an hour.
+	set("*", &tenurev1.NamespacePolicy{DeadTaskRetention: durationpb.New(time.Hour)})
+	set("dead", &tenurev1.NamespacePolicy{DeadTaskRetention: durationpb.New(0)})
+	read = get("dead")
+	if read.DeadTaskRetention == nil || read.GetDeadTaskRetention().AsDuration() != 0 {
+		t.Fatalf("GetPolicy answered dead_task_retention %v, want 0s said outright", read.DeadTaskRetention)
+	}
+	set("dead", read)
+	if p := get("dead"); p.GetDeadTaskRetention().AsDuration() != 0 {
+		t.Fatalf("dead_task_retention after writing back what GetPolicy answered: %v, want 0s (the default) as before", p.GetDeadTaskRetention().AsDuration())
 	}
 }

@@ -51,7 +51,10 @@ import (
 //	   namespace's policy sets a dead task retention, not its lease
 //	   retention
 //	5  a pool's ResetPeer applies (pool.ResetRules; refused without a
-//	   record before, as builds that do not know the command refuse it)
+//	   record before, as builds that do not know the command refuse it);
+//	   a policy's dead task retention of 0 (the default) over defaults
+//	   that set one is recorded outright (registrar.
+//	   RulesDeadRetentionOutright; it took the defaults')
 //
 // A member of an older build applies commands stamped with newer rules by
 // its own, older ones (found from outside: a rolling upgrade to rules 4
