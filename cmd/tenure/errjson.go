@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -67,6 +68,7 @@ func writeErrorJSON(w io.Writer, err error) {
 	case errors.As(err, &ue):
 		b.Reason, b.Code = "INVALID_ARGUMENT", connect.CodeInvalidArgument.String()
 		b.Message, _, _ = strings.Cut(b.Message, "\n") // not the usage line after it
+		b.Message = b.Reason + ": " + b.Message        // as every other error's
 	case errors.As(err, &ce):
 		b.Code = ce.Code().String()
 		b.Reason = strings.ToUpper(b.Code)
@@ -84,6 +86,9 @@ func writeErrorJSON(w io.Writer, err error) {
 		b.Reason, _, _ = strings.Cut(b.Message, ":")
 		b.Code = server.CodeOf(registrar.Reason(b.Reason)).String()
 	}
-	line, _ := json.Marshal(errorJSON{Error: b})
-	_, _ = w.Write(append(line, '\n'))
+	var line bytes.Buffer
+	enc := json.NewEncoder(&line)
+	enc.SetEscapeHTML(false) // "<token>" stays readable
+	_ = enc.Encode(errorJSON{Error: b})
+	_, _ = w.Write(line.Bytes())
 }

@@ -54,6 +54,9 @@ func TestExitCodes(t *testing.T) {
 		// The key before the lease: stdin is not read for a key that fails.
 		{"cert with an unreadable key", []string{"cert", "verify", "--public-key", "@/nonexistent/key"}, 1, "INVALID_ARGUMENT: --public-key: open"},
 		{"reason's code in json", []string{"backup", "inspect", "/nonexistent/x.backup", "-o", "json"}, 1, `"reason":"INVALID_ARGUMENT","code":"invalid_argument"`},
+		// A usage error in json: its message starts with the reason, as
+		// every other error's does.
+		{"usage error in json", []string{"acquire", "-o", "json"}, 2, `"message":"INVALID_ARGUMENT: acquire: `},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
