@@ -18,7 +18,13 @@ func TestCredentialHint(t *testing.T) {
 	if h := credentialHint(unauth); !strings.Contains(h, "--token") || !strings.Contains(h, "TENURE_TOKEN") {
 		t.Errorf("hint for %v: %q, want it to name --token and TENURE_TOKEN", unauth, h)
 	}
+	noLeader := &tenure.Error{Reason: tenure.ReasonNotLeader, Code: connect.CodeUnavailable,
+		Message: "NOT_LEADER: this node is not the leader and knows no leader: an election is under way"}
+	if h := credentialHint(noLeader); !strings.Contains(h, "--stale") {
+		t.Errorf("hint for %v: %q, want it to name --stale", noLeader, h)
+	}
 	for _, err := range []error{
+		&tenure.Error{Reason: tenure.ReasonNotLeader, Code: connect.CodeUnavailable, Message: `NOT_LEADER: this node is not the leader; the leader is n2 at 127.0.0.1:7071`},
 		&tenure.Error{Reason: tenure.ReasonPermissionDenied, Code: connect.CodePermissionDenied, Message: "PERMISSION_DENIED: principal w1 may not use namespace x"},
 		&tenure.Error{Reason: tenure.ReasonLeaseHeld, Code: connect.CodeFailedPrecondition, Message: "LEASE_HELD: x is held"},
 		errors.New("UNAVAILABLE: dial tcp 127.0.0.1:1: connect: connection refused"),

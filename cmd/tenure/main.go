@@ -308,10 +308,16 @@ func reasonHint(err error) string {
 // credentialHint is what a user of the command line does about an
 // UNAUTHENTICATED answer, whose message speaks of HTTP headers.
 func credentialHint(err error) string {
-	if tenure.ReasonOf(tenure.ParseError(err)) != tenure.ReasonUnauthenticated {
-		return ""
+	switch tenure.ReasonOf(tenure.ParseError(err)) {
+	case tenure.ReasonUnauthenticated:
+		return "hint: give a token of the server's auth file with --token or env TENURE_TOKEN (tenure cluster whoami --token … says whose it is)"
+	case tenure.ReasonNotLeader:
+		if strings.Contains(err.Error(), "knows no leader") {
+			return "hint: no member leads now (an election, or no majority of the members is up: tenure cluster status --stale); " +
+				"a read answers from the member's own state with --stale (it may be behind)"
+		}
 	}
-	return "hint: give a token of the server's auth file with --token or env TENURE_TOKEN (tenure cluster whoami --token … says whose it is)"
+	return ""
 }
 
 func hint(err error) string {
@@ -326,6 +332,8 @@ func hint(err error) string {
 	case strings.Contains(msg, "unexpected EOF"), strings.Contains(msg, "connection reset by peer"), strings.Contains(msg, "broken pipe"):
 		return "hint: if the server serves TLS (--tls-cert), give --tls-ca or an https:// endpoint; " +
 			"and check that the endpoint is Tenure's API address (--listen), not its Raft one (--raft-listen)"
+	case strings.Contains(msg, "server gave HTTP response to HTTPS client"):
+		return "hint: the server serves plain HTTP (no --tls-cert): use an http:// endpoint, or leave out --tls-ca"
 	case strings.Contains(msg, "connection refused"):
 		return "hint: nothing listens there: is a tenure server running at that address? (--endpoints or --routes, env TENURE_ENDPOINTS or TENURE_ROUTES; default 127.0.0.1:7070)"
 	case strings.Contains(msg, "http2: frame too large"), strings.Contains(msg, "malformed HTTP response"):

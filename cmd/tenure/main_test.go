@@ -39,6 +39,7 @@ func TestExitCodes(t *testing.T) {
 		{"peers without node id", []string{"server", "--peers", "a=127.0.0.1:1"}, 2, "--node-id"},
 		{"peers and join", []string{"server", "--node-id", "a", "--peers", "a=127.0.0.1:1", "--join", "127.0.0.1:7070"}, 2, "exclude"},
 		{"malformed join", []string{"server", "--join", "nowhere"}, 2, "--join"},
+		{"unknown log level", []string{"server", "--log-level", "verbose"}, 2, `--log-level: "verbose" is not a level: debug, info, warn or error`},
 		{"public listen without insecure", []string{"server", "--listen", "0.0.0.0:7070"}, 2, "--insecure"},
 		{"unusable data dir", []string{"server", "--data-dir", "", "--listen", "127.0.0.1:0"}, 1, "DataDir"},
 		// A file named on the command line that cannot be read fails with
@@ -252,6 +253,7 @@ func TestHint(t *testing.T) {
 		`unavailable: dial tcp 127.0.0.1:7070: connect: connection refused`:                      "is a tenure server running",
 		`unavailable: http2: frame too large`:                                                    "does not speak Tenure's API",
 		`canceled: write tcp 127.0.0.1:1->127.0.0.1:2: write: broken pipe`:                       "not its Raft one",
+		`unavailable: http: server gave HTTP response to HTTPS client`:                           "use an http:// endpoint",
 	} {
 		got := hint(errors.New(msg))
 		if want == "" && got != "" || !strings.Contains(got, want) {

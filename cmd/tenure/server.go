@@ -175,7 +175,7 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usagef("%s: %v", flagSource(fs, "log-level"), err)
+		return usagef("%s: %q is not a level: debug, info, warn or error", flagSource(fs, "log-level"), *logLevel)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	tuneGC(log)
