@@ -1174,6 +1174,20 @@ func TestStatusTable(t *testing.T) {
 		{"follower of a silent leader", &tenurev1.StatusResponse{NodeId: "n2", LeaderId: "n3", LeaderApiAddress: "127.0.0.1:7072", Members: members,
 			LeaderLastContact: timestamppb.New(time.Now().Add(-1600 * time.Millisecond))},
 			"n3 (127.0.0.1:7072), last heard from 1.6s ago: it may have stopped or stepped down"},
+		// The leader says which member cannot write its log, and how far
+		// behind it is (found from outside: a follower whose disk filled
+		// showed as healthy).
+		{"follower with a failed log", &tenurev1.StatusResponse{NodeId: "n3", LeaderId: "n3", CommitIndex: 9000, Members: []*tenurev1.Member{
+			{Id: "n2", Role: tenurev1.Role_ROLE_FOLLOWER, AppliedIndex: 5000, LogFailure: "no space left on device"},
+			{Id: "n3", Role: tenurev1.Role_ROLE_LEADER, AppliedIndex: 9000}}},
+			"n2 cannot write its Raft log: no space left on device"},
+		{"follower with a failed log, its row", &tenurev1.StatusResponse{NodeId: "n3", LeaderId: "n3", CommitIndex: 9000, Members: []*tenurev1.Member{
+			{Id: "n2", Role: tenurev1.Role_ROLE_FOLLOWER, AppliedIndex: 5000, LogFailure: "no space left on device"},
+			{Id: "n3", Role: tenurev1.Role_ROLE_LEADER, AppliedIndex: 9000}}},
+			"follower, not replicating"},
+		{"follower behind", &tenurev1.StatusResponse{NodeId: "n3", LeaderId: "n3", CommitIndex: 9000, Members: []*tenurev1.Member{
+			{Id: "n2", Role: tenurev1.Role_ROLE_FOLLOWER, AppliedIndex: 5000}}},
+			"5000 (4000 behind)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -156,6 +157,11 @@ func done(c *cliCommand, err error, resp proto.Message, format string, args ...a
 // leader before status says so (heartbeats come every 0.1 s by default).
 const staleContact = 500 * time.Millisecond
 
+// laggingBehind is how many entries behind the leader's commit index a
+// member's applied index may be before status says so (a busy cluster's
+// followers trail by an entry or a few).
+const laggingBehind = 1000
+
 // leaderlessLong is how long without a leader status calls more than an
 // election under way (a few election timeouts, at the default 1 s).
 const leaderlessLong = 15 * time.Second
@@ -198,7 +204,11 @@ func printStatus(stdout io.Writer, st *tenurev1.StatusResponse) error {
 	}
 	fmt.Fprintf(tw, "leader\t%s\nterm\t%d\ncommit index\t%d\napplied index\t%d\nlast log index\t%d (term %d)\nledger index\t%d\nanswered by\t%s\n\n",
 		leader, st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLastLogIndex(), st.GetLastLogTerm(), st.GetLedgerIndex(), answered)
-	fmt.Fprintln(tw, "ID\tROLE\tAPI ADDRESS\tRAFT ADDRESS")
+	fmt.Fprintln(tw, "ID\tROLE\tAPI ADDRESS\tRAFT ADDRESS\tAPPLIED")
+	var notes []string
+	if f := st.GetLogFailure(); f != "" {
+		notes = append(notes, fmt.Sprintf("%s cannot write its Raft log: %s", st.GetNodeId(), f))
+	}
 	for _, m := range st.GetMembers() {
 		role := enumName(m.GetRole().String(), "ROLE_")
 		if r := m.GetRole(); r == tenurev1.Role_ROLE_UNKNOWN || r == tenurev1.Role_ROLE_UNSPECIFIED {
@@ -207,10 +217,26 @@ func printStatus(stdout io.Writer, st *tenurev1.StatusResponse) error {
 		if u := m.GetUnreachableSince(); u != nil {
 			role += ", unreachable since " + fmtTime(u)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.GetId(), role, m.GetApiAddress(), m.GetRaftAddress())
+		applied := ""
+		if a := m.GetAppliedIndex(); a != 0 {
+			applied = strconv.FormatUint(a, 10)
+			if behind := st.GetCommitIndex() - min(a, st.GetCommitIndex()); behind > laggingBehind {
+				applied += fmt.Sprintf(" (%d behind)", behind)
+			}
+		}
+		if f := m.GetLogFailure(); f != "" {
+			role += ", not replicating"
+			if m.GetId() != st.GetNodeId() {
+				notes = append(notes, fmt.Sprintf("%s cannot write its Raft log: %s", m.GetId(), f))
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.GetId(), role, m.GetApiAddress(), m.GetRaftAddress(), applied)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(stdout, "\n"+n)
 	}
 	if st.GetLeaderId() != "" && st.GetLeaderId() != st.GetNodeId() {
 		// Only the leader hears from every member.

@@ -38,8 +38,10 @@ func (h *clusterService) Status(_ context.Context, _ *connect.Request[tenurev1.S
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Tick: int64(st.Tick),
 		NodeId: st.NodeID, Version: h.s.cfg.Version, LedgerIndex: st.LedgerIndex,
 		LastLogIndex: st.LastLogIndex, LastLogTerm: st.LastLogTerm, Rules: h.s.ownRules(),
+		LogFailure: h.s.ownLogFailure(),
 	}
-	if st.LeaderID == st.NodeID {
+	leads := st.LeaderID == st.NodeID
+	if leads {
 		resp.StampedRules = h.s.node.StampRules()
 	}
 	if !st.LeaderLastContact.IsZero() {
@@ -52,6 +54,13 @@ func (h *clusterService) Status(_ context.Context, _ *connect.Request[tenurev1.S
 		pm := &tenurev1.Member{Id: m.ID, ApiAddress: m.APIAddress, RaftAddress: m.RaftAddress, Role: roles[m.Role]}
 		if !m.UnreachableSince.IsZero() {
 			pm.UnreachableSince = timestamppb.New(m.UnreachableSince)
+		}
+		switch {
+		case !leads:
+		case m.ID == st.NodeID:
+			pm.AppliedIndex, pm.LogFailure = st.AppliedIndex, resp.LogFailure
+		default:
+			h.s.reports.fill(pm)
 		}
 		resp.Members = append(resp.Members, pm)
 	}

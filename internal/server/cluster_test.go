@@ -1362,7 +1362,9 @@ func TestBackupFromTheLeader(t *testing.T) {
 // lowest rules its members say they apply (a member of an older build in
 // a rolling upgrade applies newer rules by its own, older ones: found
 // from outside, two signed ledgers that disagree), and this build's own
-// once every member says them.
+// once every member says them; what newer rules alone know (ResetPeer)
+// is refused meanwhile. From the same asks it shows how far each member
+// applied the log, and which cannot write its own.
 func TestLeaderStampsTheLowestRules(t *testing.T) {
 	ms := startCluster(t, 3)
 	l := leaderOf(t, ms, 10*time.Second)
@@ -1399,5 +1401,24 @@ func TestLeaderStampsTheLowestRules(t *testing.T) {
 	waitFor(t, "the leader to stamp its own rules again", 10*time.Second, stamps(statemachine.Rules))
 	if r, err := reset(); err != nil || r.Msg.GetKnown() {
 		t.Fatalf("ResetPeer once every member is upgraded: %v, %v", r, err)
+	}
+	// From the same asks the leader knows how far each member applied,
+	// and which cannot write its log (it answers heartbeats all the same).
+	failure := "raft log: no space left on device (test)"
+	f.srv.reportLogFailure.Store(&failure)
+	waitFor(t, "the leader to show the member's log failure", 10*time.Second, func() bool {
+		st, err := statusOf(l)
+		if err != nil {
+			return false
+		}
+		for _, m := range st.GetMembers() {
+			if m.GetId() == f.id {
+				return m.GetLogFailure() == failure && m.GetAppliedIndex() > 0
+			}
+		}
+		return false
+	})
+	if st, err := statusOf(f); err != nil || st.GetLogFailure() != failure {
+		t.Fatalf("the member's own Status: %v, %v", st.GetLogFailure(), err)
 	}
 }

@@ -86,6 +86,7 @@ func (s *Server) askRules(clients map[string]tenurev1connect.ClusterServiceClien
 			if err != nil || resp.Msg.GetNodeId() != m.ID {
 				return // not heard: what it said before in this term stands
 			}
+			s.reports.note(m.ID, resp.Msg)
 			r := resp.Msg.GetRules()
 			if r == 0 {
 				r = statemachine.UnreportedRules
@@ -126,4 +127,55 @@ func (s *Server) ownRules() uint32 {
 		return r
 	}
 	return statemachine.Rules
+}
+
+// memberReports keeps what each other member said in its last Status
+// answer to the leader (askRules): how far it applied the log, and why its
+// own Raft log cannot be written, if so. A member whose disk filled still
+// answers heartbeats, so the leader's view of Raft calls it healthy; only
+// its own word says it does not replicate (found from outside: a follower
+// with a full disk showed as a healthy follower in the leader's status).
+type memberReports struct {
+	mu sync.Mutex
+	by map[string]memberReport
+}
+
+type memberReport struct {
+	applied    uint64
+	logFailure string
+	at         time.Time
+}
+
+// reportFresh is how long a member's report is shown: a few of the
+// leader's asks (one a second).
+const reportFresh = 5 * time.Second
+
+func (r *memberReports) note(id string, st *tenurev1.StatusResponse) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.by == nil {
+		r.by = map[string]memberReport{}
+	}
+	r.by[id] = memberReport{applied: st.GetAppliedIndex(), logFailure: st.GetLogFailure(), at: time.Now()}
+}
+
+// fill sets m's applied_index and log_failure from its report, if fresh.
+func (r *memberReports) fill(m *tenurev1.Member) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rep, ok := r.by[m.Id]; ok && time.Since(rep.at) < reportFresh {
+		m.AppliedIndex, m.LogFailure = rep.applied, rep.logFailure
+	}
+}
+
+// ownLogFailure is why this member's Raft log cannot be written ("" when
+// it can).
+func (s *Server) ownLogFailure() string {
+	if f := s.reportLogFailure.Load(); f != nil {
+		return *f
+	}
+	if err := s.node.LogFailure(); err != nil {
+		return err.Error()
+	}
+	return ""
 }

@@ -150,6 +150,12 @@ type Server struct {
 	// reportRules, when set (tests), is the rules this member says it
 	// applies, in place of statemachine.Rules.
 	reportRules atomic.Uint32
+	// reportLogFailure, when set (tests), is the log failure this member
+	// says it has, in place of its node's.
+	reportLogFailure atomic.Pointer[string]
+	// reports are what the other members said when the leader last asked
+	// them (rulesWatch): how far they applied, whether their log fails.
+	reports memberReports
 }
 
 type metrics struct {

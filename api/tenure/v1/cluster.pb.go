@@ -95,8 +95,16 @@ type Member struct {
 	// unanswered for twice the heartbeat timeout (at least 2 s): when the
 	// leader last heard from it. Unset for a reachable member, and in a follower's answer.
 	UnreachableSince *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=unreachable_since,json=unreachableSince,proto3" json:"unreachable_since,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Addition, in the leader's answer: how far the member has applied the
+	// log and, when its own Raft log cannot be written (a full or failed
+	// disk), why, as the member said when the leader last asked (each
+	// second). A member that answers heartbeats but cannot write its log is
+	// reachable and does not replicate: its applied_index stays behind the
+	// leader's commit_index. Unset when the member has not answered lately.
+	AppliedIndex  uint64 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	LogFailure    string `protobuf:"bytes,7,opt,name=log_failure,json=logFailure,proto3" json:"log_failure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Member) Reset() {
@@ -162,6 +170,20 @@ func (x *Member) GetUnreachableSince() *timestamppb.Timestamp {
 		return x.UnreachableSince
 	}
 	return nil
+}
+
+func (x *Member) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *Member) GetLogFailure() string {
+	if x != nil {
+		return x.LogFailure
+	}
+	return ""
 }
 
 type StatusRequest struct {
@@ -238,7 +260,11 @@ type StatusResponse struct {
 	// Addition: in the leader's answer, the rules it stamps on commands
 	// now: the lowest its members apply. Below rules during a rolling
 	// upgrade (a member still runs an older build).
-	StampedRules  uint32 `protobuf:"varint,16,opt,name=stamped_rules,json=stampedRules,proto3" json:"stamped_rules,omitempty"`
+	StampedRules uint32 `protobuf:"varint,16,opt,name=stamped_rules,json=stampedRules,proto3" json:"stamped_rules,omitempty"`
+	// Addition: why the answering member cannot write its Raft log now (a
+	// full or failed disk; empty when it can). It serves no write and falls
+	// behind until the log can be written again.
+	LogFailure    string `protobuf:"bytes,17,opt,name=log_failure,json=logFailure,proto3" json:"log_failure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -383,6 +409,13 @@ func (x *StatusResponse) GetStampedRules() uint32 {
 		return x.StampedRules
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetLogFailure() string {
+	if x != nil {
+		return x.LogFailure
+	}
+	return ""
 }
 
 type AddVoterRequest struct {
@@ -1433,15 +1466,18 @@ var File_tenure_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17tenure/v1/cluster.proto\x12\ttenure.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tenure/v1/lease.proto\"\xca\x01\n" +
+	"\x17tenure/v1/cluster.proto\x12\ttenure.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15tenure/v1/lease.proto\"\x90\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vapi_address\x18\x02 \x01(\tR\n" +
 	"apiAddress\x12!\n" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12#\n" +
 	"\x04role\x18\x04 \x01(\x0e2\x0f.tenure.v1.RoleR\x04role\x12G\n" +
-	"\x11unreachable_since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10unreachableSince\"\x0f\n" +
-	"\rStatusRequest\"\xe3\x04\n" +
+	"\x11unreachable_since\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x10unreachableSince\x12#\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12\x1f\n" +
+	"\vlog_failure\x18\a \x01(\tR\n" +
+	"logFailure\"\x0f\n" +
+	"\rStatusRequest\"\x84\x05\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tleader_id\x18\x01 \x01(\tR\bleaderId\x12,\n" +
 	"\x12leader_api_address\x18\x02 \x01(\tR\x10leaderApiAddress\x12\x12\n" +
@@ -1459,7 +1495,9 @@ const file_tenure_v1_cluster_proto_rawDesc = "" +
 	"\x0fno_leader_since\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rnoLeaderSince\x12J\n" +
 	"\x13leader_last_contact\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x11leaderLastContact\x12\x14\n" +
 	"\x05rules\x18\x0f \x01(\rR\x05rules\x12#\n" +
-	"\rstamped_rules\x18\x10 \x01(\rR\fstampedRules\"\x91\x01\n" +
+	"\rstamped_rules\x18\x10 \x01(\rR\fstampedRules\x12\x1f\n" +
+	"\vlog_failure\x18\x11 \x01(\tR\n" +
+	"logFailure\"\x91\x01\n" +
 	"\x0fAddVoterRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x1f\n" +
