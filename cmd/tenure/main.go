@@ -86,7 +86,7 @@ commands:
   exec        run a command while holding a lease
   queue       work queue: push, claim, complete, fail, cancel, retry, get, ls, list, stats, config
   bench       the load generator
-  pool        the piece pool (create, want, request, complete, rankings, status, stats, leases, list, delete)
+  pool        the piece pool (create, want, request, complete, rankings, status, stats, leases, list, delete, reset-peer)
   version     print the version
 
 flags of every client command (before or after it):
