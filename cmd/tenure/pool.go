@@ -540,14 +540,7 @@ unknown outcome of a request) may still complete, renew or let expire.`
 func runPoolLeases(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure pool leases", "POOL --peer P [flags]", poolLeasesHelp, "  tenure pool leases swarm --peer p1", stdout, stderr)
 	peer := c.fs.String("peer", "", "the peer (required)")
-	pos, err := c.parse(args, 1, 1)
-	if err != nil {
-		return err
-	}
-	if *peer == "" {
-		return c.usageError("--peer is required")
-	}
-	r, err := c.remote()
+	pos, r, err := c.poolAndPeer(args, peer)
 	if err != nil {
 		return err
 	}
@@ -670,6 +663,20 @@ func runPoolDelete(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return err
 }
 
+// poolAndPeer parses the arguments of a command on one peer of a pool
+// (POOL --peer P): the pool's name and the remote to call.
+func (c *cliCommand) poolAndPeer(args []string, peer *string) ([]string, *remote, error) {
+	pos, err := c.parse(args, 1, 1)
+	if err != nil {
+		return nil, nil, err
+	}
+	if *peer == "" {
+		return nil, nil, c.usageError("--peer is required")
+	}
+	r, err := c.remote()
+	return pos, r, err
+}
+
 const poolResetPeerHelp = `Give a peer a fresh start in a pool's ranking: score 1.0 (a new peer's),
 no successes or failures. A peer whose score fell below the pool's minimum
 is refused every request, and only an outcome changes a score (one failure
@@ -682,14 +689,7 @@ of the cluster on a build that knows it (UNIMPLEMENTED otherwise).`
 func runPoolResetPeer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCLICommand("tenure pool reset-peer", "POOL --peer P [flags]", poolResetPeerHelp, "  tenure pool reset-peer swarm --peer p2", stdout, stderr)
 	peer := c.fs.String("peer", "", "the peer to rank afresh (required)")
-	pos, err := c.parse(args, 1, 1)
-	if err != nil {
-		return err
-	}
-	if *peer == "" {
-		return c.usageError("--peer is required")
-	}
-	r, err := c.remote()
+	pos, r, err := c.poolAndPeer(args, peer)
 	if err != nil {
 		return err
 	}

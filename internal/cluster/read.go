@@ -396,14 +396,21 @@ func (n *Node) AwaitLeader(ctx context.Context) {
 		id, addr := n.Leader()
 		return id == n.id || (id != "" && addr == "") || (id == "" && !n.knewLeader.Load())
 	}
-	if !electing() {
+	n.pollUntil(ctx, n.cfg.ApplyTimeout, func() bool { return !electing() })
+}
+
+// pollUntil waits until done holds, wait has passed, ctx ends or the node
+// stops, looking every 5 ms: Raft broadcasts neither leadership, contact
+// nor the rules set.
+func (n *Node) pollUntil(ctx context.Context, wait time.Duration, done func() bool) {
+	if done() {
 		return
 	}
-	deadline := time.NewTimer(n.cfg.ApplyTimeout)
+	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond) // leadership changes are not broadcast
+	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for electing() {
+	for !done() {
 		select {
 		case <-tick.C:
 		case <-deadline.C:
@@ -437,25 +444,11 @@ func (n *Node) AwaitLeaderHeard(ctx context.Context) {
 		return
 	}
 	_, was := n.raft.LeaderWithID()
-	deadline := time.NewTimer(n.electedWithin)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond) // Raft broadcasts neither contact nor leadership
-	defer tick.Stop()
-	for {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			return
-		case <-ctx.Done():
-			return
-		case <-n.stop:
-			return
-		}
+	n.pollUntil(ctx, n.electedWithin, func() bool {
 		// While the election runs no leader is known: it waits on.
-		if _, id := n.raft.LeaderWithID(); id != "" && (id != was || !silent()) {
-			return
-		}
-	}
+		_, id := n.raft.LeaderWithID()
+		return id != "" && (id != was || !silent())
+	})
 }
 
 // HadState reports whether the data dir held Raft state when the node

@@ -43,27 +43,9 @@ func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
 // milliseconds when they answer); the floor it stamps until then after
 // that. A command only newer rules know is decided on it.
 func (n *Node) AwaitRules(ctx context.Context, wait time.Duration) uint32 {
-	set := func() bool {
+	n.pollUntil(ctx, wait, func() bool {
 		r := n.rules.Load()
 		return r != nil && r.term == n.raft.CurrentTerm()
-	}
-	if set() {
-		return n.stampRules()
-	}
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !set() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			return n.stampRules()
-		case <-ctx.Done():
-			return n.stampRules()
-		case <-n.stop:
-			return n.stampRules()
-		}
-	}
+	})
 	return n.stampRules()
 }

@@ -18,29 +18,43 @@ import (
 // (SIGSTOP) is answered once the follower sees another leader, not when
 // the old one wakes: OUTCOME_UNKNOWN, and the next attempt through the
 // same follower reaches the new leader.
-func TestForwardToPausedLeaderEndsWhenLeadershipMoves(t *testing.T) {
+// throughFollower starts a 3-member cluster and returns its leader, a
+// follower and an Acquire sent through that follower, after one forward
+// (so that the follower's connection to the leader is open when the
+// leader stops: the next write goes out on it).
+func throughFollower(t *testing.T) (l, f *Member, acquire func(ctx context.Context, res string) (*connect.Response[tenurev1.AcquireResponse], error)) {
+	t.Helper()
 	c := StartCluster(t, tenureBin, 3)
-	l := c.WaitLeader(30 * time.Second)
-	f := c.Other(l)
+	l = c.WaitLeader(30 * time.Second)
+	f = c.Other(l)
 	lc := tenurev1connect.NewLeaseServiceClient(h2c(), "http://"+f.API, connect.WithGRPC())
-	acquire := func(ctx context.Context, res string) (*connect.Response[tenurev1.AcquireResponse], error) {
+	acquire = func(ctx context.Context, res string) (*connect.Response[tenurev1.AcquireResponse], error) {
 		return lc.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: res, Holder: "h", Ttl: durationpb.New(30 * time.Second)}))
 	}
-	// A forward first, so that the follower's connection to the leader is
-	// open when the leader stops: the next write goes out on it and waits.
 	if _, err := Retry(t, 20*time.Second, func(ctx context.Context) (*connect.Response[tenurev1.AcquireResponse], error) {
 		return acquire(ctx, "fwd/warm")
 	}); err != nil {
 		t.Fatal(err)
 	}
-	const pause = 20 * time.Second
-	l.Pause()
-	resumed := time.AfterFunc(pause, l.Resume)
-	defer func() {
+	return l, f, acquire
+}
+
+// pauseFor pauses m (SIGSTOP) and resumes it after d, or when the test
+// ends.
+func pauseFor(t *testing.T, m *Member, d time.Duration) {
+	m.Pause()
+	resumed := time.AfterFunc(d, m.Resume)
+	t.Cleanup(func() {
 		if resumed.Stop() {
-			l.Resume()
+			m.Resume()
 		}
-	}()
+	})
+}
+
+func TestForwardToPausedLeaderEndsWhenLeadershipMoves(t *testing.T) {
+	l, _, acquire := throughFollower(t)
+	const pause = 20 * time.Second
+	pauseFor(t, l, pause)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*pause)
 	defer cancel()
@@ -68,26 +82,9 @@ func TestForwardToPausedLeaderEndsWhenLeadershipMoves(t *testing.T) {
 // (found from outside: every write through a follower failed so while a
 // leader was paused).
 func TestWriteThroughFollowerWaitsOutASilentLeader(t *testing.T) {
-	c := StartCluster(t, tenureBin, 3)
-	l := c.WaitLeader(30 * time.Second)
-	f := c.Other(l)
-	lc := tenurev1connect.NewLeaseServiceClient(h2c(), "http://"+f.API, connect.WithGRPC())
-	acquire := func(ctx context.Context, res string) (*connect.Response[tenurev1.AcquireResponse], error) {
-		return lc.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: res, Holder: "h", Ttl: durationpb.New(30 * time.Second)}))
-	}
-	if _, err := Retry(t, 20*time.Second, func(ctx context.Context) (*connect.Response[tenurev1.AcquireResponse], error) {
-		return acquire(ctx, "silent/warm")
-	}); err != nil {
-		t.Fatal(err)
-	}
+	l, f, acquire := throughFollower(t)
 	const pause = 20 * time.Second
-	l.Pause()
-	resumed := time.AfterFunc(pause, l.Resume)
-	defer func() {
-		if resumed.Stop() {
-			l.Resume()
-		}
-	}()
+	pauseFor(t, l, pause)
 	// The follower still names the paused leader, and has not heard from
 	// it for more than half a heartbeat timeout (the servers' default, 1 s).
 	waitFor(t, pause/2, "the follower to miss the leader's heartbeats", func() bool {
@@ -147,13 +144,7 @@ func TestForwardedReadAnsweredByFollowerElectedInPlace(t *testing.T) {
 		}
 	}
 	const pause = 20 * time.Second
-	l.Pause()
-	resumed := time.AfterFunc(pause, l.Resume)
-	defer func() {
-		if resumed.Stop() {
-			l.Resume()
-		}
-	}()
+	pauseFor(t, l, pause)
 	errs := make([]chan error, len(fs))
 	for i, f := range fs {
 		errs[i] = make(chan error, 1)
