@@ -87,6 +87,26 @@ type fsm struct {
 	// but those of entries up to replayed: the log held them at start.
 	observe  func(m *statemachine.Machine, cmd *logpb.Command, res statemachine.Result)
 	replayed uint64
+	// stamps holds the rules stamped on the last command entry applied,
+	// and on the last one of an earlier term (Node.RulesBefore).
+	stamps atomic.Pointer[stampPair]
+}
+
+// stampPair is the rules of the last command entry applied (last) and of
+// the last entry of an earlier term than its (prev).
+type stampPair struct{ last, prev *termRules }
+
+// noteStamp records the rules stamped on an applied entry of term.
+func (f *fsm) noteStamp(term uint64, rules uint32) {
+	cur := f.stamps.Load()
+	next := &stampPair{last: &termRules{term: term, rules: rules}}
+	if cur != nil {
+		next.prev = cur.prev
+		if cur.last.term < term {
+			next.prev = cur.last
+		}
+	}
+	f.stamps.Store(next)
 }
 
 func newFSM(cfg statemachine.Config, feed *Feed) *fsm {
@@ -141,6 +161,9 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 		if sealed == nil {
 			// Most commands emit one record or more.
 			sealed = make([]statemachine.Sealed, 0, max(len(b.Commands)+1, f.lastSealed+f.lastSealed/4))
+		}
+		if len(b.Commands) > 0 {
+			f.noteStamp(l.Term, b.Commands[0].Rules)
 		}
 		results := make([]statemachine.Result, len(b.Commands))
 		for j, cmd := range b.Commands {

@@ -32,6 +32,24 @@ func (n *Node) stampRules() uint32 {
 	return min(statemachine.UnreportedRules, statemachine.Rules)
 }
 
+// RulesBefore is the rules stamped on the last command entry applied
+// from a term before term: what the leader of an earlier term knew all
+// its members to apply (it stamps their lowest). Not known (false) when
+// no such entry was applied since the node started or restored a
+// snapshot.
+func (n *Node) RulesBefore(term uint64) (uint32, bool) {
+	p := n.fsm.stamps.Load()
+	switch {
+	case p == nil:
+		return 0, false
+	case p.last.term < term:
+		return p.last.rules, true
+	case p.prev != nil && p.prev.term < term:
+		return p.prev.rules, true
+	}
+	return 0, false
+}
+
 // StampRules is the rules this node would stamp on a command now.
 func (n *Node) StampRules() uint32 { return n.stampRules() }
 

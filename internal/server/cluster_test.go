@@ -1422,3 +1422,43 @@ func TestLeaderStampsTheLowestRules(t *testing.T) {
 		t.Fatalf("the member's own Status: %v, %v", st.GetLogFailure(), err)
 	}
 }
+
+// TestRulesOfADownMemberOutliveALeaderChange: a leader elected while a
+// member is down stamps what its predecessor knew that member to apply,
+// not the floor for a member never heard from (found from outside: a
+// cluster all of one build stamped rules 3 after its leader failed over,
+// pruning dead tasks after an hour and refusing ResetPeer as
+// UNIMPLEMENTED until the down member came back).
+func TestRulesOfADownMemberOutliveALeaderChange(t *testing.T) {
+	ms := startCluster(t, 3)
+	l := leaderOf(t, ms, 10*time.Second)
+	waitFor(t, "the leader to stamp its own rules", 10*time.Second, func() bool {
+		return l.srv.node.StampRules() == statemachine.Rules
+	})
+	acquireVia(t, l, "rules/before", 30*time.Second) // an entry stamped with them
+	var down, next *member
+	for _, m := range ms {
+		switch {
+		case m == l:
+		case down == nil:
+			down = m
+		default:
+			next = m
+		}
+	}
+	down.stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := l.cluster.TransferLeadership(ctx, connect.NewRequest(&tenurev1.TransferLeadershipRequest{Id: next.id})); err != nil {
+		t.Fatalf("TransferLeadership to %s: %v", next.id, err)
+	}
+	waitFor(t, next.id+" to lead", 10*time.Second, func() bool { return next.srv.node.IsLeader() })
+	term := next.srv.node.Term()
+	r := next.srv.node.AwaitRules(ctx, 10*time.Second)
+	if next.srv.node.Term() != term || !next.srv.node.IsLeader() {
+		t.Skip("the leadership moved again meanwhile")
+	}
+	if r != statemachine.Rules {
+		t.Fatalf("the new leader stamps rules %d with %s down, want %d (its predecessor's)", r, down.id, statemachine.Rules)
+	}
+}

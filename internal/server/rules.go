@@ -25,8 +25,15 @@ const (
 // its own, older ones, and would write other records than the rest
 // (found from outside: a rolling upgrade left two signed ledgers that
 // disagree). Each member says its rules in Status; one that says none (a
-// build from before they were reported), or that has not answered in
-// this term, counts as statemachine.UnreportedRules.
+// build from before they were reported) counts as
+// statemachine.UnreportedRules; one that has not answered in this term
+// counts as what the leader of the term before stamped, when it was a
+// member then (that leader stamped its members' lowest), and as
+// statemachine.UnreportedRules otherwise. (It counted as the latter
+// alone: found from outside, a leader elected while a member was down,
+// its predecessor say, stamped rules 3 until that member came back:
+// dead tasks were pruned after an hour, and ResetPeer was refused as
+// UNIMPLEMENTED, on a cluster all of one build.)
 func (s *Server) rulesWatch() {
 	defer s.bg.Done()
 	tick := time.NewTicker(rulesLook)
@@ -36,17 +43,24 @@ func (s *Server) rulesWatch() {
 		term  uint64
 		asked time.Time
 		heard = map[string]uint32{} // member id → rules, this term
+		prior = map[string]bool{}   // the members when this term was noticed
 	)
 	for {
 		if t := s.node.Term(); s.node.IsLeader() && (t != term || time.Since(asked) >= rulesEvery) {
 			if t != term {
 				term = t
 				clear(heard)
+				clear(prior)
+				if st, err := s.node.Status(); err == nil {
+					for _, m := range st.Members {
+						prior[m.ID] = true
+					}
+				}
 			}
 			asked = time.Now()
 			s.askRules(clients, heard)
 			if s.node.Term() == term && s.node.IsLeader() {
-				s.node.SetRules(term, s.lowestRules(heard))
+				s.node.SetRules(term, s.lowestRules(term, heard, prior))
 			}
 		}
 		select {
@@ -99,11 +113,17 @@ func (s *Server) askRules(clients map[string]tenurev1connect.ClusterServiceClien
 	wg.Wait()
 }
 
-// lowestRules is the lowest rules of the members of the configuration:
-// this build's own, what each other member said in this term, and
-// statemachine.UnreportedRules for one not heard from.
-func (s *Server) lowestRules(heard map[string]uint32) uint32 {
+// lowestRules is the lowest rules of the members of the configuration in
+// term: this build's own, what each other member said in this term, and
+// for one not heard from, what the leader of an earlier term stamped
+// when the member was one at the start of this term (prior), else
+// statemachine.UnreportedRules.
+func (s *Server) lowestRules(term uint64, heard map[string]uint32, prior map[string]bool) uint32 {
 	low := s.ownRules()
+	unheard := uint32(statemachine.UnreportedRules)
+	if before, ok := s.node.RulesBefore(term); ok {
+		unheard = max(unheard, before)
+	}
 	st, err := s.node.Status()
 	if err != nil {
 		return min(low, statemachine.UnreportedRules)
@@ -113,7 +133,11 @@ func (s *Server) lowestRules(heard map[string]uint32) uint32 {
 			continue
 		}
 		r, ok := heard[m.ID]
-		if !ok {
+		switch {
+		case ok:
+		case prior[m.ID]:
+			r = unheard
+		default:
 			r = statemachine.UnreportedRules
 		}
 		low = min(low, r)
