@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"math"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -147,6 +148,14 @@ func decodeCommand(b []byte, c *logpb.Command, prevActor string) bool {
 			c.Tick = int64(r.varint())
 		case num == 2 && typ == protowire.VarintType:
 			c.Wall = int64(r.varint())
+		case num == 4 && typ == protowire.VarintType:
+			// Every entry since rules were stamped has them: without this
+			// case each one went to proto.Unmarshal.
+			v := r.varint()
+			if v > math.MaxUint32 {
+				return false // proto would keep the low bits; leave it to proto
+			}
+			c.Rules = uint32(v)
 		case num == 3 && typ == protowire.BytesType:
 			if v := r.bytes(); r.ok && string(v) == prevActor {
 				c.Actor = prevActor

@@ -4,13 +4,16 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/logpb"
+	"github.com/tenurehq/tenure/internal/statemachine"
 )
 
 // checkDecode compares decodeBatch with proto.Unmarshal on data and
@@ -74,6 +77,9 @@ func TestDecodeBatchMatchesProto(t *testing.T) {
 		{"acquire with negative values", batchOf(&logpb.Command{Tick: -1, Wall: math.MinInt64, Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{
 			TtlMs: &neg, WaitMs: -3, Mode: tenurev1.Mode(-2)}}}), true},
 		{"empty acquire", batchOf(&logpb.Command{Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{}}}), true},
+		// Every entry the leader writes has its rules stamped.
+		{"stamped rules", batchOf(&logpb.Command{Tick: 7, Rules: 5, Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: "x"}}}), true},
+		{"rules above uint32", rawCommand(varint(4, 1<<32|5)), false},
 		{"cluster tag", cat(batchOf(&logpb.Command{Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: "x"}}}), str(2, "\x01\x02\x03\x04\x05\x06\x07\x08")), true},
 		{"empty cluster tag", cat(rawCommand(nil), str(2, "")), true},
 		{"release", batchOf(&logpb.Command{Tick: 3, Op: &logpb.Command_Release{Release: &logpb.Release{
@@ -194,6 +200,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		&logpb.Command{Op: &logpb.Command_Renew{Renew: &logpb.Renew{LeaseIds: []string{"x", "y"}, AllOfHolder: true, TtlMs: &ttl}}}))
 	f.Add(batchOf(&logpb.Command{Op: &logpb.Command_Revoke{Revoke: &logpb.Revoke{LeaseId: "x"}}}))
 	f.Add([]byte{0x0a, 0x02, 0x5a, 0x00})
+	f.Add(batchOf(&logpb.Command{Tick: 5, Rules: 5, Op: &logpb.Command_Release{Release: &logpb.Release{LeaseId: "x"}}}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkDecode(t, data)
 	})
@@ -224,4 +231,29 @@ func BenchmarkDecodeBatch(b *testing.B) {
 			}
 		}
 	})
+}
+
+// An entry stamped with newer rules than this build applies halts the
+// FSM (and, through onDiverged, the node) rather than be applied by rules
+// it does not know: a member put back on an older build drifted from the
+// others unseen.
+func TestEntryOfNewerRulesHalts(t *testing.T) {
+	f := newFSM(statemachine.DefaultConfig(), NewFeed(0, nil))
+	var told error
+	f.onDiverged = func(err error) { told = err }
+	entry := func(index uint64, rules uint32) []any {
+		data := batchOf(&logpb.Command{Tick: int64(index), Wall: 1_700_000_000_000, Rules: rules,
+			Op: &logpb.Command_Bootstrap{Bootstrap: &logpb.Bootstrap{KeySeed: make([]byte, 32)}}})
+		return f.ApplyBatch([]*raft.Log{{Index: index, Type: raft.LogCommand, Data: data}})
+	}
+	if out := entry(1, statemachine.Rules); told != nil {
+		t.Fatalf("an entry of this build's rules: %v, %v", out, told)
+	}
+	out := entry(2, statemachine.Rules+1)
+	if out[0] != errHalted || told == nil || !strings.Contains(told.Error(), "stamped with rules") {
+		t.Fatalf("an entry of newer rules: %v, told %v", out, told)
+	}
+	if out := entry(3, statemachine.Rules); out[0] != errHalted {
+		t.Fatalf("an entry after the halt: %v", out)
+	}
 }

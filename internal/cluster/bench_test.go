@@ -122,7 +122,7 @@ func BenchmarkApplyBatch(b *testing.B) {
 		b.StopTimer()
 		tick++
 		for i := range acq {
-			acq[i] = &logpb.Command{Tick: tick, Wall: wall + tick, Actor: "bench", Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{
+			acq[i] = &logpb.Command{Tick: tick, Wall: wall + tick, Actor: "bench", Rules: statemachine.Rules, Op: &logpb.Command_Acquire{Acquire: &logpb.Acquire{
 				Resource: fmt.Sprintf("bench/%d", i), Holder: fmt.Sprintf("w%d", i)}}}
 		}
 		data, err := proto.Marshal(&logpb.Batch{Commands: acq})
@@ -138,7 +138,7 @@ func BenchmarkApplyBatch(b *testing.B) {
 			if r.Outcome.Err != nil {
 				b.Fatal(r.Outcome.Err)
 			}
-			rel[i] = &logpb.Command{Tick: tick, Wall: wall + tick, Actor: "bench", Op: &logpb.Command_Release{Release: &logpb.Release{
+			rel[i] = &logpb.Command{Tick: tick, Wall: wall + tick, Actor: "bench", Rules: statemachine.Rules, Op: &logpb.Command_Release{Release: &logpb.Release{
 				LeaseId: r.Outcome.Lease.ID, Holder: fmt.Sprintf("w%d", i)}}}
 		}
 		if data, err = proto.Marshal(&logpb.Batch{Commands: rel}); err != nil {

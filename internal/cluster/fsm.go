@@ -158,6 +158,20 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 			}
 			continue
 		}
+		if r := newerRules(b); r != 0 {
+			// A build that does not know these rules would derive other
+			// records than the members that do, and drift from them
+			// unseen (found from outside: a member put back on an older
+			// build skipped the commands it did not know).
+			f.halted = true
+			out[i] = errHalted
+			if f.onDiverged != nil {
+				f.onDiverged(fmt.Errorf("cluster: log entry %d is stamped with rules %d, and this build applies rules up to %d: "+
+					"run the build the cluster was upgraded to (a member may not go back to an older build once newer rules were applied)",
+					l.Index, r, statemachine.Rules))
+			}
+			continue
+		}
 		if sealed == nil {
 			// Most commands emit one record or more.
 			sealed = make([]statemachine.Sealed, 0, max(len(b.Commands)+1, f.lastSealed+f.lastSealed/4))
@@ -342,6 +356,17 @@ func (f *fsm) count(read func(*statemachine.Machine) int) float64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return float64(read(f.m))
+}
+
+// newerRules is the rules of a command of b stamped with newer rules than
+// this build applies, or 0.
+func newerRules(b *logpb.Batch) uint32 {
+	for _, c := range b.Commands {
+		if c.Rules > statemachine.Rules {
+			return c.Rules
+		}
+	}
+	return 0
 }
 
 // errHalted answers the entries a halted FSM did not apply.
