@@ -311,16 +311,16 @@ func TestTokenExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Date(2030, 1, 2, 2, 4, 5, 0, time.UTC)
-	if p, err := s.Authenticate(strong, at.Add(-time.Nanosecond)); err != nil || p.Name != "temp" {
-		t.Fatalf("just before expiry: %v, %v", p, err)
+	if p, exp, err := s.Authenticate(strong, at.Add(-time.Nanosecond)); err != nil || p.Name != "temp" || !exp.Equal(at) {
+		t.Fatalf("just before expiry: %v, %v, %v", p, exp, err)
 	}
 	for _, now := range []time.Time{at, at.Add(time.Hour)} {
 		var exp *ExpiredError
-		if p, err := s.Authenticate(strong, now); !errors.As(err, &exp) || !exp.At.Equal(at) || p != nil {
+		if p, _, err := s.Authenticate(strong, now); !errors.As(err, &exp) || !exp.At.Equal(at) || p != nil {
 			t.Fatalf("at %v: %v, %v; want expired at %v", now, p, err, at)
 		}
 	}
-	if _, err := s.Authenticate("nope"+strong, at); !errors.Is(err, ErrUnknownToken) {
+	if _, _, err := s.Authenticate("nope"+strong, at); !errors.Is(err, ErrUnknownToken) {
 		t.Fatalf("unknown token: %v", err)
 	}
 	// A token expired when the file is read is warned of, by principal.

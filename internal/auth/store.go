@@ -147,7 +147,7 @@ func (s *Store) install(f *File) {
 
 // Token returns the principal a bearer token authenticates now, or false.
 func (s *Store) Token(token string) (*Principal, bool) {
-	p, err := s.Authenticate(token, time.Now())
+	p, _, err := s.Authenticate(token, time.Now())
 	return p, err == nil
 }
 
@@ -163,19 +163,20 @@ func (e *ExpiredError) Error() string {
 }
 
 // Authenticate returns the principal the bearer token authenticates at
-// now: ErrUnknownToken, or an *ExpiredError, when none.
-func (s *Store) Authenticate(token string, now time.Time) (*Principal, error) {
+// now, and when the token expires (zero: never): ErrUnknownToken, or an
+// *ExpiredError, when none.
+func (s *Store) Authenticate(token string, now time.Time) (*Principal, time.Time, error) {
 	t := s.cur.Load()
 	e, ok := t.byDigest[sha256.Sum256([]byte(token))]
 	// The digest lookup already tells tokens apart; the comparison makes
 	// the match itself independent of where the bytes differ.
 	if !ok || subtle.ConstantTimeCompare(e.token, []byte(token)) != 1 {
-		return nil, ErrUnknownToken
+		return nil, time.Time{}, ErrUnknownToken
 	}
 	if !e.expires.IsZero() && !now.Before(e.expires) {
-		return nil, &ExpiredError{At: e.expires}
+		return nil, time.Time{}, &ExpiredError{At: e.expires}
 	}
-	return e.principal, nil
+	return e.principal, e.expires, nil
 }
 
 // Certificate returns the principal of a verified client certificate

@@ -104,7 +104,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		p, err := s.principal(r)
+		p, expires, err := s.principal(r)
 		if err != nil {
 			fail(w, r, err)
 			return
@@ -113,46 +113,70 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			fail(w, r, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		ctx := context.WithValue(r.Context(), principalKey{}, p)
+		if !expires.IsZero() && !streams[r.URL.Path] {
+			// A unary call that waits (an Acquire or Claim queued) ends
+			// when its token does: it would act, after the wait, for a
+			// caller no longer let in (found from outside: a Claim waiting
+			// a minute claimed a task after its token expired). Streams
+			// check their token as they go (stillValid).
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadlineCause(ctx, expires, &auth.ExpiredError{At: expires})
+			defer cancel()
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
 // principal finds who sent r: its bearer token, else its verified client
 // certificate's subject common name.
-func (s *Server) principal(r *http.Request) (*auth.Principal, error) {
+func (s *Server) principal(r *http.Request) (p *auth.Principal, expires time.Time, err error) {
 	if len(r.Header.Values("Authorization")) > 1 {
 		// A proxy before the server might read another one than this.
-		return nil, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "malformed"},
+		return nil, expires, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "malformed"},
 			"more than one Authorization header: send one")
 	}
 	token, err := auth.ParseAuthorization(r.Header.Get("Authorization"))
 	switch {
 	case err == nil:
-		p, err := s.cfg.Auth.Authenticate(token, time.Now())
+		p, expires, err := s.cfg.Auth.Authenticate(token, time.Now())
 		var exp *auth.ExpiredError
 		switch {
 		case errors.As(err, &exp):
-			return nil, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "expired",
-				"expired_at": exp.At.UTC().Format(time.RFC3339)}, "the bearer token expired at %s", exp.At.UTC().Format(time.RFC3339))
+			return nil, expires, expiredError(exp, "the bearer token expired at %s")
 		case err != nil:
-			return nil, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "unknown_token"},
+			return nil, expires, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "unknown_token"},
 				"the bearer token is not valid (unknown, or revoked by an auth file reload)")
 		}
-		return p, nil
+		return p, expires, nil
 	case err != auth.ErrNoCredentials:
-		return nil, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "malformed"}, "%v", err)
+		return nil, expires, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "malformed"}, "%v", err)
 	}
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
 		if cn := r.TLS.PeerCertificates[0].Subject.CommonName; cn != "" {
-			return s.cfg.Auth.Certificate(cn), nil
+			return s.cfg.Auth.Certificate(cn), expires, nil
 		}
 	}
 	how, accepted := `send "Authorization: Bearer <token>"`, "bearer"
 	if s.cfg.TLS != nil && s.cfg.TLS.ClientCAs != nil {
 		how, accepted = how+" or a client certificate", "bearer,client_certificate"
 	}
-	return nil, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": accepted, "problem": "missing"},
+	return nil, expires, authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": accepted, "problem": "missing"},
 		"no credentials: %s", how)
+}
+
+// expiredError is the UNAUTHENTICATED answer for a token that expired
+// (format has one %s, the time).
+func expiredError(exp *auth.ExpiredError, format string) error {
+	at := exp.At.UTC().Format(time.RFC3339)
+	return authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "expired", "expired_at": at}, format, at)
+}
+
+// streams are the streaming procedures (their token is checked as they
+// go, not bounded by a deadline).
+var streams = map[string]bool{
+	v1c.LeaseServiceWatchProcedure: true, v1c.LeaseServiceKeepAliveProcedure: true, v1c.LeaseServicePipelineProcedure: true,
+	v1c.QueueServicePipelineProcedure: true, v1c.PoolServicePipelineProcedure: true, v1c.ClusterServiceSaveSnapshotProcedure: true,
 }
 
 // stillValid reports whether the bearer token a stream was opened with
@@ -168,13 +192,12 @@ func (s *Server) stillValid(ctx context.Context, h http.Header) error {
 	if err != nil {
 		return nil // a client certificate: its connection's, for its life
 	}
-	q, err := s.cfg.Auth.Authenticate(token, time.Now())
+	q, _, err := s.cfg.Auth.Authenticate(token, time.Now())
 	if err == nil && q.Name == p.Name {
 		return nil
 	}
 	if exp := (*auth.ExpiredError)(nil); errors.As(err, &exp) {
-		return s.toConnect(authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "expired",
-			"expired_at": exp.At.UTC().Format(time.RFC3339)}, "the bearer token this stream was opened with expired at %s", exp.At.UTC().Format(time.RFC3339)))
+		return s.toConnect(expiredError(exp, "the bearer token this stream was opened with expired at %s"))
 	}
 	return s.toConnect(authError(registrar.ReasonUnauthenticated, map[string]string{"credentials": "bearer", "problem": "revoked"},
 		"the bearer token this stream was opened with was revoked by an auth file reload"))
@@ -413,6 +436,9 @@ func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return nil, a.s.toConnect(err)
 		}
 		resp, err := next(ctx, req)
+		if exp := (*auth.ExpiredError)(nil); err != nil && errors.As(context.Cause(ctx), &exp) {
+			return nil, a.s.toConnect(expiredError(exp, "the bearer token expired at %s, while the call waited"))
+		}
 		if err != nil {
 			return resp, err
 		}

@@ -606,8 +606,8 @@ func TestRevokedTokenEndsOpenStreams(t *testing.T) {
 func TestExpiredTokenIsRefused(t *testing.T) {
 	b := startSecure(t, nil)
 	at := time.Now().Add(1500 * time.Millisecond).UTC()
-	if err := os.WriteFile(b.authPath, []byte(`{"tokens":[{"token":"tok-temp","principal":"temp","roles":["reader"],"namespaces":["*"],"expires":"`+
-		at.Format(time.RFC3339Nano)+`"}]}`), 0o600); err != nil {
+	if err := os.WriteFile(b.authPath, []byte(`{"tokens":[{"token":"tok-temp","principal":"temp","roles":["reader","holder"],"namespaces":["*"],"expires":"`+
+		at.Format(time.RFC3339Nano)+`"},{"token":"tok-root","principal":"root","roles":["admin"],"namespaces":["*"]}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.srv.ReloadAuth(); err != nil {
@@ -624,12 +624,29 @@ func TestExpiredTokenIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wa.Close()
+	// An Acquire queued with the token ends with it, and leaves the
+	// queue: it would be granted to a caller no longer let in.
+	root := b.as("tok-root")
+	if _, err := root.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "expiring/held", Ttl: durationpb.New(time.Minute)})); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := temp.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{Resource: "expiring/held",
+			Ttl: durationpb.New(time.Minute), Wait: durationpb.New(20 * time.Second)}))
+		waited <- err
+	}()
 	for wa.Receive() {
 	}
 	if time.Now().Before(at) {
 		t.Fatalf("the watch ended before the token expired: %v", wa.Err())
 	}
 	wantReason(t, wa.Err(), connect.CodeUnauthenticated, "UNAUTHENTICATED")
+	wantReason(t, <-waited, connect.CodeUnauthenticated, "UNAUTHENTICATED") // at the expiry, not the 20 s wait
+	waitFor(t, "the queued Acquire to leave the queue", 10*time.Second, func() bool {
+		l, err := root.leases.List(ctx, connect.NewRequest(&tenurev1.ListRequest{Resource: "expiring/held"}))
+		return err == nil && len(l.Msg.GetWaiters()) == 0
+	})
 	_, err = temp.cluster.WhoAmI(ctx, connect.NewRequest(&tenurev1.WhoAmIRequest{}))
 	wantReason(t, err, connect.CodeUnauthenticated, "UNAUTHENTICATED")
 	if md := metadataOf(err); md["problem"] != "expired" || md["expired_at"] != at.Format(time.RFC3339) {
