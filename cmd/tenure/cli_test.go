@@ -1145,6 +1145,7 @@ func uniq(t *testing.T) string {
 func TestStatusTable(t *testing.T) {
 	t.Parallel()
 	members := []*tenurev1.Member{{Id: "n2", Role: tenurev1.Role_ROLE_UNKNOWN}, {Id: "n3"}}
+	heard := []*tenurev1.Member{{Id: "n2", AppliedIndex: 7}, {Id: "n3", AppliedIndex: 7}}
 	tests := []struct {
 		name string
 		st   *tenurev1.StatusResponse
@@ -1169,8 +1170,13 @@ func TestStatusTable(t *testing.T) {
 		// that had stepped down after a stall, for 1.6 s).
 		// During a rolling upgrade the leader says the cluster applies an
 		// older member's rules.
-		{"upgrade under way", &tenurev1.StatusResponse{NodeId: "n3", LeaderId: "n3", Version: "v2", Rules: 4, StampedRules: 3, Members: members},
+		{"upgrade under way", &tenurev1.StatusResponse{NodeId: "n3", LeaderId: "n3", Version: "v2", Rules: 4, StampedRules: 3, Members: heard},
 			"n3 (version v2, rules 4); the cluster applies rules 3: a member runs an older build (upgrade it)"},
+		// A member the leader has not heard from counts as an older build
+		// until it answers: status names it (found from outside: members
+		// that could not reach each other over TLS read as an upgrade).
+		{"a member unheard", &tenurev1.StatusResponse{NodeId: "n3", LeaderId: "n3", Version: "v2", Rules: 4, StampedRules: 3, Members: members},
+			"the cluster applies rules 3: n2 did not answer the leader's asks for its rules"},
 		{"follower of a silent leader", &tenurev1.StatusResponse{NodeId: "n2", LeaderId: "n3", LeaderApiAddress: "127.0.0.1:7072", Members: members,
 			LeaderLastContact: timestamppb.New(time.Now().Add(-1600 * time.Millisecond))},
 			"n3 (127.0.0.1:7072), last heard from 1.6s ago: it may have stopped or stepped down"},

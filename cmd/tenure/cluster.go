@@ -200,7 +200,20 @@ func printStatus(stdout io.Writer, st *tenurev1.StatusResponse) error {
 	}
 	answered += ")"
 	if s := st.GetStampedRules(); s != 0 && s < st.GetRules() {
-		answered += fmt.Sprintf("; the cluster applies rules %d: a member runs an older build (upgrade it)", s)
+		var unheard []string
+		for _, m := range st.GetMembers() {
+			if m.GetId() != st.GetNodeId() && m.GetAppliedIndex() == 0 {
+				unheard = append(unheard, m.GetId())
+			}
+		}
+		if len(unheard) > 0 {
+			// Not heard from: counted as an older build until it answers.
+			answered += fmt.Sprintf("; the cluster applies rules %d: %s did not answer the leader's asks for its rules "+
+				"(down, or its API unreachable from the leader: check its --listen address and TLS between members, --tls-ca), "+
+				"or a member runs an older build", s, strings.Join(unheard, ", "))
+		} else {
+			answered += fmt.Sprintf("; the cluster applies rules %d: a member runs an older build (upgrade it)", s)
+		}
 	}
 	fmt.Fprintf(tw, "leader\t%s\nterm\t%d\ncommit index\t%d\napplied index\t%d\nlast log index\t%d (term %d)\nledger index\t%d\nanswered by\t%s\n\n",
 		leader, st.GetTerm(), st.GetCommitIndex(), st.GetAppliedIndex(), st.GetLastLogIndex(), st.GetLastLogTerm(), st.GetLedgerIndex(), answered)
