@@ -314,12 +314,16 @@ func (c *Client) acquire(ctx context.Context, resource string, ac acquireConfig)
 		req.Wait = durationpb.New(ac.wait)
 	}
 	key := ac.namespace + "\x00" + resource
-	defer c.inFlight(c.acquiring, key)()
 	if ac.wait > 0 {
 		var done func()
 		ctx, done = c.untilWaitsStop(ctx)
 		defer done()
 	}
+	// Deferred after done, so run before it: Close, told by done that the
+	// waits are over, finds this Acquire no longer in flight, and may give
+	// back a grant that crossed its withdrawal (found by CI under load: the
+	// grant was left for its ttl, taken for this Acquire's own).
+	defer c.inFlight(c.acquiring, key)()
 
 	var (
 		granted   *tenurev1.Lease

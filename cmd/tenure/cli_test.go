@@ -329,7 +329,9 @@ func TestCLIErrorsAsJSON(t *testing.T) {
 		if r.code != wantCode || json.Unmarshal([]byte(r.stdout), &out) != nil || strings.Count(r.stdout, "\n") != 1 {
 			t.Fatalf("tenure %s: exit %d, stdout %q; want exit %d and one JSON line", strings.Join(args, " "), r.code, r.stdout, wantCode)
 		}
-		if !strings.HasPrefix(r.stderr, out.Error.Message) && !strings.Contains(r.stderr, out.Error.Message) {
+		// A usage error's text on stderr is the JSON message after its
+		// reason ("tenure: …", as usage errors print).
+		if msg := out.Error.Message; !strings.Contains(r.stderr, msg) && (wantCode != 2 || !strings.Contains(r.stderr, strings.TrimPrefix(msg, out.Error.Reason+": "))) {
 			t.Errorf("tenure %s: stderr %q does not carry the message %q", strings.Join(args, " "), r.stderr, out.Error.Message)
 		}
 		return out.Error
