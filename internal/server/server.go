@@ -351,9 +351,18 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // Node returns the cluster node.
 func (s *Server) Node() *cluster.Node { return s.node }
 
-// WaitReady blocks until the node leads with an initialized registrar.
-// A single node gets there on its own; a follower never does (use /readyz).
-func (s *Server) WaitReady(ctx context.Context) error { return s.node.WaitLeader(ctx) }
+// WaitReady blocks until the node leads with an initialized registrar,
+// and has set the rules it stamps in its term (until then it stamps the
+// floor, statemachine.UnreportedRules: the first commands of a leader
+// elected a moment ago would apply older rules). A single node gets
+// there on its own; a follower never does (use /readyz).
+func (s *Server) WaitReady(ctx context.Context) error {
+	if err := s.node.WaitLeader(ctx); err != nil {
+		return err
+	}
+	s.node.AwaitRules(ctx, 2*rulesEvery)
+	return ctx.Err()
+}
 
 // Close hands leadership to another voter if this member leads, ends
 // its streams, stops accepting requests, lets unary calls finish until ctx
