@@ -16,7 +16,7 @@ import (
 // new term is noticed within rulesLook.
 const (
 	rulesEvery = time.Second
-	rulesLook  = 50 * time.Millisecond
+	rulesLook  = 10 * time.Millisecond
 )
 
 // rulesWatch keeps, while this member leads, the rules it stamps on
