@@ -132,12 +132,11 @@ func (f *failingFiler) Create(info types.SegmentInfo) (types.SegmentWriter, erro
 	return f.SegmentFiler.Create(info)
 }
 
-// A segment that fills up while no new one can be created leaves raft-wal
-// refusing every later write ("segment is sealed") until a restart, even
-// once the disk has room again (found from outside with a full disk). The
-// store reopens the log on that error: the writes fail while the disk is
-// full and go on by themselves after, nothing written lost.
-func TestLogWritesAgainAfterAFailedRotation(t *testing.T) {
+// openFailing opens a store of 32 KiB segments over a filer whose
+// segment creation a test can make fail (a full disk), closed when the
+// test ends.
+func openFailing(t *testing.T) (*writtenStore, *failingFiler) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "wal")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -149,12 +148,23 @@ func TestLogWritesAgainAfterAFailedRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.close()
+	t.Cleanup(func() { s.close() })
 	s.slots = newEntrySlots(1)
+	return s, ff
+}
+
+// A segment that fills up while no new one can be created leaves raft-wal
+// refusing every later write ("segment is sealed") until a restart, even
+// once the disk has room again (found from outside with a full disk). The
+// store reopens the log on that error: the writes fail while the disk is
+// full and go on by themselves after, nothing written lost.
+func TestLogWritesAgainAfterAFailedRotation(t *testing.T) {
+	s, ff := openFailing(t)
 	entry := func(i uint64) *raft.Log {
 		return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: bytes.Repeat([]byte{byte(i)}, 1000)}
 	}
 	ff.fail.Store(true)
+	var err error
 	next := uint64(1)
 	for ; next < 500; next++ {
 		if err = s.StoreLogs([]*raft.Log{entry(next)}); err != nil {
@@ -246,19 +256,7 @@ func TestLogEndingBeforeTheSnapshot(t *testing.T) {
 // an operator who freed some space (less than the new segment's) saw
 // "free space or fix the disk (it recovers by itself)" and no recovery.
 func TestLogSaysWhatRoomItNeeds(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "wal")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	ff := &failingFiler{SegmentFiler: segment.NewFiler(dir, fs.New())}
-	s, err := openWritten(func(meta *metadb.BoltMetaDB) (*wal.WAL, error) {
-		return wal.Open(dir, wal.WithMetaStore(meta), wal.WithSegmentFiler(ff), wal.WithSegmentSize(32<<10))
-	}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.close()
-	s.slots = newEntrySlots(1)
+	s, ff := openFailing(t)
 	var noRoom atomic.Bool
 	s.room = func() error {
 		if noRoom.Load() {
@@ -271,6 +269,7 @@ func TestLogSaysWhatRoomItNeeds(t *testing.T) {
 	}
 	ff.fail.Store(true)
 	noRoom.Store(true)
+	var err error
 	next := uint64(1)
 	for ; next < 500; next++ {
 		if err = s.StoreLogs([]*raft.Log{entry(next)}); err != nil {
