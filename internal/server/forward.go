@@ -214,21 +214,6 @@ func (s *Server) forward(ctx context.Context, proc string, msg any, hdr http.Hea
 	if hdr.Get(HeaderForwardedBy) != "" || s.node.IsLeader() {
 		return nil, false, nil
 	}
-	if !movesLeader[proc] {
-		// A leader this member has not heard from lately (paused, cut
-		// off) is likely being replaced: the call waits for the election
-		// rather than hang on it, and for the new leader's address.
-		s.node.AwaitLeaderHeard(ctx)
-		s.node.AwaitLeader(ctx)
-		if ctx.Err() != nil {
-			// The caller gave up meanwhile: nothing was proposed, and a
-			// write sent now would be granted to no one and given back,
-			// a change its caller never saw (found by the linearizability
-			// test: a lease granted after its Acquire's deadline, then
-			// released by this member, ahead of its expiry).
-			return nil, true, s.toConnect(ctx.Err())
-		}
-	}
 	changed := s.node.LeaderChange() // before Leader: a change after the read ends it
 	id, addr := s.node.Leader()
 	if id == "" && s.node.LogFailure() != nil {
