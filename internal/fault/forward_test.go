@@ -76,36 +76,6 @@ func TestForwardToPausedLeaderEndsWhenLeadershipMoves(t *testing.T) {
 	}
 }
 
-// A write sent to a follower that has not heard from its leader for a
-// while (the leader paused) waits for the election and goes to the new
-// leader, instead of hanging on the old one and ending OUTCOME_UNKNOWN
-// (found from outside: every write through a follower failed so while a
-// leader was paused).
-func TestWriteThroughFollowerWaitsOutASilentLeader(t *testing.T) {
-	l, f, acquire := throughFollower(t)
-	const pause = 20 * time.Second
-	pauseFor(t, l, pause)
-	// The follower still names the paused leader, and has not heard from
-	// it for more than half a heartbeat timeout (the servers' default, 1 s).
-	waitFor(t, pause/2, "the follower to miss the leader's heartbeats", func() bool {
-		st, err := f.Status(context.Background())
-		return err == nil && st.GetLeaderId() == l.ID && st.GetLeaderLastContact() != nil &&
-			time.Since(st.GetLeaderLastContact().AsTime()) > 600*time.Millisecond
-	})
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*pause)
-	defer cancel()
-	res, err := acquire(ctx, "silent/write")
-	took := time.Since(start)
-	t.Logf("the write through the follower was answered after %v: %v", took, err)
-	if err != nil {
-		t.Fatalf("a write through a follower whose leader is silent: %v", err)
-	}
-	if took >= pause || res.Msg.GetLease().GetResource() != "silent/write" {
-		t.Fatalf("answered after %v (the pause: %v): %v", took, pause, res.Msg)
-	}
-}
-
 // reasonOf returns the ErrorInfo reason of a Connect error.
 func reasonOf(ce *connect.Error) string {
 	for _, d := range ce.Details() {
