@@ -80,10 +80,6 @@ type Node struct {
 	// silentAfter is how long a member may leave the leader's calls
 	// unanswered before the leader calls it unreachable.
 	silentAfter time.Duration
-	// heardWithin and electedWithin bound AwaitLeaderHeard: how long a
-	// follower may go without hearing from its leader before the leader
-	// is suspect, and how long the election that replaces it may take.
-	heardWithin, electedWithin time.Duration
 
 	in       chan *proposal
 	inflight chan *inflight
@@ -389,8 +385,6 @@ func Open(cfg Config) (*Node, error) {
 		rc.ElectionTimeout = cfg.ElectionTimeout
 	}
 	n.silentAfter = silentAfter(rc.HeartbeatTimeout)
-	n.heardWithin = rc.HeartbeatTimeout / 2
-	n.electedWithin = 2 * (rc.HeartbeatTimeout + rc.ElectionTimeout)
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
 	}

@@ -423,34 +423,6 @@ func (n *Node) pollUntil(ctx context.Context, wait time.Duration, done func() bo
 	}
 }
 
-// AwaitLeaderHeard waits, on a follower that names a leader it has not
-// heard from for half a heartbeat timeout (ten heartbeats missed), until
-// it hears from it again, knows another leader, or an election's length
-// has passed (then its caller routes as usual: a member cut off from the
-// others answers NOT_LEADER). A leader that stops (paused, cut off, its machine
-// stalled) is replaced within an election; a call forwarded to it meanwhile
-// would hang on it and end, for a write, with its outcome unknown (found
-// from outside: a paused leader turned every write sent through a follower
-// into OUTCOME_UNKNOWN), where one that waits here goes to its successor.
-func (n *Node) AwaitLeaderHeard(ctx context.Context) {
-	silent := func() bool {
-		if n.IsLeader() {
-			return false
-		}
-		_, id := n.raft.LeaderWithID()
-		return id != "" && time.Since(n.raft.LastContact()) > n.heardWithin
-	}
-	if !silent() {
-		return
-	}
-	_, was := n.raft.LeaderWithID()
-	n.pollUntil(ctx, n.electedWithin, func() bool {
-		// While the election runs no leader is known: it waits on.
-		_, id := n.raft.LeaderWithID()
-		return id != "" && (id != was || !silent())
-	})
-}
-
 // HadState reports whether the data dir held Raft state when the node
 // opened (a restarted member: no bootstrap, no join needed).
 func (n *Node) HadState() bool { return n.existing }
